@@ -1,0 +1,11 @@
+#include <iostream>
+#include <string_view>
+#include <vector>
+
+#include "adapters/cli.hpp"
+
+int main(int argc, char** argv) {
+  std::ios::sync_with_stdio(false);
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  return baton::run_cli(args, std::cin, std::cout, std::cerr);
+}

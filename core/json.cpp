@@ -1,0 +1,399 @@
+#include "core/json.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+namespace baton {
+
+bool is_big_integer(const json& v) noexcept {
+  return v.is_binary() && v.get_binary().has_subtype() &&
+         v.get_binary().subtype() == big_integer_subtype;
+}
+
+bool is_number(const json& v) noexcept { return v.is_number() || is_big_integer(v); }
+
+namespace {
+
+bool is_integer_literal(const std::string& s) {
+  std::size_t i = (!s.empty() && s[0] == '-') ? 1 : 0;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+// Builds the DOM through nlohmann's SAX interface so that we can keep big integer literals, bound
+// the depth, make duplicate keys behave as in Python, and say where in the document an error is.
+class dom_builder {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  dom_builder(json& root, json_parse_error& err, std::size_t max_depth)
+      : root_(root), err_(err), max_depth_(max_depth) {}
+
+  bool null() { return put(json(nullptr)) != nullptr; }
+  bool boolean(bool b) { return put(json(b)) != nullptr; }
+  bool number_integer(number_integer_t v) { return put(json(v)) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) { return put(json(v)) != nullptr; }
+  bool number_float(number_float_t v, const string_t& text) {
+    if (is_integer_literal(text)) {
+      // The lexer only hands an integer literal over as a float when it overflows 64 bits.
+      return put(json::binary(std::vector<std::uint8_t>(text.begin(), text.end()),
+                              big_integer_subtype)) != nullptr;
+    }
+    return put(json(v)) != nullptr;
+  }
+  bool string(string_t& s) { return put(json(std::move(s))) != nullptr; }
+  bool binary(binary_t& b) { return put(json::binary(std::move(b))) != nullptr; }
+
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool key(string_t& k) {
+    frames_.back().key = std::move(k);
+    frames_.back().key_pending = true;
+    return true;
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return true;
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) {
+    err_.byte = position;
+    err_.path = current_path();
+    const std::string what = ex.what();
+    if (ex.id == 406) {
+      err_.what = json_parse_error::kind::non_finite;
+      err_.message = "number is too large for a finite double";
+    } else if (what.find("ill-formed UTF-8") != std::string::npos) {
+      err_.what = json_parse_error::kind::unicode;
+      err_.message = "string is not valid UTF-8";
+    } else if (what.find("surrogate") != std::string::npos) {
+      err_.what = json_parse_error::kind::unicode;
+      err_.message = "string has a lone UTF-16 surrogate escape";
+    } else {
+      err_.what = json_parse_error::kind::syntax;
+      err_.message = describe_syntax_error(what);
+    }
+    return false;
+  }
+
+ private:
+  struct frame {
+    json* value = nullptr;
+    std::string key;
+    bool key_pending = false;
+    std::size_t child = 0;  // position of the last value put in, which is the open container if any
+    std::unordered_map<std::string, std::size_t> index;  // only for large objects
+  };
+
+  static constexpr std::size_t linear_scan_limit = 16;
+
+  // nlohmann's message names line and column and quotes the raw bytes last read, which may not be
+  // UTF-8; keep only the description between them.
+  static std::string describe_syntax_error(const std::string& what) {
+    std::string text = what;
+    if (auto p = text.find(": "); p != std::string::npos) text = text.substr(p + 2);
+    if (auto p = text.find("; last read"); p != std::string::npos) text.resize(p);
+    for (char& c : text)
+      if (static_cast<unsigned char>(c) >= 0x80 || static_cast<unsigned char>(c) < 0x20) c = '?';
+    return text;
+  }
+
+  // Where the parser is: every enclosing container's open child, then the value being read in the
+  // innermost one (the next array index, or the key just read).
+  json current_path() const {
+    json path = json::array();
+    for (std::size_t i = 0; i < frames_.size(); ++i) {
+      const frame& f = frames_[i];
+      const bool innermost = i + 1 == frames_.size();
+      if (f.value->is_array()) {
+        path.push_back(innermost ? f.value->size() : f.child);
+      } else if (!innermost) {
+        path.push_back(f.value->get_ref<const json::object_t&>().begin()[static_cast<std::ptrdiff_t>(f.child)].first);
+      } else if (f.key_pending) {
+        path.push_back(f.key);
+      }
+    }
+    return path;
+  }
+
+  bool open(json&& container) {
+    if (frames_.size() >= max_depth_) {
+      err_.what = json_parse_error::kind::too_deep;
+      err_.path = current_path();
+      err_.message = "JSON nesting is deeper than " + std::to_string(max_depth_) + " levels";
+      return false;
+    }
+    json* v = put(std::move(container));
+    frames_.push_back(frame{v, {}, false, 0, {}});
+    return true;
+  }
+
+  json* put(json&& v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    frame& f = frames_.back();
+    if (f.value->is_array()) {
+      auto& arr = f.value->get_ref<json::array_t&>();
+      arr.push_back(std::move(v));
+      f.child = arr.size() - 1;
+      return &arr.back();
+    }
+    auto& obj = f.value->get_ref<json::object_t&>();
+    f.key_pending = false;
+    if (std::size_t at = find(f, obj); at != obj.size()) {
+      json& slot = obj.begin()[static_cast<std::ptrdiff_t>(at)].second;
+      slot = std::move(v);
+      f.child = at;
+      return &slot;
+    }
+    if (!f.index.empty() || obj.size() + 1 > linear_scan_limit) {
+      if (f.index.empty())
+        for (std::size_t i = 0; i < obj.size(); ++i)
+          f.index.emplace(obj.begin()[static_cast<std::ptrdiff_t>(i)].first, i);
+      f.index.emplace(f.key, obj.size());
+    }
+    obj.emplace_back(std::move(f.key), std::move(v));
+    f.child = obj.size() - 1;
+    return &obj.back().second;
+  }
+
+  static std::size_t find(const frame& f, const json::object_t& obj) {
+    if (!f.index.empty()) {
+      auto it = f.index.find(f.key);
+      return it == f.index.end() ? obj.size() : it->second;
+    }
+    for (std::size_t i = 0; i < obj.size(); ++i)
+      if (obj.begin()[static_cast<std::ptrdiff_t>(i)].first == f.key) return i;
+    return obj.size();
+  }
+
+  json& root_;
+  json_parse_error& err_;
+  std::size_t max_depth_;
+  std::vector<frame> frames_;
+};
+
+}  // namespace
+
+bool parse_json(std::string_view text, json& out, json_parse_error& err,
+                const json_parse_options& options) {
+  out = nullptr;
+  dom_builder builder(out, err, options.max_depth);
+  if (json::sax_parse(text.begin(), text.end(), &builder)) return true;
+  out = nullptr;
+  return false;
+}
+
+void render_string(std::string_view s, std::string& out) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out.push_back('"');
+  std::size_t run = 0;  // start of the pending run of bytes copied as they are
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default: {
+        const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        out.append(esc, 6);
+      }
+    }
+  }
+  out.append(s.data() + run, s.size() - run);
+  out.push_back('"');
+}
+
+void render_double(double v, std::string& out) {
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v < 0 ? "-Infinity" : "Infinity";
+    return;
+  }
+  // Shortest round-trip digits, as Python's repr, then Python's choice of layout.
+  std::array<char, 64> buf{};
+  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v, std::chars_format::scientific);
+  std::string_view sci(buf.data(), static_cast<std::size_t>(end - buf.data()));
+  const bool negative = sci.front() == '-';
+  if (negative) sci.remove_prefix(1);
+  const std::size_t e = sci.find('e');
+  std::string digits;
+  digits.reserve(20);
+  for (char c : sci.substr(0, e))
+    if (c != '.') digits.push_back(c);
+  int exponent = 0;
+  std::string_view exp_text = sci.substr(e + 1);
+  if (exp_text.front() == '+') exp_text.remove_prefix(1);
+  std::from_chars(exp_text.data(), exp_text.data() + exp_text.size(), exponent);
+  const int decpt = exponent + 1;  // value = 0.DIGITS x 10^decpt
+  const int n = static_cast<int>(digits.size());
+
+  if (negative) out.push_back('-');
+  if (decpt > -4 && decpt <= 16) {
+    if (decpt <= 0) {
+      out += "0.";
+      out.append(static_cast<std::size_t>(-decpt), '0');
+      out += digits;
+    } else if (decpt >= n) {
+      out += digits;
+      out.append(static_cast<std::size_t>(decpt - n), '0');
+      out += ".0";
+    } else {
+      out.append(digits, 0, static_cast<std::size_t>(decpt));
+      out.push_back('.');
+      out.append(digits, static_cast<std::size_t>(decpt));
+    }
+    return;
+  }
+  out.push_back(digits[0]);
+  if (n > 1) {
+    out.push_back('.');
+    out.append(digits, 1);
+  }
+  const int x = decpt - 1;
+  out.push_back('e');
+  out.push_back(x < 0 ? '-' : '+');
+  const int ax = x < 0 ? -x : x;
+  if (ax < 10) out.push_back('0');
+  out += std::to_string(ax);
+}
+
+double round_decimals(double v, int decimals) {
+  if (!std::isfinite(v)) return v;
+  // Correctly rounded fixed-point text, read back: the same value Python's round() returns.
+  std::array<char, 400> buf{};
+  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v, std::chars_format::fixed, decimals);
+  if (ec != std::errc()) return v;
+  double r = 0;
+  std::from_chars(buf.data(), end, r);
+  if (r == 0 && std::signbit(v)) r = -0.0;
+  return r;
+}
+
+void render_rounded(double v, int decimals, std::string& out) {
+  render_double(round_decimals(v, decimals), out);
+}
+
+void render_json(const json& v, std::string& out, bool sort_keys) {
+  using t = json::value_t;
+  switch (v.type()) {
+    case t::null:
+    case t::discarded:
+      out += "null";
+      return;
+    case t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      return;
+    case t::number_integer: {
+      std::array<char, 24> buf{};
+      auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get<std::int64_t>());
+      out.append(buf.data(), r.ptr);
+      return;
+    }
+    case t::number_unsigned: {
+      std::array<char, 24> buf{};
+      auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get<std::uint64_t>());
+      out.append(buf.data(), r.ptr);
+      return;
+    }
+    case t::number_float:
+      render_double(v.get<double>(), out);
+      return;
+    case t::string:
+      render_string(v.get_ref<const std::string&>(), out);
+      return;
+    case t::binary: {
+      // Only big integer literals are stored as binary; their digits go out as they came in.
+      const auto& bytes = v.get_binary();
+      out.append(bytes.begin(), bytes.end());
+      return;
+    }
+    case t::array: {
+      out.push_back('[');
+      bool first = true;
+      for (const json& e : v) {
+        if (!first) out.push_back(',');
+        first = false;
+        render_json(e, out, sort_keys);
+      }
+      out.push_back(']');
+      return;
+    }
+    case t::object: {
+      const auto& obj = v.get_ref<const json::object_t&>();
+      out.push_back('{');
+      if (!sort_keys) {
+        bool first = true;
+        for (const auto& [k, e] : obj) {
+          if (!first) out.push_back(',');
+          first = false;
+          render_string(k, out);
+          out.push_back(':');
+          render_json(e, out, false);
+        }
+      } else {
+        // std::string compares bytes as unsigned char, and UTF-8 byte order is code-point order,
+        // which is how Python sorts str keys.
+        std::vector<const json::object_t::value_type*> items;
+        items.reserve(obj.size());
+        for (const auto& item : obj) items.push_back(&item);
+        std::sort(items.begin(), items.end(),
+                  [](const auto* a, const auto* b) { return a->first < b->first; });
+        bool first = true;
+        for (const auto* item : items) {
+          if (!first) out.push_back(',');
+          first = false;
+          render_string(item->first, out);
+          out.push_back(':');
+          render_json(item->second, out, true);
+        }
+      }
+      out.push_back('}');
+      return;
+    }
+  }
+}
+
+std::string render_json(const json& v, bool sort_keys) {
+  std::string out;
+  render_json(v, out, sort_keys);
+  return out;
+}
+
+void render_text(const json& v, std::string& out) {
+  if (v.is_string()) {
+    out += v.get_ref<const std::string&>();
+  } else {
+    render_json(v, out, true);
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,499 @@
+#include "core/request.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace baton {
+
+namespace {
+
+const json& null_json() {
+  static const json n;
+  return n;
+}
+
+const json& default_noul_description(bool side) {
+  static const json yes = "The proposition is true or the answer is yes.";
+  static const json no = "The proposition is false or the answer is no.";
+  return side ? yes : no;
+}
+
+// Python truthiness of a JSON value, as in the reference's `instructions or id`.
+bool truthy(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return false;
+    case json::value_t::boolean: return v.get<bool>();
+    case json::value_t::number_integer: return v.get<std::int64_t>() != 0;
+    case json::value_t::number_unsigned: return v.get<std::uint64_t>() != 0;
+    case json::value_t::number_float: return v.get<double>() != 0.0;
+    case json::value_t::string: return !v.get_ref<const std::string&>().empty();
+    case json::value_t::array:
+    case json::value_t::object: return !v.empty();
+    default: return true;
+  }
+}
+
+std::string_view kind_name(const json& v) {
+  if (is_big_integer(v)) return "number";
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    default: return "number";
+  }
+}
+
+json loc_of(std::initializer_list<json> parts) {
+  json loc = json::array();
+  loc.push_back("body");
+  for (const json& p : parts) loc.push_back(p);
+  return loc;
+}
+
+json extend(const json& loc, json part) {
+  json out = loc;
+  out.push_back(std::move(part));
+  return out;
+}
+
+std::size_t code_points(std::string_view s) {
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+issue length_issue(json loc, std::string_view field_type, std::size_t min, std::size_t max,
+                   std::size_t actual) {
+  const bool too_short = actual < min;
+  const std::size_t bound = too_short ? min : max;
+  issue i;
+  i.loc = std::move(loc);
+  i.type = too_short ? "too_short" : "too_long";
+  i.msg = std::string(field_type) + " should have " + (too_short ? "at least " : "at most ") +
+          std::to_string(bound) + (bound == 1 ? " item" : " items") + " after validation, not " +
+          std::to_string(actual);
+  i.ctx = json::object();
+  i.ctx["field_type"] = field_type;
+  i.ctx[too_short ? "min_length" : "max_length"] = bound;
+  i.ctx["actual_length"] = actual;
+  return i;
+}
+
+issue simple_issue(json loc, std::string type, std::string msg, json ctx = {}) {
+  return issue{std::move(loc), std::move(msg), std::move(type), std::move(ctx)};
+}
+
+issue missing(json loc) { return simple_issue(std::move(loc), "missing", "Field required"); }
+
+// Instructions, descriptions and levels: string, object or array (null only where allowed).
+bool text_kind(const json& v, bool null_ok) {
+  return v.is_string() || v.is_object() || v.is_array() || (null_ok && v.is_null());
+}
+
+issue json_type_issue(json loc, const json& v, bool null_ok) {
+  return simple_issue(std::move(loc), "json_type",
+                      std::string("Input should be a valid string, object or array") +
+                          (null_ok ? " or null" : "") + ", not " + std::string(kind_name(v)));
+}
+
+struct validator {
+  const request_limits& limits;
+  std::vector<issue> issues;     // 422
+  std::vector<issue> too_large;  // 413 when nothing else is wrong
+
+  void check_text_value(const json& v, const json& loc, bool null_ok) {
+    if (!text_kind(v, null_ok)) issues.push_back(json_type_issue(loc, v, null_ok));
+  }
+
+  void check_question_id(const std::string& id, const json& loc) {
+    if (id.empty()) {
+      issues.push_back(simple_issue(loc, "string_too_short", "question id must not be empty",
+                                    json{{"min_length", 1}}));
+      return;
+    }
+    if (code_points(id) > limits.max_question_id_chars)
+      issues.push_back(simple_issue(
+          loc, "string_too_long",
+          "question id should have at most " + std::to_string(limits.max_question_id_chars) +
+              " characters",
+          json{{"max_length", limits.max_question_id_chars}}));
+    if (std::any_of(id.begin(), id.end(), [](char c) {
+          auto u = static_cast<unsigned char>(c);
+          return u < 0x20 || u == 0x7f;
+        }))
+      issues.push_back(simple_issue(loc, "string_pattern_mismatch",
+                                    "question id must not contain control characters"));
+  }
+
+  bool check_question(const std::string& id, json& body, question& out) {
+    const json qloc = loc_of({"questions", id});
+    const std::size_t before = issues.size();
+    check_question_id(id, qloc);
+    if (!body.is_object()) {
+      issues.push_back(simple_issue(qloc, "dict_type", "Input should be a valid dictionary"));
+      return false;
+    }
+    const auto type_it = body.find("type");
+    if (type_it == body.end()) {
+      issues.push_back(simple_issue(qloc, "union_tag_not_found",
+                                    "Unable to extract tag using discriminator 'type'",
+                                    json{{"discriminator", "'type'"}}));
+      return false;
+    }
+    const std::string tag = type_it->is_string() ? type_it->get<std::string>() : render_json(*type_it, false);
+    if (tag == "noul") {
+      out.type = question_type::noul;
+    } else if (tag == "choice") {
+      out.type = question_type::choice;
+    } else if (tag == "score") {
+      out.type = question_type::score;
+    } else {
+      issues.push_back(simple_issue(
+          qloc, "union_tag_invalid",
+          "Input tag '" + tag +
+              "' found using 'type' does not match any of the expected tags: 'choice', 'score', 'noul'",
+          json{{"discriminator", "'type'"}, {"tag", tag}, {"expected_tags", "'choice', 'score', 'noul'"}}));
+      return false;
+    }
+    const json tloc = extend(qloc, tag);
+
+    if (auto it = body.find("instructions"); it != body.end()) {
+      check_text_value(*it, extend(tloc, "instructions"), true);
+      out.instructions = std::move(*it);
+    }
+
+    const json cloc = extend(tloc, "criteria");
+    auto crit = body.find("criteria");
+    const bool absent = crit == body.end() || crit->is_null();
+    switch (out.type) {
+      case question_type::noul:
+        if (absent) break;
+        if (!crit->is_object()) {
+          issues.push_back(simple_issue(cloc, "dict_type", "Input should be a valid dictionary or null"));
+          break;
+        }
+        for (const char* side : {"true", "false"})
+          if (auto s = crit->find(side); s != crit->end())
+            check_text_value(*s, extend(cloc, side), true);
+        break;
+      case question_type::choice:
+        if (absent) {
+          issues.push_back(missing(cloc));
+          break;
+        }
+        if (!crit->is_object()) {
+          issues.push_back(simple_issue(cloc, "dict_type", "Input should be a valid dictionary"));
+          break;
+        }
+        if (crit->size() < limits.min_choice_options || crit->size() > limits.max_choice_options) {
+          issues.push_back(length_issue(cloc, "Dictionary", limits.min_choice_options,
+                                        limits.max_choice_options, crit->size()));
+          if (crit->size() > limits.max_choice_options) break;
+        }
+        for (const auto& [label, desc] : crit->items()) {
+          if (label.empty())
+            issues.push_back(simple_issue(extend(cloc, label), "string_too_short",
+                                          "choice label must not be empty", json{{"min_length", 1}}));
+          check_text_value(desc, extend(cloc, label), true);
+        }
+        break;
+      case question_type::score:
+        if (absent) {
+          issues.push_back(missing(cloc));
+          break;
+        }
+        if (!crit->is_array()) {
+          issues.push_back(simple_issue(
+              cloc, "list_type", "Input should be a valid list (score criteria are an ordered list of levels)"));
+          break;
+        }
+        if (crit->size() < limits.min_score_levels || crit->size() > limits.max_score_levels) {
+          issues.push_back(length_issue(cloc, "List", limits.min_score_levels, limits.max_score_levels,
+                                        crit->size()));
+          if (crit->size() > limits.max_score_levels) break;
+        }
+        for (std::size_t i = 0; i < crit->size(); ++i) check_text_value((*crit)[i], extend(cloc, i), false);
+        break;
+    }
+    if (!absent) out.criteria = std::move(*crit);
+    out.id = id;
+    return issues.size() == before;
+  }
+
+  void check_media(json& body, const char* field, const media_limits& lim, std::vector<media_item>& out,
+                   std::size_t& total_bytes) {
+    auto it = body.find(field);
+    if (it == body.end() || it->is_null()) return;
+    const json loc = loc_of({field});
+    if (!it->is_array()) {
+      issues.push_back(simple_issue(loc, "list_type", "Input should be a valid list"));
+      return;
+    }
+    if (it->empty()) return;
+    if (lim.max_items == 0) {
+      issues.push_back(simple_issue(loc, "media_unsupported",
+                                    std::string("this model does not read ") + field));
+      return;
+    }
+    if (it->size() > lim.max_items) {
+      issues.push_back(length_issue(loc, "List", 0, lim.max_items, it->size()));
+      return;
+    }
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      media_item item;
+      if (read_media((*it)[i], extend(loc, i), field, item)) {
+        if (item.decoded_bytes > lim.max_item_bytes)
+          too_large.push_back(simple_issue(
+              extend(loc, i), "media_too_large",
+              "decoded size is " + std::to_string(item.decoded_bytes) + " bytes; the limit is " +
+                  std::to_string(lim.max_item_bytes),
+              json{{"max_bytes", lim.max_item_bytes}, {"bytes", item.decoded_bytes}}));
+        total_bytes += item.decoded_bytes;
+        out.push_back(std::move(item));
+      }
+    }
+  }
+
+  static bool mime_allowed(std::string_view field, std::string& mime) {
+    std::transform(mime.begin(), mime.end(), mime.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (field == "images") {
+      if (mime == "image/jpg") mime = "image/jpeg";
+      return mime == "image/png" || mime == "image/jpeg" || mime == "image/webp";
+    }
+    const std::string_view prefix = field == "audio" ? "audio/" : "video/";
+    return mime.size() > prefix.size() && mime.compare(0, prefix.size(), prefix) == 0;
+  }
+
+  // Bytes the base64 payload decodes to. The payload itself is checked when the media is decoded:
+  // validation only needs its size.
+  static std::size_t base64_decoded_size(std::string_view b64) {
+    std::size_t pad = 0;
+    while (pad < 2 && pad < b64.size() && b64[b64.size() - 1 - pad] == '=') ++pad;
+    return (b64.size() - pad) * 3 / 4;
+  }
+
+  bool read_media(json& v, const json& loc, std::string_view field, media_item& item) {
+    if (v.is_string()) {
+      item.data = std::move(v.get_ref<std::string&>());
+      const std::string_view s = item.data;
+      const bool data_url = s.size() >= 5 && (s[0] | 0x20) == 'd' && (s[1] | 0x20) == 'a' &&
+                            (s[2] | 0x20) == 't' && (s[3] | 0x20) == 'a' && s[4] == ':';
+      const std::size_t comma = s.find(',');
+      if (!data_url || comma == std::string_view::npos) {
+        issues.push_back(simple_issue(loc, "url_scheme",
+                                      "Input should be a data URL (data:<mime>;base64,<payload>); remote "
+                                      "URLs and file paths are not accepted"));
+        return false;
+      }
+      std::string_view head = s.substr(5, comma - 5);  // "<mime>[;param]*;base64"
+      constexpr std::string_view b64_tag = ";base64";
+      if (head.size() < b64_tag.size() || head.substr(head.size() - b64_tag.size()) != b64_tag) {
+        issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
+        return false;
+      }
+      head.remove_suffix(b64_tag.size());
+      item.mime = std::string(head.substr(0, head.find(';')));
+      item.payload_offset = comma + 1;
+    } else if (v.is_object()) {
+      auto ct = v.find("content_type");
+      auto b64 = v.find("base64");
+      bool ok = true;
+      if (ct == v.end() || !ct->is_string()) {
+        issues.push_back(ct == v.end() ? missing(extend(loc, "content_type"))
+                                       : simple_issue(extend(loc, "content_type"), "string_type",
+                                                      "Input should be a valid string"));
+        ok = false;
+      }
+      if (b64 == v.end() || !b64->is_string()) {
+        issues.push_back(b64 == v.end() ? missing(extend(loc, "base64"))
+                                        : simple_issue(extend(loc, "base64"), "string_type",
+                                                       "Input should be a valid string"));
+        ok = false;
+      }
+      if (!ok) return false;
+      item.mime = ct->get<std::string>();
+      item.data = std::move(b64->get_ref<std::string&>());
+    } else {
+      issues.push_back(simple_issue(loc, "json_type",
+                                    "Input should be a data URL string or an object {content_type, base64}"));
+      return false;
+    }
+    if (!mime_allowed(field, item.mime)) {
+      const char* expected = field == "images" ? "image/png, image/jpeg or image/webp"
+                             : field == "audio" ? "audio/*"
+                                                : "video/*";
+      issues.push_back(simple_issue(loc, "media_type",
+                                    "unsupported media type '" + item.mime + "' for " +
+                                        std::string(field) + "; expected " + expected));
+      return false;
+    }
+    item.decoded_bytes = base64_decoded_size(item.base64());
+    return true;
+  }
+};
+
+}  // namespace
+
+std::string_view to_string(question_type t) noexcept {
+  switch (t) {
+    case question_type::noul: return "noul";
+    case question_type::choice: return "choice";
+    case question_type::score: return "score";
+  }
+  return "noul";
+}
+
+std::size_t question::option_count() const noexcept {
+  switch (type) {
+    case question_type::noul: return 2;
+    case question_type::choice:
+    case question_type::score: return criteria.size();
+  }
+  return 0;
+}
+
+std::string question::option_id(std::size_t i) const {
+  switch (type) {
+    case question_type::noul: return i == 0 ? "true" : "false";
+    case question_type::choice: return choice_label(i);
+    case question_type::score: return std::to_string(i);
+  }
+  return {};
+}
+
+const std::string& question::choice_label(std::size_t i) const {
+  return criteria.get_ref<const json::object_t&>().begin()[static_cast<std::ptrdiff_t>(i)].first;
+}
+
+const json& question::option_description(std::size_t i) const {
+  switch (type) {
+    case question_type::noul: {
+      const char* side = i == 0 ? "true" : "false";
+      if (criteria.is_object())
+        if (auto it = criteria.find(side); it != criteria.end()) return *it;
+      return default_noul_description(i == 0);
+    }
+    case question_type::choice:
+      return criteria.get_ref<const json::object_t&>().begin()[static_cast<std::ptrdiff_t>(i)].second;
+    case question_type::score: return criteria[i];
+  }
+  return null_json();
+}
+
+void append_instruction_text(const question& q, std::string& out) {
+  if (truthy(q.instructions)) {
+    render_text(q.instructions, out);
+  } else {
+    out += q.id;
+  }
+}
+
+result<request> parse_request(std::string_view body, const request_limits& limits, std::string_view model_id) {
+  if (body.size() > limits.max_body_bytes)
+    return make_error(413, "REQUEST_TOO_LARGE",
+                      "request body is " + std::to_string(body.size()) + " bytes; the limit is " +
+                          std::to_string(limits.max_body_bytes));
+  json doc;
+  json_parse_error err;
+  if (!parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) {
+    json loc = json::array({"body"});
+    for (const json& p : err.path) loc.push_back(p);
+    switch (err.what) {
+      case json_parse_error::kind::syntax:
+        return make_error(400, "INVALID_JSON",
+                          "request body is not valid JSON: " + err.message + " at byte " + std::to_string(err.byte));
+      case json_parse_error::kind::unicode:
+        return make_error(422, "INVALID_REQUEST",
+                          {simple_issue(loc, "string_unicode", "Input should be a valid string: " + err.message)});
+      case json_parse_error::kind::too_deep:
+        return make_error(422, "INVALID_REQUEST",
+                          {simple_issue(loc, "json_too_deep", err.message, json{{"max_depth", limits.max_json_depth}})});
+      case json_parse_error::kind::non_finite:
+        return make_error(422, "INVALID_REQUEST",
+                          {simple_issue(loc, "finite_number", "Input should be a finite number")});
+    }
+  }
+  return request_from_json(std::move(doc), limits, model_id);
+}
+
+result<request> request_from_json(json&& body, const request_limits& limits, std::string_view model_id) {
+  if (!body.is_object()) return make_error(400, "INVALID_JSON", "request body must be a JSON object");
+  validator v{limits, {}, {}};
+  request r;
+
+  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.model = it->get<std::string>();
+    } else {
+      v.issues.push_back(simple_issue(loc_of({"model"}), "string_type", "Input should be a valid string"));
+    }
+  }
+
+  if (auto it = body.find("state"); it == body.end()) {
+    v.issues.push_back(missing(loc_of({"state"})));
+  } else if (it->is_string() || it->is_object() || it->is_array()) {
+    r.state = std::move(*it);
+  } else {
+    v.issues.push_back(simple_issue(loc_of({"state"}), "state_type",
+                                    "Input should be a valid string, object or array, not " +
+                                        std::string(kind_name(*it))));
+  }
+
+  if (auto it = body.find("questions"); it == body.end()) {
+    v.issues.push_back(missing(loc_of({"questions"})));
+  } else if (!it->is_object()) {
+    v.issues.push_back(simple_issue(loc_of({"questions"}), "dict_type", "Input should be a valid dictionary"));
+  } else if (it->size() < limits.min_questions || it->size() > limits.max_questions) {
+    // Past the limit the questions themselves are not read: the issue list stays bounded.
+    v.issues.push_back(length_issue(loc_of({"questions"}), "Dictionary", limits.min_questions,
+                                    limits.max_questions, it->size()));
+  } else {
+    r.questions.reserve(it->size());
+    for (auto& [id, q] : it->get_ref<json::object_t&>()) {
+      question out;
+      if (v.check_question(id, q, out)) r.questions.push_back(std::move(out));
+    }
+  }
+
+  std::size_t image_bytes = 0;
+  std::size_t av_bytes = 0;
+  v.check_media(body, "images", limits.images, r.images, image_bytes);
+  v.check_media(body, "audio", limits.audio, r.audio, av_bytes);
+  v.check_media(body, "videos", limits.videos, r.videos, av_bytes);
+  if (image_bytes > limits.max_image_bytes_total)
+    v.too_large.push_back(simple_issue(loc_of({"images"}), "media_too_large",
+                                       "images total " + std::to_string(image_bytes) +
+                                           " decoded bytes; the limit is " +
+                                           std::to_string(limits.max_image_bytes_total)));
+  if (av_bytes > limits.max_audio_video_bytes_total)
+    v.too_large.push_back(simple_issue(loc_of({"audio"}), "media_too_large",
+                                       "audio and videos total " + std::to_string(av_bytes) +
+                                           " decoded bytes; the limit is " +
+                                           std::to_string(limits.max_audio_video_bytes_total)));
+
+  if (!v.issues.empty()) {
+    for (issue& i : v.too_large) v.issues.push_back(std::move(i));
+    return make_error(422, "INVALID_REQUEST", std::move(v.issues));
+  }
+  if (!v.too_large.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(v.too_large));
+
+  if (limits.max_total_options > 0) {
+    std::size_t total = 0;
+    for (const question& q : r.questions) total += q.option_count();
+    if (total > limits.max_total_options) {
+      issue i = simple_issue(loc_of({"questions"}), "too_many_options",
+                             std::to_string(total) + " options do not fit the option budget of " +
+                                 std::string(model_id.empty() ? "this model" : model_id) + " (" +
+                                 std::to_string(limits.max_total_options) + ")",
+                             json{{"options", total}, {"max_options", limits.max_total_options}});
+      if (!model_id.empty()) i.ctx["model"] = model_id;
+      return make_error(422, "TOO_MANY_OPTIONS", {std::move(i)});
+    }
+  }
+  return r;
+}
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+// The SystemOne request: state, ordered typed questions and media, parsed and validated per
+// spec/systemone-api.md. Question order and choice key order are kept exactly as sent.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "core/limits.hpp"
+
+namespace baton {
+
+enum class question_type { noul, choice, score };
+
+std::string_view to_string(question_type t) noexcept;
+
+struct question {
+  std::string id;
+  question_type type = question_type::noul;
+  json instructions;  // as sent (string, object or array); null when absent
+  json criteria;      // choice: object; score: array; noul: object or null
+
+  // Options in request order: noul "true", "false"; choice the criteria keys; score "0".."n-1".
+  std::size_t option_count() const noexcept;
+  std::string option_id(std::size_t i) const;
+  // The i-th criteria key of a choice question.
+  const std::string& choice_label(std::size_t i) const;
+  // The option's description, or null when it has none (noul sides the caller did not give).
+  const json& option_description(std::size_t i) const;
+};
+
+// What the reference reads as a question's instruction: `instructions or id` (any Python-falsy
+// instructions fall back to the id), rendered as text.
+void append_instruction_text(const question& q, std::string& out);
+
+struct media_item {
+  std::string mime;             // normalised ("image/jpg" reads as "image/jpeg")
+  std::string data;             // the caller's string: a data URL or bare base64
+  std::size_t payload_offset = 0;  // where the base64 payload starts in `data`
+  std::size_t decoded_bytes = 0;
+
+  std::string_view base64() const { return std::string_view(data).substr(payload_offset); }
+};
+
+struct request {
+  std::string model;  // empty when absent
+  json state;         // string, object or array
+  std::vector<question> questions;
+  std::vector<media_item> images;
+  std::vector<media_item> audio;
+  std::vector<media_item> videos;
+
+  bool has_media() const noexcept { return !images.empty() || !audio.empty() || !videos.empty(); }
+};
+
+// Parses and validates a request body. Failures: 413 REQUEST_TOO_LARGE (body or decoded media),
+// 400 INVALID_JSON (not JSON, or not an object), 422 INVALID_REQUEST (every field issue at once),
+// 422 TOO_MANY_OPTIONS (the model's option budget). `model_id` names the model in messages.
+result<request> parse_request(std::string_view body, const request_limits& limits,
+                              std::string_view model_id = {});
+// The same on an already parsed body.
+result<request> request_from_json(json&& body, const request_limits& limits,
+                                  std::string_view model_id = {});
+
+}  // namespace baton

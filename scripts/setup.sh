@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what baton needs on Debian 12 (apt-get, only what is missing) and builds it (Release,
+# ccache). run.sh and test.sh call it; it prints nothing about packages that are already there.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BATON_BUILD_DIR:-$root/build}"
+
+packages=(
+  g++ cmake ninja-build ccache pkg-config
+  nlohmann-json3-dev   # JSON model and parsing
+  libboost1.81-dev     # Boost.System result<> now; Asio/Beast for the servers
+  libgtest-dev         # tests
+  libbenchmark-dev     # bench/
+  libopenblas0-openmp  # BLAS for libtorch, threaded with OpenMP
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "baton: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! log=$(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1); then
+  echo "$log" >&2
+  exit 1
+fi
+cmake --build "$build" -j "$(nproc)"

@@ -1,0 +1,148 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "adapters/cli.hpp"
+#include "core/answers.hpp"
+#include "engine/keyword_engine.hpp"
+#include "support/files.hpp"
+
+namespace baton {
+namespace {
+
+struct run_result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+run_result cli(std::vector<std::string_view> args, const std::string& input = "") {
+  std::istringstream in(input);
+  std::ostringstream out, err;
+  const int code = run_cli(args, in, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream s(text);
+  for (std::string l; std::getline(s, l);) out.push_back(l);
+  return out;
+}
+
+const std::string good = R"({"state":"please reset my password","questions":{"tool":{"type":"choice","criteria":{"reset_password":"Send a reset link","refund":"Refund a charge"}}}})";
+const std::string bad = R"({"questions":{"tool":{"type":"choice","criteria":{"a":null}}}})";
+
+TEST(cli_decide, single_request_gives_one_response) {
+  const auto r = cli({"decide"}, good);
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  const auto resp = response_from_json(test::parse(r.out));
+  ASSERT_TRUE(resp) << r.out;
+  EXPECT_EQ(resp->model, "baton-keyword-1");
+  EXPECT_EQ(std::get<choice_answer>(resp->answers[0].second).choice, "reset_password");
+  EXPECT_EQ(resp->usage.state_truncated, false);
+}
+
+TEST(cli_decide, pretty_printed_single_request_is_one_request) {
+  const auto r = cli({"decide", "-"}, "{\n  \"state\": \"s\",\n  \"questions\": {\"q\": {\"type\": \"noul\"}}\n}\n");
+  EXPECT_EQ(r.code, exit_ok);
+  EXPECT_EQ(lines(r.out).size(), 1u);
+  EXPECT_NE(r.out.find(R"("q":{"type":"noul","noul":0.5})"), std::string::npos) << r.out;
+}
+
+TEST(cli_decide, refused_single_request_exits_2_with_the_error_body) {
+  const auto r = cli({"decide"}, bad);
+  EXPECT_EQ(r.code, exit_refused);
+  const json body = test::parse(r.out);
+  EXPECT_EQ(body["code"], "INVALID_REQUEST");
+  EXPECT_EQ(body["detail"][0]["loc"], json::array({"body", "state"}));
+
+  const auto empty = cli({"decide"}, "\n\n");
+  EXPECT_EQ(empty.code, exit_refused);
+  EXPECT_EQ(test::parse(empty.out)["code"], "INVALID_JSON");
+}
+
+TEST(cli_decide, jsonl_answers_each_line_in_order) {
+  const auto r = cli({"decide"}, good + "\n" + bad + "\n\n" + "not json\n" + good + "\r\n");
+  EXPECT_EQ(r.code, exit_ok);
+  const auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(response_from_json(test::parse(out[0])));
+  EXPECT_EQ(test::parse(out[1])["code"], "INVALID_REQUEST");
+  EXPECT_EQ(test::parse(out[2])["code"], "INVALID_JSON");
+  EXPECT_EQ(out[3], out[0]);
+}
+
+TEST(cli_decide, jsonl_batches_keep_order_across_batch_boundaries) {
+  keyword_engine engine;
+  decide_options options;
+  options.jsonl = true;
+  options.batch_size = 3;
+  std::string input;
+  for (int i = 0; i < 20; ++i) input += (i % 4 == 1 ? bad : good) + "\n";
+  std::istringstream in(input);
+  std::ostringstream out;
+  EXPECT_EQ(run_decide(in, out, engine, options), exit_ok);
+  const auto got = lines(out.str());
+  ASSERT_EQ(got.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(test::parse(got[i]).contains("error"), i % 4 == 1) << i;
+}
+
+TEST(cli_decide, confidence_metric_is_selectable) {
+  const auto pmax = test::parse(cli({"decide", "--confidence", "p_max"}, good).out);
+  const auto margin = test::parse(cli({"decide", "--confidence=margin"}, good).out);
+  const double p = pmax["answers"]["tool"]["confidence"].get<double>();
+  const double m = margin["answers"]["tool"]["confidence"].get<double>();
+  EXPECT_NEAR(m, 2 * p - 1, 2e-4);  // K = 2: (2·p_max − 1)/(2 − 1)
+  EXPECT_LT(m, p);
+}
+
+TEST(cli, help_documents_every_flag) {
+  const auto main_help = cli({"--help"});
+  EXPECT_EQ(main_help.code, exit_ok);
+  EXPECT_NE(main_help.out.find("decide"), std::string::npos);
+  const auto help = cli({"decide", "--help"});
+  EXPECT_EQ(help.code, exit_ok);
+  for (const char* flag : {"--engine", "--confidence", "p_max", "margin", "--jsonl", "FILE", "Exit status"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  EXPECT_EQ(cli({"--version"}).out, std::string("baton ") + baton_version + "\n");
+}
+
+TEST(cli, usage_errors) {
+  EXPECT_EQ(cli({}).code, exit_usage);
+  EXPECT_EQ(cli({"frobnicate"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--wat"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--confidence", "entropy"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--engine"}).code, exit_usage);
+  const auto unknown = cli({"decide", "--engine", "gpt"});
+  EXPECT_EQ(unknown.code, exit_usage);
+  EXPECT_NE(unknown.err.find("known engines: keyword"), std::string::npos);
+  EXPECT_EQ(cli({"decide", "a.json", "b.json"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "/nonexistent/requests.json"}).code, exit_no_input);
+}
+
+// The real binary on the examples that scripts/run.sh serves.
+TEST(cli_binary, answers_the_config_examples) {
+  const std::string command = std::string(BATON_BINARY) + " decide " + (test::source_dir() / "config/examples/requests.jsonl").string();
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const auto got = lines(out);
+  const auto requests = lines(test::read_file(test::source_dir() / "config/examples/requests.jsonl"));
+  ASSERT_EQ(got.size(), requests.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    auto resp = response_from_json(test::parse(got[i]));
+    ASSERT_TRUE(resp) << got[i];
+    EXPECT_EQ(resp->answers.size(), test::parse(requests[i])["questions"].size());
+  }
+}
+
+}  // namespace
+}  // namespace baton

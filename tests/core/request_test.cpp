@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include "core/request.hpp"
+#include "support/files.hpp"
+
+namespace baton {
+namespace {
+
+request parse_ok(std::string_view body, const request_limits& limits = {}) {
+  auto r = parse_request(body, limits);
+  EXPECT_TRUE(r.has_value()) << body << "\n" << (r ? "" : render_error(r.error()));
+  return r ? std::move(*r) : request{};
+}
+
+TEST(request, keeps_question_and_choice_key_order) {
+  const request r = parse_ok(R"({
+    "model": "clef-omni", "state": {"b": 1, "a": 2},
+    "questions": {
+      "zeta": {"type": "choice", "criteria": {"z": "last letter", "a": null, "m": ["x"]}},
+      "alpha": {"type": "score", "instructions": {"ask": "how much"}, "criteria": ["low", {"k": 1}]},
+      "mid": {"type": "noul", "instructions": "Is it?", "criteria": {"false": null, "other": 1}}
+    },
+    "unknown": {"ignored": true}
+  })");
+  EXPECT_EQ(r.model, "clef-omni");
+  ASSERT_EQ(r.questions.size(), 3u);
+  EXPECT_EQ(r.questions[0].id, "zeta");
+  EXPECT_EQ(r.questions[1].id, "alpha");
+  EXPECT_EQ(r.questions[2].id, "mid");
+  EXPECT_EQ(render_json(r.state, false), R"({"b":1,"a":2})");
+
+  const question& choice = r.questions[0];
+  EXPECT_EQ(choice.type, question_type::choice);
+  ASSERT_EQ(choice.option_count(), 3u);
+  EXPECT_EQ(choice.option_id(0), "z");
+  EXPECT_EQ(choice.option_id(1), "a");
+  EXPECT_EQ(choice.option_id(2), "m");
+  EXPECT_TRUE(choice.option_description(1).is_null());
+  EXPECT_EQ(render_json(choice.option_description(2), false), R"(["x"])");
+
+  const question& score = r.questions[1];
+  EXPECT_EQ(score.option_count(), 2u);
+  EXPECT_EQ(score.option_id(1), "1");
+  EXPECT_EQ(render_json(score.option_description(1), false), R"({"k":1})");
+
+  // noul: caller sides override the defaults; an explicit null removes the description.
+  const question& noul = r.questions[2];
+  EXPECT_EQ(noul.option_count(), 2u);
+  EXPECT_EQ(noul.option_id(0), "true");
+  EXPECT_EQ(noul.option_description(0), "The proposition is true or the answer is yes.");
+  EXPECT_TRUE(noul.option_description(1).is_null());
+}
+
+TEST(request, instruction_text_falls_back_to_the_id_for_falsy_instructions) {
+  const request r = parse_ok(R"({"state": "s", "questions": {
+      "a": {"type": "noul"}, "b": {"type": "noul", "instructions": null},
+      "c": {"type": "noul", "instructions": ""}, "d": {"type": "noul", "instructions": {}},
+      "e": {"type": "noul", "instructions": []}, "f": {"type": "noul", "instructions": {"q": "x?"}},
+      "g": {"type": "noul", "instructions": "Plain?"}}})");
+  const char* expected[] = {"a", "b", "c", "d", "e", R"({"q":"x?"})", "Plain?"};
+  ASSERT_EQ(r.questions.size(), 7u);
+  for (std::size_t i = 0; i < 7; ++i) {
+    std::string text;
+    append_instruction_text(r.questions[i], text);
+    EXPECT_EQ(text, expected[i]);
+  }
+}
+
+TEST(request, model_absent_or_null_is_empty) {
+  EXPECT_EQ(parse_ok(R"({"state":"s","questions":{"q":{"type":"noul"}}})").model, "");
+  EXPECT_EQ(parse_ok(R"({"model":null,"state":"s","questions":{"q":{"type":"noul"}}})").model, "");
+}
+
+TEST(request, media_in_both_forms) {
+  const request r = parse_ok(R"({"state": "s", "questions": {"q": {"type": "noul"}},
+      "images": ["data:image/jpg;base64,AAAA", {"content_type": "image/webp", "base64": "AAECAw=="}],
+      "audio": ["DATA:audio/wav;codec=pcm;base64,AAA="],
+      "videos": [{"content_type": "video/mp4", "base64": ""}]})");
+  ASSERT_EQ(r.images.size(), 2u);
+  EXPECT_EQ(r.images[0].mime, "image/jpeg");
+  EXPECT_EQ(r.images[0].base64(), "AAAA");
+  EXPECT_EQ(r.images[0].decoded_bytes, 3u);
+  EXPECT_EQ(r.images[1].mime, "image/webp");
+  EXPECT_EQ(r.images[1].decoded_bytes, 4u);
+  ASSERT_EQ(r.audio.size(), 1u);
+  EXPECT_EQ(r.audio[0].mime, "audio/wav");
+  EXPECT_EQ(r.audio[0].decoded_bytes, 2u);
+  ASSERT_EQ(r.videos.size(), 1u);
+  EXPECT_TRUE(r.has_media());
+}
+
+TEST(request, limits_are_configurable) {
+  request_limits wide;
+  wide.min_choice_options = 1;
+  wide.max_score_levels = 12;
+  wide.max_questions = 2;
+  const request r = parse_ok(R"({"state": "s", "questions": {
+      "one": {"type": "choice", "criteria": {"only": null}},
+      "many": {"type": "score", "criteria": ["0","1","2","3","4","5","6","7","8","9","10","11"]}}})",
+                             wide);
+  EXPECT_EQ(r.questions[0].option_count(), 1u);
+  EXPECT_EQ(r.questions[1].option_count(), 12u);
+  auto three = parse_request(R"({"state":"s","questions":{"a":{"type":"noul"},"b":{"type":"noul"},"c":{"type":"noul"}}})", wide);
+  ASSERT_FALSE(three);
+  EXPECT_EQ(three.error().detail[0].ctx["max_length"], 2);
+}
+
+TEST(request, option_budget_names_the_model) {
+  request_limits budget;
+  budget.max_total_options = 4;
+  auto r = parse_request(R"({"state":"s","questions":{"a":{"type":"noul"},"b":{"type":"choice","criteria":{"x":null,"y":null,"z":null}}}})",
+                         budget, "laya:en");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 422);
+  EXPECT_EQ(r.error().code, "TOO_MANY_OPTIONS");
+  EXPECT_EQ(r.error().detail[0].type, "too_many_options");
+  EXPECT_EQ(r.error().detail[0].ctx["options"], 5);
+  EXPECT_EQ(r.error().detail[0].ctx["model"], "laya:en");
+  EXPECT_NE(r.error().message.find("laya:en"), std::string::npos);
+}
+
+TEST(request, all_issues_are_reported_at_once) {
+  auto r = parse_request(R"({"model": 3, "state": 1, "questions": {"a": {"type": "nope"}, "b": {"type": "choice"}}})",
+                         request_limits{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().detail.size(), 4u) << render_error(r.error());
+  EXPECT_EQ(r.error().message,
+            "model: Input should be a valid string; state: Input should be a valid string, object or array, not "
+            "number; questions.a: Input tag 'nope' found using 'type' does not match any of the expected tags: "
+            "'choice', 'score', 'noul'; questions.b.choice.criteria: Field required");
+}
+
+}  // namespace
+}  // namespace baton

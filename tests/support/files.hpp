@@ -1,0 +1,42 @@
+// Test helpers: read files from the repository and from ../shared (read-only vectors).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/json.hpp"
+
+namespace baton::test {
+
+inline std::filesystem::path shared_dir() { return BATON_SHARED_DIR; }
+inline std::filesystem::path source_dir() { return BATON_SOURCE_DIR; }
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot read " << p;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Parses with baton's own parser (key order, int/float distinction and big integers kept).
+inline json read_json(const std::filesystem::path& p) {
+  json out;
+  json_parse_error err;
+  const std::string text = read_file(p);
+  EXPECT_TRUE(parse_json(text, out, err, {1000})) << p << ": " << err.message;
+  return out;
+}
+
+inline json parse(std::string_view text) {
+  json out;
+  json_parse_error err;
+  EXPECT_TRUE(parse_json(text, out, err)) << text << ": " << err.message;
+  return out;
+}
+
+}  // namespace baton::test
