@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +31,10 @@ bool is_integer_literal(const std::string& s) {
 
 // Builds the DOM through nlohmann's SAX interface so that we can keep big integer literals, bound
 // the depth, make duplicate keys behave as in Python, and say where in the document an error is.
+//
+// An object's members are gathered on a stack first and moved into the object, at its final size,
+// when it closes: ordered_json's members are pair<const string, json>, which a growing vector
+// would copy (deeply) rather than move.
 class dom_builder {
  public:
   using number_integer_t = json::number_integer_t;
@@ -38,7 +44,9 @@ class dom_builder {
   using binary_t = json::binary_t;
 
   dom_builder(json& root, json_parse_error& err, std::size_t max_depth)
-      : root_(root), err_(err), max_depth_(max_depth) {}
+      : root_(root), err_(err), max_depth_(max_depth) {
+    frames_.reserve(std::min<std::size_t>(max_depth, 32));
+  }
 
   bool null() { return put(json(nullptr)) != nullptr; }
   bool boolean(bool b) { return put(json(b)) != nullptr; }
@@ -55,14 +63,20 @@ class dom_builder {
   bool string(string_t& s) { return put(json(std::move(s))) != nullptr; }
   bool binary(binary_t& b) { return put(json::binary(std::move(b))) != nullptr; }
 
-  bool start_object(std::size_t) { return open(json::object()); }
-  bool start_array(std::size_t) { return open(json::array()); }
+  bool start_object(std::size_t) { return open(json::value_t::object); }
+  bool start_array(std::size_t) { return open(json::value_t::array); }
   bool key(string_t& k) {
-    frames_.back().key = std::move(k);
-    frames_.back().key_pending = true;
+    key_ = std::move(k);
+    key_pending_ = true;
     return true;
   }
   bool end_object() {
+    frame& f = frames_.back();
+    auto& obj = f.value->get_ref<json::object_t&>();
+    obj.reserve(members_.size() - f.start);
+    for (std::size_t i = f.start; i < members_.size(); ++i)
+      obj.emplace_back(std::move(members_[i].first), std::move(members_[i].second));
+    members_.resize(f.start);
     frames_.pop_back();
     return true;
   }
@@ -95,10 +109,8 @@ class dom_builder {
  private:
   struct frame {
     json* value = nullptr;
-    std::string key;
-    bool key_pending = false;
-    std::size_t child = 0;  // position of the last value put in, which is the open container if any
-    std::unordered_map<std::string, std::size_t> index;  // only for large objects
+    std::size_t start = 0;  // objects: where this object's members begin in members_
+    std::unique_ptr<std::unordered_map<std::string_view, std::size_t>> index;  // large objects only
   };
 
   static constexpr std::size_t linear_scan_limit = 16;
@@ -114,33 +126,41 @@ class dom_builder {
     return text;
   }
 
-  // Where the parser is: every enclosing container's open child, then the value being read in the
-  // innermost one (the next array index, or the key just read).
+  // Where the parser is: each enclosing container's last value (the open one), then what is being
+  // read in the innermost container (the next array index, or the key just read).
   json current_path() const {
     json path = json::array();
     for (std::size_t i = 0; i < frames_.size(); ++i) {
       const frame& f = frames_[i];
       const bool innermost = i + 1 == frames_.size();
       if (f.value->is_array()) {
-        path.push_back(innermost ? f.value->size() : f.child);
+        path.push_back(f.value->size() - (innermost ? 0 : 1));
       } else if (!innermost) {
-        path.push_back(f.value->get_ref<const json::object_t&>().begin()[static_cast<std::ptrdiff_t>(f.child)].first);
-      } else if (f.key_pending) {
-        path.push_back(f.key);
+        path.push_back(open_member_key(i));
+      } else if (key_pending_) {
+        path.push_back(key_);
       }
     }
     return path;
   }
 
-  bool open(json&& container) {
+  // The key of the member of object frame i that holds frame i + 1.
+  const std::string& open_member_key(std::size_t i) const {
+    const json* child = frames_[i + 1].value;
+    for (std::size_t m = frames_[i].start; m < members_.size(); ++m)
+      if (&members_[m].second == child) return members_[m].first;
+    return key_;
+  }
+
+  bool open(json::value_t kind) {
     if (frames_.size() >= max_depth_) {
       err_.what = json_parse_error::kind::too_deep;
       err_.path = current_path();
       err_.message = "JSON nesting is deeper than " + std::to_string(max_depth_) + " levels";
       return false;
     }
-    json* v = put(std::move(container));
-    frames_.push_back(frame{v, {}, false, 0, {}});
+    json* v = put(json(kind));
+    frames_.push_back(frame{v, members_.size(), nullptr});
     return true;
   }
 
@@ -153,42 +173,34 @@ class dom_builder {
     if (f.value->is_array()) {
       auto& arr = f.value->get_ref<json::array_t&>();
       arr.push_back(std::move(v));
-      f.child = arr.size() - 1;
       return &arr.back();
     }
-    auto& obj = f.value->get_ref<json::object_t&>();
-    f.key_pending = false;
-    if (std::size_t at = find(f, obj); at != obj.size()) {
-      json& slot = obj.begin()[static_cast<std::ptrdiff_t>(at)].second;
-      slot = std::move(v);
-      f.child = at;
-      return &slot;
+    key_pending_ = false;
+    const std::size_t count = members_.size() - f.start;
+    if (count >= linear_scan_limit && !f.index) {
+      f.index = std::make_unique<std::unordered_map<std::string_view, std::size_t>>();
+      for (std::size_t m = f.start; m < members_.size(); ++m) f.index->emplace(members_[m].first, m);
     }
-    if (!f.index.empty() || obj.size() + 1 > linear_scan_limit) {
-      if (f.index.empty())
-        for (std::size_t i = 0; i < obj.size(); ++i)
-          f.index.emplace(obj.begin()[static_cast<std::ptrdiff_t>(i)].first, i);
-      f.index.emplace(f.key, obj.size());
+    if (f.index) {
+      if (auto it = f.index->find(key_); it != f.index->end()) return &(members_[it->second].second = std::move(v));
+    } else {
+      for (std::size_t m = f.start; m < members_.size(); ++m)
+        if (members_[m].first == key_) return &(members_[m].second = std::move(v));
     }
-    obj.emplace_back(std::move(f.key), std::move(v));
-    f.child = obj.size() - 1;
-    return &obj.back().second;
-  }
-
-  static std::size_t find(const frame& f, const json::object_t& obj) {
-    if (!f.index.empty()) {
-      auto it = f.index.find(f.key);
-      return it == f.index.end() ? obj.size() : it->second;
-    }
-    for (std::size_t i = 0; i < obj.size(); ++i)
-      if (obj.begin()[static_cast<std::ptrdiff_t>(i)].first == f.key) return i;
-    return obj.size();
+    members_.emplace_back(std::move(key_), std::move(v));
+    if (f.index) f.index->emplace(members_.back().first, members_.size() - 1);
+    return &members_.back().second;
   }
 
   json& root_;
   json_parse_error& err_;
   std::size_t max_depth_;
   std::vector<frame> frames_;
+  // Members of the open objects, innermost last. A deque keeps the addresses of the values that
+  // open containers were put in while more members are pushed behind them.
+  std::deque<std::pair<std::string, json>> members_;
+  std::string key_;
+  bool key_pending_ = false;
 };
 
 }  // namespace
@@ -299,6 +311,29 @@ double round_decimals(double v, int decimals) {
 }
 
 void render_rounded(double v, int decimals, std::string& out) {
+  // Fast path for the wire's probabilities: with 4 decimals and 0 <= v < 1e6, Python's result is
+  // k / 10^4 for the integer k nearest v·10^4, and its repr is that decimal with trailing zeros
+  // cut. Near a tie the product's own rounding could matter, so those go the exact way.
+  if (decimals == 4 && !std::signbit(v) && v < 1e6) {
+    const double scaled = v * 10000.0;
+    const double floor = std::floor(scaled);
+    if (std::abs(scaled - floor - 0.5) > 1e-6) {
+      const auto k = static_cast<std::uint64_t>(scaled - floor > 0.5 ? floor + 1 : floor);
+      out += std::to_string(k / 10000);
+      out.push_back('.');
+      std::uint64_t frac = k % 10000;
+      if (frac == 0) {
+        out.push_back('0');
+        return;
+      }
+      char digits[4];
+      for (int i = 3; i >= 0; --i, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
+      int n = 4;
+      while (digits[n - 1] == '0') --n;
+      out.append(digits, static_cast<std::size_t>(n));
+      return;
+    }
+  }
   render_double(round_decimals(v, decimals), out);
 }
 
@@ -362,13 +397,21 @@ void render_json(const json& v, std::string& out, bool sort_keys) {
       } else {
         // std::string compares bytes as unsigned char, and UTF-8 byte order is code-point order,
         // which is how Python sorts str keys.
-        std::vector<const json::object_t::value_type*> items;
-        items.reserve(obj.size());
-        for (const auto& item : obj) items.push_back(&item);
-        std::sort(items.begin(), items.end(),
-                  [](const auto* a, const auto* b) { return a->first < b->first; });
+        // Small objects are sorted in place on the stack: no allocation per object.
+        using item_ptr = const json::object_t::value_type*;
+        std::array<item_ptr, 16> small;
+        std::vector<item_ptr> large;
+        item_ptr* begin = small.data();
+        if (obj.size() > small.size()) {
+          large.resize(obj.size());
+          begin = large.data();
+        }
+        item_ptr* end = begin;
+        for (const auto& item : obj) *end++ = &item;
+        std::sort(begin, end, [](item_ptr a, item_ptr b) { return a->first < b->first; });
         bool first = true;
-        for (const auto* item : items) {
+        for (const item_ptr* it = begin; it != end; ++it) {
+          const item_ptr item = *it;
           if (!first) out.push_back(',');
           first = false;
           render_string(item->first, out);

@@ -103,19 +103,22 @@ struct validator {
   std::vector<issue> issues;     // 422
   std::vector<issue> too_large;  // 413 when nothing else is wrong
 
-  void check_text_value(const json& v, const json& loc, bool null_ok) {
-    if (!text_kind(v, null_ok)) issues.push_back(json_type_issue(loc, v, null_ok));
+  // Locations are built only when there is an issue to report: the valid path stays cheap.
+  template <class Loc>
+  void check_text_value(const json& v, Loc&& loc, bool null_ok) {
+    if (!text_kind(v, null_ok)) issues.push_back(json_type_issue(loc(), v, null_ok));
   }
 
-  void check_question_id(const std::string& id, const json& loc) {
+  template <class Loc>
+  void check_question_id(const std::string& id, Loc&& loc) {
     if (id.empty()) {
-      issues.push_back(simple_issue(loc, "string_too_short", "question id must not be empty",
+      issues.push_back(simple_issue(loc(), "string_too_short", "question id must not be empty",
                                     json{{"min_length", 1}}));
       return;
     }
     if (code_points(id) > limits.max_question_id_chars)
       issues.push_back(simple_issue(
-          loc, "string_too_long",
+          loc(), "string_too_long",
           "question id should have at most " + std::to_string(limits.max_question_id_chars) +
               " characters",
           json{{"max_length", limits.max_question_id_chars}}));
@@ -123,21 +126,21 @@ struct validator {
           auto u = static_cast<unsigned char>(c);
           return u < 0x20 || u == 0x7f;
         }))
-      issues.push_back(simple_issue(loc, "string_pattern_mismatch",
+      issues.push_back(simple_issue(loc(), "string_pattern_mismatch",
                                     "question id must not contain control characters"));
   }
 
   bool check_question(const std::string& id, json& body, question& out) {
-    const json qloc = loc_of({"questions", id});
+    auto qloc = [&] { return loc_of({"questions", id}); };
     const std::size_t before = issues.size();
     check_question_id(id, qloc);
     if (!body.is_object()) {
-      issues.push_back(simple_issue(qloc, "dict_type", "Input should be a valid dictionary"));
+      issues.push_back(simple_issue(qloc(), "dict_type", "Input should be a valid dictionary"));
       return false;
     }
     const auto type_it = body.find("type");
     if (type_it == body.end()) {
-      issues.push_back(simple_issue(qloc, "union_tag_not_found",
+      issues.push_back(simple_issue(qloc(), "union_tag_not_found",
                                     "Unable to extract tag using discriminator 'type'",
                                     json{{"discriminator", "'type'"}}));
       return false;
@@ -151,70 +154,71 @@ struct validator {
       out.type = question_type::score;
     } else {
       issues.push_back(simple_issue(
-          qloc, "union_tag_invalid",
+          qloc(), "union_tag_invalid",
           "Input tag '" + tag +
               "' found using 'type' does not match any of the expected tags: 'choice', 'score', 'noul'",
           json{{"discriminator", "'type'"}, {"tag", tag}, {"expected_tags", "'choice', 'score', 'noul'"}}));
       return false;
     }
-    const json tloc = extend(qloc, tag);
+    auto tloc = [&] { return extend(qloc(), tag); };
 
     if (auto it = body.find("instructions"); it != body.end()) {
-      check_text_value(*it, extend(tloc, "instructions"), true);
+      check_text_value(*it, [&] { return extend(tloc(), "instructions"); }, true);
       out.instructions = std::move(*it);
     }
 
-    const json cloc = extend(tloc, "criteria");
+    auto cloc = [&] { return extend(tloc(), "criteria"); };
     auto crit = body.find("criteria");
     const bool absent = crit == body.end() || crit->is_null();
     switch (out.type) {
       case question_type::noul:
         if (absent) break;
         if (!crit->is_object()) {
-          issues.push_back(simple_issue(cloc, "dict_type", "Input should be a valid dictionary or null"));
+          issues.push_back(simple_issue(cloc(), "dict_type", "Input should be a valid dictionary or null"));
           break;
         }
         for (const char* side : {"true", "false"})
           if (auto s = crit->find(side); s != crit->end())
-            check_text_value(*s, extend(cloc, side), true);
+            check_text_value(*s, [&] { return extend(cloc(), side); }, true);
         break;
       case question_type::choice:
         if (absent) {
-          issues.push_back(missing(cloc));
+          issues.push_back(missing(cloc()));
           break;
         }
         if (!crit->is_object()) {
-          issues.push_back(simple_issue(cloc, "dict_type", "Input should be a valid dictionary"));
+          issues.push_back(simple_issue(cloc(), "dict_type", "Input should be a valid dictionary"));
           break;
         }
         if (crit->size() < limits.min_choice_options || crit->size() > limits.max_choice_options) {
-          issues.push_back(length_issue(cloc, "Dictionary", limits.min_choice_options,
+          issues.push_back(length_issue(cloc(), "Dictionary", limits.min_choice_options,
                                         limits.max_choice_options, crit->size()));
           if (crit->size() > limits.max_choice_options) break;
         }
         for (const auto& [label, desc] : crit->items()) {
           if (label.empty())
-            issues.push_back(simple_issue(extend(cloc, label), "string_too_short",
+            issues.push_back(simple_issue(extend(cloc(), label), "string_too_short",
                                           "choice label must not be empty", json{{"min_length", 1}}));
-          check_text_value(desc, extend(cloc, label), true);
+          check_text_value(desc, [&] { return extend(cloc(), label); }, true);
         }
         break;
       case question_type::score:
         if (absent) {
-          issues.push_back(missing(cloc));
+          issues.push_back(missing(cloc()));
           break;
         }
         if (!crit->is_array()) {
           issues.push_back(simple_issue(
-              cloc, "list_type", "Input should be a valid list (score criteria are an ordered list of levels)"));
+              cloc(), "list_type", "Input should be a valid list (score criteria are an ordered list of levels)"));
           break;
         }
         if (crit->size() < limits.min_score_levels || crit->size() > limits.max_score_levels) {
-          issues.push_back(length_issue(cloc, "List", limits.min_score_levels, limits.max_score_levels,
+          issues.push_back(length_issue(cloc(), "List", limits.min_score_levels, limits.max_score_levels,
                                         crit->size()));
           if (crit->size() > limits.max_score_levels) break;
         }
-        for (std::size_t i = 0; i < crit->size(); ++i) check_text_value((*crit)[i], extend(cloc, i), false);
+        for (std::size_t i = 0; i < crit->size(); ++i)
+          check_text_value((*crit)[i], [&] { return extend(cloc(), i); }, false);
         break;
     }
     if (!absent) out.criteria = std::move(*crit);

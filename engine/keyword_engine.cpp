@@ -17,8 +17,8 @@ std::string fingerprint_of(const keyword_parameters& p) {
   return buf;
 }
 
-// A noul question is judged only when the caller describes both sides: word overlap with a
-// yes/no proposition says nothing about whether it holds.
+// Word overlap with a yes/no proposition says nothing about whether it holds; the sides the
+// caller describes can be compared with the state.
 bool noul_has_own_sides(const question& q) {
   if (!q.criteria.is_object()) return false;
   for (const char* side : {"true", "false"}) {
@@ -43,76 +43,117 @@ std::vector<result<decision>> keyword_engine::decide(std::span<const request> ba
   return out;
 }
 
+std::size_t keyword_engine::hash_words(const json& v, std::vector<std::uint64_t>& out) {
+  if (v.is_string()) return words::append_hashes(v.get_ref<const std::string&>(), out);
+  text_.clear();
+  render_text(v, text_);
+  return words::append_hashes(text_, out);
+}
+
+const keyword_engine::option_index& keyword_engine::index_of(const question& q) {
+  // Schemas compiled from one tool registry repeat from request to request: the options' words
+  // are read once per distinct (type, instructions, criteria).
+  std::uint64_t key = std::hash<json>{}(q.criteria) * 31 + std::hash<json>{}(q.instructions);
+  key = key * 3 + static_cast<std::uint64_t>(q.type);
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    const option_index& hit = it->second;
+    if (hit.type == q.type && hit.criteria == q.criteria && hit.instructions == q.instructions) return hit;
+    build_index(q, scratch_index_);  // a hash collision: answer right, leave the cache alone
+    return scratch_index_;
+  }
+  if (cache_.size() >= max_cached_schemas) cache_.clear();
+  option_index& fresh = cache_[key];
+  build_index(q, fresh);
+  return fresh;
+}
+
+void keyword_engine::build_index(const question& q, option_index& index) {
+  const std::size_t n = q.option_count();
+  index.type = q.type;
+  index.criteria = q.criteria;
+  index.instructions = q.instructions;
+  index.options = n;
+  index.terms.clear();
+  index.weights.clear();
+
+  // The instructions are read (and counted) but not scored: they are the same for every option,
+  // so they cannot tell options apart, and words they share with option labels would weigh
+  // against those labels.
+  option_terms_.clear();
+  if (q.instructions.is_string() && !q.instructions.get_ref<const std::string&>().empty()) {
+    index.words = hash_words(q.instructions, option_terms_);
+  } else {
+    text_.clear();
+    append_instruction_text(q, text_);
+    index.words = words::append_hashes(text_, option_terms_);
+  }
+
+  // A noul question is judged only when the caller describes both sides.
+  if (n < 2 || (q.type == question_type::noul && !noul_has_own_sides(q))) return;
+
+  postings_.clear();
+  doc_length_.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    // Score levels and noul sides are positions, not words: only a choice label is read.
+    option_terms_.clear();
+    if (q.type == question_type::choice) words::append_hashes(q.choice_label(i), option_terms_);
+    if (const json& desc = q.option_description(i); !desc.is_null()) hash_words(desc, option_terms_);
+    for (std::uint64_t term : option_terms_) postings_.push_back({term, static_cast<std::uint32_t>(i)});
+    doc_length_[i] = static_cast<std::uint32_t>(option_terms_.size());
+    index.words += option_terms_.size();
+  }
+  double avg_length = 0;
+  for (std::uint32_t len : doc_length_) avg_length += len;
+  avg_length = std::max(1.0, avg_length / static_cast<double>(n));
+
+  std::sort(postings_.begin(), postings_.end(), [](const posting& x, const posting& y) {
+    return x.term != y.term ? x.term < y.term : x.option < y.option;
+  });
+  const double k1 = params_.k1;
+  const double b = params_.b;
+  for (std::size_t g = 0; g < postings_.size();) {
+    std::size_t end = g;
+    std::size_t df = 0;
+    for (; end < postings_.size() && postings_[end].term == postings_[g].term; ++end)
+      if (end == g || postings_[end].option != postings_[end - 1].option) ++df;
+    // A word every option has cannot tell them apart.
+    if (df < n) {
+      const double idf = std::log(1.0 + (static_cast<double>(n - df) + 0.5) / (static_cast<double>(df) + 0.5));
+      index.terms.push_back({postings_[g].term, static_cast<std::uint32_t>(index.weights.size()), 0});
+      for (std::size_t k = g; k < end;) {
+        const std::uint32_t option = postings_[k].option;
+        double tf = 0;
+        for (; k < end && postings_[k].option == option; ++k) tf += 1;
+        const double norm = 1.0 - b + b * doc_length_[option] / avg_length;
+        index.weights.push_back({option, idf * tf * (k1 + 1.0) / (tf + k1 * norm)});
+      }
+      index.terms.back().weights_end = static_cast<std::uint32_t>(index.weights.size());
+    }
+    g = end;
+  }
+}
+
 decision keyword_engine::decide_one(const request& r) {
   decision d;
   d.probabilities.reserve(r.questions.size());
 
   // The query: the state's words (a JSON state is rendered as the reference renders it).
-  text_.clear();
-  render_text(r.state, text_);
   query_.clear();
-  std::int64_t words_read = static_cast<std::int64_t>(words::append_hashes(text_, query_));
+  std::int64_t words_read = static_cast<std::int64_t>(hash_words(r.state, query_));
   std::sort(query_.begin(), query_.end());
 
   const double k1 = params_.k1;
-  const double b = params_.b;
   for (const question& q : r.questions) {
-    const std::size_t n = q.option_count();
-    // The instructions are read (and counted) but not scored: they are the same for every
-    // option, so they cannot tell options apart, and words they share with option labels would
-    // weigh against those labels.
-    text_.clear();
-    append_instruction_text(q, text_);
-    option_terms_.clear();
-    words_read += static_cast<std::int64_t>(words::append_hashes(text_, option_terms_));
-
-    const bool judged = q.type != question_type::noul || noul_has_own_sides(q);
-    postings_.clear();
-    doc_length_.assign(n, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      // Score levels and noul sides are positions, not words: only a choice label is read.
-      std::size_t length = 0;
-      option_terms_.clear();
-      if (q.type == question_type::choice) length += words::append_hashes(q.choice_label(i), option_terms_);
-      if (const json& desc = q.option_description(i); !desc.is_null()) {
-        text_.clear();
-        render_text(desc, text_);
-        length += words::append_hashes(text_, option_terms_);
-      }
-      for (std::uint64_t term : option_terms_) postings_.push_back({term, static_cast<std::uint32_t>(i)});
-      doc_length_[i] = static_cast<std::uint32_t>(length);
-      words_read += static_cast<std::int64_t>(length);
-    }
-
-    scores_.assign(n, 0.0f);
-    if (judged && n > 1) {
-      double avg_length = 0;
-      for (std::uint32_t len : doc_length_) avg_length += len;
-      avg_length = std::max(1.0, avg_length / static_cast<double>(n));
-      std::sort(postings_.begin(), postings_.end(), [](const posting& x, const posting& y) {
-        return x.term != y.term ? x.term < y.term : x.option < y.option;
-      });
-      for (std::size_t g = 0; g < postings_.size();) {
-        std::size_t end = g;
-        std::size_t df = 0;
-        for (; end < postings_.size() && postings_[end].term == postings_[g].term; ++end)
-          if (end == g || postings_[end].option != postings_[end - 1].option) ++df;
-        const auto [lo, hi] = std::equal_range(query_.begin(), query_.end(), postings_[g].term);
-        const auto qtf = static_cast<double>(hi - lo);
-        // A word every option has cannot tell them apart.
-        if (qtf > 0 && df < n) {
-          const double idf = std::log(1.0 + (static_cast<double>(n - df) + 0.5) / (static_cast<double>(df) + 0.5));
-          const double query_weight = qtf * (k1 + 1.0) / (qtf + k1);
-          for (std::size_t k = g; k < end;) {
-            const std::uint32_t option = postings_[k].option;
-            double tf = 0;
-            for (; k < end && postings_[k].option == option; ++k) tf += 1;
-            const double norm = 1.0 - b + b * doc_length_[option] / avg_length;
-            scores_[option] += static_cast<float>(idf * query_weight * tf * (k1 + 1.0) / (tf + k1 * norm));
-          }
-        }
-        g = end;
-      }
+    const option_index& index = index_of(q);
+    words_read += static_cast<std::int64_t>(index.words);
+    scores_.assign(index.options, 0.0f);
+    for (const option_index::term& t : index.terms) {
+      const auto [lo, hi] = std::equal_range(query_.begin(), query_.end(), t.hash);
+      if (lo == hi) continue;
+      const auto qtf = static_cast<double>(hi - lo);
+      const double query_weight = qtf * (k1 + 1.0) / (qtf + k1);
+      for (std::uint32_t w = t.weights_begin; w < t.weights_end; ++w)
+        scores_[index.weights[w].option] += static_cast<float>(query_weight * index.weights[w].weight);
     }
     for (float& s : scores_) s = static_cast<float>(s / params_.temperature);
     d.probabilities.push_back(softmax(scores_));

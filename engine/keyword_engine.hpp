@@ -3,6 +3,8 @@
 // state's words are the query; scores / temperature go through a softmax.
 #pragma once
 
+#include <unordered_map>
+
 #include "engine/decision_engine.hpp"
 
 namespace baton {
@@ -13,6 +15,7 @@ struct keyword_parameters {
   double temperature = 0.5;  // one distinguishing word in common gives p_max ≈ 0.79 of 3 options
 };
 
+// Not thread-safe: it keeps scratch buffers and a cache of option indexes. Use one per thread.
 class keyword_engine final : public decision_engine {
  public:
   static constexpr const char* model_name = "baton-keyword-1";
@@ -26,6 +29,33 @@ class keyword_engine final : public decision_engine {
   decision decide_one(const request& r);
 
  private:
+  // What a question's options contribute, ready to score against any state: for each word that
+  // tells options apart, idf · the BM25 term weight in each option that has it.
+  struct option_index {
+    question_type type = question_type::noul;
+    json criteria;
+    json instructions;
+    std::size_t options = 0;
+    std::size_t words = 0;  // words read from the instructions and the options
+    struct term {
+      std::uint64_t hash;
+      std::uint32_t weights_begin;
+      std::uint32_t weights_end;
+    };
+    struct weight {
+      std::uint32_t option;
+      double weight;
+    };
+    std::vector<term> terms;
+    std::vector<weight> weights;
+  };
+  static constexpr std::size_t max_cached_schemas = 4096;
+
+  const option_index& index_of(const question& q);
+  void build_index(const question& q, option_index& index);
+  // Appends the word hashes of a value's text (strings as they are, JSON rendered); returns how many.
+  std::size_t hash_words(const json& v, std::vector<std::uint64_t>& out);
+
   keyword_parameters params_;
   engine_description description_;
   // Reused between requests: no allocation once warm.
@@ -39,6 +69,8 @@ class keyword_engine final : public decision_engine {
   std::vector<posting> postings_;
   std::vector<std::uint32_t> doc_length_;
   std::vector<float> scores_;
+  std::unordered_map<std::uint64_t, option_index> cache_;
+  option_index scratch_index_;
 };
 
 }  // namespace baton

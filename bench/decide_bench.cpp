@@ -1,0 +1,106 @@
+// Per-request costs of the decide path with the keyword engine (Google Benchmark). Each counter
+// is per request; "faults" are minor page faults per request (first touches of memory).
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include "bench/request_mix.hpp"
+#include "core/answers.hpp"
+#include "core/request.hpp"
+#include "engine/keyword_engine.hpp"
+
+namespace {
+
+using namespace baton;
+
+// The profile is the benchmark's argument: 0 routing, 1 compact.
+const std::vector<std::string>& mix(const benchmark::State& state) {
+  static const std::vector<std::string> routing = bench::request_mix(1000, bench::mix_profile::routing);
+  static const std::vector<std::string> compact = bench::request_mix(1000, bench::mix_profile::compact);
+  return state.range(0) == 0 ? routing : compact;
+}
+
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+void report(benchmark::State& state, long faults_before, std::size_t bytes) {
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["faults"] = benchmark::Counter(static_cast<double>(minor_faults() - faults_before),
+                                                benchmark::Counter::kAvgIterations);
+}
+
+void parse(benchmark::State& state) {
+  const auto& m = mix(state);
+  const auto limits = keyword_engine().describe().limits;
+  std::size_t i = 0, bytes = 0;
+  const long faults = minor_faults();
+  for (auto _ : state) {
+    const std::string& body = m[i++ % m.size()];
+    bytes += body.size();
+    auto r = parse_request(body, limits);
+    benchmark::DoNotOptimize(r);
+  }
+  report(state, faults, bytes);
+}
+BENCHMARK(parse)->ArgName("compact")->Arg(0)->Arg(1);
+
+void keyword_decide(benchmark::State& state) {
+  keyword_engine engine;
+  std::vector<request> requests;
+  for (const auto& body : mix(state)) requests.push_back(*parse_request(body, engine.describe().limits));
+  std::size_t i = 0;
+  const long faults = minor_faults();
+  for (auto _ : state) {
+    auto d = engine.decide_one(requests[i++ % requests.size()]);
+    benchmark::DoNotOptimize(d);
+  }
+  report(state, faults, 0);
+}
+BENCHMARK(keyword_decide)->ArgName("compact")->Arg(0)->Arg(1);
+
+void answer_and_render(benchmark::State& state) {
+  keyword_engine engine;
+  std::vector<request> requests;
+  std::vector<decision> decisions;
+  for (const auto& body : mix(state)) {
+    requests.push_back(*parse_request(body, engine.describe().limits));
+    decisions.push_back(engine.decide_one(requests.back()));
+  }
+  std::string out;
+  std::size_t i = 0;
+  const long faults = minor_faults();
+  for (auto _ : state) {
+    const std::size_t k = i++ % requests.size();
+    out.clear();
+    render_response(*make_response(requests[k], decisions[k], confidence_metric::p_max, "baton-keyword-1"), out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  report(state, faults, 0);
+}
+BENCHMARK(answer_and_render)->ArgName("compact")->Arg(0)->Arg(1);
+
+// JSON text in, JSON text out: what `baton decide` does per JSONL line.
+void end_to_end(benchmark::State& state) {
+  keyword_engine engine;
+  const auto& m = mix(state);
+  std::string out;
+  std::size_t i = 0, bytes = 0;
+  const long faults = minor_faults();
+  for (auto _ : state) {
+    const std::string& body = m[i++ % m.size()];
+    bytes += body.size();
+    auto r = parse_request(body, engine.describe().limits);
+    out.clear();
+    render_response(*make_response(*r, engine.decide_one(*r), confidence_metric::p_max, "baton-keyword-1"), out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  report(state, faults, bytes);
+}
+BENCHMARK(end_to_end)->ArgName("compact")->Arg(0)->Arg(1);
+
+}  // namespace
+
+BENCHMARK_MAIN();
