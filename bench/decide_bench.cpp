@@ -12,11 +12,12 @@ namespace {
 
 using namespace baton;
 
-// The profile is the benchmark's argument: 0 routing, 1 compact.
-const std::vector<std::string>& mix(const benchmark::State& state) {
-  static const std::vector<std::string> routing = bench::request_mix(1000, bench::mix_profile::routing);
-  static const std::vector<std::string> compact = bench::request_mix(1000, bench::mix_profile::compact);
-  return state.range(0) == 0 ? routing : compact;
+using bench::mix_profile;
+
+const std::vector<std::string>& mix(mix_profile profile) {
+  static const std::vector<std::string> routing = bench::request_mix(1000, mix_profile::routing);
+  static const std::vector<std::string> compact = bench::request_mix(1000, mix_profile::compact);
+  return profile == mix_profile::routing ? routing : compact;
 }
 
 long minor_faults() {
@@ -32,8 +33,8 @@ void report(benchmark::State& state, long faults_before, std::size_t bytes) {
                                                 benchmark::Counter::kAvgIterations);
 }
 
-void parse(benchmark::State& state) {
-  const auto& m = mix(state);
+void parse(benchmark::State& state, mix_profile profile) {
+  const auto& m = mix(profile);
   const auto limits = keyword_engine().describe().limits;
   std::size_t i = 0, bytes = 0;
   const long faults = minor_faults();
@@ -45,12 +46,13 @@ void parse(benchmark::State& state) {
   }
   report(state, faults, bytes);
 }
-BENCHMARK(parse)->ArgName("compact")->Arg(0)->Arg(1);
+BENCHMARK_CAPTURE(parse, routing, mix_profile::routing);
+BENCHMARK_CAPTURE(parse, compact, mix_profile::compact);
 
-void keyword_decide(benchmark::State& state) {
+void keyword_decide(benchmark::State& state, mix_profile profile) {
   keyword_engine engine;
   std::vector<request> requests;
-  for (const auto& body : mix(state)) requests.push_back(*parse_request(body, engine.describe().limits));
+  for (const auto& body : mix(profile)) requests.push_back(*parse_request(body, engine.describe().limits));
   std::size_t i = 0;
   const long faults = minor_faults();
   for (auto _ : state) {
@@ -59,13 +61,14 @@ void keyword_decide(benchmark::State& state) {
   }
   report(state, faults, 0);
 }
-BENCHMARK(keyword_decide)->ArgName("compact")->Arg(0)->Arg(1);
+BENCHMARK_CAPTURE(keyword_decide, routing, mix_profile::routing);
+BENCHMARK_CAPTURE(keyword_decide, compact, mix_profile::compact);
 
-void answer_and_render(benchmark::State& state) {
+void answer_and_render(benchmark::State& state, mix_profile profile) {
   keyword_engine engine;
   std::vector<request> requests;
   std::vector<decision> decisions;
-  for (const auto& body : mix(state)) {
+  for (const auto& body : mix(profile)) {
     requests.push_back(*parse_request(body, engine.describe().limits));
     decisions.push_back(engine.decide_one(requests.back()));
   }
@@ -80,12 +83,13 @@ void answer_and_render(benchmark::State& state) {
   }
   report(state, faults, 0);
 }
-BENCHMARK(answer_and_render)->ArgName("compact")->Arg(0)->Arg(1);
+BENCHMARK_CAPTURE(answer_and_render, routing, mix_profile::routing);
+BENCHMARK_CAPTURE(answer_and_render, compact, mix_profile::compact);
 
 // JSON text in, JSON text out: what `baton decide` does per JSONL line.
-void end_to_end(benchmark::State& state) {
+void end_to_end(benchmark::State& state, mix_profile profile) {
   keyword_engine engine;
-  const auto& m = mix(state);
+  const auto& m = mix(profile);
   std::string out;
   std::size_t i = 0, bytes = 0;
   const long faults = minor_faults();
@@ -99,7 +103,8 @@ void end_to_end(benchmark::State& state) {
   }
   report(state, faults, bytes);
 }
-BENCHMARK(end_to_end)->ArgName("compact")->Arg(0)->Arg(1);
+BENCHMARK_CAPTURE(end_to_end, routing, mix_profile::routing);
+BENCHMARK_CAPTURE(end_to_end, compact, mix_profile::compact);
 
 }  // namespace
 

@@ -12,7 +12,7 @@ namespace baton {
 struct keyword_parameters {
   double k1 = 1.2;           // term-frequency saturation
   double b = 0.75;           // option-length normalisation
-  double temperature = 0.5;  // one distinguishing word in common gives p_max ≈ 0.79 of 3 options
+  double temperature = 0.5;  // one distinguishing word in common gives p_max ≈ 0.8 of 3 options
 };
 
 // Not thread-safe: it keeps scratch buffers and a cache of option indexes. Use one per thread.

@@ -126,3 +126,29 @@ TEST(engines, by_name) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// The option index is cached per schema; a request with other options must not get a stale one.
+TEST(keyword_engine, cached_schemas_follow_the_request) {
+  keyword_engine engine;
+  const char* first = R"({"state": "ship it to Paris", "questions": {"q": {"type": "choice",
+      "criteria": {"a": "ship to Paris", "b": "refund the order"}}}})";
+  const char* swapped = R"({"state": "ship it to Paris", "questions": {"q": {"type": "choice",
+      "criteria": {"a": "refund the order", "b": "ship to Paris"}}}})";
+  const char* reordered = R"({"state": "ship it to Paris", "questions": {"q": {"type": "choice",
+      "criteria": {"b": "refund the order", "a": "ship to Paris"}}}})";
+  for (int round = 0; round < 2; ++round) {
+    const auto p1 = engine.decide_one(parse_ok(first)).probabilities[0];
+    const auto p2 = engine.decide_one(parse_ok(swapped)).probabilities[0];
+    const auto p3 = engine.decide_one(parse_ok(reordered)).probabilities[0];
+    EXPECT_GT(p1[0], 0.9);
+    EXPECT_GT(p2[1], 0.9);
+    EXPECT_GT(p3[1], 0.9);  // probabilities follow the request's option order
+    EXPECT_EQ(p3, (std::vector<double>{p1[1], p1[0]}));  // the same options in the other order
+  }
+}
+
+}  // namespace
+}  // namespace baton
