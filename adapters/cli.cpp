@@ -42,12 +42,14 @@ Options:
                           p_max   the largest probability (default, as the Clef reference)
                           margin  TypeSafe's normalised form: choice (K*p_max-1)/(K-1),
                                   score 1 - sum p_i*|i-mode| / (its value for a uniform p)
-  --jsonl               read JSONL; without it, JSONL is assumed when FILE ends in .jsonl or
-                        the first line is a complete JSON value with more lines after it
+  --jsonl               read JSONL even if there is only one line. Without it, JSONL is read
+                        when FILE ends in .jsonl or the first line is a whole JSON value; then
+                        each line is answered as soon as the input pauses (a process that
+                        writes a line and waits gets its answer)
   -h, --help            show this help
 
 Exit status:
-  0   every request was read (in JSONL, refused requests get their error body on their line)
+  0   every request was answered (in JSONL, refused requests get their error body on their line)
   1   the engine failed
   2   the single request was refused; its error body is on standard output
   64  usage error
@@ -58,9 +60,53 @@ bool blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-void chomp(std::string& line) {
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-}
+// std::getline that keeps at most `keep` bytes of a line, so that one huge line costs no more
+// memory than the request limit; the full length is still counted for the error message.
+class line_reader {
+ public:
+  line_reader(std::istream& in, std::size_t keep) : in_(in), keep_(keep) {}
+
+  // The next line without its "\n" (or "\r\n"); `size` is its full length. False at the end.
+  bool next(std::string& line, std::size_t& size) {
+    line.clear();
+    size = 0;
+    bool any = false;
+    for (;;) {
+      in_.getline(chunk_, sizeof chunk_);
+      const auto got = static_cast<std::size_t>(in_.gcount());
+      const bool ended = !in_.fail() && !in_.eof();  // the newline was read (and counted by gcount)
+      const std::size_t data = ended ? got - 1 : got;
+      any = any || got > 0;
+      if (line.size() < keep_) line.append(chunk_, std::min(data, keep_ - line.size()));
+      size += data;
+      if (in_.fail() && !in_.eof() && got == sizeof chunk_ - 1) {
+        in_.clear();  // the chunk filled up before the end of the line
+        continue;
+      }
+      break;
+    }
+    if (!line.empty() && line.back() == '\r') {
+      line.pop_back();
+      --size;
+    }
+    return any;
+  }
+
+  // Skips blank lines; false at the end.
+  bool next_nonblank(std::string& line, std::size_t& size) {
+    while (next(line, size))
+      if (!blank(line)) return true;
+    return false;
+  }
+
+  // Whether the next read would wait for input (nothing is buffered).
+  bool drained() { return in_.rdbuf()->in_avail() <= 0; }
+
+ private:
+  std::istream& in_;
+  std::size_t keep_;
+  char chunk_[8192];
+};
 
 // Reads the JSONL stream in batches; each line's answer goes out in input order.
 class jsonl_decider {
@@ -68,9 +114,11 @@ class jsonl_decider {
   jsonl_decider(std::ostream& out, decision_engine& engine, const decide_options& options)
       : out_(out), engine_(engine), options_(options) {}
 
-  void add(std::string_view line) {
+  // `size` is the line's full length; a line over the limit was cut short when it was read.
+  void add(std::string_view line, std::size_t size) {
     const engine_description& d = engine_.describe();
-    auto parsed = parse_request(line, d.limits, d.model_id);
+    auto parsed = size > d.limits.max_body_bytes ? result<request>(body_too_large(size, d.limits))
+                                                 : parse_request(line, d.limits, d.model_id);
     if (parsed) {
       slots_.emplace_back(requests_.size());
       requests_.push_back(std::move(*parsed));
@@ -80,12 +128,17 @@ class jsonl_decider {
     if (requests_.size() >= options_.batch_size || slots_.size() >= 4 * options_.batch_size) flush();
   }
 
+  // How the last answered request went, as an exit code.
+  int last_status() const noexcept { return last_status_; }
+
   void flush() {
+    if (slots_.empty()) return;
     auto results = engine_.decide(requests_);
     buffer_.clear();
     for (auto& slot : slots_) {
       if (auto* e = std::get_if<error>(&slot)) {
         render_error(*e, buffer_);
+        last_status_ = exit_refused;
       } else {
         const std::size_t i = std::get<std::size_t>(slot);
         auto answered = results[i] ? make_response(requests_[i], *results[i], options_.confidence,
@@ -93,13 +146,16 @@ class jsonl_decider {
                                    : result<response>(results[i].error());
         if (answered) {
           render_response(*answered, buffer_);
+          last_status_ = exit_ok;
         } else {
           render_error(answered.error(), buffer_);
+          last_status_ = exit_engine_failed;
         }
       }
       buffer_.push_back('\n');
     }
     out_ << buffer_;
+    out_.flush();
     slots_.clear();
     requests_.clear();
   }
@@ -111,6 +167,7 @@ class jsonl_decider {
   std::vector<request> requests_;
   std::vector<std::variant<std::size_t, error>> slots_;  // a request's index in requests_, or its refusal
   std::string buffer_;
+  int last_status_ = exit_ok;
 };
 
 int decide_single(std::string_view body, std::ostream& out, decision_engine& engine, const decide_options& options) {
@@ -134,46 +191,49 @@ int decide_single(std::string_view body, std::ostream& out, decision_engine& eng
 }  // namespace
 
 int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options) {
-  std::string first;
-  while (std::getline(in, first) && blank(first)) {
+  const request_limits& limits = engine.describe().limits;
+  line_reader reader(in, limits.max_body_bytes + 1);
+  std::string line;
+  std::size_t size = 0;
+  if (!reader.next_nonblank(line, size)) {
+    out << render_error(make_error(400, "INVALID_JSON", "no request: the input is empty")) << '\n';
+    return exit_refused;
   }
-  chomp(first);
-  std::string second;
-  while (std::getline(in, second) && blank(second)) {
-  }
-  chomp(second);
-  const bool more = !blank(second);
 
-  bool jsonl = options.jsonl;
-  if (!jsonl && more) {
-    json probe;
-    json_parse_error ignored;
-    jsonl = parse_json(first, probe, ignored);
-  }
-  if (!jsonl) {
-    std::string body = first;
-    if (more) {
-      body += '\n';
-      body += second;
-      body += '\n';
-      body.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  // A first line that is a whole JSON value is answered at once, whatever follows: as one request
+  // or as the first of a JSONL stream, its answer is the same.
+  json probe;
+  json_parse_error ignored;
+  if (!options.jsonl && (size > limits.max_body_bytes || !parse_json(line, probe, ignored))) {
+    // One request spread over several lines.
+    std::string body = std::move(line);
+    std::size_t body_size = size;
+    while (reader.next(line, size)) {
+      body_size += size + 1;
+      if (body.size() <= limits.max_body_bytes) {
+        body += '\n';
+        body += line;
+      }
     }
-    if (blank(body)) {
-      out << render_error(make_error(400, "INVALID_JSON", "no request: the input is empty")) << '\n';
+    if (body_size > limits.max_body_bytes) {
+      out << render_error(body_too_large(body_size, limits)) << '\n';
       return exit_refused;
     }
     return decide_single(body, out, engine, options);
   }
 
   jsonl_decider decider(out, engine, options);
-  if (!blank(first)) decider.add(first);
-  if (more) decider.add(second);
-  for (std::string line; std::getline(in, line);) {
-    chomp(line);
-    if (!blank(line)) decider.add(line);
-  }
+  std::size_t requests = 0;
+  do {
+    decider.add(line, size);
+    ++requests;
+    // When the producer pauses, answer what has arrived before waiting for more: a process that
+    // writes a line and waits for its answer gets it.
+    if (reader.drained()) decider.flush();
+  } while (reader.next_nonblank(line, size));
   decider.flush();
-  out.flush();
+  // One request not asked for as JSONL is a single request: its exit status says how it went.
+  if (requests == 1 && !options.jsonl) return decider.last_status();
   return exit_ok;
 }
 

@@ -31,8 +31,8 @@ struct decide_options {
 };
 
 // Answers the requests read from `in` with `engine`, writing one response (or error body) per
-// request to `out`. JSONL when `jsonl`, else detected: a first line that is a complete JSON value
-// followed by more lines.
+// request to `out`. JSONL when `jsonl` or when the first line is a whole JSON value; otherwise the
+// whole input is one request.
 int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options);
 
 // `args` excludes the program name.

@@ -395,11 +395,14 @@ void append_instruction_text(const question& q, std::string& out) {
   }
 }
 
+error body_too_large(std::size_t bytes, const request_limits& limits) {
+  return make_error(413, "REQUEST_TOO_LARGE",
+                    "request body is " + std::to_string(bytes) + " bytes; the limit is " +
+                        std::to_string(limits.max_body_bytes));
+}
+
 result<request> parse_request(std::string_view body, const request_limits& limits, std::string_view model_id) {
-  if (body.size() > limits.max_body_bytes)
-    return make_error(413, "REQUEST_TOO_LARGE",
-                      "request body is " + std::to_string(body.size()) + " bytes; the limit is " +
-                          std::to_string(limits.max_body_bytes));
+  if (body.size() > limits.max_body_bytes) return body_too_large(body.size(), limits);
   json doc;
   json_parse_error err;
   if (!parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) {

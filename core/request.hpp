@@ -55,6 +55,9 @@ struct request {
   bool has_media() const noexcept { return !images.empty() || !audio.empty() || !videos.empty(); }
 };
 
+// 413 REQUEST_TOO_LARGE for a body of `bytes` over the limit.
+error body_too_large(std::size_t bytes, const request_limits& limits);
+
 // Parses and validates a request body. Failures: 413 REQUEST_TOO_LARGE (body or decoded media),
 // 400 INVALID_JSON (not JSON, or not an object), 422 INVALID_REQUEST (every field issue at once),
 // 422 TOO_MANY_OPTIONS (the model's option budget). `model_id` names the model in messages.

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <sstream>
-#include <sys/wait.h>
 
 #include "adapters/cli.hpp"
 #include "core/answers.hpp"
@@ -121,6 +124,83 @@ TEST(cli, usage_errors) {
   EXPECT_NE(unknown.err.find("known engines: keyword"), std::string::npos);
   EXPECT_EQ(cli({"decide", "a.json", "b.json"}).code, exit_usage);
   EXPECT_EQ(cli({"decide", "/nonexistent/requests.json"}).code, exit_no_input);
+}
+
+// The keyword engine with a small body limit, to test limits without megabytes of input.
+class small_body_engine final : public decision_engine {
+ public:
+  explicit small_body_engine(std::size_t max_body) : description_(inner_.describe()) {
+    description_.limits.max_body_bytes = max_body;
+  }
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override { return inner_.decide(batch); }
+
+ private:
+  keyword_engine inner_;
+  engine_description description_;
+};
+
+TEST(cli_decide, lines_over_the_limit_are_refused_on_their_line) {
+  small_body_engine engine(400);
+  decide_options options;
+  const std::string huge = R"({"state":")" + std::string(100000, 'x') + R"(","questions":{"q":{"type":"noul"}}})";
+  std::istringstream in(good + "\n" + huge + "\n" + good + "\n");
+  std::ostringstream out;
+  EXPECT_EQ(run_decide(in, out, engine, options), exit_ok);
+  const auto got = lines(out.str());
+  ASSERT_EQ(got.size(), 3u);
+  const json refused = test::parse(got[1]);
+  EXPECT_EQ(refused["code"], "REQUEST_TOO_LARGE");
+  EXPECT_EQ(refused["error"], "request body is " + std::to_string(huge.size()) + " bytes; the limit is 400");
+  EXPECT_EQ(got[2], got[0]);
+
+  std::istringstream single("{\n\"state\": \"" + std::string(1000, 'y') + "\",\n\"questions\": {}\n}\n");
+  std::ostringstream single_out;
+  EXPECT_EQ(run_decide(single, single_out, engine, options), exit_refused);
+  EXPECT_EQ(test::parse(single_out.str())["code"], "REQUEST_TOO_LARGE");
+}
+
+std::string read_line_within(int fd, int timeout_ms) {
+  std::string line;
+  char c;
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return line + "<timeout>";
+    if (read(fd, &c, 1) != 1) return line + "<eof>";
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
+}
+
+// A process that writes one request and waits gets its answer before it writes the next.
+TEST(cli_binary, answers_each_jsonl_line_as_it_arrives) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    execl(BATON_BINARY, BATON_BINARY, "decide", "--jsonl", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  for (int i = 0; i < 3; ++i) {
+    const std::string line = good + "\n";
+    ASSERT_EQ(write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    const std::string answer = read_line_within(from_child[0], 10000);
+    EXPECT_TRUE(response_from_json(test::parse(answer))) << answer;
+  }
+  close(to_child[1]);
+  EXPECT_EQ(read_line_within(from_child[0], 10000), "<eof>");
+  close(from_child[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 // The real binary on the examples that scripts/run.sh serves.

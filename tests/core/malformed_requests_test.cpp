@@ -27,19 +27,28 @@ std::string with_media(const std::string& media) {
 
 std::string questions_of(std::size_t n) {
   std::string body = R"({"state":"s","questions":{)";
-  for (std::size_t i = 0; i < n; ++i) body += (i ? "," : "") + ("\"q" + std::to_string(i) + "\":{\"type\":\"noul\"}");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) body += ',';
+    body += "\"q" + std::to_string(i) + "\":{\"type\":\"noul\"}";
+  }
   return body + "}}";
 }
 
 std::string choice_of(std::size_t n) {
   std::string c = "{";
-  for (std::size_t i = 0; i < n; ++i) c += (i ? "," : "") + ("\"o" + std::to_string(i) + "\":null");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) c += ',';
+    c += "\"o" + std::to_string(i) + "\":null";
+  }
   return with_question(R"({"type":"choice","criteria":)" + c + "}}");
 }
 
 std::string score_of(std::size_t n) {
   std::string c = "[";
-  for (std::size_t i = 0; i < n; ++i) c += (i ? "," : "") + ("\"level " + std::to_string(i) + "\"");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) c += ',';
+    c += "\"level " + std::to_string(i) + "\"";
+  }
   return with_question(R"({"type":"score","criteria":)" + c + "]}");
 }
 
@@ -146,7 +155,8 @@ TEST(malformed_requests, each_gets_its_exact_code_and_field) {
         std::string where;
         for (std::size_t i = 1; i < e.detail[0].loc.size(); ++i) {
           const json& part = e.detail[0].loc[i];
-          where += (i > 1 ? "." : "") + (part.is_string() ? part.get<std::string>() : render_json(part, false));
+          if (i > 1) where += '.';
+          where += part.is_string() ? part.get<std::string>() : render_json(part, false);
         }
         EXPECT_NE(e.message.find(where), std::string::npos) << e.message;
       }
