@@ -50,7 +50,7 @@ Options:
 
 Exit status:
   0   every request was answered (in JSONL, refused requests get their error body on their line)
-  1   the engine failed
+  1   the engine failed (on at least one request)
   2   the single request was refused; its error body is on standard output
   64  usage error
   66  FILE cannot be read
@@ -130,6 +130,7 @@ class jsonl_decider {
 
   // How the last answered request went, as an exit code.
   int last_status() const noexcept { return last_status_; }
+  std::size_t engine_failures() const noexcept { return engine_failures_; }
 
   void flush() {
     if (slots_.empty()) return;
@@ -150,6 +151,7 @@ class jsonl_decider {
         } else {
           render_error(answered.error(), buffer_);
           last_status_ = exit_engine_failed;
+          ++engine_failures_;
         }
       }
       buffer_.push_back('\n');
@@ -168,6 +170,7 @@ class jsonl_decider {
   std::vector<std::variant<std::size_t, error>> slots_;  // a request's index in requests_, or its refusal
   std::string buffer_;
   int last_status_ = exit_ok;
+  std::size_t engine_failures_ = 0;
 };
 
 int decide_single(std::string_view body, std::ostream& out, decision_engine& engine, const decide_options& options) {
@@ -200,11 +203,14 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
     return exit_refused;
   }
 
-  // A first line that is a whole JSON value is answered at once, whatever follows: as one request
-  // or as the first of a JSONL stream, its answer is the same.
+  // A first line that is a whole JSON value (or is refused for anything but ending too soon) is
+  // answered at once, whatever follows: as one request or as the first of a JSONL stream, its
+  // answer is the same. Only a first line that ends inside its value starts a multi-line request.
   json probe;
-  json_parse_error ignored;
-  if (!options.jsonl && (size > limits.max_body_bytes || !parse_json(line, probe, ignored))) {
+  json_parse_error first_error;
+  const bool unfinished = size <= limits.max_body_bytes && !parse_json(line, probe, first_error) &&
+                          first_error.truncated;
+  if (!options.jsonl && unfinished) {
     // One request spread over several lines.
     std::string body = std::move(line);
     std::size_t body_size = size;
@@ -234,7 +240,7 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
   decider.flush();
   // One request not asked for as JSONL is a single request: its exit status says how it went.
   if (requests == 1 && !options.jsonl) return decider.last_status();
-  return exit_ok;
+  return decider.engine_failures() > 0 ? exit_engine_failed : exit_ok;
 }
 
 namespace {

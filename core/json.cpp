@@ -85,12 +85,19 @@ class dom_builder {
     return true;
   }
 
-  bool parse_error(std::size_t position, const std::string&,
+  bool parse_error(std::size_t position, const std::string& last_token,
                    const nlohmann::detail::exception& ex) {
     err_.byte = position;
     err_.path = current_path();
-    const std::string what = ex.what();
-    if (ex.id == 406) {
+    // Classify on nlohmann's description only: the raw token it quotes after it is the caller's text.
+    const std::string what = describe_syntax_error(ex.what());
+    if (ex.id == 406 && is_integer_literal(last_token)) {
+      // nlohmann reads an integer beyond 64 bits as a double first; past DBL_MAX that is
+      // infinite and it stops before baton can keep the digits (from 309 digits on).
+      err_.what = json_parse_error::kind::long_integer;
+      err_.message = "integer has " + std::to_string(last_token.size() - (last_token[0] == '-')) +
+                     " digits; integers are kept exactly up to 308 digits";
+    } else if (ex.id == 406) {
       err_.what = json_parse_error::kind::non_finite;
       err_.message = "number is too large for a finite double";
     } else if (what.find("ill-formed UTF-8") != std::string::npos) {
@@ -101,7 +108,8 @@ class dom_builder {
       err_.message = "string has a lone UTF-16 surrogate escape";
     } else {
       err_.what = json_parse_error::kind::syntax;
-      err_.message = describe_syntax_error(what);
+      err_.message = what;
+      err_.truncated = what.find("unexpected end of input") != std::string::npos;
     }
     return false;
   }

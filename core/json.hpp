@@ -31,9 +31,11 @@ struct json_parse_error {
     unicode,     // invalid UTF-8 or a lone surrogate inside a string
     too_deep,    // nesting beyond max_depth
     non_finite,  // a number that overflows a double (e.g. 1e400)
+    long_integer,  // an integer literal beyond DBL_MAX (309 digits or more): nlohmann cannot read it
   };
   kind what = kind::syntax;
   std::size_t byte = 0;  // offset in the input where the parser stopped
+  bool truncated = false;  // the text ended before the value did (e.g. the first line of a document)
   json path = json::array();  // keys and indices to the value being read
   std::string message;
 };

@@ -421,6 +421,8 @@ result<request> parse_request(std::string_view body, const request_limits& limit
       case json_parse_error::kind::non_finite:
         return make_error(422, "INVALID_REQUEST",
                           {simple_issue(loc, "finite_number", "Input should be a finite number")});
+      case json_parse_error::kind::long_integer:
+        return make_error(422, "INVALID_REQUEST", {simple_issue(loc, "int_too_long", err.message)});
     }
   }
   return request_from_json(std::move(doc), limits, model_id);

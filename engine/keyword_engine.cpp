@@ -43,50 +43,53 @@ std::vector<result<decision>> keyword_engine::decide(std::span<const request> ba
   return out;
 }
 
-std::size_t keyword_engine::hash_words(const json& v, std::vector<std::uint64_t>& out) {
-  if (v.is_string()) return words::append_hashes(v.get_ref<const std::string&>(), out);
-  text_.clear();
-  render_text(v, text_);
-  return words::append_hashes(text_, out);
+std::size_t keyword_engine::hash_words(const json& v, std::vector<std::uint64_t>& out, std::size_t* bytes) {
+  const std::string* text = &text_;
+  if (v.is_string()) {
+    text = &v.get_ref<const std::string&>();
+  } else {
+    text_.clear();
+    render_text(v, text_);
+  }
+  if (bytes) *bytes += text->size();
+  return words::append_hashes(*text, out);
 }
 
 const keyword_engine::option_index& keyword_engine::index_of(const question& q) {
   // Schemas compiled from one tool registry repeat from request to request: the options' words
-  // are read once per distinct (type, instructions, criteria).
-  std::uint64_t key = std::hash<json>{}(q.criteria) * 31 + std::hash<json>{}(q.instructions);
-  key = key * 3 + static_cast<std::uint64_t>(q.type);
+  // are read once per distinct (type, criteria).
+  const std::uint64_t key = std::hash<json>{}(q.criteria) * 3 + static_cast<std::uint64_t>(q.type);
   if (auto it = cache_.find(key); it != cache_.end()) {
     const option_index& hit = it->second;
-    if (hit.type == q.type && hit.criteria == q.criteria && hit.instructions == q.instructions) return hit;
-    build_index(q, scratch_index_);  // a hash collision: answer right, leave the cache alone
-    return scratch_index_;
+    if (hit.type == q.type && hit.criteria == q.criteria) return hit;
   }
+  build_index(q, scratch_index_);
+  // Large option sets are not kept (a hash collision is not either): the cache stays small.
+  if (scratch_index_.text_bytes > max_cached_text_bytes || cache_.contains(key)) return scratch_index_;
   if (cache_.size() >= max_cached_schemas) cache_.clear();
-  option_index& fresh = cache_[key];
-  build_index(q, fresh);
-  return fresh;
+  option_index& kept = cache_[key];
+  kept = std::move(scratch_index_);
+  return kept;
+}
+
+std::size_t keyword_engine::instruction_words(const question& q) {
+  option_terms_.clear();
+  if (q.instructions.is_string() && !q.instructions.get_ref<const std::string&>().empty())
+    return hash_words(q.instructions, option_terms_);
+  text_.clear();
+  append_instruction_text(q, text_);
+  return words::append_hashes(text_, option_terms_);
 }
 
 void keyword_engine::build_index(const question& q, option_index& index) {
   const std::size_t n = q.option_count();
   index.type = q.type;
   index.criteria = q.criteria;
-  index.instructions = q.instructions;
   index.options = n;
+  index.words = 0;
+  index.text_bytes = 0;
   index.terms.clear();
   index.weights.clear();
-
-  // The instructions are read (and counted) but not scored: they are the same for every option,
-  // so they cannot tell options apart, and words they share with option labels would weigh
-  // against those labels.
-  option_terms_.clear();
-  if (q.instructions.is_string() && !q.instructions.get_ref<const std::string&>().empty()) {
-    index.words = hash_words(q.instructions, option_terms_);
-  } else {
-    text_.clear();
-    append_instruction_text(q, text_);
-    index.words = words::append_hashes(text_, option_terms_);
-  }
 
   // A noul question is judged only when the caller describes both sides.
   if (n < 2 || (q.type == question_type::noul && !noul_has_own_sides(q))) return;
@@ -96,8 +99,11 @@ void keyword_engine::build_index(const question& q, option_index& index) {
   for (std::size_t i = 0; i < n; ++i) {
     // Score levels and noul sides are positions, not words: only a choice label is read.
     option_terms_.clear();
-    if (q.type == question_type::choice) words::append_hashes(q.choice_label(i), option_terms_);
-    if (const json& desc = q.option_description(i); !desc.is_null()) hash_words(desc, option_terms_);
+    if (q.type == question_type::choice) {
+      words::append_hashes(q.choice_label(i), option_terms_);
+      index.text_bytes += q.choice_label(i).size();
+    }
+    if (const json& desc = q.option_description(i); !desc.is_null()) hash_words(desc, option_terms_, &index.text_bytes);
     for (std::uint64_t term : option_terms_) postings_.push_back({term, static_cast<std::uint32_t>(i)});
     doc_length_[i] = static_cast<std::uint32_t>(option_terms_.size());
     index.words += option_terms_.size();
@@ -144,6 +150,10 @@ decision keyword_engine::decide_one(const request& r) {
 
   const double k1 = params_.k1;
   for (const question& q : r.questions) {
+    // The instructions are read (and counted) but not scored: they are the same for every
+    // option, so they cannot tell options apart, and words they share with option labels would
+    // weigh against those labels.
+    words_read += static_cast<std::int64_t>(instruction_words(q));
     const option_index& index = index_of(q);
     words_read += static_cast<std::int64_t>(index.words);
     scores_.assign(index.options, 0.0f);

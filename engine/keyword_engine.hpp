@@ -34,9 +34,9 @@ class keyword_engine final : public decision_engine {
   struct option_index {
     question_type type = question_type::noul;
     json criteria;
-    json instructions;
     std::size_t options = 0;
-    std::size_t words = 0;  // words read from the instructions and the options
+    std::size_t words = 0;       // words read from the options
+    std::size_t text_bytes = 0;  // bytes of option text read
     struct term {
       std::uint64_t hash;
       std::uint32_t weights_begin;
@@ -49,12 +49,16 @@ class keyword_engine final : public decision_engine {
     std::vector<term> terms;
     std::vector<weight> weights;
   };
-  static constexpr std::size_t max_cached_schemas = 4096;
+  // At most 1,024 schemas of at most 16 KiB of option text each are kept.
+  static constexpr std::size_t max_cached_schemas = 1024;
+  static constexpr std::size_t max_cached_text_bytes = 16u << 10;
 
   const option_index& index_of(const question& q);
   void build_index(const question& q, option_index& index);
-  // Appends the word hashes of a value's text (strings as they are, JSON rendered); returns how many.
-  std::size_t hash_words(const json& v, std::vector<std::uint64_t>& out);
+  std::size_t instruction_words(const question& q);
+  // Appends the word hashes of a value's text (strings as they are, JSON rendered); returns how
+  // many, and adds the text's length to *bytes when given.
+  std::size_t hash_words(const json& v, std::vector<std::uint64_t>& out, std::size_t* bytes = nullptr);
 
   keyword_parameters params_;
   engine_description description_;

@@ -78,6 +78,42 @@ TEST(cli_decide, jsonl_answers_each_line_in_order) {
   EXPECT_EQ(out[3], out[0]);
 }
 
+// A first line refused for its content (not for ending too soon) still starts a JSONL stream.
+TEST(cli_decide, a_refused_first_line_does_not_swallow_the_rest) {
+  const std::string overflow = R"({"state":"a","questions":{"q":{"type":"noul"}},"x":1e400})";
+  const auto r = cli({"decide"}, overflow + "\n" + good + "\n" + good + "\n");
+  EXPECT_EQ(r.code, exit_ok);
+  const auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(test::parse(out[0])["detail"][0]["type"], "finite_number");
+  EXPECT_TRUE(response_from_json(test::parse(out[1])));
+  EXPECT_TRUE(response_from_json(test::parse(out[2])));
+}
+
+class failing_engine final : public decision_engine {
+ public:
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override {
+    return std::vector<result<decision>>(batch.size(), result<decision>(make_error(500, "INFERENCE_FAILED", "broken")));
+  }
+
+ private:
+  engine_description description_{"broken", "none", request_limits{}};
+};
+
+TEST(cli_decide, engine_failures_set_the_exit_status) {
+  failing_engine engine;
+  decide_options options;
+  std::istringstream one(good);
+  std::ostringstream out;
+  EXPECT_EQ(run_decide(one, out, engine, options), exit_engine_failed);
+  EXPECT_EQ(test::parse(out.str())["code"], "INFERENCE_FAILED");
+  std::istringstream many(good + "\n" + good + "\n");
+  std::ostringstream many_out;
+  EXPECT_EQ(run_decide(many, many_out, engine, options), exit_engine_failed);
+  EXPECT_EQ(lines(many_out.str()).size(), 2u);
+}
+
 TEST(cli_decide, jsonl_batches_keep_order_across_batch_boundaries) {
   keyword_engine engine;
   decide_options options;

@@ -166,6 +166,26 @@ json_parse_error parse_failure(std::string_view text, std::size_t max_depth = 64
   return err;
 }
 
+TEST(json_parse, integers_are_exact_up_to_308_digits) {
+  const std::string digits(308, '9');
+  EXPECT_EQ(render_json(parse("[-" + digits + "]"), false), "[-" + digits + "]");
+  json out;
+  json_parse_error err;
+  EXPECT_FALSE(parse_json("{\"n\": " + std::string(400, '1') + "}", out, err));
+  EXPECT_EQ(err.what, json_parse_error::kind::long_integer);
+  EXPECT_EQ(err.path, json::array({"n"}));
+  EXPECT_NE(err.message.find("400 digits"), std::string::npos) << err.message;
+}
+
+TEST(json_parse, a_document_cut_short_says_so) {
+  json out;
+  json_parse_error err;
+  EXPECT_FALSE(parse_json("{", out, err));
+  EXPECT_TRUE(err.truncated);
+  EXPECT_FALSE(parse_json(R"({"a": })", out, err));
+  EXPECT_FALSE(err.truncated);
+}
+
 TEST(json_parse, errors_say_what_and_where) {
   auto e = parse_failure("{\"a\": \"\xff\"}");
   EXPECT_EQ(e.what, json_parse_error::kind::unicode);

@@ -150,5 +150,18 @@ TEST(keyword_engine, cached_schemas_follow_the_request) {
   }
 }
 
+// A question without instructions reads its id; the cache must not carry another id's count.
+TEST(keyword_engine, word_counts_do_not_depend_on_earlier_requests) {
+  const char* long_id = R"({"state": "s", "questions": {"is this a refund or a shipping question": {"type": "choice",
+      "criteria": {"a": "refund", "b": "shipping"}}}})";
+  const char* short_id = R"({"state": "s", "questions": {"q": {"type": "choice",
+      "criteria": {"a": "refund", "b": "shipping"}}}})";
+  keyword_engine alone;
+  const auto expected = alone.decide_one(parse_ok(long_id)).input_tokens;
+  keyword_engine after;
+  after.decide_one(parse_ok(short_id));
+  EXPECT_EQ(after.decide_one(parse_ok(long_id)).input_tokens, expected);
+}
+
 }  // namespace
 }  // namespace baton
