@@ -73,11 +73,9 @@ const keyword_engine::option_index& keyword_engine::index_of(const question& q) 
 }
 
 std::size_t keyword_engine::instruction_words(const question& q) {
-  option_terms_.clear();
-  if (q.instructions.is_string() && !q.instructions.get_ref<const std::string&>().empty())
-    return hash_words(q.instructions, option_terms_);
   text_.clear();
   append_instruction_text(q, text_);
+  option_terms_.clear();
   return words::append_hashes(text_, option_terms_);
 }
 
