@@ -38,6 +38,17 @@ std::string sentence(std::mt19937_64& rng, std::size_t n) {
   return s;
 }
 
+// min + (0..spread-1) consecutive tools of the list, starting anywhere.
+json tool_criteria(std::mt19937_64& rng, std::size_t min, std::size_t spread) {
+  json criteria = json::object();
+  const std::size_t first = rng() % std::size(tools);
+  for (std::size_t t = 0, n = min + rng() % spread; t < n; ++t) {
+    const auto& tool = tools[(first + t) % std::size(tools)];
+    criteria[tool[0]] = tool[1];
+  }
+  return criteria;
+}
+
 std::string routing_request(std::mt19937_64& rng) {
   json body = json::object();
   body["model"] = "jev-latest";
@@ -50,13 +61,8 @@ std::string routing_request(std::mt19937_64& rng) {
     body["state"] = turns;
   }
   json questions = json::object();
-  json criteria = json::object();
-  const std::size_t first = rng() % std::size(tools);
-  for (std::size_t t = 0, n = 4 + rng() % 9; t < n; ++t) {
-    const auto& tool = tools[(first + t) % std::size(tools)];
-    criteria[tool[0]] = tool[1];
-  }
-  questions["next_tool"] = json{{"type", "choice"}, {"instructions", "Which tool should the agent call next?"}, {"criteria", criteria}};
+  questions["next_tool"] = json{{"type", "choice"}, {"instructions", "Which tool should the agent call next?"},
+                                {"criteria", tool_criteria(rng, 4, 9)}};
   if (rng() % 2)
     questions["region"] = json{{"type", "choice"}, {"instructions", "Which region does this concern?"},
                                {"criteria", json{{"eu", "Europe"}, {"us", "United States"}, {"apac", "Asia Pacific"}}}};
@@ -74,13 +80,7 @@ std::string compact_request(std::mt19937_64& rng) {
   body["model"] = "jev-latest";
   body["state"] = "Customer: " + sentence(rng, 8 + rng() % 16) + ".";
   json questions = json::object();
-  json criteria = json::object();
-  const std::size_t first = rng() % std::size(tools);
-  for (std::size_t t = 0, n = 2 + rng() % 3; t < n; ++t) {
-    const auto& tool = tools[(first + t) % std::size(tools)];
-    criteria[tool[0]] = tool[1];
-  }
-  questions["next_tool"] = json{{"type", "choice"}, {"instructions", "Which tool next?"}, {"criteria", criteria}};
+  questions["next_tool"] = json{{"type", "choice"}, {"instructions", "Which tool next?"}, {"criteria", tool_criteria(rng, 2, 3)}};
   if (rng() % 2)
     questions["urgency"] = json{{"type", "score"}, {"criteria", json::array({"Can wait", "Today", "Now"})}};
   if (rng() % 2) questions["urgent"] = json{{"type", "noul"}, {"instructions", "Is this urgent?"}};
