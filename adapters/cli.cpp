@@ -41,7 +41,7 @@ Options:
   --confidence METRIC   how "confidence" is computed for choice and score answers:
                           p_max   the largest probability (default, as the Clef reference)
                           margin  TypeSafe's normalised form: choice (K*p_max-1)/(K-1),
-                                  score 1 - sum p_i*|i-mode| / (its value for a uniform p)
+                                  score max(0, 1 - sum p_i*|i-mode| / mean |i-(K-1)/2|)
   --jsonl               read JSONL even if there is only one line. Without it, JSONL is read
                         when FILE ends in .jsonl or the first line is a whole JSON value; then
                         each line is answered as soon as the input pauses (a process that
