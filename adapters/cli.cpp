@@ -108,13 +108,14 @@ class line_reader {
   char chunk_[8192];
 };
 
-// Reads the JSONL stream in batches; each line's answer goes out in input order.
+// Answers requests in batches, each one's answer (or refusal) in input order: the JSONL lines, or
+// the one request of a multi-line document.
 class jsonl_decider {
  public:
   jsonl_decider(std::ostream& out, decision_engine& engine, const decide_options& options)
       : out_(out), engine_(engine), options_(options) {}
 
-  // `size` is the line's full length; a line over the limit was cut short when it was read.
+  // `size` is the request's full length; one over the limit was cut short when it was read.
   void add(std::string_view line, std::size_t size) {
     const engine_description& d = engine_.describe();
     auto parsed = size > d.limits.max_body_bytes ? result<request>(body_too_large(size, d.limits))
@@ -173,24 +174,6 @@ class jsonl_decider {
   std::size_t engine_failures_ = 0;
 };
 
-int decide_single(std::string_view body, std::ostream& out, decision_engine& engine, const decide_options& options) {
-  const engine_description& d = engine.describe();
-  auto parsed = parse_request(body, d.limits, d.model_id);
-  if (!parsed) {
-    out << render_error(parsed.error()) << '\n';
-    return exit_refused;
-  }
-  auto results = engine.decide(std::span<const request>(&*parsed, 1));
-  auto answered = results[0] ? make_response(*parsed, *results[0], options.confidence, d.model_id)
-                             : result<response>(results[0].error());
-  if (!answered) {
-    out << render_error(answered.error()) << '\n';
-    return exit_engine_failed;
-  }
-  out << render_response(*answered) << '\n';
-  return exit_ok;
-}
-
 }  // namespace
 
 int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options) {
@@ -221,11 +204,10 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
         body += line;
       }
     }
-    if (body_size > limits.max_body_bytes) {
-      out << render_error(body_too_large(body_size, limits)) << '\n';
-      return exit_refused;
-    }
-    return decide_single(body, out, engine, options);
+    jsonl_decider decider(out, engine, options);
+    decider.add(body, body_size);
+    decider.flush();
+    return decider.last_status();
   }
 
   jsonl_decider decider(out, engine, options);
