@@ -57,13 +57,13 @@ std::vector<double> softmax(std::span<const float> logits) {
   std::vector<double> out(logits.size());
   if (logits.empty()) return out;
   const float top = *std::max_element(logits.begin(), logits.end());
-  std::vector<float> e(logits.size());
   float sum = 0;
   for (std::size_t i = 0; i < logits.size(); ++i) {
-    e[i] = std::exp(logits[i] - top);
-    sum += e[i];
+    const float e = std::exp(logits[i] - top);
+    out[i] = e;  // a float held exactly in a double until the sum is known
+    sum += e;
   }
-  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(e[i] / sum);
+  for (double& p : out) p = static_cast<double>(static_cast<float>(p) / sum);
   return out;
 }
 
