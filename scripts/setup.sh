@@ -13,6 +13,11 @@ packages=(
   libgtest-dev         # tests
   libbenchmark-dev     # bench/
   libopenblas0-openmp  # BLAS for libtorch, threaded with OpenMP
+  libtorch-dev         # the clef engine's tensors (Debian's CPU libtorch 1.13)
+  libpcre2-dev         # the tokenizer's split regex needs Unicode classes
+  libutf8proc-dev      # the tokenizer's NFC normalisation
+  libssl-dev           # sha256 model fingerprints (libcrypto)
+  python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )
 
 missing=()
