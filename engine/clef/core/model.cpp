@@ -1,0 +1,127 @@
+#include "engine/clef/core/model.hpp"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "engine/clef/core/joint_head.hpp"
+#include "engine/clef/core/thinker.hpp"
+
+namespace baton::clef {
+
+bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept {
+  if (text == "f32" || text == "fp32" || text == "float32") {
+    out = compute_dtype::f32;
+    return true;
+  }
+  if (text == "bf16" || text == "bfloat16") {
+    out = compute_dtype::bf16;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+at::Device parse_device(const std::string& text) {
+  std::optional<at::Device> device;
+  try {
+    device.emplace(text);
+  } catch (const std::exception&) {
+    throw load_error("unknown device `" + text + "` (cpu, cuda or cuda:N)");
+  }
+  if (!device->is_cpu() && !device->is_cuda()) {
+    throw load_error("unsupported device `" + text + "` (cpu, cuda or cuda:N)");
+  }
+  if (device->is_cuda() && !at::hasCUDA()) {
+    throw load_error("device `" + text + "`: this libtorch was built without CUDA or sees no GPU");
+  }
+  return *device;
+}
+
+at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device) {
+  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())},
+                       at::TensorOptions().dtype(at::kLong))
+      .to(device, /*non_blocking=*/false, /*copy=*/true);
+}
+
+class model_impl final : public model {
+ public:
+  model_impl(const std::filesystem::path& dir, const model_options& options)
+      : options_(options),
+        files_(dir, options.head),
+        device_(parse_device(options.device)),
+        thinker_(files_, detail::scalar_type(options.dtype), device_) {
+    const int threads = options.threads > 0
+                            ? options.threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);
+    if (options.head) head_.emplace(files_, detail::scalar_type(options.head_dtype), device_);
+  }
+
+  const release& files() const noexcept override { return files_; }
+  const model_options& options() const noexcept override { return options_; }
+
+  std::vector<record_logits> forward(std::span<const record_input> batch) override {
+    if (!head_) throw std::logic_error("this model was loaded without its joint head");
+    c10::InferenceMode guard;
+    profile_ = {};
+    forward_profile* profile = profiling_ ? &profile_ : nullptr;
+    const auto start = std::chrono::steady_clock::now();
+
+    std::vector<std::int64_t> ids, lengths;
+    for (const auto& r : batch) {
+      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+      lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
+    }
+    const at::Tensor id_tensor = long_tensor(ids, device_);
+    const at::Tensor hidden = thinker_.forward(id_tensor, lengths, nullptr, profile);
+
+    std::vector<record_logits> out;
+    out.reserve(batch.size());
+    {
+      detail::scoped_timer t(profile ? &profile_.head_ms : nullptr);
+      std::int64_t offset = 0;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        out.push_back(head_->forward(hidden.narrow(0, offset, lengths[i]),
+                                     id_tensor.narrow(0, offset, lengths[i]), batch[i].questions,
+                                     thinker_));
+        offset += lengths[i];
+      }
+    }
+    profile_.tokens = static_cast<std::int64_t>(ids.size());
+    profile_.total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
+
+  void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) override {
+    c10::InferenceMode guard;
+    const std::vector<std::int64_t> wide(ids.begin(), ids.end());
+    thinker_.forward(long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
+                     nullptr);
+  }
+
+  void set_profiling(bool on) noexcept override { profiling_ = on; }
+  const forward_profile& last_profile() const noexcept override { return profile_; }
+
+ private:
+  model_options options_;
+  release files_;
+  at::Device device_;
+  detail::thinker thinker_;
+  std::optional<detail::joint_head> head_;
+  bool profiling_ = false;
+  forward_profile profile_;
+};
+
+}  // namespace
+
+std::unique_ptr<model> model::load(const std::filesystem::path& dir, const model_options& options) {
+  return std::make_unique<model_impl>(dir, options);
+}
+
+}  // namespace baton::clef

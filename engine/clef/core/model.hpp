@@ -1,0 +1,84 @@
+// The Clef-Omni model on token ids: the Qwen3-Omni thinker's text backbone and the joint schema
+// head, reimplemented on libtorch (ATen) from Cloudflare's reference joint_schema_model.py.
+// This header is torch-free so that the rest of baton compiles without ATen.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/clef/core/release.hpp"
+
+namespace baton::clef {
+
+enum class compute_dtype { f32, bf16 };
+
+struct model_options {
+  compute_dtype dtype = compute_dtype::f32;       // thinker weights and activations
+  compute_dtype head_dtype = compute_dtype::f32;  // the reference runs the head in the model dtype
+  std::string device = "cpu";                     // "cpu", "cuda", "cuda:N"
+  int threads = 0;                                // CPU threads; 0 = every core
+  bool head = true;                               // false: a bare thinker checkpoint
+};
+
+// Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; false on anything else.
+bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept;
+
+struct token_span {
+  std::int32_t begin = 0;
+  std::int32_t end = 0;
+};
+
+struct question_layout {
+  std::uint8_t type = 0;  // 0 noul, 1 choice, 2 score (the head's type embedding rows)
+  token_span question;
+  std::vector<token_span> options;
+};
+
+struct record_input {
+  std::span<const std::int32_t> ids;
+  std::span<const question_layout> questions;
+};
+
+// Logits per question, per option, in the encoded option order.
+using record_logits = std::vector<std::vector<float>>;
+
+// Wall time per part of the last forward, when profiling is on (bench/).
+struct forward_profile {
+  double embed_ms = 0, attention_ms = 0, moe_ms = 0, norms_ms = 0, head_ms = 0, total_ms = 0;
+  std::int64_t tokens = 0;
+};
+
+// Observes the thinker's intermediate results (tests): stage names "inputs_embeds",
+// "layer_out.<l>", "final_hidden"; values are fp32 on the CPU, row-major [tokens, hidden].
+using stage_observer =
+    std::function<void(std::string_view stage, std::span<const float> values, std::int64_t rows)>;
+
+class model {
+ public:
+  // Maps the release and prepares every weight (zero-copy where the file's dtype is the compute
+  // dtype on the CPU; copied once to the device otherwise). Throws load_error.
+  static std::unique_ptr<model> load(const std::filesystem::path& dir, const model_options& options);
+  virtual ~model() = default;
+
+  virtual const release& files() const noexcept = 0;
+  virtual const model_options& options() const noexcept = 0;
+
+  // Scores a batch of records in one backbone pass (records packed end to end; each attends only
+  // to itself, so a record's logits do not depend on its batch). Spans must be validated: non-empty
+  // question and option spans inside the record. Throws std::exception on device failures.
+  virtual std::vector<record_logits> forward(std::span<const record_input> batch) = 0;
+
+  // The thinker alone on one sequence of text tokens, reporting each stage.
+  virtual void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) = 0;
+
+  virtual void set_profiling(bool on) noexcept = 0;
+  virtual const forward_profile& last_profile() const noexcept = 0;
+};
+
+}  // namespace baton::clef

@@ -1,0 +1,83 @@
+// A Clef-Omni release directory: config.json (nested as Qwen3-Omni's), sharded safetensors with
+// model.safetensors.index.json, joint_head_config.json and joint_head.safetensors. Everything is
+// memory-mapped; nothing here copies or converts tensor data. Start-up code: throws load_error.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/clef/core/safetensors.hpp"
+
+namespace baton::clef {
+
+// thinker_config.text_config (qwen3-omni-thinker.md §2.1).
+struct text_config {
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t moe_intermediate_size = 0;
+  std::int64_t num_experts = 0;
+  std::int64_t experts_per_token = 0;
+  bool norm_topk_prob = true;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  std::array<std::int64_t, 3> mrope_section{};  // frequency slots on the T, H, W axes
+  std::int64_t max_position_embeddings = 0;
+};
+
+// joint_head_config.json: the head's constructor arguments (clef-engine.md §3.1).
+struct head_config {
+  std::int64_t hidden_size = 0;
+  std::int64_t width = 0;
+  std::int64_t routing_layers = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t feedforward = 0;
+};
+
+text_config parse_text_config(const std::filesystem::path& config_json);
+head_config parse_head_config(const std::filesystem::path& head_config_json);
+
+// The thinker text tensors a configuration requires, with their shapes, in load order.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_text_tensors(
+    const text_config& c);
+// The joint head tensors (clef-engine.md §3.3).
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_head_tensors(
+    const head_config& c);
+
+class release {
+ public:
+  // Opens `dir`. Thinker text tensors must match the configuration exactly (names and shapes);
+  // `thinker.visual.*` and `thinker.audio_tower.*` belong to the media encoders and are kept for
+  // them; `talker.*` and `code2wav.*` are skipped without being read; anything else is an error.
+  // With `head` false the joint head files are not needed (a bare thinker checkpoint).
+  explicit release(const std::filesystem::path& dir, bool head = true);
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  const text_config& text() const noexcept { return text_; }
+  const head_config& head() const noexcept { return head_; }
+  bool has_head() const noexcept { return head_file_ != nullptr; }
+
+  // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
+  const tensor_view& thinker_tensor(const std::string& name) const;
+  const tensor_view& head_tensor(const std::string& name) const;
+  std::size_t thinker_tensor_count() const noexcept { return thinker_.size(); }
+
+ private:
+  std::filesystem::path dir_;
+  text_config text_;
+  head_config head_;
+  std::vector<std::unique_ptr<safetensors_file>> shards_;
+  std::unique_ptr<safetensors_file> head_file_;
+  std::unordered_map<std::string, const tensor_view*> thinker_;
+};
+
+}  // namespace baton::clef

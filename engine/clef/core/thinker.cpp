@@ -1,0 +1,218 @@
+#include "engine/clef/core/thinker.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace baton::clef::detail {
+
+namespace {
+
+// RMSNorm as the reference computes it: statistics in fp32, normalised value cast back to the
+// activation dtype before the weight multiplies it (qwen3-omni-thinker.md §3).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Score rows per attention chunk: bounds the fp32 score block to about this many bytes, so long
+// inputs never materialise the full T x T matrix.
+constexpr std::int64_t score_budget_bytes = 64ll << 20;
+
+}  // namespace
+
+thinker::thinker(const release& files, at::ScalarType type, at::Device device)
+    : config_(files.text()), type_(type), device_(device) {
+  auto w = [&](const std::string& name) {
+    return weight_tensor(files.thinker_tensor(name), type_, device_);
+  };
+  auto raw = [&](const std::string& name) {
+    at::Tensor t = view_tensor(files.thinker_tensor(name));
+    return device_.is_cpu() ? t : t.to(device_);
+  };
+  embed_ = raw("thinker.model.embed_tokens.weight");
+  lm_head_ = raw("thinker.lm_head.weight");
+  final_norm_ = w("thinker.model.norm.weight");
+  layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
+    layer& y = layers_[static_cast<std::size_t>(l)];
+    y.input_norm = w(p + "input_layernorm.weight");
+    y.q = w(p + "self_attn.q_proj.weight");
+    y.k = w(p + "self_attn.k_proj.weight");
+    y.v = w(p + "self_attn.v_proj.weight");
+    y.o = w(p + "self_attn.o_proj.weight");
+    y.q_norm = w(p + "self_attn.q_norm.weight");
+    y.k_norm = w(p + "self_attn.k_norm.weight");
+    y.post_norm = w(p + "post_attention_layernorm.weight");
+    y.router = w(p + "mlp.gate.weight");
+    for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      y.gate.push_back(w(x + "gate_proj.weight"));
+      y.up.push_back(w(x + "up_proj.weight"));
+      y.down.push_back(w(x + "down_proj.weight"));
+    }
+  }
+  // inv_freq exactly as the reference builds it: fp32 from an int64 arange.
+  const auto dim = config_.head_dim;
+  inv_freq_ = at::reciprocal(at::pow(config_.rope_theta,
+                                     at::arange(0, dim, 2, at::kLong).to(at::kFloat) /
+                                         static_cast<double>(dim)))
+                  .to(device_);
+}
+
+at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
+  return lm_head_.index_select(0, ids).to(type);
+}
+
+at::Tensor thinker::forward(const at::Tensor& ids, const std::vector<std::int64_t>& lengths,
+                            const stage_observer* observe, forward_profile* profile) const {
+  auto report = [&](std::string_view stage, const at::Tensor& x) {
+    if (!observe) return;
+    const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
+    (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
+  };
+  at::Tensor x;
+  {
+    scoped_timer t(profile ? &profile->embed_ms : nullptr);
+    x = embed_.index_select(0, ids).to(type_);
+  }
+  report("inputs_embeds", x);
+
+  // Text-only positions are 0..len-1 on all three MRoPE axes, so every frequency slot sees the
+  // same position and the interleaving reduces to plain RoPE.
+  at::Tensor cos, sin;
+  {
+    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    std::vector<at::Tensor> pieces;
+    pieces.reserve(lengths.size());
+    for (const auto n : lengths) {
+      pieces.push_back(at::arange(n, at::TensorOptions().dtype(at::kFloat).device(device_)));
+    }
+    const at::Tensor positions = at::cat(pieces);
+    const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    cos = emb.cos().to(type_).unsqueeze(1);  // [N, 1, head_dim]: broadcast over heads
+    sin = emb.sin().to(type_).unsqueeze(1);
+  }
+
+  const double eps = config_.rms_norm_eps;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const layer& w = layers_[l];
+    at::Tensor a;
+    {
+      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      a = rms_norm(x, w.input_norm, eps);
+    }
+    {
+      scoped_timer t(profile ? &profile->attention_ms : nullptr);
+      x = x + attention(w, a, cos, sin, lengths);
+    }
+    at::Tensor b;
+    {
+      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      b = rms_norm(x, w.post_norm, eps);
+    }
+    {
+      scoped_timer t(profile ? &profile->moe_ms : nullptr);
+      x = x + moe(w, b);
+    }
+    if (observe) report("layer_out." + std::to_string(l), x);
+  }
+  {
+    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    x = rms_norm(x, final_norm_, eps);
+  }
+  report("final_hidden", x);
+  return x;
+}
+
+at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
+                              const at::Tensor& sin,
+                              const std::vector<std::int64_t>& lengths) const {
+  const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
+                     kv_heads = config_.num_kv_heads, dim = config_.head_dim,
+                     group = heads / kv_heads;
+  const double eps = config_.rms_norm_eps;
+  at::Tensor q = rms_norm(dense(a, w.q).view({n_tokens, heads, dim}), w.q_norm, eps);
+  at::Tensor k = rms_norm(dense(a, w.k).view({n_tokens, kv_heads, dim}), w.k_norm, eps);
+  const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+
+  // Per KV head, its `group` query heads share one matmul: q rows ordered (head in group, token).
+  const at::Tensor qg = q.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
+  const at::Tensor kt = k.permute({1, 2, 0});  // [kv, dim, N]
+  const at::Tensor vt = v.permute({1, 0, 2});  // [kv, N, dim]
+  at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
+  const at::Tensor out_heads = out.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  std::int64_t offset = 0;
+  for (const auto len : lengths) {
+    const std::int64_t rows_per_chunk = std::clamp<std::int64_t>(
+        score_budget_bytes / (4 * heads * std::max<std::int64_t>(len, 1)), 16, len);
+    for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
+      const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
+      // [kv, group, rows, dim] -> [kv, group*rows, dim]
+      const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
+      at::Tensor scores = at::bmm(qc, kt.narrow(2, offset, keys)) * scale;
+      scores = scores.view({kv_heads, group, rows, keys});
+      if (rows > 1) {
+        // Query r0+i sees keys 0..r0+i: mask the strictly-upper part of the last `rows` keys.
+        const at::Tensor mask =
+            at::ones({rows, rows}, at::TensorOptions().dtype(at::kBool).device(a.device()))
+                .triu(1);
+        scores.narrow(3, r0, rows).masked_fill_(mask, neg_inf);
+      }
+      const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(a.scalar_type());
+      const at::Tensor ctx =
+          at::bmm(probs.view({kv_heads, group * rows, keys}), vt.narrow(1, offset, keys));
+      out_heads.narrow(2, offset + r0, rows).copy_(ctx.view({kv_heads, group, rows, dim}));
+    }
+    offset += len;
+  }
+  return dense(out, w.o);
+}
+
+at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
+  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
+  const at::Tensor router_logits = dense(b, w.router);
+  const at::Tensor probs = at::softmax(router_logits, 1, at::kFloat);
+  auto [weights, experts] = at::topk(probs, top_k, -1);
+  if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(b.scalar_type());
+
+  // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
+  const at::Tensor flat = experts.reshape({-1});
+  const at::Tensor order = at::argsort(flat);
+  const at::Tensor token_of = at::floor_divide(order, top_k);
+  const at::Tensor counts = at::bincount(flat, {}, config_.num_experts).to(at::kCPU);
+  const at::Tensor sorted_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  const at::Tensor inputs = b.index_select(0, token_of);
+  at::Tensor outputs = at::empty_like(inputs);
+  const auto* count = counts.data_ptr<std::int64_t>();
+  std::int64_t start = 0;
+  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+    const std::int64_t c = count[e];
+    if (c == 0) continue;
+    const auto xe = static_cast<std::size_t>(e);
+    const at::Tensor x = inputs.narrow(0, start, c);
+    const at::Tensor h = at::silu(dense(x, w.gate[xe])) * dense(x, w.up[xe]);
+    at::Tensor y = outputs.narrow(0, start, c);
+    at::mm_out(y, h, w.down[xe].t());
+    start += c;
+  }
+  outputs.mul_(sorted_weights);
+  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
+  out.index_add_(0, token_of, outputs);
+  return out;
+}
+
+}  // namespace baton::clef::detail

@@ -1,0 +1,77 @@
+// The thinker and the joint head against reference tensors (../shared/vectors).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "engine/clef/core/model.hpp"
+#include "support/files.hpp"
+
+namespace baton::clef {
+namespace {
+
+std::filesystem::path thinker_dir() { return test::shared_dir() / "vectors/qwen3-omni-thinker-tiny"; }
+
+std::vector<float> floats(const tensor_view& v) {
+  EXPECT_EQ(v.type, dtype::f32);
+  std::vector<float> out(static_cast<std::size_t>(v.numel()));
+  std::memcpy(out.data(), v.data, v.bytes);
+  return out;
+}
+
+// Largest |a - b| / max(|b|, floor) over the tensor: relative error that ignores near-zero values.
+double relative_error(std::span<const float> got, std::span<const float> want, double floor) {
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, d / std::max<double>(std::abs(want[i]), floor));
+  }
+  return worst;
+}
+
+TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
+  const safetensors_file ref(thinker_dir() / "tiny_ref_text.safetensors");
+  const tensor_view* ids_view = ref.find("in.input_ids");
+  ASSERT_NE(ids_view, nullptr);
+  std::vector<std::int64_t> ids64(static_cast<std::size_t>(ids_view->numel()));
+  std::memcpy(ids64.data(), ids_view->data, ids_view->bytes);
+  const std::vector<std::int32_t> ids(ids64.begin(), ids64.end());
+
+  model_options options;
+  options.head = false;
+  const auto m = model::load(thinker_dir() / "model", options);
+  std::map<std::string, std::vector<float>, std::less<>> stages;
+  m->trace_thinker(ids, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
+    EXPECT_EQ(rows, static_cast<std::int64_t>(ids.size()));
+    stages.emplace(std::string(stage), std::vector<float>(values.begin(), values.end()));
+  });
+
+  std::vector<std::pair<std::string, std::string>> pairs = {{"inputs_embeds", "out.inputs_embeds"},
+                                                            {"final_hidden", "out.final_hidden"}};
+  for (int l = 0; l < m->files().text().num_layers; ++l) {
+    pairs.emplace_back("layer_out." + std::to_string(l), "out.layer_out." + std::to_string(l));
+  }
+  for (const auto& [stage, key] : pairs) {
+    const tensor_view* want = ref.find(key);
+    ASSERT_NE(want, nullptr) << key;
+    ASSERT_TRUE(stages.contains(stage)) << stage;
+    const auto expected = floats(*want);
+    ASSERT_EQ(stages[stage].size(), expected.size()) << stage;
+    // Hidden values are O(1): relative error, with values below 1 compared absolutely.
+    EXPECT_LT(relative_error(stages[stage], expected, 1.0), 1e-5) << stage;
+  }
+}
+
+TEST(release, loads_the_tiny_clef_release_and_skips_talker_and_code2wav) {
+  const release r(test::shared_dir() / "vectors/clef-omni-tiny/release");
+  EXPECT_EQ(r.text().hidden_size, 64);
+  EXPECT_EQ(r.text().mrope_section[0], 8);
+  EXPECT_EQ(r.head().width, 32);
+  EXPECT_TRUE(r.has_head());
+  EXPECT_NO_THROW((void)r.thinker_tensor("thinker.lm_head.weight"));
+  EXPECT_THROW((void)r.thinker_tensor("talker.model.norm.weight"), load_error);
+}
+
+}  // namespace
+}  // namespace baton::clef
