@@ -19,21 +19,6 @@ const json& default_noul_description(bool side) {
   return side ? yes : no;
 }
 
-// Python truthiness of a JSON value, as in the reference's `instructions or id`.
-bool truthy(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return false;
-    case json::value_t::boolean: return v.get<bool>();
-    case json::value_t::number_integer: return v.get<std::int64_t>() != 0;
-    case json::value_t::number_unsigned: return v.get<std::uint64_t>() != 0;
-    case json::value_t::number_float: return v.get<double>() != 0.0;
-    case json::value_t::string: return !v.get_ref<const std::string&>().empty();
-    case json::value_t::array:
-    case json::value_t::object: return !v.empty();
-    default: return true;
-  }
-}
-
 std::string_view kind_name(const json& v) {
   if (is_big_integer(v)) return "number";
   switch (v.type()) {
@@ -388,7 +373,9 @@ const json& question::option_description(std::size_t i) const {
 }
 
 void append_instruction_text(const question& q, std::string& out) {
-  if (truthy(q.instructions)) {
+  const bool empty = q.instructions.is_null() ||
+                     (q.instructions.is_string() && q.instructions.get_ref<const std::string&>().empty());
+  if (!empty) {
     render_text(q.instructions, out);
   } else {
     out += q.id;

@@ -31,8 +31,8 @@ struct question {
   const json& option_description(std::size_t i) const;
 };
 
-// What the reference reads as a question's instruction: `instructions or id` (any Python-falsy
-// instructions fall back to the id), rendered as text.
+// What the reference reads as a question's instruction: the instructions rendered as text, or the
+// question id when they are null or "" (REF-omni `encode_record`; not Python truthiness).
 void append_instruction_text(const question& q, std::string& out);
 
 struct media_item {

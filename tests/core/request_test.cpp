@@ -51,13 +51,15 @@ TEST(request, keeps_question_and_choice_key_order) {
   EXPECT_TRUE(noul.option_description(1).is_null());
 }
 
-TEST(request, instruction_text_falls_back_to_the_id_for_falsy_instructions) {
+// Clef-Omni's reference (REF-omni encode_record) falls back only for null and "": an empty object
+// or list is rendered like any other JSON value.
+TEST(request, instruction_text_falls_back_to_the_id_for_null_or_empty_instructions) {
   const request r = parse_ok(R"({"state": "s", "questions": {
       "a": {"type": "noul"}, "b": {"type": "noul", "instructions": null},
       "c": {"type": "noul", "instructions": ""}, "d": {"type": "noul", "instructions": {}},
       "e": {"type": "noul", "instructions": []}, "f": {"type": "noul", "instructions": {"q": "x?"}},
       "g": {"type": "noul", "instructions": "Plain?"}}})");
-  const char* expected[] = {"a", "b", "c", "d", "e", R"({"q":"x?"})", "Plain?"};
+  const char* expected[] = {"a", "b", "c", "{}", "[]", R"({"q":"x?"})", "Plain?"};
   ASSERT_EQ(r.questions.size(), 7u);
   for (std::size_t i = 0; i < 7; ++i) {
     std::string text;
