@@ -1,0 +1,251 @@
+// The release loader and the safetensors reader on tiny checkpoints: the valid release written by
+// tests/engine/data/make_releases.py (the make_test_releases fixture), each broken copy of it, and
+// small hand-made safetensors files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/clef/core/model.hpp"
+
+namespace baton::clef {
+namespace {
+
+// The fixture is required: a missing directory fails the test instead of skipping it.
+std::filesystem::path release_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(BATON_TEST_RELEASES) / name;
+  EXPECT_TRUE(std::filesystem::is_directory(dir)) << dir << " missing: run the make_test_releases test";
+  return dir;
+}
+
+void expect_mentions(const std::string& message, const std::vector<std::string>& parts) {
+  for (const auto& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" lacks \"" << part << "\"";
+  }
+}
+
+TEST(release_loader, valid_release_loads_keeps_media_and_skips_talker_and_code2wav) {
+  const release r(release_dir("valid"));
+  EXPECT_EQ(r.text().hidden_size, 32);
+  EXPECT_EQ(r.text().num_layers, 2);
+  EXPECT_EQ(r.text().num_kv_heads, 2);
+  EXPECT_EQ(r.text().num_experts, 4);
+  EXPECT_EQ((r.text().mrope_section), (std::array<std::int64_t, 3>{4, 2, 2}));
+  EXPECT_EQ(r.head().width, 16);
+  EXPECT_EQ(r.head().routing_layers, 1);
+  // Every text tensor plus the one visual tensor; the talker and code2wav ones are not there.
+  EXPECT_EQ(r.thinker_tensor_count(), expected_text_tensors(r.text()).size() + 1);
+  EXPECT_EQ(r.thinker_tensor("thinker.visual.patch_embed.proj.weight").shape,
+            (std::vector<std::int64_t>{8, 3}));
+  EXPECT_EQ(r.thinker_tensor("thinker.model.layers.1.self_attn.q_proj.weight").type, dtype::bf16);
+  EXPECT_EQ(r.head_tensor("residual_gate").type, dtype::f32);
+  EXPECT_THROW((void)r.thinker_tensor("talker.model.norm.weight"), load_error);
+  EXPECT_THROW((void)r.thinker_tensor("code2wav.code_embedding.weight"), load_error);
+}
+
+// The skip test above proves something only if the skipped shard cannot be read.
+TEST(release_loader, skipped_shard_of_the_fixture_is_not_a_safetensors_file) {
+  EXPECT_THROW(safetensors_file(release_dir("valid") / "model-00003-of-00003.safetensors"), load_error);
+}
+
+class valid_model : public testing::TestWithParam<compute_dtype> {};
+
+TEST_P(valid_model, loads_and_scores_a_one_question_record) {
+  model_options options;
+  options.dtype = GetParam();
+  options.threads = 1;
+  const auto m = model::load(release_dir("valid"), options);
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299};
+  const std::vector<question_layout> questions = {{1, {1, 4}, {{5, 7}, {8, 11}}}};
+  const record_input record{ids, questions};
+  const auto out = m->forward({&record, 1});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(out[0][0].size(), 2u);
+  for (float logit : out[0][0]) EXPECT_TRUE(std::isfinite(logit)) << logit;
+}
+
+INSTANTIATE_TEST_SUITE_P(dtypes, valid_model, testing::Values(compute_dtype::f32, compute_dtype::bf16),
+                         [](const auto& info) {
+                           return std::string(info.param == compute_dtype::f32 ? "f32" : "bf16");
+                         });
+
+TEST(release_loader, rope_parameters_config_reads_as_the_rope_scaling_one) {
+  const text_config want = release(release_dir("valid")).text();
+  const text_config got = release(release_dir("rope_parameters")).text();
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.hidden_size, want.hidden_size);
+  EXPECT_EQ(got.num_layers, want.num_layers);
+  EXPECT_EQ(got.num_heads, want.num_heads);
+  EXPECT_EQ(got.num_kv_heads, want.num_kv_heads);
+  EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.moe_intermediate_size, want.moe_intermediate_size);
+  EXPECT_EQ(got.num_experts, want.num_experts);
+  EXPECT_EQ(got.experts_per_token, want.experts_per_token);
+  EXPECT_EQ(got.norm_topk_prob, want.norm_topk_prob);
+  EXPECT_EQ(got.rms_norm_eps, want.rms_norm_eps);
+  EXPECT_EQ(got.rope_theta, want.rope_theta);
+  EXPECT_EQ(got.mrope_section, want.mrope_section);
+  EXPECT_EQ(got.max_position_embeddings, want.max_position_embeddings);
+}
+
+struct broken_case {
+  const char* name;
+  std::vector<std::string> mentions;  // parts the load_error message must contain
+  bool head_only = false;             // loads when the head is not asked for
+};
+
+const std::vector<broken_case> broken_cases = {
+    {"missing_tensor", {"missing tensor thinker.model.layers.1.mlp.experts.3.down_proj.weight"}},
+    {"wrong_shape",
+     {"model-00002-of-00003.safetensors", "thinker.model.layers.1.self_attn.q_proj.weight",
+      "[48, 32]", "expected [64, 32]"}},
+    {"truncated_shard", {"model-00002-of-00003.safetensors", "truncated"}},
+    {"bad_index", {"model.safetensors.index.json", "not valid JSON"}},
+    {"index_missing_shard", {"model-00002-of-00003.safetensors", "missing"}},
+    {"bad_config", {"config.json", "`num_experts`"}},
+    {"bad_rope", {"mrope_section", "sums to 7", "head_dim / 2 is 8"}},
+    {"unexpected_tensor", {"unexpected tensor thinker.model.layers.0.mlp.shared_expert.weight"}},
+    {"head_wrong_shape", {"joint_head.safetensors", "layers.0.linear1.weight", "[32, 8]"}, true},
+    {"head_missing", {"joint_head.safetensors", "cannot open"}, true},
+    {"head_hidden_mismatch", {"joint_head_config.json", "hidden_size 48"}, true},
+};
+
+class broken_release : public testing::TestWithParam<broken_case> {};
+
+TEST_P(broken_release, release_throws_load_error_naming_the_fault) {
+  const auto dir = release_dir(GetParam().name);
+  try {
+    const release r(dir);
+    FAIL() << dir << " loaded";
+  } catch (const load_error& e) {
+    expect_mentions(e.what(), GetParam().mentions);
+  }
+}
+
+TEST_P(broken_release, model_load_throws_the_same_load_error) {
+  const auto dir = release_dir(GetParam().name);
+  try {
+    model_options options;
+    options.threads = 1;
+    (void)model::load(dir, options);
+    FAIL() << dir << " loaded";
+  } catch (const load_error& e) {
+    expect_mentions(e.what(), GetParam().mentions);
+  }
+}
+
+TEST_P(broken_release, head_faults_do_not_stop_a_bare_thinker_load) {
+  const auto dir = release_dir(GetParam().name);
+  if (GetParam().head_only) {
+    const release r(dir, /*head=*/false);
+    EXPECT_FALSE(r.has_head());
+  } else {
+    EXPECT_THROW(release(dir, /*head=*/false), load_error);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(variants, broken_release, testing::ValuesIn(broken_cases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Hand-made safetensors files in a fresh temporary directory.
+class safetensors_header : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "baton-safetensors-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // 8-byte little-endian header length (`declared`, or the header's own), header, data.
+  std::filesystem::path write(const std::string& header, const std::string& data,
+                              std::uint64_t declared = UINT64_MAX) {
+    const std::uint64_t length = declared == UINT64_MAX ? header.size() : declared;
+    const auto path = dir_ / "t.safetensors";
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << header << data;
+    return path;
+  }
+
+  std::string load_message(const std::filesystem::path& path) {
+    try {
+      safetensors_file f(path);
+    } catch (const load_error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << path << " loaded";
+    return {};
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(safetensors_header, header_length_beyond_the_file_is_truncated) {
+  const auto path = write(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "abcd", 4096);
+  expect_mentions(load_message(path), {"t.safetensors", "truncated", "4096"});
+}
+
+TEST_F(safetensors_header, file_shorter_than_the_length_field_is_truncated) {
+  const auto path = dir_ / "t.safetensors";
+  std::ofstream(path, std::ios::binary) << "abc";
+  expect_mentions(load_message(path), {"t.safetensors", "truncated"});
+}
+
+TEST_F(safetensors_header, header_that_is_not_json_is_rejected) {
+  expect_mentions(load_message(write("{not json", "")), {"t.safetensors", "not a JSON object"});
+}
+
+TEST_F(safetensors_header, unknown_dtype_names_the_tensor) {
+  const auto path = write(R"({"q":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", "abcd");
+  expect_mentions(load_message(path), {"tensor q", "unsupported dtype F8_E4M3"});
+}
+
+TEST_F(safetensors_header, offsets_not_matching_the_shape_name_the_tensor) {
+  const auto path =
+      write(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", std::string(24, '\0'));
+  expect_mentions(load_message(path), {"tensor w", "[0, 20)", "24 bytes"});
+}
+
+TEST_F(safetensors_header, data_past_the_end_names_the_tensor) {
+  const auto path =
+      write(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", std::string(16, '\0'));
+  expect_mentions(load_message(path), {"tensor w", "truncated shard"});
+}
+
+TEST_F(safetensors_header, negative_dimension_is_rejected) {
+  const auto path = write(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", "");
+  expect_mentions(load_message(path), {"tensor w", "non-negative"});
+}
+
+TEST_F(safetensors_header, zero_size_tensor_loads_beside_a_real_one) {
+  const float values[2] = {1.5f, -2.0f};
+  const std::string data(reinterpret_cast<const char*>(values), sizeof values);
+  const auto path = write(R"({"__metadata__":{"format":"pt"},)"
+                          R"("empty":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]},)"
+                          R"("v":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                          data);
+  const safetensors_file f(path);
+  EXPECT_EQ(f.tensors().size(), 2u);
+  const tensor_view* empty = f.find("empty");
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->numel(), 0);
+  EXPECT_EQ(empty->bytes, 0u);
+  EXPECT_EQ(empty->shape, (std::vector<std::int64_t>{0, 4}));
+  const tensor_view* v = f.find("v");
+  ASSERT_NE(v, nullptr);
+  float got[2];
+  ASSERT_EQ(v->bytes, sizeof got);
+  std::memcpy(got, v->data, sizeof got);
+  EXPECT_EQ(got[0], 1.5f);
+  EXPECT_EQ(got[1], -2.0f);
+}
+
+}  // namespace
+}  // namespace baton::clef
