@@ -224,6 +224,13 @@ TEST_F(safetensors_header, negative_dimension_is_rejected) {
   expect_mentions(load_message(path), {"tensor w", "non-negative"});
 }
 
+// 2^32 * 2^32 * 4 bytes wraps a 64-bit size to 0, which the empty data range would then match.
+TEST_F(safetensors_header, shape_whose_size_overflows_is_rejected) {
+  const auto path =
+      write(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "");
+  expect_mentions(load_message(path), {"tensor w", "too large"});
+}
+
 TEST_F(safetensors_header, zero_size_tensor_loads_beside_a_real_one) {
   const float values[2] = {1.5f, -2.0f};
   const std::string data(reinterpret_cast<const char*>(values), sizeof values);

@@ -119,16 +119,21 @@ safetensors_file::safetensors_file(const std::filesystem::path& path) : path_(pa
       }
     }
     if (!known) throw load_error(what + ": unsupported dtype " + dt->get<std::string>());
+    // The byte size is checked as it grows: a wrapped product could match an empty data range.
+    std::uint64_t expected = dtype_size(view.type);
     for (const auto& d : *shape) {
       if (!d.is_number_unsigned()) throw load_error(what + ": shape must hold non-negative integers");
-      view.shape.push_back(d.get<std::int64_t>());
+      const auto n = d.get<std::uint64_t>();
+      if (n > INT64_MAX || __builtin_mul_overflow(expected, n, &expected) || expected > INT64_MAX) {
+        throw load_error(what + ": shape is too large");
+      }
+      view.shape.push_back(static_cast<std::int64_t>(n));
     }
     if (!(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
       throw load_error(what + ": data_offsets must be non-negative integers");
     }
     const auto begin = (*offsets)[0].get<std::uint64_t>();
     const auto end = (*offsets)[1].get<std::uint64_t>();
-    const auto expected = static_cast<std::uint64_t>(view.numel()) * dtype_size(view.type);
     if (end < begin || end - begin != expected) {
       throw load_error(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                        ") do not hold " + std::to_string(expected) + " bytes");
