@@ -100,6 +100,8 @@ struct broken_case {
   bool head_only = false;             // loads when the head is not asked for
 };
 
+void PrintTo(const broken_case& c, std::ostream* os) { *os << c.name; }
+
 const std::vector<broken_case> broken_cases = {
     {"missing_tensor", {"missing tensor thinker.model.layers.1.mlp.experts.3.down_proj.weight"}},
     {"wrong_shape",
