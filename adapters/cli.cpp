@@ -1,5 +1,6 @@
 #include "adapters/cli.hpp"
 
+#include <charconv>
 #include <fstream>
 #include <istream>
 #include <optional>
@@ -8,7 +9,9 @@
 #include <vector>
 
 #include "core/request.hpp"
+#include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 
 namespace baton {
 
@@ -20,6 +23,8 @@ Usage: baton <command> [options]
 
 Commands:
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
+  encode      show how the clef engine encodes requests (token ids and spans), without weights
+  tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:
   -h, --help  show this help (and `baton <command> --help` for a command)
@@ -29,6 +34,8 @@ Exit status: 64 for a usage error; each command documents its own.
 )";
 
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
+       baton decide --engine clef --model DIR [--dtype f32|bf16] [--device cpu|cuda[:N]]
+                    [--max-length N] [--threads N] [--dump FILE] [FILE|-]
 
 Reads one SystemOne request (a JSON object) or many (JSONL: one object per line) from FILE, or
 from standard input when FILE is - or absent, and writes one response per request in the same
@@ -37,7 +44,17 @@ Every request is answered by the chosen engine whatever its "model" field names;
 "model" says which model answered.
 
 Options:
-  --engine NAME         the decision engine: keyword (default; no weights, word overlap)
+  --engine NAME         the decision engine: keyword (default; no weights, word overlap) or
+                        clef (the Clef-Omni model of --model)
+  --model DIR           clef: a release directory (config.json, *.safetensors + index,
+                        joint_head_config.json, joint_head.safetensors, tokenizer files)
+  --dtype TYPE          clef: f32 (default) or bf16 for the thinker; the head runs in f32
+  --device DEV          clef: cpu (default), cuda or cuda:N when libtorch has CUDA
+  --max-length N        clef: tokens per record (default 64000); the state is cut from its end
+                        to fit. A record line {"id","request","max_length"} sets its own
+  --threads N           clef: CPU threads (default: every core)
+  --dump FILE           clef: one line per input with the record's input_ids, question and
+                        option spans and logits, and the response (or the refusal)
   --confidence METRIC   how "confidence" is computed for choice and score answers:
                           p_max   the largest probability (default, as the Clef reference)
                           margin  TypeSafe's normalised form: choice (K*p_max-1)/(K-1),
@@ -54,6 +71,37 @@ Exit status:
   2   the single request was refused; its error body is on standard output
   64  usage error
   66  FILE cannot be read
+)";
+
+constexpr const char* encode_help = R"(Usage: baton encode --model DIR [--max-length N] [FILE|-]
+
+Encodes SystemOne requests (JSONL: one request, or one record {"id","request","max_length"}, per
+line) as the clef engine would, and writes one line per input: {"id","ok":true,"num_tokens",
+"input_ids","questions":[{"id","type","question_span","option_ids","option_spans"}]} or
+{"id","ok":false,"error","code"}. Only the release's tokenizer files are read.
+
+Options:
+  --model DIR       the release directory (or any directory with the tokenizer files)
+  --max-length N    tokens per record (default 64000)
+  -h, --help        show this help
+
+Exit status: 0 every line was written; 1 the tokenizer cannot be loaded; 64 usage; 66 FILE
+cannot be read.
+)";
+
+constexpr const char* tokenize_help = R"(Usage: baton tokenize --tokenizer PATH [--jsonl] [FILE|-]
+
+Writes the token ids of each input line as a JSON array, one per line, as Hugging Face's
+tokenizer(text, add_special_tokens=False) gives them (added tokens are matched in the text).
+
+Options:
+  --tokenizer PATH  a tokenizer.json, or a directory with tokenizer.json or vocab.json + merges.txt
+  --jsonl           each line is a JSON string (so a text may hold newlines)
+  -h, --help        show this help
+
+A line that is not valid UTF-8 (or, with --jsonl, not a JSON string) gets an error body
+{"error","code","detail"} on its line. Exit status: 0 every line was tokenized; 2 at least one
+line was refused; 1 the tokenizer cannot be loaded; 64 usage; 66 FILE cannot be read.
 )";
 
 bool blank(std::string_view line) {
@@ -108,21 +156,77 @@ class line_reader {
   char chunk_[8192];
 };
 
+// One line of a clef trace, in the format of ../shared/vectors/clef-omni-tiny/expected.jsonl:
+// ids, spans and (when run) logits and response of a record, or why it was refused.
+void write_dump_line(const json& id, const clef::encoded_record* encoded,
+                     const clef::record_logits* logits, const response* answer,
+                     const error* refusal, std::string& out) {
+  json line = json::object();
+  line["id"] = id;
+  line["ok"] = encoded != nullptr && refusal == nullptr;
+  if (encoded == nullptr || refusal != nullptr) {
+    line["error"] = refusal ? refusal->message : std::string("not run");
+    line["code"] = refusal ? refusal->code : std::string("INTERNAL");
+    render_json(line, out, false);
+    out.push_back('\n');
+    return;
+  }
+  line["num_tokens"] = encoded->ids.size();
+  line["input_ids"] = encoded->ids;
+  json questions = json::array();
+  for (std::size_t q = 0; q < encoded->questions.size(); ++q) {
+    const auto& eq = encoded->questions[q];
+    json item = json::object();
+    item["id"] = eq.id;
+    item["type"] = static_cast<int>(eq.type);
+    item["question_span"] = {eq.question.begin, eq.question.end};
+    item["option_ids"] = eq.option_ids;
+    json spans = json::array();
+    for (const auto& sp : eq.options) spans.push_back({sp.begin, sp.end});
+    item["option_spans"] = std::move(spans);
+    if (logits) {
+      json values = json::array();
+      for (const float v : (*logits)[q]) values.push_back(static_cast<double>(v));
+      item["logits"] = std::move(values);
+    }
+    questions.push_back(std::move(item));
+  }
+  line["questions"] = std::move(questions);
+  render_json(line, out, false);
+  if (answer) {
+    out.pop_back();  // splice the response in as the reference renders it
+    out += ",\"response\":";
+    render_response(*answer, out);
+    out.push_back('}');
+  }
+  out.push_back('\n');
+}
+
 // Answers requests in batches, each one's answer (or refusal) in input order: the JSONL lines, or
 // the one request of a multi-line document.
 class jsonl_decider {
  public:
-  jsonl_decider(std::ostream& out, decision_engine& engine, const decide_options& options)
-      : out_(out), engine_(engine), options_(options) {}
+  jsonl_decider(std::ostream& out, decision_engine& engine, const decide_options& options,
+                std::ostream* dump)
+      : out_(out),
+        engine_(engine),
+        clef_(dynamic_cast<clef::clef_engine*>(&engine)),
+        options_(options),
+        dump_(dump) {}
 
   // `size` is the request's full length; one over the limit was cut short when it was read.
   void add(std::string_view line, std::size_t size) {
     const engine_description& d = engine_.describe();
+    ++lines_;
+    request_line meta;
     auto parsed = size > d.limits.max_body_bytes ? result<request>(body_too_large(size, d.limits))
-                                                 : parse_request(line, d.limits, d.model_id);
+                                                 : parse_request_line(line, d.limits, d.model_id, meta);
+    if (meta.id.is_null()) meta.id = lines_;
+    ids_.push_back(std::move(meta.id));
     if (parsed) {
       slots_.emplace_back(requests_.size());
       requests_.push_back(std::move(*parsed));
+      max_lengths_.push_back(meta.max_length.value_or(options_.max_length));
     } else {
       slots_.emplace_back(std::move(parsed.error()));
     }
@@ -135,11 +239,18 @@ class jsonl_decider {
 
   void flush() {
     if (slots_.empty()) return;
-    auto results = engine_.decide(requests_);
+    std::vector<std::optional<clef::clef_trace>> traces;
+    auto results = clef_ ? clef_->decide(requests_, max_lengths_, dump_ ? &traces : nullptr)
+                         : engine_.decide(requests_);
     buffer_.clear();
-    for (auto& slot : slots_) {
-      if (auto* e = std::get_if<error>(&slot)) {
-        render_error(*e, buffer_);
+    dump_buffer_.clear();
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const auto& slot = slots_[s];
+      std::optional<response> answer;
+      std::optional<error> failure;
+      const error* refusal = std::get_if<error>(&slot);
+      if (refusal) {
+        render_error(*refusal, buffer_);
         last_status_ = exit_refused;
       } else {
         const std::size_t i = std::get<std::size_t>(slot);
@@ -148,35 +259,59 @@ class jsonl_decider {
                                    : result<response>(results[i].error());
         if (answered) {
           render_response(*answered, buffer_);
+          answer = std::move(*answered);
           last_status_ = exit_ok;
         } else {
           render_error(answered.error(), buffer_);
-          last_status_ = exit_engine_failed;
-          ++engine_failures_;
+          last_status_ = answered.error().status >= 500 ? exit_engine_failed : exit_refused;
+          if (answered.error().status >= 500) ++engine_failures_;
+          failure = answered.error();
+          refusal = &*failure;
         }
+        if (dump_) {
+          const auto& trace = traces.empty() ? std::nullopt : traces[i];
+          write_dump_line(ids_[s], trace ? &trace->encoded : nullptr, trace ? &trace->logits : nullptr,
+                          answer ? &*answer : nullptr, refusal, dump_buffer_);
+        }
+        buffer_.push_back('\n');
+        continue;
       }
+      if (dump_) write_dump_line(ids_[s], nullptr, nullptr, nullptr, refusal, dump_buffer_);
       buffer_.push_back('\n');
     }
     out_ << buffer_;
     out_.flush();
+    if (dump_) {
+      *dump_ << dump_buffer_;
+      dump_->flush();
+    }
     slots_.clear();
     requests_.clear();
+    max_lengths_.clear();
+    ids_.clear();
   }
 
  private:
   std::ostream& out_;
   decision_engine& engine_;
+  clef::clef_engine* clef_;  // the same engine when it is clef: per-record windows and traces
   const decide_options& options_;
+  std::ostream* dump_;
   std::vector<request> requests_;
+  std::vector<std::size_t> max_lengths_;  // per request
   std::vector<std::variant<std::size_t, error>> slots_;  // a request's index in requests_, or its refusal
+  std::vector<json> ids_;                                // per slot: the record id or line number
+  std::size_t lines_ = 0;
   std::string buffer_;
+  std::string dump_buffer_;
   int last_status_ = exit_ok;
   std::size_t engine_failures_ = 0;
 };
 
 }  // namespace
 
-int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options) {
+int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options,
+               std::ostream* dump) {
   const request_limits& limits = engine.describe().limits;
   line_reader reader(in, limits.max_body_bytes + 1);
   std::string line;
@@ -204,13 +339,13 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
         body += line;
       }
     }
-    jsonl_decider decider(out, engine, options);
+    jsonl_decider decider(out, engine, options, dump);
     decider.add(body, body_size);
     decider.flush();
     return decider.last_status();
   }
 
-  jsonl_decider decider(out, engine, options);
+  jsonl_decider decider(out, engine, options, dump);
   std::size_t requests = 0;
   do {
     decider.add(line, size);
@@ -226,6 +361,13 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
 }
 
 namespace {
+
+std::optional<std::size_t> positive_number(std::string_view text) {
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n == 0) return std::nullopt;
+  return n;
+}
 
 int usage_error(std::ostream& err, const std::string& what, const char* command) {
   err << "baton" << (command ? std::string(" ") + command : std::string()) << ": " << what << "\n"
@@ -254,6 +396,33 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
       auto v = value("--engine");
       if (!v) return usage_error(err, "--engine needs a name", "decide");
       options.engine = std::string(*v);
+    } else if (a.starts_with("--model")) {
+      auto v = value("--model");
+      if (!v) return usage_error(err, "--model needs a release directory", "decide");
+      options.model_dir = std::string(*v);
+    } else if (a.starts_with("--dtype")) {
+      auto v = value("--dtype");
+      clef::compute_dtype unused;
+      if (!v || !clef::parse_compute_dtype(*v, unused)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
+      options.dtype = std::string(*v);
+    } else if (a.starts_with("--device")) {
+      auto v = value("--device");
+      if (!v) return usage_error(err, "--device needs cpu, cuda or cuda:N", "decide");
+      options.device = std::string(*v);
+    } else if (a.starts_with("--max-length")) {
+      auto v = value("--max-length");
+      auto n = v ? positive_number(*v) : std::nullopt;
+      if (!n) return usage_error(err, "--max-length needs a positive number of tokens", "decide");
+      options.max_length = *n;
+    } else if (a.starts_with("--threads")) {
+      auto v = value("--threads");
+      auto n = v ? positive_number(*v) : std::nullopt;
+      if (!n) return usage_error(err, "--threads needs a positive number", "decide");
+      options.threads = *n;
+    } else if (a.starts_with("--dump")) {
+      auto v = value("--dump");
+      if (!v) return usage_error(err, "--dump needs a file", "decide");
+      options.dump = std::string(*v);
     } else if (a.starts_with("--confidence")) {
       auto v = value("--confidence");
       auto metric = v ? parse_confidence_metric(*v) : std::nullopt;
@@ -268,17 +437,202 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     }
   }
 
-  auto engine = make_engine(options.engine);
-  if (!engine) return usage_error(err, engine.error().message, "decide");
+  std::unique_ptr<decision_engine> engine;
+  if (options.engine == "clef") {
+    if (options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
+    clef::clef_engine_options clef_options;
+    clef_options.model_dir = options.model_dir;
+    clef::parse_compute_dtype(options.dtype, clef_options.model.dtype);
+    clef_options.model.device = options.device;
+    clef_options.model.threads = static_cast<int>(options.threads);
+    clef_options.max_length = options.max_length;
+    try {
+      engine = std::make_unique<clef::clef_engine>(clef_options);
+    } catch (const std::exception& e) {
+      err << "baton decide: cannot load the model: " << e.what() << "\n";
+      return exit_engine_failed;
+    }
+  } else if (!options.model_dir.empty() || !options.dump.empty()) {
+    return usage_error(err, "--model and --dump need --engine clef", "decide");
+  } else {
+    auto made = make_engine(options.engine);
+    if (!made) return usage_error(err, made.error().message, "decide");
+    engine = std::move(*made);
+  }
 
-  if (!file || *file == "-") return run_decide(in, out, **engine, options);
+  std::ofstream dump_file;
+  if (!options.dump.empty()) {
+    dump_file.open(options.dump, std::ios::binary | std::ios::trunc);
+    if (!dump_file) {
+      err << "baton decide: cannot write " << options.dump << "\n";
+      return exit_cant_create;
+    }
+  }
+  std::ostream* dump = options.dump.empty() ? nullptr : &dump_file;
+  if (!file || *file == "-") return run_decide(in, out, *engine, options, dump);
   std::ifstream input(*file, std::ios::binary);
   if (!input) {
     err << "baton decide: cannot read " << *file << "\n";
     return exit_no_input;
   }
   options.jsonl = options.jsonl || file->ends_with(".jsonl");
-  return run_decide(input, out, **engine, options);
+  return run_decide(input, out, *engine, options, dump);
+}
+
+// Opens FILE (or returns `in` for - or none); nullptr after reporting an unreadable file.
+std::istream* open_input(const std::optional<std::string>& file, std::istream& in, std::ifstream& storage,
+                         std::ostream& err, const char* command) {
+  if (!file || *file == "-") return &in;
+  storage.open(*file, std::ios::binary);
+  if (!storage) {
+    err << "baton " << command << ": cannot read " << *file << "\n";
+    return nullptr;
+  }
+  return &storage;
+}
+
+int encode_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
+  std::optional<std::string> file, model_dir;
+  std::size_t max_length = 64000;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    auto value = [&](std::string_view flag) -> std::optional<std::string_view> {
+      if (a.size() > flag.size() && a.substr(0, flag.size()) == flag && a[flag.size()] == '=')
+        return a.substr(flag.size() + 1);
+      if (a == flag && i + 1 < args.size()) return args[++i];
+      return std::nullopt;
+    };
+    if (a == "-h" || a == "--help") {
+      out << encode_help;
+      return exit_ok;
+    }
+    if (a.starts_with("--model")) {
+      auto v = value("--model");
+      if (!v) return usage_error(err, "--model needs a directory", "encode");
+      model_dir = std::string(*v);
+    } else if (a.starts_with("--max-length")) {
+      auto v = value("--max-length");
+      auto n = v ? positive_number(*v) : std::nullopt;
+      if (!n) return usage_error(err, "--max-length needs a positive number of tokens", "encode");
+      max_length = *n;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error(err, "unknown option " + std::string(a), "encode");
+    } else if (file) {
+      return usage_error(err, "more than one input file", "encode");
+    } else {
+      file = std::string(a);
+    }
+  }
+  if (!model_dir) return usage_error(err, "--model DIR is required", "encode");
+  std::optional<clef::clef_encoder> encoder;
+  try {
+    encoder.emplace(*model_dir);
+  } catch (const std::exception& e) {
+    err << "baton encode: cannot load the tokenizer: " << e.what() << "\n";
+    return exit_engine_failed;
+  }
+  std::ifstream storage;
+  std::istream* input = open_input(file, in, storage, err, "encode");
+  if (!input) return exit_no_input;
+
+  const request_limits limits = request_limits::text_only();
+  line_reader reader(*input, limits.max_body_bytes + 1);
+  std::string line, buffer;
+  std::size_t size = 0, lines = 0;
+  while (reader.next_nonblank(line, size)) {
+    ++lines;
+    request_line meta;
+    auto parsed = size > limits.max_body_bytes ? result<request>(body_too_large(size, limits))
+                                               : parse_request_line(line, limits, {}, meta);
+    if (meta.id.is_null()) meta.id = lines;
+    buffer.clear();
+    if (!parsed) {
+      const error refused = parsed.error();
+      write_dump_line(meta.id, nullptr, nullptr, nullptr, &refused, buffer);
+    } else if (auto encoded = encoder->encode(*parsed, meta.max_length.value_or(max_length)); !encoded) {
+      const error refused = encoded.error();
+      write_dump_line(meta.id, nullptr, nullptr, nullptr, &refused, buffer);
+    } else {
+      write_dump_line(meta.id, &*encoded, nullptr, nullptr, nullptr, buffer);
+    }
+    out << buffer;
+  }
+  out.flush();
+  return exit_ok;
+}
+
+int tokenize_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
+  std::optional<std::string> file, path;
+  bool jsonl = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    if (a == "-h" || a == "--help") {
+      out << tokenize_help;
+      return exit_ok;
+    }
+    if (a == "--jsonl") {
+      jsonl = true;
+    } else if (a == "--tokenizer" && i + 1 < args.size()) {
+      path = std::string(args[++i]);
+    } else if (a.starts_with("--tokenizer=")) {
+      path = std::string(a.substr(12));
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error(err, "unknown option " + std::string(a), "tokenize");
+    } else if (file) {
+      return usage_error(err, "more than one input file", "tokenize");
+    } else {
+      file = std::string(a);
+    }
+  }
+  if (!path) return usage_error(err, "--tokenizer PATH is required", "tokenize");
+  std::unique_ptr<tokenizer> tok;
+  try {
+    tok = tokenizer::load(*path);
+  } catch (const std::exception& e) {
+    err << "baton tokenize: cannot load the tokenizer: " << e.what() << "\n";
+    return exit_engine_failed;
+  }
+  std::ifstream storage;
+  std::istream* input = open_input(file, in, storage, err, "tokenize");
+  if (!input) return exit_no_input;
+
+  int status = exit_ok;
+  std::string line, buffer;
+  std::vector<std::int32_t> ids;
+  json value;
+  json_parse_error parse_error;
+  while (std::getline(*input, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::string_view text = line;
+    std::optional<error> refused;
+    if (jsonl) {
+      if (!parse_json(line, value, parse_error) || !value.is_string()) {
+        refused = make_error(422, "INVALID_TEXT", "the line is not a JSON string");
+      } else {
+        text = value.get_ref<const std::string&>();
+      }
+    } else if (!valid_utf8(text)) {
+      refused = make_error(422, "INVALID_TEXT", "the line is not valid UTF-8");
+    }
+    buffer.clear();
+    if (refused) {
+      render_error(*refused, buffer);
+      status = exit_refused;
+    } else {
+      ids.clear();
+      tok->encode(text, ids);
+      buffer.push_back('[');
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        if (k) buffer.push_back(',');
+        buffer += std::to_string(ids[k]);
+      }
+      buffer.push_back(']');
+    }
+    buffer.push_back('\n');
+    out << buffer;
+  }
+  out.flush();
+  return status;
 }
 
 }  // namespace
@@ -298,6 +652,8 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
     return exit_ok;
   }
   if (command == "decide") return decide_main(args.subspan(1), in, out, err);
+  if (command == "encode") return encode_main(args.subspan(1), in, out, err);
+  if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 

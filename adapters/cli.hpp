@@ -20,20 +20,30 @@ enum exit_code : int {
   exit_refused = 2,  // a single request was refused; its error body is on stdout
   exit_usage = 64,
   exit_no_input = 66,
+  exit_cant_create = 73,
 };
 
 struct decide_options {
   std::string engine = "keyword";
+  std::string model_dir;              // clef: the release directory
+  std::string dtype = "f32";          // clef: f32 or bf16
+  std::string device = "cpu";         // clef: cpu, cuda, cuda:N
+  std::size_t max_length = 64000;     // clef: tokens per record
+  std::size_t threads = 0;            // clef: CPU threads (0: every core)
+  std::string dump;                   // clef: file for the per-record trace (ids, spans, logits)
   confidence_metric confidence = confidence_metric::p_max;
   std::string input = "-";
   bool jsonl = false;  // force JSONL; otherwise detected
   std::size_t batch_size = 64;
 };
 
-// Answers the requests read from `in` with `engine`, writing one response (or error body) per
+// Answers the requests read from `in` with `engine` (lines may also be record wrappers
+// {"id","request","max_length"}), writing one response (or error body) per
 // request to `out`. JSONL when `jsonl` or when the first line is a whole JSON value; otherwise the
 // whole input is one request.
-int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options);
+// With `dump`, the clef engine's trace of every line goes there (`baton decide --dump`).
+int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options,
+               std::ostream* dump = nullptr);
 
 // `args` excludes the program name.
 int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 
 namespace baton {
 
@@ -388,31 +389,59 @@ error body_too_large(std::size_t bytes, const request_limits& limits) {
                         std::to_string(limits.max_body_bytes));
 }
 
-result<request> parse_request(std::string_view body, const request_limits& limits, std::string_view model_id) {
+namespace {
+
+// The body as JSON, or the refusal of a body that is too large or not acceptable JSON.
+std::optional<error> parse_body(std::string_view body, const request_limits& limits, json& doc) {
   if (body.size() > limits.max_body_bytes) return body_too_large(body.size(), limits);
-  json doc;
   json_parse_error err;
-  if (!parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) {
-    json loc = json::array({"body"});
-    for (const json& p : err.path) loc.push_back(p);
-    switch (err.what) {
-      case json_parse_error::kind::syntax:
-        return make_error(400, "INVALID_JSON",
-                          "request body is not valid JSON: " + err.message + " at byte " + std::to_string(err.byte));
-      case json_parse_error::kind::unicode:
-        return make_error(422, "INVALID_REQUEST",
-                          {simple_issue(loc, "string_unicode", "Input should be a valid string: " + err.message)});
-      case json_parse_error::kind::too_deep:
-        return make_error(422, "INVALID_REQUEST",
-                          {simple_issue(loc, "json_too_deep", err.message, json{{"max_depth", limits.max_json_depth}})});
-      case json_parse_error::kind::non_finite:
-        return make_error(422, "INVALID_REQUEST",
-                          {simple_issue(loc, "finite_number", "Input should be a finite number")});
-      case json_parse_error::kind::long_integer:
-        return make_error(422, "INVALID_REQUEST", {simple_issue(loc, "int_too_long", err.message)});
-    }
+  if (parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) return std::nullopt;
+  json loc = json::array({"body"});
+  for (const json& p : err.path) loc.push_back(p);
+  switch (err.what) {
+    case json_parse_error::kind::syntax:
+      return make_error(400, "INVALID_JSON",
+                        "request body is not valid JSON: " + err.message + " at byte " + std::to_string(err.byte));
+    case json_parse_error::kind::unicode:
+      return make_error(422, "INVALID_REQUEST",
+                        {simple_issue(loc, "string_unicode", "Input should be a valid string: " + err.message)});
+    case json_parse_error::kind::too_deep:
+      return make_error(422, "INVALID_REQUEST",
+                        {simple_issue(loc, "json_too_deep", err.message, json{{"max_depth", limits.max_json_depth}})});
+    case json_parse_error::kind::non_finite:
+      return make_error(422, "INVALID_REQUEST",
+                        {simple_issue(loc, "finite_number", "Input should be a finite number")});
+    case json_parse_error::kind::long_integer:
+      return make_error(422, "INVALID_REQUEST", {simple_issue(loc, "int_too_long", err.message)});
   }
+  return make_error(400, "INVALID_JSON", "request body is not valid JSON");
+}
+
+}  // namespace
+
+result<request> parse_request(std::string_view body, const request_limits& limits, std::string_view model_id) {
+  json doc;
+  if (auto refused = parse_body(body, limits, doc)) return std::move(*refused);
   return request_from_json(std::move(doc), limits, model_id);
+}
+
+result<request> parse_request_line(std::string_view body, const request_limits& limits,
+                                   std::string_view model_id, request_line& meta) {
+  meta = {};
+  json doc;
+  if (auto refused = parse_body(body, limits, doc)) return std::move(*refused);
+  const bool wrapper = doc.is_object() && doc.contains("request") && !doc.contains("questions");
+  if (!wrapper) return request_from_json(std::move(doc), limits, model_id);
+  if (auto id = doc.find("id"); id != doc.end()) meta.id = *id;
+  if (auto m = doc.find("max_length"); m != doc.end() && !m->is_null()) {
+    if (!m->is_number_unsigned() || m->get<std::uint64_t>() == 0) {
+      return make_error(422, "INVALID_REQUEST",
+                        {simple_issue(json::array({"max_length"}), "greater_than",
+                                      "Input should be a positive integer", json{{"gt", 0}})});
+    }
+    meta.max_length = static_cast<std::size_t>(m->get<std::uint64_t>());
+  }
+  return request_from_json(std::move(doc["request"]), limits, model_id);
 }
 
 result<request> request_from_json(json&& body, const request_limits& limits, std::string_view model_id) {

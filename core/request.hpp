@@ -2,6 +2,7 @@
 // spec/systemone-api.md. Question order and choice key order are kept exactly as sent.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,16 @@ error body_too_large(std::size_t bytes, const request_limits& limits);
 // 422 TOO_MANY_OPTIONS (the model's option budget). `model_id` names the model in messages.
 result<request> parse_request(std::string_view body, const request_limits& limits,
                               std::string_view model_id = {});
+// A line of a record file (as ../shared/vectors/clef-omni-tiny/records.jsonl): a bare request, or
+// a wrapper {"id": …, "request": {…}, "max_length": N} around one, whose id and context window
+// land in `meta`.
+struct request_line {
+  json id;                                // null when absent
+  std::optional<std::size_t> max_length;  // the record's own context window
+};
+result<request> parse_request_line(std::string_view body, const request_limits& limits,
+                                   std::string_view model_id, request_line& meta);
+
 // The same on an already parsed body.
 result<request> request_from_json(json&& body, const request_limits& limits,
                                   std::string_view model_id = {});

@@ -125,6 +125,7 @@ result<encoded_record> encode_record(const request& r, const piece_tokenizer& to
     const question& q = r.questions[k];
     if (!criteria_ok(q, issues)) continue;
     encoded_question& eq = rec.questions.emplace_back();
+    eq.id = q.id;
     eq.type = q.type;
 
     text.assign("\nFIELD ");

@@ -37,6 +37,7 @@ struct span {
 };
 
 struct encoded_question {
+  std::string id;
   question_type type = question_type::noul;
   span question;                  // instruction span
   std::vector<span> options;      // encoded order: noul true, false; choice keys by code point; score 0..n-1

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "adapters/cli.hpp"
@@ -144,7 +145,8 @@ TEST(cli, help_documents_every_flag) {
   EXPECT_NE(main_help.out.find("decide"), std::string::npos);
   const auto help = cli({"decide", "--help"});
   EXPECT_EQ(help.code, exit_ok);
-  for (const char* flag : {"--engine", "--confidence", "p_max", "margin", "--jsonl", "FILE", "Exit status"})
+  for (const char* flag : {"--engine", "--confidence", "p_max", "margin", "--jsonl", "FILE", "Exit status", "--model",
+                           "--dtype", "--device", "--max-length", "--threads", "--dump", "clef"})
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   EXPECT_EQ(cli({"--version"}).out, std::string("baton ") + baton_version + "\n");
 }
@@ -258,6 +260,142 @@ TEST(cli_binary, answers_the_config_examples) {
     ASSERT_TRUE(resp) << got[i];
     EXPECT_EQ(resp->answers.size(), test::parse(requests[i])["questions"].size());
   }
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+const std::filesystem::path tiny = test::shared_dir() / "vectors/clef-omni-tiny";
+
+// The text records of the tiny release's reference run, with their expected outcomes.
+std::pair<std::string, std::vector<json>> text_records() {
+  const auto records = lines(test::read_file(tiny / "records.jsonl"));
+  const auto expected = lines(test::read_file(tiny / "expected.jsonl"));
+  std::string input;
+  std::vector<json> want;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const json r = test::parse(records[i]);
+    if (r["request"].contains("images") || r["request"].contains("audio") || r["request"].contains("videos")) continue;
+    input += records[i] + "\n";
+    want.push_back(test::parse(expected[i]));
+  }
+  return {input, want};
+}
+
+void expect_same_encoding(const json& got, const json& want) {
+  EXPECT_EQ(got["num_tokens"], want["num_tokens"]);
+  EXPECT_EQ(got["input_ids"], want["input_ids"]);
+  ASSERT_EQ(got["questions"].size(), want["questions"].size());
+  for (std::size_t q = 0; q < got["questions"].size(); ++q) {
+    for (const char* key : {"id", "type", "question_span", "option_ids", "option_spans"}) {
+      EXPECT_EQ(got["questions"][q][key], want["questions"][q][key]) << key;
+    }
+  }
+}
+
+TEST(cli_clef, decide_dump_matches_the_reference_trace) {
+  const auto [input, want] = text_records();
+  const auto dump = std::filesystem::temp_directory_path() / ("baton_dump_" + std::to_string(getpid()) + ".jsonl");
+  const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string();
+  const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--dump",
+                      dump_arg},
+                     input);
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  const auto answers = lines(r.out);
+  const auto traces = lines(test::read_file(dump));
+  std::filesystem::remove(dump);
+  ASSERT_EQ(answers.size(), want.size());
+  ASSERT_EQ(traces.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i]["id"].get<std::string>());
+    const json got = test::parse(traces[i]);
+    EXPECT_EQ(got["id"], want[i]["id"]);
+    EXPECT_EQ(got["ok"], want[i]["ok"]);
+    if (!want[i]["ok"].get<bool>()) {
+      EXPECT_TRUE(test::parse(answers[i]).contains("error"));
+      if (want[i]["error"].get<std::string>().starts_with("schema requires")) {
+        EXPECT_EQ(got["error"], want[i]["error"]);
+      }
+      continue;
+    }
+    expect_same_encoding(got, want[i]);
+    for (std::size_t q = 0; q < got["questions"].size(); ++q) {
+      const json& a = got["questions"][q]["logits"];
+      const json& b = want[i]["questions"][q]["logits"];
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k].get<double>(), b[k].get<double>(), 1e-4);
+    }
+    EXPECT_EQ(got["response"]["answers"], want[i]["response"]["answers"]);
+    EXPECT_EQ(test::parse(answers[i])["answers"], want[i]["response"]["answers"]);
+  }
+}
+
+TEST(cli_clef, encode_needs_no_weights_and_matches_the_reference_ids) {
+  const auto [input, want] = text_records();
+  // A directory holding only the tokenizer: encode must not look for weights.
+  const auto dir = std::filesystem::temp_directory_path() / ("baton_tok_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(tiny / "release/tokenizer.json", dir / "tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string dir_arg = dir.string();
+  const auto r = cli({"encode", "--model", dir_arg}, input);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  const auto got = lines(r.out);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const json line = test::parse(got[i]);
+    EXPECT_EQ(line["id"], want[i]["id"]);
+    if (want[i]["ok"].get<bool>()) {
+      EXPECT_FALSE(line.contains("response"));
+      EXPECT_FALSE(line["questions"][0].contains("logits"));
+      expect_same_encoding(line, want[i]);
+    } else {
+      EXPECT_EQ(line["ok"], false);
+    }
+  }
+  EXPECT_EQ(cli({"encode"}).code, exit_usage);
+  EXPECT_EQ(cli({"encode", "--model", "/nonexistent"}).code, exit_engine_failed);
+}
+
+TEST(cli_clef, tokenize_writes_one_id_array_per_line) {
+  const std::string model_arg = (tiny / "release").string();
+  const json invoice = test::parse(lines(test::read_file(tiny / "expected.jsonl"))[0]);
+  // The prompt prefix holds newlines: as a JSON string it is one line.
+  const std::string prefix = "<|im_start|>system\nRead the complete state";
+  const auto r = cli({"tokenize", "--tokenizer", model_arg, "--jsonl"}, json(prefix).dump() + "\n\"\"\n42\n");
+  EXPECT_EQ(r.code, exit_refused);
+  const auto got = lines(r.out);
+  ASSERT_EQ(got.size(), 3u);
+  const json ids = test::parse(got[0]);
+  ASSERT_GT(ids.size(), 5u);
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], invoice["input_ids"][i]) << i;
+  EXPECT_EQ(got[1], "[]");
+  EXPECT_EQ(test::parse(got[2])["code"], "INVALID_TEXT");
+
+  const auto plain = cli({"tokenize", "--tokenizer", model_arg}, "STATE:\n\xff\xfe\n");
+  EXPECT_EQ(plain.code, exit_refused);
+  const auto plain_lines = lines(plain.out);
+  ASSERT_EQ(plain_lines.size(), 2u);
+  EXPECT_EQ(plain_lines[0].front(), '[');
+  EXPECT_EQ(test::parse(plain_lines[1])["code"], "INVALID_TEXT");
+  EXPECT_EQ(cli({"tokenize"}).code, exit_usage);
+  EXPECT_EQ(cli({"tokenize", "--tokenizer", "/nonexistent"}).code, exit_engine_failed);
+}
+
+TEST(cli_clef, usage_errors) {
+  EXPECT_EQ(cli({"decide", "--engine", "clef"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", "x", "--dtype", "f16"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", "x", "--max-length", "0"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--dump", "x.jsonl"}).code, exit_usage);
+  const auto missing = cli({"decide", "--engine", "clef", "--model", "/nonexistent"}, "{}\n");
+  EXPECT_EQ(missing.code, exit_engine_failed);
+  EXPECT_NE(missing.err.find("/nonexistent"), std::string::npos);
+  const std::string model_arg = (tiny / "release").string();
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", model_arg, "--device", "tpu"}).code, exit_engine_failed);
 }
 
 }  // namespace

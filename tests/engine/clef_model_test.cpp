@@ -40,6 +40,7 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
 
   model_options options;
   options.head = false;
+  options.threads = 1;  // see clef_engine_test.cpp
   const auto m = model::load(thinker_dir() / "model", options);
   std::map<std::string, std::vector<float>, std::less<>> stages;
   m->trace_thinker(ids, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {

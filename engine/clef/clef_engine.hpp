@@ -1,0 +1,82 @@
+// The clef decision engine: SystemOne requests -> record encoding -> Clef-Omni model -> answers.
+// Text and JSON states; media arrive with the media issue (requests carrying media are refused by
+// the engine's limits until then).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/clef/core/model.hpp"
+#include "engine/clef/record_encoder.hpp"
+#include "engine/decision_engine.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+
+namespace baton::clef {
+
+struct clef_engine_options {
+  std::filesystem::path model_dir;
+  model_options model;
+  std::size_t max_length = 64000;    // tokens per record (REF-omni DEFAULT_MAX_LENGTH)
+  std::size_t batch_tokens = 16384;  // records are packed into one forward up to this many tokens
+  std::string model_id;              // empty: the release directory's name
+};
+
+// What one record went through, for `baton decide --dump` and the parity tests.
+struct clef_trace {
+  encoded_record encoded;
+  record_logits logits;  // per question, encoded option order
+};
+
+// The release's tokenizer and prompt encoding alone: no weights are read (`baton encode`).
+class clef_encoder {
+ public:
+  explicit clef_encoder(const std::filesystem::path& model_dir);  // throws load_error
+
+  result<encoded_record> encode(const request& r, std::size_t max_length) const;
+  const tokenizer& text_tokenizer() const noexcept { return *tokenizer_; }
+
+ private:
+  class pieces final : public piece_tokenizer {
+   public:
+    explicit pieces(const tokenizer& t) : tokenizer_(t) {}
+    void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
+      tokenizer_.encode(text, out);
+    }
+
+   private:
+    const tokenizer& tokenizer_;
+  };
+
+  std::unique_ptr<tokenizer> tokenizer_;
+  pieces pieces_;
+};
+
+class clef_engine final : public decision_engine {
+ public:
+  explicit clef_engine(const clef_engine_options& options);  // throws load_error
+
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override;
+
+  // decide() with a context window per request (empty: the engine's) and, when `traces` is
+  // given, what each record went through (nullopt for a refused one).
+  std::vector<result<decision>> decide(std::span<const request> batch,
+                                       std::span<const std::size_t> max_lengths,
+                                       std::vector<std::optional<clef_trace>>* traces);
+
+  model& backbone() noexcept { return *model_; }
+
+ private:
+  clef_engine_options options_;
+  clef_encoder encoder_;
+  std::unique_ptr<model> model_;
+  engine_description description_;
+};
+
+// sha256 over the release's index, config and head files ("sha256:<hex>"): identifies the weights
+// without reading them.
+std::string release_fingerprint(const std::filesystem::path& model_dir);
+
+}  // namespace baton::clef

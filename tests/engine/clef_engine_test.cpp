@@ -1,0 +1,189 @@
+// The clef engine end to end against Cloudflare's reference run on a tiny release
+// (../shared/vectors/clef-omni-tiny): ids, spans, logits and answers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <optional>
+
+#include "core/answers.hpp"
+#include "engine/clef/clef_engine.hpp"
+#include "support/files.hpp"
+
+namespace baton::clef {
+namespace {
+
+std::filesystem::path tiny_dir() { return test::shared_dir() / "vectors/clef-omni-tiny"; }
+
+// One thread: ctest runs the test binaries side by side on two cores, where idle OpenMP threads
+// spinning between the tiny model's many small ops cost far more than they give.
+constexpr int test_threads = 1;
+
+struct record_case {
+  json line;      // records.jsonl
+  json expected;  // expected.jsonl
+};
+
+// The text records (media records belong to the media engine).
+std::vector<record_case> text_cases() {
+  std::ifstream records(tiny_dir() / "records.jsonl"), expected(tiny_dir() / "expected.jsonl");
+  std::vector<record_case> out;
+  std::string a, b;
+  while (std::getline(records, a) && std::getline(expected, b)) {
+    record_case c{test::parse(a), test::parse(b)};
+    const json& r = c.line["request"];
+    if (r.contains("images") || r.contains("audio") || r.contains("videos")) continue;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+class clef_engine_test : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    clef_engine_options options;
+    options.model_dir = tiny_dir() / "release";
+    options.model_id = "clef-omni-tiny";
+    options.model.threads = test_threads;
+    engine_ = new clef_engine(options);
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+  }
+  static clef_engine* engine_;
+};
+clef_engine* clef_engine_test::engine_ = nullptr;
+
+// Requests as the API layer would hand them over (or its refusal).
+result<request> to_request(const record_case& c) {
+  return request_from_json(json(c.line["request"]), request_limits::text_only(), "clef-omni-tiny");
+}
+
+std::size_t max_length_of(const record_case& c) {
+  return c.line.contains("max_length") ? c.line["max_length"].get<std::size_t>() : 64000;
+}
+
+TEST_F(clef_engine_test, text_records_match_the_reference) {
+  const auto cases = text_cases();
+  ASSERT_EQ(cases.size(), 12u);
+  double worst = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.line["id"].get<std::string>());
+    const json& want = c.expected;
+    auto req = to_request(c);
+    if (!want["ok"].get<bool>()) {
+      // The reference's ValueErrors: a bad type is refused by validation, before the engine; a
+      // schema longer than the window by the encoder, with the reference's message.
+      if (!req) {
+        EXPECT_EQ(req.error().code, "INVALID_REQUEST");
+        EXPECT_NE(render_error(req.error()).find(R"(["body","questions","a"])"), std::string::npos);
+        EXPECT_NE(want["error"].get<std::string>().find("type must be"), std::string::npos);
+        continue;
+      }
+      const std::size_t window = max_length_of(c);
+      std::vector<std::optional<clef_trace>> traces;
+      auto results = engine_->decide({&*req, 1}, {&window, 1}, &traces);
+      ASSERT_FALSE(results[0]);
+      EXPECT_EQ(results[0].error().code, "INPUT_TOO_LONG");
+      EXPECT_EQ(results[0].error().message, want["error"].get<std::string>());
+      continue;
+    }
+    ASSERT_TRUE(req) << render_error(req.error());
+    const std::size_t window = max_length_of(c);
+    std::vector<std::optional<clef_trace>> traces;
+    auto results = engine_->decide({&*req, 1}, {&window, 1}, &traces);
+    ASSERT_TRUE(results[0]) << render_error(results[0].error());
+    ASSERT_TRUE(traces[0]);
+    const clef_trace& t = *traces[0];
+    EXPECT_EQ(json(t.encoded.ids), want["input_ids"]);
+    ASSERT_EQ(t.encoded.questions.size(), want["questions"].size());
+    for (std::size_t q = 0; q < t.encoded.questions.size(); ++q) {
+      const auto& eq = t.encoded.questions[q];
+      const json& wq = want["questions"][q];
+      EXPECT_EQ(eq.id, wq["id"].get<std::string>());
+      EXPECT_EQ(static_cast<int>(eq.type), wq["type"].get<int>());
+      EXPECT_EQ(json::array({eq.question.begin, eq.question.end}), wq["question_span"]);
+      EXPECT_EQ(json(eq.option_ids), wq["option_ids"]);
+      ASSERT_EQ(eq.options.size(), wq["option_spans"].size());
+      ASSERT_EQ(t.logits[q].size(), wq["logits"].size());
+      for (std::size_t k = 0; k < eq.options.size(); ++k) {
+        EXPECT_EQ(json::array({eq.options[k].begin, eq.options[k].end}), wq["option_spans"][k]);
+        const double d = std::abs(t.logits[q][k] - wq["logits"][k].get<double>());
+        worst = std::max(worst, d);
+        EXPECT_LT(d, 1e-4) << eq.id << " option " << k;
+      }
+    }
+    auto answered = make_response(*req, *results[0], confidence_metric::p_max, "clef-omni-tiny");
+    ASSERT_TRUE(answered);
+    const json got = test::parse(render_response(*answered));
+    EXPECT_EQ(got["answers"], want["response"]["answers"]);
+    EXPECT_EQ(got["usage"]["input_tokens"], want["response"]["usage"]["input_tokens"]);
+    EXPECT_EQ(got["usage"]["state_truncated"].get<bool>(), c.line["id"] == "truncated_state");
+  }
+  RecordProperty("worst_logit_difference", std::to_string(worst));
+}
+
+TEST_F(clef_engine_test, a_batch_gives_each_record_its_alone_logits_and_answers) {
+  std::vector<request> requests;
+  std::vector<std::size_t> windows;
+  for (const auto& c : text_cases()) {
+    if (!c.expected["ok"].get<bool>()) continue;
+    auto r = to_request(c);
+    ASSERT_TRUE(r);
+    requests.push_back(std::move(*r));
+    windows.push_back(max_length_of(c));
+  }
+  ASSERT_EQ(requests.size(), 10u);
+  std::vector<std::optional<clef_trace>> together;
+  const auto batch = engine_->decide(requests, windows, &together);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    std::vector<std::optional<clef_trace>> alone;
+    const auto one = engine_->decide({&requests[i], 1}, {&windows[i], 1}, &alone);
+    ASSERT_TRUE(batch[i]);
+    ASSERT_TRUE(one[0]);
+    for (std::size_t q = 0; q < alone[0]->logits.size(); ++q) {
+      for (std::size_t k = 0; k < alone[0]->logits[q].size(); ++k) {
+        EXPECT_NEAR(together[i]->logits[q][k], alone[0]->logits[q][k], 1e-6);
+      }
+    }
+    const auto a = make_response(requests[i], *batch[i], confidence_metric::p_max, "m");
+    const auto b = make_response(requests[i], *one[0], confidence_metric::p_max, "m");
+    EXPECT_EQ(render_response(*a), render_response(*b));
+  }
+}
+
+TEST_F(clef_engine_test, describes_itself_with_a_fingerprint_of_the_release) {
+  const auto& d = engine_->describe();
+  EXPECT_EQ(d.model_id, "clef-omni-tiny");
+  EXPECT_EQ(d.fingerprint.rfind("sha256:", 0), 0u);
+  EXPECT_EQ(d.fingerprint.size(), 7u + 64u);
+  EXPECT_EQ(d.fingerprint, release_fingerprint(tiny_dir() / "release"));
+  EXPECT_EQ(d.limits.images.max_items, 0u);  // media arrive with the media engine
+}
+
+TEST(clef_engine_bf16, answers_every_text_record_close_to_fp32) {
+  clef_engine_options options;
+  options.model_dir = tiny_dir() / "release";
+  options.model.dtype = compute_dtype::bf16;
+  options.model.threads = test_threads;
+  clef_engine engine(options);
+  for (const auto& c : text_cases()) {
+    if (!c.expected["ok"].get<bool>()) continue;
+    auto req = to_request(c);
+    ASSERT_TRUE(req);
+    const std::size_t window = max_length_of(c);
+    std::vector<std::optional<clef_trace>> traces;
+    auto results = engine.decide({&*req, 1}, {&window, 1}, &traces);
+    ASSERT_TRUE(results[0]) << render_error(results[0].error());
+    for (std::size_t q = 0; q < traces[0]->logits.size(); ++q) {
+      for (std::size_t k = 0; k < traces[0]->logits[q].size(); ++k) {
+        // bf16 keeps 8 bits of mantissa; the tiny model's logits are O(1).
+        EXPECT_NEAR(traces[0]->logits[q][k], c.expected["questions"][q]["logits"][k].get<double>(), 0.1);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton::clef
