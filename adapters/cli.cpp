@@ -1,7 +1,9 @@
 #include "adapters/cli.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <map>
 #include <istream>
 #include <optional>
 #include <ostream>
@@ -375,67 +377,95 @@ int usage_error(std::ostream& err, const std::string& what, const char* command)
   return exit_usage;
 }
 
-int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
-  decide_options options;
+// A command's arguments: flags with a value (`--flag value` or `--flag=value`), switches, -h or
+// --help, and at most one input FILE (- is standard input).
+struct command_args {
+  std::map<std::string_view, std::string_view, std::less<>> values;  // flag -> value, switch -> ""
   std::optional<std::string> file;
+  bool help = false;
+
+  std::optional<std::string_view> get(std::string_view flag) const {
+    const auto it = values.find(flag);
+    return it == values.end() ? std::nullopt : std::optional<std::string_view>(it->second);
+  }
+  bool has(std::string_view flag) const { return values.contains(flag); }
+};
+
+// The usage problem, if any.
+std::optional<std::string> parse_args(std::span<const std::string_view> args,
+                                      std::initializer_list<std::string_view> flags,
+                                      std::initializer_list<std::string_view> switches, command_args& out) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
-    auto value = [&](std::string_view flag) -> std::optional<std::string_view> {
-      if (a.size() > flag.size() && a.substr(0, flag.size()) == flag && a[flag.size()] == '=')
-        return a.substr(flag.size() + 1);
-      if (a == flag && i + 1 < args.size()) return args[++i];
-      return std::nullopt;
-    };
     if (a == "-h" || a == "--help") {
-      out << decide_help;
-      return exit_ok;
+      out.help = true;
+      continue;
     }
-    if (a == "--jsonl") {
-      options.jsonl = true;
-    } else if (a.starts_with("--engine")) {
-      auto v = value("--engine");
-      if (!v) return usage_error(err, "--engine needs a name", "decide");
-      options.engine = std::string(*v);
-    } else if (a.starts_with("--model")) {
-      auto v = value("--model");
-      if (!v) return usage_error(err, "--model needs a release directory", "decide");
-      options.model_dir = std::string(*v);
-    } else if (a.starts_with("--dtype")) {
-      auto v = value("--dtype");
-      clef::compute_dtype unused;
-      if (!v || !clef::parse_compute_dtype(*v, unused)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
-      options.dtype = std::string(*v);
-    } else if (a.starts_with("--device")) {
-      auto v = value("--device");
-      if (!v) return usage_error(err, "--device needs cpu, cuda or cuda:N", "decide");
-      options.device = std::string(*v);
-    } else if (a.starts_with("--max-length")) {
-      auto v = value("--max-length");
-      auto n = v ? positive_number(*v) : std::nullopt;
-      if (!n) return usage_error(err, "--max-length needs a positive number of tokens", "decide");
-      options.max_length = *n;
-    } else if (a.starts_with("--threads")) {
-      auto v = value("--threads");
-      auto n = v ? positive_number(*v) : std::nullopt;
-      if (!n) return usage_error(err, "--threads needs a positive number", "decide");
-      options.threads = *n;
-    } else if (a.starts_with("--dump")) {
-      auto v = value("--dump");
-      if (!v) return usage_error(err, "--dump needs a file", "decide");
-      options.dump = std::string(*v);
-    } else if (a.starts_with("--confidence")) {
-      auto v = value("--confidence");
-      auto metric = v ? parse_confidence_metric(*v) : std::nullopt;
-      if (!metric) return usage_error(err, "--confidence takes p_max or margin", "decide");
-      options.confidence = *metric;
-    } else if (a.size() > 1 && a[0] == '-') {
-      return usage_error(err, "unknown option " + std::string(a), "decide");
-    } else if (file) {
-      return usage_error(err, "more than one input file", "decide");
-    } else {
-      file = std::string(a);
+    if (std::find(switches.begin(), switches.end(), a) != switches.end()) {
+      out.values[a] = "";
+      continue;
     }
+    const std::string_view name = a.substr(0, a.find('='));
+    if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
+      if (name.size() < a.size()) {
+        out.values[name] = a.substr(name.size() + 1);
+      } else if (i + 1 < args.size()) {
+        out.values[name] = args[++i];
+      } else {
+        return std::string(name) + " needs a value";
+      }
+      continue;
+    }
+    if (a.size() > 1 && a[0] == '-') return "unknown option " + std::string(a);
+    if (out.file) return std::string("more than one input file");
+    out.file = std::string(a);
   }
+  return std::nullopt;
+}
+
+// Reads a positive count flag into `out` when it is given; false when it is not a positive number.
+bool read_count(const command_args& args, std::string_view flag, std::size_t& out) {
+  const auto v = args.get(flag);
+  if (!v) return true;
+  const auto n = positive_number(*v);
+  if (n) out = *n;
+  return n.has_value();
+}
+
+int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
+  command_args a;
+  if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--dtype", "--device", "--max-length",
+                                       "--threads", "--dump"},
+                                {"--jsonl"}, a)) {
+    return usage_error(err, *problem, "decide");
+  }
+  if (a.help) {
+    out << decide_help;
+    return exit_ok;
+  }
+  decide_options options;
+  options.jsonl = a.has("--jsonl");
+  if (auto v = a.get("--engine")) options.engine = std::string(*v);
+  if (auto v = a.get("--confidence")) {
+    auto metric = parse_confidence_metric(*v);
+    if (!metric) return usage_error(err, "--confidence takes p_max or margin", "decide");
+    options.confidence = *metric;
+  }
+  if (auto v = a.get("--model")) options.model_dir = std::string(*v);
+  if (auto v = a.get("--dtype")) {
+    clef::compute_dtype unused;
+    if (!clef::parse_compute_dtype(*v, unused)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
+    options.dtype = std::string(*v);
+  }
+  if (auto v = a.get("--device")) options.device = std::string(*v);
+  if (auto v = a.get("--dump")) options.dump = std::string(*v);
+  if (!read_count(a, "--max-length", options.max_length)) {
+    return usage_error(err, "--max-length needs a positive number of tokens", "decide");
+  }
+  if (!read_count(a, "--threads", options.threads)) {
+    return usage_error(err, "--threads needs a positive number", "decide");
+  }
+  const std::optional<std::string>& file = a.file;
 
   std::unique_ptr<decision_engine> engine;
   if (options.engine == "clef") {
@@ -492,41 +522,22 @@ std::istream* open_input(const std::optional<std::string>& file, std::istream& i
 }
 
 int encode_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
-  std::optional<std::string> file, model_dir;
-  std::size_t max_length = 64000;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    auto value = [&](std::string_view flag) -> std::optional<std::string_view> {
-      if (a.size() > flag.size() && a.substr(0, flag.size()) == flag && a[flag.size()] == '=')
-        return a.substr(flag.size() + 1);
-      if (a == flag && i + 1 < args.size()) return args[++i];
-      return std::nullopt;
-    };
-    if (a == "-h" || a == "--help") {
-      out << encode_help;
-      return exit_ok;
-    }
-    if (a.starts_with("--model")) {
-      auto v = value("--model");
-      if (!v) return usage_error(err, "--model needs a directory", "encode");
-      model_dir = std::string(*v);
-    } else if (a.starts_with("--max-length")) {
-      auto v = value("--max-length");
-      auto n = v ? positive_number(*v) : std::nullopt;
-      if (!n) return usage_error(err, "--max-length needs a positive number of tokens", "encode");
-      max_length = *n;
-    } else if (a.size() > 1 && a[0] == '-') {
-      return usage_error(err, "unknown option " + std::string(a), "encode");
-    } else if (file) {
-      return usage_error(err, "more than one input file", "encode");
-    } else {
-      file = std::string(a);
-    }
+  command_args a;
+  if (auto problem = parse_args(args, {"--model", "--max-length"}, {}, a)) return usage_error(err, *problem, "encode");
+  if (a.help) {
+    out << encode_help;
+    return exit_ok;
   }
+  std::size_t max_length = 64000;
+  if (!read_count(a, "--max-length", max_length)) {
+    return usage_error(err, "--max-length needs a positive number of tokens", "encode");
+  }
+  const auto model_dir = a.get("--model");
+  const std::optional<std::string>& file = a.file;
   if (!model_dir) return usage_error(err, "--model DIR is required", "encode");
   std::optional<clef::clef_encoder> encoder;
   try {
-    encoder.emplace(*model_dir);
+    encoder.emplace(std::string(*model_dir));
   } catch (const std::exception& e) {
     err << "baton encode: cannot load the tokenizer: " << e.what() << "\n";
     return exit_engine_failed;
@@ -562,32 +573,19 @@ int encode_main(std::span<const std::string_view> args, std::istream& in, std::o
 }
 
 int tokenize_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
-  std::optional<std::string> file, path;
-  bool jsonl = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << tokenize_help;
-      return exit_ok;
-    }
-    if (a == "--jsonl") {
-      jsonl = true;
-    } else if (a == "--tokenizer" && i + 1 < args.size()) {
-      path = std::string(args[++i]);
-    } else if (a.starts_with("--tokenizer=")) {
-      path = std::string(a.substr(12));
-    } else if (a.size() > 1 && a[0] == '-') {
-      return usage_error(err, "unknown option " + std::string(a), "tokenize");
-    } else if (file) {
-      return usage_error(err, "more than one input file", "tokenize");
-    } else {
-      file = std::string(a);
-    }
+  command_args a;
+  if (auto problem = parse_args(args, {"--tokenizer"}, {"--jsonl"}, a)) return usage_error(err, *problem, "tokenize");
+  if (a.help) {
+    out << tokenize_help;
+    return exit_ok;
   }
+  const bool jsonl = a.has("--jsonl");
+  const auto path = a.get("--tokenizer");
+  const std::optional<std::string>& file = a.file;
   if (!path) return usage_error(err, "--tokenizer PATH is required", "tokenize");
   std::unique_ptr<tokenizer> tok;
   try {
-    tok = tokenizer::load(*path);
+    tok = tokenizer::load(std::string(*path));
   } catch (const std::exception& e) {
     err << "baton tokenize: cannot load the tokenizer: " << e.what() << "\n";
     return exit_engine_failed;
