@@ -1,7 +1,9 @@
 #include "adapters/cli.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <istream>
@@ -37,7 +39,8 @@ Exit status: 64 for a usage error; each command documents its own.
 
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
        baton decide --engine clef --model DIR [--dtype f32|bf16] [--device cpu|cuda[:N]]
-                    [--max-length N] [--threads N] [--dump FILE] [FILE|-]
+                    [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
+                    [--dump FILE] [FILE|-]
 
 Reads one SystemOne request (a JSON object) or many (JSONL: one object per line) from FILE, or
 from standard input when FILE is - or absent, and writes one response per request in the same
@@ -50,11 +53,15 @@ Options:
                         clef (the Clef-Omni model of --model)
   --model DIR           clef: a release directory (config.json, *.safetensors + index,
                         joint_head_config.json, joint_head.safetensors, tokenizer files)
-  --dtype TYPE          clef: f32 (default) or bf16 for the thinker; the head runs in f32
+  --dtype TYPE          clef: f32 or bf16 for the thinker (default: the weights' own dtype)
+  --head-dtype TYPE     clef: f32 (default) or bf16 for the joint head (the reference runs it in
+                        the model's dtype; parity tests are f32)
   --device DEV          clef: cpu (default), cuda or cuda:N when libtorch has CUDA
   --max-length N        clef: tokens per record (default 64000); the state is cut from its end
                         to fit. A record line {"id","request","max_length"} sets its own
   --threads N           clef: CPU threads (default: every core)
+  --batch-tokens N      clef: records are packed into one forward up to N tokens (default
+                        16384; 1: one record per forward, as the reference runs them)
   --dump FILE           clef: one line per input with the record's input_ids, question and
                         option spans and logits, and the response (or the refusal)
   --confidence METRIC   how "confidence" is computed for choice and score answers:
@@ -188,7 +195,10 @@ void write_dump_line(const json& id, const clef::encoded_record* encoded,
     item["option_spans"] = std::move(spans);
     if (logits) {
       json values = json::array();
-      for (const float v : (*logits)[q]) values.push_back(static_cast<double>(v));
+      // A non-finite logit (a broken model) is null: the line must stay valid JSON.
+      for (const float v : (*logits)[q]) {
+        values.push_back(std::isfinite(v) ? json(static_cast<double>(v)) : json(nullptr));
+      }
       item["logits"] = std::move(values);
     }
     questions.push_back(std::move(item));
@@ -271,7 +281,7 @@ class jsonl_decider {
           refusal = &*failure;
         }
         if (dump_) {
-          const auto& trace = traces.empty() ? std::nullopt : traces[i];
+          const clef::clef_trace* trace = i < traces.size() && traces[i] ? &*traces[i] : nullptr;
           write_dump_line(ids_[s], trace ? &trace->encoded : nullptr, trace ? &trace->logits : nullptr,
                           answer ? &*answer : nullptr, refusal, dump_buffer_);
         }
@@ -434,8 +444,10 @@ bool read_count(const command_args& args, std::string_view flag, std::size_t& ou
 
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
-  if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--dtype", "--device", "--max-length",
-                                       "--threads", "--dump"},
+  static constexpr std::array<std::string_view, 8> clef_flags = {
+      "--model", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens", "--dump"};
+  if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--dtype", "--head-dtype", "--device",
+                                       "--max-length", "--threads", "--batch-tokens", "--dump"},
                                 {"--jsonl"}, a)) {
     return usage_error(err, *problem, "decide");
   }
@@ -452,10 +464,14 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     options.confidence = *metric;
   }
   if (auto v = a.get("--model")) options.model_dir = std::string(*v);
-  if (auto v = a.get("--dtype")) {
-    clef::compute_dtype unused;
-    if (!clef::parse_compute_dtype(*v, unused)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
-    options.dtype = std::string(*v);
+  for (auto [flag, field] : {std::pair{"--dtype", &options.dtype}, std::pair{"--head-dtype", &options.head_dtype}}) {
+    if (auto v = a.get(flag)) {
+      clef::compute_dtype unused;
+      if (!clef::parse_compute_dtype(*v, unused)) {
+        return usage_error(err, std::string(flag) + " takes f32 or bf16", "decide");
+      }
+      *field = std::string(*v);
+    }
   }
   if (auto v = a.get("--device")) options.device = std::string(*v);
   if (auto v = a.get("--dump")) options.dump = std::string(*v);
@@ -465,6 +481,9 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   if (!read_count(a, "--threads", options.threads)) {
     return usage_error(err, "--threads needs a positive number", "decide");
   }
+  if (!read_count(a, "--batch-tokens", options.batch_tokens)) {
+    return usage_error(err, "--batch-tokens needs a positive number", "decide");
+  }
   const std::optional<std::string>& file = a.file;
 
   std::unique_ptr<decision_engine> engine;
@@ -472,18 +491,26 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     if (options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
     clef::clef_engine_options clef_options;
     clef_options.model_dir = options.model_dir;
-    clef::parse_compute_dtype(options.dtype, clef_options.model.dtype);
+    if (!options.dtype.empty()) {
+      clef::compute_dtype d{};
+      clef::parse_compute_dtype(options.dtype, d);
+      clef_options.model.dtype = d;
+    }
+    if (!options.head_dtype.empty()) clef::parse_compute_dtype(options.head_dtype, clef_options.model.head_dtype);
     clef_options.model.device = options.device;
-    clef_options.model.threads = static_cast<int>(options.threads);
+    clef_options.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
     clef_options.max_length = options.max_length;
+    clef_options.batch_tokens = options.batch_tokens;
     try {
       engine = std::make_unique<clef::clef_engine>(clef_options);
     } catch (const std::exception& e) {
       err << "baton decide: cannot load the model: " << e.what() << "\n";
       return exit_engine_failed;
     }
-  } else if (!options.model_dir.empty() || !options.dump.empty()) {
-    return usage_error(err, "--model and --dump need --engine clef", "decide");
+  } else if (std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
+    return usage_error(err, "--model, --dtype, --head-dtype, --device, --max-length, --threads, --batch-tokens and --dump "
+                       "need --engine clef",
+                       "decide");
   } else {
     auto made = make_engine(options.engine);
     if (!made) return usage_error(err, made.error().message, "decide");

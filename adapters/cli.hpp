@@ -26,10 +26,12 @@ enum exit_code : int {
 struct decide_options {
   std::string engine = "keyword";
   std::string model_dir;              // clef: the release directory
-  std::string dtype = "f32";          // clef: f32 or bf16
+  std::string dtype;                  // clef: f32 or bf16; empty: the weights' own dtype
+  std::string head_dtype;             // clef: f32 or bf16; empty: f32
   std::string device = "cpu";         // clef: cpu, cuda, cuda:N
   std::size_t max_length = 64000;     // clef: tokens per record
   std::size_t threads = 0;            // clef: CPU threads (0: every core)
+  std::size_t batch_tokens = 16384;   // clef: tokens packed into one forward
   std::string dump;                   // clef: file for the per-record trace (ids, spans, logits)
   confidence_metric confidence = confidence_metric::p_max;
   std::string input = "-";

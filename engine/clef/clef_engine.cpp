@@ -2,7 +2,10 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <fstream>
 
 #include "core/answers.hpp"
@@ -18,14 +21,30 @@ std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   } catch (const std::exception& e) {
     throw load_error(e.what());
   }
-  // The prompt's control tokens must be single added tokens, or the encoding silently differs
+  // The prompt's control tokens must each encode to one token, or the encoding silently differs
   // from the one the model was trained on.
   for (const char* token : {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
-    if (!t->token_to_id(token)) {
-      throw load_error(dir.string() + ": the tokenizer has no token " + token);
+    if (t->encode(token).size() != 1) {
+      throw load_error(dir.string() + ": the tokenizer does not read " + token + " as one token");
     }
   }
   return t;
+}
+
+// config.json names the ids of <|im_start|> and <|im_end|>: the tokenizer must agree.
+void check_control_ids(const std::filesystem::path& dir, const tokenizer& t) {
+  std::ifstream in(dir / "config.json", std::ios::binary);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return;  // the model loader reports a bad config
+  for (const auto& [key, token] : {std::pair{"im_start_token_id", "<|im_start|>"}, std::pair{"im_end_token_id", "<|im_end|>"}}) {
+    const auto it = config.find(key);
+    if (it == config.end() || !it->is_number_integer()) continue;
+    const auto ids = t.encode(token);
+    if (ids.size() != 1 || ids[0] != it->get<std::int64_t>()) {
+      throw load_error((dir / "config.json").string() + ": " + key + " is " + it->dump() + " but the tokenizer reads " +
+                       token + " as " + (ids.size() == 1 ? std::to_string(ids[0]) : std::string("several tokens")));
+    }
+  }
 }
 
 std::vector<question_layout> layouts(const encoded_record& r) {
@@ -80,6 +99,7 @@ clef_engine::clef_engine(const clef_engine_options& options)
   if (description_.model_id.empty()) description_.model_id = "clef-omni";
   description_.fingerprint = release_fingerprint(options.model_dir);
   description_.limits = request_limits::text_only();
+  check_control_ids(options.model_dir, encoder_.text_tokenizer());
   if (encoder_.text_tokenizer().size() > static_cast<std::size_t>(model_->files().text().vocab_size)) {
     throw load_error(options.model_dir.string() + ": the tokenizer has " +
                      std::to_string(encoder_.text_tokenizer().size()) +
@@ -106,7 +126,12 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
       out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read images, audio or videos yet"));
       continue;
     }
-    auto e = encoder_.encode(batch[i], max_length);
+    result<encoded_record> e = make_error(500, "INFERENCE_FAILED", "the record was not encoded");
+    try {
+      e = encoder_.encode(batch[i], max_length);
+    } catch (const std::exception& ex) {  // the tokenizer's regex limits, memory
+      e = make_error(500, "INFERENCE_FAILED", std::string("the record could not be encoded: ") + ex.what());
+    }
     if (e) {
       encoded[i] = std::move(*e);
       out.emplace_back(decision{});
@@ -159,25 +184,51 @@ std::string release_fingerprint(const std::filesystem::path& model_dir) {
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     throw load_error("sha256 is not available");
   }
+  auto update = [&](const void* data, std::size_t size) {
+    if (EVP_DigestUpdate(ctx.get(), data, size) != 1) throw load_error("sha256 failed");
+  };
   std::vector<char> buffer(1 << 20);
+  // The small files whole, named so that moving bytes between files changes the fingerprint.
   for (const char* name : {"model.safetensors.index.json", "config.json", "joint_head_config.json",
                            "joint_head.safetensors"}) {
-    const auto path = model_dir / name;
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in(model_dir / name, std::ios::binary);
     if (!in) continue;  // a single-file checkpoint has no index
-    // The file name goes in too, so moving bytes between files changes the fingerprint.
-    EVP_DigestUpdate(ctx.get(), name, std::char_traits<char>::length(name) + 1);
+    update(name, std::char_traits<char>::length(name) + 1);
     while (in) {
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-      EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(in.gcount()));
+      update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+    }
+  }
+  // Shards are tens of GB: their size, header and 16 windows of 64 KiB spread over the data tell
+  // apart releases with the same tensor layout (a merged thinker from the stock one) without
+  // reading them whole.
+  std::vector<std::filesystem::path> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors") && name != "joint_head.safetensors") shards.push_back(entry.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  constexpr std::size_t windows = 16, window_bytes = 64 << 10;
+  for (const auto& shard : shards) {
+    const mapped_file file(shard);
+    const std::string name = shard.filename().string();
+    update(name.c_str(), name.size() + 1);
+    const std::uint64_t size = file.size();
+    update(&size, sizeof size);
+    std::uint64_t header = 0;
+    if (size >= 8) std::memcpy(&header, file.data(), 8);
+    update(file.data(), static_cast<std::size_t>(std::min<std::uint64_t>(size, 8 + header)));
+    for (std::size_t w = 0; w < windows && size > 0; ++w) {
+      const std::size_t at = static_cast<std::size_t>(size * w / windows);
+      update(file.data() + at, std::min<std::size_t>(window_bytes, static_cast<std::size_t>(size) - at));
     }
   }
   unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &size);
+  unsigned int digest_size = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest, &digest_size) != 1) throw load_error("sha256 failed");
   std::string hex = "sha256:";
   char byte[3];
-  for (unsigned int i = 0; i < size; ++i) {
+  for (unsigned int i = 0; i < digest_size; ++i) {
     std::snprintf(byte, sizeof byte, "%02x", digest[i]);
     hex += byte;
   }

@@ -676,6 +676,7 @@ struct tokenizer::model {
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match);
       const std::size_t start = ov[0], end = ov[1];
       if (end == start) {  // an empty match is no piece; look again one character on
+        if (start >= text.size()) break;
         from = start + code_point_length(static_cast<unsigned char>(text[start]));
         continue;
       }

@@ -187,3 +187,40 @@ TEST(clef_engine_bf16, answers_every_text_record_close_to_fp32) {
 
 }  // namespace
 }  // namespace baton::clef
+
+namespace baton::clef {
+namespace {
+
+// A budget of one byte forces 16-row chunks everywhere: attention over the longer records runs in
+// many chunks (each with its own causal mask), and so do the head's cross-attentions.
+TEST(clef_engine_chunks, small_score_budgets_give_the_same_logits) {
+  clef_engine_options options;
+  options.model_dir = test::shared_dir() / "vectors/clef-omni-tiny/release";
+  options.model.threads = 1;
+  clef_engine whole(options);
+  options.model.score_budget_bytes = 1;
+  clef_engine chunked(options);
+  std::ifstream records(options.model_dir.parent_path() / "records.jsonl");
+  std::size_t compared = 0;
+  for (std::string line; std::getline(records, line);) {
+    const json record = test::parse(line);
+    auto req = request_from_json(json(record["request"]), request_limits::text_only(), "m");
+    if (!req) continue;
+    std::vector<std::optional<clef_trace>> a, b;
+    const auto ra = whole.decide({&*req, 1}, {}, &a);
+    const auto rb = chunked.decide({&*req, 1}, {}, &b);
+    ASSERT_EQ(static_cast<bool>(ra[0]), static_cast<bool>(rb[0]));
+    if (!ra[0]) continue;
+    ASSERT_GT(a[0]->encoded.ids.size(), 32u);  // several chunks
+    for (std::size_t q = 0; q < a[0]->logits.size(); ++q) {
+      for (std::size_t k = 0; k < a[0]->logits[q].size(); ++k) {
+        EXPECT_NEAR(a[0]->logits[q][k], b[0]->logits[q][k], 1e-5);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 50u);
+}
+
+}  // namespace
+}  // namespace baton::clef

@@ -10,8 +10,6 @@ namespace baton::clef::detail {
 namespace {
 
 constexpr double layer_norm_eps = 1e-5;
-// Bounds the [heads, rows, T] score block of a cross-attention over a long memory.
-constexpr std::int64_t score_budget_bytes = 64ll << 20;
 
 at::Tensor gelu_erf(const at::Tensor& x) { return at::gelu(x); }  // exact erf form, as nn.GELU()
 
@@ -22,8 +20,9 @@ at::Tensor normalize(const at::Tensor& x) {
 
 }  // namespace
 
-joint_head::joint_head(const release& files, at::ScalarType type, at::Device device)
-    : config_(files.head()), type_(type), device_(device) {
+joint_head::joint_head(const release& files, at::ScalarType type, at::Device device,
+                       std::int64_t score_budget_bytes)
+    : config_(files.head()), type_(type), device_(device), score_budget_bytes_(score_budget_bytes) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.head_tensor(name), type_, device_);
   };
@@ -85,8 +84,10 @@ at::Tensor joint_head::mha(const at::Tensor& queries, const at::Tensor& memory,
   const at::Tensor kh = k.view({keys, heads, dim}).permute({1, 2, 0});      // [h, d, T]
   const at::Tensor vh = v.view({keys, heads, dim}).transpose(0, 1);         // [h, T, d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const std::int64_t chunk = std::clamp<std::int64_t>(
-      score_budget_bytes / (4 * heads * std::max<std::int64_t>(keys, 1)), 16, std::max<std::int64_t>(rows, 1));
+  // Query rows per chunk: bounds the fp32 [heads, rows, T] score block over a long memory.
+  const std::int64_t chunk = std::min(
+      std::max<std::int64_t>(rows, 1),
+      std::max<std::int64_t>(16, score_budget_bytes_ / (4 * heads * std::max<std::int64_t>(keys, 1))));
   at::Tensor out = at::empty({rows, width}, queries.options());
   const at::Tensor out_heads = out.view({rows, heads, dim}).transpose(0, 1);
   for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -138,20 +139,23 @@ record_logits joint_head::forward(const at::Tensor& hidden_in, const at::Tensor&
   };
   const at::Tensor segments = to_device(segment_of);
   const at::Tensor rows = to_device(token_rows);
-  const at::Tensor divisors = to_device(counts).to(type_).unsqueeze(1);
-  const at::Tensor sums = at::zeros({segment, hidden.size(1)}, hidden.options())
-                              .index_add_(0, segments, hidden.index_select(0, rows));
-  const at::Tensor means = sums / divisors;
+  // Sums accumulate in fp32 (as torch's mean does) whatever the head's dtype.
+  const at::Tensor divisors = to_device(counts).to(at::kFloat).unsqueeze(1);
+  const auto fp32 = hidden.options().dtype(at::kFloat);
+  const at::Tensor sums = at::zeros({segment, hidden.size(1)}, fp32)
+                              .index_add_(0, segments, hidden.index_select(0, rows).to(at::kFloat));
+  const at::Tensor means = (sums / divisors).to(type_);
   const at::Tensor question_vectors = means.narrow(0, 0, n_questions);                  // [Q, H]
   const at::Tensor contexts = means.narrow(0, n_questions, static_cast<std::int64_t>(n_options));  // [N, H]
   const std::int64_t option_token_count = static_cast<std::int64_t>(token_rows.size()) - option_rows_begin;
   const at::Tensor option_rows = rows.narrow(0, option_rows_begin, option_token_count);
   const at::Tensor option_segments = segments.narrow(0, option_rows_begin, option_token_count) - n_questions;
-  const at::Tensor lexical_rows = backbone.output_rows(ids.index_select(0, option_rows), type_);
+  const at::Tensor lexical_rows = backbone.output_rows(ids.index_select(0, option_rows), at::kFloat);
   const at::Tensor lexical =
-      at::zeros({static_cast<std::int64_t>(n_options), hidden.size(1)}, hidden.options())
-          .index_add_(0, option_segments, lexical_rows) /
-      divisors.narrow(0, n_questions, static_cast<std::int64_t>(n_options));
+      (at::zeros({static_cast<std::int64_t>(n_options), hidden.size(1)}, fp32)
+           .index_add_(0, option_segments, lexical_rows) /
+       divisors.narrow(0, n_questions, static_cast<std::int64_t>(n_options)))
+          .to(type_);
   const at::Tensor option_q = to_device(option_question);
 
   // Option queries, then evidence routing against the normalised memory.

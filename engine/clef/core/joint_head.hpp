@@ -11,7 +11,8 @@ class thinker;
 
 class joint_head {
  public:
-  joint_head(const release& files, at::ScalarType type, at::Device device);
+  // `score_budget_bytes` bounds the fp32 score block of one chunk of cross-attention queries.
+  joint_head(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes);
 
   // hidden [T, H] (the thinker's final hidden states of one record), ids [T] int64.
   record_logits forward(const at::Tensor& hidden, const at::Tensor& ids,
@@ -41,6 +42,7 @@ class joint_head {
   head_config config_;
   at::ScalarType type_;
   at::Device device_;
+  std::int64_t score_budget_bytes_;
   norm hidden_norm_, option_summary_norm_, field_norm_, option_norm_;
   at::Tensor memory_projection_, question_projection_, option_question_projection_,
       global_projection_, option_context_projection_, option_lexical_projection_, type_embedding_;

@@ -48,18 +48,32 @@ at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device) {
       .to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
+// The options with every default decided: the compute dtype is the file's when none is asked for
+// (bf16 stays bf16, so nothing is converted or copied; f16 files compute in f32), the score budget
+// 64 MiB on the CPU and 1 GiB on a GPU.
+model_options resolved(model_options options, const release& files, const at::Device& device) {
+  if (!options.dtype) {
+    const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
+    options.dtype = v.type == dtype::bf16 ? compute_dtype::bf16 : compute_dtype::f32;
+  }
+  if (options.score_budget_bytes <= 0) options.score_budget_bytes = device.is_cuda() ? (1ll << 30) : (64ll << 20);
+  return options;
+}
+
 class model_impl final : public model {
  public:
   model_impl(const std::filesystem::path& dir, const model_options& options)
-      : options_(options),
-        files_(dir, options.head),
+      : files_(dir, options.head),
         device_(parse_device(options.device)),
-        thinker_(files_, detail::scalar_type(options.dtype), device_) {
+        options_(resolved(options, files_, device_)),
+        thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes) {
     const int threads = options.threads > 0
                             ? options.threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);
-    if (options.head) head_.emplace(files_, detail::scalar_type(options.head_dtype), device_);
+    if (options.head) {
+      head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
+    }
   }
 
   const release& files() const noexcept override { return files_; }
@@ -67,6 +81,26 @@ class model_impl final : public model {
 
   std::vector<record_logits> forward(std::span<const record_input> batch) override {
     if (!head_) throw std::logic_error("this model was loaded without its joint head");
+    try {
+      return run(batch);
+    } catch (const c10::Error& e) {
+      // Callers see the message, not libtorch's C++ backtrace.
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  }
+
+  void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) override {
+    c10::InferenceMode guard;
+    const std::vector<std::int64_t> wide(ids.begin(), ids.end());
+    thinker_.forward(long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
+                     nullptr);
+  }
+
+  void set_profiling(bool on) noexcept override { profiling_ = on; }
+  const forward_profile& last_profile() const noexcept override { return profile_; }
+
+ private:
+  std::vector<record_logits> run(std::span<const record_input> batch) {
     c10::InferenceMode guard;
     profile_ = {};
     forward_profile* profile = profiling_ ? &profile_ : nullptr;
@@ -98,20 +132,9 @@ class model_impl final : public model {
     return out;
   }
 
-  void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) override {
-    c10::InferenceMode guard;
-    const std::vector<std::int64_t> wide(ids.begin(), ids.end());
-    thinker_.forward(long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
-                     nullptr);
-  }
-
-  void set_profiling(bool on) noexcept override { profiling_ = on; }
-  const forward_profile& last_profile() const noexcept override { return profile_; }
-
- private:
-  model_options options_;
   release files_;
   at::Device device_;
+  model_options options_;
   detail::thinker thinker_;
   std::optional<detail::joint_head> head_;
   bool profiling_ = false;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,11 +20,14 @@ namespace baton::clef {
 enum class compute_dtype { f32, bf16 };
 
 struct model_options {
-  compute_dtype dtype = compute_dtype::f32;       // thinker weights and activations
+  std::optional<compute_dtype> dtype;             // thinker weights and activations; none: the file's
   compute_dtype head_dtype = compute_dtype::f32;  // the reference runs the head in the model dtype
   std::string device = "cpu";                     // "cpu", "cuda", "cuda:N"
   int threads = 0;                                // CPU threads; 0 = every core
   bool head = true;                               // false: a bare thinker checkpoint
+  // Bytes of fp32 attention scores per chunk of query rows (at least 16 rows); 0: 64 MiB on the
+  // CPU, 1 GiB on a GPU (fewer, larger kernels).
+  std::int64_t score_budget_bytes = 0;
 };
 
 // Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; false on anything else.

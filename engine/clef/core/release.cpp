@@ -31,10 +31,15 @@ nlohmann::json read_json_file(const std::filesystem::path& p) {
   return j;
 }
 
+// Sizes far beyond any real model (2^24 = 16.7M) are refused, so that a corrupt config fails
+// with a message instead of an allocation failure or an hour-long loop.
+constexpr std::int64_t max_config_value = std::int64_t{1} << 24;
+
 std::int64_t positive_int(const nlohmann::json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-    throw load_error(where + ": `" + key + "` must be a positive integer");
+  if (it == obj.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
+      it->get<std::int64_t>() > max_config_value) {
+    throw load_error(where + ": `" + key + "` must be a positive integer up to " + std::to_string(max_config_value));
   }
   return it->get<std::int64_t>();
 }
@@ -119,6 +124,10 @@ text_config parse_text_config(const std::filesystem::path& config_json) {
   if (c.num_heads % c.num_kv_heads != 0) {
     throw load_error(where + ": num_attention_heads must be a multiple of num_key_value_heads");
   }
+  // Layers x experts is the number of tensors to look up; a real thinker has 48 x 128.
+  if (c.num_layers * c.num_experts > (1 << 20)) {
+    throw load_error(where + ": num_hidden_layers x num_experts is implausibly large");
+  }
   if (c.experts_per_token > c.num_experts) {
     throw load_error(where + ": num_experts_per_tok exceeds num_experts");
   }
@@ -155,6 +164,7 @@ head_config parse_head_config(const std::filesystem::path& head_config_json) {
   c.heads = positive_int(j, "heads", where);
   c.feedforward = positive_int(j, "feedforward", where);
   if (c.width % c.heads != 0) throw load_error(where + ": width must be a multiple of heads");
+  if (c.routing_layers + c.layers > 1024) throw load_error(where + ": implausibly many layers");
   return c;
 }
 

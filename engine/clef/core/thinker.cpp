@@ -20,14 +20,11 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// Score rows per attention chunk: bounds the fp32 score block to about this many bytes, so long
-// inputs never materialise the full T x T matrix.
-constexpr std::int64_t score_budget_bytes = 64ll << 20;
-
 }  // namespace
 
-thinker::thinker(const release& files, at::ScalarType type, at::Device device)
-    : config_(files.text()), type_(type), device_(device) {
+thinker::thinker(const release& files, at::ScalarType type, at::Device device,
+                 std::int64_t score_budget_bytes)
+    : config_(files.text()), type_(type), device_(device), score_budget_bytes_(score_budget_bytes) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -156,8 +153,11 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
 
   std::int64_t offset = 0;
   for (const auto len : lengths) {
-    const std::int64_t rows_per_chunk = std::clamp<std::int64_t>(
-        score_budget_bytes / (4 * heads * std::max<std::int64_t>(len, 1)), 16, len);
+    // Query rows per chunk, so that the fp32 score block [heads, rows, keys] stays within the
+    // budget; 16 rows at least, or the chunks get too small to keep the matmuls efficient.
+    const std::int64_t rows_per_chunk =
+        std::min(len, std::max<std::int64_t>(16, score_budget_bytes_ / (4 * heads * len)));
+    at::Tensor mask;  // the causal part of a chunk: same for every full chunk of the record
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
       const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
       // [kv, group, rows, dim] -> [kv, group*rows, dim]
@@ -166,9 +166,9 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
       scores = scores.view({kv_heads, group, rows, keys});
       if (rows > 1) {
         // Query r0+i sees keys 0..r0+i: mask the strictly-upper part of the last `rows` keys.
-        const at::Tensor mask =
-            at::ones({rows, rows}, at::TensorOptions().dtype(at::kBool).device(a.device()))
-                .triu(1);
+        if (!mask.defined() || mask.size(0) != rows) {
+          mask = at::ones({rows, rows}, at::TensorOptions().dtype(at::kBool).device(a.device())).triu(1);
+        }
         scores.narrow(3, r0, rows).masked_fill_(mask, neg_inf);
       }
       const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(a.scalar_type());
@@ -190,28 +190,27 @@ at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
   weights = weights.to(b.scalar_type());
 
   // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
+  // Each expert's rows are gathered and added back on their own, so memory stays bounded by the
+  // busiest expert, and every token sums its experts in ascending order, as the reference does.
   const at::Tensor flat = experts.reshape({-1});
-  const at::Tensor order = at::argsort(flat);
+  const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
   const at::Tensor token_of = at::floor_divide(order, top_k);
   const at::Tensor counts = at::bincount(flat, {}, config_.num_experts).to(at::kCPU);
   const at::Tensor sorted_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  const at::Tensor inputs = b.index_select(0, token_of);
-  at::Tensor outputs = at::empty_like(inputs);
+  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
   const auto* count = counts.data_ptr<std::int64_t>();
   std::int64_t start = 0;
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::int64_t c = count[e];
     if (c == 0) continue;
     const auto xe = static_cast<std::size_t>(e);
-    const at::Tensor x = inputs.narrow(0, start, c);
+    const at::Tensor rows = token_of.narrow(0, start, c);
+    const at::Tensor x = b.index_select(0, rows);
     const at::Tensor h = at::silu(dense(x, w.gate[xe])) * dense(x, w.up[xe]);
-    at::Tensor y = outputs.narrow(0, start, c);
-    at::mm_out(y, h, w.down[xe].t());
+    const at::Tensor y = dense(h, w.down[xe]).mul_(sorted_weights.narrow(0, start, c));
+    out.index_add_(0, rows, y);
     start += c;
   }
-  outputs.mul_(sorted_weights);
-  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
-  out.index_add_(0, token_of, outputs);
   return out;
 }
 

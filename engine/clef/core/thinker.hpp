@@ -11,7 +11,8 @@ namespace baton::clef::detail {
 
 class thinker {
  public:
-  thinker(const release& files, at::ScalarType type, at::Device device);
+  // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
+  thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes);
 
   // Final hidden states [N, hidden] for records packed end to end (`ids` [N] int64 on the
   // device; `lengths` sum to N). Positions restart at 0 for each record and attention never
@@ -38,6 +39,7 @@ class thinker {
   text_config config_;
   at::ScalarType type_;
   at::Device device_;
+  std::int64_t score_budget_bytes_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
   at::Tensor final_norm_;
