@@ -76,10 +76,11 @@ Options:
 
 Exit status:
   0   every request was answered (in JSONL, refused requests get their error body on their line)
-  1   the engine failed (on at least one request)
+  1   the engine failed (on at least one request), or the model cannot be loaded
   2   the single request was refused; its error body is on standard output
   64  usage error
   66  FILE cannot be read
+  73  the --dump FILE cannot be written
 )";
 
 constexpr const char* encode_help = R"(Usage: baton encode --model DIR [--max-length N] [FILE|-]
