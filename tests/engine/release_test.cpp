@@ -38,10 +38,14 @@ TEST(release_loader, valid_release_loads_keeps_media_and_skips_talker_and_code2w
   EXPECT_EQ((r.text().mrope_section), (std::array<std::int64_t, 3>{4, 2, 2}));
   EXPECT_EQ(r.head().width, 16);
   EXPECT_EQ(r.head().routing_layers, 1);
-  // Every text tensor plus the one visual tensor; the talker and code2wav ones are not there.
-  EXPECT_EQ(r.thinker_tensor_count(), expected_text_tensors(r.text()).size() + 1);
+  // Every text and media tensor; the talker and code2wav ones are not there.
+  const auto media = expected_media_tensors(parse_vision_config(release_dir("valid") / "config.json"),
+                                            parse_audio_config(release_dir("valid") / "config.json"));
+  EXPECT_EQ(media.size(), 3u + 2 * 12 + 6 + 6 + 7 + 16 + 6);
+  EXPECT_EQ(r.thinker_tensor_count(), expected_text_tensors(r.text()).size() + media.size());
   EXPECT_EQ(r.thinker_tensor("thinker.visual.patch_embed.proj.weight").shape,
-            (std::vector<std::int64_t>{8, 3}));
+            (std::vector<std::int64_t>{8, 3, 2, 4, 4}));
+  EXPECT_EQ(r.thinker_tensor("thinker.audio_tower.conv_out.weight").shape, (std::vector<std::int64_t>{8, 8}));
   EXPECT_EQ(r.thinker_tensor("thinker.model.layers.1.self_attn.q_proj.weight").type, dtype::bf16);
   EXPECT_EQ(r.head_tensor("residual_gate").type, dtype::f32);
   EXPECT_THROW((void)r.thinker_tensor("talker.model.norm.weight"), load_error);
@@ -113,6 +117,9 @@ const std::vector<broken_case> broken_cases = {
     {"bad_config", {"config.json", "`num_experts`"}},
     {"bad_rope", {"mrope_section", "sums to 7", "head_dim / 2 is 8"}},
     {"unexpected_tensor", {"unexpected tensor thinker.model.layers.0.mlp.shared_expert.weight"}},
+    {"media_wrong_shape", {"thinker.visual.blocks.1.attn.qkv.weight", "[24, 9]", "[24, 8]"}},
+    {"media_missing", {"missing tensor thinker.audio_tower.layers.0.fc2.bias"}},
+    {"media_unexpected", {"unexpected tensor thinker.visual.blocks.2.norm1.weight"}},
     {"head_wrong_shape", {"joint_head.safetensors", "layers.0.linear1.weight", "[32, 8]"}, true},
     {"head_missing", {"joint_head.safetensors", "cannot open"}, true},
     {"head_hidden_mismatch", {"joint_head_config.json", "hidden_size 48"}, true},

@@ -148,6 +148,60 @@ text_config parse_text_config(const std::filesystem::path& config_json) {
   return c;
 }
 
+namespace {
+
+// thinker_config.<key> (or <key> at the top of a thinker-only config), if present.
+const nlohmann::json* media_section(const nlohmann::json& root, const char* key) {
+  const nlohmann::json* tc = &root;
+  if (auto th = root.find("thinker_config"); th != root.end() && th->is_object()) tc = &*th;
+  const auto it = tc->find(key);
+  return it != tc->end() && it->is_object() ? &*it : nullptr;
+}
+
+}  // namespace
+
+std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json) {
+  const nlohmann::json root = read_json_file(config_json);
+  const nlohmann::json* v = media_section(root, "vision_config");
+  if (v == nullptr) return std::nullopt;
+  const std::string where = config_json.string() + ": vision_config";
+  vision_config c;
+  c.depth = positive_int(*v, "depth", where);
+  c.hidden_size = positive_int(*v, "hidden_size", where);
+  c.intermediate_size = positive_int(*v, "intermediate_size", where);
+  c.in_channels = positive_int(*v, "in_channels", where);
+  c.patch_size = positive_int(*v, "patch_size", where);
+  c.temporal_patch_size = positive_int(*v, "temporal_patch_size", where);
+  c.spatial_merge_size = positive_int(*v, "spatial_merge_size", where);
+  c.out_hidden_size = positive_int(*v, "out_hidden_size", where);
+  c.num_position_embeddings = positive_int(*v, "num_position_embeddings", where);
+  const auto deepstack = v->find("deepstack_visual_indexes");
+  if (deepstack != v->end()) {
+    if (!deepstack->is_array() || deepstack->size() > 1024) {
+      throw load_error(where + ": `deepstack_visual_indexes` must be a list of layer numbers");
+    }
+    c.deepstack_count = static_cast<std::int64_t>(deepstack->size());
+  }
+  if (c.depth > 1024) throw load_error(where + ": implausibly many layers");
+  return c;
+}
+
+std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json) {
+  const nlohmann::json root = read_json_file(config_json);
+  const nlohmann::json* a = media_section(root, "audio_config");
+  if (a == nullptr) return std::nullopt;
+  const std::string where = config_json.string() + ": audio_config";
+  audio_config c;
+  c.num_mel_bins = positive_int(*a, "num_mel_bins", where);
+  c.d_model = positive_int(*a, "d_model", where);
+  c.encoder_layers = positive_int(*a, "encoder_layers", where);
+  c.encoder_ffn_dim = positive_int(*a, "encoder_ffn_dim", where);
+  c.downsample_hidden_size = positive_int(*a, "downsample_hidden_size", where);
+  c.output_dim = positive_int(*a, "output_dim", where);
+  if (c.encoder_layers > 1024) throw load_error(where + ": implausibly many layers");
+  return c;
+}
+
 head_config parse_head_config(const std::filesystem::path& head_config_json) {
   const nlohmann::json j = read_json_file(head_config_json);
   const std::string where = head_config_json.string();
@@ -194,6 +248,75 @@ std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_co
   }
   out.emplace_back("thinker.model.norm.weight", shape_t{h});
   out.emplace_back("thinker.lm_head.weight", shape_t{c.vocab_size, h});
+  return out;
+}
+
+std::vector<std::pair<std::string, shape_t>> expected_media_tensors(
+    const std::optional<vision_config>& vision, const std::optional<audio_config>& audio) {
+  std::vector<std::pair<std::string, shape_t>> out;
+  auto linear = [&](const std::string& n, std::int64_t o, std::int64_t in) {
+    out.emplace_back(n + ".weight", shape_t{o, in});
+    out.emplace_back(n + ".bias", shape_t{o});
+  };
+  auto norm = [&](const std::string& n, std::int64_t width) {
+    out.emplace_back(n + ".weight", shape_t{width});
+    out.emplace_back(n + ".bias", shape_t{width});
+  };
+  if (vision) {
+    const auto& v = *vision;
+    const std::int64_t h = v.hidden_size, merged = h * v.spatial_merge_size * v.spatial_merge_size;
+    const std::string p = "thinker.visual.";
+    out.emplace_back(p + "patch_embed.proj.weight",
+                     shape_t{h, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+    out.emplace_back(p + "patch_embed.proj.bias", shape_t{h});
+    out.emplace_back(p + "pos_embed.weight", shape_t{v.num_position_embeddings, h});
+    for (std::int64_t b = 0; b < v.depth; ++b) {
+      const std::string x = p + "blocks." + std::to_string(b) + ".";
+      norm(x + "norm1", h);
+      norm(x + "norm2", h);
+      linear(x + "attn.qkv", 3 * h, h);
+      linear(x + "attn.proj", h, h);
+      linear(x + "mlp.linear_fc1", v.intermediate_size, h);
+      linear(x + "mlp.linear_fc2", h, v.intermediate_size);
+    }
+    norm(p + "merger.ln_q", h);  // before the 2x2 merge
+    linear(p + "merger.mlp.0", merged, merged);
+    linear(p + "merger.mlp.2", v.out_hidden_size, merged);
+    for (std::int64_t m = 0; m < v.deepstack_count; ++m) {
+      const std::string x = p + "merger_list." + std::to_string(m) + ".";
+      norm(x + "ln_q", merged);  // after the merge
+      linear(x + "mlp.0", merged, merged);
+      linear(x + "mlp.2", v.out_hidden_size, merged);
+    }
+  }
+  if (audio) {
+    const auto& a = *audio;
+    const std::int64_t d = a.d_model, dh = a.downsample_hidden_size;
+    const std::string p = "thinker.audio_tower.";
+    out.emplace_back(p + "conv2d1.weight", shape_t{dh, 1, 3, 3});
+    out.emplace_back(p + "conv2d1.bias", shape_t{dh});
+    for (const char* conv : {"conv2d2", "conv2d3"}) {
+      out.emplace_back(p + conv + ".weight", shape_t{dh, dh, 3, 3});
+      out.emplace_back(p + conv + ".bias", shape_t{dh});
+    }
+    // Three stride-2 convolutions (kernel 3, padding 1) halve the mel bins, rounding up.
+    std::int64_t bins = a.num_mel_bins;
+    for (int i = 0; i < 3; ++i) bins = (bins - 1) / 2 + 1;
+    out.emplace_back(p + "conv_out.weight", shape_t{d, dh * bins});
+    for (std::int64_t l = 0; l < a.encoder_layers; ++l) {
+      const std::string x = p + "layers." + std::to_string(l) + ".";
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+        linear(x + "self_attn." + proj, d, d);
+      }
+      norm(x + "self_attn_layer_norm", d);
+      linear(x + "fc1", a.encoder_ffn_dim, d);
+      linear(x + "fc2", d, a.encoder_ffn_dim);
+      norm(x + "final_layer_norm", d);
+    }
+    norm(p + "ln_post", d);
+    linear(p + "proj1", d, d);
+    linear(p + "proj2", a.output_dim, d);
+  }
   return out;
 }
 
@@ -272,10 +395,6 @@ bool skipped(const std::string& name) {
   return name.starts_with("talker.") || name.starts_with("code2wav.");
 }
 
-bool media_tensor(const std::string& name) {
-  return name.starts_with("thinker.visual.") || name.starts_with("thinker.audio_tower.");
-}
-
 }  // namespace
 
 release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
@@ -308,7 +427,11 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     throw load_error(dir.string() + ": neither model.safetensors.index.json nor model.safetensors");
   }
 
-  const auto expected = expected_text_tensors(text_);
+  auto expected = expected_text_tensors(text_);
+  for (auto& t : expected_media_tensors(parse_vision_config(dir / "config.json"),
+                                        parse_audio_config(dir / "config.json"))) {
+    expected.push_back(std::move(t));
+  }
   std::unordered_map<std::string, const shape_t*> wanted;
   wanted.reserve(expected.size());
   for (const auto& [name, shape] : expected) wanted.emplace(name, &shape);
@@ -319,7 +442,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   for (const auto& [name, shard] : placement) {
     if (skipped(name)) continue;  // never opened, never read
     const auto want = wanted.find(name);
-    if (want == wanted.end() && !media_tensor(name)) {
+    if (want == wanted.end()) {
       throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")");
     }
     auto& file = opened[shard];
@@ -334,7 +457,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     if (view == nullptr) {
       throw load_error(file->path().string() + ": tensor " + name + " is listed in the index but not in the shard");
     }
-    if (want != wanted.end()) check_tensor(*view, *want->second, name, file->path());
+    check_tensor(*view, *want->second, name, file->path());
     thinker_.emplace(name, view);
   }
   for (const auto& [name, shape] : expected) {

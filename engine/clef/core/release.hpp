@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,18 @@ struct text_config {
   std::int64_t max_position_embeddings = 0;
 };
 
+// thinker_config.vision_config and .audio_config: what fixes the media encoders' tensor shapes
+// (qwen3-omni-thinker.md §1.5, §1.6, §2.2, §2.3). The encoders themselves come with media support.
+struct vision_config {
+  std::int64_t depth = 0, hidden_size = 0, intermediate_size = 0, in_channels = 0, patch_size = 0,
+               temporal_patch_size = 0, spatial_merge_size = 0, out_hidden_size = 0,
+               num_position_embeddings = 0, deepstack_count = 0;
+};
+struct audio_config {
+  std::int64_t num_mel_bins = 0, d_model = 0, encoder_layers = 0, encoder_ffn_dim = 0,
+               downsample_hidden_size = 0, output_dim = 0;
+};
+
 // joint_head_config.json: the head's constructor arguments (clef-engine.md §3.1).
 struct head_config {
   std::int64_t hidden_size = 0;
@@ -44,20 +57,26 @@ struct head_config {
 };
 
 text_config parse_text_config(const std::filesystem::path& config_json);
+// Absent when the config has no vision_config / audio_config (a text-only thinker).
+std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json);
+std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json);
 head_config parse_head_config(const std::filesystem::path& head_config_json);
 
 // The thinker text tensors a configuration requires, with their shapes, in load order.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_text_tensors(
     const text_config& c);
+// The vision and audio encoder tensors, for the media configs present.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_media_tensors(
+    const std::optional<vision_config>& vision, const std::optional<audio_config>& audio);
 // The joint head tensors (clef-engine.md §3.3).
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_head_tensors(
     const head_config& c);
 
 class release {
  public:
-  // Opens `dir`. Thinker text tensors must match the configuration exactly (names and shapes);
-  // `thinker.visual.*` and `thinker.audio_tower.*` belong to the media encoders and are kept for
-  // them; `talker.*` and `code2wav.*` are skipped without being read; anything else is an error.
+  // Opens `dir`. Thinker tensors (text, and vision / audio when the config has them) must match
+  // the configuration exactly (names and shapes); `talker.*` and `code2wav.*` are skipped without
+  // being read; anything else is an error.
   // With `head` false the joint head files are not needed (a bare thinker checkpoint).
   explicit release(const std::filesystem::path& dir, bool head = true);
 

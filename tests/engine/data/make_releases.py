@@ -25,6 +25,12 @@ TEXT = {
     "rope_scaling": {"rope_type": "default", "mrope_section": [4, 2, 2], "interleaved": True},
     "attention_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
 }
+# Small media encoders: the loader checks their tensors against these (qwen3-omni-thinker.md §1.5-1.6).
+VISION = {"depth": 2, "hidden_size": 8, "intermediate_size": 12, "num_heads": 2, "in_channels": 3,
+          "patch_size": 4, "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 32,
+          "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
+AUDIO = {"num_mel_bins": 16, "d_model": 8, "encoder_layers": 1, "encoder_attention_heads": 2,
+         "encoder_ffn_dim": 16, "downsample_hidden_size": 4, "output_dim": 32}
 HEAD = {"hidden_size": 32, "width": 16, "routing_layers": 1, "layers": 1, "heads": 2,
         "feedforward": 32, "dropout": 0.1}
 
@@ -98,6 +104,52 @@ def head_tensors(c):
     return out
 
 
+def media_tensors(v, a):
+    """{name: shape} of the vision and audio encoders, written out independently of release.cpp."""
+    out = {}
+
+    def linear(n, o, i):
+        out.update({n + ".weight": (o, i), n + ".bias": (o,)})
+
+    def norm(n, w):
+        out.update({n + ".weight": (w,), n + ".bias": (w,)})
+
+    h = v["hidden_size"]
+    m = h * v["spatial_merge_size"] ** 2
+    p = "thinker.visual."
+    out[p + "patch_embed.proj.weight"] = (h, v["in_channels"], v["temporal_patch_size"],
+                                          v["patch_size"], v["patch_size"])
+    out[p + "patch_embed.proj.bias"] = (h,)
+    out[p + "pos_embed.weight"] = (v["num_position_embeddings"], h)
+    for b in range(v["depth"]):
+        x = f"{p}blocks.{b}."
+        norm(x + "norm1", h), norm(x + "norm2", h)
+        linear(x + "attn.qkv", 3 * h, h), linear(x + "attn.proj", h, h)
+        linear(x + "mlp.linear_fc1", v["intermediate_size"], h)
+        linear(x + "mlp.linear_fc2", h, v["intermediate_size"])
+    norm(p + "merger.ln_q", h)
+    linear(p + "merger.mlp.0", m, m), linear(p + "merger.mlp.2", v["out_hidden_size"], m)
+    for i in range(len(v["deepstack_visual_indexes"])):
+        x = f"{p}merger_list.{i}."
+        norm(x + "ln_q", m), linear(x + "mlp.0", m, m), linear(x + "mlp.2", v["out_hidden_size"], m)
+
+    d, dh = a["d_model"], a["downsample_hidden_size"]
+    p = "thinker.audio_tower."
+    linear(p + "conv2d1", dh, 1)
+    out[p + "conv2d1.weight"] = (dh, 1, 3, 3)
+    for c in ("conv2d2", "conv2d3"):
+        out.update({f"{p}{c}.weight": (dh, dh, 3, 3), f"{p}{c}.bias": (dh,)})
+    out[p + "conv_out.weight"] = (d, dh * a["num_mel_bins"] // 8)
+    for l in range(a["encoder_layers"]):
+        x = f"{p}layers.{l}."
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            linear(x + "self_attn." + proj, d, d)
+        norm(x + "self_attn_layer_norm", d), norm(x + "final_layer_norm", d)
+        linear(x + "fc1", a["encoder_ffn_dim"], d), linear(x + "fc2", d, a["encoder_ffn_dim"])
+    norm(p + "ln_post", d), linear(p + "proj1", d, d), linear(p + "proj2", a["output_dim"], d)
+    return out
+
+
 def weights(shape, dtype):
     return (torch.randn(shape) * 0.1).to(dtype)
 
@@ -106,13 +158,15 @@ class Release:
     def __init__(self):
         torch.manual_seed(0)
         self.config = {"model_type": "qwen3_omni_moe",
-                       "thinker_config": {"text_config": copy.deepcopy(TEXT)}}
+                       "thinker_config": {"text_config": copy.deepcopy(TEXT),
+                                          "vision_config": dict(VISION), "audio_config": dict(AUDIO)}}
         self.head_config = dict(HEAD)
-        self.shards = [{}, {}]  # layer 0 (and a media tensor) in the first, the rest in the second
+        self.shards = [{}, {}]  # layer 0 and the media encoders in the first, the rest in the second
         for name, shape in text_tensors(TEXT).items():
             second = ".layers.0." not in name and name != "thinker.model.embed_tokens.weight"
             self.shards[second][name] = weights(shape, torch.bfloat16)
-        self.shards[0]["thinker.visual.patch_embed.proj.weight"] = weights((8, 3), torch.bfloat16)
+        for name, shape in media_tensors(VISION, AUDIO).items():
+            self.shards[0][name] = weights(shape, torch.bfloat16)
         self.head = {n: weights(s, torch.float32) for n, s in head_tensors(HEAD).items()}
         # Listed in the index, placed in a third shard that is not a safetensors file at all.
         self.skipped = ["talker.model.norm.weight", "code2wav.code_embedding.weight"]
@@ -178,6 +232,21 @@ def unexpected_tensor(r, d):
     r.write(d)
 
 
+def media_wrong_shape(r, d):
+    r.shards[0]["thinker.visual.blocks.1.attn.qkv.weight"] = weights((24, 9), torch.bfloat16)
+    r.write(d)
+
+
+def media_missing(r, d):
+    del r.shards[0]["thinker.audio_tower.layers.0.fc2.bias"]
+    r.write(d)
+
+
+def media_unexpected(r, d):
+    r.shards[0]["thinker.visual.blocks.2.norm1.weight"] = weights((8,), torch.bfloat16)
+    r.write(d)
+
+
 def head_wrong_shape(r, d):
     r.head["layers.0.linear1.weight"] = weights((32, 8), torch.float32)
     r.write(d)
@@ -205,7 +274,8 @@ def main():
     base = Release()
     base.write(out / "valid")
     for variant in [missing_tensor, wrong_shape, truncated_shard, bad_index, index_missing_shard,
-                    bad_config, bad_rope, unexpected_tensor, head_wrong_shape, head_missing,
+                    bad_config, bad_rope, unexpected_tensor, media_wrong_shape, media_missing,
+                    media_unexpected, head_wrong_shape, head_missing,
                     head_hidden_mismatch, rope_parameters]:
         variant(copy.deepcopy(base), out / variant.__name__)
 
