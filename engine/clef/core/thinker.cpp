@@ -1,6 +1,9 @@
 #include "engine/clef/core/thinker.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 namespace baton::clef::detail {
@@ -157,19 +160,20 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     // budget; 16 rows at least, or the chunks get too small to keep the matmuls efficient.
     const std::int64_t rows_per_chunk =
         std::min(len, std::max<std::int64_t>(16, score_budget_bytes_ / (4 * heads * len)));
-    at::Tensor mask;  // the causal part of a chunk: same for every full chunk of the record
+    // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
+    const at::Tensor causal = at::ones({rows_per_chunk, rows_per_chunk},
+                                       at::TensorOptions().dtype(at::kBool).device(a.device()))
+                                  .triu(1);
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
       const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
       // [kv, group, rows, dim] -> [kv, group*rows, dim]
       const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
-      at::Tensor scores = at::bmm(qc, kt.narrow(2, offset, keys)) * scale;
+      at::Tensor scores = at::bmm(qc, kt.narrow(2, offset, keys));
+      scores.mul_(scale);
       scores = scores.view({kv_heads, group, rows, keys});
       if (rows > 1) {
-        // Query r0+i sees keys 0..r0+i: mask the strictly-upper part of the last `rows` keys.
-        if (!mask.defined() || mask.size(0) != rows) {
-          mask = at::ones({rows, rows}, at::TensorOptions().dtype(at::kBool).device(a.device())).triu(1);
-        }
-        scores.narrow(3, r0, rows).masked_fill_(mask, neg_inf);
+        scores.narrow(3, r0, rows)
+            .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
       }
       const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(a.scalar_type());
       const at::Tensor ctx =
@@ -182,7 +186,21 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
 }
 
 at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
+  // Tokens are routed independently, so long inputs go through in blocks: the experts' outputs
+  // for one block are all held until they are summed (8192 tokens x top-8 x 2048 x 4 bytes = 512
+  // MiB on the real thinker in fp32).
+  constexpr std::int64_t block = 8192;
+  if (b.size(0) <= block) return moe_block(w, b);
+  std::vector<at::Tensor> parts;
+  for (std::int64_t t = 0; t < b.size(0); t += block) {
+    parts.push_back(moe_block(w, b.narrow(0, t, std::min(block, b.size(0) - t))));
+  }
+  return at::cat(parts);
+}
+
+at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
+  const auto n_experts = static_cast<std::size_t>(config_.num_experts);
   const at::Tensor router_logits = dense(b, w.router);
   const at::Tensor probs = at::softmax(router_logits, 1, at::kFloat);
   auto [weights, experts] = at::topk(probs, top_k, -1);
@@ -190,26 +208,47 @@ at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
   weights = weights.to(b.scalar_type());
 
   // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
-  // Each expert's rows are gathered and added back on their own, so memory stays bounded by the
-  // busiest expert, and every token sums its experts in ascending order, as the reference does.
   const at::Tensor flat = experts.reshape({-1});
   const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
   const at::Tensor token_of = at::floor_divide(order, top_k);
   const at::Tensor counts = at::bincount(flat, {}, config_.num_experts).to(at::kCPU);
   const at::Tensor sorted_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
   const auto* count = counts.data_ptr<std::int64_t>();
-  std::int64_t start = 0;
-  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
-    const std::int64_t c = count[e];
-    if (c == 0) continue;
-    const auto xe = static_cast<std::size_t>(e);
-    const at::Tensor rows = token_of.narrow(0, start, c);
-    const at::Tensor x = b.index_select(0, rows);
-    const at::Tensor h = at::silu(dense(x, w.gate[xe])) * dense(x, w.up[xe]);
-    const at::Tensor y = dense(h, w.down[xe]).mul_(sorted_weights.narrow(0, start, c));
-    out.index_add_(0, rows, y);
-    start += c;
+  std::vector<std::int64_t> start(n_experts + 1, 0);
+  std::vector<std::size_t> busy;  // active experts, most tokens first
+  for (std::size_t e = 0; e < n_experts; ++e) {
+    start[e + 1] = start[e] + count[e];
+    if (count[e] > 0) busy.push_back(e);
+  }
+  std::stable_sort(busy.begin(), busy.end(),
+                   [&](std::size_t x, std::size_t y) { return count[x] > count[y]; });
+
+  // Each expert gathers its own rows and keeps its weighted output: no [N * top_k, hidden]
+  // staging buffers (64 MB each at 2048 tokens, mapped afresh and page-faulted every layer).
+  std::vector<at::Tensor> results(n_experts);
+  auto run_expert = [&](std::size_t e) {
+    const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
+    at::Tensor h = dense(x, w.gate[e]);
+    at::silu_(h).mul_(dense(x, w.up[e]));
+    results[e] = dense(h, w.down[e]).mul_(sorted_weights.narrow(0, start[e], count[e]));
+  };
+  if (device_.is_cpu()) {
+    // Whole experts per thread, largest first: inside a parallel region each matmul runs on one
+    // thread, which beats splitting these few-row matmuls (weight packing and thread hand-offs
+    // are paid per call). Threads take the next expert as they finish, so one held up by the
+    // machine does not hold up the layer. Each row's arithmetic is the same either way.
+    std::atomic<std::size_t> next{0};
+    at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+      for (std::size_t i = next++; i < busy.size(); i = next++) run_expert(busy[i]);
+    });
+  } else {
+    for (const auto e : busy) run_expert(e);
+  }
+
+  // Summed in expert order, as transformers' per-expert index_add_ loop does.
+  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
+  for (std::size_t e = 0; e < n_experts; ++e) {
+    if (count[e] > 0) out.index_add_(0, token_of.narrow(0, start[e], count[e]), results[e]);
   }
   return out;
 }

@@ -35,6 +35,7 @@ class thinker {
   at::Tensor attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
                        const at::Tensor& sin, const std::vector<std::int64_t>& lengths) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
+  at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
 
   text_config config_;
   at::ScalarType type_;
