@@ -5,7 +5,6 @@
 //   clef_forward [--dtype f32|bf16] [--threads 2] [--tokens 512,2048] [--warmup 1] [--runs 5]
 //                [--dir build/bench-release-<dtype>] [--json]
 #include <ATen/ATen.h>
-#include <dlfcn.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/clef/core/blas_cpu.hpp"
 #include "engine/clef/core/model.hpp"
 #include "engine/clef/core/release.hpp"
 
@@ -267,14 +267,9 @@ stats summarise(std::vector<double> v) {
   return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
 }
 
-// The kernel set OpenBLAS chose, when libtorch's BLAS is OpenBLAS ("" otherwise). A CPU newer
-// than the OpenBLAS build falls back to old kernels: Debian 12's 0.3.21 takes the dev VM's Xeon
-// (family 6, model 207) for a Prescott, SSE3 only, and fp32 matmul runs at a fifth of the
-// AVX-512 kernels that OPENBLAS_CORETYPE=SkylakeX selects.
 std::string blas_core() {
-  using corename_fn = char* (*)();
-  const auto fn = reinterpret_cast<corename_fn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  return fn ? std::string("OpenBLAS ") + fn() : std::string();
+  const std::string name = baton::clef::blas_core_name();
+  return name.empty() ? name : "OpenBLAS " + name;
 }
 
 // ---- matmul ceiling ------------------------------------------------------------------------
@@ -632,6 +627,7 @@ int run(const arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baton::clef::reexec_with_better_blas_core(argv);
   try {
     return run(parse_arguments(argc, argv));
   } catch (const std::exception& e) {
