@@ -765,7 +765,7 @@ struct tokenizer::model {
 
 namespace {
 
-// Refuses what would change the ids and is not implemented. truncation, padding, post_processor and
+// Refuses what would change the ids and is not supported. truncation, padding, post_processor and
 // decoder are not read: transformers resets the first two per call, the post-processor only adds
 // tokens with add_special_tokens=True, and nothing here decodes.
 void check_tokenizer_json(const json& j) {
