@@ -22,7 +22,7 @@ class tokenizer {
   // has no tokenizer.json) vocab.json + merges.txt + the added tokens from tokenizer_config.json's
   // `added_tokens_decoder` (or added_tokens.json), with NFC and the Qwen2 split regex. Throws
   // std::runtime_error naming the file and the problem; settings that would change the ids and
-  // are not implemented are refused rather than ignored.
+  // are not supported are refused rather than ignored.
   static std::unique_ptr<tokenizer> load(const std::filesystem::path& path);
 
   ~tokenizer();
