@@ -66,8 +66,6 @@ class clef_engine final : public decision_engine {
                                        std::span<const std::size_t> max_lengths,
                                        std::vector<std::optional<clef_trace>>* traces);
 
-  model& backbone() noexcept { return *model_; }
-
  private:
   clef_engine_options options_;
   clef_encoder encoder_;
