@@ -53,6 +53,8 @@ class clef_encoder {
   pieces pieces_;
 };
 
+// One caller at a time: a forward already uses every core, and the model keeps per-forward state
+// (its profile). The tokenizer alone is safe to share.
 class clef_engine final : public decision_engine {
  public:
   explicit clef_engine(const clef_engine_options& options);  // throws load_error
