@@ -55,7 +55,10 @@ double positive_number(const nlohmann::json& obj, const char* key, const std::st
 }  // namespace
 
 text_config parse_text_config(const std::filesystem::path& config_json) {
-  const nlohmann::json root = read_json_file(config_json);
+  return parse_text_config(read_json_file(config_json), config_json);
+}
+
+text_config parse_text_config(const nlohmann::json& root, const std::filesystem::path& config_json) {
   // A full Qwen3-Omni config nests the text model twice; a thinker config once; accept the bare
   // text config too.
   const nlohmann::json* tc = &root;
@@ -161,7 +164,11 @@ const nlohmann::json* media_section(const nlohmann::json& root, const char* key)
 }  // namespace
 
 std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json) {
-  const nlohmann::json root = read_json_file(config_json);
+  return parse_vision_config(read_json_file(config_json), config_json);
+}
+
+std::optional<vision_config> parse_vision_config(const nlohmann::json& root,
+                                                 const std::filesystem::path& config_json) {
   const nlohmann::json* v = media_section(root, "vision_config");
   if (v == nullptr) return std::nullopt;
   const std::string where = config_json.string() + ": vision_config";
@@ -187,7 +194,11 @@ std::optional<vision_config> parse_vision_config(const std::filesystem::path& co
 }
 
 std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json) {
-  const nlohmann::json root = read_json_file(config_json);
+  return parse_audio_config(read_json_file(config_json), config_json);
+}
+
+std::optional<audio_config> parse_audio_config(const nlohmann::json& root,
+                                               const std::filesystem::path& config_json) {
   const nlohmann::json* a = media_section(root, "audio_config");
   if (a == nullptr) return std::nullopt;
   const std::string where = config_json.string() + ": audio_config";
@@ -399,7 +410,9 @@ bool skipped(const std::string& name) {
 
 release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   if (!std::filesystem::is_directory(dir)) throw load_error(dir.string() + ": not a directory");
-  text_ = parse_text_config(dir / "config.json");
+  const auto config_path = dir / "config.json";
+  const nlohmann::json config = read_json_file(config_path);
+  text_ = parse_text_config(config, config_path);
 
   // Resolve every tensor to its shard through the index; a single-file checkpoint has none.
   std::vector<std::pair<std::string, std::string>> placement;  // tensor -> shard file name
@@ -428,8 +441,8 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   }
 
   auto expected = expected_text_tensors(text_);
-  for (auto& t : expected_media_tensors(parse_vision_config(dir / "config.json"),
-                                        parse_audio_config(dir / "config.json"))) {
+  for (auto& t : expected_media_tensors(parse_vision_config(config, config_path),
+                                        parse_audio_config(config, config_path))) {
     expected.push_back(std::move(t));
   }
   std::unordered_map<std::string, const shape_t*> wanted;

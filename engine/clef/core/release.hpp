@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/clef/core/safetensors.hpp"
 
 namespace baton::clef {
@@ -56,10 +58,16 @@ struct head_config {
   std::int64_t feedforward = 0;
 };
 
+// From config.json, or from its already parsed contents (`config_json` then names it in errors).
 text_config parse_text_config(const std::filesystem::path& config_json);
+text_config parse_text_config(const nlohmann::json& config, const std::filesystem::path& config_json);
 // Absent when the config has no vision_config / audio_config (a text-only thinker).
 std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json);
+std::optional<vision_config> parse_vision_config(const nlohmann::json& config,
+                                                 const std::filesystem::path& config_json);
 std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json);
+std::optional<audio_config> parse_audio_config(const nlohmann::json& config,
+                                               const std::filesystem::path& config_json);
 head_config parse_head_config(const std::filesystem::path& head_config_json);
 
 // The thinker text tensors a configuration requires, with their shapes, in load order.
