@@ -17,6 +17,7 @@ packages=(
   libpcre2-dev         # the tokenizer's split regex needs Unicode classes
   libutf8proc-dev      # the tokenizer's NFC normalisation
   libssl-dev           # sha256 model fingerprints (libcrypto)
+  libyaml-cpp-dev      # the YAML tool registry and policies
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )
 

@@ -1,0 +1,176 @@
+#include <gtest/gtest.h>
+
+#include "engine/keyword_engine.hpp"
+#include "tools/schema_compiler.hpp"
+
+namespace baton::tools {
+namespace {
+
+const char* support = R"(tools:
+  - id: refund_payment
+    description: Refund a duplicate or wrong charge to the customer's card
+    risk: medium
+    parameters:
+      reason: {type: choice, instructions: "Why?", values: {duplicate: "Charged twice", fraud: "Fraud"}}
+      notify: {type: boolean, instructions: "Notify the customer?"}
+      note:   {type: text, value: "static text"}
+  - id: reset_password
+    description: Send the customer a password reset link
+  - id: search_help_center
+    description: Search the help center for an article
+    parameters:
+      query: {type: text}
+finish: {description: "Nothing left to do"}
+questions:
+  urgency: {type: score, instructions: "How urgent?", criteria: ["Can wait", "Today", "Now"]}
+  needs_person: {type: noul, instructions: "Does this need a person?"}
+)";
+
+registry load(std::string_view text) {
+  auto r = parse_registry(text, "tools.yaml", request_limits::text_only());
+  EXPECT_TRUE(r) << (r ? "" : r.error().message);
+  return r ? std::move(*r) : registry{};
+}
+
+request compile_ok(const registry& r, const json& history) {
+  auto req = compile_schema(r, history, request_limits::text_only());
+  EXPECT_TRUE(req) << (req ? "" : render_error(req.error()));
+  return req ? std::move(*req) : request{};
+}
+
+const json history = json::parse(R"([
+  {"role": "user", "content": "I was charged twice for my March invoice, please refund the duplicate charge."},
+  {"role": "assistant", "content": "Let me look at your payments."}
+])");
+
+TEST(schema_compiler, questions_in_order) {
+  const request req = compile_ok(load(support), history);
+  EXPECT_EQ(req.state, history);
+  ASSERT_EQ(req.questions.size(), 5u);
+  const std::vector<std::string> ids = {"tool", "refund_payment.reason", "refund_payment.notify", "urgency",
+                                        "needs_person"};
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(req.questions[i].id, ids[i]);
+
+  const question& tool = req.questions[0];
+  EXPECT_EQ(tool.type, question_type::choice);
+  ASSERT_EQ(tool.option_count(), 4u);
+  EXPECT_EQ(tool.option_id(0), "refund_payment");
+  EXPECT_EQ(tool.option_id(1), "reset_password");
+  EXPECT_EQ(tool.option_id(2), "search_help_center");
+  EXPECT_EQ(tool.option_id(3), "finish");
+  EXPECT_EQ(tool.option_description(0), "Refund a duplicate or wrong charge to the customer's card");
+  EXPECT_EQ(tool.option_description(3), "Nothing left to do");
+
+  const question& reason = req.questions[1];
+  EXPECT_EQ(reason.type, question_type::choice);
+  EXPECT_EQ(reason.instructions, "Why?");
+  EXPECT_EQ(reason.criteria.dump(), R"({"duplicate":"Charged twice","fraud":"Fraud"})");
+
+  EXPECT_EQ(req.questions[2].type, question_type::noul);
+  EXPECT_EQ(req.questions[2].instructions, "Notify the customer?");
+  EXPECT_EQ(req.questions[3].type, question_type::score);
+  EXPECT_EQ(req.questions[3].option_count(), 3u);
+  EXPECT_EQ(req.questions[4].type, question_type::noul);
+}
+
+TEST(schema_compiler, no_finish_option_unless_configured) {
+  const registry r = load("tools:\n  - {id: a, description: A}\n  - {id: b, description: B}\n");
+  const request req = compile_ok(r, json::array());
+  ASSERT_EQ(req.questions.size(), 1u);
+  EXPECT_EQ(req.questions[0].option_count(), 2u);
+  EXPECT_EQ(req.questions[0].option_id(1), "b");
+}
+
+TEST(schema_compiler, the_request_passes_validation_as_text) {
+  // What the compiler builds is a valid wire request: it parses again to the same questions.
+  const request req = compile_ok(load(support), history);
+  json body = {{"state", req.state}, {"questions", json::object()}};
+  for (const question& q : req.questions) {
+    body["questions"][q.id] = {{"type", to_string(q.type)}, {"instructions", q.instructions}};
+    if (!q.criteria.is_null()) body["questions"][q.id]["criteria"] = q.criteria;
+  }
+  auto again = parse_request(render_json(body, false), request_limits::text_only());
+  ASSERT_TRUE(again) << render_error(again.error());
+  EXPECT_EQ(schema_hash(*again), schema_hash(req));
+}
+
+TEST(schema_compiler, refuses_a_history_that_is_not_an_array) {
+  auto req = compile_schema(load(support), json::parse(R"({"role": "user"})"), request_limits::text_only());
+  ASSERT_FALSE(req);
+  EXPECT_EQ(req.error().status, 422);
+  EXPECT_EQ(req.error().code, "INVALID_HISTORY");
+}
+
+TEST(schema_compiler, engine_limits_apply) {
+  request_limits tight = request_limits::text_only();
+  tight.max_questions = 4;
+  auto req = compile_schema(load(support), history, tight);
+  ASSERT_FALSE(req);
+  EXPECT_EQ(req.error().code, "INVALID_REQUEST");
+}
+
+TEST(schema_compiler, schema_hash_is_deterministic_and_ignores_the_state) {
+  const registry r = load(support);
+  const std::string h = schema_hash(compile_ok(r, history));
+  EXPECT_EQ(h.rfind("sha256:", 0), 0u);
+  EXPECT_EQ(schema_hash(compile_ok(load(support), history)), h);
+  EXPECT_EQ(schema_hash(compile_ok(r, json::array())), h);
+
+  std::string changed = support;
+  changed.replace(changed.find("Send the customer a password reset link"), 39, "Send the customer a password reset code");
+  EXPECT_NE(schema_hash(compile_ok(load(changed), history)), h);
+  std::string instructions = support;
+  instructions.replace(instructions.find("\"How urgent?\""), 13, "\"How urgent!\"");
+  EXPECT_NE(schema_hash(compile_ok(load(instructions), history)), h);
+}
+
+TEST(schema_compiler, rendered_history_grows_by_appending) {
+  const registry r = load(support);
+  json events = json::array();
+  std::string previous = render_json(compile_ok(r, events).state, true);
+  const json more = json::parse(R"([
+    {"role": "user", "content": "Hi, my card was charged twice"},
+    {"role": "tool", "name": "search_help_center", "content": {"z": 1, "a": [1, 2.5, null]}},
+    {"content": "Refunded", "role": "assistant"}
+  ])");
+  for (const json& event : more) {
+    events.push_back(event);
+    const std::string rendered = render_json(compile_ok(r, events).state, true);
+    ASSERT_EQ(previous.back(), ']');
+    EXPECT_EQ(rendered.compare(0, previous.size() - 1, previous, 0, previous.size() - 1), 0)
+        << previous << "\n" << rendered;
+    EXPECT_GT(rendered.size(), previous.size());
+    previous = rendered;
+  }
+}
+
+TEST(schema_compiler, the_keyword_engine_answers_a_compiled_request) {
+  keyword_engine engine;
+  const request req = compile_ok(load(support), history);
+  auto decisions = engine.decide(std::span<const request>(&req, 1));
+  ASSERT_EQ(decisions.size(), 1u);
+  ASSERT_TRUE(decisions[0]);
+  const auto& tool = decisions[0]->probabilities.at(0);
+  ASSERT_EQ(tool.size(), 4u);
+  const auto best = std::max_element(tool.begin(), tool.end()) - tool.begin();
+  EXPECT_EQ(req.questions[0].option_id(best), "refund_payment");
+
+  auto reset = compile_ok(load(support), json::parse(R"([{"role": "user",
+      "content": "I forgot my password and cannot log in, please send a reset link"}])"));
+  auto other = engine.decide(std::span<const request>(&reset, 1));
+  const auto& p = other[0]->probabilities.at(0);
+  EXPECT_EQ(reset.questions[0].option_id(std::max_element(p.begin(), p.end()) - p.begin()), "reset_password");
+}
+
+TEST(schema_compiler, the_example_registry_compiles_for_the_keyword_engine) {
+  keyword_engine engine;
+  auto r = load_registry(BATON_SOURCE_DIR "/config/tools.yaml", engine.describe().limits);
+  ASSERT_TRUE(r) << r.error().message;
+  auto req = compile_schema(*r, history, engine.describe().limits);
+  ASSERT_TRUE(req) << render_error(req.error());
+  EXPECT_EQ(req->questions.size(), 5u);  // tool, refund_payment.reason, refund_payment.notify, urgency, needs_person
+  EXPECT_EQ(req->questions[0].option_count(), 6u);
+}
+
+}  // namespace
+}  // namespace baton::tools

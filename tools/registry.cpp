@@ -1,0 +1,438 @@
+#include "tools/registry.hpp"
+
+#include <openssl/evp.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+
+#include "core/request.hpp"
+
+namespace baton::tools {
+
+namespace {
+
+// yaml-cpp reports by throwing; the checks below throw too, and parse_registry turns the one
+// exception into the error value at the boundary.
+struct registry_error {
+  int line;
+  std::string reason;
+};
+
+int line_of(const YAML::Node& n) { return std::max(1, n.Mark().line + 1); }
+
+[[noreturn]] void fail(const YAML::Node& at, std::string reason) {
+  throw registry_error{line_of(at), std::move(reason)};
+}
+
+std::string ticked(std::string_view s) { return "`" + std::string(s) + "`"; }
+
+struct field {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+// The entries of a mapping, refusing duplicate keys (yaml-cpp keeps both) and, when `allowed` is
+// not empty, keys outside it.
+std::vector<field> read_map(const YAML::Node& n, std::string_view what,
+                            std::initializer_list<std::string_view> allowed = {}) {
+  if (!n.IsMap()) fail(n, std::string(what) + " must be a mapping");
+  std::vector<field> out;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar()) fail(it->first, std::string(what) + ": keys must be strings");
+    std::string key = it->first.Scalar();
+    if (allowed.size() && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      fail(it->first, "unknown key " + ticked(key) + " in " + std::string(what));
+    }
+    for (const field& f : out) {
+      if (f.key == key) fail(it->first, "duplicate key " + ticked(key) + " in " + std::string(what));
+    }
+    out.push_back({std::move(key), it->first, it->second});
+  }
+  return out;
+}
+
+const field* find(const std::vector<field>& fields, std::string_view key) {
+  for (const field& f : fields) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string read_string(const YAML::Node& v, std::string_view what) {
+  if (v.IsNull()) return {};
+  if (!v.IsScalar()) fail(v, std::string(what) + " must be a string");
+  return v.Scalar();
+}
+
+std::string read_nonempty(const std::vector<field>& fields, std::string_view key, const YAML::Node& owner,
+                          const std::string& what) {
+  const field* f = find(fields, key);
+  if (!f) fail(owner, what + " has no " + std::string(key));
+  std::string s = read_string(f->value, what + "'s " + std::string(key));
+  // An empty value (`key:`) has its mark after the key, on the next line.
+  if (s.empty()) fail(f->value.IsNull() ? f->key_node : f->value, what + " has an empty " + std::string(key));
+  return s;
+}
+
+bool valid_name(std::string_view s, bool dots) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [dots](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || (dots && c == '.');
+  });
+}
+
+// A plain scalar reads as YAML 1.2 core types; a quoted one ("!" tag) always as a string.
+json scalar_to_json(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  const char* end = s.data() + s.size();
+  std::int64_t i = 0;
+  if (auto [p, ec] = std::from_chars(s.data(), end, i); ec == std::errc() && p == end) return i;
+  const bool numeric_start = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
+                                            ((s[0] == '-' || s[0] == '+' || s[0] == '.') && s.size() > 1));
+  double d = 0;
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  if (auto [p, ec] = std::from_chars(begin, end, d); numeric_start && ec == std::errc() && p == end &&
+                                                     std::isfinite(d)) {
+    return d;
+  }
+  return s;
+}
+
+json to_json(const YAML::Node& n, std::string_view what) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar:
+      return scalar_to_json(n);
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const YAML::Node& item : n) a.push_back(to_json(item, what));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what);
+      return o;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+risk_level read_risk(const YAML::Node& v) {
+  const std::string s = read_string(v, "risk");
+  if (s == "low") return risk_level::low;
+  if (s == "medium") return risk_level::medium;
+  if (s == "high") return risk_level::high;
+  fail(v, "unknown risk " + ticked(s) + " (low, medium or high)");
+}
+
+void check_integer(const field* f, std::int64_t min, const std::string& what) {
+  if (!f) return;
+  const json v = to_json(f->value, what);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < min) {
+    fail(f->value, what + " must be an integer ≥ " + std::to_string(min));
+  }
+}
+
+json read_executor(const YAML::Node& n, const std::string& tool_what) {
+  const std::string what = tool_what + "'s executor";
+  const auto fields = read_map(n, what, {"type", "url", "timeout_ms", "retries", "argv"});
+  const field* type = find(fields, "type");
+  if (!type) fail(n, what + " has no type");
+  const std::string t = read_string(type->value, what + "'s type");
+  std::vector<std::string_view> allowed;
+  if (t == "agent") {
+    allowed = {"type"};
+  } else if (t == "http") {
+    allowed = {"type", "url", "timeout_ms", "retries"};
+    read_nonempty(fields, "url", n, what);
+  } else if (t == "command") {
+    allowed = {"type", "argv", "timeout_ms"};
+    const field* argv = find(fields, "argv");
+    if (!argv) fail(n, what + " has no argv");
+    const json a = to_json(argv->value, what);
+    if (!a.is_array() || a.empty() ||
+        !std::all_of(a.begin(), a.end(), [](const json& s) { return s.is_string() && !s.empty(); })) {
+      fail(argv->value, what + "'s argv must be a non-empty list of non-empty strings");
+    }
+  } else {
+    fail(type->value, "unknown executor type " + ticked(t) + " (agent, http or command)");
+  }
+  for (const field& f : fields) {
+    if (std::find(allowed.begin(), allowed.end(), f.key) == allowed.end()) {
+      fail(f.key_node, "unknown key " + ticked(f.key) + " in a " + t + " executor");
+    }
+  }
+  check_integer(find(fields, "timeout_ms"), 1, what + "'s timeout_ms");
+  check_integer(find(fields, "retries"), 0, what + "'s retries");
+  return to_json(n, what);
+}
+
+parameter read_parameter(const field& entry, const std::string& tool_what, const request_limits& limits) {
+  const std::string what = "parameter " + ticked(entry.key) + " of " + tool_what;
+  if (!valid_name(entry.key, false)) fail(entry.key_node, "bad parameter name " + ticked(entry.key) + " (A-Za-z0-9_-)");
+  parameter p;
+  p.name = entry.key;
+  const auto fields = read_map(entry.value, what, {"type", "instructions", "values", "value"});
+  const field* type = find(fields, "type");
+  if (!type) fail(entry.value, what + " has no type");
+  const std::string t = read_string(type->value, what + "'s type");
+  std::string_view own_key;  // the key only this type takes
+  if (t == "choice") {
+    p.type = parameter_type::choice;
+    own_key = "values";
+  } else if (t == "boolean") {
+    p.type = parameter_type::boolean;
+  } else if (t == "text") {
+    p.type = parameter_type::text;
+    own_key = "value";
+  } else {
+    fail(type->value, "unknown parameter type " + ticked(t) + " of " + what + " (choice, boolean or text)");
+  }
+  for (const field& f : fields) {
+    if ((f.key == "values" || f.key == "value") && f.key != own_key) {
+      fail(f.key_node, "unknown key " + ticked(f.key) + " in a " + t + " parameter");
+    }
+  }
+  if (p.type == parameter_type::text) {
+    if (const field* i = find(fields, "instructions")) p.instructions = read_string(i->value, what + "'s instructions");
+    if (const field* v = find(fields, "value")) p.value = read_string(v->value, what + "'s value");
+    return p;
+  }
+  // Choice and boolean parameters are questions: the engine reads their instructions.
+  p.instructions = read_nonempty(fields, "instructions", entry.value, what);
+  if (p.type == parameter_type::boolean) return p;
+  const field* values = find(fields, "values");
+  if (!values) fail(entry.value, what + " has no values");
+  const auto labels = read_map(values->value, what + "'s values");
+  if (labels.size() < std::max<std::size_t>(2, limits.min_choice_options)) {
+    fail(values->value, "choice " + what + " needs at least " +
+                            std::to_string(std::max<std::size_t>(2, limits.min_choice_options)) + " values");
+  }
+  if (labels.size() > limits.max_choice_options) {
+    fail(values->value, "choice " + what + " has " + std::to_string(labels.size()) +
+                            " values, over the engine's limit of " + std::to_string(limits.max_choice_options));
+  }
+  for (const field& v : labels) {
+    p.values[v.key] = read_nonempty(labels, v.key, values->value, "value " + ticked(v.key) + " of " + what);
+  }
+  return p;
+}
+
+tool read_tool(const YAML::Node& n, const request_limits& limits) {
+  const auto fields = read_map(n, "a tool", {"id", "description", "risk", "executor", "parameters"});
+  tool t;
+  const field* id = find(fields, "id");
+  if (!id) fail(n, "a tool has no id");
+  t.id = read_string(id->value, "a tool id");
+  if (!valid_name(t.id, true)) fail(id->value, "bad tool id " + ticked(t.id) + " (A-Za-z0-9_.-)");
+  const std::string what = "tool " + ticked(t.id);
+  t.description = read_nonempty(fields, "description", n, what);
+  if (const field* r = find(fields, "risk")) t.risk = read_risk(r->value);
+  // A tool without an executor is run by the agent itself.
+  t.executor = json{{"type", "agent"}};
+  if (const field* e = find(fields, "executor")) t.executor = read_executor(e->value, what);
+  if (const field* ps = find(fields, "parameters"); ps && !ps->value.IsNull()) {
+    for (const field& p : read_map(ps->value, what + "'s parameters")) {
+      t.parameters.push_back(read_parameter(p, what, limits));
+    }
+  }
+  return t;
+}
+
+// Checks a global question with the request validator itself, so that what loads is what the
+// engine accepts. Returns the question and how many options it has.
+std::pair<json, std::size_t> read_question(const field& entry, const request_limits& limits) {
+  const std::string what = "question " + ticked(entry.key);
+  read_map(entry.value, what, {"type", "instructions", "criteria"});
+  json q = to_json(entry.value, what);
+  json body = {{"state", ""}, {"questions", {{entry.key, q}}}};
+  auto checked = request_from_json(std::move(body), limits);
+  if (!checked) fail(entry.key_node, what + ": " + checked.error().message);
+  return {std::move(q), checked->questions.front().option_count()};
+}
+
+registry read_registry(const YAML::Node& root, const request_limits& limits) {
+  if (root.IsNull() || !root.IsDefined()) fail(root, "the registry is empty: it needs `tools`");
+  const auto top = read_map(root, "the registry", {"tools", "finish", "questions"});
+  const field* tools = find(top, "tools");
+  if (!tools) fail(root, "the registry has no `tools`");
+  if (!tools->value.IsSequence()) fail(tools->value, "`tools` must be a list");
+
+  registry r;
+  std::vector<YAML::Node> id_nodes;
+  std::set<std::string> ids;
+  for (const YAML::Node& n : tools->value) {
+    r.tools.push_back(read_tool(n, limits));
+    const YAML::Node id = n["id"];
+    if (!ids.insert(r.tools.back().id).second) fail(id, "duplicate tool id " + ticked(r.tools.back().id));
+    id_nodes.push_back(id);
+  }
+  if (const field* f = find(top, "finish")) {
+    const auto fields = read_map(f->value, "`finish`", {"description"});
+    r.finish = read_nonempty(fields, "description", f->value, "`finish`");
+    if (ids.contains(finish_option)) {
+      const auto at = std::find_if(r.tools.begin(), r.tools.end(), [](const tool& t) { return t.id == finish_option; });
+      fail(id_nodes[at - r.tools.begin()], "tool id `finish` clashes with the finish option");
+    }
+  }
+
+  const std::size_t tool_options = r.tools.size() + (r.finish ? 1 : 0);
+  const std::size_t min_options = std::max<std::size_t>(2, limits.min_choice_options);
+  if (tool_options < min_options) {
+    fail(tools->key_node, "the tool choice has " + std::to_string(tool_options) + " option(s); it needs at least " +
+                              std::to_string(min_options) + " (tools, plus finish when configured)");
+  }
+  if (tool_options > limits.max_choice_options) {
+    fail(tools->key_node, "the tool choice has " + std::to_string(tool_options) +
+                              " options, over the engine's limit of " + std::to_string(limits.max_choice_options));
+  }
+
+  // Every question of the compiled request, in order, with where it comes from in the file.
+  std::set<std::string> question_ids{tool_question_id};
+  std::size_t questions = 1, total_options = tool_options;
+  auto count_question = [&](const YAML::Node& at, std::size_t options) {
+    if (++questions > limits.max_questions) {
+      fail(at, "the registry makes more than " + std::to_string(limits.max_questions) +
+                   " questions (the tool choice, parameter and global questions), the engine's limit");
+    }
+    total_options += options;
+  };
+  for (std::size_t i = 0; i < r.tools.size(); ++i) {
+    const YAML::Node params = tools->value[i]["parameters"];
+    for (const parameter& p : r.tools[i].parameters) {
+      if (p.type == parameter_type::text) continue;
+      const YAML::Node at = params[p.name];
+      const std::string qid = parameter_question_id(r.tools[i], p);
+      if (qid.size() > limits.max_question_id_chars) {
+        fail(at, "question id " + ticked(qid) + " is longer than the engine's limit of " +
+                     std::to_string(limits.max_question_id_chars) + " characters");
+      }
+      question_ids.insert(qid);
+      count_question(at, p.type == parameter_type::choice ? p.values.size() : 2);
+    }
+  }
+  if (const field* qs = find(top, "questions"); qs && !qs->value.IsNull()) {
+    for (const field& q : read_map(qs->value, "`questions`")) {
+      if (question_ids.contains(q.key)) {
+        fail(q.key_node, "question " + ticked(q.key) + " clashes with a question id the tools generate");
+      }
+      auto [question, options] = read_question(q, limits);
+      r.questions[q.key] = std::move(question);
+      count_question(q.key_node, options);
+    }
+  }
+  if (limits.max_total_options && total_options > limits.max_total_options) {
+    fail(tools->key_node, "the registry's questions have " + std::to_string(total_options) +
+                              " options in all, over the engine's budget of " +
+                              std::to_string(limits.max_total_options));
+  }
+  r.hash = sha256_hex(r.canonical_json());
+  return r;
+}
+
+json pairs(const json& object) {
+  json a = json::array();
+  for (const auto& [k, v] : object.items()) a.push_back(json::array({k, v}));
+  return a;
+}
+
+}  // namespace
+
+std::string_view to_string(risk_level r) noexcept {
+  switch (r) {
+    case risk_level::low: return "low";
+    case risk_level::medium: return "medium";
+    case risk_level::high: return "high";
+  }
+  return "low";
+}
+
+std::string_view to_string(parameter_type t) noexcept {
+  switch (t) {
+    case parameter_type::choice: return "choice";
+    case parameter_type::boolean: return "boolean";
+    case parameter_type::text: return "text";
+  }
+  return "text";
+}
+
+std::string parameter_question_id(const tool& t, const parameter& p) { return t.id + "." + p.name; }
+
+std::string registry::canonical_json() const {
+  // Sorted keys make field order irrelevant; what is ordered is written as arrays.
+  json c = json::object();
+  json& ts = c["tools"] = json::array();
+  for (const tool& t : tools) {
+    json ps = json::array();
+    for (const parameter& p : t.parameters) {
+      ps.push_back({{"name", p.name},
+                    {"type", to_string(p.type)},
+                    {"instructions", p.instructions},
+                    {"values", pairs(p.values)},
+                    {"value", p.value ? json(*p.value) : json(nullptr)}});
+    }
+    ts.push_back({{"id", t.id},
+                  {"description", t.description},
+                  {"risk", to_string(t.risk)},
+                  {"executor", t.executor},
+                  {"parameters", std::move(ps)}});
+  }
+  c["finish"] = finish ? json(*finish) : json(nullptr);
+  json& qs = c["questions"] = json::array();
+  for (const auto& [id, q] : questions.items()) {
+    json canonical = q;
+    if (q.value("type", "") == "choice" && q.contains("criteria")) canonical["criteria"] = pairs(q["criteria"]);
+    qs.push_back(json::array({id, std::move(canonical)}));
+  }
+  return render_json(c, true);
+}
+
+result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
+                                const request_limits& limits) {
+  auto err = [&](int line, const std::string& reason) {
+    return make_error(422, "INVALID_REGISTRY", std::string(file_name) + ":" + std::to_string(line) + ": " + reason);
+  };
+  try {
+    return read_registry(YAML::Load(std::string(yaml_text)), limits);
+  } catch (const registry_error& e) {
+    return err(e.line, e.reason);
+  } catch (const YAML::Exception& e) {
+    return err(std::max(1, e.mark.line + 1), e.msg);
+  }
+}
+
+result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(422, "INVALID_REGISTRY", file.string() + ": cannot read the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_registry(text.str(), file.string(), limits);
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr);
+  std::string hex = "sha256:";
+  char byte[3];
+  for (unsigned int i = 0; i < size; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
+
+}  // namespace baton::tools
