@@ -1,19 +1,18 @@
 #include "tools/registry.hpp"
 
-#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <initializer_list>
 #include <set>
 #include <sstream>
 
 #include "core/request.hpp"
+#include "core/sha256.hpp"
 
 namespace baton::tools {
 
@@ -420,19 +419,6 @@ result<registry> load_registry(const std::filesystem::path& file, const request_
   std::ostringstream text;
   text << in.rdbuf();
   return parse_registry(text.str(), file.string(), limits);
-}
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr);
-  std::string hex = "sha256:";
-  char byte[3];
-  for (unsigned int i = 0; i < size; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
 }
 
 }  // namespace baton::tools

@@ -62,7 +62,4 @@ result<registry> parse_registry(std::string_view yaml_text, std::string_view fil
                                 const request_limits& limits);
 result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits);
 
-// "sha256:" and the hex digest of `bytes`.
-std::string sha256_hex(std::string_view bytes);
-
 }  // namespace baton::tools

@@ -1,5 +1,7 @@
 #include "tools/schema_compiler.hpp"
 
+#include "core/sha256.hpp"
+
 namespace baton::tools {
 
 result<request> compile_schema(const registry& r, const json& history, const request_limits& limits) {

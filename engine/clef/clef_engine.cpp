@@ -1,14 +1,12 @@
 #include "engine/clef/clef_engine.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/answers.hpp"
+#include "core/sha256.hpp"
 
 namespace baton::clef {
 
@@ -180,23 +178,17 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
 }
 
 std::string release_fingerprint(const std::filesystem::path& model_dir) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    throw load_error("sha256 is not available");
-  }
-  auto update = [&](const void* data, std::size_t size) {
-    if (EVP_DigestUpdate(ctx.get(), data, size) != 1) throw load_error("sha256 failed");
-  };
+  sha256 hash;
   std::vector<char> buffer(1 << 20);
   // The small files whole, named so that moving bytes between files changes the fingerprint.
   for (const char* name : {"model.safetensors.index.json", "config.json", "joint_head_config.json",
                            "joint_head.safetensors"}) {
     std::ifstream in(model_dir / name, std::ios::binary);
     if (!in) continue;  // a single-file checkpoint has no index
-    update(name, std::char_traits<char>::length(name) + 1);
+    hash.update(name, std::char_traits<char>::length(name) + 1);
     while (in) {
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-      update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+      hash.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
     }
   }
   // Shards are tens of GB: their size, header and 16 windows of 64 KiB spread over the data tell
@@ -212,27 +204,18 @@ std::string release_fingerprint(const std::filesystem::path& model_dir) {
   for (const auto& shard : shards) {
     const mapped_file file(shard);
     const std::string name = shard.filename().string();
-    update(name.c_str(), name.size() + 1);
+    hash.update(name.c_str(), name.size() + 1);
     const std::uint64_t size = file.size();
-    update(&size, sizeof size);
+    hash.update(&size, sizeof size);
     std::uint64_t header = 0;
     if (size >= 8) std::memcpy(&header, file.data(), 8);
-    update(file.data(), static_cast<std::size_t>(std::min<std::uint64_t>(size, 8 + header)));
+    hash.update(file.data(), static_cast<std::size_t>(std::min<std::uint64_t>(size, 8 + header)));
     for (std::size_t w = 0; w < windows && size > 0; ++w) {
       const std::size_t at = static_cast<std::size_t>(size * w / windows);
-      update(file.data() + at, std::min<std::size_t>(window_bytes, static_cast<std::size_t>(size) - at));
+      hash.update(file.data() + at, std::min<std::size_t>(window_bytes, static_cast<std::size_t>(size) - at));
     }
   }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int digest_size = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), digest, &digest_size) != 1) throw load_error("sha256 failed");
-  std::string hex = "sha256:";
-  char byte[3];
-  for (unsigned int i = 0; i < digest_size; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
+  return hash.digest();
 }
 
 }  // namespace baton::clef

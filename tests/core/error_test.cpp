@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "support/files.hpp"
 
 namespace baton {
@@ -41,6 +42,22 @@ TEST(error, reading_bodies_that_are_not_errors_fails_clearly) {
 TEST(error, value_throws_only_where_asked) {
   result<int> r = make_error(400, "X", "bad");
   EXPECT_THROW((void)r.value(), error_exception);
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(sha256, known_digests_in_one_piece_and_incrementally) {
+  // FIPS 180-2 test vectors.
+  EXPECT_EQ(sha256_hex(""), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  sha256 h;
+  h.update("a");
+  h.update(std::string_view("bc"));
+  EXPECT_EQ(h.digest(), sha256_hex("abc"));
 }
 
 }  // namespace
