@@ -1,76 +1,17 @@
 #include "tools/registry.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <cmath>
-#include <fstream>
-#include <initializer_list>
 #include <set>
-#include <sstream>
 
 #include "core/request.hpp"
 #include "core/sha256.hpp"
+#include "tools/yaml.hpp"
 
 namespace baton::tools {
 
 namespace {
 
-// yaml-cpp reports by throwing; the checks below throw too, and parse_registry turns the one
-// exception into the error value at the boundary.
-struct registry_error {
-  int line;
-  std::string reason;
-};
-
-int line_of(const YAML::Node& n) { return std::max(1, n.Mark().line + 1); }
-
-[[noreturn]] void fail(const YAML::Node& at, std::string reason) {
-  throw registry_error{line_of(at), std::move(reason)};
-}
-
-std::string ticked(std::string_view s) { return "`" + std::string(s) + "`"; }
-
-struct field {
-  std::string key;
-  YAML::Node key_node;
-  YAML::Node value;
-};
-
-// The entries of a mapping, refusing duplicate keys (yaml-cpp keeps both) and, when `allowed` is
-// not empty, keys outside it.
-std::vector<field> read_map(const YAML::Node& n, std::string_view what,
-                            std::initializer_list<std::string_view> allowed = {}) {
-  if (!n.IsMap()) fail(n, std::string(what) + " must be a mapping");
-  std::vector<field> out;
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    if (!it->first.IsScalar()) fail(it->first, std::string(what) + ": keys must be strings");
-    std::string key = it->first.Scalar();
-    if (allowed.size() && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      fail(it->first, "unknown key " + ticked(key) + " in " + std::string(what));
-    }
-    for (const field& f : out) {
-      if (f.key == key) fail(it->first, "duplicate key " + ticked(key) + " in " + std::string(what));
-    }
-    out.push_back({std::move(key), it->first, it->second});
-  }
-  return out;
-}
-
-const field* find(const std::vector<field>& fields, std::string_view key) {
-  for (const field& f : fields) {
-    if (f.key == key) return &f;
-  }
-  return nullptr;
-}
-
-std::string read_string(const YAML::Node& v, std::string_view what) {
-  if (v.IsNull()) return {};
-  if (!v.IsScalar()) fail(v, std::string(what) + " must be a string");
-  return v.Scalar();
-}
+using namespace yaml;
 
 std::string read_nonempty(const std::vector<field>& fields, std::string_view key, const YAML::Node& owner,
                           const std::string& what) {
@@ -88,45 +29,6 @@ bool valid_name(std::string_view s, bool dots) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-' || (dots && c == '.');
   });
-}
-
-// A plain scalar reads as YAML 1.2 core types; a quoted one ("!" tag) always as a string.
-json scalar_to_json(const YAML::Node& n) {
-  const std::string& s = n.Scalar();
-  if (n.Tag() == "!") return s;
-  if (s == "true" || s == "True" || s == "TRUE") return true;
-  if (s == "false" || s == "False" || s == "FALSE") return false;
-  const char* end = s.data() + s.size();
-  std::int64_t i = 0;
-  if (auto [p, ec] = std::from_chars(s.data(), end, i); ec == std::errc() && p == end) return i;
-  const bool numeric_start = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
-                                            ((s[0] == '-' || s[0] == '+' || s[0] == '.') && s.size() > 1));
-  double d = 0;
-  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-  if (auto [p, ec] = std::from_chars(begin, end, d); numeric_start && ec == std::errc() && p == end &&
-                                                     std::isfinite(d)) {
-    return d;
-  }
-  return s;
-}
-
-json to_json(const YAML::Node& n, std::string_view what) {
-  switch (n.Type()) {
-    case YAML::NodeType::Scalar:
-      return scalar_to_json(n);
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const YAML::Node& item : n) a.push_back(to_json(item, what));
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what);
-      return o;
-    }
-    default:
-      return nullptr;
-  }
 }
 
 risk_level read_risk(const YAML::Node& v) {
@@ -401,24 +303,14 @@ std::string registry::canonical_json() const {
 
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
                                 const request_limits& limits) {
-  auto err = [&](int line, const std::string& reason) {
-    return make_error(422, "INVALID_REGISTRY", std::string(file_name) + ":" + std::to_string(line) + ": " + reason);
-  };
-  try {
-    return read_registry(YAML::Load(std::string(yaml_text)), limits);
-  } catch (const registry_error& e) {
-    return err(e.line, e.reason);
-  } catch (const YAML::Exception& e) {
-    return err(std::max(1, e.mark.line + 1), e.msg);
-  }
+  return yaml::parse(yaml_text, file_name, "INVALID_REGISTRY",
+                     [&](const YAML::Node& root) { return read_registry(root, limits); });
 }
 
 result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error(422, "INVALID_REGISTRY", file.string() + ": cannot read the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_registry(text.str(), file.string(), limits);
+  auto text = yaml::read_text(file, "INVALID_REGISTRY");
+  if (!text) return text.error();
+  return parse_registry(*text, file.string(), limits);
 }
 
 }  // namespace baton::tools

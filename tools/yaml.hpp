@@ -1,0 +1,66 @@
+// The YAML reading shared by the config loaders (registry, policy): yaml-cpp nodes to checked
+// values, and every problem reported as "FILE:LINE: reason".
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace baton::tools::yaml {
+
+// yaml-cpp reports by throwing; the checks throw too, and parse() turns the one exception into
+// the error value at the boundary.
+struct yaml_error {
+  int line;
+  std::string reason;
+};
+
+int line_of(const YAML::Node& n);
+[[noreturn]] void fail(const YAML::Node& at, std::string reason);
+std::string ticked(std::string_view s);
+
+struct field {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+// The entries of a mapping, refusing duplicate keys (yaml-cpp keeps both) and, when `allowed` is
+// not empty, keys outside it.
+std::vector<field> read_map(const YAML::Node& n, std::string_view what,
+                            std::initializer_list<std::string_view> allowed = {});
+const field* find(const std::vector<field>& fields, std::string_view key);
+// A null value reads as the empty string.
+std::string read_string(const YAML::Node& v, std::string_view what);
+// A plain scalar reads as YAML 1.2 core types (bool, integer, float, string); a quoted one as a string.
+json to_json(const YAML::Node& n, std::string_view what);
+
+// Reads `yaml_text` with `read(root)`; a yaml_error or a yaml-cpp error becomes 422 `code` with
+// the message "FILE:LINE: reason".
+template <class Read>
+auto parse(std::string_view yaml_text, std::string_view file_name, const char* code, Read read)
+    -> result<decltype(read(YAML::Node()))> {
+  auto err = [&](int line, const std::string& reason) {
+    return make_error(422, code, std::string(file_name) + ":" + std::to_string(line) + ": " + reason);
+  };
+  try {
+    return read(YAML::Load(std::string(yaml_text)));
+  } catch (const yaml_error& e) {
+    return err(e.line, e.reason);
+  } catch (const YAML::Exception& e) {
+    return err(std::max(1, e.mark.line + 1), e.msg);
+  }
+}
+
+// The whole file, or 422 `code` "FILE: cannot read the file".
+result<std::string> read_text(const std::filesystem::path& file, const char* code);
+
+}  // namespace baton::tools::yaml
