@@ -1,0 +1,322 @@
+#include "policies/policy.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/sha256.hpp"
+#include "tools/yaml.hpp"
+
+namespace baton::policies {
+
+namespace {
+
+using namespace tools::yaml;
+
+constexpr const char* invalid = "INVALID_POLICY";
+
+const tools::tool* find_tool(const tools::registry& r, std::string_view id) {
+  const auto it = std::find_if(r.tools.begin(), r.tools.end(), [&](const tools::tool& t) { return t.id == id; });
+  return it == r.tools.end() ? nullptr : &*it;
+}
+
+double read_number(const YAML::Node& v, const std::string& what) {
+  const json n = to_json(v, what);
+  if (!n.is_number()) fail(v, what + " must be a number");
+  return n.get<double>();
+}
+
+double read_probability(const YAML::Node& v, const std::string& what) {
+  const double d = read_number(v, what);
+  if (d < 0 || d > 1) fail(v, what + " must be within [0, 1]");
+  return d;
+}
+
+// A list of registry tool ids, each once.
+std::vector<std::string> read_tool_list(const field& f, const tools::registry& r) {
+  const std::string what = ticked("rules." + f.key);
+  if (f.value.IsNull()) return {};
+  if (!f.value.IsSequence()) fail(f.value, what + " must be a list of tool ids");
+  std::vector<std::string> ids;
+  for (const YAML::Node& n : f.value) {
+    const std::string id = read_string(n, "a tool id in " + what);
+    if (!find_tool(r, id)) fail(n, "unknown tool " + ticked(id) + " in " + what);
+    if (std::find(ids.begin(), ids.end(), id) != ids.end()) fail(n, "tool " + ticked(id) + " twice in " + what);
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+lane read_lane(const YAML::Node& n, const std::string& what) {
+  const auto fields = read_map(n, what, {"execute", "fallback"});
+  const field* e = find(fields, "execute");
+  const field* f = find(fields, "fallback");
+  if (!e) fail(n, what + " has no execute");
+  if (!f) fail(n, what + " has no fallback");
+  lane l{read_probability(e->value, what + "'s execute"), read_probability(f->value, what + "'s fallback")};
+  if (l.fallback > l.execute) fail(f->value, what + "'s fallback is above its execute");
+  return l;
+}
+
+// What a question is, for the triggers: the questions the schema compiler makes of the registry.
+struct question_info {
+  std::string type;         // noul, score or choice
+  std::size_t levels = 0;   // score: the number of criteria
+};
+
+std::map<std::string, question_info> questions_of(const tools::registry& r) {
+  std::map<std::string, question_info> qs;
+  qs[tools::tool_question_id] = {"choice"};
+  for (const tools::tool& t : r.tools) {
+    for (const tools::parameter& p : t.parameters) {
+      if (p.type == tools::parameter_type::text) continue;
+      qs[tools::parameter_question_id(t, p)] = {p.type == tools::parameter_type::choice ? "choice" : "noul"};
+    }
+  }
+  for (const auto& [id, q] : r.questions.items()) {
+    const std::string type = q.value("type", "");
+    qs[id] = {type, type == "score" ? q["criteria"].size() : 0};
+  }
+  return qs;
+}
+
+escalation_trigger read_trigger(const YAML::Node& n, const std::map<std::string, question_info>& questions) {
+  const auto fields = read_map(n, "an escalate_when entry", {"question", "noul_above", "score_above"});
+  const field* q = find(fields, "question");
+  if (!q) fail(n, "an escalate_when entry has no question");
+  escalation_trigger t;
+  t.question = read_string(q->value, "an escalate_when question");
+  const auto info = questions.find(t.question);
+  if (info == questions.end()) fail(q->value, "unknown question " + ticked(t.question) + " in escalate_when");
+  const field* noul = find(fields, "noul_above");
+  const field* score = find(fields, "score_above");
+  if (!noul == !score) fail(n, "an escalate_when entry needs exactly one of noul_above and score_above");
+  const std::string what = "escalate_when " + ticked(t.question);
+  if (noul) {
+    if (info->second.type != "noul") fail(noul->key_node, what + ": noul_above needs a noul question");
+    t.when = escalation_trigger::noul_above;
+    t.threshold = read_probability(noul->value, what + "'s noul_above");
+  } else {
+    if (info->second.type != "score") fail(score->key_node, what + ": score_above needs a score question");
+    t.when = escalation_trigger::score_above;
+    t.threshold = read_number(score->value, what + "'s score_above");
+    const double top = static_cast<double>(info->second.levels - 1);
+    if (t.threshold < 0 || t.threshold > top) {
+      fail(score->value, what + "'s score_above must be within [0, " + std::to_string(info->second.levels - 1) + "]");
+    }
+  }
+  return t;
+}
+
+void read_rules(const YAML::Node& n, const tools::registry& r, policy& p) {
+  const auto fields = read_map(n, "`rules`", {"deny", "always_escalate", "max_risk", "escalate_when"});
+  if (const field* f = find(fields, "deny")) p.deny = read_tool_list(*f, r);
+  if (const field* f = find(fields, "always_escalate")) {
+    p.always_escalate = read_tool_list(*f, r);
+    for (std::size_t i = 0; i < p.always_escalate.size(); ++i) {
+      if (std::find(p.deny.begin(), p.deny.end(), p.always_escalate[i]) != p.deny.end()) {
+        fail(f->value[i], "tool " + ticked(p.always_escalate[i]) + " is both denied and always escalated");
+      }
+    }
+  }
+  if (const field* f = find(fields, "max_risk")) {
+    const std::string s = read_string(f->value, "max_risk");
+    if (s == "low") p.max_risk = tools::risk_level::low;
+    else if (s == "medium") p.max_risk = tools::risk_level::medium;
+    else if (s == "high") p.max_risk = tools::risk_level::high;
+    else fail(f->value, "unknown max_risk " + ticked(s) + " (low, medium or high)");
+  }
+  if (const field* f = find(fields, "escalate_when"); f && !f->value.IsNull()) {
+    if (!f->value.IsSequence()) fail(f->value, "`rules.escalate_when` must be a list");
+    const auto questions = questions_of(r);
+    for (const YAML::Node& t : f->value) p.escalate_when.push_back(read_trigger(t, questions));
+  }
+}
+
+void read_lanes(const YAML::Node& n, const tools::registry& r, policy& p) {
+  const auto fields = read_map(n, "`lanes`", {"default", "tools"});
+  const field* d = find(fields, "default");
+  if (!d) fail(n, "`lanes` has no default");
+  p.default_lane = read_lane(d->value, "the default lane");
+  if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
+    for (const field& t : read_map(ts->value, "`lanes.tools`")) {
+      // finish is not a tool: it follows the default lane.
+      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in `lanes.tools`");
+      p.tool_lanes.emplace_back(t.key, read_lane(t.value, "the lane of " + ticked(t.key)));
+    }
+  }
+}
+
+policy read_policy(const YAML::Node& root, const tools::registry& r) {
+  if (root.IsNull() || !root.IsDefined()) fail(root, "the policy is empty: it needs confidence, lanes and on_engine_error");
+  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "on_engine_error"});
+  policy p;
+  // No defaults for what decides: a policy says which metric and what a failure does.
+  const field* c = find(top, "confidence");
+  if (!c) fail(root, "the policy has no `confidence` (p_max or margin)");
+  const std::string metric = read_string(c->value, "confidence");
+  const auto m = parse_confidence_metric(metric);
+  if (!m) fail(c->value, "unknown confidence metric " + ticked(metric) + " (p_max or margin)");
+  p.metric = *m;
+  if (const field* f = find(top, "rules"); f && !f->value.IsNull()) read_rules(f->value, r, p);
+  const field* l = find(top, "lanes");
+  if (!l) fail(root, "the policy has no `lanes`");
+  read_lanes(l->value, r, p);
+  const field* e = find(top, "on_engine_error");
+  if (!e) fail(root, "the policy has no `on_engine_error` (escalate or deny)");
+  const std::string on_error = read_string(e->value, "on_engine_error");
+  if (on_error == "escalate") p.on_engine_error = failure_action::escalate;
+  else if (on_error == "deny") p.on_engine_error = failure_action::deny;
+  else fail(e->value, "unknown on_engine_error " + ticked(on_error) + " (escalate or deny)");
+  p.hash = sha256_hex(p.canonical_json());
+  return p;
+}
+
+json lane_json(const lane& l) { return {{"execute", l.execute}, {"fallback", l.fallback}}; }
+
+json sorted(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+const answer* find_answer(const response& r, std::string_view id) {
+  for (const auto& [qid, a] : r.answers) {
+    if (qid == id) return &a;
+  }
+  return nullptr;
+}
+
+// Whether the trigger fires; nullopt when its answer is missing or of another type.
+std::optional<bool> fires(const escalation_trigger& t, const response& r) {
+  const answer* a = find_answer(r, t.question);
+  if (!a) return std::nullopt;
+  if (t.when == escalation_trigger::noul_above) {
+    if (const auto* n = std::get_if<noul_answer>(a)) return n->noul > t.threshold;
+    return std::nullopt;
+  }
+  if (const auto* s = std::get_if<score_answer>(a)) return s->score > t.threshold;
+  return std::nullopt;
+}
+
+// The chosen tool's choice (argmax label) and boolean (P(true) ≥ 0.5) parameters.
+std::optional<json> arguments_of(const tools::tool& t, const response& r) {
+  json args = json::object();
+  for (const tools::parameter& p : t.parameters) {
+    if (p.type == tools::parameter_type::text) continue;
+    const answer* a = find_answer(r, tools::parameter_question_id(t, p));
+    if (!a) return std::nullopt;
+    if (p.type == tools::parameter_type::choice) {
+      const auto* c = std::get_if<choice_answer>(a);
+      if (!c) return std::nullopt;
+      args[p.name] = c->choice;
+    } else {
+      const auto* n = std::get_if<noul_answer>(a);
+      if (!n) return std::nullopt;
+      args[p.name] = n->noul >= 0.5;
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+std::string_view to_string(action::kind k) noexcept {
+  switch (k) {
+    case action::execute: return "execute";
+    case action::fallback: return "fallback";
+    case action::escalate: return "escalate";
+    case action::deny: return "deny";
+    case action::finish: return "finish";
+  }
+  return "escalate";
+}
+
+std::string policy::canonical_json() const {
+  json c = json::object();
+  c["confidence"] = to_string(metric);
+  json triggers = json::array();
+  for (const escalation_trigger& t : escalate_when) {
+    triggers.push_back({{"question", t.question},
+                        {t.when == escalation_trigger::noul_above ? "noul_above" : "score_above", t.threshold}});
+  }
+  c["rules"] = {{"deny", sorted(deny)},
+                {"always_escalate", sorted(always_escalate)},
+                {"max_risk", max_risk ? json(tools::to_string(*max_risk)) : json(nullptr)},
+                {"escalate_when", std::move(triggers)}};
+  json lanes = json::object();
+  for (const auto& [id, l] : tool_lanes) lanes[id] = lane_json(l);
+  c["lanes"] = {{"default", lane_json(default_lane)}, {"tools", std::move(lanes)}};
+  c["on_engine_error"] = on_engine_error == failure_action::deny ? "deny" : "escalate";
+  return render_json(c, true);
+}
+
+result<policy> parse_policy(std::string_view yaml_text, std::string_view file_name,
+                            const tools::registry& registry) {
+  return parse(yaml_text, file_name, invalid, [&](const YAML::Node& root) { return read_policy(root, registry); });
+}
+
+result<policy> load_policy(const std::filesystem::path& file, const tools::registry& registry) {
+  auto text = read_text(file, invalid);
+  if (!text) return text.error();
+  return parse_policy(*text, file.string(), registry);
+}
+
+action on_engine_failure(const policy& p) {
+  action a;
+  a.what = p.on_engine_error == failure_action::deny ? action::deny : action::escalate;
+  a.lane = "on_engine_error";
+  return a;
+}
+
+action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
+  const answer* tool_answer = find_answer(answers, tools::tool_question_id);
+  const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
+  if (!choice) return on_engine_failure(p);
+  const bool finishing = registry.finish && choice->choice == tools::finish_option;
+  const tools::tool* t = find_tool(registry, choice->choice);
+  if (!finishing && !t) return on_engine_failure(p);
+
+  std::vector<double> probabilities;
+  probabilities.reserve(choice->probabilities.size());
+  for (const auto& [option, probability] : choice->probabilities) probabilities.push_back(probability);
+
+  action a;
+  a.tool = choice->choice;
+  // The policy's metric, not the engine's: a threshold means the same thing across engines.
+  a.confidence = choice_confidence(probabilities, p.metric);
+  if (t) {
+    auto args = arguments_of(*t, answers);
+    if (!args) return on_engine_failure(p);
+    a.arguments = std::move(*args);
+  }
+  auto decided = [&](action::kind k, std::string lane) {
+    a.what = k;
+    a.lane = std::move(lane);
+    return a;
+  };
+
+  auto listed = [&](const std::vector<std::string>& ids) {
+    return std::find(ids.begin(), ids.end(), a.tool) != ids.end();
+  };
+  if (t && listed(p.deny)) return decided(action::deny, "rule:deny");
+  if (t && listed(p.always_escalate)) return decided(action::escalate, "rule:always_escalate");
+  if (t && p.max_risk && t->risk > *p.max_risk) return decided(action::escalate, "rule:max_risk");
+  for (const escalation_trigger& trigger : p.escalate_when) {
+    const auto fired = fires(trigger, answers);
+    if (!fired) return on_engine_failure(p);
+    if (*fired) return decided(action::escalate, "rule:escalate_when:" + trigger.question);
+  }
+
+  if (finishing) {
+    return decided(a.confidence >= p.default_lane.execute ? action::finish : action::escalate, "lane:default");
+  }
+  const auto own = std::find_if(p.tool_lanes.begin(), p.tool_lanes.end(),
+                                [&](const auto& entry) { return entry.first == a.tool; });
+  const lane& l = own == p.tool_lanes.end() ? p.default_lane : own->second;
+  const std::string name = own == p.tool_lanes.end() ? "lane:default" : "lane:" + a.tool;
+  if (a.confidence >= l.execute) return decided(action::execute, name);
+  if (a.confidence >= l.fallback) return decided(action::fallback, name);
+  return decided(action::escalate, name);
+}
+
+}  // namespace baton::policies

@@ -1,0 +1,75 @@
+// The policy (DESIGN §4): hard rules first (deny, always escalate, risk ceiling, questions that
+// force escalation), then confidence lanes per tool, and what an engine failure does.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/answers.hpp"
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "tools/registry.hpp"
+
+namespace baton::policies {
+
+struct lane {
+  double execute = 1;   // confidence ≥ execute → execute
+  double fallback = 1;  // else confidence ≥ fallback → fallback, else escalate
+};
+
+// A question whose answer forces escalation: a noul's P(true) or a score above the threshold.
+struct escalation_trigger {
+  enum kind { noul_above, score_above };
+  std::string question;
+  kind when = noul_above;
+  double threshold = 0;
+};
+
+enum class failure_action { escalate, deny };
+
+struct policy {
+  confidence_metric metric = confidence_metric::p_max;
+  std::vector<std::string> deny;
+  std::vector<std::string> always_escalate;
+  std::optional<tools::risk_level> max_risk;
+  std::vector<escalation_trigger> escalate_when;  // in file order: the first that fires is reported
+  lane default_lane;
+  std::vector<std::pair<std::string, lane>> tool_lanes;  // tool id → lane, in file order
+  failure_action on_engine_error = failure_action::escalate;
+  std::string hash;  // "sha256:…" of canonical_json()
+
+  // Sorted keys; deny and always_escalate are sets (sorted), escalate_when keeps its order.
+  std::string canonical_json() const;
+};
+
+struct action {
+  enum kind { execute, fallback, escalate, deny, finish };
+  kind what = escalate;
+  std::string tool;       // the chosen tool (or "finish"); empty after an engine failure
+  double confidence = 0;  // of the tool choice, per the policy's metric
+  std::string lane;       // what decided: "rule:deny", "lane:default", "on_engine_error", …
+  json arguments = json::object();  // the chosen tool's choice and boolean parameters
+};
+
+std::string_view to_string(action::kind k) noexcept;
+
+// 422 INVALID_POLICY, message "FILE:LINE: reason", for the first problem: unknown keys, tools or
+// questions, a bad metric, thresholds outside [0, 1], fallback above execute, …
+result<policy> parse_policy(std::string_view yaml_text, std::string_view file_name,
+                            const tools::registry& registry);
+result<policy> load_policy(const std::filesystem::path& file, const tools::registry& registry);
+
+// The decision for one answered request. `finish` is not a tool: only escalate_when and the
+// default lane apply (confident → finish, else escalate). An answer set that does not match the
+// registry (no `tool` choice, an unknown option, a missing parameter or trigger answer) fails
+// closed like an engine failure.
+action decide_action(const policy& p, const tools::registry& registry, const response& answers);
+
+// What an engine error or timeout becomes: escalate or deny, lane "on_engine_error".
+action on_engine_failure(const policy& p);
+
+}  // namespace baton::policies
