@@ -1,0 +1,314 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "policies/policy.hpp"
+
+namespace baton::policies {
+namespace {
+
+using tools::registry;
+
+// Tools of every risk, a tool with choice and boolean parameters, finish and both global types.
+const char* registry_yaml = R"(tools:
+  - id: a
+    description: Tool a
+    parameters:
+      mode: {type: choice, instructions: "Which mode?", values: {x: "Mode x", y: "Mode y"}}
+      notify: {type: boolean, instructions: "Notify?"}
+      note: {type: text}
+  - {id: b, description: Tool b, risk: medium}
+  - {id: c, description: Tool c, risk: high}
+  - {id: d, description: Tool d}
+  - {id: e, description: Tool e, risk: high}
+finish: {description: Done}
+questions:
+  urgency: {type: score, instructions: "How urgent?", criteria: [Later, Week, Today, Now]}
+  needs_person: {type: noul, instructions: "Needs a person?"}
+)";
+
+const char* policy_yaml = R"(confidence: p_max
+rules:
+  deny: [d]
+  always_escalate: [e]
+  max_risk: medium
+  escalate_when:
+    - {question: needs_person, noul_above: 0.7}
+    - {question: urgency, score_above: 2.5}
+lanes:
+  default: {execute: 0.85, fallback: 0.5}
+  tools:
+    b: {execute: 0.9, fallback: 0.6}
+on_engine_error: escalate
+)";
+
+const registry& test_registry() {
+  static const registry r = tools::parse_registry(registry_yaml, "tools.yaml", {}).value();
+  return r;
+}
+
+policy parse_ok(std::string_view text) {
+  auto p = parse_policy(text, "p.yaml", test_registry());
+  EXPECT_TRUE(p.has_value()) << (p ? "" : p.error().message);
+  return p ? *p : policy{};
+}
+
+struct answers_spec {
+  std::string tool;
+  double p = 0.9;  // of the chosen tool; the rest is spread evenly over the other options
+  double needs_person = 0.1;
+  double urgency = 1.0;
+  std::string mode = "x";
+  double notify = 0.2;
+};
+
+response make_answers(const answers_spec& s) {
+  const std::vector<std::string> options{"a", "b", "c", "d", "e", "finish"};
+  choice_answer tool{s.tool, 0, {}};
+  for (const std::string& o : options) {
+    tool.probabilities.emplace_back(o, o == s.tool ? s.p : (1 - s.p) / (options.size() - 1));
+  }
+  choice_answer mode{s.mode, 0, {{"x", s.mode == "x" ? 0.8 : 0.2}, {"y", s.mode == "y" ? 0.8 : 0.2}}};
+  score_answer urgency;
+  urgency.score = s.urgency;
+  response r;
+  r.answers = {{"tool", tool},
+               {"a.mode", mode},
+               {"a.notify", noul_answer{s.notify}},
+               {"urgency", urgency},
+               {"needs_person", noul_answer{s.needs_person}}};
+  return r;
+}
+
+struct decision_case {
+  const char* name;
+  answers_spec answers;
+  confidence_metric metric;
+  action::kind what;
+  const char* lane;
+};
+
+using enum confidence_metric;
+
+const std::vector<decision_case> decision_cases = {
+    {"deny", {"d", 0.99}, p_max, action::deny, "rule:deny"},
+    {"deny before escalate_when", {"d", 0.99, 0.9}, p_max, action::deny, "rule:deny"},
+    {"always_escalate", {"e", 0.99}, p_max, action::escalate, "rule:always_escalate"},
+    {"max_risk", {"c", 0.99}, p_max, action::escalate, "rule:max_risk"},
+    {"medium risk passes max_risk", {"b", 0.99}, p_max, action::execute, "lane:b"},
+    {"needs_person above", {"a", 0.99, 0.71}, p_max, action::escalate, "rule:escalate_when:needs_person"},
+    {"needs_person at the threshold", {"a", 0.99, 0.7}, p_max, action::execute, "lane:default"},
+    {"urgency above", {"a", 0.99, 0.1, 2.51}, p_max, action::escalate, "rule:escalate_when:urgency"},
+    {"urgency at the threshold", {"a", 0.99, 0.1, 2.5}, p_max, action::execute, "lane:default"},
+    {"first trigger wins", {"a", 0.99, 0.9, 3.0}, p_max, action::escalate, "rule:escalate_when:needs_person"},
+    {"default execute at", {"a", 0.85}, p_max, action::execute, "lane:default"},
+    {"default execute below", {"a", 0.8499}, p_max, action::fallback, "lane:default"},
+    {"default fallback at", {"a", 0.5}, p_max, action::fallback, "lane:default"},
+    {"default fallback below", {"a", 0.4999}, p_max, action::escalate, "lane:default"},
+    {"tool lane execute at", {"b", 0.9}, p_max, action::execute, "lane:b"},
+    {"tool lane execute below", {"b", 0.8999}, p_max, action::fallback, "lane:b"},
+    {"tool lane fallback at", {"b", 0.6}, p_max, action::fallback, "lane:b"},
+    {"tool lane fallback below", {"b", 0.5999}, p_max, action::escalate, "lane:b"},
+    // Six options: margin = (6·0.86 − 1)/5 = 0.832, below execute where p_max 0.86 is above it.
+    {"p_max executes", {"a", 0.86}, p_max, action::execute, "lane:default"},
+    {"margin falls back", {"a", 0.86}, margin, action::fallback, "lane:default"},
+    {"margin escalates", {"a", 0.55}, margin, action::escalate, "lane:default"},
+    {"finish at", {"finish", 0.85}, p_max, action::finish, "lane:default"},
+    {"finish below", {"finish", 0.8499}, p_max, action::escalate, "lane:default"},
+    {"finish under a trigger", {"finish", 0.99, 0.9}, p_max, action::escalate, "rule:escalate_when:needs_person"},
+};
+
+TEST(Policy, DecisionTable) {
+  for (const decision_case& c : decision_cases) {
+    policy p = parse_ok(policy_yaml);
+    p.metric = c.metric;
+    const action a = decide_action(p, test_registry(), make_answers(c.answers));
+    EXPECT_EQ(to_string(a.what), to_string(c.what)) << c.name;
+    EXPECT_EQ(a.lane, c.lane) << c.name;
+    EXPECT_EQ(a.tool, c.answers.tool) << c.name;
+  }
+}
+
+TEST(Policy, ConfidenceFollowsThePolicyMetric) {
+  policy p = parse_ok(policy_yaml);
+  EXPECT_DOUBLE_EQ(decide_action(p, test_registry(), make_answers({"a", 0.86})).confidence, 0.86);
+  p.metric = margin;
+  EXPECT_DOUBLE_EQ(decide_action(p, test_registry(), make_answers({"a", 0.86})).confidence, (6 * 0.86 - 1) / 5);
+}
+
+TEST(Policy, Arguments) {
+  const policy p = parse_ok(policy_yaml);
+  answers_spec s{"a", 0.99};
+  s.mode = "y";
+  s.notify = 0.5;
+  EXPECT_EQ(decide_action(p, test_registry(), make_answers(s)).arguments, (json{{"mode", "y"}, {"notify", true}}));
+  s.mode = "x";
+  s.notify = 0.4999;
+  EXPECT_EQ(decide_action(p, test_registry(), make_answers(s)).arguments, (json{{"mode", "x"}, {"notify", false}}));
+  EXPECT_EQ(decide_action(p, test_registry(), make_answers({"b", 0.99})).arguments, json::object());
+  EXPECT_EQ(decide_action(p, test_registry(), make_answers({"finish", 0.99})).arguments, json::object());
+}
+
+TEST(Policy, EngineFailure) {
+  const policy escalating = parse_ok(policy_yaml);
+  std::string text = policy_yaml;
+  text.replace(text.find("on_engine_error: escalate"), 25, "on_engine_error: deny");
+  const policy denying = parse_ok(text);
+  for (const policy* p : {&escalating, &denying}) {
+    const auto expected = p == &denying ? action::deny : action::escalate;
+    const action a = on_engine_failure(*p);
+    EXPECT_EQ(a.what, expected);
+    EXPECT_EQ(a.lane, "on_engine_error");
+    EXPECT_EQ(a.tool, "");
+
+    // Answers that do not match the registry fail closed the same way.
+    response no_tool = make_answers({"a"});
+    no_tool.answers.erase(no_tool.answers.begin());
+    response unknown = make_answers({"zz"});
+    response no_param = make_answers({"a"});
+    no_param.answers.erase(no_param.answers.begin() + 1);
+    response no_trigger = make_answers({"a"});
+    no_trigger.answers.pop_back();
+    for (const response* r : {&no_tool, &unknown, &no_param, &no_trigger}) {
+      const action b = decide_action(*p, test_registry(), *r);
+      EXPECT_EQ(b.what, expected);
+      EXPECT_EQ(b.lane, "on_engine_error");
+    }
+  }
+}
+
+const char* base = "confidence: p_max\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: escalate\n";
+
+struct load_case {
+  std::string text;
+  const char* message;
+};
+
+TEST(Policy, LoadErrors) {
+  const std::string b = base;
+  const std::vector<load_case> cases = {
+      {"", "p.yaml:1: the policy is empty: it needs confidence, lanes and on_engine_error"},
+      {"confidence: [p_max\n", "p.yaml:2: end of sequence flow not found"},
+      {"confidence: pmax\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: escalate\n",
+       "p.yaml:1: unknown confidence metric `pmax` (p_max or margin)"},
+      {"lanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: escalate\n",
+       "p.yaml:1: the policy has no `confidence` (p_max or margin)"},
+      {"confidence: p_max\non_engine_error: escalate\n", "p.yaml:1: the policy has no `lanes`"},
+      {b + "extra: 1\n", "p.yaml:5: unknown key `extra` in the policy"},
+      {b + "rules:\n  deny: [a, zz]\n", "p.yaml:6: unknown tool `zz` in `rules.deny`"},
+      {b + "rules:\n  deny: [finish]\n", "p.yaml:6: unknown tool `finish` in `rules.deny`"},
+      {b + "rules:\n  always_escalate: [a, a]\n", "p.yaml:6: tool `a` twice in `rules.always_escalate`"},
+      {b + "rules:\n  deny: [a]\n  always_escalate: [b, a]\n",
+       "p.yaml:7: tool `a` is both denied and always escalated"},
+      {b + "rules:\n  max_risk: extreme\n", "p.yaml:6: unknown max_risk `extreme` (low, medium or high)"},
+      {b + "rules:\n  ask: [a]\n", "p.yaml:6: unknown key `ask` in `rules`"},
+      {b + "rules:\n  escalate_when:\n    - {question: zz, noul_above: 0.5}\n",
+       "p.yaml:7: unknown question `zz` in escalate_when"},
+      {b + "rules:\n  escalate_when:\n    - {question: urgency, noul_above: 0.5}\n",
+       "p.yaml:7: escalate_when `urgency`: noul_above needs a noul question"},
+      {b + "rules:\n  escalate_when:\n    - {question: tool, score_above: 1}\n",
+       "p.yaml:7: escalate_when `tool`: score_above needs a score question"},
+      {b + "rules:\n  escalate_when:\n    - {question: needs_person, noul_above: 1.2}\n",
+       "p.yaml:7: escalate_when `needs_person`'s noul_above must be within [0, 1]"},
+      {b + "rules:\n  escalate_when:\n    - {question: urgency, score_above: 3.5}\n",
+       "p.yaml:7: escalate_when `urgency`'s score_above must be within [0, 3]"},
+      {b + "rules:\n  escalate_when:\n    - {question: needs_person}\n",
+       "p.yaml:7: an escalate_when entry needs exactly one of noul_above and score_above"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 1.5, fallback: 0.5}\non_engine_error: escalate\n",
+       "p.yaml:3: the default lane's execute must be within [0, 1]"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.5, fallback: -0.1}\non_engine_error: escalate\n",
+       "p.yaml:3: the default lane's fallback must be within [0, 1]"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.5, fallback: 0.6}\non_engine_error: escalate\n",
+       "p.yaml:3: the default lane's fallback is above its execute"},
+      {"confidence: p_max\nlanes:\n  default: {execute: high, fallback: 0.6}\non_engine_error: escalate\n",
+       "p.yaml:3: the default lane's execute must be a number"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.9}\non_engine_error: escalate\n",
+       "p.yaml:3: the default lane has no fallback"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.9, fallback: 0.5, retry: 1}\non_engine_error: escalate\n",
+       "p.yaml:3: unknown key `retry` in the default lane"},
+      {"confidence: p_max\nlanes:\n  tools: {}\non_engine_error: escalate\n", "p.yaml:3: `lanes` has no default"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.9, fallback: 0.5}\n  tools:\n    finish: {execute: 0.9, fallback: 0.5}\n"
+       "on_engine_error: escalate\n",
+       "p.yaml:5: unknown tool `finish` in `lanes.tools`"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.9, fallback: 0.5}\n  tools:\n    b: {execute: 0.5, fallback: 0.9}\n"
+       "on_engine_error: escalate\n",
+       "p.yaml:5: the lane of `b`'s fallback is above its execute"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: retry\n",
+       "p.yaml:4: unknown on_engine_error `retry` (escalate or deny)"},
+      {"confidence: p_max\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\n",
+       "p.yaml:1: the policy has no `on_engine_error` (escalate or deny)"},
+  };
+  for (const load_case& c : cases) {
+    auto p = parse_policy(c.text, "p.yaml", test_registry());
+    ASSERT_FALSE(p.has_value()) << c.text;
+    EXPECT_EQ(p.error().status, 422) << c.text;
+    EXPECT_EQ(p.error().code, "INVALID_POLICY") << c.text;
+    EXPECT_EQ(p.error().message, c.message) << c.text;
+  }
+}
+
+TEST(Policy, GeneratedQuestionsAndEmptyRules) {
+  const policy p = parse_ok(std::string(base) + "rules:\n  escalate_when:\n    - {question: a.notify, noul_above: 0.5}\n");
+  ASSERT_EQ(p.escalate_when.size(), 1u);
+  EXPECT_EQ(p.escalate_when[0].question, "a.notify");
+  answers_spec s{"a", 0.99};
+  s.notify = 0.6;
+  EXPECT_EQ(decide_action(p, test_registry(), make_answers(s)).lane, "rule:escalate_when:a.notify");
+  const policy plain = parse_ok(base);
+  EXPECT_TRUE(plain.deny.empty());
+  EXPECT_FALSE(plain.max_risk.has_value());
+  EXPECT_EQ(decide_action(plain, test_registry(), make_answers({"c", 0.99})).what, action::execute);
+}
+
+TEST(Policy, HashIsCanonical) {
+  const policy p = parse_ok(policy_yaml);
+  EXPECT_EQ(p.hash.rfind("sha256:", 0), 0u);
+  EXPECT_EQ(p.hash.size(), 7u + 64u);
+  // Other key order, block style, set order of the tool lists: the same policy.
+  const policy same = parse_ok(R"(on_engine_error: escalate
+lanes:
+  tools:
+    b:
+      fallback: 0.6
+      execute: 0.9
+  default: {fallback: 0.5, execute: 0.85}
+rules:
+  escalate_when:
+    - {noul_above: 0.7, question: needs_person}
+    - {score_above: 2.5, question: urgency}
+  max_risk: medium
+  always_escalate: [e]
+  deny: [d]
+confidence: p_max
+)");
+  EXPECT_EQ(same.hash, p.hash);
+  std::string changed = policy_yaml;
+  changed.replace(changed.find("0.85"), 4, "0.86");
+  EXPECT_NE(parse_ok(changed).hash, p.hash);
+  std::string reordered = policy_yaml;
+  const std::string first = "    - {question: needs_person, noul_above: 0.7}\n";
+  reordered.erase(reordered.find(first), first.size());
+  reordered.insert(reordered.find("lanes:"), first);
+  EXPECT_NE(parse_ok(reordered).hash, p.hash);  // trigger order decides which one is reported
+}
+
+TEST(Policy, ConfigLoadsAgainstTheConfigRegistry) {
+  const auto r = tools::load_registry(BATON_SOURCE_DIR "/config/tools.yaml", request_limits::text_only());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const auto p = load_policy(BATON_SOURCE_DIR "/config/policy.yaml", *r);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->metric, p_max);
+  EXPECT_EQ(p->always_escalate, std::vector<std::string>{"refund_payment"});
+  EXPECT_EQ(p->max_risk, tools::risk_level::medium);
+  EXPECT_EQ(p->escalate_when.size(), 2u);
+  EXPECT_EQ(p->tool_lanes.size(), 2u);
+  EXPECT_EQ(p->on_engine_error, failure_action::escalate);
+
+  const auto missing = load_policy(BATON_SOURCE_DIR "/config/no-such-policy.yaml", *r);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().message, BATON_SOURCE_DIR "/config/no-such-policy.yaml: cannot read the file");
+}
+
+}  // namespace
+}  // namespace baton::policies
