@@ -84,10 +84,7 @@ at::Tensor joint_head::mha(const at::Tensor& queries, const at::Tensor& memory,
   const at::Tensor kh = k.view({keys, heads, dim}).permute({1, 2, 0});      // [h, d, T]
   const at::Tensor vh = v.view({keys, heads, dim}).transpose(0, 1);         // [h, T, d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  // Query rows per chunk: bounds the fp32 [heads, rows, T] score block over a long memory.
-  const std::int64_t chunk = std::min(
-      std::max<std::int64_t>(rows, 1),
-      std::max<std::int64_t>(16, score_budget_bytes_ / (4 * heads * std::max<std::int64_t>(keys, 1))));
+  const std::int64_t chunk = chunk_rows(score_budget_bytes_, heads, keys, rows);
   at::Tensor out = at::empty({rows, width}, queries.options());
   const at::Tensor out_heads = out.view({rows, heads, dim}).transpose(0, 1);
   for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -131,12 +128,7 @@ record_logits joint_head::forward(const at::Tensor& hidden_in, const at::Tensor&
       option_question.push_back(static_cast<std::int64_t>(i));
     }
   }
-  const auto long_options = at::TensorOptions().dtype(at::kLong);
-  auto to_device = [&](const std::vector<std::int64_t>& v) {
-    return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())},
-                         long_options)
-        .to(device_);
-  };
+  auto to_device = [&](const std::vector<std::int64_t>& v) { return long_tensor(v, device_); };
   const at::Tensor segments = to_device(segment_of);
   const at::Tensor rows = to_device(token_rows);
   // Sums accumulate in fp32 (as torch's mean does) whatever the head's dtype.

@@ -42,12 +42,6 @@ at::Device parse_device(const std::string& text) {
   return *device;
 }
 
-at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())},
-                       at::TensorOptions().dtype(at::kLong))
-      .to(device, /*non_blocking=*/false, /*copy=*/true);
-}
-
 // The options with every default decided: the compute dtype is the file's when none is asked for
 // (bf16 stays bf16, so nothing is converted or copied; f16 files compute in f32), the score budget
 // 4 MiB on the CPU (blocks that stay in cache and come from the allocator's free lists; 64 MiB
@@ -93,7 +87,7 @@ class model_impl final : public model {
   void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) override {
     c10::InferenceMode guard;
     const std::vector<std::int64_t> wide(ids.begin(), ids.end());
-    thinker_.forward(long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
+    thinker_.forward(detail::long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
                      nullptr);
   }
 
@@ -112,7 +106,7 @@ class model_impl final : public model {
       ids.insert(ids.end(), r.ids.begin(), r.ids.end());
       lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
     }
-    const at::Tensor id_tensor = long_tensor(ids, device_);
+    const at::Tensor id_tensor = detail::long_tensor(ids, device_);
     const at::Tensor hidden = thinker_.forward(id_tensor, lengths, nullptr, profile);
 
     std::vector<record_logits> out;

@@ -38,6 +38,12 @@ at::Tensor view_tensor(const tensor_view& v) {
   return at::from_blob(data, v.shape, options);
 }
 
+at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device) {
+  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())},
+                       at::TensorOptions().dtype(at::kLong))
+      .to(device, /*non_blocking=*/false, /*copy=*/true);
+}
+
 at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device) {
   at::Tensor t = view_tensor(v);
   if (t.scalar_type() == type && device.is_cpu()) return t;

@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "engine/clef/core/model.hpp"
 #include "engine/clef/core/safetensors.hpp"
@@ -19,6 +21,17 @@ at::Tensor view_tensor(const tensor_view& v);
 
 // The weight in `type` on `device`: the mapping itself when nothing needs converting.
 at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device);
+
+// A copy of `v` as an int64 tensor on `device` (indices, spans).
+at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device);
+
+// Query rows per attention chunk, so that the fp32 score block [heads, rows, keys] stays within
+// `budget_bytes`; at least 16 rows (smaller chunks make the matmuls inefficient), at most `rows`.
+inline std::int64_t chunk_rows(std::int64_t budget_bytes, std::int64_t heads, std::int64_t keys,
+                               std::int64_t rows) {
+  return std::min(std::max<std::int64_t>(rows, 1),
+                  std::max<std::int64_t>(16, budget_bytes / (4 * heads * std::max<std::int64_t>(keys, 1))));
+}
 
 // Rows of x @ w.T for w [out, in] (nn.Linear without bias).
 inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }

@@ -156,10 +156,7 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
 
   std::int64_t offset = 0;
   for (const auto len : lengths) {
-    // Query rows per chunk, so that the fp32 score block [heads, rows, keys] stays within the
-    // budget; 16 rows at least, or the chunks get too small to keep the matmuls efficient.
-    const std::int64_t rows_per_chunk =
-        std::min(len, std::max<std::int64_t>(16, score_budget_bytes_ / (4 * heads * len)));
+    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
     // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
     const at::Tensor causal = at::ones({rows_per_chunk, rows_per_chunk},
                                        at::TensorOptions().dtype(at::kBool).device(a.device()))
