@@ -30,10 +30,7 @@ std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
 }
 
 // config.json names the ids of <|im_start|> and <|im_end|>: the tokenizer must agree.
-void check_control_ids(const std::filesystem::path& dir, const tokenizer& t) {
-  std::ifstream in(dir / "config.json", std::ios::binary);
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) return;  // the model loader reports a bad config
+void check_control_ids(const std::filesystem::path& dir, const nlohmann::json& config, const tokenizer& t) {
   for (const auto& [key, token] : {std::pair{"im_start_token_id", "<|im_start|>"}, std::pair{"im_end_token_id", "<|im_end|>"}}) {
     const auto it = config.find(key);
     if (it == config.end() || !it->is_number_integer()) continue;
@@ -97,7 +94,7 @@ clef_engine::clef_engine(const clef_engine_options& options)
   if (description_.model_id.empty()) description_.model_id = "clef-omni";
   description_.fingerprint = release_fingerprint(options.model_dir);
   description_.limits = request_limits::text_only();
-  check_control_ids(options.model_dir, encoder_.text_tokenizer());
+  check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());
   if (encoder_.text_tokenizer().size() > static_cast<std::size_t>(model_->files().text().vocab_size)) {
     throw load_error(options.model_dir.string() + ": the tokenizer has " +
                      std::to_string(encoder_.text_tokenizer().size()) +

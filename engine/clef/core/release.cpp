@@ -411,7 +411,8 @@ bool skipped(const std::string& name) {
 release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   if (!std::filesystem::is_directory(dir)) throw load_error(dir.string() + ": not a directory");
   const auto config_path = dir / "config.json";
-  const nlohmann::json config = read_json_file(config_path);
+  config_ = read_json_file(config_path);
+  const nlohmann::json& config = config_;
   text_ = parse_text_config(config, config_path);
 
   // Resolve every tensor to its shard through the index; a single-file checkpoint has none.

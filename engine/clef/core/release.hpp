@@ -91,6 +91,8 @@ class release {
   const std::filesystem::path& dir() const noexcept { return dir_; }
   const text_config& text() const noexcept { return text_; }
   const head_config& head() const noexcept { return head_; }
+  // config.json as read (token ids and the media settings live there too).
+  const nlohmann::json& config() const noexcept { return config_; }
   bool has_head() const noexcept { return head_file_ != nullptr; }
 
   // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
@@ -100,6 +102,7 @@ class release {
 
  private:
   std::filesystem::path dir_;
+  nlohmann::json config_;
   text_config text_;
   head_config head_;
   std::vector<std::unique_ptr<safetensors_file>> shards_;
