@@ -258,39 +258,35 @@ class jsonl_decider {
     buffer_.clear();
     dump_buffer_.clear();
     for (std::size_t s = 0; s < slots_.size(); ++s) {
-      const auto& slot = slots_[s];
-      std::optional<response> answer;
-      std::optional<error> failure;
-      const error* refusal = std::get_if<error>(&slot);
-      if (refusal) {
-        render_error(*refusal, buffer_);
-        last_status_ = exit_refused;
+      // The request's answer, or why it has none: refused when read, by the engine, or by
+      // make_response (an engine that broke its contract, 500).
+      result<response> outcome = make_error(500, "INFERENCE_FAILED", "no answer");
+      const clef::clef_trace* trace = nullptr;
+      if (const error* refused = std::get_if<error>(&slots_[s])) {
+        outcome = *refused;
       } else {
-        const std::size_t i = std::get<std::size_t>(slot);
-        auto answered = results[i] ? make_response(requests_[i], *results[i], options_.confidence,
-                                                   engine_.describe().model_id)
-                                   : result<response>(results[i].error());
-        if (answered) {
-          render_response(*answered, buffer_);
-          answer = std::move(*answered);
-          last_status_ = exit_ok;
-        } else {
-          render_error(answered.error(), buffer_);
-          last_status_ = answered.error().status >= 500 ? exit_engine_failed : exit_refused;
-          if (answered.error().status >= 500) ++engine_failures_;
-          failure = answered.error();
-          refusal = &*failure;
-        }
-        if (dump_) {
-          const clef::clef_trace* trace = i < traces.size() && traces[i] ? &*traces[i] : nullptr;
-          write_dump_line(ids_[s], trace ? &trace->encoded : nullptr, trace ? &trace->logits : nullptr,
-                          answer ? &*answer : nullptr, refusal, dump_buffer_);
-        }
-        buffer_.push_back('\n');
-        continue;
+        const std::size_t i = std::get<std::size_t>(slots_[s]);
+        if (i < traces.size() && traces[i]) trace = &*traces[i];
+        outcome = results[i] ? make_response(requests_[i], *results[i], options_.confidence,
+                                             engine_.describe().model_id)
+                             : result<response>(results[i].error());
       }
-      if (dump_) write_dump_line(ids_[s], nullptr, nullptr, nullptr, refusal, dump_buffer_);
+      std::optional<error> failure;
+      if (outcome) {
+        render_response(*outcome, buffer_);
+        last_status_ = exit_ok;
+      } else {
+        failure = outcome.error();
+        render_error(*failure, buffer_);
+        const bool engine_failed = failure->status >= 500;
+        last_status_ = engine_failed ? exit_engine_failed : exit_refused;
+        if (engine_failed) ++engine_failures_;
+      }
       buffer_.push_back('\n');
+      if (dump_) {
+        write_dump_line(ids_[s], trace ? &trace->encoded : nullptr, trace ? &trace->logits : nullptr,
+                        outcome ? &*outcome : nullptr, failure ? &*failure : nullptr, dump_buffer_);
+      }
     }
     out_ << buffer_;
     out_.flush();
