@@ -79,7 +79,11 @@ clef_encoder::clef_encoder(const std::filesystem::path& model_dir)
 result<encoded_record> clef_encoder::encode(const request& r, std::size_t max_length) const {
   encode_options options;
   options.max_length = max_length;
-  return encode_record(r, pieces_, options);
+  try {
+    return encode_record(r, pieces_, options);
+  } catch (const std::exception& e) {  // the tokenizer's regex limits, memory
+    return make_error(500, "INFERENCE_FAILED", std::string("the record could not be encoded: ") + e.what());
+  }
 }
 
 clef_engine::clef_engine(const clef_engine_options& options)
@@ -121,12 +125,7 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
       out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read images, audio or videos yet"));
       continue;
     }
-    result<encoded_record> e = make_error(500, "INFERENCE_FAILED", "the record was not encoded");
-    try {
-      e = encoder_.encode(batch[i], max_length);
-    } catch (const std::exception& ex) {  // the tokenizer's regex limits, memory
-      e = make_error(500, "INFERENCE_FAILED", std::string("the record could not be encoded: ") + ex.what());
-    }
+    auto e = encoder_.encode(batch[i], max_length);
     if (e) {
       encoded[i] = std::move(*e);
       out.emplace_back(decision{});

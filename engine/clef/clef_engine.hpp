@@ -34,6 +34,7 @@ class clef_encoder {
  public:
   explicit clef_encoder(const std::filesystem::path& model_dir);  // throws load_error
 
+  // Refusals as the reference makes them (422), or 500 INFERENCE_FAILED when tokenizing fails.
   result<encoded_record> encode(const request& r, std::size_t max_length) const;
   const tokenizer& text_tokenizer() const noexcept { return *tokenizer_; }
 
