@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "adapters/cli_args.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
@@ -370,74 +371,6 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
 }
 
 namespace {
-
-std::optional<std::size_t> positive_number(std::string_view text) {
-  std::size_t n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n == 0) return std::nullopt;
-  return n;
-}
-
-int usage_error(std::ostream& err, const std::string& what, const char* command) {
-  err << "baton" << (command ? std::string(" ") + command : std::string()) << ": " << what << "\n"
-      << "Try 'baton" << (command ? std::string(" ") + command : std::string()) << " --help'.\n";
-  return exit_usage;
-}
-
-// A command's arguments: flags with a value (`--flag value` or `--flag=value`), switches, -h or
-// --help, and at most one input FILE (- is standard input).
-struct command_args {
-  std::map<std::string_view, std::string_view, std::less<>> values;  // flag -> value, switch -> ""
-  std::optional<std::string> file;
-  bool help = false;
-
-  std::optional<std::string_view> get(std::string_view flag) const {
-    const auto it = values.find(flag);
-    return it == values.end() ? std::nullopt : std::optional<std::string_view>(it->second);
-  }
-  bool has(std::string_view flag) const { return values.contains(flag); }
-};
-
-// The usage problem, if any.
-std::optional<std::string> parse_args(std::span<const std::string_view> args,
-                                      std::initializer_list<std::string_view> flags,
-                                      std::initializer_list<std::string_view> switches, command_args& out) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      out.help = true;
-      continue;
-    }
-    if (std::find(switches.begin(), switches.end(), a) != switches.end()) {
-      out.values[a] = "";
-      continue;
-    }
-    const std::string_view name = a.substr(0, a.find('='));
-    if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
-      if (name.size() < a.size()) {
-        out.values[name] = a.substr(name.size() + 1);
-      } else if (i + 1 < args.size()) {
-        out.values[name] = args[++i];
-      } else {
-        return std::string(name) + " needs a value";
-      }
-      continue;
-    }
-    if (a.size() > 1 && a[0] == '-') return "unknown option " + std::string(a);
-    if (out.file) return std::string("more than one input file");
-    out.file = std::string(a);
-  }
-  return std::nullopt;
-}
-
-// Reads a positive count flag into `out` when it is given; false when it is not a positive number.
-bool read_count(const command_args& args, std::string_view flag, std::size_t& out) {
-  const auto v = args.get(flag);
-  if (!v) return true;
-  const auto n = positive_number(*v);
-  if (n) out = *n;
-  return n.has_value();
-}
 
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;

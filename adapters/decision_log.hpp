@@ -1,0 +1,100 @@
+// The decision log (DESIGN §6): append-only SQLite tables for decisions and tool runs, each row
+// chained to the previous one by hash, written by one thread in group commits.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace baton::log {
+
+struct decision_record {
+  std::string id;          // the decision id the agent sees
+  std::string request_id;  // the client frame's `id` rendered as JSON, or "" when it sent none
+  std::string session;
+  std::int64_t turn = 0;
+  std::int64_t created_ms = 0;  // unix time, milliseconds
+  // Timings, milliseconds: waiting for the engine, schema compile, engine, policy, whole turn.
+  double queue_ms = 0, compile_ms = 0, engine_ms = 0, policy_ms = 0, total_ms = 0;
+  std::string engine;       // "keyword", "clef", …
+  std::string model;        // the model id that answered ("" after an engine failure)
+  std::string fingerprint;  // the engine's fingerprint
+  std::string registry_hash, policy_hash, schema_hash;
+  std::string state_hash;            // "sha256:…" of the rendered state (always)
+  std::optional<std::string> state;  // the rendered state, only when the log is configured to keep it
+  json answers;                      // the response as rendered without rounding (all probabilities); null after a failure
+  std::string action;                // execute | fallback | escalate | deny | finish
+  std::string tool;                  // "" when none
+  std::string lane;                  // what decided, e.g. "lane:default", "rule:deny", "on_engine_error"
+  double confidence = 0;
+  json arguments = json::object();
+  json proposal;            // the agent's proposal as sent, null when none
+  std::string error_code;   // the engine error code after a failure, else ""
+};
+
+struct tool_run_record {
+  std::string id;        // the run id
+  std::string decision;  // the decision it carries out
+  std::string tool;
+  std::string executor;  // agent | http | command
+  std::int64_t created_ms = 0;
+  double duration_ms = 0;
+  bool ok = false;
+  json output;             // what the tool returned (null when none)
+  std::string error_code;  // "" when ok
+  std::string detail;
+  int attempts = 0;
+};
+
+struct log_options {
+  std::filesystem::path path = "var/baton.db";
+  enum class sync_mode { off, normal, full } synchronous = sync_mode::full;  // SQLite's PRAGMA synchronous
+  bool store_state = false;
+  std::size_t max_batch = 512;        // rows per transaction
+  std::size_t queue_capacity = 65536; // rows waiting; append() refuses beyond (503 LOG_BACKLOG)
+};
+
+// Called once per row, on the writer thread, after its transaction committed (or failed: the
+// error then says why, and the row is not in the log).
+using durable_callback = std::function<void(result<void>)>;
+
+// The storage behind the log: SQLite here; a PostgreSQL store for several nodes would implement
+// the same. Methods run on the log's writer thread only.
+class decision_store {
+ public:
+  virtual ~decision_store() = default;
+  // Writes the rows in one transaction, filling each row's chain position.
+  virtual result<void> write(std::vector<decision_record>& decisions, std::vector<tool_run_record>& runs) = 0;
+};
+
+class decision_log {
+ public:
+  // Opens (creating and migrating) the database; throws error_exception at start-up.
+  static std::unique_ptr<decision_log> open(const log_options& options);
+  ~decision_log();  // close()
+
+  // Queue a row. `done` runs on the writer thread once the row is committed. Never blocks:
+  // a full queue answers 503 LOG_BACKLOG at once (and `done` is not called).
+  result<void> append(decision_record r, durable_callback done);
+  result<void> append(tool_run_record r, durable_callback done);
+
+  // Writes what is queued, then stops the writer. Idempotent.
+  void close();
+
+  const log_options& options() const noexcept;
+
+ private:
+  struct impl;
+  explicit decision_log(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// `baton log …` (adapters/log_cli.cpp): sql, show, tail, verify.
+}  // namespace baton::log

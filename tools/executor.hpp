@@ -1,0 +1,55 @@
+// Executors (DESIGN §4): how baton carries out a chosen tool. One interface, three kinds:
+// `agent` (the agent runs it and answers with a tool_result frame), `http` (POST the arguments as
+// JSON, Beast client, timeout and retries) and `command` (argv exec, no shell, timeout, output cap).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "tools/registry.hpp"
+
+namespace baton::tools {
+
+struct tool_outcome {
+  bool ok = false;
+  json output;             // http: the response body (JSON when it parses, else a string); command: stdout
+  std::string error_code;  // "" when ok; EXECUTOR_TIMEOUT, EXECUTOR_UNREACHABLE, EXECUTOR_HTTP_STATUS, EXECUTOR_EXIT_STATUS, EXECUTOR_OUTPUT_TOO_LARGE, EXECUTOR_SPAWN_FAILED
+  std::string detail;      // a sentence for people
+  int attempts = 0;
+  double duration_ms = 0;
+};
+
+// What a tool call carries: the tool, the decision it belongs to and its arguments.
+struct tool_call {
+  std::string decision;
+  std::string tool;
+  json arguments = json::object();
+};
+
+class executor {
+ public:
+  virtual ~executor() = default;
+  virtual std::string_view kind() const noexcept = 0;  // agent | http | command
+  // True for `agent`: baton does not run it; the agent answers with tool_result.
+  virtual bool agent_runs() const noexcept { return false; }
+  // Runs the call; `done` is called exactly once, from the executor's I/O context, also when the
+  // run fails. Not called for agent executors.
+  virtual void run(tool_call call, std::function<void(tool_outcome)> done) = 0;
+};
+
+struct executor_limits {
+  std::chrono::milliseconds default_timeout{10000};
+  std::size_t max_output_bytes = 1u << 20;  // http body or command stdout; beyond: EXECUTOR_OUTPUT_TOO_LARGE
+};
+
+// The executor of a registry tool. Its configuration was validated when the registry loaded.
+std::unique_ptr<executor> make_executor(const tool& t, boost::asio::any_io_executor io, const executor_limits& limits);
+
+}  // namespace baton::tools
