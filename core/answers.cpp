@@ -183,10 +183,8 @@ struct answer_writer {
 
 }  // namespace
 
-void render_response(const response& r, std::string& out, int decimals) {
-  out += "{\"model\":";
-  render_string(r.model, out);
-  out += ",\"answers\":{";
+void render_answers(const response& r, std::string& out, int decimals) {
+  out.push_back('{');
   bool first = true;
   for (const auto& [id, a] : r.answers) {
     if (!first) out.push_back(',');
@@ -195,7 +193,15 @@ void render_response(const response& r, std::string& out, int decimals) {
     out.push_back(':');
     std::visit(answer_writer{out, decimals}, a);
   }
-  out += "},\"usage\":{\"input_tokens\":";
+  out.push_back('}');
+}
+
+void render_response(const response& r, std::string& out, int decimals) {
+  out += "{\"model\":";
+  render_string(r.model, out);
+  out += ",\"answers\":";
+  render_answers(r, out, decimals);
+  out += ",\"usage\":{\"input_tokens\":";
   out += std::to_string(r.usage.input_tokens);
   out += ",\"output_tokens\":";
   out += std::to_string(r.usage.output_tokens);

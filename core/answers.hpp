@@ -80,6 +80,8 @@ result<response> make_response(const request& req, const decision& d, confidence
 // The wire form: every probability, noul, score and confidence rounded to `decimals` places as
 // Python's round() does (no rounding when decimals < 0); field order as the reference writes it.
 void render_response(const response& r, std::string& out, int decimals = 4);
+// Only its "answers" object, in the same form.
+void render_answers(const response& r, std::string& out, int decimals = 4);
 std::string render_response(const response& r, int decimals = 4);
 
 // Reads a SystemOne response body (what another server sent). Unknown fields are ignored.

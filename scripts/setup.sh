@@ -18,6 +18,8 @@ packages=(
   libutf8proc-dev      # the tokenizer's NFC normalisation
   libssl-dev           # sha256 model fingerprints (libcrypto)
   libyaml-cpp-dev      # the YAML tool registry and policies
+  libspdlog-dev        # the server's log lines
+  python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )
 

@@ -4,7 +4,8 @@
 
 namespace baton::tools {
 
-result<request> compile_schema(const registry& r, const json& history, const request_limits& limits) {
+result<request> compile_schema(const registry& r, json history, const request_limits& limits,
+                               const json& extra_questions) {
   if (!history.is_array()) {
     return make_error(422, "INVALID_HISTORY", "the history must be a JSON array of events");
   }
@@ -26,9 +27,20 @@ result<request> compile_schema(const registry& r, const json& history, const req
     }
   }
   for (const auto& [id, q] : r.questions.items()) questions[id] = q;
+  if (extra_questions.is_object()) {
+    for (const auto& [id, q] : extra_questions.items()) {
+      if (questions.contains(id)) {
+        return make_error(422, "QUESTION_CONFLICT",
+                          "question `" + id + "` is one the registry asks; give extra questions other ids");
+      }
+      questions[id] = q;
+    }
+  } else if (!extra_questions.is_null()) {
+    return make_error(422, "INVALID_REQUEST", "questions: extra questions must be an object of id → question");
+  }
 
   json body = json::object();
-  body["state"] = history;
+  body["state"] = std::move(history);
   body["questions"] = std::move(questions);
   return request_from_json(std::move(body), limits);
 }

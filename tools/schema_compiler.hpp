@@ -19,9 +19,13 @@ namespace baton::tools {
 // own, so the rendered history of n events without its closing "]" is a prefix of the rendered
 // history of n + 1 events: a prefix cache keeps what earlier turns computed.
 //
+// `extra_questions` (an object, or null for none) are asked after those, in their order; an id the
+// registry uses is 422 QUESTION_CONFLICT.
+//
 // Validated with request_from_json against `limits`: what comes back is what the engines accept.
 // 422 INVALID_HISTORY when the history is not an array.
-result<request> compile_schema(const registry& r, const json& history, const request_limits& limits);
+result<request> compile_schema(const registry& r, json history, const request_limits& limits,
+                               const json& extra_questions = nullptr);
 
 // "sha256:…" over the questions in order (ids, types, instructions, criteria); the state is left
 // out, so every turn of one registry has the same schema hash.

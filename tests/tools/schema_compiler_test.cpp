@@ -172,5 +172,27 @@ TEST(schema_compiler, the_example_registry_compiles_for_the_keyword_engine) {
   EXPECT_EQ(req->questions[0].option_count(), 6u);
 }
 
+TEST(schema_compiler, extra_questions_come_last_and_may_not_take_registry_ids) {
+  const registry r = load(support);
+  const json extra = json::parse(R"({"language": {"type": "choice", "instructions": "Which language?",
+                                                  "criteria": {"en": "English", "de": "German"}}})");
+  auto req = compile_schema(r, history, request_limits::text_only(), extra);
+  ASSERT_TRUE(req) << render_error(req.error());
+  ASSERT_EQ(req->questions.size(), 6u);
+  EXPECT_EQ(req->questions.back().id, "language");
+  EXPECT_NE(schema_hash(*req), schema_hash(compile_ok(r, history)));
+
+  for (const char* taken : {"tool", "refund_payment.reason", "urgency"}) {
+    json clash = json::object();
+    clash[taken] = {{"type", "noul"}, {"instructions", "Again?"}};
+    auto refused = compile_schema(r, history, request_limits::text_only(), clash);
+    ASSERT_FALSE(refused) << taken;
+    EXPECT_EQ(refused.error().code, "QUESTION_CONFLICT") << taken;
+  }
+  auto not_object = compile_schema(r, history, request_limits::text_only(), json::array());
+  ASSERT_FALSE(not_object);
+  EXPECT_EQ(not_object.error().code, "INVALID_REQUEST");
+}
+
 }  // namespace
 }  // namespace baton::tools

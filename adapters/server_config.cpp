@@ -1,0 +1,192 @@
+#include "adapters/server_config.hpp"
+
+#include <charconv>
+
+#include "tools/yaml.hpp"
+
+namespace baton {
+
+namespace {
+
+using namespace tools::yaml;
+
+std::int64_t read_integer(const YAML::Node& v, const std::string& what, std::int64_t min, std::int64_t max) {
+  const json n = to_json(v, what);
+  if (!n.is_number_integer() || n.get<std::int64_t>() < min || n.get<std::int64_t>() > max) {
+    fail(v, what + " must be an integer within [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return n.get<std::int64_t>();
+}
+
+std::size_t read_count(const YAML::Node& v, const std::string& what, std::int64_t max = std::int64_t(1) << 40) {
+  return static_cast<std::size_t>(read_integer(v, what, 1, max));
+}
+
+bool read_bool(const YAML::Node& v, const std::string& what) {
+  const json b = to_json(v, what);
+  if (!b.is_boolean()) fail(v, what + " must be true or false");
+  return b.get<bool>();
+}
+
+std::filesystem::path read_path(const YAML::Node& v, const std::string& what, const std::filesystem::path& base) {
+  const std::string s = read_string(v, what);
+  if (s.empty()) fail(v, what + " must not be empty");
+  const std::filesystem::path p(s);
+  return p.is_absolute() ? p : base / p;
+}
+
+void read_server(const YAML::Node& n, server_options& s) {
+  for (const field& f : read_map(n, "`server`",
+                                 {"listen", "io_threads", "max_frame_bytes", "max_frames_per_second", "max_bad_frames",
+                                  "max_history_bytes", "max_sessions", "session_idle_s", "max_pending_tool_results"})) {
+    const std::string what = ticked("server." + f.key);
+    if (f.key == "listen") {
+      if (!parse_listen(read_string(f.value, what), s)) fail(f.value, what + " must be HOST:PORT, e.g. 127.0.0.1:8470");
+    } else if (f.key == "io_threads") {
+      s.io_threads = read_count(f.value, what, 256);
+    } else if (f.key == "max_frame_bytes") {
+      s.max_frame_bytes = read_count(f.value, what, std::int64_t(1) << 30);
+    } else if (f.key == "max_frames_per_second") {
+      s.max_frames_per_second = read_count(f.value, what);
+    } else if (f.key == "max_bad_frames") {
+      s.max_bad_frames = read_count(f.value, what);
+    } else if (f.key == "max_history_bytes") {
+      s.max_history_bytes = read_count(f.value, what, std::int64_t(1) << 32);
+    } else if (f.key == "max_sessions") {
+      s.max_sessions = read_count(f.value, what);
+    } else if (f.key == "session_idle_s") {
+      s.session_idle = std::chrono::seconds(read_count(f.value, what));
+    } else {
+      s.max_pending_tool_results = read_count(f.value, what);
+    }
+  }
+}
+
+void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base) {
+  const auto fields = read_map(n, "`engine`",
+                               {"name", "model", "dtype", "device", "threads", "max_length", "batch_tokens",
+                                "max_batch", "queue_capacity", "timeout_ms"});
+  for (const field& f : fields) {
+    const std::string what = ticked("engine." + f.key);
+    if (f.key == "name") {
+      e.name = read_string(f.value, what);
+      if (e.name != "keyword" && e.name != "clef") fail(f.value, what + " must be keyword or clef");
+    } else if (f.key == "model") {
+      e.model = read_path(f.value, what, base);
+    } else if (f.key == "dtype") {
+      e.dtype = read_string(f.value, what);
+      if (e.dtype != "f32" && e.dtype != "bf16") fail(f.value, what + " must be f32 or bf16");
+    } else if (f.key == "device") {
+      e.device = read_string(f.value, what);
+    } else if (f.key == "threads") {
+      e.threads = static_cast<std::size_t>(read_integer(f.value, what, 0, 4096));
+    } else if (f.key == "max_length") {
+      e.max_length = read_count(f.value, what);
+    } else if (f.key == "batch_tokens") {
+      e.batch_tokens = read_count(f.value, what);
+    } else if (f.key == "max_batch") {
+      e.max_batch = read_count(f.value, what, 65536);
+    } else if (f.key == "queue_capacity") {
+      e.queue_capacity = read_count(f.value, what);
+    } else {
+      e.timeout = std::chrono::milliseconds(read_count(f.value, what));
+    }
+  }
+  if (e.name == "clef" && e.model.empty()) fail(n, "`engine.name: clef` needs `engine.model`, a release directory");
+  if (e.name != "clef" && !e.model.empty()) fail(n, "`engine.model` is read only by the clef engine");
+}
+
+void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
+  for (const field& f : read_map(n, "`log`", {"path", "durable_ack", "synchronous", "store_state", "max_batch",
+                                              "queue_capacity"})) {
+    const std::string what = ticked("log." + f.key);
+    if (f.key == "path") {
+      c.log.path = read_path(f.value, what, base);
+    } else if (f.key == "durable_ack") {
+      c.durable_ack = read_bool(f.value, what);
+    } else if (f.key == "synchronous") {
+      const std::string s = read_string(f.value, what);
+      if (s == "off") {
+        c.log.synchronous = log::log_options::sync_mode::off;
+      } else if (s == "normal") {
+        c.log.synchronous = log::log_options::sync_mode::normal;
+      } else if (s == "full") {
+        c.log.synchronous = log::log_options::sync_mode::full;
+      } else {
+        fail(f.value, what + " must be off, normal or full");
+      }
+    } else if (f.key == "store_state") {
+      c.log.store_state = read_bool(f.value, what);
+    } else if (f.key == "max_batch") {
+      c.log.max_batch = read_count(f.value, what, 1 << 20);
+    } else {
+      c.log.queue_capacity = read_count(f.value, what);
+    }
+  }
+}
+
+void read_executors(const YAML::Node& n, tools::executor_limits& x) {
+  for (const field& f : read_map(n, "`executors`", {"timeout_ms", "max_output_bytes"})) {
+    const std::string what = ticked("executors." + f.key);
+    if (f.key == "timeout_ms") {
+      x.default_timeout = std::chrono::milliseconds(read_count(f.value, what));
+    } else {
+      x.max_output_bytes = read_count(f.value, what, std::int64_t(1) << 32);
+    }
+  }
+}
+
+}  // namespace
+
+bool parse_listen(std::string_view text, server_options& out) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port = text.substr(colon + 1);
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3) return false;
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned p = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p > 65535) return false;
+  out.host = std::string(host);
+  out.port = static_cast<unsigned short>(p);
+  return true;
+}
+
+result<server_config> parse_server_config(std::string_view yaml_text, const std::filesystem::path& file) {
+  const std::filesystem::path base = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  return parse(yaml_text, file.string(), "INVALID_CONFIG", [&](const YAML::Node& root) {
+    server_config c;
+    c.file = file;
+    c.registry = base / c.registry;
+    c.policy = base / c.policy;
+    c.log.path = base / c.log.path;
+    if (root.IsNull()) return c;
+    for (const field& f : read_map(root, "the config", {"server", "engine", "registry", "policy", "log", "executors"})) {
+      if (f.key == "server") {
+        read_server(f.value, c.server);
+      } else if (f.key == "engine") {
+        read_engine(f.value, c.engine, base);
+      } else if (f.key == "registry") {
+        c.registry = read_path(f.value, "`registry`", base);
+      } else if (f.key == "policy") {
+        c.policy = read_path(f.value, "`policy`", base);
+      } else if (f.key == "log") {
+        read_log(f.value, c, base);
+      } else {
+        read_executors(f.value, c.executors);
+      }
+    }
+    return c;
+  });
+}
+
+result<server_config> load_server_config(const std::filesystem::path& file) {
+  auto text = read_text(file, "INVALID_CONFIG");
+  if (!text) return text.error();
+  return parse_server_config(*text, file);
+}
+
+}  // namespace baton

@@ -1,0 +1,60 @@
+// config/baton.yaml (DESIGN §8): the server, its engine, the registry and policy it routes with,
+// the decision log and the executors' limits. Relative paths are relative to the config file.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "adapters/decision_log.hpp"
+#include "core/error.hpp"
+#include "tools/executor.hpp"
+
+namespace baton {
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  unsigned short port = 8470;  // 0: an ephemeral port
+  std::size_t io_threads = 2;
+  std::size_t max_frame_bytes = 1u << 20;
+  std::size_t max_frames_per_second = 1000;  // per connection
+  std::size_t max_bad_frames = 10;           // bad frames in a row (or rate-limit hits) before closing
+  std::size_t max_history_bytes = 4u << 20;  // per session, rendered
+  std::size_t max_sessions = 100000;
+  std::chrono::seconds session_idle{3600};   // a session unused this long is forgotten
+  std::size_t max_pending_tool_results = 1024;  // per connection: agent-run decisions awaiting tool_result
+};
+
+struct engine_options {
+  std::string name = "keyword";  // keyword | clef
+  std::filesystem::path model;   // clef: the release directory
+  std::string dtype;             // clef: f32 | bf16; empty: the weights' own
+  std::string device = "cpu";
+  std::size_t threads = 0;       // clef: CPU threads; 0: every core
+  std::size_t max_length = 64000;
+  std::size_t batch_tokens = 16384;
+  std::size_t max_batch = 64;
+  std::size_t queue_capacity = 4096;
+  std::chrono::milliseconds timeout{30000};  // past it, the policy's on_engine_error decides
+};
+
+struct server_config {
+  std::filesystem::path file;  // where it was read from
+  server_options server;
+  engine_options engine;
+  std::filesystem::path registry = "tools.yaml";
+  std::filesystem::path policy = "policy.yaml";
+  log::log_options log;
+  bool durable_ack = true;  // send a decision only once its row is committed
+  tools::executor_limits executors;
+};
+
+// 422 INVALID_CONFIG "FILE:LINE: reason" for the first problem; unknown keys are refused.
+result<server_config> parse_server_config(std::string_view yaml_text, const std::filesystem::path& file);
+result<server_config> load_server_config(const std::filesystem::path& file);
+
+// "HOST:PORT" (IPv4 dotted, "localhost" or [IPv6]) into the options; false when malformed.
+bool parse_listen(std::string_view text, server_options& out);
+
+}  // namespace baton

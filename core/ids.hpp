@@ -1,0 +1,15 @@
+// Ids and clocks: decision and run ids that sort by creation time and do not repeat across restarts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace baton {
+
+// Unix time in milliseconds.
+std::int64_t unix_ms();
+
+// "<prefix>-<12 hex digits of unix ms>-<8 random hex digits>", e.g. "d-0192b7c5a3e1-4f2a9c01".
+std::string new_id(char prefix);
+
+}  // namespace baton

@@ -1,0 +1,80 @@
+#include "engine/scheduler.hpp"
+
+#include <vector>
+
+namespace baton {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+scheduler::scheduler(decision_engine& engine, scheduler_options options)
+    : engine_(engine), options_(options), worker_([this] { work(); }) {
+  if (options_.max_batch == 0) options_.max_batch = 1;
+}
+
+scheduler::~scheduler() { stop(); }
+
+result<void> scheduler::submit(request req, callback done) {
+  std::unique_lock lock(mutex_);
+  if (stopping_) return make_error(503, "SHUTTING_DOWN", "the server is shutting down");
+  if (queue_.size() >= options_.queue_capacity) {
+    return make_error(503, "OVERLOADED", "the engine queue is full (" + std::to_string(options_.queue_capacity) +
+                                             " requests); retry later");
+  }
+  queue_.push_back(job{std::move(req), std::move(done), std::chrono::steady_clock::now()});
+  lock.unlock();
+  ready_.notify_one();
+  return {};
+}
+
+void scheduler::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::size_t scheduler::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+void scheduler::work() {
+  std::vector<job> jobs;
+  std::vector<request> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has been answered
+      const std::size_t n = std::min(queue_.size(), options_.max_batch);
+      jobs.clear();
+      for (std::size_t i = 0; i < n; ++i) {
+        jobs.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    batch.clear();
+    for (job& j : jobs) batch.push_back(std::move(j.req));
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<result<decision>> out = engine_.decide(batch);
+    const auto end = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      scheduled_result r{std::move(batch[i]),
+                         i < out.size() ? std::move(out[i])
+                                        : result<decision>(make_error(500, "INFERENCE_FAILED",
+                                                                      "the engine answered fewer requests than asked")),
+                         ms_between(jobs[i].queued_at, start), ms_between(start, end), jobs.size()};
+      jobs[i].done(std::move(r));
+    }
+  }
+}
+
+}  // namespace baton

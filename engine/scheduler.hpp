@@ -1,0 +1,67 @@
+// The engine scheduler (DESIGN §7): model work never runs on I/O threads. Requests queue here
+// (bounded) and one worker thread hands whatever has arrived together to the engine as one batch;
+// records stay independent, so batching never changes a record's probabilities.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/error.hpp"
+#include "engine/decision_engine.hpp"
+
+namespace baton {
+
+struct scheduler_options {
+  std::size_t max_batch = 64;         // requests per engine call
+  std::size_t queue_capacity = 4096;  // waiting requests; beyond, submit() answers 503 OVERLOADED
+};
+
+struct scheduled_result {
+  request req;  // the request submitted, handed back for make_response
+  result<decision> outcome;
+  double queue_ms = 0;   // submit → the batch started
+  double engine_ms = 0;  // the batch's engine call
+  std::size_t batch_size = 0;
+};
+
+class scheduler {
+ public:
+  using callback = std::function<void(scheduled_result)>;
+
+  scheduler(decision_engine& engine, scheduler_options options);
+  ~scheduler();  // stop()
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  // Queues one validated request. `done` runs once on the worker thread. Never blocks: a full
+  // queue is 503 OVERLOADED, a stopped scheduler 503 SHUTTING_DOWN (and `done` is not called).
+  result<void> submit(request req, callback done);
+
+  // Answers everything already queued, then joins the worker. Idempotent.
+  void stop();
+
+  std::size_t queued() const;
+
+ private:
+  struct job {
+    request req;
+    callback done;
+    std::chrono::steady_clock::time_point queued_at;
+  };
+  void work();
+
+  decision_engine& engine_;
+  scheduler_options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<job> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace baton
