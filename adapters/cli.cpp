@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adapters/cli_args.hpp"
+#include "adapters/serve.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
@@ -27,6 +28,7 @@ constexpr const char* main_help = R"(baton: an agent-routing runtime around the 
 Usage: baton <command> [options]
 
 Commands:
+  serve       run the routing server: agents over WebSocket at /v1/agent (docs/protocol.md)
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
   tokenize    token ids of text lines with a Hugging Face tokenizer
@@ -606,6 +608,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
     out << "baton " << baton_version << "\n";
     return exit_ok;
   }
+  if (command == "serve") return serve_main(args.subspan(1), out, err);
   if (command == "decide") return decide_main(args.subspan(1), in, out, err);
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);

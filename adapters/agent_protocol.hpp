@@ -1,0 +1,43 @@
+// The agent protocol's frames (docs/protocol.md): client frames parsed and checked into plain
+// structs, server frames rendered. No I/O here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace baton::protocol {
+
+struct decide_frame {
+  std::string session;
+  std::optional<std::int64_t> turn;
+  bool append = false;  // `events` are the new events (append) or the whole history
+  json events;          // an array of event objects
+  json proposal;        // {"tool": …, "arguments": {…}} or null
+  json questions;       // extra SystemOne questions (object) or null
+};
+
+struct tool_result_frame {
+  std::string decision;
+  bool ok = false;
+  json output;
+};
+
+using frame = std::variant<decide_frame, tool_result_frame>;
+
+// What a client frame gets: its content, or the error to answer it with. `id` is the frame's `id`
+// (null when absent or unreadable), set as soon as the frame is a JSON object.
+result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);
+
+// {"type":"error","ref":…,"error":…,"code":…,"detail":[…]}
+std::string render_error_frame(const json& ref, const error& e);
+
+// A session id: 1–128 characters of A-Za-z0-9_.:@-
+bool valid_session_id(std::string_view s) noexcept;
+
+}  // namespace baton::protocol

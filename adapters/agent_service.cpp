@@ -1,0 +1,439 @@
+#include "adapters/agent_service.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/ids.hpp"
+#include "core/sha256.hpp"
+#include "tools/schema_compiler.hpp"
+
+namespace baton {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+void put_ms(std::string& out, const char* key, double ms) {
+  out += '"';
+  out += key;
+  out += "\":";
+  render_rounded(ms, 3, out);
+}
+
+}  // namespace
+
+// One decide frame's way through the pipeline. Its session is released when both the engine has
+// handed the history back and the decision (with its tool run) is finished: parts_ counts them.
+struct agent_service::turn {
+  std::shared_ptr<agent_connection> conn;
+  json frame_id;
+  protocol::decide_frame frame;
+  session_turn session;
+  clock_type::time_point received;
+  std::string schema_hash;
+  boost::asio::steady_timer timer;
+  bool engine_back = false;  // the scheduler answered
+  bool timed_out = false;    // the decision was made without the engine
+  int parts = 2;
+  std::unique_ptr<request> req;  // until submitted; then again once the scheduler hands it back
+  double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
+  std::optional<response> answers;
+  std::string error_code;
+  policies::action act;
+  std::string decision_id;
+  std::string state_text;  // the rendered state (for its hash, and the log when it keeps states)
+  clock_type::time_point log_started;
+
+  turn(std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
+      : conn(std::move(c)), frame_id(std::move(id)), frame(std::move(f)), session(std::move(s)),
+        received(clock_type::now()), timer(conn->strand()) {}
+};
+
+agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
+                             log::decision_log& log, routing_config routing)
+    : config_(config), engine_(engine), scheduler_(scheduler), log_(log), routing_(std::move(routing)),
+      sessions_(session_limits{config.server.max_history_bytes, config.server.max_sessions,
+                               config.server.session_idle}) {}
+
+bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text) {
+  json id;
+  auto f = protocol::parse_frame(text, engine_.describe().limits.max_json_depth, id);
+  if (!f) {
+    c->send(protocol::render_error_frame(id, f.error()));
+    return false;
+  }
+  if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d));
+  return on_tool_result(c, std::move(id), std::move(std::get<protocol::tool_result_frame>(*f)));
+}
+
+bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
+  if (draining_) {
+    c->send(protocol::render_error_frame(id, make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+    return true;
+  }
+  auto begun = sessions_.begin(f.session, f.turn, f.append, f.events);
+  if (!begun) {
+    c->send(protocol::render_error_frame(id, begun.error()));
+    return false;
+  }
+  const auto started = clock_type::now();
+  auto compiled = tools::compile_schema(routing_.registry, std::move(begun->history), engine_.describe().limits,
+                                        f.questions);
+  if (!compiled) {
+    sessions_.release(f.session);
+    c->send(protocol::render_error_frame(id, compiled.error()));
+    return false;
+  }
+  ++in_flight_;
+  auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
+  t->received = started;
+  t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(*compiled);
+  t->compile_ms = ms_since(started);
+
+  auto submitted = scheduler_.submit(std::move(*compiled), [this, t](scheduled_result r) {
+    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+  });
+  if (!submitted) {
+    sessions_.release(t->session.session);
+    --in_flight_;
+    c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
+    return true;
+  }
+  t->timer.expires_after(config_.engine.timeout);
+  t->timer.async_wait([this, t](boost::system::error_code ec) {
+    if (!ec) on_timeout(t);
+  });
+  return true;
+}
+
+void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
+  if (t->engine_back) return;
+  t->timed_out = true;
+  t->error_code = "ENGINE_TIMEOUT";
+  t->queue_ms = ms_since(t->received);
+  const auto p0 = clock_type::now();
+  t->act = policies::on_engine_failure(routing_.policy);
+  t->policy_ms = ms_since(p0);
+  spdlog::warn("session {} turn {}: no engine answer within {} ms; policy decides {}", t->session.session,
+               t->session.turn, config_.engine.timeout.count(), policies::to_string(t->act.what));
+  decide_and_log(t);
+}
+
+void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r) {
+  t->engine_back = true;
+  t->session.history = std::move(r.req.state);
+  if (t->timed_out) {
+    // The decision went out without the engine; the turn's history still belongs to the session.
+    sessions_.commit(session_turn{t->session.session, t->session.turn, std::move(t->session.history),
+                                  t->session.history_bytes});
+    finish_part(t);
+    return;
+  }
+  t->timer.cancel();
+  t->queue_ms = r.queue_ms;
+  t->engine_ms = r.engine_ms;
+  const auto p0 = clock_type::now();
+  const policies::policy& policy = routing_.policy;
+  if (r.outcome) {
+    auto resp = make_response(r.req, *r.outcome, policy.metric, engine_.describe().model_id);
+    if (resp) {
+      t->answers = std::move(*resp);
+    } else {
+      t->error_code = resp.error().code;
+    }
+  } else {
+    t->error_code = r.outcome.error().code;
+  }
+  t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
+                      : policies::on_engine_failure(policy);
+  t->policy_ms = ms_since(p0);
+  if (!t->error_code.empty()) {
+    spdlog::warn("session {} turn {}: engine failed ({}); policy decides {}", t->session.session, t->session.turn,
+                 t->error_code, policies::to_string(t->act.what));
+  }
+  render_json(t->session.history, t->state_text, true);
+  sessions_.commit(session_turn{t->session.session, t->session.turn, std::move(t->session.history),
+                                t->session.history_bytes});
+  finish_part(t);
+  decide_and_log(t);
+}
+
+void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
+  // Free-text parameters: the registry's static value, else the agent's proposal for this tool.
+  if (const auto it = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
+                                   [&](const tools::tool& x) { return x.id == t->act.tool; });
+      it != routing_.registry.tools.end()) {
+    const json& proposal = t->frame.proposal;
+    const json* proposed = nullptr;
+    if (proposal.is_object() && proposal.value("tool", "") == it->id) {
+      if (const auto a = proposal.find("arguments"); a != proposal.end()) proposed = &*a;
+    }
+    for (const tools::parameter& p : it->parameters) {
+      if (p.type != tools::parameter_type::text) continue;
+      if (p.value) {
+        t->act.arguments[p.name] = *p.value;
+      } else if (proposed && proposed->contains(p.name)) {
+        t->act.arguments[p.name] = (*proposed)[p.name];
+      }
+    }
+  }
+  t->decision_id = new_id('d');
+
+  log::decision_record rec;
+  rec.id = t->decision_id;
+  if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
+  rec.session = t->session.session;
+  rec.turn = t->session.turn;
+  rec.created_ms = unix_ms();
+  rec.queue_ms = t->queue_ms;
+  rec.compile_ms = t->compile_ms;
+  rec.engine_ms = t->engine_ms;
+  rec.policy_ms = t->policy_ms;
+  rec.total_ms = ms_since(t->received);
+  rec.engine = config_.engine.name;
+  rec.model = t->answers ? t->answers->model : std::string();
+  rec.fingerprint = engine_.describe().fingerprint;
+  rec.registry_hash = routing_.registry.hash;
+  rec.policy_hash = routing_.policy.hash;
+  rec.schema_hash = t->schema_hash;
+  if (!t->state_text.empty()) {
+    rec.state_hash = sha256_hex(t->state_text);
+    if (log_.options().store_state) rec.state = t->state_text;
+  }
+  if (t->answers) {
+    std::string full;
+    render_response(*t->answers, full, -1);
+    rec.answers = json::parse(full);
+  }
+  rec.action = policies::to_string(t->act.what);
+  rec.tool = t->act.tool;
+  rec.lane = t->act.lane;
+  rec.confidence = t->act.confidence;
+  rec.arguments = t->act.arguments;
+  rec.proposal = t->frame.proposal;
+  rec.error_code = t->error_code;
+
+  t->log_started = clock_type::now();
+  if (!config_.durable_ack) {
+    send_decision(t);
+    auto queued = log_.append(std::move(rec), [id = t->decision_id](result<void> ok) {
+      if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+    });
+    if (!queued) spdlog::error("decision {} is not in the log: {}", t->decision_id, queued.error().message);
+    after_decision(t);
+    return;
+  }
+  auto queued = log_.append(std::move(rec), [this, t](result<void> ok) {
+    boost::asio::post(t->conn->strand(), [this, t, ok]() {
+      t->log_ms = ms_since(t->log_started);
+      if (!ok) {
+        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+        finish_part(t);
+        return;
+      }
+      send_decision(t);
+      after_decision(t);
+    });
+  });
+  if (!queued) {
+    // Not durable, so not reported: the agent retries the turn.
+    t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
+    finish_part(t);
+  }
+}
+
+void agent_service::send_decision(const std::shared_ptr<turn>& t) {
+  const policies::action& a = t->act;
+  std::string out = "{\"type\":\"decision\",\"id\":";
+  render_json(t->frame_id, out, false);
+  out += ",\"decision\":";
+  render_string(t->decision_id, out);
+  out += ",\"session\":";
+  render_string(t->session.session, out);
+  out += ",\"turn\":";
+  out += std::to_string(t->session.turn);
+  out += ",\"action\":";
+  render_string(policies::to_string(a.what), out);
+  out += ",\"tool\":";
+  if (a.tool.empty()) {
+    out += "null";
+  } else {
+    render_string(a.tool, out);
+  }
+  out += ",\"arguments\":";
+  render_json(a.arguments, out, false);
+  out += ",\"lane\":";
+  render_string(a.lane, out);
+  out += ",\"confidence\":";
+  render_rounded(a.confidence, 4, out);
+  out += ",\"executor\":";
+  const auto ex = routing_.executors.find(a.tool);
+  if (ex == routing_.executors.end()) {
+    out += "null";
+  } else {
+    render_string(ex->second->kind(), out);
+  }
+  out += ",\"answers\":";
+  if (t->answers) {
+    render_answers(*t->answers, out, 4);
+  } else {
+    out += "null";
+  }
+  out += ",\"model\":";
+  render_string(t->answers ? t->answers->model : engine_.describe().model_id, out);
+  if (!t->error_code.empty()) {
+    out += ",\"error_code\":";
+    render_string(t->error_code, out);
+  }
+  out += ",\"timings_ms\":{";
+  put_ms(out, "queue", t->queue_ms);
+  out += ',';
+  put_ms(out, "compile", t->compile_ms);
+  out += ',';
+  put_ms(out, "engine", t->engine_ms);
+  out += ',';
+  put_ms(out, "policy", t->policy_ms);
+  out += ',';
+  put_ms(out, "log", t->log_ms);
+  out += ',';
+  put_ms(out, "total", ms_since(t->received));
+  out += "}}";
+  t->conn->send(std::move(out));
+}
+
+void agent_service::after_decision(const std::shared_ptr<turn>& t) {
+  const auto ex = routing_.executors.find(t->act.tool);
+  if (t->act.what != policies::action::execute || ex == routing_.executors.end()) {
+    finish_part(t);
+    return;
+  }
+  if (ex->second->agent_runs()) {
+    agent_connection& c = *t->conn;
+    if (c.awaited_order_.size() >= config_.server.max_pending_tool_results) {
+      c.awaited_.erase(c.awaited_order_.front());
+      c.awaited_order_.pop_front();
+    }
+    c.awaited_.emplace(t->decision_id, agent_connection::awaited_tool{t->act.tool, false});
+    c.awaited_order_.push_back(t->decision_id);
+    finish_part(t);
+    return;
+  }
+  ex->second->run(tools::tool_call{t->decision_id, t->act.tool, t->act.arguments},
+                  [this, t](tools::tool_outcome o) {
+                    boost::asio::post(t->conn->strand(),
+                                      [this, t, o = std::move(o)]() mutable { on_tool_done(t, std::move(o)); });
+                  });
+}
+
+void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o) {
+  json event = {{"role", "tool"}, {"tool", t->act.tool}, {"ok", o.ok}, {"output", o.output}};
+  if (!o.ok) event["error_code"] = o.error_code;
+  sessions_.add_event(t->session.session, event);
+
+  log::tool_run_record run;
+  run.id = new_id('r');
+  run.decision = t->decision_id;
+  run.tool = t->act.tool;
+  run.executor = std::string(routing_.executors.at(t->act.tool)->kind());
+  run.created_ms = unix_ms();
+  run.duration_ms = o.duration_ms;
+  run.ok = o.ok;
+  run.output = o.output;
+  run.error_code = o.error_code;
+  run.detail = o.detail;
+  run.attempts = o.attempts;
+
+  json frame = {{"type", "tool_result"}, {"decision", t->decision_id}, {"tool", t->act.tool}, {"ok", o.ok}};
+  if (!o.ok) {
+    frame["error_code"] = o.error_code;
+    frame["detail"] = o.detail;
+  }
+  frame["attempts"] = o.attempts;
+  frame["output"] = std::move(o.output);
+  frame["event"] = std::move(event);
+  auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
+    boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() {
+      if (!ok) t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+      t->conn->send(render_json(frame, false));
+      finish_part(t);
+    });
+  };
+  auto queued = log_.append(std::move(run), send);
+  if (!queued) send(queued.error());
+}
+
+bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, json id,
+                                   protocol::tool_result_frame&& f) {
+  const auto it = c->awaited_.find(f.decision);
+  if (it == c->awaited_.end()) {
+    c->send(protocol::render_error_frame(
+        id, make_error(409, "UNKNOWN_DECISION", "decision `" + f.decision +
+                                                    "` is not one of this connection's that awaits a tool_result")));
+    return false;
+  }
+  if (it->second.reported) {
+    c->send(protocol::render_error_frame(
+        id, make_error(409, "DUPLICATE_TOOL_RESULT", "decision `" + f.decision + "` already has its tool_result")));
+    return false;
+  }
+  it->second.reported = true;
+  log::tool_run_record run;
+  run.id = new_id('r');
+  run.decision = f.decision;
+  run.tool = it->second.tool;
+  run.executor = "agent";
+  run.created_ms = unix_ms();
+  run.ok = f.ok;
+  run.output = std::move(f.output);
+  run.attempts = 1;
+  ++in_flight_;
+  auto ack = [this, c, id, decision = f.decision](result<void> ok) {
+    boost::asio::post(c->strand(), [this, c, id, decision, ok]() {
+      if (ok) {
+        std::string out = "{\"type\":\"ack\",\"ref\":";
+        render_json(id, out, false);
+        out += ",\"decision\":";
+        render_string(decision, out);
+        out += '}';
+        c->send(std::move(out));
+      } else {
+        // Not in the log: the agent may report it again.
+        if (const auto again = c->awaited_.find(decision); again != c->awaited_.end()) again->second.reported = false;
+        c->send(protocol::render_error_frame(id, ok.error()));
+      }
+      --in_flight_;
+    });
+  };
+  auto queued = log_.append(std::move(run), ack);
+  if (!queued) ack(queued.error());
+  return true;
+}
+
+void agent_service::finish_part(const std::shared_ptr<turn>& t) {
+  if (--t->parts > 0) return;
+  sessions_.release(t->session.session);
+  --in_flight_;
+}
+
+std::string agent_service::health_json() const {
+  const engine_description& d = engine_.describe();
+  json h = {{"status", draining_ ? "draining" : "ok"},
+            {"engine", config_.engine.name},
+            {"model", d.model_id},
+            {"fingerprint", d.fingerprint},
+            {"registry_hash", routing_.registry.hash},
+            {"policy_hash", routing_.policy.hash},
+            {"schema_hash", routing_.schema_hash},
+            {"sessions", sessions_.size()},
+            {"in_flight", in_flight_.load()},
+            {"queued", scheduler_.queued()},
+            {"uptime_s", round_decimals(ms_since(started_) / 1000.0, 3)}};
+  return render_json(h, false);
+}
+
+}  // namespace baton

@@ -1,0 +1,93 @@
+// One agent turn from frame to answer (DESIGN §1): session → schema compiler → engine scheduler →
+// policy → decision log → decision frame → executor → tool_result frame. Transport-free: the
+// WebSocket session hands it frames and a way back (agent_connection).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "adapters/agent_protocol.hpp"
+#include "adapters/decision_log.hpp"
+#include "adapters/server_config.hpp"
+#include "adapters/session_table.hpp"
+#include "engine/decision_engine.hpp"
+#include "engine/scheduler.hpp"
+#include "policies/policy.hpp"
+#include "tools/executor.hpp"
+#include "tools/registry.hpp"
+
+namespace baton {
+
+// What decisions are made with: loaded and checked together at start-up.
+struct routing_config {
+  tools::registry registry;
+  policies::policy policy;
+  std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
+  std::string schema_hash;  // of the registry's questions (every turn without extra questions)
+};
+
+// The server side of one connection as the service sees it. Every method but strand() and
+// dispatch() runs on the connection's strand.
+class agent_connection {
+ public:
+  virtual ~agent_connection() = default;
+  virtual boost::asio::any_io_executor strand() = 0;
+  virtual void send(std::string frame) = 0;
+
+  // Decisions of this connection whose agent-run tool awaits a tool_result: decision → tool.
+  struct awaited_tool {
+    std::string tool;
+    bool reported = false;
+  };
+  std::unordered_map<std::string, awaited_tool> awaited_;
+  std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
+};
+
+class agent_service {
+ public:
+  agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
+                routing_config routing);
+
+  // Handles one text frame on the connection's strand. False when the frame was refused at once
+  // (an error frame went back), which the connection counts towards its bad-frame limit.
+  bool on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text);
+
+  // From now on decide frames get SHUTTING_DOWN; in_flight() counts down to 0.
+  void drain() noexcept { draining_ = true; }
+  std::size_t in_flight() const noexcept { return in_flight_.load(); }
+
+  // GET /health.
+  std::string health_json() const;
+
+ private:
+  struct turn;
+  bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
+  bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
+  void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
+  void on_timeout(const std::shared_ptr<turn>& t);
+  void decide_and_log(const std::shared_ptr<turn>& t);
+  void send_decision(const std::shared_ptr<turn>& t);
+  void after_decision(const std::shared_ptr<turn>& t);
+  void on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o);
+  void finish_part(const std::shared_ptr<turn>& t);
+
+  const server_config& config_;
+  decision_engine& engine_;
+  scheduler& scheduler_;
+  log::decision_log& log_;
+  routing_config routing_;
+  session_table sessions_;
+  std::atomic<bool> draining_{false};
+  std::atomic<std::size_t> in_flight_{0};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace baton

@@ -1,0 +1,221 @@
+#include "adapters/serve.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <ostream>
+#include <thread>
+
+#include "adapters/agent_service.hpp"
+#include "adapters/cli.hpp"
+#include "adapters/cli_args.hpp"
+#include "adapters/ws_server.hpp"
+#include "engine/clef/clef_engine.hpp"
+#include "engine/engines.hpp"
+#include "engine/scheduler.hpp"
+#include "tools/schema_compiler.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr const char* serve_help = R"(Usage: baton serve [--config FILE] [--listen HOST:PORT]
+
+Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protocol.md) and
+GET /health says which engine, model, registry and policy it serves. Everything else comes from
+the config file (default config/baton.yaml; format in adapters/README.md).
+
+Options:
+  --config FILE       the server configuration (default config/baton.yaml)
+  --listen HOST:PORT  overrides server.listen (port 0: any free port; the chosen one is printed)
+
+SIGINT or SIGTERM stops it gracefully: no new connections, in-flight decisions finish, sessions
+get a close frame, the decision log is flushed.
+
+Exit status: 0 after a graceful stop, 64 usage, 78 a bad configuration or a failed start.
+)";
+
+constexpr int exit_config = 78;  // sysexits EX_CONFIG
+
+[[noreturn]] void start_failure(std::string code, std::string message) {
+  throw error_exception(make_error(500, std::move(code), std::move(message)));
+}
+
+routing_config load_routing(const server_config& config, const decision_engine& engine,
+                            boost::asio::any_io_executor io) {
+  routing_config r;
+  auto registry = tools::load_registry(config.registry, engine.describe().limits);
+  if (!registry) throw error_exception(registry.error());
+  r.registry = std::move(*registry);
+  auto policy = policies::load_policy(config.policy, r.registry);
+  if (!policy) throw error_exception(policy.error());
+  r.policy = std::move(*policy);
+  for (const tools::tool& t : r.registry.tools) r.executors.emplace(t.id, tools::make_executor(t, io, config.executors));
+  auto empty = tools::compile_schema(r.registry, json::array(), engine.describe().limits);
+  if (!empty) throw error_exception(empty.error());
+  r.schema_hash = tools::schema_hash(*empty);
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<decision_engine> make_configured_engine(const engine_options& options) {
+  if (options.name == "clef") {
+    clef::clef_engine_options o;
+    o.model_dir = options.model;
+    if (!options.dtype.empty()) {
+      clef::compute_dtype d{};
+      clef::parse_compute_dtype(options.dtype, d);
+      o.model.dtype = d;
+    }
+    o.model.device = options.device;
+    o.model.threads = static_cast<int>(options.threads);
+    o.max_length = options.max_length;
+    o.batch_tokens = options.batch_tokens;
+    try {
+      return std::make_unique<clef::clef_engine>(o);
+    } catch (const std::exception& e) {
+      start_failure("ENGINE_LOAD_FAILED", "cannot load the model in " + options.model.string() + ": " + e.what());
+    }
+  }
+  auto made = make_engine(options.name);
+  if (!made) throw error_exception(made.error());
+  return std::move(*made);
+}
+
+// Members in destruction order: the io_context goes last, so handlers it still holds (and destroys
+// with it) never outlive what they point at.
+struct running_server::impl {
+  boost::asio::io_context ioc;
+  server_config config;
+  std::unique_ptr<decision_engine> engine;
+  std::unique_ptr<log::decision_log> log;
+  std::unique_ptr<scheduler> sched;
+  std::unique_ptr<agent_service> service;
+  std::unique_ptr<ws_server> server;
+  std::vector<std::thread> threads;
+
+  std::mutex mutex;
+  std::condition_variable stopped_cv;
+  bool stopping = false;
+  bool stopped = false;
+
+  ~impl() {
+    // A start that failed half-way: nothing ran yet, so nothing to drain.
+    ioc.stop();
+    for (auto& t : threads) t.join();
+  }
+};
+
+running_server::running_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+running_server::~running_server() { stop(); }
+
+std::unique_ptr<running_server> running_server::start(const server_config& config,
+                                                      std::unique_ptr<decision_engine> engine) {
+  auto p = std::make_unique<impl>();
+  p->config = config;
+  p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
+  auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
+  p->log = log::decision_log::open(p->config.log);
+  p->sched = std::make_unique<scheduler>(*p->engine,
+                                         scheduler_options{p->config.engine.max_batch, p->config.engine.queue_capacity});
+  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, std::move(routing));
+  try {
+    p->server = std::make_unique<ws_server>(p->ioc, p->config.server, *p->service);
+  } catch (const std::exception& e) {
+    start_failure("LISTEN_FAILED", "cannot listen on " + p->config.server.host + ":" +
+                                       std::to_string(p->config.server.port) + ": " + e.what());
+  }
+  p->server->start();
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, p->config.server.io_threads); ++i) {
+    p->threads.emplace_back([io = &p->ioc] { io->run(); });
+  }
+  const engine_description& d = p->engine->describe();
+  spdlog::info("baton serving ws://{}:{}/v1/agent: engine {}, model {}, registry {}, policy {}, log {}",
+               p->config.server.host, p->server->port(), p->config.engine.name, d.model_id,
+               p->config.registry.string(), p->config.policy.string(), p->config.log.path.string());
+  return std::unique_ptr<running_server>(new running_server(std::move(p)));
+}
+
+unsigned short running_server::port() const noexcept { return impl_->server->port(); }
+
+std::string running_server::health_json() const { return impl_->service->health_json(); }
+
+void running_server::stop() {
+  impl& p = *impl_;
+  {
+    std::unique_lock lock(p.mutex);
+    if (p.stopping) {
+      p.stopped_cv.wait(lock, [&] { return p.stopped; });
+      return;
+    }
+    p.stopping = true;
+  }
+  const auto drain_limit = p.config.engine.timeout + p.config.executors.default_timeout + std::chrono::seconds(1);
+  p.server->stop(std::chrono::duration_cast<std::chrono::milliseconds>(drain_limit), [&p] { p.ioc.stop(); });
+  for (auto& t : p.threads) t.join();
+  p.threads.clear();
+  p.sched->stop();
+  p.log->close();
+  p.server.reset();
+  spdlog::info("baton stopped");
+  {
+    std::lock_guard lock(p.mutex);
+    p.stopped = true;
+  }
+  p.stopped_cv.notify_all();
+}
+
+void running_server::wait() {
+  std::unique_lock lock(impl_->mutex);
+  impl_->stopped_cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+int serve_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
+  command_args a;
+  if (auto problem = parse_args(args, {"--config", "--listen"}, {}, a)) return usage_error(err, *problem, "serve");
+  if (a.help) {
+    out << serve_help;
+    return exit_ok;
+  }
+  if (a.file) return usage_error(err, "unexpected argument " + *a.file, "serve");
+  const std::string file(a.get("--config").value_or("config/baton.yaml"));
+  auto config = load_server_config(file);
+  if (!config) {
+    err << "baton serve: " << config.error().message << "\n";
+    return exit_config;
+  }
+  if (const auto listen = a.get("--listen"); listen && !parse_listen(*listen, config->server)) {
+    return usage_error(err, "--listen takes HOST:PORT, e.g. 127.0.0.1:8470", "serve");
+  }
+
+  // Every thread started from here on inherits the mask: the signals wait for sigwait below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<running_server> server;
+  try {
+    server = running_server::start(*config);
+  } catch (const error_exception& e) {
+    err << "baton serve: " << e.err().message << "\n";
+    return exit_config;
+  } catch (const std::exception& e) {
+    err << "baton serve: " << e.what() << "\n";
+    return exit_config;
+  }
+  out << "baton: listening on http://" << config->server.host << ":" << server->port() << std::endl;
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("baton: {} received, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server->stop();
+  return exit_ok;
+}
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+// Agent sessions (DESIGN §1 core/session): each keeps its history and last turn in memory so a
+// client may send only the new events of a turn. One decision per session at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace baton {
+
+struct session_limits {
+  std::size_t max_history_bytes = 4u << 20;
+  std::size_t max_sessions = 100000;
+  std::chrono::seconds idle{3600};
+};
+
+// A turn begun on a session: the history it decides on (moved into the request) and its number.
+struct session_turn {
+  std::string session;
+  std::int64_t turn = 0;
+  json history;
+  std::size_t history_bytes = 0;
+};
+
+class session_table {
+ public:
+  explicit session_table(session_limits limits) : limits_(limits) {}
+
+  // Marks the session busy and builds the turn's history: `events` replace the history, or are
+  // appended to it (`append`). Errors: UNKNOWN_SESSION, TURN_OUT_OF_ORDER, SESSION_BUSY,
+  // HISTORY_TOO_LARGE, TOO_MANY_SESSIONS. The session is unchanged until commit().
+  result<session_turn> begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
+                             const json& events);
+  // The turn was decided: its history becomes the session's. The session stays busy.
+  void commit(session_turn&& t);
+  // Appends one event to a committed session (what a baton-run tool returned).
+  void add_event(const std::string& session, json event);
+  // The turn ended (decided or not): the session takes decisions again.
+  void release(const std::string& session);
+
+  std::size_t size() const;
+
+ private:
+  struct entry {
+    json history = json::array();
+    std::size_t history_bytes = 2;  // "[]"
+    std::int64_t turn = 0;          // the last committed turn; 0: none yet
+    bool busy = false;
+    bool committed = false;  // a turn was decided at least once
+    std::chrono::steady_clock::time_point used;
+  };
+  void forget_idle(std::chrono::steady_clock::time_point now);
+
+  session_limits limits_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, entry> sessions_;
+};
+
+// The bytes an event adds to the rendered history (sorted keys, compact, plus its separator).
+std::size_t event_bytes(const json& event);
+
+}  // namespace baton

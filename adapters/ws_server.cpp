@@ -1,0 +1,348 @@
+#include "adapters/ws_server.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <spdlog/spdlog.h>
+
+#include <deque>
+
+namespace baton {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr std::size_t read_chunk = 64 * 1024;
+constexpr std::size_t max_queued_frames = 4096;  // a peer that stops reading is closed past this
+
+std::string http_error_body(int status, const char* code, const std::string& message) {
+  return render_error(make_error(status, code, message));
+}
+
+}  // namespace
+
+// One WebSocket connection at /v1/agent.
+class ws_session : public agent_connection, public std::enable_shared_from_this<ws_session> {
+ public:
+  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub)
+      : ws_(std::move(socket)), hub_(std::move(hub)), tokens_(double(hub_->options.max_frames_per_second)),
+        refilled_(std::chrono::steady_clock::now()) {}
+
+  net::any_io_executor strand() override { return ws_.get_executor(); }
+
+  void run(http::request<http::string_body> req) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "baton"); }));
+    // Reads stop at the frame limit plus one chunk; read_some below refuses past the limit itself.
+    ws_.read_message_max(hub_->options.max_frame_bytes + read_chunk);
+    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->hub_->add(self);
+      self->read();
+    });
+  }
+
+  void send(std::string frame) override {
+    if (closing_) return;
+    if (queue_.size() >= max_queued_frames) {
+      close(websocket::close_code::policy_error, "the client does not read its frames");
+      return;
+    }
+    queue_.push_back(std::move(frame));
+    if (queue_.size() == 1) write();
+  }
+
+  // From any thread.
+  void shut_down() {
+    net::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->close(websocket::close_code::going_away, "the server is shutting down");
+    });
+  }
+
+  ~ws_session() override { hub_->remove(this); }
+
+ private:
+  void read() {
+    if (closing_) return;
+    ws_.async_read_some(buffer_, read_chunk, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_read(ec);
+    });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) {
+      hub_->remove(this);
+      return;
+    }
+    const server_options& o = hub_->options;
+    if (buffer_.size() > o.max_frame_bytes) {
+      refuse(make_error(413, "FRAME_TOO_LARGE", "a frame of more than " + std::to_string(o.max_frame_bytes) +
+                                                    " bytes (server.max_frame_bytes)"));
+      close(websocket::close_code::too_big, "frame too large");
+      return;
+    }
+    if (!ws_.is_message_done()) {
+      read();
+      return;
+    }
+    const bool text = ws_.got_text();
+    std::string frame = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    if (!take_token()) {
+      refuse(make_error(429, "RATE_LIMITED", "more than " + std::to_string(o.max_frames_per_second) +
+                                                 " frames per second (server.max_frames_per_second)"));
+    } else if (!text) {
+      refuse(make_error(400, "BINARY_FRAME", "a binary frame: frames are JSON text"));
+    } else if (hub_->service.on_frame(shared_from_this(), frame)) {
+      bad_in_row_ = 0;
+    } else {
+      ++bad_in_row_;
+    }
+    if (bad_in_row_ >= o.max_bad_frames) {
+      close(websocket::close_code::policy_error, "too many bad frames in a row");
+      return;
+    }
+    read();
+  }
+
+  void refuse(const error& e) {
+    send(protocol::render_error_frame(nullptr, e));
+    ++bad_in_row_;
+  }
+
+  bool take_token() {
+    const double rate = double(hub_->options.max_frames_per_second);
+    const auto now = std::chrono::steady_clock::now();
+    tokens_ = std::min(rate, tokens_ + rate * std::chrono::duration<double>(now - refilled_).count());
+    refilled_ = now;
+    if (tokens_ < 1) return false;
+    tokens_ -= 1;
+    return true;
+  }
+
+  void write() {
+    ws_.text(true);
+    ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) {
+        self->queue_.clear();
+        self->hub_->remove(self.get());
+        return;
+      }
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) {
+        self->write();
+      } else if (self->close_code_) {
+        self->finish_close();
+      }
+    });
+  }
+
+  // Closes once the frames already queued (such as the error that explains it) are written.
+  void close(websocket::close_code code, std::string reason) {
+    if (close_code_) return;
+    close_code_ = code;
+    close_reason_ = std::move(reason);
+    if (queue_.empty()) finish_close();
+  }
+
+  void finish_close() {
+    if (closing_) return;
+    closing_ = true;
+    ws_.async_close(websocket::close_reason(*close_code_, close_reason_),
+                    [self = shared_from_this()](beast::error_code) { self->hub_->remove(self.get()); });
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  std::shared_ptr<session_hub> hub_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  std::optional<websocket::close_code> close_code_;
+  std::string close_reason_;
+  bool closing_ = false;
+  std::size_t bad_in_row_ = 0;
+  double tokens_;
+  std::chrono::steady_clock::time_point refilled_;
+};
+
+namespace {
+
+// Plain HTTP until a WebSocket upgrade: GET /health, and /v1/agent upgrades.
+class http_session : public std::enable_shared_from_this<http_session> {
+ public:
+  http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub) : stream_(std::move(socket)), hub_(std::move(hub)) {}
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_read(ec);
+    });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return;
+    }
+    if (ec) return;
+    http::request<http::string_body> req = parser_->release();
+    const std::string target(req.target());
+    if (websocket::is_upgrade(req)) {
+      if (target == "/v1/agent" || target.starts_with("/v1/agent?")) {
+        stream_.expires_never();
+        std::make_shared<ws_session>(stream_.release_socket(), hub_)->run(std::move(req));
+        return;
+      }
+      respond(req, http::status::not_found,
+              http_error_body(404, "NOT_FOUND", "no WebSocket endpoint at " + target + " (the agent API is /v1/agent)"));
+      return;
+    }
+    if (target == "/health") {
+      if (req.method() != http::verb::get && req.method() != http::verb::head) {
+        respond(req, http::status::method_not_allowed,
+                http_error_body(405, "METHOD_NOT_ALLOWED", "/health answers GET"));
+        return;
+      }
+      respond(req, http::status::ok, hub_->service.health_json());
+      return;
+    }
+    if (target == "/v1/agent") {
+      respond(req, http::status::upgrade_required,
+              http_error_body(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint"));
+      return;
+    }
+    respond(req, http::status::not_found, http_error_body(404, "NOT_FOUND", "no endpoint at " + target));
+  }
+
+  void respond(const http::request<http::string_body>& req, http::status status, std::string body) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
+    res->set(http::field::server, "baton");
+    res->set(http::field::content_type, "application/json");
+    res->keep_alive(req.keep_alive());
+    res->body() = std::move(body);
+    res->prepare_payload();
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+      if (ec) return;
+      if (!res->keep_alive()) {
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        return;
+      }
+      self->read();
+    });
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<session_hub> hub_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+}  // namespace
+
+void session_hub::add(const std::shared_ptr<ws_session>& s) {
+  std::lock_guard lock(mutex);
+  sessions.emplace(s.get(), s);
+}
+
+void session_hub::remove(const ws_session* s) {
+  std::lock_guard lock(mutex);
+  sessions.erase(s);
+}
+
+std::size_t session_hub::size() {
+  std::lock_guard lock(mutex);
+  return sessions.size();
+}
+
+ws_server::ws_server(net::io_context& ioc, const server_options& options, agent_service& service)
+    : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service)), acceptor_(net::make_strand(ioc)) {
+  const tcp::endpoint endpoint(net::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host),
+                               options.port);
+  acceptor_.open(endpoint.protocol());
+  acceptor_.set_option(net::socket_base::reuse_address(true));
+  acceptor_.bind(endpoint);
+  acceptor_.listen(net::socket_base::max_listen_connections);
+  port_ = acceptor_.local_endpoint().port();
+}
+
+ws_server::~ws_server() = default;
+
+void ws_server::start() { accept(); }
+
+void ws_server::accept() {
+  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<http_session>(std::move(socket), hub_)->run();
+    }
+    accept();
+  });
+}
+
+void ws_server::close_sessions() {
+  std::vector<std::shared_ptr<ws_session>> open;
+  {
+    std::lock_guard lock(hub_->mutex);
+    for (auto& [p, w] : hub_->sessions) {
+      if (auto s = w.lock()) open.push_back(std::move(s));
+    }
+  }
+  for (auto& s : open) s->shut_down();
+}
+
+// Polls every 10 ms: first until no decision is in flight (or the drain limit), then until every
+// session has closed (or 2 s).
+struct ws_server::stopper : std::enable_shared_from_this<stopper> {
+  ws_server& server;
+  net::steady_timer timer;
+  std::chrono::steady_clock::time_point drain_until;
+  std::chrono::steady_clock::time_point close_until{};
+  bool closing = false;
+  std::function<void()> done;
+
+  stopper(ws_server& s, std::chrono::milliseconds drain_limit, std::function<void()> d)
+      : server(s), timer(s.ioc_), drain_until(std::chrono::steady_clock::now() + drain_limit), done(std::move(d)) {}
+
+  void poll() {
+    const auto now = std::chrono::steady_clock::now();
+    agent_service& service = server.hub_->service;
+    if (!closing && (service.in_flight() == 0 || now >= drain_until)) {
+      if (service.in_flight() > 0) spdlog::warn("{} decisions still in flight after the drain limit", service.in_flight());
+      server.close_sessions();
+      closing = true;
+      close_until = now + std::chrono::seconds(2);
+    } else if (closing && (server.sessions() == 0 || now >= close_until)) {
+      done();
+      return;
+    }
+    timer.expires_after(std::chrono::milliseconds(10));
+    timer.async_wait([self = shared_from_this()](beast::error_code) { self->poll(); });
+  }
+};
+
+void ws_server::stop(std::chrono::milliseconds drain_limit, std::function<void()> done) {
+  net::post(acceptor_.get_executor(), [this] {
+    beast::error_code ec;
+    acceptor_.close(ec);
+  });
+  hub_->service.drain();
+  auto s = std::make_shared<stopper>(*this, drain_limit, std::move(done));
+  net::post(ioc_, [s] { s->poll(); });
+}
+
+}  // namespace baton

@@ -1,0 +1,60 @@
+// The listener (DESIGN §7, after Beast's chat-multi example): one io_context, HTTP sessions that
+// answer GET /health and upgrade /v1/agent to WebSocket sessions, each on its own strand with a
+// write queue so only one write is in flight.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "adapters/agent_service.hpp"
+#include "adapters/server_config.hpp"
+
+namespace baton {
+
+class ws_session;
+
+// What sessions share with the server (Beast chat-multi's shared_state): held by every session,
+// so a session that outlives the server (its handler is destroyed with the io_context) is safe.
+struct session_hub {
+  server_options options;
+  agent_service& service;
+  std::mutex mutex;
+  std::unordered_map<const ws_session*, std::weak_ptr<ws_session>> sessions;
+
+  void add(const std::shared_ptr<ws_session>& s);
+  void remove(const ws_session* s);
+  std::size_t size();
+};
+
+class ws_server {
+ public:
+  // Binds and listens at once; throws at start-up when the address is taken or malformed.
+  ws_server(boost::asio::io_context& ioc, const server_options& options, agent_service& service);
+  ~ws_server();
+
+  unsigned short port() const noexcept { return port_; }
+  void start();
+
+  // Graceful: stop accepting, let in-flight decisions finish (at most `drain_limit`), close every
+  // session with 1001, then call `done` (on an I/O thread) once they are closed or after 2 s.
+  void stop(std::chrono::milliseconds drain_limit, std::function<void()> done);
+
+  std::size_t sessions() const { return hub_->size(); }
+
+ private:
+  struct stopper;
+  void accept();
+  void close_sessions();
+
+  boost::asio::io_context& ioc_;
+  std::shared_ptr<session_hub> hub_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  unsigned short port_ = 0;
+};
+
+}  // namespace baton
