@@ -299,7 +299,7 @@ TEST(Policy, ConfigLoadsAgainstTheConfigRegistry) {
   const auto p = load_policy(BATON_SOURCE_DIR "/config/policy.yaml", *r);
   ASSERT_TRUE(p.has_value()) << p.error().message;
   EXPECT_EQ(p->metric, p_max);
-  EXPECT_EQ(p->always_escalate, std::vector<std::string>{"refund_payment"});
+  EXPECT_EQ(p->always_escalate, std::vector<std::string>{"send_payment"});
   EXPECT_EQ(p->max_risk, tools::risk_level::medium);
   EXPECT_EQ(p->escalate_when.size(), 2u);
   EXPECT_EQ(p->tool_lanes.size(), 2u);

@@ -134,7 +134,7 @@ TEST(registry, example_config_loads) {
   auto r = load_registry(BATON_SOURCE_DIR "/config/tools.yaml", request_limits::text_only());
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->tools.size(), 5u);
-  EXPECT_EQ(r->tools[0].id, "refund_payment");
+  EXPECT_EQ(r->tools[0].id, "send_payment");
   EXPECT_TRUE(r->finish);
   EXPECT_EQ(r->questions.size(), 2u);
 }

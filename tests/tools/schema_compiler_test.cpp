@@ -168,7 +168,7 @@ TEST(schema_compiler, the_example_registry_compiles_for_the_keyword_engine) {
   ASSERT_TRUE(r) << r.error().message;
   auto req = compile_schema(*r, history, engine.describe().limits);
   ASSERT_TRUE(req) << render_error(req.error());
-  EXPECT_EQ(req->questions.size(), 5u);  // tool, refund_payment.reason, refund_payment.notify, urgency, needs_person
+  EXPECT_EQ(req->questions.size(), 5u);  // tool, send_payment.method, send_payment.notify, urgency, needs_person
   EXPECT_EQ(req->questions[0].option_count(), 6u);
 }
 

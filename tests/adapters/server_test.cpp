@@ -1,0 +1,512 @@
+// End-to-end: a real server on an ephemeral 127.0.0.1 port, real WebSocket clients, a scripted
+// engine whose answers each test sets through the history, and the SQLite log read back.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "adapters/cli.hpp"
+#include "adapters/serve.hpp"
+#include "support/files.hpp"
+#include "ws_client.hpp"
+
+namespace baton {
+namespace {
+
+using test::ws_client;
+
+// Answers from the last {"role":"script",…} event of the history: `tool` gets probability `p`
+// (the rest shared), `needs_person` P(true), `fail` an engine error, `sleep_ms` a slow engine.
+class scripted_engine : public decision_engine {
+ public:
+  scripted_engine() {
+    description_.model_id = "scripted-1";
+    description_.fingerprint = "sha256:scripted";
+    description_.limits = request_limits::text_only();
+  }
+  const engine_description& describe() const noexcept override { return description_; }
+
+  std::vector<result<decision>> decide(std::span<const request> batch) override {
+    std::vector<result<decision>> out;
+    for (const request& r : batch) {
+      json script = json::object();
+      for (const json& e : r.state) {
+        if (e.is_object() && e.value("role", "") == "script") script = e;
+      }
+      {
+        std::lock_guard lock(mutex_);
+        last_state_ = r.state;
+        ++calls_;
+      }
+      if (const int ms = script.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      if (script.contains("fail")) {
+        out.push_back(make_error(500, script["fail"].get<std::string>(), "scripted failure"));
+        continue;
+      }
+      decision d;
+      for (const question& q : r.questions) {
+        const std::size_t n = q.option_count();
+        std::vector<double> p(n, 1.0 / double(n));
+        if (q.id == "tool" && script.contains("tool")) {
+          const double top = script.value("p", 0.9);
+          for (std::size_t i = 0; i < n; ++i) {
+            p[i] = q.option_id(i) == script["tool"].get<std::string>() ? top : (1 - top) / double(n - 1);
+          }
+        } else if (q.id == "needs_person") {
+          const double yes = script.value("needs_person", 0.1);
+          p = {yes, 1 - yes};
+        } else if (q.type == question_type::choice && n == 2) {
+          p = {0.3, 0.7};
+        }
+        d.probabilities.push_back(std::move(p));
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  json last_state() {
+    std::lock_guard lock(mutex_);
+    return last_state_;
+  }
+  int calls() {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  engine_description description_;
+  std::mutex mutex_;
+  json last_state_;
+  int calls_ = 0;
+};
+
+const char* registry_yaml = R"(tools:
+  - id: lookup_order
+    description: Look up an order by its number
+    executor: {type: agent}
+    parameters:
+      order_id: {type: text}
+      priority: {type: choice, instructions: "How urgent is the lookup?", values: {low: Not urgent, high: Urgent}}
+  - id: echo_cmd
+    description: Echo the call back
+    executor: {type: command, argv: [/bin/cat], timeout_ms: 5000}
+  - id: broken_http
+    description: Call a service that is down
+    executor: {type: http, url: "http://127.0.0.1:1/down", timeout_ms: 500, retries: 0}
+  - id: wipe_disk
+    description: Wipe the disk
+    risk: high
+finish: {description: Nothing more to do}
+questions:
+  needs_person: {type: noul, instructions: "Does this need a person?"}
+)";
+
+const char* policy_yaml = R"(confidence: p_max
+rules:
+  deny: [wipe_disk]
+  escalate_when:
+    - {question: needs_person, noul_above: 0.9}
+lanes:
+  default: {execute: 0.8, fallback: 0.5}
+on_engine_error: escalate
+)";
+
+struct cli_result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+cli_result cli(std::vector<std::string_view> args) {
+  std::istringstream in;
+  std::ostringstream out, err;
+  const int code = run_cli(args, in, out, err);
+  return {code, out.str(), err.str()};
+}
+
+class server_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("baton-server-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    write("tools.yaml", registry_yaml);
+    write("policy.yaml", policy_yaml);
+    config_ = parse_config("server: {listen: 127.0.0.1:0, io_threads: 2, max_bad_frames: 1000}\n"
+                           "engine: {timeout_ms: 2000}\n"
+                           "log: {path: decisions.db, synchronous: normal}\n");
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+
+  server_config parse_config(const std::string& yaml) {
+    auto c = parse_server_config(yaml, dir_ / "baton.yaml");
+    EXPECT_TRUE(c) << c.error().message;
+    return c ? *c : server_config{};
+  }
+
+  unsigned short start() {
+    auto engine = std::make_unique<scripted_engine>();
+    engine_ = engine.get();
+    server_ = running_server::start(config_, std::move(engine));
+    return server_->port();
+  }
+
+  std::string db() const { return (dir_ / "decisions.db").string(); }
+
+  // Rows of a read-only query through `baton log sql`.
+  std::vector<json> sql(const std::string& query) {
+    const auto r = cli({"log", "sql", "--db", db(), query});
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::vector<json> rows;
+    std::istringstream lines(r.out);
+    for (std::string l; std::getline(lines, l);) rows.push_back(test::parse(l));
+    return rows;
+  }
+
+  static json decide(const std::string& session, json history, json extra = json::object()) {
+    json f = {{"type", "decide"}, {"session", session}, {"history", std::move(history)}};
+    f.update(extra);
+    return f;
+  }
+  static json script(json s) {
+    s["role"] = "script";
+    return s;
+  }
+  static json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+  std::filesystem::path dir_;
+  server_config config_;
+  scripted_engine* engine_ = nullptr;
+  std::unique_ptr<running_server> server_;
+};
+
+TEST_F(server_test, execute_lane_with_an_agent_run_tool_and_its_tool_result) {
+  ws_client c(start());
+  const json d = c.request(decide("s1", {user("where is order 77?"), script({{"tool", "lookup_order"}, {"p", 0.95}})},
+                                  {{"id", 41}, {"proposal", {{"tool", "lookup_order"}, {"arguments", {{"order_id", "77"}}}}}}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["id"], 41);
+  EXPECT_EQ(d["action"], "execute");
+  EXPECT_EQ(d["tool"], "lookup_order");
+  EXPECT_EQ(d["lane"], "lane:default");
+  EXPECT_EQ(d["executor"], "agent");
+  EXPECT_EQ(d["turn"], 1);
+  EXPECT_DOUBLE_EQ(d["confidence"].get<double>(), 0.95);
+  EXPECT_EQ(d["arguments"], json::parse(R"({"priority":"high","order_id":"77"})"));
+  EXPECT_EQ(d["answers"]["tool"]["choice"], "lookup_order");
+  EXPECT_EQ(d["model"], "scripted-1");
+  for (const char* k : {"queue", "compile", "engine", "policy", "log", "total"}) EXPECT_TRUE(d["timings_ms"].contains(k)) << k;
+
+  const std::string id = d["decision"];
+  const json ack = c.request({{"type", "tool_result"}, {"id", "r1"}, {"decision", id}, {"ok", true},
+                              {"output", {{"status", "shipped"}}}});
+  EXPECT_EQ(ack, json({{"type", "ack"}, {"ref", "r1"}, {"decision", id}}));
+  const json again = c.request({{"type", "tool_result"}, {"id", "r2"}, {"decision", id}, {"ok", true}});
+  EXPECT_EQ(again["code"], "DUPLICATE_TOOL_RESULT");
+  EXPECT_EQ(again["ref"], "r2");
+
+  const auto rows = sql("SELECT id, session, turn, action, tool, lane, engine, model FROM decisions");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["id"], id);
+  EXPECT_EQ(rows[0]["action"], "execute");
+  EXPECT_EQ(rows[0]["model"], "scripted-1");
+  const auto runs = sql("SELECT decision, tool, executor, ok FROM tool_runs");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["decision"], id);
+  EXPECT_EQ(runs[0]["executor"], "agent");
+}
+
+TEST_F(server_test, fallback_escalate_deny_and_finish) {
+  ws_client c(start());
+  struct lane_case {
+    json script;
+    const char* action;
+    const char* lane;
+  };
+  const std::vector<lane_case> cases = {
+      {{{"tool", "lookup_order"}, {"p", 0.6}}, "fallback", "lane:default"},
+      {{{"tool", "lookup_order"}, {"p", 0.3}}, "escalate", "lane:default"},
+      {{{"tool", "lookup_order"}, {"p", 0.95}, {"needs_person", 0.97}}, "escalate", "rule:escalate_when:needs_person"},
+      {{{"tool", "wipe_disk"}, {"p", 0.99}}, "deny", "rule:deny"},
+      {{{"tool", "finish"}, {"p", 0.9}}, "finish", "lane:default"},
+  };
+  int n = 0;
+  for (const lane_case& k : cases) {
+    const json d = c.request(decide("lanes-" + std::to_string(n++), {script(k.script)}));
+    ASSERT_EQ(d.value("type", ""), "decision") << d;
+    EXPECT_EQ(d["action"], k.action) << k.script;
+    EXPECT_EQ(d["lane"], k.lane) << k.script;
+  }
+  // Neither fallback nor escalation runs a tool: no tool_result frame, no tool run.
+  EXPECT_TRUE(sql("SELECT * FROM tool_runs").empty());
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 5);
+}
+
+TEST_F(server_test, baton_runs_a_command_tool_and_appends_its_result_to_the_history) {
+  ws_client c(start());
+  const json d = c.request(decide("cmd", {script({{"tool", "echo_cmd"}, {"p", 0.9}})}));
+  ASSERT_EQ(d["action"], "execute") << d;
+  EXPECT_EQ(d["executor"], "command");
+  const json r = c.read();
+  ASSERT_EQ(r.value("type", ""), "tool_result") << r;
+  EXPECT_EQ(r["decision"], d["decision"]);
+  EXPECT_EQ(r["ok"], true) << r;
+  // /bin/cat echoes the call it was given on stdin.
+  EXPECT_EQ(r["output"]["decision"], d["decision"]);
+  EXPECT_EQ(r["output"]["tool"], "echo_cmd");
+  EXPECT_EQ(r["event"]["role"], "tool");
+
+  const json next = c.request({{"type", "decide"}, {"session", "cmd"}, {"append", {user("thanks")}}});
+  ASSERT_EQ(next.value("type", ""), "decision") << next;
+  EXPECT_EQ(next["turn"], 2);
+  const json state = engine_->last_state();
+  ASSERT_EQ(state.size(), 3u) << state;
+  EXPECT_EQ(state[1], r["event"]);
+  EXPECT_EQ(state[2], user("thanks"));
+  const auto runs = sql("SELECT tool, executor, ok FROM tool_runs");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["executor"], "command");
+  EXPECT_EQ(runs[0]["ok"], 1);
+}
+
+TEST_F(server_test, a_failing_executor_is_reported_and_logged) {
+  ws_client c(start());
+  const json d = c.request(decide("down", {script({{"tool", "broken_http"}, {"p", 0.9}})}));
+  ASSERT_EQ(d["action"], "execute") << d;
+  const json r = c.read();
+  ASSERT_EQ(r.value("type", ""), "tool_result") << r;
+  EXPECT_EQ(r["ok"], false);
+  EXPECT_EQ(r["error_code"], "EXECUTOR_UNREACHABLE") << r;
+  const auto runs = sql("SELECT ok, error_code FROM tool_runs");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["ok"], 0);
+  EXPECT_EQ(runs[0]["error_code"], "EXECUTOR_UNREACHABLE");
+}
+
+TEST_F(server_test, engine_errors_and_timeouts_fail_closed) {
+  config_.engine.timeout = std::chrono::milliseconds(300);
+  ws_client c(start());
+  const json failed = c.request(decide("e1", {script({{"fail", "INFERENCE_FAILED"}})}));
+  ASSERT_EQ(failed.value("type", ""), "decision") << failed;
+  EXPECT_EQ(failed["action"], "escalate");
+  EXPECT_EQ(failed["lane"], "on_engine_error");
+  EXPECT_EQ(failed["error_code"], "INFERENCE_FAILED");
+  EXPECT_TRUE(failed["answers"].is_null());
+
+  const json slow = c.request(decide("e2", {script({{"tool", "lookup_order"}, {"sleep_ms", 800}})}));
+  ASSERT_EQ(slow.value("type", ""), "decision") << slow;
+  EXPECT_EQ(slow["action"], "escalate");
+  EXPECT_EQ(slow["error_code"], "ENGINE_TIMEOUT");
+  // The session stays busy until the engine hands its turn back, then takes the next turn.
+  const json busy = c.request({{"type", "decide"}, {"session", "e2"}, {"append", {user("more")}}});
+  EXPECT_EQ(busy["code"], "SESSION_BUSY") << busy;
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  const json later = c.request({{"type", "decide"}, {"session", "e2"}, {"append", {user("more")}}});
+  EXPECT_EQ(later["turn"], 2) << later;
+  EXPECT_EQ(sql("SELECT error_code FROM decisions WHERE session = 'e2' AND turn = 1")[0]["error_code"],
+            "ENGINE_TIMEOUT");
+}
+
+TEST_F(server_test, sessions_append_turns_and_refuse_out_of_order_ones) {
+  ws_client c(start());
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "t"}, {"append", {user("hi")}}})["code"], "UNKNOWN_SESSION");
+  EXPECT_EQ(c.request(decide("t", {user("hi")}, {{"turn", 3}}))["turn"], 3);
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "t"}, {"turn", 5}, {"append", {user("x")}}})["code"],
+            "TURN_OUT_OF_ORDER");
+  EXPECT_EQ(c.request(decide("t", {user("restart")}, {{"turn", 2}}))["code"], "TURN_OUT_OF_ORDER");
+  const json d = c.request({{"type", "decide"}, {"session", "t"}, {"turn", 4}, {"append", {user("again")}}});
+  EXPECT_EQ(d["turn"], 4) << d;
+  EXPECT_EQ(engine_->last_state(), json::array({user("hi"), user("again")}));
+  // A full history replaces the session's.
+  c.request(decide("t", {user("new start")}));
+  EXPECT_EQ(engine_->last_state(), json::array({user("new start")}));
+}
+
+TEST_F(server_test, extra_questions_are_answered_in_the_same_pass) {
+  ws_client c(start());
+  const json q = json::parse(R"({"language": {"type": "choice", "instructions": "Which language?",
+                                              "criteria": {"en": "English", "de": "German"}}})");
+  const int calls = 0;
+  const json d = c.request(decide("q", {user("hallo")}, {{"questions", q}}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["answers"]["language"]["choice"], "de");
+  EXPECT_EQ(engine_->calls(), calls + 1);
+  const json clash = c.request(decide("q2", {user("x")}, {{"questions", {{"tool", {{"type", "noul"}}}}}}));
+  EXPECT_EQ(clash["code"], "QUESTION_CONFLICT");
+}
+
+// Each bad frame gets its own error code and the connection stays open.
+TEST_F(server_test, malformed_frames_get_exact_error_codes) {
+  ws_client c(start());
+  ASSERT_EQ(c.request(decide("known", {user("hi")}))["type"], "decision");
+  const std::string long_session(129, 'x');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "INVALID_JSON"},
+      {"{", "INVALID_JSON"},
+      {"not json", "INVALID_JSON"},
+      {"[1,2]", "INVALID_JSON"},
+      {"\"decide\"", "INVALID_JSON"},
+      {"42", "INVALID_JSON"},
+      {"null", "INVALID_JSON"},
+      {R"({"type":"decide","session":"a","history":[]} trailing)", "INVALID_JSON"},
+      {"{\"type\":\"decide\",\"session\":\"\xff\xfe\",\"history\":[]}", "INVALID_JSON"},
+      {std::string(70, '[') + std::string(70, ']'), "INVALID_JSON"},
+      {R"({})", "UNKNOWN_TYPE"},
+      {R"({"type":"hello"})", "UNKNOWN_TYPE"},
+      {R"({"type":7})", "UNKNOWN_TYPE"},
+      {R"({"type":null,"session":"a"})", "UNKNOWN_TYPE"},
+      {R"({"type":"decide"})", "INVALID_FRAME"},
+      {R"({"type":"decide","history":[]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a"})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":7,"history":[]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a b","history":[]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":")" + long_session + R"(","history":[]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":"hello"})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[1,2]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"append":[]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"turn":"1"})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"turn":0})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"turn":1.5})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"proposal":"refund"})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"proposal":{"arguments":{}}})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"questions":[1]})", "INVALID_FRAME"},
+      {R"({"type":"decide","session":"a","history":[],"colour":"red"})", "INVALID_FRAME"},
+      {R"({"type":"tool_result"})", "INVALID_FRAME"},
+      {R"({"type":"tool_result","decision":"d-1","ok":"yes"})", "INVALID_FRAME"},
+      {R"({"type":"tool_result","decision":7,"ok":true})", "INVALID_FRAME"},
+      {R"({"type":"tool_result","decision":"d-nope","ok":true})", "UNKNOWN_DECISION"},
+      {R"({"type":"decide","session":"never-seen","append":[{"role":"user"}]})", "UNKNOWN_SESSION"},
+      {R"({"type":"decide","session":"known","turn":1,"append":[]})", "TURN_OUT_OF_ORDER"},
+      {R"({"type":"decide","session":"a","history":[],"questions":{"tool":{"type":"noul"}}})", "QUESTION_CONFLICT"},
+      {R"({"type":"decide","session":"a","history":[],"questions":{"x":{"type":"maybe"}}})", "INVALID_REQUEST"},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  int n = 0;
+  for (const auto& [frame, code] : cases) {
+    std::string text = frame;
+    if (n % 2 == 0 && text.size() > 2 && text.front() == '{' && text.find("\"id\"") == std::string::npos &&
+        code != "INVALID_JSON") {
+      text.insert(1, "\"id\":" + std::to_string(n) + ",");
+    }
+    const json e = c.request(text);
+    ASSERT_EQ(e.value("type", ""), "error") << text << " → " << e;
+    EXPECT_EQ(e["code"], code) << text << " → " << e;
+    EXPECT_TRUE(e["error"].is_string() && !e["error"].get<std::string>().empty()) << e;
+    EXPECT_TRUE(e["detail"].is_array()) << e;
+    if (text.find("\"id\":" + std::to_string(n) + ",") != std::string::npos) EXPECT_EQ(e["ref"], n) << e;
+    ++n;
+  }
+  c.send_binary(std::string("\x01\x02\x03", 3));
+  EXPECT_EQ(c.read()["code"], "BINARY_FRAME");
+  // Still open, and still deciding.
+  const json d = c.request(decide("after", {user("hello")}, {{"id", "last"}}));
+  EXPECT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["id"], "last");
+  EXPECT_EQ(engine_->calls(), 2);
+}
+
+TEST_F(server_test, an_oversized_frame_closes_with_1009_after_its_error) {
+  config_.server.max_frame_bytes = 4096;
+  ws_client c(start());
+  c.send(decide("big", {user(std::string(10000, 'a'))}));
+  const json e = c.read();
+  EXPECT_EQ(e["code"], "FRAME_TOO_LARGE") << e;
+  EXPECT_TRUE(c.read().is_null());
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::too_big);
+  EXPECT_FALSE(c.close_reason().reason.empty());
+}
+
+TEST_F(server_test, repeated_bad_frames_close_with_1008) {
+  config_.server.max_bad_frames = 3;
+  ws_client c(start());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.request("nope")["code"], "INVALID_JSON");
+  EXPECT_TRUE(c.read().is_null());
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::policy_error);
+}
+
+TEST_F(server_test, frames_over_the_rate_limit_are_refused) {
+  config_.server.max_frames_per_second = 5;
+  ws_client c(start());
+  int limited = 0;
+  for (int i = 0; i < 8; ++i) {
+    const json e = c.request(R"({"type":"hello"})");
+    if (e.value("code", "") == "RATE_LIMITED") ++limited;
+  }
+  EXPECT_GE(limited, 2);
+}
+
+TEST_F(server_test, health_and_unknown_paths) {
+  const unsigned short port = start();
+  const auto [status, body] = test::http_get(port, "/health");
+  EXPECT_EQ(status, 200);
+  const json h = test::parse(body);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["model"], "scripted-1");
+  EXPECT_EQ(h["fingerprint"], "sha256:scripted");
+  EXPECT_TRUE(h["registry_hash"].get<std::string>().starts_with("sha256:"));
+  EXPECT_TRUE(h["policy_hash"].get<std::string>().starts_with("sha256:"));
+  EXPECT_EQ(test::http_get(port, "/nowhere").first, 404);
+  EXPECT_EQ(test::http_get(port, "/v1/agent").first, 426);
+  EXPECT_THROW(ws_client(port, "/v1/other"), boost::system::system_error);
+}
+
+TEST_F(server_test, restart_with_the_same_database_continues_the_log) {
+  std::vector<std::string> ids;
+  for (int round = 0; round < 2; ++round) {
+    ws_client c(start());
+    for (int i = 0; i < 3; ++i) {
+      const json d = c.request(decide("r" + std::to_string(i), {script({{"tool", "lookup_order"}, {"p", 0.7}})}));
+      ASSERT_EQ(d.value("type", ""), "decision") << d;
+      ids.push_back(d["decision"]);
+    }
+    c.close();
+    server_->stop();
+    server_.reset();
+  }
+  const auto rows = sql("SELECT id FROM decisions ORDER BY seq");
+  ASSERT_EQ(rows.size(), 6u);
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["id"], ids[i]);
+  const auto verify = cli({"log", "verify", "--db", db()});
+  EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
+}
+
+TEST_F(server_test, shutdown_answers_in_flight_decisions_then_closes_with_1001) {
+  ws_client c(start());
+  c.send(decide("slow", {script({{"tool", "lookup_order"}, {"sleep_ms", 400}})}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread stopper([&] { server_->stop(); });
+  const json d = c.read();
+  EXPECT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_TRUE(c.read().is_null());
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::going_away);
+  stopper.join();
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 1);
+}
+
+TEST_F(server_test, keyword_engine_with_the_default_config) {
+  auto c = load_server_config(test::source_dir() / "config/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  c->server.port = 0;
+  c->log.path = dir_ / "keyword.db";
+  server_ = running_server::start(*c);
+  ws_client client(server_->port());
+  const json d = client.request(decide("kw", {user("Please search the documentation for how to rotate an API key")}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["model"], "baton-keyword-1");
+  EXPECT_EQ(d["answers"]["tool"]["choice"], "search_docs") << d;
+}
+
+}  // namespace
+}  // namespace baton
