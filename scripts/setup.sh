@@ -18,6 +18,7 @@ packages=(
   libutf8proc-dev      # the tokenizer's NFC normalisation
   libssl-dev           # sha256 model fingerprints (libcrypto)
   libyaml-cpp-dev      # the YAML tool registry and policies
+  libsqlite3-dev       # the decision log
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )
 
