@@ -236,7 +236,7 @@ cell json_text(const json& v, std::string& storage) {
 
 // Text that a row's cells borrow while it is written.
 struct row_text {
-  std::string seq_hash, created_at, answers, arguments, proposal, output;
+  std::string created_at, answers, arguments, proposal, output;
 };
 
 void decision_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
