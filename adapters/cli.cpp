@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adapters/cli_args.hpp"
+#include "adapters/log_cli.hpp"
 #include "adapters/serve.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
@@ -31,6 +32,7 @@ Commands:
   serve       run the routing server: agents over WebSocket at /v1/agent (docs/protocol.md)
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
+  log         read the decision log: sql queries, show a decision, tail, verify the hash chains
   tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:
@@ -612,6 +614,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   if (command == "decide") return decide_main(args.subspan(1), in, out, err);
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
+  if (command == "log") return log::log_main(args.subspan(1), in, out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 

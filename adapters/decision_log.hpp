@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct log_options {
   bool store_state = false;
   std::size_t max_batch = 512;        // rows per transaction
   std::size_t queue_capacity = 65536; // rows waiting; append() refuses beyond (503 LOG_BACKLOG)
+  int busy_timeout_ms = 5000;         // how long a write waits for another connection's lock
 };
 
 // Called once per row, on the writer thread, after its transaction committed (or failed: the
@@ -70,18 +72,32 @@ using durable_callback = std::function<void(result<void>)>;
 class decision_store {
  public:
   virtual ~decision_store() = default;
-  // Writes the rows in one transaction, filling each row's chain position.
-  virtual result<void> write(std::vector<decision_record>& decisions, std::vector<tool_run_record>& runs) = 0;
+  // Writes the rows in one transaction, decisions first, each chained after the last committed
+  // row of its table. A row refused on its own (a duplicate id, a tool run of an unknown
+  // decision) gets its error in `refused` (decisions first, then runs; nullopt for a written
+  // row) and the others are written. An error returned means the transaction failed: no row
+  // is in the log and the chains stay where they were.
+  virtual result<void> write(std::span<const decision_record> decisions, std::span<const tool_run_record> runs,
+                             std::vector<std::optional<error>>& refused) = 0;
 };
+
+// The SQLite store of `options.path`: creates the file (and its folder) when missing, applies the
+// schema's migrations, sets WAL, synchronous and busy_timeout. Throws error_exception
+// (LOG_OPEN_FAILED, or LOG_SCHEMA_TOO_NEW for a file written by a newer baton).
+std::unique_ptr<decision_store> open_sqlite_store(const log_options& options);
 
 class decision_log {
  public:
-  // Opens (creating and migrating) the database; throws error_exception at start-up.
+  // Opens (creating and migrating) the SQLite database; throws error_exception at start-up.
   static std::unique_ptr<decision_log> open(const log_options& options);
+  // The same over any store.
+  static std::unique_ptr<decision_log> open(std::unique_ptr<decision_store> store, const log_options& options);
   ~decision_log();  // close()
 
-  // Queue a row. `done` runs on the writer thread once the row is committed. Never blocks:
-  // a full queue answers 503 LOG_BACKLOG at once (and `done` is not called).
+  // Queue a row. `done` (may be empty) runs on the writer thread once the row is committed, or
+  // with 500 LOG_WRITE_FAILED when it could not be; it must not throw nor call close(). Never
+  // blocks: a full queue answers 503 LOG_BACKLOG at once, a closed log 503 SHUTTING_DOWN (and
+  // `done` is not called).
   result<void> append(decision_record r, durable_callback done);
   result<void> append(tool_run_record r, durable_callback done);
 
@@ -96,5 +112,4 @@ class decision_log {
   std::unique_ptr<impl> impl_;
 };
 
-// `baton log …` (adapters/log_cli.cpp): sql, show, tail, verify.
 }  // namespace baton::log

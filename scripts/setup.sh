@@ -19,6 +19,7 @@ packages=(
   libssl-dev           # sha256 model fingerprints (libcrypto)
   libyaml-cpp-dev      # the YAML tool registry and policies
   libspdlog-dev        # the server's log lines
+  libsqlite3-dev       # the decision log
   python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )

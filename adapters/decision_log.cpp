@@ -1,0 +1,130 @@
+// The decision log's queue and writer thread: group commits over a decision_store.
+#include "adapters/decision_log.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+namespace baton::log {
+
+struct decision_log::impl {
+  struct entry {
+    std::variant<decision_record, tool_run_record> row;
+    durable_callback done;
+  };
+
+  impl(std::unique_ptr<decision_store> s, const log_options& o) : options(o), store(std::move(s)) {
+    writer = std::thread([this] { run(); });
+  }
+
+  result<void> push(entry e) {
+    {
+      std::lock_guard lock(mutex);
+      if (closing) return make_error(503, "SHUTTING_DOWN", "the decision log is closed");
+      if (queue.size() >= options.queue_capacity) {
+        return make_error(503, "LOG_BACKLOG", "the decision log cannot keep up; retry later");
+      }
+      queue.push_back(std::move(e));
+    }
+    wake.notify_one();
+    return {};
+  }
+
+  // Takes everything queued (up to max_batch), writes it in one transaction, then tells each
+  // row's caller, in queue order. Returns once closing and drained.
+  void run() {
+    std::vector<entry> batch;
+    std::vector<decision_record> decisions;
+    std::vector<tool_run_record> runs;
+    struct place {
+      bool run;
+      std::size_t index;  // in `decisions` or `runs`
+    };
+    std::vector<place> places;
+    std::vector<std::optional<error>> refused;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return closing || !queue.empty(); });
+        if (queue.empty()) return;
+        const std::size_t n = std::min(queue.size(), std::max<std::size_t>(options.max_batch, 1));
+        std::move(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n), std::back_inserter(batch));
+        queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      for (entry& e : batch) {
+        if (auto* d = std::get_if<decision_record>(&e.row)) {
+          places.push_back({false, decisions.size()});
+          decisions.push_back(std::move(*d));
+        } else {
+          places.push_back({true, runs.size()});
+          runs.push_back(std::move(std::get<tool_run_record>(e.row)));
+        }
+      }
+      const result<void> written = store->write(decisions, runs, refused);
+      for (std::size_t k = 0; k < batch.size(); ++k) {
+        if (!batch[k].done) continue;
+        const std::size_t s = places[k].run ? decisions.size() + places[k].index : places[k].index;
+        if (!written) {
+          batch[k].done(written.error());
+        } else if (s < refused.size() && refused[s]) {
+          batch[k].done(*refused[s]);
+        } else {
+          batch[k].done(result<void>());
+        }
+      }
+      batch.clear();
+      decisions.clear();
+      runs.clear();
+      places.clear();
+    }
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mutex);
+      closing = true;
+    }
+    wake.notify_all();
+    std::lock_guard lock(join_mutex);
+    if (writer.joinable()) writer.join();
+    store.reset();  // releases the database file
+  }
+
+  const log_options options;
+  std::unique_ptr<decision_store> store;
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<entry> queue;
+  bool closing = false;
+  std::mutex join_mutex;
+  std::thread writer;
+};
+
+decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+decision_log::~decision_log() { close(); }
+
+std::unique_ptr<decision_log> decision_log::open(const log_options& options) {
+  return open(open_sqlite_store(options), options);
+}
+
+std::unique_ptr<decision_log> decision_log::open(std::unique_ptr<decision_store> store, const log_options& options) {
+  return std::unique_ptr<decision_log>(new decision_log(std::make_unique<impl>(std::move(store), options)));
+}
+
+result<void> decision_log::append(decision_record r, durable_callback done) {
+  return impl_->push({std::move(r), std::move(done)});
+}
+
+result<void> decision_log::append(tool_run_record r, durable_callback done) {
+  return impl_->push({std::move(r), std::move(done)});
+}
+
+void decision_log::close() { impl_->close(); }
+
+const log_options& decision_log::options() const noexcept { return impl_->options; }
+
+}  // namespace baton::log

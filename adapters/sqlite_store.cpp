@@ -1,0 +1,438 @@
+// The decision log's SQLite store: schema migrations, the chain, and one transaction per batch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <string>
+
+#include "adapters/decision_log.hpp"
+#include "adapters/sqlite_log.hpp"
+#include "core/sha256.hpp"
+
+namespace baton::log {
+
+void render_chain_text(std::span<const column_value> row, std::string& out) {
+  std::vector<const column_value*> sorted;
+  sorted.reserve(row.size());
+  for (const column_value& c : row) {
+    if (c.name != "row_hash" && !std::holds_alternative<std::nullptr_t>(c.value)) sorted.push_back(&c);
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const column_value* a, const column_value* b) { return a->name < b->name; });
+  out.push_back('{');
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (i) out.push_back(',');
+    render_string(sorted[i]->name, out);
+    out.push_back(':');
+    const cell& v = sorted[i]->value;
+    if (const auto* n = std::get_if<std::int64_t>(&v)) {
+      out += std::to_string(*n);
+    } else if (const auto* d = std::get_if<double>(&v)) {
+      render_double(*d, out);
+    } else {
+      render_string(std::get<std::string_view>(v), out);
+    }
+  }
+  out.push_back('}');
+}
+
+std::string chain_hash(std::span<const column_value> row, std::string& scratch) {
+  scratch.clear();
+  render_chain_text(row, scratch);
+  return sha256_hex(scratch);
+}
+
+void read_row(sqlite3_stmt* s, std::vector<column_value>& out) {
+  out.clear();
+  const int n = sqlite3_column_count(s);
+  for (int i = 0; i < n; ++i) {
+    cell value = nullptr;
+    switch (sqlite3_column_type(s, i)) {
+      case SQLITE_INTEGER: value = static_cast<std::int64_t>(sqlite3_column_int64(s, i)); break;
+      case SQLITE_FLOAT: value = sqlite3_column_double(s, i); break;
+      case SQLITE_TEXT:
+        value = std::string_view(reinterpret_cast<const char*>(sqlite3_column_text(s, i)),
+                                 static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+        break;
+      case SQLITE_BLOB:
+        value = std::string_view(static_cast<const char*>(sqlite3_column_blob(s, i)),
+                                 static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+        break;
+      default: break;
+    }
+    out.push_back({sqlite3_column_name(s, i), value});
+  }
+}
+
+namespace {
+
+// Each step runs once per database, in its own transaction, and raises user_version to its
+// number. Released steps are never edited: a change to the schema is a new step.
+struct migration {
+  int version;
+  const char* sql;
+};
+
+constexpr migration migrations[] = {
+    {1, R"sql(
+CREATE TABLE decisions (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  request_id TEXT NOT NULL,
+  session TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  queue_ms REAL,
+  compile_ms REAL,
+  engine_ms REAL,
+  policy_ms REAL,
+  total_ms REAL,
+  engine TEXT NOT NULL,
+  model TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  schema_hash TEXT NOT NULL,
+  state_hash TEXT NOT NULL,
+  state TEXT,
+  answers TEXT,
+  action TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  lane TEXT NOT NULL,
+  confidence REAL,
+  arguments TEXT,
+  proposal TEXT,
+  error_code TEXT NOT NULL,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+CREATE INDEX decisions_session ON decisions (session, turn);
+
+CREATE TABLE tool_runs (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  decision TEXT NOT NULL REFERENCES decisions (id),
+  tool TEXT NOT NULL,
+  executor TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  duration_ms REAL,
+  ok INTEGER NOT NULL,
+  output TEXT,
+  error_code TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  attempts INTEGER NOT NULL,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+CREATE INDEX tool_runs_decision ON tool_runs (decision);
+
+CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions
+  BEGIN SELECT RAISE(ABORT, 'decisions is append-only'); END;
+CREATE TRIGGER decisions_no_delete BEFORE DELETE ON decisions
+  BEGIN SELECT RAISE(ABORT, 'decisions is append-only'); END;
+CREATE TRIGGER tool_runs_no_update BEFORE UPDATE ON tool_runs
+  BEGIN SELECT RAISE(ABORT, 'tool_runs is append-only'); END;
+CREATE TRIGGER tool_runs_no_delete BEFORE DELETE ON tool_runs
+  BEGIN SELECT RAISE(ABORT, 'tool_runs is append-only'); END;
+
+CREATE VIEW decisions_per_lane_per_day AS
+  SELECT substr(created_at, 1, 10) AS day, tool, lane, action, count(*) AS count
+  FROM decisions GROUP BY day, tool, lane, action;
+CREATE VIEW low_confidence_decisions AS
+  SELECT seq, id, created_at, session, turn, tool, action, lane, confidence, model
+  FROM decisions WHERE confidence < 0.5;
+CREATE VIEW escalated_decisions AS
+  SELECT seq, id, created_at, session, turn, tool, lane, confidence, model, error_code
+  FROM decisions WHERE action = 'escalate';
+CREATE VIEW confidence_by_model AS
+  SELECT model, fingerprint, min(CAST(confidence * 10 AS INTEGER), 9) / 10.0 AS bucket,
+         count(*) AS count, avg(confidence) AS avg_confidence
+  FROM decisions GROUP BY model, fingerprint, bucket;
+)sql"},
+};
+
+constexpr int known_version = migrations[std::size(migrations) - 1].version;
+
+[[noreturn]] void open_failed(const log_options& o, const std::string& what) {
+  throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot open the decision log " + o.path.string() + ": " + what));
+}
+
+void exec(sqlite3* db, const log_options& o, const std::string& sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    const std::string what = message ? message : sqlite3_errmsg(db);
+    sqlite3_free(message);
+    open_failed(o, what);
+  }
+}
+
+// The first column of the first row of a one-value query (a PRAGMA).
+std::string query_value(sqlite3* db, const log_options& o, const char* sql) {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &raw, nullptr) != SQLITE_OK) open_failed(o, sqlite3_errmsg(db));
+  statement s(raw);
+  const int rc = sqlite3_step(s.get());
+  if (rc != SQLITE_ROW) open_failed(o, sqlite3_errmsg(db));
+  const auto* text = sqlite3_column_text(s.get(), 0);
+  return text ? reinterpret_cast<const char*>(text) : "";
+}
+
+int user_version(sqlite3* db, const log_options& o) { return std::stoi(query_value(db, o, "PRAGMA user_version")); }
+
+void migrate(sqlite3* db, const log_options& o) {
+  const int found = user_version(db, o);
+  if (found > known_version) {
+    throw error_exception(make_error(
+        500, "LOG_SCHEMA_TOO_NEW",
+        "the decision log " + o.path.string() + " has schema version " + std::to_string(found) +
+            "; this baton knows versions up to " + std::to_string(known_version) + " (a newer baton wrote it)"));
+  }
+  for (const migration& m : migrations) {
+    if (m.version <= found) continue;
+    exec(db, o, "BEGIN IMMEDIATE");
+    try {
+      // Another process may have applied it while this one waited for the lock.
+      if (user_version(db, o) < m.version) {
+        exec(db, o, m.sql);
+        exec(db, o, "PRAGMA user_version = " + std::to_string(m.version));
+      }
+      exec(db, o, "COMMIT");
+    } catch (...) {
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+}
+
+// "2024-05-01T12:34:56.789Z"
+std::string iso_utc(std::int64_t ms) {
+  const std::int64_t seconds = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+  const auto millis = static_cast<int>(ms - seconds * 1000);
+  const auto t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
+}
+
+// A REAL as SQLite gives it back: it keeps no NaN (stored as NULL) and no -0.0 (an integral
+// REAL is stored as an integer), so both are normalised before they are hashed.
+cell real(double v) {
+  if (std::isnan(v)) return nullptr;
+  return v == 0 ? 0.0 : v;
+}
+
+// A JSON column: its text, or NULL for a null value.
+cell json_text(const json& v, std::string& storage) {
+  if (v.is_null()) return nullptr;
+  storage.clear();
+  render_json(v, storage, false);
+  return std::string_view(storage);
+}
+
+// Text that a row's cells borrow while it is written.
+struct row_text {
+  std::string created_at, answers, arguments, proposal, output;
+};
+
+void decision_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"id", std::string_view(r.id)},
+      {"request_id", std::string_view(r.request_id)},
+      {"session", std::string_view(r.session)},
+      {"turn", r.turn},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"queue_ms", real(r.queue_ms)},
+      {"compile_ms", real(r.compile_ms)},
+      {"engine_ms", real(r.engine_ms)},
+      {"policy_ms", real(r.policy_ms)},
+      {"total_ms", real(r.total_ms)},
+      {"engine", std::string_view(r.engine)},
+      {"model", std::string_view(r.model)},
+      {"fingerprint", std::string_view(r.fingerprint)},
+      {"registry_hash", std::string_view(r.registry_hash)},
+      {"policy_hash", std::string_view(r.policy_hash)},
+      {"schema_hash", std::string_view(r.schema_hash)},
+      {"state_hash", std::string_view(r.state_hash)},
+      {"state", store_state && r.state ? cell(std::string_view(*r.state)) : cell(nullptr)},
+      {"answers", json_text(r.answers, t.answers)},
+      {"action", std::string_view(r.action)},
+      {"tool", std::string_view(r.tool)},
+      {"lane", std::string_view(r.lane)},
+      {"confidence", real(r.confidence)},
+      {"arguments", json_text(r.arguments, t.arguments)},
+      {"proposal", json_text(r.proposal, t.proposal)},
+      {"error_code", std::string_view(r.error_code)},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
+void tool_run_row(const tool_run_record& r, bool, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"id", std::string_view(r.id)},
+      {"decision", std::string_view(r.decision)},
+      {"tool", std::string_view(r.tool)},
+      {"executor", std::string_view(r.executor)},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"duration_ms", real(r.duration_ms)},
+      {"ok", std::int64_t{r.ok ? 1 : 0}},
+      {"output", json_text(r.output, t.output)},
+      {"error_code", std::string_view(r.error_code)},
+      {"detail", std::string_view(r.detail)},
+      {"attempts", std::int64_t{r.attempts}},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
+// The INSERT of a table whose rows `make_row` builds: its columns are the row's, in its order.
+template <class Record, class MakeRow>
+std::string insert_sql(const char* table, MakeRow make_row) {
+  row_text t;
+  std::vector<column_value> row;
+  make_row(Record{}, true, t, row);
+  std::string names, params;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    names += (i ? ", " : "") + std::string(row[i].name);
+    params += (i ? ", ?" : "?") + std::to_string(i + 1);
+  }
+  return std::string("INSERT INTO ") + table + " (" + names + ") VALUES (" + params + ")";
+}
+
+error write_failed(sqlite3* db, const char* what) {
+  return make_error(500, "LOG_WRITE_FAILED", std::string("the decision log cannot ") + what + ": " + sqlite3_errmsg(db));
+}
+
+class sqlite_store final : public decision_store {
+ public:
+  explicit sqlite_store(const log_options& o) : store_state_(o.store_state) {
+    std::error_code ec;
+    if (o.path.has_parent_path()) std::filesystem::create_directories(o.path.parent_path(), ec);
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(o.path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    db_.reset(raw);
+    if (rc != SQLITE_OK) open_failed(o, raw ? sqlite3_errmsg(raw) : "out of memory");
+    sqlite3_extended_result_codes(db(), 1);
+    sqlite3_busy_timeout(db(), o.busy_timeout_ms);
+    if (query_value(db(), o, "PRAGMA journal_mode = WAL") != "wal") open_failed(o, "WAL mode is not available");
+    static constexpr const char* sync_names[] = {"OFF", "NORMAL", "FULL"};
+    exec(db(), o, std::string("PRAGMA synchronous = ") + sync_names[static_cast<int>(o.synchronous)]);
+    exec(db(), o, "PRAGMA foreign_keys = ON");
+    migrate(db(), o);
+    begin_ = prepare(o, "BEGIN IMMEDIATE");
+    commit_ = prepare(o, "COMMIT");
+    rollback_ = prepare(o, "ROLLBACK");
+    decisions_head_ = prepare(o, "SELECT seq, row_hash FROM decisions ORDER BY seq DESC LIMIT 1");
+    runs_head_ = prepare(o, "SELECT seq, row_hash FROM tool_runs ORDER BY seq DESC LIMIT 1");
+    insert_decision_ = prepare(o, insert_sql<decision_record>("decisions", decision_row));
+    insert_run_ = prepare(o, insert_sql<tool_run_record>("tool_runs", tool_run_row));
+  }
+
+  result<void> write(std::span<const decision_record> decisions, std::span<const tool_run_record> runs,
+                     std::vector<std::optional<error>>& refused) override {
+    refused.assign(decisions.size() + runs.size(), std::nullopt);
+    if (!run(begin_.get())) return write_failed(db(), "begin a transaction");
+    auto written = append_rows(decisions, decisions_head_.get(), insert_decision_.get(), decision_row, refused, 0);
+    if (written) written = append_rows(runs, runs_head_.get(), insert_run_.get(), tool_run_row, refused, decisions.size());
+    if (written && !run(commit_.get())) written = write_failed(db(), "commit");
+    if (!written && !sqlite3_get_autocommit(db())) run(rollback_.get());
+    return written;
+  }
+
+ private:
+  sqlite3* db() const noexcept { return db_.get(); }
+
+  statement prepare(const log_options& o, const std::string& sql) {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v3(db(), sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
+      open_failed(o, sqlite3_errmsg(db()));
+    }
+    return statement(raw);
+  }
+
+  // Steps a statement that returns no rows, then resets it.
+  bool run(sqlite3_stmt* s) {
+    const int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE;
+  }
+
+  // Reads the table's chain head inside the transaction, so that the chain continues from what
+  // is committed whatever happened before (a restart, a failed batch).
+  template <class Record, class MakeRow>
+  result<void> append_rows(std::span<const Record> records, sqlite3_stmt* head, sqlite3_stmt* insert, MakeRow make_row,
+                           std::vector<std::optional<error>>& refused, std::size_t first) {
+    if (records.empty()) return {};
+    std::int64_t seq = 0;
+    std::string prev(genesis_hash);
+    const int rc = sqlite3_step(head);
+    if (rc == SQLITE_ROW) {
+      seq = sqlite3_column_int64(head, 0);
+      prev.assign(reinterpret_cast<const char*>(sqlite3_column_text(head, 1)),
+                  static_cast<std::size_t>(sqlite3_column_bytes(head, 1)));
+    }
+    sqlite3_reset(head);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return write_failed(db(), "read the chain");
+
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      make_row(records[i], store_state_, text_, row_);
+      row_.front().value = seq + 1;
+      row_[row_.size() - 2].value = std::string_view(prev);
+      std::string hash = chain_hash(row_, scratch_);
+      row_.back().value = std::string_view(hash);
+      for (std::size_t c = 0; c < row_.size(); ++c) bind(insert, static_cast<int>(c + 1), row_[c].value);
+      const int step = sqlite3_step(insert);
+      sqlite3_reset(insert);
+      sqlite3_clear_bindings(insert);
+      if (step == SQLITE_DONE) {
+        ++seq;
+        prev = std::move(hash);
+      } else if ((step & 0xff) == SQLITE_CONSTRAINT && !sqlite3_get_autocommit(db())) {
+        // Only this statement was undone; the transaction and the rest of the batch go on.
+        refused[first + i] = write_failed(db(), "write this row");
+      } else {
+        return write_failed(db(), "write");
+      }
+    }
+    return {};
+  }
+
+  static void bind(sqlite3_stmt* s, int index, const cell& v) {
+    if (const auto* n = std::get_if<std::int64_t>(&v)) {
+      sqlite3_bind_int64(s, index, *n);
+    } else if (const auto* d = std::get_if<double>(&v)) {
+      sqlite3_bind_double(s, index, *d);
+    } else if (const auto* t = std::get_if<std::string_view>(&v)) {
+      // A null pointer would bind NULL, not "".
+      sqlite3_bind_text64(s, index, t->data() ? t->data() : "", t->size(), SQLITE_STATIC, SQLITE_UTF8);
+    } else {
+      sqlite3_bind_null(s, index);
+    }
+  }
+
+  bool store_state_;
+  db_handle db_;
+  statement begin_, commit_, rollback_, decisions_head_, runs_head_, insert_decision_, insert_run_;
+  row_text text_;
+  std::vector<column_value> row_;
+  std::string scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<decision_store> open_sqlite_store(const log_options& options) {
+  return std::make_unique<sqlite_store>(options);
+}
+
+}  // namespace baton::log
