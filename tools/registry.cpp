@@ -5,6 +5,7 @@
 
 #include "core/request.hpp"
 #include "core/sha256.hpp"
+#include "tools/http_url.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::tools {
@@ -58,7 +59,9 @@ json read_executor(const YAML::Node& n, const std::string& tool_what) {
     allowed = {"type"};
   } else if (t == "http") {
     allowed = {"type", "url", "timeout_ms", "retries"};
-    read_nonempty(fields, "url", n, what);
+    const std::string url = read_nonempty(fields, "url", n, what);
+    std::string reason;
+    if (!parse_http_url(url, reason)) fail(find(fields, "url")->value, what + "'s url " + ticked(url) + " " + reason);
   } else if (t == "command") {
     allowed = {"type", "argv", "timeout_ms"};
     const field* argv = find(fields, "argv");

@@ -193,11 +193,36 @@ TEST(registry, refuses_unknown_risk_and_executor_type) {
                         "  - {id: b, description: B}\n"),
             "tools.yaml:2: tool `a`'s executor's argv must be a non-empty list of non-empty strings");
   EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
-                        "    executor: {type: http, url: x, timeout_ms: 0}\n"),
+                        "    executor: {type: http, url: \"http://x/\", timeout_ms: 0}\n"),
             "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer ≥ 1");
   EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                         "    executor:\n      type: agent\n      url: x\n"),
             "tools.yaml:7: unknown key `url` in a agent executor");
+}
+
+TEST(registry, refuses_http_urls_the_executor_cannot_call) {
+  const auto with_url = [](std::string_view url) {
+    return "tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+           "    executor:\n      type: http\n      url: \"" + std::string(url) + "\"\n";
+  };
+  const std::string at = "tools.yaml:7: tool `b`'s executor's url ";
+  EXPECT_EQ(parse_error(with_url("https://example.com/x")),
+            at + "`https://example.com/x` https is not supported (baton has no TLS client): use an http:// URL");
+  EXPECT_EQ(parse_error(with_url("ftp://example.com/x")), at + "`ftp://example.com/x` must be an http://host[:port]/path URL");
+  EXPECT_EQ(parse_error(with_url("example.com/x")), at + "`example.com/x` must be an http://host[:port]/path URL");
+  EXPECT_EQ(parse_error(with_url("http:///x")), at + "`http:///x` has no host or a bad one (A-Za-z0-9.-_ or [IPv6])");
+  EXPECT_EQ(parse_error(with_url("http://host:0/x")), at + "`http://host:0/x` has a bad port (1 to 65535)");
+  EXPECT_EQ(parse_error(with_url("http://host:65536/x")), at + "`http://host:65536/x` has a bad port (1 to 65535)");
+  EXPECT_EQ(parse_error(with_url("http://host:/x")), at + "`http://host:/x` has a bad port (1 to 65535)");
+  EXPECT_EQ(parse_error(with_url("http://u:p@host/x")),
+            at + "`http://u:p@host/x` has user info (user@host), which is not supported");
+  EXPECT_EQ(parse_error(with_url("http://host/a b")),
+            at + "`http://host/a b` has spaces, control characters or non-ASCII bytes (percent-encode them)");
+  EXPECT_EQ(parse_error(with_url("http://host/x#part")), at + "`http://host/x#part` has a fragment (#…), which is never sent");
+  EXPECT_EQ(parse_error(with_url("http://[::1/x")), at + "`http://[::1/x` has a bad IPv6 host (expected [hex:digits])");
+  for (const char* ok : {"http://127.0.0.1:8081/refunds", "http://localhost", "http://[::1]:9000/a?b=c", "http://h.example?q"}) {
+    EXPECT_EQ(parse_error(with_url(ok)), "loaded") << ok;
+  }
 }
 
 TEST(registry, refuses_bad_parameters) {

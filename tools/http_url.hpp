@@ -1,0 +1,21 @@
+// The URLs an http executor takes: plain `http://host[:port]/path`. There is no TLS client, so
+// https is refused where the registry loads rather than failing on the first call.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace baton::tools {
+
+struct http_url {
+  std::string host;         // for the resolver: a name, an IPv4 address or an IPv6 address without brackets
+  std::string port;         // "80" when the URL names none
+  std::string host_header;  // host[:port] as written, brackets kept
+  std::string target;       // path and query, "/" at least
+};
+
+// The parts of `url`, or nullopt with `reason` saying what is wrong.
+std::optional<http_url> parse_http_url(std::string_view url, std::string& reason);
+
+}  // namespace baton::tools
