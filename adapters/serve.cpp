@@ -1,6 +1,7 @@
 #include "adapters/serve.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
@@ -192,6 +193,9 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   if (const auto listen = a.get("--listen"); listen && !parse_listen(*listen, config->server)) {
     return usage_error(err, "--listen takes HOST:PORT, e.g. 127.0.0.1:8470", "serve");
   }
+
+  // Standard output carries the listening line only; the server's log lines go to standard error.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("baton"));
 
   // Every thread started from here on inherits the mask: the signals wait for sigwait below.
   sigset_t signals;

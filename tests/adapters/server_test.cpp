@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "adapters/cli.hpp"
 #include "adapters/serve.hpp"
 #include "support/files.hpp"
@@ -44,7 +46,7 @@ class scripted_engine : public decision_engine {
       }
       if (const int ms = script.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       if (script.contains("fail")) {
-        out.push_back(make_error(500, script["fail"].get<std::string>(), "scripted failure"));
+        out.emplace_back(boost::system::in_place_error, make_error(500, script["fail"].get<std::string>(), "scripted failure"));
         continue;
       }
       decision d;
@@ -132,6 +134,7 @@ cli_result cli(std::vector<std::string_view> args) {
 class server_test : public ::testing::Test {
  protected:
   void SetUp() override {
+    spdlog::set_level(spdlog::level::warn);
     dir_ = std::filesystem::temp_directory_path() /
            ("baton-server-test-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -361,7 +364,7 @@ TEST_F(server_test, malformed_frames_get_exact_error_codes) {
       {"42", "INVALID_JSON"},
       {"null", "INVALID_JSON"},
       {R"({"type":"decide","session":"a","history":[]} trailing)", "INVALID_JSON"},
-      {"{\"type\":\"decide\",\"session\":\"\xff\xfe\",\"history\":[]}", "INVALID_JSON"},
+      {R"({"type":"decide","session":"\ud800","history":[]})", "INVALID_JSON"},
       {std::string(70, '[') + std::string(70, ']'), "INVALID_JSON"},
       {R"({})", "UNKNOWN_TYPE"},
       {R"({"type":"hello"})", "UNKNOWN_TYPE"},
@@ -400,12 +403,15 @@ TEST_F(server_test, malformed_frames_get_exact_error_codes) {
         code != "INVALID_JSON") {
       text.insert(1, "\"id\":" + std::to_string(n) + ",");
     }
-    const json e = c.request(text);
+    const json e = c.request_text(text);
+    ASSERT_TRUE(e.is_object()) << text << ": no answer, " << c.last_error().message();
     ASSERT_EQ(e.value("type", ""), "error") << text << " → " << e;
     EXPECT_EQ(e["code"], code) << text << " → " << e;
     EXPECT_TRUE(e["error"].is_string() && !e["error"].get<std::string>().empty()) << e;
     EXPECT_TRUE(e["detail"].is_array()) << e;
-    if (text.find("\"id\":" + std::to_string(n) + ",") != std::string::npos) EXPECT_EQ(e["ref"], n) << e;
+    if (text.find("\"id\":" + std::to_string(n) + ",") != std::string::npos) {
+      EXPECT_EQ(e["ref"], n) << e;
+    }
     ++n;
   }
   c.send_binary(std::string("\x01\x02\x03", 3));
@@ -428,10 +434,18 @@ TEST_F(server_test, an_oversized_frame_closes_with_1009_after_its_error) {
   EXPECT_FALSE(c.close_reason().reason.empty());
 }
 
+// RFC 6455 §8.1: a text frame that is not UTF-8 fails the connection.
+TEST_F(server_test, a_text_frame_that_is_not_utf8_closes_with_1007) {
+  ws_client c(start());
+  c.send(std::string("{\"type\":\"decide\",\"session\":\"\xff\xfe\",\"history\":[]}"));
+  EXPECT_TRUE(c.read().is_null());
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::bad_payload);
+}
+
 TEST_F(server_test, repeated_bad_frames_close_with_1008) {
   config_.server.max_bad_frames = 3;
   ws_client c(start());
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.request("nope")["code"], "INVALID_JSON");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.request_text("nope")["code"], "INVALID_JSON");
   EXPECT_TRUE(c.read().is_null());
   EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::policy_error);
 }
@@ -441,7 +455,7 @@ TEST_F(server_test, frames_over_the_rate_limit_are_refused) {
   ws_client c(start());
   int limited = 0;
   for (int i = 0; i < 8; ++i) {
-    const json e = c.request(R"({"type":"hello"})");
+    const json e = c.request_text(R"({"type":"hello"})");
     if (e.value("code", "") == "RATE_LIMITED") ++limited;
   }
   EXPECT_GE(limited, 2);

@@ -71,6 +71,10 @@ class ws_client {
     send(frame);
     return read();
   }
+  json request_text(const std::string& text) {
+    send(text);
+    return read();
+  }
 
   websocket::close_reason close_reason() const { return ws_.reason(); }
   beast::error_code last_error() const { return error_; }
