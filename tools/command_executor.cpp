@@ -95,7 +95,9 @@ class command_run : public std::enable_shared_from_this<command_run> {
     // stdin is a socket, not a pipe: Asio sends on sockets with MSG_NOSIGNAL, so a child that
     // exits without reading its input cannot raise SIGPIPE in baton.
     int in[2], out[2], err[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) return spawn_failed("socketpair: " + errno_text(errno));
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
+      return spawn_failed("socketpair: " + errno_text(errno));
+    }
     unique_fd in_parent(in[0]), in_child(in[1]);
     if (::pipe2(out, O_CLOEXEC) != 0) return spawn_failed("pipe: " + errno_text(errno));
     unique_fd out_parent(out[0]), out_child(out[1]);
@@ -214,7 +216,7 @@ class command_run : public std::enable_shared_from_this<command_run> {
   void stop(stop_reason why) {
     if (stop_ == stop_reason::none) stop_ = why;
     // The whole group: a grandchild holding stdout would otherwise keep the run open.
-    ::kill(-pid_, SIGKILL);
+    if (pid_ > 0) ::kill(-pid_, SIGKILL);
     maybe_finish();
   }
 
@@ -337,7 +339,8 @@ class command_executor final : public executor {
 
 }  // namespace
 
-std::unique_ptr<executor> make_command_executor(const json& config, net::any_io_executor io, const executor_limits& limits) {
+std::unique_ptr<executor> make_command_executor(const json& config, net::any_io_executor io,
+                                                const executor_limits& limits) {
   auto c = std::make_shared<command_config>();
   if (const auto argv = config.find("argv"); argv != config.end() && argv->is_array()) {
     for (const json& a : *argv) {

@@ -36,7 +36,8 @@ std::unique_ptr<executor> make_executor(const tool& t, boost::asio::any_io_execu
   if (type == "http") return detail::make_http_executor(t.executor, std::move(io), limits);
   if (type == "command") return detail::make_command_executor(t.executor, std::move(io), limits);
   if (type != "agent") {
-    return detail::make_failing_executor(type, "EXECUTOR_NOT_RUNNABLE", "unknown executor type `" + type + "`", std::move(io));
+    return detail::make_failing_executor(type, "EXECUTOR_NOT_RUNNABLE", "unknown executor type `" + type + "`",
+                                         std::move(io));
   }
   tool_outcome o;
   o.error_code = "EXECUTOR_NOT_RUNNABLE";

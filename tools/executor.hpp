@@ -8,10 +8,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
+#include <string_view>
 
-#include "core/error.hpp"
 #include "core/json.hpp"
 #include "tools/registry.hpp"
 
@@ -19,8 +18,8 @@ namespace baton::tools {
 
 struct tool_outcome {
   bool ok = false;
-  json output;             // http: the response body (JSON when it parses, else a string); command: stdout
-  std::string error_code;  // "" when ok; EXECUTOR_TIMEOUT, EXECUTOR_UNREACHABLE, EXECUTOR_HTTP_STATUS, EXECUTOR_EXIT_STATUS, EXECUTOR_OUTPUT_TOO_LARGE, EXECUTOR_SPAWN_FAILED
+  json output;             // http body or command stdout: JSON when it parses, else a string; null when not ok
+  std::string error_code;  // "" when ok; EXECUTOR_TIMEOUT, EXECUTOR_UNREACHABLE, EXECUTOR_HTTP_STATUS, EXECUTOR_EXIT_STATUS, EXECUTOR_OUTPUT_TOO_LARGE, EXECUTOR_SPAWN_FAILED, EXECUTOR_NOT_RUNNABLE
   std::string detail;      // a sentence for people
   int attempts = 0;
   double duration_ms = 0;
@@ -36,11 +35,12 @@ struct tool_call {
 class executor {
  public:
   virtual ~executor() = default;
-  virtual std::string_view kind() const noexcept = 0;  // agent | http | command
+  virtual std::string_view kind() const noexcept = 0;  // agent | http | command (the registry allows no other)
   // True for `agent`: baton does not run it; the agent answers with tool_result.
   virtual bool agent_runs() const noexcept { return false; }
-  // Runs the call; `done` is called exactly once, from the executor's I/O context, also when the
-  // run fails. Not called for agent executors.
+  // Runs the call; `done` is called exactly once, from the executor's I/O context (never inside
+  // run), also when the run fails. A run outlives the executor object that started it. For agent
+  // executors it ends at once with EXECUTOR_NOT_RUNNABLE.
   virtual void run(tool_call call, std::function<void(tool_outcome)> done) = 0;
 };
 
@@ -49,7 +49,9 @@ struct executor_limits {
   std::size_t max_output_bytes = 1u << 20;  // http body or command stdout; beyond: EXECUTOR_OUTPUT_TOO_LARGE
 };
 
-// The executor of a registry tool. Its configuration was validated when the registry loaded.
+// The executor of a registry tool. Its configuration was validated when the registry loaded; one
+// that was not and is wrong gives an executor whose runs fail (EXECUTOR_UNREACHABLE for a bad url,
+// EXECUTOR_SPAWN_FAILED for a missing argv, EXECUTOR_NOT_RUNNABLE for an unknown type).
 std::unique_ptr<executor> make_executor(const tool& t, boost::asio::any_io_executor io, const executor_limits& limits);
 
 }  // namespace baton::tools

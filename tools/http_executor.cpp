@@ -78,13 +78,14 @@ class http_run : public std::enable_shared_from_this<http_run> {
       self->resolver_.cancel();
       self->failed(self->timed_out());
     });
-    resolver_.async_resolve(config_->url.host, config_->url.port,
-                            [self = shared_from_this(), n = outcome_.attempts](error_code ec, tcp::resolver::results_type r) {
-                              if (!self->resolving_ || n != self->outcome_.attempts) return;
-                              self->resolving_ = false;
-                              self->resolve_deadline_.cancel();
-                              self->on_resolve(ec, std::move(r));
-                            });
+    auto on_resolved = [self = shared_from_this(), n = outcome_.attempts](error_code ec,
+                                                                          tcp::resolver::results_type r) {
+      if (!self->resolving_ || n != self->outcome_.attempts) return;
+      self->resolving_ = false;
+      self->resolve_deadline_.cancel();
+      self->on_resolve(ec, r);
+    };
+    resolver_.async_resolve(config_->url.host, config_->url.port, std::move(on_resolved));
   }
 
   void on_resolve(error_code ec, const tcp::resolver::results_type& endpoints) {
@@ -94,7 +95,8 @@ class http_run : public std::enable_shared_from_this<http_run> {
     stream_.async_connect(endpoints, [self = shared_from_this()](error_code ec, const tcp::endpoint&) {
       if (ec == beast::error::timeout) return self->failed(self->timed_out());
       if (ec) {
-        return self->failed({"EXECUTOR_UNREACHABLE", "cannot connect to " + self->config_->url.host_header + ": " + ec.message(), true});
+        const std::string where = self->config_->url.host_header;
+        return self->failed({"EXECUTOR_UNREACHABLE", "cannot connect to " + where + ": " + ec.message(), true});
       }
       http::async_write(self->stream_, self->request_, [self](error_code ec, std::size_t) { self->on_write(ec); });
     });
@@ -103,11 +105,14 @@ class http_run : public std::enable_shared_from_this<http_run> {
   void on_write(error_code ec) {
     if (ec == beast::error::timeout) return failed(timed_out());
     // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
-    if (ec) return failed({"EXECUTOR_UNREACHABLE", "the connection failed while sending the request: " + ec.message(), false});
+    if (ec) {
+      return failed({"EXECUTOR_UNREACHABLE", "the connection failed while sending the request: " + ec.message(), false});
+    }
     parser_.emplace();
     parser_->body_limit(config_->max_output_bytes);
     buffer_.clear();
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](error_code ec, std::size_t) { self->on_read(ec); });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(error_code ec) {
@@ -116,7 +121,9 @@ class http_run : public std::enable_shared_from_this<http_run> {
       return failed({"EXECUTOR_OUTPUT_TOO_LARGE",
                      "the response body is over " + std::to_string(config_->max_output_bytes) + " bytes", false});
     }
-    if (ec) return failed({"EXECUTOR_UNREACHABLE", "the connection failed while reading the response: " + ec.message(), false});
+    if (ec) {
+      return failed({"EXECUTOR_UNREACHABLE", "the connection failed while reading the response: " + ec.message(), false});
+    }
     close();
     const auto& response = parser_->get();
     const unsigned status = response.result_int();
@@ -200,12 +207,15 @@ class http_executor final : public executor {
 
 }  // namespace
 
-std::unique_ptr<executor> make_http_executor(const json& config, net::any_io_executor io, const executor_limits& limits) {
+std::unique_ptr<executor> make_http_executor(const json& config, net::any_io_executor io,
+                                             const executor_limits& limits) {
   auto c = std::make_shared<http_config>();
   const std::string url = config.value("url", "");
   std::string reason;
   auto parsed = parse_http_url(url, reason);
-  if (!parsed) return make_failing_executor("http", "EXECUTOR_UNREACHABLE", "the url `" + url + "` " + reason, std::move(io));
+  if (!parsed) {
+    return make_failing_executor("http", "EXECUTOR_UNREACHABLE", "the url `" + url + "` " + reason, std::move(io));
+  }
   c->url = std::move(*parsed);
   c->timeout = timeout_of(config, limits);
   c->retries = config.value("retries", 0);

@@ -232,7 +232,8 @@ TEST_F(executor_test, agent_tools_are_not_run_by_baton) {
 
 TEST_F(executor_test, http_posts_the_call_and_reads_a_json_answer) {
   test_server server;
-  const auto e = make_executor(tool_with(json{{"type", "http"}, {"url", server.url("/echo")}}), ioc_.get_executor(), {});
+  const auto e =
+      make_executor(tool_with(json{{"type", "http"}, {"url", server.url("/echo")}}), ioc_.get_executor(), {});
   EXPECT_EQ(e->kind(), "http");
   EXPECT_FALSE(e->agent_runs());
   const tool_outcome o = run(*e, sample_call());
@@ -323,12 +324,18 @@ TEST_F(executor_test, http_closed_port_is_unreachable) {
   EXPECT_EQ(o.attempts, 2);
 }
 
-TEST_F(executor_test, http_config_that_skipped_the_registry_fails_as_a_value) {
+TEST_F(executor_test, configs_that_skipped_the_registry_fail_as_values) {
   const auto e = make_executor(tool_with(json{{"type", "http"}, {"url", "https://x/"}}), ioc_.get_executor(), {});
   EXPECT_EQ(e->kind(), "http");
-  const tool_outcome o = run(*e, sample_call());
+  tool_outcome o = run(*e, sample_call());
   EXPECT_EQ(o.error_code, "EXECUTOR_UNREACHABLE");
   EXPECT_NE(o.detail.find("no TLS"), std::string::npos) << o.detail;
+  o = run(json{{"type", "command"}});
+  EXPECT_EQ(o.error_code, "EXECUTOR_SPAWN_FAILED");
+  EXPECT_EQ(o.detail, "the executor has no argv");
+  const auto unknown = make_executor(tool_with(json{{"type", "grpc"}}), ioc_.get_executor(), {});
+  EXPECT_FALSE(unknown->agent_runs());
+  EXPECT_EQ(run(*unknown, sample_call()).error_code, "EXECUTOR_NOT_RUNNABLE");
 }
 
 TEST_F(executor_test, command_stdout_is_the_output) {
@@ -368,7 +375,8 @@ TEST_F(executor_test, command_killed_by_a_signal) {
 }
 
 TEST_F(executor_test, command_long_stderr_keeps_its_tail) {
-  const tool_outcome o = run(command({"/bin/sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i >&2; i=$((i+1)); done; exit 1"}));
+  const tool_outcome o =
+      run(command({"/bin/sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i >&2; i=$((i+1)); done; exit 1"}));
   EXPECT_EQ(o.error_code, "EXECUTOR_EXIT_STATUS");
   EXPECT_TRUE(o.detail.starts_with("exit status 1; stderr: …")) << o.detail;
   EXPECT_TRUE(o.detail.ends_with("line 298\nline 299")) << o.detail;
@@ -437,8 +445,9 @@ TEST_F(executor_test, command_does_not_inherit_baton_descriptors) {
   ::close(null_fd);
   ASSERT_GE(fd, 50);
   const std::string n = std::to_string(fd);
-  const tool_outcome o = run(command(
-      {"/bin/sh", "-c", "[ -e /proc/self/fd/0 ] && echo stdin; [ -e /proc/self/fd/" + n + " ] && echo leaked || echo closed"}));
+  const std::string script =
+      "[ -e /proc/self/fd/0 ] && echo stdin; [ -e /proc/self/fd/" + n + " ] && echo leaked || echo closed";
+  const tool_outcome o = run(command({"/bin/sh", "-c", script}));
   ::close(fd);
   EXPECT_TRUE(o.ok) << o.detail;
   EXPECT_EQ(o.output, json("stdin\nclosed\n"));
