@@ -4,7 +4,9 @@
 Each alert is a session. The agent reports what it sees; baton answers which remediation comes
 next, with the policy's lane (config/examples/oncall/policy.yaml): restart_service is run by baton
 itself (a command executor), query_metrics, silence_alert and page_oncall are run here, a high-risk
-rollback or a SEV1-like severity goes to a person. Each turn also asks one extra question in the
+rollback or a SEV1-like severity goes to a person, and an unclear case falls back or escalates.
+When baton proposes again a call that already succeeded for this alert, the agent closes the
+alert itself (a loop guard, as agent frameworks keep one). Each turn also asks one extra question in the
 same forward pass (is this a known issue?), which the policy does not read but the agent prints.
 
 Run it against `baton serve --config config/examples/oncall/baton.yaml`.
@@ -33,6 +35,8 @@ ALERTS = {
     "alert-api-outage": [
         "SEV1 outage: the public API is down for every customer, all requests fail. Customers are affected right now.",
     ],
+    "alert-api-errors": ["api errors up; restart?"],
+    "alert-search-index": ["The search index looks stale"],
 }
 
 EXTRA_QUESTIONS = {
@@ -56,19 +60,27 @@ async def handle_alert(baton, name, reports, max_turns, out):
     session = baton.session(name)
     pending = list(reports)
     session.add({"role": "monitor", "content": pending.pop(0)})
+    done = []  # calls that succeeded for this alert
     for _ in range(max_turns):
         decision = await session.decide(questions=EXTRA_QUESTIONS)
         known = decision["answers"]["known_issue"]["noul"] if decision.get("answers") else None
         out.append(f"{name} turn {decision['turn']}: {describe(decision)}  known_issue={known}")
         if decision["action"] != "execute":
             return decision["action"]
+        call = (decision["tool"], decision["arguments"])
+        if call in done:
+            out.append(f"{name}   {decision['tool']} already succeeded here: the agent closes the alert")
+            return "closed by the agent"
         if decision["executor"] == "agent":
             ok, output = run_agent_tool(decision)
             await session.report(decision, ok, output)
             out.append(f"{name}   ran {decision['tool']} here: {output}")
         else:
             result = await session.baton_ran(decision)
-            out.append(f"{name}   baton ran {decision['tool']}: ok={result['ok']} output={result['output']}")
+            ok = result["ok"]
+            out.append(f"{name}   baton ran {decision['tool']}: ok={ok} output={result['output']}")
+        if ok:
+            done.append(call)
         if not pending:
             return "execute"
         session.add({"role": "monitor", "content": pending.pop(0)})

@@ -11,7 +11,8 @@ baton answers which tool comes next, with its arguments and a lane from the poli
   127.0.0.1:8471 so the example is self-contained.
 - fallback / escalate / deny: the ticket leaves the automatic path (a larger model or a person);
   the agent stops there.
-- finish: the ticket is resolved.
+- finish: the ticket is resolved. When baton proposes again a call that already succeeded in this
+  ticket, the agent closes the ticket itself: a loop guard, as agent frameworks keep one.
 
 Run it against `baton serve --config config/examples/support/baton.yaml`.
 """
@@ -41,10 +42,12 @@ TICKETS = {
         "I moved last week. Please change the shipping address of my order that has not shipped yet "
         "to 12 Harbour Street.",
     ],
-    "ticket-105": ["hello?"],
+    "ticket-105": ["Is there an article about exporting data?"],
+    "ticket-106": ["hello?"],
 }
 
 PROPOSALS = {
+    "ticket-103": {"tool": "search_help_center", "arguments": {"query": "export invoices as PDF"}},
     "ticket-104": {"tool": "update_shipping_address", "arguments": {"address": "12 Harbour Street"}},
 }
 
@@ -81,19 +84,27 @@ async def handle_ticket(baton, name, messages, max_turns, out):
     session = baton.session(name)
     pending = list(messages)
     session.add({"role": "user", "content": pending.pop(0)})
+    done = []  # calls that succeeded in this ticket
     for _ in range(max_turns):
         decision = await session.decide(proposal=PROPOSALS.get(name))
         out.append(f"{name} turn {decision['turn']}: {describe(decision)}")
         action = decision["action"]
         if action != "execute":
             return action
+        call = (decision["tool"], decision["arguments"])
+        if call in done:
+            out.append(f"{name}   {decision['tool']} already succeeded here: the agent closes the ticket")
+            return "closed by the agent"
         if decision["executor"] == "agent":
             ok, output = run_agent_tool(decision)
             await session.report(decision, ok, output)
             out.append(f"{name}   ran {decision['tool']} here: ok={ok}")
         else:
             result = await session.baton_ran(decision)
-            out.append(f"{name}   baton ran {decision['tool']}: ok={result['ok']} output={result['output']}")
+            ok = result["ok"]
+            out.append(f"{name}   baton ran {decision['tool']}: ok={ok} output={result['output']}")
+        if ok:
+            done.append(call)
         if not pending:
             return "execute"
         session.add({"role": "user", "content": pending.pop(0)})
