@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include "core/ids.hpp"
-#include "core/sha256.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -46,7 +45,8 @@ struct agent_service::turn {
   std::string error_code;
   policies::action act;
   std::string decision_id;
-  std::string state_text;  // the rendered state (for its hash, and the log when it keeps states)
+  std::string state_hash;
+  std::string state_text;  // the rendered state, only when the log keeps states
   clock_type::time_point log_started;
 
   turn(std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
@@ -76,30 +76,39 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     c->send(protocol::render_error_frame(id, make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
     return true;
   }
-  auto begun = sessions_.begin(f.session, f.turn, f.append, f.events);
+  const auto started = clock_type::now();
+  auto begun = sessions_.begin(f.session, f.turn, f.append, std::move(f.events));
   if (!begun) {
     c->send(protocol::render_error_frame(id, begun.error()));
     return false;
   }
-  const auto started = clock_type::now();
-  auto compiled = tools::compile_schema(routing_.registry, std::move(begun->history), engine_.describe().limits,
-                                        f.questions);
-  if (!compiled) {
-    sessions_.release(f.session);
-    c->send(protocol::render_error_frame(id, compiled.error()));
-    return false;
+  // Every turn asks the registry's questions, validated once at start-up; extra questions are
+  // validated with them.
+  request req;
+  if (f.questions.is_null()) {
+    req = routing_.questions;
+  } else {
+    auto compiled = tools::compile_questions(routing_.registry, engine_.describe().limits, f.questions);
+    if (!compiled) {
+      sessions_.abort(std::move(*begun));
+      c->send(protocol::render_error_frame(id, compiled.error()));
+      return false;
+    }
+    req = std::move(*compiled);
   }
+  req.state = std::move(begun->history);
   ++in_flight_;
   auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
   t->received = started;
-  t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(*compiled);
+  t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
   t->compile_ms = ms_since(started);
 
-  auto submitted = scheduler_.submit(std::move(*compiled), [this, t](scheduled_result r) {
+  auto submitted = scheduler_.submit(std::move(req), [this, t](scheduled_result r) {
     boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
   });
   if (!submitted) {
-    sessions_.release(t->session.session);
+    t->session.history = std::move(req.state);
+    sessions_.abort(std::move(t->session));
     --in_flight_;
     c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
     return true;
@@ -109,6 +118,11 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     if (!ec) on_timeout(t);
   });
   return true;
+}
+
+void agent_service::capture_state(const std::shared_ptr<turn>& t) {
+  t->state_hash = t->session.state_hash();
+  if (log_.options().store_state) t->state_text = t->session.state_text();
 }
 
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
@@ -121,6 +135,7 @@ void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   t->policy_ms = ms_since(p0);
   spdlog::warn("session {} turn {}: no engine answer within {} ms; policy decides {}", t->session.session,
                t->session.turn, config_.engine.timeout.count(), policies::to_string(t->act.what));
+  capture_state(t);
   decide_and_log(t);
 }
 
@@ -129,8 +144,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   t->session.history = std::move(r.req.state);
   if (t->timed_out) {
     // The decision went out without the engine; the turn's history still belongs to the session.
-    sessions_.commit(session_turn{t->session.session, t->session.turn, std::move(t->session.history),
-                                  t->session.history_bytes});
+    sessions_.commit(std::move(t->session));
     finish_part(t);
     return;
   }
@@ -156,9 +170,8 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
     spdlog::warn("session {} turn {}: engine failed ({}); policy decides {}", t->session.session, t->session.turn,
                  t->error_code, policies::to_string(t->act.what));
   }
-  render_json(t->session.history, t->state_text, true);
-  sessions_.commit(session_turn{t->session.session, t->session.turn, std::move(t->session.history),
-                                t->session.history_bytes});
+  capture_state(t);
+  sessions_.commit(std::move(t->session));
   finish_part(t);
   decide_and_log(t);
 }
@@ -201,10 +214,8 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   rec.registry_hash = routing_.registry.hash;
   rec.policy_hash = routing_.policy.hash;
   rec.schema_hash = t->schema_hash;
-  if (!t->state_text.empty()) {
-    rec.state_hash = sha256_hex(t->state_text);
-    if (log_.options().store_state) rec.state = t->state_text;
-  }
+  rec.state_hash = t->state_hash;
+  if (log_.options().store_state) rec.state = std::move(t->state_text);
   if (t->answers) {
     std::string full;
     render_response(*t->answers, full, -1);

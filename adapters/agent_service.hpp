@@ -31,7 +31,8 @@ struct routing_config {
   tools::registry registry;
   policies::policy policy;
   std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
-  std::string schema_hash;  // of the registry's questions (every turn without extra questions)
+  request questions;         // what every turn asks (compile_questions); a turn adds its history
+  std::string schema_hash;  // of those questions (every turn without extra questions)
 };
 
 // The server side of one connection as the service sees it. Every method but strand() and
@@ -73,6 +74,7 @@ class agent_service {
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
+  void capture_state(const std::shared_ptr<turn>& t);
   void decide_and_log(const std::shared_ptr<turn>& t);
   void send_decision(const std::shared_ptr<turn>& t);
   void after_decision(const std::shared_ptr<turn>& t);

@@ -55,9 +55,10 @@ routing_config load_routing(const server_config& config, const decision_engine& 
   if (!policy) throw error_exception(policy.error());
   r.policy = std::move(*policy);
   for (const tools::tool& t : r.registry.tools) r.executors.emplace(t.id, tools::make_executor(t, io, config.executors));
-  auto empty = tools::compile_schema(r.registry, json::array(), engine.describe().limits);
-  if (!empty) throw error_exception(empty.error());
-  r.schema_hash = tools::schema_hash(*empty);
+  auto questions = tools::compile_questions(r.registry, engine.describe().limits);
+  if (!questions) throw error_exception(questions.error());
+  r.questions = std::move(*questions);
+  r.schema_hash = tools::schema_hash(r.questions);
   return r;
 }
 

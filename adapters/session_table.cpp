@@ -1,11 +1,19 @@
 #include "adapters/session_table.hpp"
 
+#include "core/sha256.hpp"
+
 namespace baton {
 
-std::size_t event_bytes(const json& event) {
-  std::string s;
-  render_json(event, s, true);
-  return s.size() + 1;
+void append_rendered(const json& event, std::string& rendered) {
+  if (rendered.size() > 1) rendered.push_back(',');
+  render_json(event, rendered, true);
+}
+
+std::string session_turn::state_hash() const {
+  sha256 h;
+  h.update(rendered);
+  h.update("]");
+  return h.digest();
 }
 
 void session_table::forget_idle(std::chrono::steady_clock::time_point now) {
@@ -13,10 +21,11 @@ void session_table::forget_idle(std::chrono::steady_clock::time_point now) {
 }
 
 result<session_turn> session_table::begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
-                                          const json& events) {
+                                          json&& events) {
   const auto now = std::chrono::steady_clock::now();
-  std::size_t added = 0;
-  for (const json& e : events) added += event_bytes(e);
+  // Rendered outside the lock: the new events only.
+  std::string added;
+  for (const json& e : events) append_rendered(e, added);
 
   std::lock_guard lock(mutex_);
   auto it = sessions_.find(session);
@@ -42,18 +51,30 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
     return make_error(409, "TURN_OUT_OF_ORDER", "turn " + std::to_string(*turn) + " of session `" + session +
                                                     "`: the next turn is " + std::to_string(next));
   }
-  session_turn t{session, turn.value_or(next), json(), 0};
-  t.history_bytes = append ? e.history_bytes + added : 2 + added;
-  if (t.history_bytes > limits_.max_history_bytes) {
+  const std::size_t base = append ? e.rendered.size() : 1;
+  const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1;
+  if (bytes > limits_.max_history_bytes) {
     return make_error(413, "HISTORY_TOO_LARGE", "the history of session `" + session + "` would take " +
-                                                    std::to_string(t.history_bytes) + " bytes (limit " +
+                                                    std::to_string(bytes) + " bytes (limit " +
                                                     std::to_string(limits_.max_history_bytes) + ")");
   }
+  session_turn t;
+  t.session = session;
+  t.turn = turn.value_or(next);
+  t.append = append;
   if (append) {
-    t.history = e.history;
-    for (const json& ev : events) t.history.push_back(ev);
+    t.base_events = e.history.size();
+    t.base_rendered = e.rendered.size();
+    t.history = std::move(e.history);
+    t.rendered = std::move(e.rendered);
+    for (json& ev : events) t.history.push_back(std::move(ev));
+    if (!added.empty()) {
+      if (t.rendered.size() > 1) t.rendered.push_back(',');
+      t.rendered += added;
+    }
   } else {
-    t.history = events;
+    t.history = std::move(events);
+    t.rendered = "[" + added;
   }
   e.busy = true;
   e.used = now;
@@ -65,18 +86,40 @@ void session_table::commit(session_turn&& t) {
   const auto it = sessions_.find(t.session);
   if (it == sessions_.end()) return;
   it->second.history = std::move(t.history);
-  it->second.history_bytes = t.history_bytes;
+  it->second.rendered = std::move(t.rendered);
   it->second.turn = t.turn;
   it->second.committed = true;
 }
 
+void session_table::abort(session_turn&& t) {
+  std::lock_guard lock(mutex_);
+  const auto it = sessions_.find(t.session);
+  if (it == sessions_.end()) return;
+  entry& e = it->second;
+  if (t.append) {
+    // The history went out with the turn: give it back without this turn's events.
+    if (t.history.is_array()) {
+      t.history.erase(t.history.begin() + static_cast<std::ptrdiff_t>(std::min(t.base_events, t.history.size())),
+                      t.history.end());
+    }
+    t.rendered.resize(t.base_rendered);
+    e.history = std::move(t.history);
+    e.rendered = std::move(t.rendered);
+  }
+  e.busy = false;
+  e.used = std::chrono::steady_clock::now();
+  if (!e.committed) sessions_.erase(it);
+}
+
 void session_table::add_event(const std::string& session, json event) {
-  const std::size_t bytes = event_bytes(event);
+  std::string added;
+  append_rendered(event, added);
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
+  if (it->second.rendered.size() > 1) it->second.rendered.push_back(',');
+  it->second.rendered += added;
   it->second.history.push_back(std::move(event));
-  it->second.history_bytes += bytes;
 }
 
 void session_table::release(const std::string& session) {
@@ -85,7 +128,7 @@ void session_table::release(const std::string& session) {
   if (it == sessions_.end()) return;
   it->second.busy = false;
   it->second.used = std::chrono::steady_clock::now();
-  // A session created by a turn that never got decided holds nothing worth keeping.
+  // A session whose first turn was never decided holds nothing worth keeping.
   if (!it->second.committed) sessions_.erase(it);
 }
 

@@ -1,10 +1,15 @@
 // Agent sessions (DESIGN §1 core/session): each keeps its history and last turn in memory so a
 // client may send only the new events of a turn. One decision per session at a time.
+//
+// A turn takes the session's history out (no copy) and hands it back with commit() or abort();
+// while it is out the session is busy. The history's rendering (sorted keys, compact, as engines
+// render a state) grows with it, so the state's hash never re-renders earlier events.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -19,12 +24,20 @@ struct session_limits {
   std::chrono::seconds idle{3600};
 };
 
-// A turn begun on a session: the history it decides on (moved into the request) and its number.
+// A turn begun on a session: the history it decides on and its number.
 struct session_turn {
   std::string session;
   std::int64_t turn = 0;
-  json history;
-  std::size_t history_bytes = 0;
+  json history;          // an array: moved into the request, and back before commit()
+  std::string rendered;  // the history rendered without its closing "]"
+  bool append = false;
+  std::size_t base_events = 0;    // append: events the session had before the turn
+  std::size_t base_rendered = 0;  // append: rendered bytes before the turn
+
+  std::size_t history_bytes() const noexcept { return rendered.size() + 1; }
+  // "sha256:…" of the rendered history.
+  std::string state_hash() const;
+  std::string state_text() const { return rendered + "]"; }
 };
 
 class session_table {
@@ -33,14 +46,16 @@ class session_table {
 
   // Marks the session busy and builds the turn's history: `events` replace the history, or are
   // appended to it (`append`). Errors: UNKNOWN_SESSION, TURN_OUT_OF_ORDER, SESSION_BUSY,
-  // HISTORY_TOO_LARGE, TOO_MANY_SESSIONS. The session is unchanged until commit().
+  // HISTORY_TOO_LARGE, TOO_MANY_SESSIONS; the session is then unchanged.
   result<session_turn> begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
-                             const json& events);
+                             json&& events);
   // The turn was decided: its history becomes the session's. The session stays busy.
   void commit(session_turn&& t);
+  // The turn was refused after begin(): the session gets its history back as it was, not busy.
+  void abort(session_turn&& t);
   // Appends one event to a committed session (what a baton-run tool returned).
   void add_event(const std::string& session, json event);
-  // The turn ended (decided or not): the session takes decisions again.
+  // The turn ended after commit(): the session takes decisions again.
   void release(const std::string& session);
 
   std::size_t size() const;
@@ -48,8 +63,8 @@ class session_table {
  private:
   struct entry {
     json history = json::array();
-    std::size_t history_bytes = 2;  // "[]"
-    std::int64_t turn = 0;          // the last committed turn; 0: none yet
+    std::string rendered = "[";
+    std::int64_t turn = 0;  // the last committed turn; 0: none yet
     bool busy = false;
     bool committed = false;  // a turn was decided at least once
     std::chrono::steady_clock::time_point used;
@@ -61,7 +76,7 @@ class session_table {
   std::unordered_map<std::string, entry> sessions_;
 };
 
-// The bytes an event adds to the rendered history (sorted keys, compact, plus its separator).
-std::size_t event_bytes(const json& event);
+// Appends an event's rendering (sorted keys, compact) to a rendered history, with its separator.
+void append_rendered(const json& event, std::string& rendered);
 
 }  // namespace baton

@@ -19,7 +19,7 @@ scheduler::scheduler(decision_engine& engine, scheduler_options options)
 
 scheduler::~scheduler() { stop(); }
 
-result<void> scheduler::submit(request req, callback done) {
+result<void> scheduler::submit(request&& req, callback done) {
   std::unique_lock lock(mutex_);
   if (stopping_) return make_error(503, "SHUTTING_DOWN", "the server is shutting down");
   if (queue_.size() >= options_.queue_capacity) {

@@ -38,9 +38,10 @@ class scheduler {
   scheduler(const scheduler&) = delete;
   scheduler& operator=(const scheduler&) = delete;
 
-  // Queues one validated request. `done` runs once on the worker thread. Never blocks: a full
-  // queue is 503 OVERLOADED, a stopped scheduler 503 SHUTTING_DOWN (and `done` is not called).
-  result<void> submit(request req, callback done);
+  // Queues one validated request (moved from only when queued). `done` runs once on the worker
+  // thread. Never blocks: a full queue is 503 OVERLOADED, a stopped scheduler 503 SHUTTING_DOWN
+  // (and `done` is not called).
+  result<void> submit(request&& req, callback done);
 
   // Answers everything already queued, then joins the worker. Idempotent.
   void stop();

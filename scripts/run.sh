@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the embedded defaults: installs and builds what is missing, then answers the
-# example requests in config/examples/ with the keyword engine and prints the SystemOne responses.
+# The main job on the embedded defaults: installs and builds what is missing, then runs the routing
+# server with config/baton.yaml (keyword engine, config/tools.yaml, config/policy.yaml, decision log
+# in var/baton.db) on ws://127.0.0.1:8470/v1/agent until Ctrl-C. Extra arguments go to `baton serve`
+# (e.g. --listen 127.0.0.1:9000).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh" >&2
-exec "${BATON_BUILD_DIR:-$root/build}/adapters/baton" decide --engine keyword "$root/config/examples/requests.jsonl"
+mkdir -p "$root/var"
+exec "${BATON_BUILD_DIR:-$root/build}/adapters/baton" serve --config "$root/config/baton.yaml" "$@"

@@ -4,11 +4,7 @@
 
 namespace baton::tools {
 
-result<request> compile_schema(const registry& r, json history, const request_limits& limits,
-                               const json& extra_questions) {
-  if (!history.is_array()) {
-    return make_error(422, "INVALID_HISTORY", "the history must be a JSON array of events");
-  }
+result<request> compile_questions(const registry& r, const request_limits& limits, const json& extra_questions) {
   json tools = json::object();
   for (const tool& t : r.tools) tools[t.id] = t.description;
   if (r.finish) tools[finish_option] = *r.finish;
@@ -40,9 +36,19 @@ result<request> compile_schema(const registry& r, json history, const request_li
   }
 
   json body = json::object();
-  body["state"] = std::move(history);
+  body["state"] = json::array();
   body["questions"] = std::move(questions);
   return request_from_json(std::move(body), limits);
+}
+
+result<request> compile_schema(const registry& r, json history, const request_limits& limits,
+                               const json& extra_questions) {
+  if (!history.is_array()) {
+    return make_error(422, "INVALID_HISTORY", "the history must be a JSON array of events");
+  }
+  auto req = compile_questions(r, limits, extra_questions);
+  if (req) req->state = std::move(history);
+  return req;
 }
 
 std::string schema_hash(const request& r) {

@@ -27,6 +27,11 @@ namespace baton::tools {
 result<request> compile_schema(const registry& r, json history, const request_limits& limits,
                                const json& extra_questions = nullptr);
 
+// The same request with an empty history: what every turn asks, validated once. A turn is this
+// request with its history as `state` (a server keeps it and moves each turn's history in).
+result<request> compile_questions(const registry& r, const request_limits& limits,
+                                  const json& extra_questions = nullptr);
+
 // "sha256:…" over the questions in order (ids, types, instructions, criteria); the state is left
 // out, so every turn of one registry has the same schema hash.
 std::string schema_hash(const request& r);

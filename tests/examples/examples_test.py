@@ -12,8 +12,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
-baton, source = sys.argv[1], sys.argv[2]
+baton, source = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 agents = os.path.join(source, "examples", "agents")
 failures = []
 
@@ -56,7 +57,9 @@ def run_example(name, script, expected, extra_args=(), registry_rewrite=None):
             port = re.search(r":(\d+)$", line.strip())
             check(port is not None, f"{name}: serve printed {line!r}")
             if port is None:
+                print(server.stderr.read(), file=sys.stderr)
                 return
+            t0 = time.monotonic()
             agent = subprocess.run(
                 ["/usr/bin/python3", os.path.join(agents, script), "--url",
                  f"ws://127.0.0.1:{port.group(1)}/v1/agent", *extra_args],
@@ -65,14 +68,17 @@ def run_example(name, script, expected, extra_args=(), registry_rewrite=None):
             check(agent.returncode == 0, f"{name}: the agent exited {agent.returncode}: {agent.stderr}")
             for pattern in expected:
                 check(re.search(pattern, agent.stdout, re.M), f"{name}: no line matches {pattern!r} in\n{agent.stdout}")
+            print(f"{name}: agent {time.monotonic() - t0:.2f} s")
             turns = len(re.findall(r" turn \d+: ", agent.stdout))
         finally:
+            t0 = time.monotonic()
             server.send_signal(signal.SIGTERM)
             try:
                 code = server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
                 code = "killed"
+        print(f"{name}: stop {time.monotonic() - t0:.2f} s")
         check(code == 0, f"{name}: baton serve exited {code}: {server.stderr.read()}")
         verify = subprocess.run([baton, "log", "verify", "--db", db], capture_output=True, text=True)
         check(verify.returncode == 0, f"{name}: log verify exited {verify.returncode}: {verify.stdout}{verify.stderr}")
