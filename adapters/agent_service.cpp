@@ -216,11 +216,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   rec.schema_hash = t->schema_hash;
   rec.state_hash = t->state_hash;
   if (log_.options().store_state) rec.state = std::move(t->state_text);
-  if (t->answers) {
-    std::string full;
-    render_response(*t->answers, full, -1);
-    rec.answers = json::parse(full);
-  }
+  if (t->answers) render_answers(*t->answers, rec.answers, -1);
   rec.action = policies::to_string(t->act.what);
   rec.tool = t->act.tool;
   rec.lane = t->act.lane;

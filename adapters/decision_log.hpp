@@ -30,7 +30,8 @@ struct decision_record {
   std::string registry_hash, policy_hash, schema_hash;
   std::string state_hash;            // "sha256:…" of the rendered state (always)
   std::optional<std::string> state;  // the rendered state, only when the log is configured to keep it
-  json answers;                      // the response as rendered without rounding (all probabilities); null after a failure
+  std::string answers;               // the answers as rendered without rounding (render_answers(r, out, -1):
+                                     // every probability); "" after a failure (NULL in the log)
   std::string action;                // execute | fallback | escalate | deny | finish
   std::string tool;                  // "" when none
   std::string lane;                  // what decided, e.g. "lane:default", "rule:deny", "on_engine_error"

@@ -236,7 +236,7 @@ cell json_text(const json& v, std::string& storage) {
 
 // Text that a row's cells borrow while it is written.
 struct row_text {
-  std::string created_at, answers, arguments, proposal, output;
+  std::string created_at, arguments, proposal, output;
 };
 
 void decision_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
@@ -262,7 +262,7 @@ void decision_row(const decision_record& r, bool store_state, row_text& t, std::
       {"schema_hash", std::string_view(r.schema_hash)},
       {"state_hash", std::string_view(r.state_hash)},
       {"state", store_state && r.state ? cell(std::string_view(*r.state)) : cell(nullptr)},
-      {"answers", json_text(r.answers, t.answers)},
+      {"answers", r.answers.empty() ? cell(nullptr) : cell(std::string_view(r.answers))},
       {"action", std::string_view(r.action)},
       {"tool", std::string_view(r.tool)},
       {"lane", std::string_view(r.lane)},

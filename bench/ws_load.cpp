@@ -1,8 +1,10 @@
 // Load driver for the agent WebSocket API: N concurrent sessions, each on its own connection,
-// each sending M decide frames in a closed loop (the next once the decision is back). Prints
-// decisions/s and latency percentiles. Bounded: N × M frames, then it closes and exits.
+// each sending M decide frames in a closed loop (the next once the decision is back). A session
+// lasts T turns (its first frame a full history, then appends of one event), then the
+// connection goes on with a new session, as an agent takes its next task. Prints decisions/s and
+// latency percentiles. Bounded: N × M frames, then it closes and exits.
 //
-//   build/bench/ws_load --port 8470 --sessions 64 --decisions 200
+//   build/bench/ws_load --port 8470 --sessions 64 --decisions 200 --turns 20
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -34,6 +36,7 @@ struct options {
   unsigned short port = 8470;
   std::size_t sessions = 64;
   std::size_t decisions = 100;  // per session
+  std::size_t turns = 20;       // turns per agent session; then the connection starts a new one
   std::size_t threads = 1;      // client I/O threads
   std::string run = "run";      // distinguishes session names across runs on one server
 };
@@ -60,14 +63,15 @@ net::awaitable<void> run_session(tcp::endpoint server, std::size_t index, const 
     beast::get_lowest_layer(ws).expires_never();
     ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
     co_await ws.async_handshake("127.0.0.1", "/v1/agent", net::use_awaitable);
-    const std::string session = o.run + "-" + std::to_string(index);
     beast::flat_buffer buffer;
     std::string frame;
     out.latency_ms.reserve(o.decisions);
     for (std::size_t i = 0; i < o.decisions; ++i) {
       const char* text = messages[(index + i) % std::size(messages)];
+      const std::size_t turn = i % o.turns;
+      const std::string session = o.run + "-" + std::to_string(index) + "-" + std::to_string(i / o.turns);
       frame = R"({"type":"decide","id":)" + std::to_string(i) + R"(,"session":")" + session + "\",";
-      frame += i == 0 ? R"("history":[{"role":"user","content":")" : R"("append":[{"role":"user","content":")";
+      frame += turn == 0 ? R"("history":[{"role":"user","content":")" : R"("append":[{"role":"user","content":")";
       frame += text;
       frame += "\"}]}";
       const auto t0 = clock_type::now();
@@ -120,15 +124,17 @@ int main(int argc, char** argv) {
       o.sessions = n;
     } else if (flag == "--decisions") {
       o.decisions = n;
+    } else if (flag == "--turns") {
+      o.turns = n;
     } else if (flag == "--threads") {
       o.threads = n;
     } else {
-      std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--threads T] [--run NAME]\n");
+      std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--turns T] [--threads T] [--run NAME]\n");
       return 64;
     }
   }
   if (argc % 2 == 0) {
-    std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--threads T] [--run NAME]\n");
+    std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--turns T] [--threads T] [--run NAME]\n");
     return 64;
   }
 
@@ -159,9 +165,9 @@ int main(int argc, char** argv) {
   const double p50 = percentile(all, 0.50), p90 = percentile(all, 0.90), p99 = percentile(all, 0.99);
   const double max = n ? *std::max_element(all.begin(), all.end()) : 0;
   std::printf(
-      "{\"sessions\":%zu,\"decisions\":%zu,\"errors\":%zu,\"seconds\":%.3f,\"decisions_per_s\":%.0f,"
+      "{\"sessions\":%zu,\"turns\":%zu,\"decisions\":%zu,\"errors\":%zu,\"seconds\":%.3f,\"decisions_per_s\":%.0f,"
       "\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"client_minor_faults\":%ld}\n",
-      o.sessions, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, p50, p90, p99, max,
+      o.sessions, o.turns, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, p50, p90, p99, max,
       after.ru_minflt - before.ru_minflt);
   if (errors) std::fprintf(stderr, "ws_load: %zu errors; the first: %s\n", errors, first_error.c_str());
   return errors ? 1 : 0;
