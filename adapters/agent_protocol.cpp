@@ -166,7 +166,11 @@ std::string render_error_frame(const json& ref, const error& e) {
   out += ',';
   std::string body;
   render_error(e, body);
-  out.append(body, 1);  // the error body without its opening brace
+  out.append(body, 1, body.size() - 2);  // the error body without its braces
+  // DESIGN §7: a full queue or a rate limit says when to come back, never a silent wait.
+  if (e.status == 429) out += ",\"retry_after_ms\":1000";
+  if (e.status == 503) out += ",\"retry_after_ms\":100";
+  out += '}';
   return out;
 }
 

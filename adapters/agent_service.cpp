@@ -57,8 +57,8 @@ struct agent_service::turn {
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
                              log::decision_log& log, routing_config routing)
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), routing_(std::move(routing)),
-      sessions_(session_limits{config.server.max_history_bytes, config.server.max_sessions,
-                               config.server.session_idle}) {}
+      sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
+                               config.server.max_sessions, config.server.session_idle}) {}
 
 bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text) {
   json id;

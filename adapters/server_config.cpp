@@ -38,7 +38,7 @@ std::filesystem::path read_path(const YAML::Node& v, const std::string& what, co
 void read_server(const YAML::Node& n, server_options& s) {
   for (const field& f : read_map(n, "`server`",
                                  {"listen", "io_threads", "max_frame_bytes", "max_frames_per_second", "max_bad_frames",
-                                  "max_history_bytes", "max_sessions", "session_idle_s", "max_pending_tool_results"})) {
+                                  "max_history_bytes", "max_history_bytes_total", "max_sessions", "session_idle_s", "max_pending_tool_results"})) {
     const std::string what = ticked("server." + f.key);
     if (f.key == "listen") {
       if (!parse_listen(read_string(f.value, what), s)) fail(f.value, what + " must be HOST:PORT, e.g. 127.0.0.1:8470");
@@ -52,6 +52,8 @@ void read_server(const YAML::Node& n, server_options& s) {
       s.max_bad_frames = read_count(f.value, what);
     } else if (f.key == "max_history_bytes") {
       s.max_history_bytes = read_count(f.value, what, std::int64_t(1) << 32);
+    } else if (f.key == "max_history_bytes_total") {
+      s.max_history_bytes_total = read_count(f.value, what, std::int64_t(1) << 40);
     } else if (f.key == "max_sessions") {
       s.max_sessions = read_count(f.value, what);
     } else if (f.key == "session_idle_s") {

@@ -17,7 +17,11 @@ std::string session_turn::state_hash() const {
 }
 
 void session_table::forget_idle(std::chrono::steady_clock::time_point now) {
-  std::erase_if(sessions_, [&](const auto& kv) { return !kv.second.busy && now - kv.second.used > limits_.idle; });
+  std::erase_if(sessions_, [&](const auto& kv) {
+    if (kv.second.busy || now - kv.second.used <= limits_.idle) return false;
+    total_bytes_ -= kv.second.bytes;
+    return true;
+  });
 }
 
 result<session_turn> session_table::begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
@@ -28,6 +32,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   for (const json& e : events) append_rendered(e, added);
 
   std::lock_guard lock(mutex_);
+  if (total_bytes_ + added.size() > limits_.max_history_bytes_total) forget_idle(now);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) {
     if (append) {
@@ -58,10 +63,19 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
                                                     std::to_string(bytes) + " bytes (limit " +
                                                     std::to_string(limits_.max_history_bytes) + ")");
   }
+  // Every session's history together is bounded too: memory, not just one session's size.
+  const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(e.bytes);
+  if (delta > 0 && total_bytes_ + static_cast<std::size_t>(delta) > limits_.max_history_bytes_total) {
+    return make_error(503, "TOO_MANY_SESSIONS",
+                      "the sessions already hold " + std::to_string(total_bytes_) +
+                          " bytes of history (server.max_history_bytes_total); retry later");
+  }
+  total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) + delta);
   session_turn t;
   t.session = session;
   t.turn = turn.value_or(next);
   t.append = append;
+  t.reserved = delta;
   if (append) {
     t.base_events = e.history.size();
     t.base_rendered = e.rendered.size();
@@ -87,6 +101,7 @@ void session_table::commit(session_turn&& t) {
   if (it == sessions_.end()) return;
   it->second.history = std::move(t.history);
   it->second.rendered = std::move(t.rendered);
+  it->second.bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(it->second.bytes) + t.reserved);
   it->second.turn = t.turn;
   it->second.committed = true;
 }
@@ -96,6 +111,7 @@ void session_table::abort(session_turn&& t) {
   const auto it = sessions_.find(t.session);
   if (it == sessions_.end()) return;
   entry& e = it->second;
+  total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) - t.reserved);
   if (t.append) {
     // The history went out with the turn: give it back without this turn's events.
     if (t.history.is_array()) {
@@ -117,9 +133,12 @@ void session_table::add_event(const std::string& session, json event) {
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  if (it->second.rendered.size() > 1) it->second.rendered.push_back(',');
+  const std::size_t before = it->second.rendered.size();
+  if (before > 1) it->second.rendered.push_back(',');
   it->second.rendered += added;
   it->second.history.push_back(std::move(event));
+  it->second.bytes += it->second.rendered.size() - before;
+  total_bytes_ += it->second.rendered.size() - before;
 }
 
 void session_table::release(const std::string& session) {
@@ -129,12 +148,20 @@ void session_table::release(const std::string& session) {
   it->second.busy = false;
   it->second.used = std::chrono::steady_clock::now();
   // A session whose first turn was never decided holds nothing worth keeping.
-  if (!it->second.committed) sessions_.erase(it);
+  if (!it->second.committed) {
+    total_bytes_ -= it->second.bytes;
+    sessions_.erase(it);
+  }
 }
 
 std::size_t session_table::size() const {
   std::lock_guard lock(mutex_);
   return sessions_.size();
+}
+
+std::size_t session_table::history_bytes() const {
+  std::lock_guard lock(mutex_);
+  return total_bytes_;
 }
 
 }  // namespace baton

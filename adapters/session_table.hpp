@@ -20,6 +20,7 @@ namespace baton {
 
 struct session_limits {
   std::size_t max_history_bytes = 4u << 20;
+  std::size_t max_history_bytes_total = std::size_t(256) << 20;  // every session's rendered history
   std::size_t max_sessions = 100000;
   std::chrono::seconds idle{3600};
 };
@@ -33,6 +34,7 @@ struct session_turn {
   bool append = false;
   std::size_t base_events = 0;    // append: events the session had before the turn
   std::size_t base_rendered = 0;  // append: rendered bytes before the turn
+  std::ptrdiff_t reserved = 0;    // what the turn adds to the table's total (negative: frees)
 
   std::size_t history_bytes() const noexcept { return rendered.size() + 1; }
   // "sha256:…" of the rendered history.
@@ -59,11 +61,13 @@ class session_table {
   void release(const std::string& session);
 
   std::size_t size() const;
+  std::size_t history_bytes() const;  // rendered, over every session
 
  private:
   struct entry {
     json history = json::array();
     std::string rendered = "[";
+    std::size_t bytes = 0;  // rendered bytes counted in total_bytes_ (kept while a turn holds them)
     std::int64_t turn = 0;  // the last committed turn; 0: none yet
     bool busy = false;
     bool committed = false;  // a turn was decided at least once
@@ -74,6 +78,7 @@ class session_table {
   session_limits limits_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, entry> sessions_;
+  std::size_t total_bytes_ = 0;  // Σ rendered bytes of the sessions' histories and turns in flight
 };
 
 // Appends an event's rendering (sorted keys, compact) to a rendered history, with its separator.

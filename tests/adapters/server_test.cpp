@@ -456,7 +456,13 @@ TEST_F(server_test, frames_over_the_rate_limit_are_refused) {
   int limited = 0;
   for (int i = 0; i < 8; ++i) {
     const json e = c.request_text(R"({"type":"hello"})");
-    if (e.value("code", "") == "RATE_LIMITED") ++limited;
+    if (e.value("code", "") == "RATE_LIMITED") {
+      ++limited;
+      EXPECT_EQ(e["retry_after_ms"], 1000) << e;
+    } else {
+      EXPECT_EQ(e["code"], "UNKNOWN_TYPE") << e;
+      EXPECT_FALSE(e.contains("retry_after_ms")) << e;
+    }
   }
   EXPECT_GE(limited, 2);
 }

@@ -1,0 +1,108 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "adapters/session_table.hpp"
+#include "core/sha256.hpp"
+
+namespace baton {
+namespace {
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+session_turn begin_ok(session_table& s, const std::string& id, std::optional<std::int64_t> turn, bool append,
+                      json events) {
+  auto t = s.begin(id, turn, append, std::move(events));
+  EXPECT_TRUE(t) << (t ? "" : t.error().message);
+  return t ? std::move(*t) : session_turn{};
+}
+
+std::string code(session_table& s, const std::string& id, std::optional<std::int64_t> turn, bool append, json events) {
+  auto t = s.begin(id, turn, append, std::move(events));
+  return t ? "ok" : t.error().code;
+}
+
+TEST(session_table, appends_build_the_history_and_its_rendering) {
+  session_table s({});
+  session_turn t = begin_ok(s, "a", std::nullopt, false, json::array({user("hi")}));
+  EXPECT_EQ(t.turn, 1);
+  EXPECT_EQ(t.state_text(), R"([{"content":"hi","role":"user"}])");
+  s.commit(std::move(t));
+  s.release("a");
+
+  t = begin_ok(s, "a", 2, true, json::array({user("more"), user("again")}));
+  EXPECT_EQ(t.history.size(), 3u);
+  EXPECT_EQ(t.state_text(), render_json(t.history, true));
+  EXPECT_EQ(t.state_hash(), sha256_hex(t.state_text()));
+  EXPECT_EQ(s.history_bytes(), t.state_text().size());
+  s.commit(std::move(t));
+  s.add_event("a", {{"role", "tool"}, {"output", 1}});
+  s.release("a");
+  t = begin_ok(s, "a", std::nullopt, true, json::array());
+  EXPECT_EQ(t.turn, 3);
+  EXPECT_EQ(t.history.size(), 4u);
+  EXPECT_EQ(t.state_text(), render_json(t.history, true));
+  EXPECT_EQ(s.history_bytes(), t.state_text().size());
+}
+
+TEST(session_table, refusals_leave_the_session_as_it_was) {
+  session_table s({});
+  EXPECT_EQ(code(s, "a", std::nullopt, true, json::array({user("x")})), "UNKNOWN_SESSION");
+  session_turn t = begin_ok(s, "a", 5, false, json::array({user("hi")}));
+  EXPECT_EQ(code(s, "a", std::nullopt, false, json::array()), "SESSION_BUSY");
+  s.commit(std::move(t));
+  s.release("a");
+  EXPECT_EQ(code(s, "a", 7, true, json::array()), "TURN_OUT_OF_ORDER");
+  EXPECT_EQ(code(s, "a", 5, false, json::array()), "TURN_OUT_OF_ORDER");
+
+  // An aborted append gives the history back without its events.
+  t = begin_ok(s, "a", 6, true, json::array({user("dropped")}));
+  EXPECT_EQ(t.history.size(), 2u);
+  s.abort(std::move(t));
+  t = begin_ok(s, "a", 6, true, json::array());
+  EXPECT_EQ(t.history, json::array({user("hi")}));
+  EXPECT_EQ(t.state_text(), R"([{"content":"hi","role":"user"}])");
+  s.abort(std::move(t));
+  // A session whose first turn is aborted is forgotten.
+  t = begin_ok(s, "b", std::nullopt, false, json::array({user("x")}));
+  s.abort(std::move(t));
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.history_bytes(), std::string(R"([{"content":"hi","role":"user"}])").size());
+}
+
+TEST(session_table, history_limits_per_session_and_in_total) {
+  session_limits l;
+  l.max_history_bytes = 100;
+  l.max_history_bytes_total = 200;  // each 50-character event renders to 80 bytes
+  session_table s(l);
+  EXPECT_EQ(code(s, "big", std::nullopt, false, json::array({user(std::string(100, 'x'))})), "HISTORY_TOO_LARGE");
+  session_turn a = begin_ok(s, "a", std::nullopt, false, json::array({user(std::string(50, 'x'))}));
+  s.commit(std::move(a));
+  s.release("a");
+  session_turn b = begin_ok(s, "b", std::nullopt, false, json::array({user(std::string(50, 'x'))}));
+  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "TOO_MANY_SESSIONS");
+  // A history that replaces a larger one frees memory and is allowed.
+  s.commit(std::move(b));
+  s.release("b");
+  session_turn smaller = begin_ok(s, "b", std::nullopt, false, json::array({user("y")}));
+  s.commit(std::move(smaller));
+  s.release("b");
+  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "ok");
+}
+
+TEST(session_table, idle_sessions_make_room) {
+  session_limits l;
+  l.max_sessions = 1;
+  l.idle = std::chrono::seconds(0);
+  session_table s(l);
+  session_turn a = begin_ok(s, "a", std::nullopt, false, json::array({user("x")}));
+  EXPECT_EQ(code(s, "b", std::nullopt, false, json::array()), "TOO_MANY_SESSIONS");  // "a" is busy
+  s.commit(std::move(a));
+  s.release("a");
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(code(s, "b", std::nullopt, false, json::array({user("y")})), "ok");
+  EXPECT_EQ(s.size(), 1u);
+}
+
+}  // namespace
+}  // namespace baton
