@@ -53,7 +53,12 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
   void send(std::string frame) override {
     if (closing_) return;
     if (queue_.size() >= max_queued_frames) {
-      close(websocket::close_code::policy_error, "the client does not read its frames");
+      // A peer that does not read takes no close frame either: drop the connection. The write in
+      // flight then fails, which clears the queue.
+      spdlog::warn("closing a connection whose client left {} frames unread", queue_.size());
+      closing_ = true;
+      beast::error_code ec;
+      beast::get_lowest_layer(ws_).socket().close(ec);
       return;
     }
     queue_.push_back(std::move(frame));
