@@ -271,11 +271,14 @@ TEST_F(server_test, baton_runs_a_command_tool_and_appends_its_result_to_the_hist
   EXPECT_EQ(r["output"]["tool"], "echo_cmd");
   EXPECT_EQ(r["event"]["role"], "tool");
 
-  const json next = c.request({{"type", "decide"}, {"session", "cmd"}, {"append", {user("thanks")}}});
+  const json next = c.request({{"type", "decide"},
+                               {"session", "cmd"},
+                               {"append", {user("thanks"), script({{"tool", "finish"}, {"p", 0.9}})}}});
   ASSERT_EQ(next.value("type", ""), "decision") << next;
   EXPECT_EQ(next["turn"], 2);
+  EXPECT_EQ(next["action"], "finish");
   const json state = engine_->last_state();
-  ASSERT_EQ(state.size(), 3u) << state;
+  ASSERT_EQ(state.size(), 4u) << state;
   EXPECT_EQ(state[1], r["event"]);
   EXPECT_EQ(state[2], user("thanks"));
   const auto runs = sql("SELECT tool, executor, ok FROM tool_runs");
