@@ -169,7 +169,7 @@ std::string render_error_frame(const json& ref, const error& e) {
   out.append(body, 1, body.size() - 2);  // the error body without its braces
   // DESIGN §7: a full queue or a rate limit says when to come back, never a silent wait.
   if (e.status == 429) out += ",\"retry_after_ms\":1000";
-  if (e.status == 503) out += ",\"retry_after_ms\":100";
+  if (e.status == 503 && e.code != "SHUTTING_DOWN") out += ",\"retry_after_ms\":100";
   out += '}';
   return out;
 }

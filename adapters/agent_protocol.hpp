@@ -35,7 +35,7 @@ using frame = std::variant<decide_frame, tool_result_frame>;
 result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);
 
 // {"type":"error","ref":…,"error":…,"code":…,"detail":[…]}, plus "retry_after_ms" for a 429 (1000)
-// or a 503 (100): rate limited, overloaded, log backlog, too many sessions, shutting down.
+// or a 503 (100) other than SHUTTING_DOWN: rate limited, overloaded, log backlog, too many sessions.
 std::string render_error_frame(const json& ref, const error& e);
 
 // A session id: 1–128 characters of A-Za-z0-9_.:@-

@@ -28,6 +28,8 @@ void put_ms(std::string& out, const char* key, double ms) {
 
 // One decide frame's way through the pipeline. Its session is released when both the engine has
 // handed the history back and the decision (with its tool run) is finished: parts_ counts them.
+// The turn's history becomes the session's only if the decision reached the agent (`delivered`):
+// a decision the log refused is retried by the agent with the same turn.
 struct agent_service::turn {
   std::shared_ptr<agent_connection> conn;
   json frame_id;
@@ -38,6 +40,7 @@ struct agent_service::turn {
   boost::asio::steady_timer timer;
   bool engine_back = false;  // the scheduler answered
   bool timed_out = false;    // the decision was made without the engine
+  bool delivered = false;    // the decision frame went out
   int parts = 2;
   std::unique_ptr<request> req;  // until submitted; then again once the scheduler hands it back
   double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
@@ -72,13 +75,17 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
 }
 
 bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
+  // Counted before draining_ is read: the drain either sees this turn or the turn sees the drain.
+  ++in_flight_;
   if (draining_) {
+    --in_flight_;
     c->send(protocol::render_error_frame(id, make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
     return true;
   }
   const auto started = clock_type::now();
   auto begun = sessions_.begin(f.session, f.turn, f.append, std::move(f.events));
   if (!begun) {
+    --in_flight_;
     c->send(protocol::render_error_frame(id, begun.error()));
     return false;
   }
@@ -91,13 +98,13 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     auto compiled = tools::compile_questions(routing_.registry, engine_.describe().limits, f.questions);
     if (!compiled) {
       sessions_.abort(std::move(*begun));
+      --in_flight_;
       c->send(protocol::render_error_frame(id, compiled.error()));
       return false;
     }
     req = std::move(*compiled);
   }
   req.state = std::move(begun->history);
-  ++in_flight_;
   auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
@@ -143,8 +150,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   t->engine_back = true;
   t->session.history = std::move(r.req.state);
   if (t->timed_out) {
-    // The decision went out without the engine; the turn's history still belongs to the session.
-    sessions_.commit(std::move(t->session));
+    // The decision was made without the engine; finish_part() hands the history to the session.
     finish_part(t);
     return;
   }
@@ -171,7 +177,6 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
                  t->error_code, policies::to_string(t->act.what));
   }
   capture_state(t);
-  sessions_.commit(std::move(t->session));
   finish_part(t);
   decide_and_log(t);
 }
@@ -310,6 +315,7 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   out += ',';
   put_ms(out, "total", ms_since(t->received));
   out += "}}";
+  t->delivered = true;
   t->conn->send(std::move(out));
 }
 
@@ -340,7 +346,7 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
 void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o) {
   json event = {{"role", "tool"}, {"tool", t->act.tool}, {"ok", o.ok}, {"output", o.output}};
   if (!o.ok) event["error_code"] = o.error_code;
-  sessions_.add_event(t->session.session, event);
+  t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
 
   log::tool_run_record run;
   run.id = new_id('r');
@@ -423,7 +429,13 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
 
 void agent_service::finish_part(const std::shared_ptr<turn>& t) {
   if (--t->parts > 0) return;
-  sessions_.release(t->session.session);
+  if (t->delivered) {
+    sessions_.commit(std::move(t->session));
+    sessions_.release(t->session.session);
+  } else {
+    // Not delivered (the log refused the decision): the agent retries the same turn.
+    sessions_.abort(std::move(t->session));
+  }
   --in_flight_;
 }
 

@@ -9,6 +9,13 @@ void append_rendered(const json& event, std::string& rendered) {
   render_json(event, rendered, true);
 }
 
+void session_turn::add_event(json event) {
+  const std::size_t before = rendered.size();
+  append_rendered(event, rendered);
+  history.push_back(std::move(event));
+  grown += rendered.size() - before;
+}
+
 std::string session_turn::state_hash() const {
   sha256 h;
   h.update(rendered);
@@ -34,6 +41,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   std::lock_guard lock(mutex_);
   if (total_bytes_ + added.size() > limits_.max_history_bytes_total) forget_idle(now);
   auto it = sessions_.find(session);
+  bool created = false;
   if (it == sessions_.end()) {
     if (append) {
       return make_error(409, "UNKNOWN_SESSION",
@@ -45,7 +53,13 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
                                                       " sessions; retry later");
     }
     it = sessions_.emplace(session, entry{}).first;
+    created = true;
   }
+  // A refusal leaves the table as it was: no empty entry for a first turn that was refused.
+  auto refuse = [&](error e) -> result<session_turn> {
+    if (created) sessions_.erase(it);
+    return e;
+  };
   entry& e = it->second;
   if (e.busy) return make_error(409, "SESSION_BUSY", "session `" + session + "` has a decision in flight");
   if (append && !e.committed) {
@@ -59,16 +73,16 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   const std::size_t base = append ? e.rendered.size() : 1;
   const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1;
   if (bytes > limits_.max_history_bytes) {
-    return make_error(413, "HISTORY_TOO_LARGE", "the history of session `" + session + "` would take " +
+    return refuse(make_error(413, "HISTORY_TOO_LARGE", "the history of session `" + session + "` would take " +
                                                     std::to_string(bytes) + " bytes (limit " +
-                                                    std::to_string(limits_.max_history_bytes) + ")");
+                                                    std::to_string(limits_.max_history_bytes) + ")"));
   }
   // Every session's history together is bounded too: memory, not just one session's size.
   const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(e.bytes);
   if (delta > 0 && total_bytes_ + static_cast<std::size_t>(delta) > limits_.max_history_bytes_total) {
-    return make_error(503, "TOO_MANY_SESSIONS",
-                      "the sessions already hold " + std::to_string(total_bytes_) +
-                          " bytes of history (server.max_history_bytes_total); retry later");
+    return refuse(make_error(503, "TOO_MANY_SESSIONS",
+                             "the sessions already hold " + std::to_string(total_bytes_) +
+                                 " bytes of history (server.max_history_bytes_total); retry later"));
   }
   total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) + delta);
   session_turn t;
@@ -101,7 +115,8 @@ void session_table::commit(session_turn&& t) {
   if (it == sessions_.end()) return;
   it->second.history = std::move(t.history);
   it->second.rendered = std::move(t.rendered);
-  it->second.bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(it->second.bytes) + t.reserved);
+  it->second.bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(it->second.bytes) + t.reserved) + t.grown;
+  total_bytes_ += t.grown;
   it->second.turn = t.turn;
   it->second.committed = true;
 }

@@ -35,6 +35,10 @@ struct session_turn {
   std::size_t base_events = 0;    // append: events the session had before the turn
   std::size_t base_rendered = 0;  // append: rendered bytes before the turn
   std::ptrdiff_t reserved = 0;    // what the turn adds to the table's total (negative: frees)
+  std::size_t grown = 0;          // rendered bytes add_event() added after begin(): counted at commit()
+
+  // Appends one event to the turn's history (what a baton-run tool returned).
+  void add_event(json event);
 
   std::size_t history_bytes() const noexcept { return rendered.size() + 1; }
   // "sha256:…" of the rendered history.
@@ -51,7 +55,7 @@ class session_table {
   // HISTORY_TOO_LARGE, TOO_MANY_SESSIONS; the session is then unchanged.
   result<session_turn> begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
                              json&& events);
-  // The turn was decided: its history becomes the session's. The session stays busy.
+  // The turn was decided and delivered: its history becomes the session's. The session stays busy.
   void commit(session_turn&& t);
   // The turn was refused after begin(): the session gets its history back as it was, not busy.
   void abort(session_turn&& t);

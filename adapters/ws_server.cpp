@@ -21,6 +21,7 @@ namespace {
 
 constexpr std::size_t read_chunk = 64 * 1024;
 constexpr std::size_t max_queued_frames = 4096;  // a peer that stops reading is closed past this
+constexpr std::size_t max_queued_bytes = 64u << 20;  // … or past this many bytes (frames echo ids, carry tool output)
 
 std::string http_error_body(int status, const char* code, const std::string& message) {
   return render_error(make_error(status, code, message));
@@ -41,8 +42,9 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "baton"); }));
-    // Reads stop at the frame limit plus one chunk; read_some below refuses past the limit itself.
-    ws_.read_message_max(hub_->options.max_frame_bytes + read_chunk);
+    // No limit in Beast: it would fail a frame whose header announces more at once, before on_read
+    // could send FRAME_TOO_LARGE. on_read refuses past the limit itself, one chunk at a time.
+    ws_.read_message_max(0);
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return;
       self->hub_->add(self);
@@ -52,15 +54,16 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
 
   void send(std::string frame) override {
     if (closing_) return;
-    if (queue_.size() >= max_queued_frames) {
+    if (queue_.size() >= max_queued_frames || queued_bytes_ + frame.size() > max_queued_bytes) {
       // A peer that does not read takes no close frame either: drop the connection. The write in
       // flight then fails, which clears the queue.
-      spdlog::warn("closing a connection whose client left {} frames unread", queue_.size());
+      spdlog::warn("closing a connection whose client left {} frames ({} bytes) unread", queue_.size(), queued_bytes_);
       closing_ = true;
       beast::error_code ec;
       beast::get_lowest_layer(ws_).socket().close(ec);
       return;
     }
+    queued_bytes_ += frame.size();
     queue_.push_back(std::move(frame));
     if (queue_.size() == 1) write();
   }
@@ -76,7 +79,7 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
 
  private:
   void read() {
-    if (closing_) return;
+    if (closing_ || close_code_) return;  // closing: read no more frames (async_close reads the peer's close)
     ws_.async_read_some(buffer_, read_chunk, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       self->on_read(ec);
     });
@@ -138,9 +141,11 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
     ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         self->queue_.clear();
+        self->queued_bytes_ = 0;
         self->hub_->remove(self.get());
         return;
       }
+      self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
       if (!self->queue_.empty()) {
         self->write();
@@ -169,6 +174,7 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
   std::shared_ptr<session_hub> hub_;
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
   std::optional<websocket::close_code> close_code_;
   std::string close_reason_;
   bool closing_ = false;
@@ -240,6 +246,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
+    if (req.method() == http::verb::head) res->body().clear();  // Content-Length stays; a HEAD answer has no body
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
       if (ec) return;
       if (!res->keep_alive()) {
@@ -274,7 +281,8 @@ std::size_t session_hub::size() {
 }
 
 ws_server::ws_server(net::io_context& ioc, const server_options& options, agent_service& service)
-    : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service)), acceptor_(net::make_strand(ioc)) {
+    : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service)), acceptor_(net::make_strand(ioc)),
+      accept_retry_(acceptor_.get_executor()) {
   const tcp::endpoint endpoint(net::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host),
                                options.port);
   acceptor_.open(endpoint.protocol());
@@ -291,10 +299,17 @@ void ws_server::start() { accept(); }
 void ws_server::accept() {
   acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<http_session>(std::move(socket), hub_)->run();
+    if (ec) {
+      // EMFILE and the like repeat at once: accepting again straight away spins an I/O thread.
+      spdlog::warn("accept failed: {}; retrying in 100 ms", ec.message());
+      accept_retry_.expires_after(std::chrono::milliseconds(100));
+      accept_retry_.async_wait([this](beast::error_code e) {
+        if (!e && acceptor_.is_open()) accept();
+      });
+      return;
     }
+    socket.set_option(tcp::no_delay(true), ec);
+    std::make_shared<http_session>(std::move(socket), hub_)->run();
     accept();
   });
 }
@@ -344,6 +359,7 @@ void ws_server::stop(std::chrono::milliseconds drain_limit, std::function<void()
   net::post(acceptor_.get_executor(), [this] {
     beast::error_code ec;
     acceptor_.close(ec);
+    accept_retry_.cancel();
   });
   hub_->service.drain();
   auto s = std::make_shared<stopper>(*this, drain_limit, std::move(done));

@@ -5,6 +5,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <functional>
 #include <memory>
@@ -54,6 +55,7 @@ class ws_server {
   boost::asio::io_context& ioc_;
   std::shared_ptr<session_hub> hub_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_retry_;  // on the acceptor's strand
   unsigned short port_ = 0;
 };
 

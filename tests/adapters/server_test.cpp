@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
+#include <sqlite3.h>
 
 #include "adapters/cli.hpp"
 #include "adapters/serve.hpp"
@@ -281,7 +282,7 @@ TEST_F(server_test, baton_runs_a_command_tool_and_appends_its_result_to_the_hist
   ASSERT_EQ(state.size(), 4u) << state;
   EXPECT_EQ(state[1], r["event"]);
   EXPECT_EQ(state[2], user("thanks"));
-  const auto runs = sql("SELECT tool, executor, ok FROM tool_runs");
+  const auto runs = sql("SELECT tool, executor, ok FROM tool_runs WHERE decision = '" + d["decision"].get<std::string>() + "'");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0]["executor"], "command");
   EXPECT_EQ(runs[0]["ok"], 1);
@@ -529,6 +530,77 @@ TEST_F(server_test, keyword_engine_with_the_default_config) {
   ASSERT_EQ(d.value("type", ""), "decision") << d;
   EXPECT_EQ(d["model"], "baton-keyword-1");
   EXPECT_EQ(d["answers"]["tool"]["choice"], "search_docs") << d;
+}
+
+// A decision the log refuses is not sent, and its turn is not the session's: the agent sends the
+// same turn again.
+TEST_F(server_test, a_turn_the_log_refused_can_be_retried) {
+  config_.log.busy_timeout_ms = 100;
+  ws_client c(start());
+  ASSERT_EQ(c.request(decide("lk", {user("hi")}))["type"], "decision");
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db().c_str(), &h), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(h, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const json next = {{"type", "decide"}, {"session", "lk"}, {"turn", 2}, {"append", {user("again")}}};
+  const json refused = c.request(next);
+  EXPECT_EQ(refused["code"], "LOG_WRITE_FAILED") << refused;
+  sqlite3_exec(h, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_close(h);
+  const json retry = c.request(next);
+  EXPECT_EQ(retry.value("type", ""), "decision") << retry;
+  EXPECT_EQ(engine_->last_state(), json::array({user("hi"), user("again")}));
+}
+
+// A frame whose header announces far more than the limit still gets FRAME_TOO_LARGE before 1009.
+TEST_F(server_test, a_frame_far_over_the_limit_gets_its_error_before_1009) {
+  config_.server.max_frame_bytes = 4096;
+  ws_client c(start());
+  c.auto_fragment(false);  // one frame whose header announces 200 kB
+  try {
+    c.send(decide("big", {user(std::string(200000, 'a'))}));
+  } catch (const boost::system::system_error& e) {
+    ADD_FAILURE() << "the server dropped the connection while the frame was being sent: " << e.what();
+  }
+  const json e = c.read();
+  EXPECT_EQ(e.value("code", ""), "FRAME_TOO_LARGE") << e << " " << c.last_error().message();
+  EXPECT_TRUE(c.read().is_null());
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::too_big);
+}
+
+// RFC 9110 §9.3.2: a HEAD answer has no body (a keep-alive client would read it as the next answer).
+TEST_F(server_test, head_health_has_no_body) {
+  const unsigned short port = start();
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket s(io);
+  s.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  test::set_read_timeout(s, 5);
+  const std::string req = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  boost::asio::write(s, boost::asio::buffer(req));
+  std::string all;
+  boost::system::error_code ec;
+  for (char buf[4096];;) {
+    const std::size_t n = s.read_some(boost::asio::buffer(buf), ec);
+    if (ec) break;
+    all.append(buf, n);
+  }
+  const auto end = all.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << all;
+  EXPECT_EQ(all.substr(end + 4), "") << all;
+}
+
+// The write queue is bounded in bytes too (64 MiB): frames echo the client's `id`, so a client that
+// sends but never reads would otherwise pin gigabytes. The server drops it before 80 MB are queued.
+TEST_F(server_test, a_client_that_never_reads_is_dropped_by_queued_bytes) {
+  ws_client c(start());
+  const std::string big_id(1000000, 'i');
+  std::vector<std::string> frames;
+  for (int i = 0; i < 80; ++i) frames.push_back(render_json(decide("q" + std::to_string(i), {user("hi")}, {{"id", big_id}}), false));
+  const std::size_t sent = c.send_without_reading(std::move(frames), std::chrono::seconds(3));
+  int decisions = 0;
+  for (json f = c.read(); !f.is_null(); f = c.read()) decisions += f.value("type", "") == "decision";
+  EXPECT_LT(decisions, 80) << "sent " << sent << " frames, read " << decisions << " decisions of ~1 MB each, then "
+                            << c.last_error().message();
+  EXPECT_TRUE(c.last_error()) << "the connection should have ended";
 }
 
 }  // namespace

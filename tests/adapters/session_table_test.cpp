@@ -104,5 +104,19 @@ TEST(session_table, idle_sessions_make_room) {
   EXPECT_EQ(s.size(), 1u);
 }
 
+// A refused first turn leaves no empty entry behind (it would count towards max_sessions).
+TEST(session_table, a_refused_first_turn_leaves_no_session) {
+  session_limits l;
+  l.max_history_bytes = 100;
+  l.max_history_bytes_total = 150;
+  session_table s(l);
+  EXPECT_EQ(code(s, "big", std::nullopt, false, json::array({user(std::string(100, 'x'))})), "HISTORY_TOO_LARGE");
+  EXPECT_EQ(s.size(), 0u);
+  session_turn a = begin_ok(s, "a", std::nullopt, false, json::array({user(std::string(50, 'x'))}));
+  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "TOO_MANY_SESSIONS");
+  EXPECT_EQ(s.size(), 1u);
+  s.abort(std::move(a));
+}
+
 }  // namespace
 }  // namespace baton

@@ -10,7 +10,11 @@
 #include <boost/beast/websocket.hpp>
 #include <sys/socket.h>
 
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "support/files.hpp"
@@ -40,16 +44,70 @@ class ws_client {
     ws_.write(boost::asio::buffer(text));
   }
   void send(const json& frame) { send(render_json(frame, false)); }
+  // Writes the frames in order without reading, until they are all out or none went out for
+  // `stall`; a write still pending goes on during later reads. How many went out.
+  std::size_t send_without_reading(std::vector<std::string> frames, std::chrono::milliseconds stall) {
+    struct state {
+      std::vector<std::string> frames;
+      std::size_t written = 0;
+      bool failed = false;
+    };
+    auto st = std::make_shared<state>();
+    st->frames = std::move(frames);
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [this, st, w = std::weak_ptr<std::function<void()>>(next)] {
+      if (st->written == st->frames.size()) return;
+      ws_.text(true);
+      ws_.async_write(boost::asio::buffer(st->frames[st->written]), [st, w](beast::error_code ec, std::size_t) {
+        if (ec) {
+          st->failed = true;
+          return;
+        }
+        ++st->written;
+        if (auto n = w.lock()) (*n)();
+      });
+    };
+    next_write_ = next;
+    (*next)();
+    std::size_t last = 0;
+    io_.restart();
+    while (st->written < st->frames.size() && !st->failed) {
+      io_.run_for(stall);
+      if (st->written == last) break;
+      last = st->written;
+    }
+    return st->written;
+  }
+
+  // Beast splits a message into 4 KiB frames by default; most clients send one frame per message.
+  void auto_fragment(bool on) { ws_.auto_fragment(on); }
   void send_binary(const std::string& bytes) {
     ws_.binary(true);
     ws_.write(boost::asio::buffer(bytes));
   }
 
   // The next frame, or null when the connection closed or timed out (close_code() says which).
+  // SO_RCVTIMEO alone does not bound a read: Asio's sync_recv answers EAGAIN with poll(-1). The
+  // read runs asynchronously for at most 10 s instead.
   json read() {
     beast::flat_buffer buffer;
     beast::error_code ec;
-    ws_.read(buffer, ec);
+    bool done = false;
+    ws_.async_read(buffer, [&](beast::error_code e, std::size_t) {
+      ec = e;
+      done = true;
+    });
+    io_.restart();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && io_.run_one_until(deadline) > 0) {
+    }
+    if (!done) {
+      beast::error_code ignored;
+      ws_.next_layer().cancel(ignored);
+      io_.restart();
+      io_.run();
+      ec = beast::error::timeout;
+    }
     if (ec) {
       error_ = ec;
       return nullptr;
@@ -89,6 +147,7 @@ class ws_client {
  private:
   boost::asio::io_context io_;
   websocket::stream<tcp::socket> ws_;
+  std::shared_ptr<std::function<void()>> next_write_;  // send_without_reading's chain
   beast::error_code error_;
 };
 
