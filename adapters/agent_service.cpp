@@ -87,7 +87,9 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   if (!begun) {
     --in_flight_;
     c->send(protocol::render_error_frame(id, begun.error()));
-    return false;
+    // A well-formed frame the session cannot take now (busy, full, unknown after a restart) is
+    // not a protocol violation: a client retrying as told must not reach the bad-frame limit.
+    return true;
   }
   // Every turn asks the registry's questions, validated once at start-up; extra questions are
   // validated with them.
@@ -195,7 +197,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
       if (p.type != tools::parameter_type::text) continue;
       if (p.value) {
         t->act.arguments[p.name] = *p.value;
-      } else if (proposed && proposed->contains(p.name)) {
+      } else if (proposed && proposed->contains(p.name) && (*proposed)[p.name].is_string()) {
         t->act.arguments[p.name] = (*proposed)[p.name];
       }
     }

@@ -454,6 +454,15 @@ TEST_F(server_test, repeated_bad_frames_close_with_1008) {
   EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::policy_error);
 }
 
+TEST_F(server_test, session_refusals_do_not_count_as_bad_frames) {
+  config_.server.max_bad_frames = 3;
+  ws_client c(start());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(c.request({{"type", "decide"}, {"session", "gone"}, {"append", {user("x")}}})["code"], "UNKNOWN_SESSION");
+  }
+  EXPECT_EQ(c.request(decide("gone", {user("x")})).value("type", ""), "decision");
+}
+
 TEST_F(server_test, frames_over_the_rate_limit_are_refused) {
   config_.server.max_frames_per_second = 5;
   ws_client c(start());
