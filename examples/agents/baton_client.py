@@ -127,3 +127,38 @@ def describe(decision):
         f"{decision['action']:<8} {tool}({shown})  "
         f"[{decision['lane']}, confidence {decision['confidence']:.2f}]"
     )
+
+
+async def run_session(session, messages, role, run_agent_tool, out, max_turns=4, what="task", note=None, **decide_args):
+    """A task the way the example agents handle one: each message is an event of `role`; every turn
+    baton decides, and the agent acts on the lane. Tools of executor `agent` go to
+    run_agent_tool(decision) -> (ok, output); others baton runs. When baton proposes again a call
+    that already succeeded, the agent closes the task itself (a loop guard, as frameworks keep one).
+    Lines for people go to `out`; the outcome is returned."""
+    name = session.name
+    pending = list(messages)
+    session.add({"role": role, "content": pending.pop(0)})
+    done = []  # calls that succeeded in this task
+    for _ in range(max_turns):
+        decision = await session.decide(**decide_args)
+        out.append(f"{name} turn {decision['turn']}: {describe(decision)}{note(decision) if note else ''}")
+        if decision["action"] != "execute":
+            return decision["action"]
+        call = (decision["tool"], decision["arguments"])
+        if call in done:
+            out.append(f"{name}   {decision['tool']} already succeeded here: the agent closes the {what}")
+            return "closed by the agent"
+        if decision["executor"] == "agent":
+            ok, output = run_agent_tool(decision)
+            await session.report(decision, ok, output)
+            out.append(f"{name}   ran {decision['tool']} here: ok={ok} output={output}")
+        else:
+            result = await session.baton_ran(decision)
+            ok = result["ok"]
+            out.append(f"{name}   baton ran {decision['tool']}: ok={ok} output={result['output']}")
+        if ok:
+            done.append(call)
+        if not pending:
+            return "execute"
+        session.add({"role": role, "content": pending.pop(0)})
+    return "max_turns"

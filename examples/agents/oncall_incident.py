@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import sys
 
-from baton_client import BatonClient, ProtocolError, describe
+from baton_client import BatonClient, ProtocolError, run_session
 
 ALERTS = {
     "alert-checkout-oom": [
@@ -56,35 +56,9 @@ def run_agent_tool(decision):
     return False, {"error": f"this agent does not run {tool}"}
 
 
-async def handle_alert(baton, name, reports, max_turns, out):
-    session = baton.session(name)
-    pending = list(reports)
-    session.add({"role": "monitor", "content": pending.pop(0)})
-    done = []  # calls that succeeded for this alert
-    for _ in range(max_turns):
-        decision = await session.decide(questions=EXTRA_QUESTIONS)
-        known = decision["answers"]["known_issue"]["noul"] if decision.get("answers") else None
-        out.append(f"{name} turn {decision['turn']}: {describe(decision)}  known_issue={known}")
-        if decision["action"] != "execute":
-            return decision["action"]
-        call = (decision["tool"], decision["arguments"])
-        if call in done:
-            out.append(f"{name}   {decision['tool']} already succeeded here: the agent closes the alert")
-            return "closed by the agent"
-        if decision["executor"] == "agent":
-            ok, output = run_agent_tool(decision)
-            await session.report(decision, ok, output)
-            out.append(f"{name}   ran {decision['tool']} here: {output}")
-        else:
-            result = await session.baton_ran(decision)
-            ok = result["ok"]
-            out.append(f"{name}   baton ran {decision['tool']}: ok={ok} output={result['output']}")
-        if ok:
-            done.append(call)
-        if not pending:
-            return "execute"
-        session.add({"role": "monitor", "content": pending.pop(0)})
-    return "max_turns"
+def known_issue(decision):
+    known = decision["answers"]["known_issue"]["noul"] if decision.get("answers") else None
+    return f"  known_issue={known}"
 
 
 async def main():
@@ -96,7 +70,11 @@ async def main():
         async with BatonClient(args.url) as baton:
             logs = {name: [] for name in ALERTS}
             outcomes = await asyncio.gather(
-                *(handle_alert(baton, name, r, args.max_turns, logs[name]) for name, r in ALERTS.items())
+                *(
+                    run_session(baton.session(name), r, "monitor", run_agent_tool, logs[name], args.max_turns,
+                                "alert", note=known_issue, questions=EXTRA_QUESTIONS)
+                    for name, r in ALERTS.items()
+                )
             )
     except ProtocolError as e:
         print(f"baton refused a frame: {e}", file=sys.stderr)

@@ -24,7 +24,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from baton_client import BatonClient, ProtocolError, describe
+from baton_client import BatonClient, ProtocolError, run_session
 
 TICKETS = {
     "ticket-101": [
@@ -80,37 +80,6 @@ def run_agent_tool(decision):
     return False, {"error": f"this agent does not run {tool}"}
 
 
-async def handle_ticket(baton, name, messages, max_turns, out):
-    session = baton.session(name)
-    pending = list(messages)
-    session.add({"role": "user", "content": pending.pop(0)})
-    done = []  # calls that succeeded in this ticket
-    for _ in range(max_turns):
-        decision = await session.decide(proposal=PROPOSALS.get(name))
-        out.append(f"{name} turn {decision['turn']}: {describe(decision)}")
-        action = decision["action"]
-        if action != "execute":
-            return action
-        call = (decision["tool"], decision["arguments"])
-        if call in done:
-            out.append(f"{name}   {decision['tool']} already succeeded here: the agent closes the ticket")
-            return "closed by the agent"
-        if decision["executor"] == "agent":
-            ok, output = run_agent_tool(decision)
-            await session.report(decision, ok, output)
-            out.append(f"{name}   ran {decision['tool']} here: ok={ok}")
-        else:
-            result = await session.baton_ran(decision)
-            ok = result["ok"]
-            out.append(f"{name}   baton ran {decision['tool']}: ok={ok} output={result['output']}")
-        if ok:
-            done.append(call)
-        if not pending:
-            return "execute"
-        session.add({"role": "user", "content": pending.pop(0)})
-    return "max_turns"
-
-
 async def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="ws://127.0.0.1:8470/v1/agent")
@@ -125,7 +94,11 @@ async def main():
             logs = {name: [] for name in TICKETS}
             # All tickets at once, over one connection: frames are matched by id.
             outcomes = await asyncio.gather(
-                *(handle_ticket(baton, name, msgs, args.max_turns, logs[name]) for name, msgs in TICKETS.items())
+                *(
+                    run_session(baton.session(name), msgs, "user", run_agent_tool, logs[name], args.max_turns,
+                                "ticket", proposal=PROPOSALS.get(name))
+                    for name, msgs in TICKETS.items()
+                )
             )
     except ProtocolError as e:
         print(f"baton refused a frame: {e}", file=sys.stderr)
