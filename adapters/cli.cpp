@@ -423,22 +423,19 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   std::unique_ptr<decision_engine> engine;
   if (options.engine == "clef") {
     if (options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
-    clef::clef_engine_options clef_options;
-    clef_options.model_dir = options.model_dir;
-    if (!options.dtype.empty()) {
-      clef::compute_dtype d{};
-      clef::parse_compute_dtype(options.dtype, d);
-      clef_options.model.dtype = d;
-    }
-    if (!options.head_dtype.empty()) clef::parse_compute_dtype(options.head_dtype, clef_options.model.head_dtype);
-    clef_options.model.device = options.device;
-    clef_options.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
+    engine_options clef_options;
+    clef_options.name = "clef";
+    clef_options.model = options.model_dir;
+    clef_options.dtype = options.dtype;
+    clef_options.head_dtype = options.head_dtype;
+    clef_options.device = options.device;
+    clef_options.threads = options.threads;
     clef_options.max_length = options.max_length;
     clef_options.batch_tokens = options.batch_tokens;
     try {
-      engine = std::make_unique<clef::clef_engine>(clef_options);
-    } catch (const std::exception& e) {
-      err << "baton decide: cannot load the model: " << e.what() << "\n";
+      engine = make_configured_engine(clef_options);
+    } catch (const error_exception& e) {
+      err << "baton decide: " << e.err().message << "\n";
       return exit_engine_failed;
     }
   } else if (std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {

@@ -73,8 +73,9 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
       clef::parse_compute_dtype(options.dtype, d);
       o.model.dtype = d;
     }
+    if (!options.head_dtype.empty()) clef::parse_compute_dtype(options.head_dtype, o.model.head_dtype);
     o.model.device = options.device;
-    o.model.threads = static_cast<int>(options.threads);
+    o.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
     o.max_length = options.max_length;
     o.batch_tokens = options.batch_tokens;
     try {

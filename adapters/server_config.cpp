@@ -66,7 +66,7 @@ void read_server(const YAML::Node& n, server_options& s) {
 
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base) {
   const auto fields = read_map(n, "`engine`",
-                               {"name", "model", "dtype", "device", "threads", "max_length", "batch_tokens",
+                               {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
                                 "max_batch", "queue_capacity", "timeout_ms"});
   for (const field& f : fields) {
     const std::string what = ticked("engine." + f.key);
@@ -75,9 +75,10 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       if (e.name != "keyword" && e.name != "clef") fail(f.value, what + " must be keyword or clef");
     } else if (f.key == "model") {
       e.model = read_path(f.value, what, base);
-    } else if (f.key == "dtype") {
-      e.dtype = read_string(f.value, what);
-      if (e.dtype != "f32" && e.dtype != "bf16") fail(f.value, what + " must be f32 or bf16");
+    } else if (f.key == "dtype" || f.key == "head_dtype") {
+      std::string& d = f.key == "dtype" ? e.dtype : e.head_dtype;
+      d = read_string(f.value, what);
+      if (d != "f32" && d != "bf16") fail(f.value, what + " must be f32 or bf16");
     } else if (f.key == "device") {
       e.device = read_string(f.value, what);
     } else if (f.key == "threads") {

@@ -31,6 +31,7 @@ struct engine_options {
   std::string name = "keyword";  // keyword | clef
   std::filesystem::path model;   // clef: the release directory
   std::string dtype;             // clef: f32 | bf16; empty: the weights' own
+  std::string head_dtype;        // clef: f32 | bf16 for the joint head; empty: f32
   std::string device = "cpu";
   std::size_t threads = 0;       // clef: CPU threads; 0: every core
   std::size_t max_length = 64000;
