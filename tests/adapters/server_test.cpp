@@ -603,7 +603,12 @@ TEST_F(server_test, a_client_that_never_reads_is_dropped_by_queued_bytes) {
   ws_client c(start());
   const std::string big_id(1000000, 'i');
   std::vector<std::string> frames;
-  for (int i = 0; i < 80; ++i) frames.push_back(render_json(decide("q" + std::to_string(i), {user("hi")}, {{"id", big_id}}), false));
+  for (int i = 0; i < 80; ++i) {
+    // Not `"q" + std::to_string(i)`: GCC 12 warns falsely (-Wrestrict) on that inlined concatenation.
+    std::string session = std::to_string(i);
+    session.insert(0, 1, 'q');
+    frames.push_back(render_json(decide(session, {user("hi")}, {{"id", big_id}}), false));
+  }
   const std::size_t sent = c.send_without_reading(std::move(frames), std::chrono::seconds(3));
   int decisions = 0;
   for (json f = c.read(); !f.is_null(); f = c.read()) decisions += f.value("type", "") == "decision";
