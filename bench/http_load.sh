@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The SystemOne HTTP API under load: starts `baton serve` on the default registry and policy
+# (keyword engine, decision log on, durable acks) with a fresh log in a temporary directory, runs
+# build/bench/http_load at each connection count, stops the server and checks the log's hash chain.
+#
+#   bench/http_load.sh [REQUESTS_PER_CONNECTION] [CONNECTION_COUNTS...]   (defaults: 200, 1 64 256)
+#   BATON_SYNC=normal bench/http_load.sh       # SQLite synchronous mode (default full)
+#   BATON_DURABLE_ACK=false bench/http_load.sh # answer before the row is committed
+#   BATON_IO_THREADS=1 bench/http_load.sh      # server I/O threads (default 2)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BATON_BUILD_DIR:-$root/build}"
+requests="${1:-200}"
+shift || true
+counts=("$@")
+((${#counts[@]})) || counts=(1 64 256)
+
+dir="$(mktemp -d)"
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+cat >"$dir/baton.yaml" <<YAML
+server: {listen: 127.0.0.1:0, io_threads: ${BATON_IO_THREADS:-2}}
+engine: {name: keyword}
+registry: $root/config/tools.yaml
+policy: $root/config/policy.yaml
+log: {path: $dir/decisions.db, durable_ack: ${BATON_DURABLE_ACK:-true}, synchronous: ${BATON_SYNC:-full}}
+YAML
+
+"$build/adapters/baton" serve --config "$dir/baton.yaml" >"$dir/out" 2>"$dir/err" &
+pid=$!
+for _ in $(seq 100); do
+  grep -q 'listening on' "$dir/out" 2>/dev/null && break
+  sleep 0.1
+done
+port="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/out")"
+[ -n "$port" ] || { cat "$dir/err" >&2; exit 1; }
+
+for n in "${counts[@]}"; do
+  "$build/bench/http_load" --port "$port" --connections "$n" --requests "$requests" --run "c$n"
+done
+kill -TERM "$pid"
+wait "$pid"
+"$build/adapters/baton" log verify --db "$dir/decisions.db"
