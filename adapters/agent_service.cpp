@@ -58,8 +58,8 @@ struct agent_service::turn {
 };
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
-                             log::decision_log& log, routing_config routing)
-    : config_(config), engine_(engine), scheduler_(scheduler), log_(log), routing_(std::move(routing)),
+                             log::decision_log& log, metrics& m, routing_config routing)
+    : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
                                config.server.max_sessions, config.server.session_idle}) {}
 
@@ -138,6 +138,7 @@ void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   if (t->engine_back) return;
   t->timed_out = true;
   t->error_code = "ENGINE_TIMEOUT";
+  metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
   t->act = policies::on_engine_failure(routing_.policy);
@@ -159,6 +160,8 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   t->timer.cancel();
   t->queue_ms = r.queue_ms;
   t->engine_ms = r.engine_ms;
+  metrics_.stage_ms("agent", metrics::stage::queue, r.queue_ms);
+  if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
   const auto p0 = clock_type::now();
   const policies::policy& policy = routing_.policy;
   if (r.outcome) {
@@ -174,7 +177,9 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
                       : policies::on_engine_failure(policy);
   t->policy_ms = ms_since(p0);
+  metrics_.stage_ms("agent", metrics::stage::policy, t->policy_ms);
   if (!t->error_code.empty()) {
+    metrics_.engine_error("agent", t->error_code);
     spdlog::warn("session {} turn {}: engine failed ({}); policy decides {}", t->session.session, t->session.turn,
                  t->error_code, policies::to_string(t->act.what));
   }
@@ -245,6 +250,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   auto queued = log_.append(std::move(rec), [this, t](result<void> ok) {
     boost::asio::post(t->conn->strand(), [this, t, ok]() {
       t->log_ms = ms_since(t->log_started);
+      metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
       if (!ok) {
         t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
         finish_part(t);
@@ -317,6 +323,8 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   out += ',';
   put_ms(out, "total", ms_since(t->received));
   out += "}}";
+  metrics_.decision("agent", policies::to_string(a.what));
+  metrics_.stage_ms("agent", metrics::stage::total, ms_since(t->received));
   t->delivered = true;
   t->conn->send(std::move(out));
 }

@@ -16,6 +16,7 @@
 
 #include "adapters/agent_protocol.hpp"
 #include "adapters/decision_log.hpp"
+#include "adapters/metrics.hpp"
 #include "adapters/server_config.hpp"
 #include "adapters/session_table.hpp"
 #include "engine/decision_engine.hpp"
@@ -55,7 +56,7 @@ class agent_connection {
 class agent_service {
  public:
   agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
-                routing_config routing);
+                metrics& m, routing_config routing);
 
   // Handles one text frame on the connection's strand. False when the frame was refused at once
   // (an error frame went back), which the connection counts towards its bad-frame limit.
@@ -85,6 +86,7 @@ class agent_service {
   decision_engine& engine_;
   scheduler& scheduler_;
   log::decision_log& log_;
+  metrics& metrics_;
   routing_config routing_;
   session_table sessions_;
   std::atomic<bool> draining_{false};

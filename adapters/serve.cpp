@@ -25,9 +25,12 @@ namespace {
 
 constexpr const char* serve_help = R"(Usage: baton serve [--config FILE] [--listen HOST:PORT]
 
-Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protocol.md) and
-GET /health says which engine, model, registry and policy it serves. Everything else comes from
-the config file (default config/baton.yaml; format in adapters/README.md).
+Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protocol.md);
+SystemOne/Jev clients POST to http://HOST:PORT/v1/systemone (docs/systemone.md) and list
+GET /v1/models; GET /health says which engine, model, registry and policy it serves and
+GET /metrics counts what it did (Prometheus). Everything else comes from the config file
+(default config/baton.yaml; format in adapters/README.md). With no API keys in the config
+(auth.keys) it listens on loopback only.
 
 Options:
   --config FILE       the server configuration (default config/baton.yaml)
@@ -89,6 +92,13 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
   return std::move(*made);
 }
 
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto a = boost::asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
 // Members in destruction order: the io_context goes last, so handlers it still holds (and destroys
 // with it) never outlive what they point at.
 struct running_server::impl {
@@ -96,8 +106,13 @@ struct running_server::impl {
   server_config config;
   std::unique_ptr<decision_engine> engine;
   std::unique_ptr<log::decision_log> log;
+  baton::metrics metrics;
+  std::int64_t escalated_at_start = 0;
+  std::unique_ptr<authenticator> auth;
   std::unique_ptr<scheduler> sched;
   std::unique_ptr<agent_service> service;
+  std::unique_ptr<systemone_service> systemone;
+  std::unique_ptr<http_api> api;
   std::unique_ptr<ws_server> server;
   std::vector<std::thread> threads;
 
@@ -121,14 +136,35 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
                                                       std::unique_ptr<decision_engine> engine) {
   auto p = std::make_unique<impl>();
   p->config = config;
+  if (p->config.auth.keys.empty() && !is_loopback(p->config.server.host)) {
+    const std::string loopback = p->config.server.host.find(':') == std::string::npos ? "127.0.0.1" : "::1";
+    spdlog::warn("no API keys are configured (auth.keys): listening on {} instead of {}, so that only this machine "
+                 "can call", loopback, p->config.server.host);
+    p->config.server.host = loopback;
+  }
   p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);
-  p->sched = std::make_unique<scheduler>(*p->engine,
-                                         scheduler_options{p->config.engine.max_batch, p->config.engine.queue_capacity});
-  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, std::move(routing));
+  p->escalated_at_start = log::count_escalated(p->config.log);
+  p->auth = std::make_unique<authenticator>(p->config.auth);
+  scheduler_options so{p->config.engine.max_batch, p->config.engine.queue_capacity, {}};
+  so.on_batch = [m = &p->metrics](std::size_t n, double) { m->batch(n); };
+  p->sched = std::make_unique<scheduler>(*p->engine, std::move(so));
+  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing));
+  p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
+  p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
+    return std::vector<metrics::gauge>{
+        {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
+        {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
+         double(q->service->in_flight() + q->systemone->in_flight())},
+        {"baton_escalations_pending",
+         "Decisions escalated to a person and not yet resolved (every escalate row in the log: no resolution "
+         "exists yet).",
+         double(q->escalated_at_start + std::int64_t(q->metrics.decisions("agent", "escalate")))},
+    };
+  });
   try {
-    p->server = std::make_unique<ws_server>(p->ioc, p->config.server, *p->service);
+    p->server = std::make_unique<ws_server>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);
   } catch (const std::exception& e) {
     start_failure("LISTEN_FAILED", "cannot listen on " + p->config.server.host + ":" +
                                        std::to_string(p->config.server.port) + ": " + e.what());
@@ -138,13 +174,23 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
     p->threads.emplace_back([io = &p->ioc] { io->run(); });
   }
   const engine_description& d = p->engine->describe();
-  spdlog::info("baton serving ws://{}:{}/v1/agent: engine {}, model {}, registry {}, policy {}, log {}",
+  spdlog::info("baton serving ws://{0}:{1}/v1/agent and http://{0}:{1}/v1/systemone: engine {2}, model {3}, "
+               "registry {4}, policy {5}, log {6}",
                p->config.server.host, p->server->port(), p->config.engine.name, d.model_id,
                p->config.registry.string(), p->config.policy.string(), p->config.log.path.string());
+  if (p->auth->open()) {
+    spdlog::warn("no API keys are configured (auth.keys): every caller on this machine is served without a key");
+  } else {
+    std::string names;
+    for (const api_key& k : p->config.auth.keys) names += (names.empty() ? "" : ", ") + k.name + " (" + std::string(to_string(k.role)) + ")";
+    spdlog::info("API keys: {}", names);
+  }
   return std::unique_ptr<running_server>(new running_server(std::move(p)));
 }
 
 unsigned short running_server::port() const noexcept { return impl_->server->port(); }
+
+const std::string& running_server::host() const noexcept { return impl_->config.server.host; }
 
 std::string running_server::health_json() const { return impl_->service->health_json(); }
 
@@ -216,7 +262,7 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
     err << "baton serve: " << e.what() << "\n";
     return exit_config;
   }
-  out << "baton: listening on http://" << config->server.host << ":" << server->port() << std::endl;
+  out << "baton: listening on http://" << server->host() << ":" << server->port() << std::endl;
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("baton: {} received, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -5,6 +5,7 @@
 #include <iosfwd>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "adapters/server_config.hpp"
@@ -21,6 +22,7 @@ class running_server {
   ~running_server();  // stop()
 
   unsigned short port() const noexcept;
+  const std::string& host() const noexcept;  // what it listens on (loopback when no keys are configured)
   std::string health_json() const;
 
   // Graceful shutdown (DESIGN §7): stop accepting, finish in-flight decisions, close sessions

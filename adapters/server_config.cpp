@@ -1,6 +1,10 @@
 #include "adapters/server_config.hpp"
 
 #include <charconv>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
 
 #include "tools/yaml.hpp"
 
@@ -38,7 +42,8 @@ std::filesystem::path read_path(const YAML::Node& v, const std::string& what, co
 void read_server(const YAML::Node& n, server_options& s) {
   for (const field& f : read_map(n, "`server`",
                                  {"listen", "io_threads", "max_frame_bytes", "max_frames_per_second", "max_bad_frames",
-                                  "max_history_bytes", "max_history_bytes_total", "max_sessions", "session_idle_s", "max_pending_tool_results"})) {
+                                  "max_history_bytes", "max_history_bytes_total", "max_sessions", "session_idle_s", "max_pending_tool_results",
+                                  "max_body_bytes", "request_deadline_ms"})) {
     const std::string what = ticked("server." + f.key);
     if (f.key == "listen") {
       if (!parse_listen(read_string(f.value, what), s)) fail(f.value, what + " must be HOST:PORT, e.g. 127.0.0.1:8470");
@@ -58,8 +63,12 @@ void read_server(const YAML::Node& n, server_options& s) {
       s.max_sessions = read_count(f.value, what);
     } else if (f.key == "session_idle_s") {
       s.session_idle = std::chrono::seconds(read_count(f.value, what));
-    } else {
+    } else if (f.key == "max_pending_tool_results") {
       s.max_pending_tool_results = read_count(f.value, what);
+    } else if (f.key == "max_body_bytes") {
+      s.max_body_bytes = read_count(f.value, what, std::int64_t(1) << 32);
+    } else {
+      s.request_deadline = std::chrono::milliseconds(read_count(f.value, what));
     }
   }
 }
@@ -139,6 +148,100 @@ void read_executors(const YAML::Node& n, tools::executor_limits& x) {
   }
 }
 
+double read_rate(const YAML::Node& v, const std::string& what) {
+  const json n = to_json(v, what);
+  if (!n.is_number() || !(n.get<double>() > 0) || n.get<double>() > 1e9) fail(v, what + " must be a number above 0");
+  return n.get<double>();
+}
+
+// `requests_per_second` and `burst` (default: one second's worth, at least 1) from `fields`.
+std::optional<rate_limit> read_rate_limit(const std::vector<field>& fields, const YAML::Node& at, const std::string& prefix) {
+  const field* rate = find(fields, "requests_per_second");
+  const field* burst = find(fields, "burst");
+  if (!rate) {
+    if (burst) fail(burst->value, ticked(prefix + "burst") + " needs " + ticked(prefix + "requests_per_second"));
+    return std::nullopt;
+  }
+  rate_limit l;
+  l.per_second = read_rate(rate->value, ticked(prefix + "requests_per_second"));
+  l.burst = burst ? read_rate(burst->value, ticked(prefix + "burst")) : std::max(1.0, l.per_second);
+  if (l.burst < 1) fail(at, ticked(prefix + "burst") + " must be at least 1");
+  return l;
+}
+
+// The key itself, from the environment or a file; never echoed in a message.
+std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
+                        const std::filesystem::path& base) {
+  const field* env = find(fields, "env");
+  const field* file = find(fields, "file");
+  if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
+  std::string secret;
+  if (env) {
+    const std::string name = read_string(env->value, what + ".env");
+    const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+    if (value == nullptr) fail(env->value, what + ": the environment variable " + ticked(name) + " is not set");
+    secret = value;
+  } else {
+    const std::filesystem::path p = read_path(file->value, what + ".file", base);
+    std::ifstream in(p);
+    if (!in || !std::getline(in, secret)) fail(file->value, what + ": cannot read a key from " + p.string());
+  }
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.front()))) secret.erase(0, 1);
+  if (secret.size() < 16) fail(at, what + ": the key must be at least 16 characters");
+  if (secret.find_first_of(" \t\r\n") != std::string::npos) fail(at, what + ": the key must not hold white space");
+  return secret;
+}
+
+void read_auth(const YAML::Node& n, auth_options& a, const std::filesystem::path& base) {
+  const auto fields = read_map(n, "`auth`", {"keys", "requests_per_second", "burst"});
+  a.limit = read_rate_limit(fields, n, "auth.");
+  const field* keys = find(fields, "keys");
+  if (!keys || keys->value.IsNull()) return;
+  if (!keys->value.IsSequence()) fail(keys->value, "`auth.keys` must be a list of {name, role, env | file}");
+  std::set<std::string> names, secrets;
+  for (std::size_t i = 0; i < keys->value.size(); ++i) {
+    const YAML::Node k = keys->value[i];
+    const std::string what = "`auth.keys[" + std::to_string(i) + "]`";
+    const auto kf = read_map(k, what, {"name", "role", "env", "file", "requests_per_second", "burst"});
+    api_key key;
+    const field* name = find(kf, "name");
+    if (!name) fail(k, what + " needs a `name`");
+    key.name = read_string(name->value, what + ".name");
+    if (key.name.empty() || key.name.size() > 100) fail(name->value, what + ".name must be 1 to 100 characters");
+    if (!names.insert(key.name).second) fail(name->value, "two keys are named " + ticked(key.name));
+    const field* r = find(kf, "role");
+    if (!r) fail(k, what + " needs a `role`: agent, reviewer, auditor or admin");
+    const auto parsed = parse_role(read_string(r->value, what + ".role"));
+    if (!parsed) fail(r->value, what + ".role must be agent, reviewer, auditor or admin");
+    key.role = *parsed;
+    key.secret = read_secret(kf, k, "key " + ticked(key.name), base);
+    if (!secrets.insert(key.secret).second) fail(k, "key " + ticked(key.name) + " has the same secret as another key");
+    key.limit = read_rate_limit(kf, k, "auth.keys[" + std::to_string(i) + "].");
+    a.keys.push_back(std::move(key));
+  }
+}
+
+void read_systemone(const YAML::Node& n, systemone_options& o) {
+  for (const field& f : read_map(n, "`systemone`", {"model_aliases", "confidence"})) {
+    const std::string what = ticked("systemone." + f.key);
+    if (f.key == "model_aliases") {
+      o.model_aliases.clear();
+      if (f.value.IsNull()) continue;
+      if (!f.value.IsSequence()) fail(f.value, what + " must be a list of model names");
+      for (const YAML::Node& a : f.value) {
+        std::string name = read_string(a, what);
+        if (name.empty()) fail(a, what + " holds an empty name");
+        o.model_aliases.push_back(std::move(name));
+      }
+    } else {
+      const auto m = parse_confidence_metric(read_string(f.value, what));
+      if (!m) fail(f.value, what + " must be p_max or margin");
+      o.confidence = *m;
+    }
+  }
+}
+
 }  // namespace
 
 bool parse_listen(std::string_view text, server_options& out) {
@@ -167,7 +270,8 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
     c.policy = base / c.policy;
     c.log.path = base / c.log.path;
     if (root.IsNull()) return c;
-    for (const field& f : read_map(root, "the config", {"server", "engine", "registry", "policy", "log", "executors"})) {
+    for (const field& f : read_map(root, "the config",
+                                   {"server", "engine", "registry", "policy", "log", "executors", "auth", "systemone"})) {
       if (f.key == "server") {
         read_server(f.value, c.server);
       } else if (f.key == "engine") {
@@ -178,6 +282,10 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
         c.policy = read_path(f.value, "`policy`", base);
       } else if (f.key == "log") {
         read_log(f.value, c, base);
+      } else if (f.key == "auth") {
+        read_auth(f.value, c.auth, base);
+      } else if (f.key == "systemone") {
+        read_systemone(f.value, c.systemone);
       } else {
         read_executors(f.value, c.executors);
       }

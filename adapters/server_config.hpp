@@ -6,8 +6,11 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "adapters/auth.hpp"
 #include "adapters/decision_log.hpp"
+#include "core/answers.hpp"
 #include "core/error.hpp"
 #include "tools/executor.hpp"
 
@@ -25,6 +28,14 @@ struct server_options {
   std::size_t max_sessions = 100000;
   std::chrono::seconds session_idle{3600};   // a session unused this long is forgotten
   std::size_t max_pending_tool_results = 1024;  // per connection: agent-run decisions awaiting tool_result
+  std::size_t max_body_bytes = 32u << 20;       // an HTTP request body, after gzip; beyond: 413
+  std::chrono::milliseconds request_deadline{9000};  // SystemOne: 504 past it (the SDKs give up at 10 s)
+};
+
+// The SystemOne endpoint (spec/systemone-api.md): what it answers for and how.
+struct systemone_options {
+  std::vector<std::string> model_aliases{"jev-latest"};  // names the served model also answers to
+  confidence_metric confidence = confidence_metric::p_max;
 };
 
 struct engine_options {
@@ -48,11 +59,14 @@ struct server_config {
   std::filesystem::path registry = "tools.yaml";
   std::filesystem::path policy = "policy.yaml";
   log::log_options log;
+  auth_options auth;
+  systemone_options systemone;
   bool durable_ack = true;  // send a decision only once its row is committed
   tools::executor_limits executors;
 };
 
-// 422 INVALID_CONFIG "FILE:LINE: reason" for the first problem; unknown keys are refused.
+// 422 INVALID_CONFIG "FILE:LINE: reason" for the first problem; unknown keys are refused. API keys
+// are read here from their environment variables or files (a missing one is a problem).
 result<server_config> parse_server_config(std::string_view yaml_text, const std::filesystem::path& file);
 result<server_config> load_server_config(const std::filesystem::path& file);
 

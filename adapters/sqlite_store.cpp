@@ -435,4 +435,13 @@ std::unique_ptr<decision_store> open_sqlite_store(const log_options& options) {
   return std::make_unique<sqlite_store>(options);
 }
 
+std::int64_t count_escalated(const log_options& options) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(options.path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  db_handle db(raw);
+  if (rc != SQLITE_OK) open_failed(options, raw ? sqlite3_errmsg(raw) : "out of memory");
+  sqlite3_busy_timeout(db.get(), options.busy_timeout_ms);
+  return std::stoll(query_value(db.get(), options, "SELECT count(*) FROM decisions WHERE action = 'escalate'"));
+}
+
 }  // namespace baton::log

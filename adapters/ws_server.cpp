@@ -23,10 +23,6 @@ constexpr std::size_t read_chunk = 64 * 1024;
 constexpr std::size_t max_queued_frames = 4096;  // a peer that stops reading is closed past this
 constexpr std::size_t max_queued_bytes = 64u << 20;  // … or past this many bytes (frames echo ids, carry tool output)
 
-std::string http_error_body(int status, const char* code, const std::string& message) {
-  return render_error(make_error(status, code, message));
-}
-
 }  // namespace
 
 // One WebSocket connection at /v1/agent.
@@ -185,7 +181,8 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
 
 namespace {
 
-// Plain HTTP until a WebSocket upgrade: GET /health, and /v1/agent upgrades.
+// Plain HTTP until a WebSocket upgrade: every request goes to http_api, one at a time; /v1/agent
+// upgrades once http_api lets the caller in.
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
   http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub) : stream_(std::move(socket)), hub_(std::move(hub)) {}
@@ -197,7 +194,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
  private:
   void read() {
     parser_.emplace();
-    parser_->body_limit(64 * 1024);
+    parser_->body_limit(hub_->options.max_body_bytes);
     stream_.expires_after(std::chrono::seconds(30));
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       self->on_read(ec);
@@ -209,47 +206,38 @@ class http_session : public std::enable_shared_from_this<http_session> {
       stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
       return;
     }
-    if (ec) return;
+    if (ec == http::error::body_limit) {
+      write(hub_->api.unreadable(parser_->get().version(), true));
+      return;
+    }
+    if (ec) {
+      // A head Beast cannot parse gets a 400; a peer that went away or stalled gets nothing.
+      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+        write(hub_->api.unreadable(11, false));
+      }
+      return;
+    }
     http::request<http::string_body> req = parser_->release();
-    const std::string target(req.target());
     if (websocket::is_upgrade(req)) {
-      if (target == "/v1/agent" || target.starts_with("/v1/agent?")) {
-        stream_.expires_never();
-        std::make_shared<ws_session>(stream_.release_socket(), hub_)->run(std::move(req));
+      if (auto refusal = hub_->api.refuse_upgrade(req)) {
+        write(std::move(*refusal));
         return;
       }
-      respond(req, http::status::not_found,
-              http_error_body(404, "NOT_FOUND", "no WebSocket endpoint at " + target + " (the agent API is /v1/agent)"));
+      stream_.expires_never();
+      std::make_shared<ws_session>(stream_.release_socket(), hub_)->run(std::move(req));
       return;
     }
-    if (target == "/health") {
-      if (req.method() != http::verb::get && req.method() != http::verb::head) {
-        respond(req, http::status::method_not_allowed,
-                http_error_body(405, "METHOD_NOT_ALLOWED", "/health answers GET"));
-        return;
-      }
-      respond(req, http::status::ok, hub_->service.health_json());
-      return;
-    }
-    if (target == "/v1/agent") {
-      respond(req, http::status::upgrade_required,
-              http_error_body(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint"));
-      return;
-    }
-    respond(req, http::status::not_found, http_error_body(404, "NOT_FOUND", "no endpoint at " + target));
+    stream_.expires_never();  // a decision may take its time; the write sets its own limit
+    hub_->api.handle(std::move(req), stream_.get_executor(),
+                     [self = shared_from_this()](http_api::response res) { self->write(std::move(res)); });
   }
 
-  void respond(const http::request<http::string_body>& req, http::status status, std::string body) {
-    auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
-    res->set(http::field::server, "baton");
-    res->set(http::field::content_type, "application/json");
-    res->keep_alive(req.keep_alive());
-    res->body() = std::move(body);
-    res->prepare_payload();
-    if (req.method() == http::verb::head) res->body().clear();  // Content-Length stays; a HEAD answer has no body
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+  void write(http_api::response res) {
+    auto r = std::make_shared<http_api::response>(std::move(res));
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_write(stream_, *r, [self = shared_from_this(), r](beast::error_code ec, std::size_t) {
       if (ec) return;
-      if (!res->keep_alive()) {
+      if (!r->keep_alive()) {
         self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
         return;
       }
@@ -280,8 +268,9 @@ std::size_t session_hub::size() {
   return sessions.size();
 }
 
-ws_server::ws_server(net::io_context& ioc, const server_options& options, agent_service& service)
-    : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service)), acceptor_(net::make_strand(ioc)),
+ws_server::ws_server(net::io_context& ioc, const server_options& options, agent_service& service,
+                     systemone_service& systemone, http_api& api)
+    : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service, systemone, api)), acceptor_(net::make_strand(ioc)),
       accept_retry_(acceptor_.get_executor()) {
   const tcp::endpoint endpoint(net::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host),
                                options.port);
@@ -340,9 +329,9 @@ struct ws_server::stopper : std::enable_shared_from_this<stopper> {
 
   void poll() {
     const auto now = std::chrono::steady_clock::now();
-    agent_service& service = server.hub_->service;
-    if (!closing && (service.in_flight() == 0 || now >= drain_until)) {
-      if (service.in_flight() > 0) spdlog::warn("{} decisions still in flight after the drain limit", service.in_flight());
+    const std::size_t in_flight = server.hub_->service.in_flight() + server.hub_->systemone.in_flight();
+    if (!closing && (in_flight == 0 || now >= drain_until)) {
+      if (in_flight > 0) spdlog::warn("{} decisions still in flight after the drain limit", in_flight);
       server.close_sessions();
       closing = true;
       close_until = now + std::chrono::seconds(2);
@@ -362,6 +351,7 @@ void ws_server::stop(std::chrono::milliseconds drain_limit, std::function<void()
     accept_retry_.cancel();
   });
   hub_->service.drain();
+  hub_->systemone.drain();
   auto s = std::make_shared<stopper>(*this, drain_limit, std::move(done));
   net::post(ioc_, [s] { s->poll(); });
 }

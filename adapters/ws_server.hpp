@@ -1,6 +1,6 @@
 // The listener (DESIGN §7, after Beast's chat-multi example): one io_context, HTTP sessions that
-// answer GET /health and upgrade /v1/agent to WebSocket sessions, each on its own strand with a
-// write queue so only one write is in flight.
+// hand requests to http_api (SystemOne, models, health, metrics) and upgrade /v1/agent to
+// WebSocket sessions, each on its own strand with a write queue so only one write is in flight.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -13,7 +13,9 @@
 #include <unordered_map>
 
 #include "adapters/agent_service.hpp"
+#include "adapters/http_api.hpp"
 #include "adapters/server_config.hpp"
+#include "adapters/systemone_service.hpp"
 
 namespace baton {
 
@@ -24,6 +26,8 @@ class ws_session;
 struct session_hub {
   server_options options;
   agent_service& service;
+  systemone_service& systemone;
+  http_api& api;
   std::mutex mutex;
   std::unordered_map<const ws_session*, std::weak_ptr<ws_session>> sessions;
 
@@ -35,14 +39,16 @@ struct session_hub {
 class ws_server {
  public:
   // Binds and listens at once; throws at start-up when the address is taken or malformed.
-  ws_server(boost::asio::io_context& ioc, const server_options& options, agent_service& service);
+  ws_server(boost::asio::io_context& ioc, const server_options& options, agent_service& service,
+            systemone_service& systemone, http_api& api);
   ~ws_server();
 
   unsigned short port() const noexcept { return port_; }
   void start();
 
-  // Graceful: stop accepting, let in-flight decisions finish (at most `drain_limit`), close every
-  // session with 1001, then call `done` (on an I/O thread) once they are closed or after 2 s.
+  // Graceful: stop accepting, let in-flight decisions (agent and SystemOne) finish (at most
+  // `drain_limit`), close every session with 1001, then call `done` (on an I/O thread) once they
+  // are closed or after 2 s.
   void stop(std::chrono::milliseconds drain_limit, std::function<void()> done);
 
   std::size_t sessions() const { return hub_->size(); }

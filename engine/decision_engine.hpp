@@ -18,6 +18,8 @@ struct engine_description {
   std::string model_id;     // what responses name as `model`
   std::string fingerprint;  // identifies the weights or parameters that produced a decision
   request_limits limits;    // what the model accepts; requests are validated against these
+  std::string description;  // one line for GET /v1/models
+  std::string release_date; // YYYY-MM-DD, for GET /v1/models
 };
 
 class decision_engine {

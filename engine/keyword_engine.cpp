@@ -34,6 +34,8 @@ keyword_engine::keyword_engine(keyword_parameters p) : params_(p) {
   description_.model_id = model_name;
   description_.fingerprint = fingerprint_of(p);
   description_.limits = request_limits::text_only();
+  description_.description = "baton's embedded keyword engine: BM25 word overlap, no weights";
+  description_.release_date = release_date;
 }
 
 std::vector<result<decision>> keyword_engine::decide(std::span<const request> batch) {

@@ -19,6 +19,7 @@ struct keyword_parameters {
 class keyword_engine final : public decision_engine {
  public:
   static constexpr const char* model_name = "baton-keyword-1";
+  static constexpr const char* release_date = "2026-12-03";  // when these parameters were fixed
 
   explicit keyword_engine(keyword_parameters p = {});
 

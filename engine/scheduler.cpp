@@ -19,14 +19,14 @@ scheduler::scheduler(decision_engine& engine, scheduler_options options)
 
 scheduler::~scheduler() { stop(); }
 
-result<void> scheduler::submit(request&& req, callback done) {
+result<void> scheduler::submit(request&& req, callback done, time_point deadline) {
   std::unique_lock lock(mutex_);
   if (stopping_) return make_error(503, "SHUTTING_DOWN", "the server is shutting down");
   if (queue_.size() >= options_.queue_capacity) {
     return make_error(503, "OVERLOADED", "the engine queue is full (" + std::to_string(options_.queue_capacity) +
                                              " requests); retry later");
   }
-  queue_.push_back(job{std::move(req), std::move(done), std::chrono::steady_clock::now()});
+  queue_.push_back(job{std::move(req), std::move(done), std::chrono::steady_clock::now(), deadline});
   lock.unlock();
   ready_.notify_one();
   return {};
@@ -48,24 +48,36 @@ std::size_t scheduler::queued() const {
 
 void scheduler::work() {
   std::vector<job> jobs;
+  std::vector<job> expired;
   std::vector<request> batch;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
       ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued has been answered
-      const std::size_t n = std::min(queue_.size(), options_.max_batch);
+      const auto now = std::chrono::steady_clock::now();
       jobs.clear();
-      for (std::size_t i = 0; i < n; ++i) {
-        jobs.push_back(std::move(queue_.front()));
+      expired.clear();
+      while (!queue_.empty() && jobs.size() < options_.max_batch) {
+        (queue_.front().deadline <= now ? expired : jobs).push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
+    for (job& j : expired) {
+      const double waited = ms_between(j.queued_at, std::chrono::steady_clock::now());
+      j.done(scheduled_result{std::move(j.req),
+                              make_error(504, "DEADLINE_EXCEEDED",
+                                         "the request waited " + std::to_string(static_cast<long>(waited)) +
+                                             " ms for the engine, past its deadline"),
+                              waited, 0, 0});
+    }
+    if (jobs.empty()) continue;
     batch.clear();
     for (job& j : jobs) batch.push_back(std::move(j.req));
     const auto start = std::chrono::steady_clock::now();
     std::vector<result<decision>> out = engine_.decide(batch);
     const auto end = std::chrono::steady_clock::now();
+    if (options_.on_batch) options_.on_batch(jobs.size(), ms_between(start, end));
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       scheduled_result r{std::move(batch[i]),
                          i < out.size() ? std::move(out[i])

@@ -19,6 +19,8 @@ namespace baton {
 struct scheduler_options {
   std::size_t max_batch = 64;         // requests per engine call
   std::size_t queue_capacity = 4096;  // waiting requests; beyond, submit() answers 503 OVERLOADED
+  // Called on the worker thread after each engine call (metrics): its size and duration.
+  std::function<void(std::size_t batch_size, double engine_ms)> on_batch;
 };
 
 struct scheduled_result {
@@ -32,6 +34,7 @@ struct scheduled_result {
 class scheduler {
  public:
   using callback = std::function<void(scheduled_result)>;
+  using time_point = std::chrono::steady_clock::time_point;
 
   scheduler(decision_engine& engine, scheduler_options options);
   ~scheduler();  // stop()
@@ -40,8 +43,9 @@ class scheduler {
 
   // Queues one validated request (moved from only when queued). `done` runs once on the worker
   // thread. Never blocks: a full queue is 503 OVERLOADED, a stopped scheduler 503 SHUTTING_DOWN
-  // (and `done` is not called).
-  result<void> submit(request&& req, callback done);
+  // (and `done` is not called). A request still queued at its `deadline` is not run: `done` gets
+  // 504 DEADLINE_EXCEEDED, so an answer nobody waits for costs no engine time.
+  result<void> submit(request&& req, callback done, time_point deadline = time_point::max());
 
   // Answers everything already queued, then joins the worker. Idempotent.
   void stop();
@@ -52,7 +56,8 @@ class scheduler {
   struct job {
     request req;
     callback done;
-    std::chrono::steady_clock::time_point queued_at;
+    time_point queued_at;
+    time_point deadline;
   };
   void work();
 

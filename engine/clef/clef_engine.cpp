@@ -1,6 +1,8 @@
 #include "engine/clef/clef_engine.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -86,6 +88,22 @@ result<encoded_record> clef_encoder::encode(const request& r, std::size_t max_le
   }
 }
 
+namespace {
+
+// The day a release file was written (UTC), as its release date: releases carry none of their own.
+std::string file_date(const std::filesystem::path& p) {
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(p, ec);
+  if (ec) return "1970-01-01";
+  const auto days = std::chrono::floor<std::chrono::days>(std::chrono::file_clock::to_sys(written));
+  const std::chrono::year_month_day ymd{days};
+  char out[16];
+  std::snprintf(out, sizeof out, "%04d-%02u-%02u", int(ymd.year()), unsigned(ymd.month()), unsigned(ymd.day()));
+  return out;
+}
+
+}  // namespace
+
 clef_engine::clef_engine(const clef_engine_options& options)
     : options_(options),
       encoder_(options.model_dir),
@@ -98,6 +116,8 @@ clef_engine::clef_engine(const clef_engine_options& options)
   if (description_.model_id.empty()) description_.model_id = "clef-omni";
   description_.fingerprint = release_fingerprint(options.model_dir);
   description_.limits = request_limits::text_only();
+  description_.description = "Clef-Omni decision model (release " + description_.model_id + ")";
+  description_.release_date = file_date(options.model_dir / "config.json");
   check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());
   if (encoder_.text_tokenizer().size() > static_cast<std::size_t>(model_->files().text().vocab_size)) {
     throw load_error(options.model_dir.string() + ": the tokenizer has " +

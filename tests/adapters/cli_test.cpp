@@ -99,7 +99,7 @@ class failing_engine final : public decision_engine {
   }
 
  private:
-  engine_description description_{"broken", "none", request_limits{}};
+  engine_description description_{"broken", "none", request_limits{}, "", ""};
 };
 
 TEST(cli_decide, engine_failures_set_the_exit_status) {

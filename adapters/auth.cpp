@@ -1,0 +1,117 @@
+#include "adapters/auth.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/sha256.hpp"
+
+namespace baton {
+
+namespace {
+
+// Equal-length digests compared without an early exit: the time taken says nothing about how
+// much of a guess was right.
+bool same_digest(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  unsigned diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+error unauthorized(std::string message) { return make_error(401, "UNAUTHORIZED", std::move(message)); }
+
+}  // namespace
+
+std::string_view to_string(role r) noexcept {
+  switch (r) {
+    case role::agent: return "agent";
+    case role::reviewer: return "reviewer";
+    case role::auditor: return "auditor";
+    case role::admin: return "admin";
+  }
+  return "?";
+}
+
+std::optional<role> parse_role(std::string_view name) noexcept {
+  for (role r : {role::agent, role::reviewer, role::auditor, role::admin}) {
+    if (to_string(r) == name) return r;
+  }
+  return std::nullopt;
+}
+
+std::string_view describe(endpoint e) noexcept {
+  switch (e) {
+    case endpoint::decide: return "POST /v1/systemone";
+    case endpoint::models: return "GET /v1/models";
+    case endpoint::metrics: return "GET /metrics";
+    case endpoint::agent_ws: return "the agent WebSocket API (/v1/agent)";
+  }
+  return "?";
+}
+
+bool may_use(role r, endpoint e) noexcept {
+  switch (e) {
+    case endpoint::decide:
+    case endpoint::agent_ws: return r == role::agent || r == role::admin;
+    case endpoint::models: return true;
+    case endpoint::metrics: return r == role::auditor || r == role::admin;
+  }
+  return false;
+}
+
+error forbidden(const caller& c, endpoint e) {
+  return make_error(403, "FORBIDDEN", "key `" + c.name + "` has role " + std::string(to_string(c.role)) +
+                                          ", which may not use " + std::string(describe(e)));
+}
+
+authenticator::authenticator(const auth_options& options) : anonymous_{"anonymous", role::admin, 0} {
+  const auto now = std::chrono::steady_clock::now();
+  auto add_bucket = [&](const std::optional<rate_limit>& own) {
+    const std::optional<rate_limit> l = own ? own : options.limit;
+    buckets_.push_back(bucket{l, l ? l->burst : 0, now});
+  };
+  if (options.keys.empty()) add_bucket(std::nullopt);
+  for (const api_key& k : options.keys) {
+    keys_.push_back(key_entry{sha256_hex(k.secret), caller{k.name, k.role, buckets_.size()}});
+    add_bucket(k.limit);
+  }
+}
+
+result<const caller*> authenticator::authenticate(std::string_view authorization) const {
+  if (open()) return &anonymous_;
+  if (authorization.empty()) return unauthorized("an API key is needed: send `Authorization: Bearer <key>`");
+  constexpr std::string_view scheme = "bearer ";
+  if (authorization.size() <= scheme.size() ||
+      !std::equal(scheme.begin(), scheme.end(), authorization.begin(),
+                  [](char a, char b) { return a == (b | 0x20); })) {
+    return unauthorized("the Authorization header must be `Bearer <key>`");
+  }
+  std::string_view key = authorization.substr(scheme.size());
+  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+  const std::string digest = sha256_hex(key);
+  const caller* found = nullptr;
+  for (const key_entry& k : keys_) {
+    if (same_digest(k.digest, digest)) found = &k.who;
+  }
+  if (found == nullptr) return unauthorized("the API key is not valid");
+  return found;
+}
+
+std::optional<std::chrono::milliseconds> authenticator::admit(const caller& c) {
+  std::lock_guard lock(mutex_);
+  bucket& b = buckets_[c.index];
+  if (!b.limit) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  b.tokens = std::min(b.limit->burst,
+                      b.tokens + b.limit->per_second * std::chrono::duration<double>(now - b.refilled).count());
+  b.refilled = now;
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return std::nullopt;
+  }
+  const double wait_ms = std::ceil((1 - b.tokens) / b.limit->per_second * 1000.0);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(1.0, wait_ms)));
+}
+
+}  // namespace baton

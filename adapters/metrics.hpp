@@ -1,0 +1,54 @@
+// What the server has done, for GET /metrics in Prometheus' text format: requests by endpoint and
+// status, decisions by source and lane, engine errors, batch sizes and per-stage latency
+// histograms. Thread-safe; the I/O threads, the engine worker and the log writer all record.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace baton {
+
+class metrics {
+ public:
+  enum class stage { queue, engine, policy, log, total };
+
+  void request(std::string_view endpoint, int status);
+  // source: "systemone" or "agent"; lane: the action (execute, fallback, escalate, deny, finish)
+  // or "answered" for a SystemOne decision.
+  void decision(std::string_view source, std::string_view lane);
+  void engine_error(std::string_view source, std::string_view code);
+  void stage_ms(std::string_view source, stage s, double ms);
+  void batch(std::size_t size);
+  std::uint64_t decisions(std::string_view source, std::string_view lane) const;
+
+  // Gauges are read when scraped: name, help, value.
+  struct gauge {
+    std::string name;
+    std::string help;
+    double value = 0;
+  };
+  std::string render(const std::vector<gauge>& gauges) const;
+
+ private:
+  struct histogram {
+    std::vector<std::uint64_t> counts;  // per bucket, not cumulative; the last is +Inf
+    double sum = 0;
+    std::uint64_t count = 0;
+  };
+  static void observe(histogram& h, const std::vector<double>& bounds, double value);
+
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> engine_errors_;
+  std::map<std::pair<std::string, stage>, histogram> stages_;
+  histogram batches_;
+};
+
+}  // namespace baton
