@@ -28,12 +28,28 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node and npm for tests/sdk (the official TypeScript SDK against `baton serve`), only when the
+# command is missing: a Node from elsewhere (nodesource, nvm) bundles its own npm, and Debian's
+# npm package would conflict with it. The SDK declares engines node>=20 while Debian 12 ships
+# Node 18.20; its dist/index.mjs only uses what Node 18 has (global fetch and Response.clone,
+# AbortController with signal.reason and throwIfAborted, private class fields and methods, ??=),
+# and `node --test` with before/after hooks is there since 18.8.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "baton: installing ${missing[*]}" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The SDK exactly as tests/sdk/package-lock.json pins it (integrity hashes checked by npm ci);
+# again only when the lockfile is newer than what is installed.
+sdk_installed="$root/tests/sdk/node_modules/@typesafe-ai/sdk/package.json"
+if [ ! -e "$sdk_installed" ] || [ "$root/tests/sdk/package-lock.json" -nt "$sdk_installed" ]; then
+  echo "baton: npm ci in tests/sdk" >&2
+  npm ci --prefix "$root/tests/sdk" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 if ! log=$(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1); then
