@@ -34,8 +34,16 @@ done
 port="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/out")"
 [ -n "$port" ] || { cat "$dir/err" >&2; exit 1; }
 
+# The server's minor page faults (field 10 of /proc/PID/stat) and RSS, after each run.
+server_memory() {
+  local stat
+  stat=($(sed 's/.*) //' "/proc/$pid/stat"))
+  echo "server after $1: minor_faults=${stat[7]} rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")"
+}
+server_memory start
 for n in "${counts[@]}"; do
   "$build/bench/http_load" --port "$port" --connections "$n" --requests "$requests" --run "c$n"
+  server_memory "c$n"
 done
 kill -TERM "$pid"
 wait "$pid"

@@ -20,6 +20,7 @@ packages=(
   libyaml-cpp-dev      # the YAML tool registry and policies
   libspdlog-dev        # the server's log lines
   libsqlite3-dev       # the decision log
+  zlib1g-dev           # gzip request bodies on the SystemOne HTTP API
   python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
 )
