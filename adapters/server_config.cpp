@@ -177,12 +177,12 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
   if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
   std::string secret;
   if (env) {
-    const std::string name = read_string(env->value, what + ".env");
+    const std::string name = read_string(env->value, "the `env` of " + what);
     const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
     if (value == nullptr) fail(env->value, what + ": the environment variable " + ticked(name) + " is not set");
     secret = value;
   } else {
-    const std::filesystem::path p = read_path(file->value, what + ".file", base);
+    const std::filesystem::path p = read_path(file->value, "the `file` of " + what, base);
     std::ifstream in(p);
     if (!in || !std::getline(in, secret)) fail(file->value, what + ": cannot read a key from " + p.string());
   }
@@ -194,6 +194,7 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
 }
 
 void read_auth(const YAML::Node& n, auth_options& a, const std::filesystem::path& base) {
+  if (n.IsNull()) return;  // a section of comments only: no keys
   const auto fields = read_map(n, "`auth`", {"keys", "requests_per_second", "burst"});
   a.limit = read_rate_limit(fields, n, "auth.");
   const field* keys = find(fields, "keys");
@@ -202,22 +203,23 @@ void read_auth(const YAML::Node& n, auth_options& a, const std::filesystem::path
   std::set<std::string> names, secrets;
   for (std::size_t i = 0; i < keys->value.size(); ++i) {
     const YAML::Node k = keys->value[i];
-    const std::string what = "`auth.keys[" + std::to_string(i) + "]`";
+    const std::string at = "auth.keys[" + std::to_string(i) + "]";
+    const std::string what = ticked(at);
     const auto kf = read_map(k, what, {"name", "role", "env", "file", "requests_per_second", "burst"});
     api_key key;
     const field* name = find(kf, "name");
     if (!name) fail(k, what + " needs a `name`");
-    key.name = read_string(name->value, what + ".name");
-    if (key.name.empty() || key.name.size() > 100) fail(name->value, what + ".name must be 1 to 100 characters");
+    key.name = read_string(name->value, ticked(at + ".name"));
+    if (key.name.empty() || key.name.size() > 100) fail(name->value, ticked(at + ".name") + " must be 1 to 100 characters");
     if (!names.insert(key.name).second) fail(name->value, "two keys are named " + ticked(key.name));
     const field* r = find(kf, "role");
     if (!r) fail(k, what + " needs a `role`: agent, reviewer, auditor or admin");
-    const auto parsed = parse_role(read_string(r->value, what + ".role"));
-    if (!parsed) fail(r->value, what + ".role must be agent, reviewer, auditor or admin");
+    const auto parsed = parse_role(read_string(r->value, ticked(at + ".role")));
+    if (!parsed) fail(r->value, ticked(at + ".role") + " must be agent, reviewer, auditor or admin");
     key.role = *parsed;
     key.secret = read_secret(kf, k, "key " + ticked(key.name), base);
     if (!secrets.insert(key.secret).second) fail(k, "key " + ticked(key.name) + " has the same secret as another key");
-    key.limit = read_rate_limit(kf, k, "auth.keys[" + std::to_string(i) + "].");
+    key.limit = read_rate_limit(kf, k, at + ".");
     a.keys.push_back(std::move(key));
   }
 }

@@ -7,6 +7,7 @@ Only Debian's python3-websockets is needed.
 import asyncio
 import itertools
 import json
+import os
 
 import websockets
 
@@ -21,10 +22,14 @@ class ProtocolError(Exception):
 
 
 class BatonClient:
-    """One connection to ws://HOST:PORT/v1/agent. Use as `async with BatonClient(url) as baton:`."""
+    """One connection to ws://HOST:PORT/v1/agent. Use as `async with BatonClient(url) as baton:`.
 
-    def __init__(self, url):
+    `api_key` (default: the BATON_API_KEY environment variable) is sent as a bearer token, which a
+    server with keys in its config (auth.keys, role agent) requires."""
+
+    def __init__(self, url, api_key=None):
         self.url = url
+        self.api_key = api_key if api_key is not None else os.environ.get("BATON_API_KEY")
         self._ids = itertools.count(1)
         self._waiting = {}  # frame id -> future of the decision, ack or error that answers it
         self._tool_results = {}  # decision id -> future of the tool_result baton sends
@@ -32,7 +37,8 @@ class BatonClient:
         self._reader = None
 
     async def __aenter__(self):
-        self._ws = await websockets.connect(self.url, max_size=2**22)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        self._ws = await websockets.connect(self.url, max_size=2**22, extra_headers=headers)
         self._reader = asyncio.create_task(self._read())
         return self
 

@@ -61,6 +61,73 @@ TEST(server_config, problems_name_the_file_and_line) {
   EXPECT_EQ(problem("engines: {}\n").substr(0, 26), "/etc/baton/baton.yaml:1: u");
 }
 
+TEST(server_config, api_keys_rate_limits_and_the_systemone_section) {
+  ::setenv("BATON_CONFIG_TEST_KEY", "  key-from-the-environment-42\n", 1);
+  auto c = parse_server_config(R"(auth:
+  requests_per_second: 50
+  keys:
+    - {name: bot, role: agent, env: BATON_CONFIG_TEST_KEY}
+    - {name: ops, role: admin, env: BATON_CONFIG_TEST_KEY_2, requests_per_second: 0.5}
+systemone: {model_aliases: [jev-latest, jev-1.13.0], confidence: margin}
+server: {max_body_bytes: 1024, request_deadline_ms: 1500}
+)",
+                               "/etc/baton/baton.yaml");
+  EXPECT_FALSE(c);
+  EXPECT_EQ(c.error().message,
+            "/etc/baton/baton.yaml:5: key `ops`: the environment variable `BATON_CONFIG_TEST_KEY_2` is not set");
+  ::setenv("BATON_CONFIG_TEST_KEY_2", "another-key-0123456789", 1);
+  c = parse_server_config(R"(auth:
+  requests_per_second: 50
+  keys:
+    - {name: bot, role: agent, env: BATON_CONFIG_TEST_KEY}
+    - {name: ops, role: admin, env: BATON_CONFIG_TEST_KEY_2, requests_per_second: 0.5}
+systemone: {model_aliases: [jev-latest, jev-1.13.0], confidence: margin}
+server: {max_body_bytes: 1024, request_deadline_ms: 1500}
+)",
+                          "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_EQ(c->auth.keys.size(), 2u);
+  EXPECT_EQ(c->auth.keys[0].secret, "key-from-the-environment-42");  // white space around it is not the key
+  EXPECT_EQ(c->auth.keys[0].role, role::agent);
+  EXPECT_FALSE(c->auth.keys[0].limit);
+  EXPECT_EQ(c->auth.keys[1].role, role::admin);
+  ASSERT_TRUE(c->auth.keys[1].limit);
+  EXPECT_EQ(c->auth.keys[1].limit->per_second, 0.5);
+  EXPECT_EQ(c->auth.keys[1].limit->burst, 1.0);
+  ASSERT_TRUE(c->auth.limit);
+  EXPECT_EQ(c->auth.limit->burst, 50.0);
+  EXPECT_EQ(c->systemone.model_aliases, (std::vector<std::string>{"jev-latest", "jev-1.13.0"}));
+  EXPECT_EQ(c->systemone.confidence, confidence_metric::margin);
+  EXPECT_EQ(c->server.max_body_bytes, 1024u);
+  EXPECT_EQ(c->server.request_deadline, std::chrono::milliseconds(1500));
+  // Defaults: no keys, the SDKs' default model name as an alias, the reference's confidence.
+  c = parse_server_config("auth:\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->auth.keys.empty());
+  EXPECT_EQ(c->systemone.model_aliases, std::vector<std::string>{"jev-latest"});
+  EXPECT_EQ(c->systemone.confidence, confidence_metric::p_max);
+
+  const std::string key = "{name: a, role: agent, env: BATON_CONFIG_TEST_KEY}";
+  EXPECT_EQ(problem("auth: {keys: [{name: a, role: boss, env: BATON_CONFIG_TEST_KEY}]}\n"),
+            "/etc/baton/baton.yaml:1: `auth.keys[0].role` must be agent, reviewer, auditor or admin");
+  EXPECT_EQ(problem("auth: {keys: [" + key + ", " + key + "]}\n"), "/etc/baton/baton.yaml:1: two keys are named `a`");
+  EXPECT_EQ(problem("auth: {keys: [" + key + ", {name: b, role: agent, env: BATON_CONFIG_TEST_KEY}]}\n"),
+            "/etc/baton/baton.yaml:1: key `b` has the same secret as another key");
+  EXPECT_EQ(problem("auth: {keys: [{name: a, role: agent}]}\n"),
+            "/etc/baton/baton.yaml:1: key `a` needs exactly one of `env` (an environment variable) or `file`");
+  ::setenv("BATON_CONFIG_TEST_SHORT", "short", 1);
+  const std::string short_key = problem("auth: {keys: [{name: a, role: agent, env: BATON_CONFIG_TEST_SHORT}]}\n");
+  EXPECT_EQ(short_key, "/etc/baton/baton.yaml:1: key `a`: the key must be at least 16 characters");
+  EXPECT_EQ(short_key.find("short\n"), std::string::npos);
+  EXPECT_EQ(problem("auth: {keys: [{name: a, role: agent, file: /nonexistent/key}]}\n"),
+            "/etc/baton/baton.yaml:1: key `a`: cannot read a key from /nonexistent/key");
+  EXPECT_EQ(problem("auth: {requests_per_second: 0}\n"),
+            "/etc/baton/baton.yaml:1: `auth.requests_per_second` must be a number above 0");
+  EXPECT_EQ(problem("auth: {burst: 5}\n"), "/etc/baton/baton.yaml:1: `auth.burst` needs `auth.requests_per_second`");
+  EXPECT_EQ(problem("systemone: {confidence: vibes}\n"),
+            "/etc/baton/baton.yaml:1: `systemone.confidence` must be p_max or margin");
+}
+
 TEST(server_config, listen_addresses) {
   server_options o;
   EXPECT_TRUE(parse_listen("0.0.0.0:0", o));

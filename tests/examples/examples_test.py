@@ -31,7 +31,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_example(name, script, expected, extra_args=(), registry_rewrite=None):
+def run_example(name, script, expected, extra_args=(), registry_rewrite=None, api_key=None):
     with tempfile.TemporaryDirectory() as tmp:
         example = os.path.join(source, "config", "examples", name)
         registry = os.path.join(example, "tools.yaml")
@@ -49,8 +49,11 @@ def run_example(name, script, expected, extra_args=(), registry_rewrite=None):
                 f"registry: {registry}\npolicy: {os.path.join(example, 'policy.yaml')}\n"
                 f"log: {{path: {db}}}\n"
             )
+            if api_key:
+                f.write("auth: {keys: [{name: example-agent, role: agent, env: BATON_EXAMPLE_KEY}]}\n")
         server = subprocess.Popen(
-            [baton, "serve", "--config", config], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [baton, "serve", "--config", config], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "BATON_EXAMPLE_KEY": api_key or ""},
         )
         try:
             line = server.stdout.readline()
@@ -64,6 +67,7 @@ def run_example(name, script, expected, extra_args=(), registry_rewrite=None):
                 ["/usr/bin/python3", os.path.join(agents, script), "--url",
                  f"ws://127.0.0.1:{port.group(1)}/v1/agent", *extra_args],
                 capture_output=True, text=True, timeout=120,
+                env={**os.environ, "BATON_API_KEY": api_key or ""},
             )
             check(agent.returncode == 0, f"{name}: the agent exited {agent.returncode}: {agent.stderr}")
             for pattern in expected:
@@ -116,6 +120,7 @@ run_example(
         r"^alert-search-index: ends with escalate",
         r"known_issue=0\.5",
     ],
+    api_key="oncall-example-key-0123456789",  # the agent sends it as BATON_API_KEY
 )
 print(f"{len(failures)} failures" if failures else "examples: all checks passed")
 sys.exit(1 if failures else 0)
