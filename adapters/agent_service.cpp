@@ -83,7 +83,8 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     return true;
   }
   const auto started = clock_type::now();
-  auto begun = sessions_.begin(f.session, f.turn, f.append, std::move(f.events));
+  auto begun = sessions_.begin(c->owner_.empty() ? f.session : c->owner_ + "/" + f.session, f.turn, f.append,
+                               std::move(f.events));
   if (!begun) {
     --in_flight_;
     c->send(protocol::render_error_frame(id, begun.error()));
@@ -274,7 +275,7 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   out += ",\"decision\":";
   render_string(t->decision_id, out);
   out += ",\"session\":";
-  render_string(t->session.session, out);
+  render_string(t->frame.session, out);
   out += ",\"turn\":";
   out += std::to_string(t->session.turn);
   out += ",\"action\":";

@@ -50,6 +50,9 @@ class agent_connection {
     bool reported = false;
   };
   std::unordered_map<std::string, awaited_tool> awaited_;
+  // The API key's name when the server has keys: a key's sessions are its own, so their names are
+  // scoped by it ("KEY/SESSION" in the session table and the log). Empty without keys.
+  std::string owner_;
   std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
 };
 

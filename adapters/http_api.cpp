@@ -161,9 +161,8 @@ void http_api::handle(request&& req, boost::asio::any_io_executor strand, std::f
                     });
 }
 
-std::optional<http_api::response> http_api::refuse_upgrade(const request& req) {
+std::variant<std::string, http_api::response> http_api::upgrade(const request& req) {
   const std::string_view path = path_of(req.target());
-  const std::string id = new_id('q');
   http_reply refusal;
   if (path != "/v1/agent") {
     refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + std::string(path) +
@@ -173,9 +172,9 @@ std::optional<http_api::response> http_api::refuse_upgrade(const request& req) {
   } else if (!may_use((*who)->role, endpoint::agent_ws)) {
     refusal = error_reply(forbidden(**who, endpoint::agent_ws));
   } else {
-    return std::nullopt;
+    return auth_.open() ? std::string() : (*who)->name;
   }
-  return make(req, path == "/v1/agent" ? "/v1/agent" : "other", std::move(refusal), id);
+  return make(req, path == "/v1/agent" ? "/v1/agent" : "other", std::move(refusal), new_id('q'));
 }
 
 http_api::response http_api::unreadable(unsigned version, bool too_large) {

@@ -7,7 +7,8 @@
 #include <boost/beast/http.hpp>
 
 #include <functional>
-#include <optional>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "adapters/agent_service.hpp"
@@ -29,8 +30,9 @@ class http_api {
   // everything but a decision).
   void handle(request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
 
-  // A WebSocket upgrade: nullopt when the caller may open an agent connection, else the answer.
-  std::optional<response> refuse_upgrade(const request& req);
+  // A WebSocket upgrade: the caller's key name when it may open an agent connection (empty
+  // without keys), else the answer that refuses it.
+  std::variant<std::string, response> upgrade(const request& req);
 
   // The answer to a request that could not be read whole: its body is over server.max_body_bytes
   // (413) or its head is malformed (400). The connection is closed after it.

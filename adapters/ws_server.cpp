@@ -28,9 +28,11 @@ constexpr std::size_t max_queued_bytes = 64u << 20;  // … or past this many by
 // One WebSocket connection at /v1/agent.
 class ws_session : public agent_connection, public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub)
+  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, std::string owner)
       : ws_(std::move(socket)), hub_(std::move(hub)), tokens_(double(hub_->options.max_frames_per_second)),
-        refilled_(std::chrono::steady_clock::now()) {}
+        refilled_(std::chrono::steady_clock::now()) {
+    owner_ = std::move(owner);
+  }
 
   net::any_io_executor strand() override { return ws_.get_executor(); }
 
@@ -219,12 +221,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     http::request<http::string_body> req = parser_->release();
     if (websocket::is_upgrade(req)) {
-      if (auto refusal = hub_->api.refuse_upgrade(req)) {
+      auto admitted = hub_->api.upgrade(req);
+      if (auto* refusal = std::get_if<http_api::response>(&admitted)) {
         write(std::move(*refusal));
         return;
       }
       stream_.expires_never();
-      std::make_shared<ws_session>(stream_.release_socket(), hub_)->run(std::move(req));
+      std::make_shared<ws_session>(stream_.release_socket(), hub_, std::move(std::get<std::string>(admitted)))
+          ->run(std::move(req));
       return;
     }
     stream_.expires_never();  // a decision may take its time; the write sets its own limit

@@ -453,6 +453,30 @@ TEST_F(systemone_test, keys_and_roles) {
   EXPECT_EQ(d.value("type", ""), "decision") << d;
 }
 
+TEST_F(systemone_test, agent_sessions_belong_to_their_key) {
+  const unsigned short port = start(keys_yaml);
+  test::ws_client a(port, "/v1/agent", agent_key);
+  test::ws_client b(port, "/v1/agent", limited_key);
+  auto decide = [](test::ws_client& c) {
+    return c.request({{"type", "decide"}, {"session", "s1"}, {"history", {{{"role", "user"}, {"content", "hi"}}}}});
+  };
+  const json a1 = decide(a);
+  ASSERT_EQ(a1.value("type", ""), "decision") << a1;
+  EXPECT_EQ(a1["session"], "s1");
+  EXPECT_EQ(a1["turn"], 1);
+  const json b1 = decide(b);  // the same name under another key is another session
+  ASSERT_EQ(b1.value("type", ""), "decision") << b1;
+  EXPECT_EQ(b1["turn"], 1);
+  EXPECT_EQ(decide(a)["turn"], 2);
+  server_->stop();
+  const auto rows = sql("SELECT session, turn FROM decisions ORDER BY seq");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["session"], "test-agent/s1");
+  EXPECT_EQ(rows[1]["session"], "test-limited/s1");
+  EXPECT_EQ(rows[2]["session"], "test-agent/s1");
+  EXPECT_EQ(rows[2]["turn"], 2);
+}
+
 TEST_F(systemone_test, without_keys_everyone_on_loopback_is_served_and_nothing_else_is_bound) {
   auto c = parse_server_config("server: {listen: 0.0.0.0:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
                                    "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
