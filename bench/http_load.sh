@@ -34,11 +34,14 @@ done
 port="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/out")"
 [ -n "$port" ] || { cat "$dir/err" >&2; exit 1; }
 
-# The server's minor page faults (field 10 of /proc/PID/stat) and RSS, after each run.
+# The server's minor page faults, CPU seconds (fields 10, 14 and 15 of /proc/PID/stat) and RSS,
+# after each run.
 server_memory() {
   local stat
   stat=($(sed 's/.*) //' "/proc/$pid/stat"))
-  echo "server after $1: minor_faults=${stat[7]} rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")"
+  echo "server after $1: minor_faults=${stat[7]}" \
+    "cpu_s=$(awk -v t=$((stat[11] + stat[12])) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')" \
+    "rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")"
 }
 server_memory start
 for n in "${counts[@]}"; do
