@@ -53,6 +53,24 @@ void header(std::string& out, std::string_view name, std::string_view type, std:
 
 void number(std::string& out, double v) { render_json(json(v), out, false); }
 
+std::string label_text(int v) { return std::to_string(v); }
+const std::string& label_text(const std::string& v) { return v; }
+
+// A counter keyed by two label values.
+template <class Key>
+void write_counter(std::string& out, std::string_view name, std::string_view help, std::string_view first,
+                   std::string_view second, const std::map<Key, std::uint64_t>& values) {
+  header(out, name, "counter", help);
+  for (const auto& [k, n] : values) {
+    out += name;
+    out += '{';
+    label(out, first, label_text(k.first));
+    out += ',';
+    label(out, second, label_text(k.second));
+    out += "} " + std::to_string(n) + '\n';
+  }
+}
+
 }  // namespace
 
 void metrics::observe(histogram& h, const std::vector<double>& bounds, double value) {
@@ -100,31 +118,13 @@ std::string metrics::render(const std::vector<gauge>& gauges) const {
   out.reserve(8192);
   std::lock_guard lock(mutex_);
 
-  header(out, "baton_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
-  for (const auto& [k, n] : requests_) {
-    out += "baton_http_requests_total{";
-    label(out, "endpoint", k.first);
-    out += ',';
-    label(out, "status", std::to_string(k.second));
-    out += "} " + std::to_string(n) + '\n';
-  }
-  header(out, "baton_decisions_total", "counter",
-         "Decisions made, by source (agent or systemone) and lane (the action; answered for SystemOne).");
-  for (const auto& [k, n] : decisions_) {
-    out += "baton_decisions_total{";
-    label(out, "source", k.first);
-    out += ',';
-    label(out, "lane", k.second);
-    out += "} " + std::to_string(n) + '\n';
-  }
-  header(out, "baton_engine_errors_total", "counter", "Requests the engine failed or did not answer in time, by code.");
-  for (const auto& [k, n] : engine_errors_) {
-    out += "baton_engine_errors_total{";
-    label(out, "source", k.first);
-    out += ',';
-    label(out, "code", k.second);
-    out += "} " + std::to_string(n) + '\n';
-  }
+  write_counter(out, "baton_http_requests_total", "HTTP requests answered, by endpoint and status.", "endpoint",
+                "status", requests_);
+  write_counter(out, "baton_decisions_total",
+                "Decisions made, by source (agent or systemone) and lane (the action; answered for SystemOne).",
+                "source", "lane", decisions_);
+  write_counter(out, "baton_engine_errors_total", "Requests the engine failed or did not answer in time, by code.",
+                "source", "code", engine_errors_);
 
   auto write_histogram = [&](std::string_view name, std::string_view labels, const histogram& h,
                              const std::vector<double>& bounds) {

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "load_driver.hpp"
+
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -99,19 +101,6 @@ net::awaitable<void> run_connection(tcp::endpoint server, std::size_t index, con
   }
 }
 
-bool read_number(const char* text, std::size_t& out) {
-  const char* end = text + std::strlen(text);
-  const auto [p, ec] = std::from_chars(text, end, out);
-  return ec == std::errc() && p == end && out > 0;
-}
-
-double percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
 const char* usage =
     "usage: http_load [--host 127.0.0.1] [--port P] [--connections N] [--requests M] [--threads T]\n"
     "                 [--key KEY] [--body FILE] [--run NAME] [--max-seconds S]\n";
@@ -120,36 +109,22 @@ const char* usage =
 
 int main(int argc, char** argv) {
   options o;
-  if (argc % 2 == 0) {
-    std::fputs(usage, stderr);
+  std::size_t port = o.port;
+  if (!baton::bench::parse_flags(argc, argv,
+                                 {{"--host", &o.host, nullptr},
+                                  {"--port", nullptr, &port},
+                                  {"--connections", nullptr, &o.connections},
+                                  {"--requests", nullptr, &o.requests},
+                                  {"--threads", nullptr, &o.threads},
+                                  {"--max-seconds", nullptr, &o.max_seconds},
+                                  {"--key", &o.key, nullptr},
+                                  {"--body", &o.body_file, nullptr},
+                                  {"--run", &o.run, nullptr}},
+                                 usage) ||
+      port > 65535) {
     return 64;
   }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view flag = argv[i];
-    if (flag == "--host" || flag == "--key" || flag == "--body" || flag == "--run") {
-      (flag == "--host" ? o.host : flag == "--key" ? o.key : flag == "--body" ? o.body_file : o.run) = argv[i + 1];
-      continue;
-    }
-    std::size_t n = 0;
-    if (!read_number(argv[i + 1], n) || (flag == "--port" && n > 65535)) {
-      std::fprintf(stderr, "http_load: %s needs a positive number\n", argv[i]);
-      return 64;
-    }
-    if (flag == "--port") {
-      o.port = static_cast<unsigned short>(n);
-    } else if (flag == "--connections") {
-      o.connections = n;
-    } else if (flag == "--requests") {
-      o.requests = n;
-    } else if (flag == "--threads") {
-      o.threads = n;
-    } else if (flag == "--max-seconds") {
-      o.max_seconds = n;
-    } else {
-      std::fputs(usage, stderr);
-      return 64;
-    }
-  }
+  o.port = static_cast<unsigned short>(port);
   // Load may only go to this machine.
   boost::system::error_code ec;
   const net::ip::address address = net::ip::make_address(o.host, ec);
@@ -205,12 +180,11 @@ int main(int argc, char** argv) {
   for (const auto& [code, count] : status)
     status_json += (status_json.empty() ? "\"" : ",\"") + std::to_string(code) + "\":" + std::to_string(count);
   const std::size_t n = all.size();
-  const double p50 = percentile(all, 0.50), p90 = percentile(all, 0.90), p99 = percentile(all, 0.99);
-  const double max = n ? *std::max_element(all.begin(), all.end()) : 0;
+  const baton::bench::latency_summary l = baton::bench::summarise(all);
   std::printf(
       "{\"run\":\"%s\",\"connections\":%zu,\"requests\":%zu,\"errors\":%zu,\"seconds\":%.3f,\"requests_per_s\":%.0f,"
       "\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"status\":{%s},\"client_minor_faults\":%ld}\n",
-      o.run.c_str(), o.connections, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, p50, p90, p99, max,
+      o.run.c_str(), o.connections, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, l.p50, l.p90, l.p99, l.max,
       status_json.c_str(), after.ru_minflt - before.ru_minflt);
   const bool cut_short = n + errors < o.connections * o.requests;
   if (cut_short)

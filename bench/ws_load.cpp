@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "load_driver.hpp"
+
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
@@ -90,53 +92,24 @@ net::awaitable<void> run_session(tcp::endpoint server, std::size_t index, const 
   }
 }
 
-bool read_number(const char* text, std::size_t& out) {
-  const char* end = text + std::strlen(text);
-  const auto [p, ec] = std::from_chars(text, end, out);
-  return ec == std::errc() && p == end && out > 0;
-}
-
-double percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view flag = argv[i];
-    std::size_t n = 0;
-    if (flag == "--run") {
-      o.run = argv[i + 1];
-      continue;
-    }
-    if (!read_number(argv[i + 1], n) || (flag == "--port" && n > 65535)) {
-      std::fprintf(stderr, "ws_load: %s needs a positive number\n", argv[i]);
-      return 64;
-    }
-    if (flag == "--port") {
-      o.port = static_cast<unsigned short>(n);
-    } else if (flag == "--sessions") {
-      o.sessions = n;
-    } else if (flag == "--decisions") {
-      o.decisions = n;
-    } else if (flag == "--turns") {
-      o.turns = n;
-    } else if (flag == "--threads") {
-      o.threads = n;
-    } else {
-      std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--turns T] [--threads T] [--run NAME]\n");
-      return 64;
-    }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "usage: ws_load [--port P] [--sessions N] [--decisions M] [--turns T] [--threads T] [--run NAME]\n");
+  std::size_t port = o.port;
+  if (!baton::bench::parse_flags(argc, argv,
+                                 {{"--port", nullptr, &port},
+                                  {"--sessions", nullptr, &o.sessions},
+                                  {"--decisions", nullptr, &o.decisions},
+                                  {"--turns", nullptr, &o.turns},
+                                  {"--threads", nullptr, &o.threads},
+                                  {"--run", &o.run, nullptr}},
+                                 "usage: ws_load [--port P] [--sessions N] [--decisions M] [--turns T] [--threads T] "
+                                 "[--run NAME]\n") ||
+      port > 65535) {
     return 64;
   }
+  o.port = static_cast<unsigned short>(port);
 
   net::io_context io;
   const tcp::endpoint server(net::ip::make_address("127.0.0.1"), o.port);
@@ -162,12 +135,11 @@ int main(int argc, char** argv) {
     if (first_error.empty()) first_error = s.first_error;
   }
   const std::size_t n = all.size();
-  const double p50 = percentile(all, 0.50), p90 = percentile(all, 0.90), p99 = percentile(all, 0.99);
-  const double max = n ? *std::max_element(all.begin(), all.end()) : 0;
+  const baton::bench::latency_summary l = baton::bench::summarise(all);
   std::printf(
       "{\"sessions\":%zu,\"turns\":%zu,\"decisions\":%zu,\"errors\":%zu,\"seconds\":%.3f,\"decisions_per_s\":%.0f,"
       "\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"client_minor_faults\":%ld}\n",
-      o.sessions, o.turns, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, p50, p90, p99, max,
+      o.sessions, o.turns, n, errors, seconds, seconds > 0 ? double(n) / seconds : 0, l.p50, l.p90, l.p99, l.max,
       after.ru_minflt - before.ru_minflt);
   if (errors) std::fprintf(stderr, "ws_load: %zu errors; the first: %s\n", errors, first_error.c_str());
   return errors ? 1 : 0;

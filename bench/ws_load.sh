@@ -14,28 +14,11 @@ shift || true
 counts=("$@")
 ((${#counts[@]})) || counts=(1 64 512)
 
-dir="$(mktemp -d)"
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
-cat >"$dir/baton.yaml" <<YAML
-server: {listen: 127.0.0.1:0, io_threads: ${BATON_IO_THREADS:-2}, max_frames_per_second: 1000000}
-engine: {name: keyword}
-registry: $root/config/tools.yaml
-policy: $root/config/policy.yaml
-log: {path: $dir/decisions.db, durable_ack: ${BATON_DURABLE_ACK:-true}, synchronous: ${BATON_SYNC:-full}}
-YAML
-
-"$build/adapters/baton" serve --config "$dir/baton.yaml" >"$dir/out" 2>"$dir/err" &
-pid=$!
-for _ in $(seq 100); do
-  grep -q 'listening on' "$dir/out" 2>/dev/null && break
-  sleep 0.1
-done
-port="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/out")"
-[ -n "$port" ] || { cat "$dir/err" >&2; exit 1; }
+# shellcheck source=bench_server.sh
+source "$root/bench/bench_server.sh"
+start_bench_server ", max_frames_per_second: 1000000"
 
 for n in "${counts[@]}"; do
   "$build/bench/ws_load" --port "$port" --sessions "$n" --decisions "$decisions" --turns "${BATON_TURNS:-20}" --run "s$n"
 done
-kill -TERM "$pid"
-wait "$pid"
-"$build/adapters/baton" log verify --db "$dir/decisions.db"
+stop_bench_server

@@ -63,28 +63,20 @@ TEST(server_config, problems_name_the_file_and_line) {
 
 TEST(server_config, api_keys_rate_limits_and_the_systemone_section) {
   ::setenv("BATON_CONFIG_TEST_KEY", "  key-from-the-environment-42\n", 1);
-  auto c = parse_server_config(R"(auth:
+  const char* yaml = R"(auth:
   requests_per_second: 50
   keys:
     - {name: bot, role: agent, env: BATON_CONFIG_TEST_KEY}
     - {name: ops, role: admin, env: BATON_CONFIG_TEST_KEY_2, requests_per_second: 0.5}
 systemone: {model_aliases: [jev-latest, jev-1.13.0], confidence: margin}
 server: {max_body_bytes: 1024, request_deadline_ms: 1500}
-)",
-                               "/etc/baton/baton.yaml");
+)";
+  auto c = parse_server_config(yaml, "/etc/baton/baton.yaml");
   EXPECT_FALSE(c);
   EXPECT_EQ(c.error().message,
             "/etc/baton/baton.yaml:5: key `ops`: the environment variable `BATON_CONFIG_TEST_KEY_2` is not set");
   ::setenv("BATON_CONFIG_TEST_KEY_2", "another-key-0123456789", 1);
-  c = parse_server_config(R"(auth:
-  requests_per_second: 50
-  keys:
-    - {name: bot, role: agent, env: BATON_CONFIG_TEST_KEY}
-    - {name: ops, role: admin, env: BATON_CONFIG_TEST_KEY_2, requests_per_second: 0.5}
-systemone: {model_aliases: [jev-latest, jev-1.13.0], confidence: margin}
-server: {max_body_bytes: 1024, request_deadline_ms: 1500}
-)",
-                          "/etc/baton/baton.yaml");
+  c = parse_server_config(yaml, "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
   ASSERT_EQ(c->auth.keys.size(), 2u);
   EXPECT_EQ(c->auth.keys[0].secret, "key-from-the-environment-42");  // white space around it is not the key
