@@ -34,6 +34,7 @@ struct api_key {
   std::string name;
   baton::role role = role::agent;
   std::string secret;
+  std::string env;                  // the environment variable it was read from ("" for a file)
   std::optional<rate_limit> limit;  // else auth_options::limit
 };
 

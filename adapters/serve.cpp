@@ -142,6 +142,10 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
                  "can call", loopback, p->config.server.host);
     p->config.server.host = loopback;
   }
+  // Command tools run with baton's environment, less the variables that hold API keys.
+  for (const api_key& k : p->config.auth.keys) {
+    if (!k.env.empty()) p->config.executors.withheld_env.push_back(k.env);
+  }
   p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);

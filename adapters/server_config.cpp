@@ -171,7 +171,7 @@ std::optional<rate_limit> read_rate_limit(const std::vector<field>& fields, cons
 
 // The key itself, from the environment or a file; never echoed in a message.
 std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
-                        const std::filesystem::path& base) {
+                        const std::filesystem::path& base, std::string& env_name) {
   const field* env = find(fields, "env");
   const field* file = find(fields, "file");
   if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
@@ -181,6 +181,7 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
     const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
     if (value == nullptr) fail(env->value, what + ": the environment variable " + ticked(name) + " is not set");
     secret = value;
+    env_name = name;
   } else {
     const std::filesystem::path p = read_path(file->value, "the `file` of " + what, base);
     std::ifstream in(p);
@@ -217,7 +218,7 @@ void read_auth(const YAML::Node& n, auth_options& a, const std::filesystem::path
     const auto parsed = parse_role(read_string(r->value, ticked(at + ".role")));
     if (!parsed) fail(r->value, ticked(at + ".role") + " must be agent, reviewer, auditor or admin");
     key.role = *parsed;
-    key.secret = read_secret(kf, k, "key " + ticked(key.name), base);
+    key.secret = read_secret(kf, k, "key " + ticked(key.name), base, key.env);
     if (!secrets.insert(key.secret).second) fail(k, "key " + ticked(key.name) + " has the same secret as another key");
     key.limit = read_rate_limit(kf, k, at + ".");
     a.keys.push_back(std::move(key));

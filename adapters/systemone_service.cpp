@@ -61,6 +61,7 @@ struct systemone_service::call {
   clock_type::time_point received = clock_type::now();
   double parse_ms = 0, queue_ms = 0, engine_ms = 0;
   std::string schema_hash;
+  bool engine_back = false;  // the engine answered: the deadline no longer applies
   bool finished = false;
 
   call(std::string i, std::string c, boost::asio::any_io_executor strand, std::function<void(http_reply)> d)
@@ -115,7 +116,9 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
   }
   c->timer.expires_at(deadline);
   c->timer.async_wait([this, c](boost::system::error_code ec) {
-    if (ec || c->finished) return;
+    // An answer queued on the strand before this handler ran wins, even though its cancel()
+    // came too late to stop the handler.
+    if (ec || c->finished || c->engine_back) return;
     metrics_.engine_error("systemone", "DEADLINE_EXCEEDED");
     finish(c, error_reply(make_error(504, "DEADLINE_EXCEEDED",
                                      "no answer from the engine within " +
@@ -126,6 +129,7 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
 
 void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_result&& r) {
   if (c->finished) return;  // past the deadline: the caller has its 504
+  c->engine_back = true;
   c->timer.cancel();
   c->queue_ms = r.queue_ms;
   c->engine_ms = r.engine_ms;
@@ -192,7 +196,9 @@ void systemone_service::finish(const std::shared_ptr<call>& c, http_reply reply)
   c->finished = true;
   c->timer.cancel();
   if (reply.status == 200) metrics_.stage_ms("systemone", metrics::stage::total, ms_since(c->received));
-  c->done(std::move(reply));
+  // Moved out: a late engine answer still holds the call, but no longer the connection.
+  auto done = std::move(c->done);
+  done(std::move(reply));
   --in_flight_;
 }
 

@@ -71,6 +71,7 @@ void scheduler::work() {
                                              " ms for the engine, past its deadline"),
                               waited, 0, 0});
     }
+    expired.clear();
     if (jobs.empty()) continue;
     batch.clear();
     for (job& j : jobs) batch.push_back(std::move(j.req));
@@ -86,6 +87,9 @@ void scheduler::work() {
                          ms_between(jobs[i].queued_at, start), ms_between(start, end), jobs.size()};
       jobs[i].done(std::move(r));
     }
+    // The callbacks hold their callers' state (a connection, a turn): let it go now, not at the
+    // next batch.
+    jobs.clear();
   }
 }
 

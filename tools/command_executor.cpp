@@ -1,5 +1,6 @@
 // The command executor: argv exec'd directly (no shell), the call on stdin, stdout as the output.
 // Everything waits on the I/O context: pipes and a pidfd, never a blocking waitpid on a live child.
+#include <algorithm>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -34,6 +35,7 @@ struct command_config {
   std::vector<std::string> argv;
   std::chrono::milliseconds timeout;
   std::size_t max_output_bytes = 0;
+  std::vector<std::string> withheld_env;
 };
 
 // How much of stderr the detail of a failed run quotes.
@@ -125,8 +127,18 @@ class command_run : public std::enable_shared_from_this<command_run> {
     std::vector<char*> argv;
     for (const std::string& a : config_->argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    // baton's environment less the withheld variables, read now: the environment may have changed.
+    std::vector<char*> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      const std::string_view name = entry.substr(0, entry.find('='));
+      if (std::find(config_->withheld_env.begin(), config_->withheld_env.end(), name) == config_->withheld_env.end()) {
+        env.push_back(*e);
+      }
+    }
+    env.push_back(nullptr);
     // posix_spawnp searches PATH only when argv[0] has no '/'.
-    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, &attr, argv.data(), environ);
+    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, &attr, argv.data(), env.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) {
@@ -352,6 +364,7 @@ std::unique_ptr<executor> make_command_executor(const json& config, net::any_io_
   }
   c->timeout = timeout_of(config, limits);
   c->max_output_bytes = limits.max_output_bytes;
+  c->withheld_env = limits.withheld_env;
   return std::make_unique<command_executor>(std::move(c), std::move(io));
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "core/json.hpp"
@@ -47,6 +48,9 @@ class executor {
 struct executor_limits {
   std::chrono::milliseconds default_timeout{10000};
   std::size_t max_output_bytes = 1u << 20;  // http body or command stdout; beyond: EXECUTOR_OUTPUT_TOO_LARGE
+  // Environment variables a command never sees (the server's API keys): its environment is
+  // baton's without them.
+  std::vector<std::string> withheld_env;
 };
 
 // The executor of a registry tool. Its configuration was validated when the registry loaded; one

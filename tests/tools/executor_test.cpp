@@ -354,6 +354,17 @@ TEST_F(executor_test, command_json_stdout_is_parsed) {
   EXPECT_EQ(o.output, json::parse(R"({"a":[1,2]})"));
 }
 
+TEST_F(executor_test, command_does_not_see_withheld_variables) {
+  ::setenv("BATON_TEST_SECRET", "do-not-pass-0123456789", 1);
+  ::setenv("BATON_TEST_VISIBLE", "visible", 1);
+  executor_limits limits;
+  limits.withheld_env = {"BATON_TEST_SECRET"};
+  const tool_outcome o = run(command({"/bin/sh", "-c", "echo \"${BATON_TEST_SECRET:-unset} $BATON_TEST_VISIBLE\""}), limits);
+  EXPECT_TRUE(o.ok) << o.detail;
+  EXPECT_EQ(o.output, json("unset visible\n"));
+  EXPECT_STREQ(::getenv("BATON_TEST_SECRET"), "do-not-pass-0123456789");  // baton's own stays
+}
+
 TEST_F(executor_test, command_reads_the_call_on_stdin) {
   const tool_outcome o = run(command({"cat"}));  // found on PATH
   EXPECT_TRUE(o.ok) << o.detail;
