@@ -51,9 +51,9 @@ result<std::string> gunzip(std::string_view in, std::size_t limit) {
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
 
-std::string_view bearer(const http_api::request& req) {
-  const auto it = req.find(http::field::authorization);
-  return it == req.end() ? std::string_view() : std::string_view(it->value());
+std::string_view bearer(const http_api::head& h) {
+  const auto it = h.find(http::field::authorization);
+  return it == h.end() ? std::string_view() : std::string_view(it->value());
 }
 
 }  // namespace
@@ -62,10 +62,10 @@ http_api::http_api(const server_config& config, authenticator& auth, metrics& m,
                    agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges)
     : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gauges_(std::move(gauges)) {}
 
-http_api::response http_api::make(const request& req, std::string_view route_name, http_reply&& r,
-                                  const std::string& id) {
+http_api::response http_api::make(unsigned version, bool keep_alive, bool head_only, std::string_view route_name,
+                                  http_reply&& r, const std::string& id) {
   metrics_.request(route_name, r.status);
-  response res{static_cast<http::status>(r.status), req.version()};
+  response res{static_cast<http::status>(r.status), version};
   res.set(http::field::server, "baton");
   res.set(http::field::content_type, route_name == "/metrics" && r.status == 200
                                          ? "text/plain; version=0.0.4; charset=utf-8"
@@ -73,70 +73,78 @@ http_api::response http_api::make(const request& req, std::string_view route_nam
   res.set("x-typesafe-request-id", id);
   res.set("X-Request-Id", id);
   for (auto& [k, v] : r.headers) res.set(k, v);
-  res.keep_alive(req.keep_alive() && !r.close);
+  // A stopping server closes each connection after its answer.
+  res.keep_alive(keep_alive && !r.close && !systemone_.draining());
   res.body() = std::move(r.body);
   res.prepare_payload();
-  if (req.method() == http::verb::head) res.body().clear();  // Content-Length stays; a HEAD answer has no body
+  if (head_only) res.body().clear();  // Content-Length stays; a HEAD answer has no body
   return res;
 }
 
-void http_api::handle(request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done) {
-  const std::string_view path = path_of(req.target());
+std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h,
+                                                                  std::optional<std::uint64_t> content_length,
+                                                                  bool keep_alive) {
+  const std::string_view path = path_of(h.target());
   const route* found = nullptr;
   for (const route& r : routes) {
     if (r.path == path) found = &r;
   }
-  const bool decide = found && found->method == http::verb::post;
-  std::string id = new_id(decide ? 'd' : 'q');
-  const std::string_view name = found ? found->path : "other";
-  auto answer = [&](http_reply r) { done(make(req, name, std::move(r), id)); };
+  ticket t;
+  t.received = std::chrono::steady_clock::now();
+  t.decide = found && found->method == http::verb::post;
+  t.id = new_id(t.decide ? 'd' : 'q');
+  t.route = found ? found->path : "other";
+  auto refuse = [&](http_reply r) { return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
+  };
 
-  if (!found) {
-    answer(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
-    return;
-  }
-  const bool head_ok = found->method == http::verb::get;
-  if (req.method() != found->method && !(head_ok && req.method() == http::verb::head)) {
+  if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
+  const bool get_like = found->method == http::verb::get;
+  if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
     http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED",
                                           std::string(path) + " answers " + std::string(http::to_string(found->method))));
-    r.headers.emplace_back("Allow", head_ok ? "GET, HEAD" : "POST");
-    answer(std::move(r));
-    return;
+    r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
+    return refuse(std::move(r));
   }
-  if (path == "/health") {
+  if (path == "/health") return t;
+  if (path == "/v1/agent") {
+    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint")));
+  }
+  auto who = auth_.authenticate(bearer(h));
+  if (!who) return refuse(error_reply(who.error()));
+  t.who = *who;
+  const endpoint e = t.decide ? endpoint::decide : path == "/metrics" ? endpoint::metrics : endpoint::models;
+  if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
+  if (const auto wait = auth_.admit(*t.who)) {
+    return refuse(error_reply(make_error(429, "RATE_LIMITED", "key `" + t.who->name + "` is over its rate limit; retry in " +
+                                                                  std::to_string(wait->count()) + " ms"),
+                              *wait));
+  }
+  if (content_length && *content_length > config_.server.max_body_bytes) {
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE",
+                                         "a body of " + std::to_string(*content_length) + " bytes; the limit is " +
+                                             std::to_string(config_.server.max_body_bytes) + " (server.max_body_bytes)")));
+  }
+  if (t.decide && systemone_.draining()) {
+    return refuse(error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+  }
+  return t;
+}
+
+void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done) {
+  const bool head_only = req.method() == http::verb::head;
+  auto answer = [&](http_reply r) { done(make(req.version(), req.keep_alive(), head_only, t.route, std::move(r), t.id)); };
+  if (t.route == "/health") {
     answer(http_reply{200, agents_.health_json(), {}, false});
     return;
   }
-  if (path == "/v1/agent") {
-    answer(error_reply(make_error(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint")));
-    return;
-  }
-  auto who = auth_.authenticate(bearer(req));
-  if (!who) {
-    answer(error_reply(who.error()));
-    return;
-  }
-  const caller& c = **who;
-  const endpoint e = decide ? endpoint::decide : path == "/metrics" ? endpoint::metrics : endpoint::models;
-  if (!may_use(c.role, e)) {
-    answer(error_reply(forbidden(c, e)));
-    return;
-  }
-  if (const auto wait = auth_.admit(c)) {
-    answer(error_reply(make_error(429, "RATE_LIMITED", "key `" + c.name + "` is over its rate limit; retry in " +
-                                                           std::to_string(wait->count()) + " ms"),
-                       *wait));
-    return;
-  }
-  if (e == endpoint::models) {
+  if (t.route == "/v1/models") {
     answer(http_reply{200, systemone_.models_json(), {}, false});
     return;
   }
-  if (e == endpoint::metrics) {
+  if (t.route == "/metrics") {
     answer(http_reply{200, metrics_.render(gauges_()), {}, false});
     return;
   }
-
   std::string body = std::move(req.body());
   if (const auto enc = req.find(http::field::content_encoding); enc != req.end()) {
     const std::string_view coding = enc->value();
@@ -153,40 +161,57 @@ void http_api::handle(request&& req, boost::asio::any_io_executor strand, std::f
       return;
     }
   }
-  // The request goes on without `req`'s body; its head stays for the response.
-  auto head = std::make_shared<request>(std::move(req));
-  systemone_.decide(id, c.name, std::move(body), strand,
-                    [this, head, id, name, done = std::move(done)](http_reply r) {
-                      done(make(*head, name, std::move(r), id));
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  const std::string id = t.id;
+  const std::string_view route = t.route;
+  systemone_.decide(id, t.who->name, std::move(body), t.received, std::move(strand),
+                    [this, version, keep_alive, route, id, done = std::move(done)](http_reply r) {
+                      done(make(version, keep_alive, false, route, std::move(r), id));
                     });
 }
 
-std::variant<std::string, http_api::response> http_api::upgrade(const request& req) {
-  const std::string_view path = path_of(req.target());
+std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive) {
+  const std::string_view path = path_of(h.target());
+  const std::string id = new_id('q');
+  const std::string_view route = path == "/v1/agent" ? "/v1/agent" : "other";
   http_reply refusal;
   if (path != "/v1/agent") {
     refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + std::string(path) +
                                                            " (the agent API is /v1/agent)"));
-  } else if (auto who = auth_.authenticate(bearer(req)); !who) {
+  } else if (auto who = auth_.authenticate(bearer(h)); !who) {
     refusal = error_reply(who.error());
   } else if (!may_use((*who)->role, endpoint::agent_ws)) {
     refusal = error_reply(forbidden(**who, endpoint::agent_ws));
+  } else if (const auto wait = auth_.admit(**who)) {
+    refusal = error_reply(make_error(429, "RATE_LIMITED", "key `" + (*who)->name + "` is over its rate limit"), *wait);
+  } else if (systemone_.draining()) {
+    refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
   } else {
-    return auth_.open() ? std::string() : (*who)->name;
+    metrics_.request(route, 101);
+    return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id};
   }
-  return make(req, path == "/v1/agent" ? "/v1/agent" : "other", std::move(refusal), new_id('q'));
+  return make(h.version(), keep_alive, false, route, std::move(refusal), id);
 }
 
-http_api::response http_api::unreadable(unsigned version, bool too_large) {
-  request req{http::verb::unknown, "", version};
-  req.keep_alive(false);
-  http_reply r = error_reply(
-      too_large ? make_error(413, "REQUEST_TOO_LARGE",
-                             "the body is larger than " + std::to_string(config_.server.max_body_bytes) +
-                                 " bytes (server.max_body_bytes)")
-                : make_error(400, "BAD_REQUEST", "the request is not readable HTTP/1.1"));
-  r.close = true;
-  return make(req, "other", std::move(r), new_id('q'));
+http_api::response http_api::unreadable(unsigned version, unreadable_reason why) {
+  error e;
+  switch (why) {
+    case unreadable_reason::body_too_large:
+      e = make_error(413, "REQUEST_TOO_LARGE", "the body is larger than " + std::to_string(config_.server.max_body_bytes) +
+                                                   " bytes (server.max_body_bytes)");
+      break;
+    case unreadable_reason::head_too_large:
+      e = make_error(431, "HEADERS_TOO_LARGE", "the request's head is larger than the server reads");
+      break;
+    case unreadable_reason::malformed:
+      e = make_error(400, "BAD_REQUEST", "the request is not readable HTTP/1.1");
+      break;
+    case unreadable_reason::busy:
+      e = make_error(503, "SERVER_BUSY", "the server holds as many connections or request bytes as it may; retry later");
+      break;
+  }
+  return make(version, false, false, "other", error_reply(e), new_id('q'));
 }
 
 }  // namespace baton

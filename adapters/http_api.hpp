@@ -1,12 +1,16 @@
 // The HTTP side of `baton serve`: routes, API keys and roles, per-key rate limits, gzip bodies,
-// the request id on every response, and the count of every answer for /metrics. The WebSocket
-// upgrade to /v1/agent is checked here too; ws_server owns the connections.
+// the request id on every response, and the count of every answer for /metrics. A request is
+// admitted on its head alone (route, method, key, role, rate, declared size), so nothing is read
+// for a caller that would be refused. The WebSocket upgrade to /v1/agent is admitted here too;
+// ws_server owns the connections.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/beast/http.hpp>
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -20,26 +24,51 @@ namespace baton {
 
 class http_api {
  public:
+  using head = boost::beast::http::request_header<>;
   using request = boost::beast::http::request<boost::beast::http::string_body>;
   using response = boost::beast::http::response<boost::beast::http::string_body>;
+
+  // A request whose head was admitted: its body may be read.
+  struct ticket {
+    std::string id;                 // x-typesafe-request-id
+    std::string_view route;         // the route's path, for the metrics
+    bool decide = false;            // POST /v1/systemone or /v1/decisions
+    const caller* who = nullptr;    // null for /health
+    std::chrono::steady_clock::time_point received;  // when the head arrived: deadlines count from it
+  };
+
+  // An admitted WebSocket upgrade: its caller (for the key's sessions and rate) and request id.
+  struct upgrade_ticket {
+    const caller* who = nullptr;
+    std::string owner;  // the key's name, scoping its sessions; empty without keys
+    std::string id;
+  };
 
   http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
            agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges);
 
-  // Answers a request that is not a WebSocket upgrade. `done` runs once, on `strand` (inline for
-  // everything but a decision).
-  void handle(request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
+  // Decides on a request's head. `content_length` is the declared body size (none: chunked);
+  // `keep_alive` whether the client keeps the connection (the parser's reading of the head).
+  std::variant<ticket, response> admit(const head& h, std::optional<std::uint64_t> content_length, bool keep_alive);
 
-  // A WebSocket upgrade: the caller's key name when it may open an agent connection (empty
-  // without keys), else the answer that refuses it.
-  std::variant<std::string, response> upgrade(const request& req);
+  // Answers an admitted request whose body has been read. `done` runs once, on `strand` (inline
+  // for everything but a decision).
+  void handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
 
-  // The answer to a request that could not be read whole: its body is over server.max_body_bytes
-  // (413) or its head is malformed (400). The connection is closed after it.
-  response unreadable(unsigned version, bool too_large);
+  std::variant<upgrade_ticket, response> upgrade(const head& h, bool keep_alive);
+
+  // Takes one request from the caller's bucket (a WebSocket frame): how long to wait, when empty.
+  std::optional<std::chrono::milliseconds> admit_frame(const caller& c) { return auth_.admit(c); }
+
+  // The answer to a request that cannot be read (the connection closes after it): 413 for a body
+  // over server.max_body_bytes, 431 for a head over the header limit, 400 for a malformed head,
+  // 503 when the server's connection or buffer budget is spent.
+  enum class unreadable_reason { body_too_large, head_too_large, malformed, busy };
+  response unreadable(unsigned version, unreadable_reason why);
 
  private:
-  response make(const request& req, std::string_view route, http_reply&& r, const std::string& id);
+  response make(unsigned version, bool keep_alive, bool head_only, std::string_view route, http_reply&& r,
+                const std::string& id);
 
   const server_config& config_;
   authenticator& auth_;

@@ -43,7 +43,7 @@ void read_server(const YAML::Node& n, server_options& s) {
   for (const field& f : read_map(n, "`server`",
                                  {"listen", "io_threads", "max_frame_bytes", "max_frames_per_second", "max_bad_frames",
                                   "max_history_bytes", "max_history_bytes_total", "max_sessions", "session_idle_s", "max_pending_tool_results",
-                                  "max_body_bytes", "request_deadline_ms"})) {
+                                  "max_body_bytes", "request_deadline_ms", "max_connections", "max_buffered_bytes"})) {
     const std::string what = ticked("server." + f.key);
     if (f.key == "listen") {
       if (!parse_listen(read_string(f.value, what), s)) fail(f.value, what + " must be HOST:PORT, e.g. 127.0.0.1:8470");
@@ -67,6 +67,10 @@ void read_server(const YAML::Node& n, server_options& s) {
       s.max_pending_tool_results = read_count(f.value, what);
     } else if (f.key == "max_body_bytes") {
       s.max_body_bytes = read_count(f.value, what, std::int64_t(1) << 32);
+    } else if (f.key == "max_connections") {
+      s.max_connections = read_count(f.value, what, std::int64_t(1) << 24);
+    } else if (f.key == "max_buffered_bytes") {
+      s.max_buffered_bytes = read_count(f.value, what, std::int64_t(1) << 40);
     } else {
       s.request_deadline = std::chrono::milliseconds(read_count(f.value, what));
     }

@@ -30,6 +30,8 @@ struct server_options {
   std::size_t max_pending_tool_results = 1024;  // per connection: agent-run decisions awaiting tool_result
   std::size_t max_body_bytes = 32u << 20;       // an HTTP request body, after gzip; beyond: 413
   std::chrono::milliseconds request_deadline{9000};  // SystemOne: 504 past it (the SDKs give up at 10 s)
+  std::size_t max_connections = 10000;              // open at once; beyond: 503 SERVER_BUSY and close
+  std::size_t max_buffered_bytes = 512u << 20;      // request bodies held at once; beyond: 503 SERVER_BUSY
 };
 
 // The SystemOne endpoint (spec/systemone-api.md): what it answers for and how.

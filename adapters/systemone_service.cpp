@@ -58,14 +58,15 @@ struct systemone_service::call {
   std::string caller;
   std::function<void(http_reply)> done;
   boost::asio::steady_timer timer;
-  clock_type::time_point received = clock_type::now();
+  clock_type::time_point received;
   double parse_ms = 0, queue_ms = 0, engine_ms = 0;
   std::string schema_hash;
   bool engine_back = false;  // the engine answered: the deadline no longer applies
   bool finished = false;
 
-  call(std::string i, std::string c, boost::asio::any_io_executor strand, std::function<void(http_reply)> d)
-      : id(std::move(i)), caller(std::move(c)), done(std::move(d)), timer(std::move(strand)) {}
+  call(std::string i, std::string c, clock_type::time_point r, boost::asio::any_io_executor strand,
+       std::function<void(http_reply)> d)
+      : id(std::move(i)), caller(std::move(c)), done(std::move(d)), timer(std::move(strand)), received(r) {}
 };
 
 systemone_service::systemone_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
@@ -78,17 +79,19 @@ bool systemone_service::serves(std::string_view model) const {
   return std::find(aliases.begin(), aliases.end(), model) != aliases.end();
 }
 
-void systemone_service::decide(std::string id, std::string caller, std::string body,
+void systemone_service::decide(std::string id, std::string caller, std::string body, clock_type::time_point received,
                                boost::asio::any_io_executor strand, std::function<void(http_reply)> done) {
   // Counted before draining_ is read: the drain either sees this call or the call sees the drain.
   ++in_flight_;
-  auto c = std::make_shared<call>(std::move(id), std::move(caller), strand, std::move(done));
+  auto c = std::make_shared<call>(std::move(id), std::move(caller), received, strand, std::move(done));
   if (draining_) {
     finish(c, error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
     return;
   }
   const engine_description& d = engine_.describe();
-  auto req = parse_request(body, d.limits, d.model_id);
+  request_limits limits = d.limits;
+  limits.max_body_bytes = config_.server.max_body_bytes;  // the HTTP layer read at most this much
+  auto req = parse_request(body, limits, d.model_id);
   if (!req) {
     finish(c, error_reply(req.error()));
     return;

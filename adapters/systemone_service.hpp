@@ -36,17 +36,19 @@ class systemone_service {
   systemone_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
                     log::decision_log& log, metrics& m);
 
-  // Answers one request body. `done` runs exactly once, on `strand` (the connection's): with the
-  // response once the decision is logged (or sent, without durable acks), or with an error; with
-  // 504 DEADLINE_EXCEEDED at server.request_deadline_ms if the engine has not answered by then.
-  void decide(std::string id, std::string caller, std::string body, boost::asio::any_io_executor strand,
-              std::function<void(http_reply)> done);
+  // Answers one request body (`received`: when its head arrived). `done` runs exactly once, on
+  // `strand` (the connection's; inline when the request is refused at once): with the response
+  // once the decision is logged (or sent, without durable acks), or with an error; with 504
+  // DEADLINE_EXCEEDED at received + server.request_deadline_ms if the engine has not answered.
+  void decide(std::string id, std::string caller, std::string body, std::chrono::steady_clock::time_point received,
+              boost::asio::any_io_executor strand, std::function<void(http_reply)> done);
 
   // {"models":[{"name","description","release_date"}, …]}: the served model, then its aliases.
   std::string models_json() const;
 
   // From now on requests get 503 SHUTTING_DOWN; in_flight() counts down to 0.
   void drain() noexcept { draining_ = true; }
+  bool draining() const noexcept { return draining_; }
   std::size_t in_flight() const noexcept { return in_flight_.load(); }
 
  private:

@@ -25,21 +25,39 @@ constexpr std::size_t max_queued_bytes = 64u << 20;  // … or past this many by
 
 }  // namespace
 
+// One open TCP connection counted in the hub, from accept to close; moves from the HTTP session
+// to the WebSocket session an upgrade makes.
+class connection_slot {
+ public:
+  explicit connection_slot(std::shared_ptr<session_hub> hub) : hub_(std::move(hub)) { ++hub_->connections; }
+  connection_slot(connection_slot&&) noexcept = default;
+  connection_slot& operator=(connection_slot&&) = delete;
+  ~connection_slot() {
+    if (hub_) --hub_->connections;
+  }
+
+ private:
+  std::shared_ptr<session_hub> hub_;
+};
+
 // One WebSocket connection at /v1/agent.
 class ws_session : public agent_connection, public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, std::string owner)
-      : ws_(std::move(socket)), hub_(std::move(hub)), tokens_(double(hub_->options.max_frames_per_second)),
-        refilled_(std::chrono::steady_clock::now()) {
-    owner_ = std::move(owner);
+  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
+      : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)), who_(t.who), id_(std::move(t.id)),
+        tokens_(double(hub_->options.max_frames_per_second)), refilled_(std::chrono::steady_clock::now()) {
+    owner_ = std::move(t.owner);
   }
 
   net::any_io_executor strand() override { return ws_.get_executor(); }
 
   void run(http::request<http::string_body> req) {
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) { res.set(http::field::server, "baton"); }));
+    ws_.set_option(websocket::stream_base::decorator([id = id_](websocket::response_type& res) {
+      res.set(http::field::server, "baton");
+      res.set("x-typesafe-request-id", id);
+      res.set("X-Request-Id", id);
+    }));
     // No limit in Beast: it would fail a frame whose header announces more at once, before on_read
     // could send FRAME_TOO_LARGE. on_read refuses past the limit itself, one chunk at a time.
     ws_.read_message_max(0);
@@ -107,6 +125,9 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
                                                  " frames per second (server.max_frames_per_second)"));
     } else if (!text) {
       refuse(make_error(400, "BINARY_FRAME", "a binary frame: frames are JSON text"));
+    } else if (const auto wait = hub_->api.admit_frame(*who_)) {
+      refuse(make_error(429, "RATE_LIMITED", "key `" + who_->name + "` is over its rate limit (each frame counts); "
+                                             "retry in " + std::to_string(wait->count()) + " ms"));
     } else if (hub_->service.on_frame(shared_from_this(), frame)) {
       bad_in_row_ = 0;
     } else {
@@ -170,6 +191,9 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
 
   websocket::stream<beast::tcp_stream> ws_;
   std::shared_ptr<session_hub> hub_;
+  connection_slot slot_;
+  const caller* who_;  // the authenticator's, which outlives every running session
+  std::string id_;     // the upgrade's request id
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
   std::size_t queued_bytes_ = 0;
@@ -183,76 +207,189 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
 
 namespace {
 
-// Plain HTTP until a WebSocket upgrade: every request goes to http_api, one at a time; /v1/agent
-// upgrades once http_api lets the caller in.
+// Plain HTTP until a WebSocket upgrade, one request at a time: the head first, which http_api
+// admits or refuses before any body is read; then the body (after `100 Continue` when the client
+// waits for it), then the answer. A request refused with its body unread closes the connection
+// after draining what the client still sends, so that it reads the answer instead of a reset.
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
-  http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub) : stream_(std::move(socket)), hub_(std::move(hub)) {}
+  http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot)
+      : stream_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)) {}
+
+  ~http_session() { finish_request(); }
 
   void run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_head(); });
   }
 
  private:
-  void read() {
+  static constexpr std::size_t max_head_bytes = 16 * 1024;
+  static constexpr std::size_t max_linger_bytes = 64u << 20;
+  static constexpr std::size_t small_body_bytes = 64 * 1024;
+
+  void read_head() {
     parser_.emplace();
-    parser_->body_limit(hub_->options.max_body_bytes);
+    parser_->header_limit(max_head_bytes);
+    // No limit on the head's declared size: http_api refuses an oversized body only after the
+    // key and the route, so a caller without a key learns nothing more than 401.
+    parser_->body_limit(boost::none);
     stream_.expires_after(std::chrono::seconds(30));
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_read(ec);
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_head(ec);
     });
   }
 
-  void on_read(beast::error_code ec) {
+  void on_head(beast::error_code ec) {
     if (ec == http::error::end_of_stream) {
       stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
       return;
     }
-    if (ec == http::error::body_limit) {
-      write(hub_->api.unreadable(parser_->get().version(), true));
+    if (ec == http::error::header_limit) {
+      respond(hub_->api.unreadable(11, http_api::unreadable_reason::head_too_large), true);
       return;
     }
     if (ec) {
       // A head Beast cannot parse gets a 400; a peer that went away or stalled gets nothing.
-      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
-        write(hub_->api.unreadable(11, false));
+      if (ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::partial_message) {
+        respond(hub_->api.unreadable(11, http_api::unreadable_reason::malformed), true);
       }
       return;
     }
-    http::request<http::string_body> req = parser_->release();
+    const auto& req = parser_->get();
     if (websocket::is_upgrade(req)) {
-      auto admitted = hub_->api.upgrade(req);
+      auto admitted = hub_->api.upgrade(req.base(), parser_->keep_alive());
       if (auto* refusal = std::get_if<http_api::response>(&admitted)) {
-        write(std::move(*refusal));
+        respond(std::move(*refusal), !parser_->is_done());
         return;
       }
       stream_.expires_never();
-      std::make_shared<ws_session>(stream_.release_socket(), hub_, std::move(std::get<std::string>(admitted)))
-          ->run(std::move(req));
+      std::make_shared<ws_session>(stream_.release_socket(), hub_, std::move(slot_),
+                                   std::move(std::get<http_api::upgrade_ticket>(admitted)))
+          ->run(parser_->release());
       return;
     }
-    stream_.expires_never();  // a decision may take its time; the write sets its own limit
-    hub_->api.handle(std::move(req), stream_.get_executor(),
-                     [self = shared_from_this()](http_api::response res) { self->write(std::move(res)); });
-  }
-
-  void write(http_api::response res) {
-    auto r = std::make_shared<http_api::response>(std::move(res));
-    stream_.expires_after(std::chrono::seconds(30));
-    http::async_write(stream_, *r, [self = shared_from_this(), r](beast::error_code ec, std::size_t) {
-      if (ec) return;
-      if (!r->keep_alive()) {
-        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    ++hub_->http_requests;
+    counted_ = true;
+    std::optional<std::uint64_t> length;
+    if (const auto l = parser_->content_length()) length = *l;
+    auto admitted = hub_->api.admit(req.base(), length, parser_->keep_alive());
+    if (auto* refusal = std::get_if<http_api::response>(&admitted)) {
+      refuse(std::move(*refusal), length);
+      return;
+    }
+    ticket_ = std::move(std::get<http_api::ticket>(admitted));
+    parser_->body_limit(hub_->options.max_body_bytes);  // a chunked body is counted as it comes
+    if (ticket_->decide) {
+      // A body that declares no size may still grow to the limit.
+      reserved_ = length.value_or(hub_->options.max_body_bytes);
+      if (hub_->buffered_bytes.fetch_add(reserved_) + reserved_ > hub_->options.max_buffered_bytes) {
+        respond(hub_->api.unreadable(req.version(), http_api::unreadable_reason::busy), !parser_->is_done());
         return;
       }
-      self->read();
+    }
+    const auto expect = req.find(http::field::expect);
+    if (!parser_->is_done() && expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
+      http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code e, std::size_t) {
+        if (!e) self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  // A refused request's small body is read and dropped, so that the connection can go on;
+  // a large one (or one of unknown size) is not read at all.
+  void refuse(http_api::response res, std::optional<std::uint64_t> length) {
+    // A client waiting for 100 Continue sends no body after a final answer.
+    const auto expect = parser_->get().find(http::field::expect);
+    const bool waits = expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue");
+    if (parser_->is_done() || waits || !length || *length > small_body_bytes) {
+      respond(std::move(res), !parser_->is_done());
+      return;
+    }
+    auto r = std::make_shared<http_api::response>(std::move(res));
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), r](beast::error_code ec, std::size_t) {
+      if (!ec) self->respond(std::move(*r), false);
     });
+  }
+
+  void read_body() {
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_body(ec);
+    });
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      respond(hub_->api.unreadable(parser_->get().version(), http_api::unreadable_reason::body_too_large), true);
+      return;
+    }
+    if (ec) return;  // the peer went away or stalled
+    stream_.expires_never();  // a decision may take its time; the write sets its own limit
+    hub_->api.handle(std::move(*ticket_), parser_->release(), stream_.get_executor(),
+                     [self = shared_from_this()](http_api::response res) { self->respond(std::move(res), false); });
+  }
+
+  // Writes the answer; then the next request, or (when the body was left unread) a lingering close.
+  void respond(http_api::response res, bool body_unread) {
+    if (body_unread) res.keep_alive(false);
+    auto r = std::make_shared<http_api::response>(std::move(res));
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_write(stream_, *r, [self = shared_from_this(), r, body_unread](beast::error_code ec, std::size_t) {
+      self->finish_request();
+      if (ec) return;
+      if (body_unread) {
+        self->linger();
+      } else if (!r->keep_alive()) {
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      } else {
+        self->read_head();
+      }
+    });
+  }
+
+  // Reads and drops what the client still sends (at most 64 MiB, for 5 s): closing with unread
+  // data would reset the connection, and the client could lose the answer it has not read yet.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    scratch_.resize(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(5));
+    linger_read();
+  }
+
+  void linger_read() {
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->lingered_ += n;
+      if (!ec && self->lingered_ < max_linger_bytes) self->linger_read();
+    });
+  }
+
+  void finish_request() {
+    if (counted_) {
+      --hub_->http_requests;
+      counted_ = false;
+    }
+    if (reserved_ > 0) {
+      hub_->buffered_bytes -= reserved_;
+      reserved_ = 0;
+    }
+    ticket_.reset();
   }
 
   beast::tcp_stream stream_;
   std::shared_ptr<session_hub> hub_;
+  connection_slot slot_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http_api::ticket> ticket_;
+  bool counted_ = false;      // in hub_->http_requests
+  std::size_t reserved_ = 0;  // of hub_->buffered_bytes
+  std::vector<char> scratch_;
+  std::size_t lingered_ = 0;
 };
 
 }  // namespace
@@ -301,8 +438,16 @@ void ws_server::accept() {
       });
       return;
     }
-    socket.set_option(tcp::no_delay(true), ec);
-    std::make_shared<http_session>(std::move(socket), hub_)->run();
+    if (hub_->connections.load() >= hub_->options.max_connections) {
+      // Refused at once: a small blocking write into an empty send buffer, then close.
+      const auto res = hub_->api.unreadable(11, http_api::unreadable_reason::busy);
+      http::write(socket, res, ec);
+      socket.shutdown(tcp::socket::shutdown_both, ec);
+      socket.close(ec);
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<http_session>(std::move(socket), hub_, connection_slot(hub_))->run();
+    }
     accept();
   });
 }
@@ -333,7 +478,8 @@ struct ws_server::stopper : std::enable_shared_from_this<stopper> {
 
   void poll() {
     const auto now = std::chrono::steady_clock::now();
-    const std::size_t in_flight = server.hub_->service.in_flight() + server.hub_->systemone.in_flight();
+    const std::size_t in_flight =
+        server.hub_->service.in_flight() + server.hub_->systemone.in_flight() + server.hub_->http_requests.load();
     if (!closing && (in_flight == 0 || now >= drain_until)) {
       if (in_flight > 0) spdlog::warn("{} decisions still in flight after the drain limit", in_flight);
       server.close_sessions();

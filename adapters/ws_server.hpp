@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,9 @@ struct session_hub {
   http_api& api;
   std::mutex mutex;
   std::unordered_map<const ws_session*, std::weak_ptr<ws_session>> sessions;
+  std::atomic<std::size_t> connections{0};     // open TCP connections, HTTP and WebSocket
+  std::atomic<std::size_t> buffered_bytes{0};  // request bodies admitted and not yet answered
+  std::atomic<std::size_t> http_requests{0};   // HTTP requests admitted and not yet answered
 
   void add(const std::shared_ptr<ws_session>& s);
   void remove(const ws_session* s);

@@ -26,6 +26,13 @@ result<void> scheduler::submit(request&& req, callback done, time_point deadline
     return make_error(503, "OVERLOADED", "the engine queue is full (" + std::to_string(options_.queue_capacity) +
                                              " requests); retry later");
   }
+  if (deadline != time_point::max()) {
+    const double wait_ms = double(queue_.size()) * ms_per_request_;
+    if (std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(wait_ms) > deadline) {
+      return make_error(503, "OVERLOADED", "the engine queue holds about " + std::to_string(static_cast<long>(wait_ms)) +
+                                               " ms of work, more than the request may wait; retry later");
+    }
+  }
   queue_.push_back(job{std::move(req), std::move(done), std::chrono::steady_clock::now(), deadline});
   lock.unlock();
   ready_.notify_one();
@@ -79,6 +86,11 @@ void scheduler::work() {
     std::vector<result<decision>> out = engine_.decide(batch);
     const auto end = std::chrono::steady_clock::now();
     if (options_.on_batch) options_.on_batch(jobs.size(), ms_between(start, end));
+    {
+      std::lock_guard lock(mutex_);
+      const double pace = ms_between(start, end) / double(jobs.size());
+      ms_per_request_ = ms_per_request_ == 0 ? pace : 0.8 * ms_per_request_ + 0.2 * pace;
+    }
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       scheduled_result r{std::move(batch[i]),
                          i < out.size() ? std::move(out[i])

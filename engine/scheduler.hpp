@@ -43,8 +43,10 @@ class scheduler {
 
   // Queues one validated request (moved from only when queued). `done` runs once on the worker
   // thread. Never blocks: a full queue is 503 OVERLOADED, a stopped scheduler 503 SHUTTING_DOWN
-  // (and `done` is not called). A request still queued at its `deadline` is not run: `done` gets
-  // 504 DEADLINE_EXCEEDED, so an answer nobody waits for costs no engine time.
+  // (and `done` is not called). A request with a `deadline` is refused at once (503 OVERLOADED)
+  // when the work queued before it would take longer than that, at the engine's recent pace; one
+  // still queued at its deadline is not run: `done` gets 504 DEADLINE_EXCEEDED, so an answer
+  // nobody waits for costs no engine time.
   result<void> submit(request&& req, callback done, time_point deadline = time_point::max());
 
   // Answers everything already queued, then joins the worker. Idempotent.
@@ -66,6 +68,7 @@ class scheduler {
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<job> queue_;
+  double ms_per_request_ = 0;  // the engine's recent pace: a moving average over batches
   bool stopping_ = false;
   std::thread worker_;
 };

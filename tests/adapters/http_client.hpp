@@ -75,35 +75,63 @@ class http_client {
     return ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset;
   }
 
- private:
-  template <class Request>
-  http_response exchange(Request& req) {
+  // Writes bytes as they are (a hand-made head, a body sent after `100 Continue`).
+  bool write_raw(const std::string& bytes) {
+    boost::beast::error_code ec;
+    bool done = false;
+    stream_.expires_after(std::chrono::seconds(10));
+    boost::asio::async_write(stream_, boost::asio::buffer(bytes), [&](boost::beast::error_code e, std::size_t) {
+      ec = e;
+      done = true;
+    });
+    io_.restart();
+    while (!done && io_.run_one() > 0) {
+    }
+    return !ec;
+  }
+
+  // The next response on the connection (an interim 100 Continue too).
+  http_response read_response() {
     namespace http = boost::beast::http;
     http_response out;
     http::response<http::string_body> res;
     bool done = false;
     stream_.expires_after(std::chrono::seconds(10));
-    http::async_write(stream_, req, [&](boost::beast::error_code ec, std::size_t) {
-      if (ec) {
-        done = true;
-        return;
-      }
-      http::async_read(stream_, buffer_, res, [&](boost::beast::error_code e, std::size_t) {
-        if (!e) out.status = static_cast<int>(res.result_int());
-        done = true;
-      });
+    http::async_read(stream_, buffer_, res, [&](boost::beast::error_code e, std::size_t) {
+      if (!e) out.status = static_cast<int>(res.result_int());
+      done = true;
     });
     io_.restart();
     while (!done && io_.run_one() > 0) {
     }
-    if (out.status == 0) return out;
+    if (out.status != 0) fill(out, res);
+    return out;
+  }
+
+ private:
+  static void fill(http_response& out, boost::beast::http::response<boost::beast::http::string_body>& res) {
     for (const auto& f : res) {
       std::string name(f.name_string());
       for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       out.headers[name] = std::string(f.value());
     }
     out.body = std::move(res.body());
-    return out;
+  }
+
+  template <class Request>
+  http_response exchange(Request& req) {
+    namespace http = boost::beast::http;
+    bool written = false;
+    bool done = false;
+    stream_.expires_after(std::chrono::seconds(10));
+    http::async_write(stream_, req, [&](boost::beast::error_code ec, std::size_t) {
+      written = !ec;
+      done = true;
+    });
+    io_.restart();
+    while (!done && io_.run_one() > 0) {
+    }
+    return written ? read_response() : http_response{};
   }
 
   boost::asio::io_context io_;

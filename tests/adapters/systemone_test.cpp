@@ -2,6 +2,7 @@
 // client, every example of spec/examples sent over the wire, API keys and roles, admission
 // control (rate limits, queue, deadline, sizes), gzip, metrics and the decision log.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
@@ -39,8 +40,8 @@ class replay_engine : public decision_engine {
   std::vector<result<decision>> decide(std::span<const request> batch) override {
     std::vector<result<decision>> out;
     for (const request& r : batch) {
-      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       ++calls;
+      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       if (!fail_code.empty()) {
         out.emplace_back(boost::system::in_place_error, make_error(500, fail_code, "replayed failure"));
         continue;
@@ -116,6 +117,7 @@ const char* agent_key = "agent-key-0123456789abcdef";
 const char* auditor_key = "auditor-key-0123456789abcdef";
 const char* reviewer_key = "reviewer-key-0123456789abcdef";
 const char* limited_key = "limited-key-0123456789abcdef";
+const char* agent_2_key = "agent-2-key-0123456789abcdef";
 
 const char* keys_yaml = R"(auth:
   keys:
@@ -123,6 +125,7 @@ const char* keys_yaml = R"(auth:
     - {name: test-auditor, role: auditor, env: BATON_TEST_AUDITOR_KEY}
     - {name: test-reviewer, role: reviewer, file: reviewer.key}
     - {name: test-limited, role: agent, env: BATON_TEST_LIMITED_KEY, requests_per_second: 2, burst: 1}
+    - {name: test-agent-2, role: agent, env: BATON_TEST_AGENT_2_KEY}
 )";
 
 const std::string simple_request =
@@ -141,6 +144,7 @@ class systemone_test : public ::testing::Test {
     ::setenv("BATON_TEST_AGENT_KEY", agent_key, 1);
     ::setenv("BATON_TEST_AUDITOR_KEY", auditor_key, 1);
     ::setenv("BATON_TEST_LIMITED_KEY", limited_key, 1);
+    ::setenv("BATON_TEST_AGENT_2_KEY", agent_2_key, 1);
   }
   void TearDown() override {
     server_.reset();
@@ -456,7 +460,7 @@ TEST_F(systemone_test, keys_and_roles) {
 TEST_F(systemone_test, agent_sessions_belong_to_their_key) {
   const unsigned short port = start(keys_yaml);
   test::ws_client a(port, "/v1/agent", agent_key);
-  test::ws_client b(port, "/v1/agent", limited_key);
+  test::ws_client b(port, "/v1/agent", agent_2_key);
   auto decide = [](test::ws_client& c) {
     return c.request({{"type", "decide"}, {"session", "s1"}, {"history", {{{"role", "user"}, {"content", "hi"}}}}});
   };
@@ -472,7 +476,7 @@ TEST_F(systemone_test, agent_sessions_belong_to_their_key) {
   const auto rows = sql("SELECT session, turn FROM decisions ORDER BY seq");
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0]["session"], "test-agent/s1");
-  EXPECT_EQ(rows[1]["session"], "test-limited/s1");
+  EXPECT_EQ(rows[1]["session"], "test-agent-2/s1");
   EXPECT_EQ(rows[2]["session"], "test-agent/s1");
   EXPECT_EQ(rows[2]["turn"], 2);
 }
@@ -511,12 +515,16 @@ TEST_F(systemone_test, a_full_queue_is_503_with_retry_after_and_a_slow_engine_50
   engine->sleep_ms = 400;
   const unsigned short port = start("engine: {max_batch: 1, queue_capacity: 1}\n", ", request_deadline_ms: 250", std::move(engine));
   // One request in the engine, one queued; the third finds the queue full.
+  auto wait_until = [](auto condition) {
+    for (int i = 0; i < 400 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return condition();
+  };
   std::vector<std::thread> callers;
   std::vector<test::http_response> slow(2);
-  for (int i = 0; i < 2; ++i) {
-    callers.emplace_back([&, i] { slow[i] = test::http_client(port).post("/v1/systemone", simple_request); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  callers.emplace_back([&] { slow[0] = test::http_client(port).post("/v1/systemone", simple_request); });
+  EXPECT_TRUE(wait_until([&] { return engine_->calls == 1; }));
+  callers.emplace_back([&] { slow[1] = test::http_client(port).post("/v1/systemone", simple_request); });
+  EXPECT_TRUE(wait_until([&] { return test::http_client(port).get("/health").body_json()["queued"] == 1; }));
   const auto full = test::http_client(port).post("/v1/systemone", simple_request);
   EXPECT_EQ(full.status, 503) << full.body;
   EXPECT_EQ(full.body_json()["code"], "QUEUE_FULL");
@@ -569,14 +577,150 @@ TEST_F(systemone_test, sizes_encodings_and_bad_input) {
     }
   }
   {
-    SCOPED_TRACE("a body over the limit is refused before it is read, and the connection closed");
+    SCOPED_TRACE("a small body over the limit is refused on its head, then dropped: the connection goes on");
     const auto res = client.post("/v1/systemone", R"({"state":")" + std::string(5000, 'a') + R"(","questions":{}})");
     EXPECT_EQ(res.status, 413);
     EXPECT_EQ(res.body_json()["code"], "REQUEST_TOO_LARGE");
-    EXPECT_TRUE(client.closed_by_server());
+    EXPECT_EQ(client.post("/v1/systemone", simple_request).status, 200);
   }
   test::http_client again(port);
   EXPECT_EQ(again.post("/v1/systemone", simple_request).status, 200);
+}
+
+TEST_F(systemone_test, a_large_body_is_refused_on_its_head_and_the_client_still_reads_the_answer) {
+  const unsigned short port = start(keys_yaml, ", max_body_bytes: 4096");
+  // 16 MiB is far more than the socket buffers hold: the client is still writing when the 413
+  // goes out, and reads it once its write is done (the server drains instead of resetting).
+  test::http_client client(port);
+  const auto res = client.post("/v1/systemone", std::string(16u << 20, 'a'), agent_key);
+  EXPECT_EQ(res.status, 413);
+  EXPECT_EQ(res.body_json()["code"], "REQUEST_TOO_LARGE");
+  EXPECT_FALSE(res.header("x-typesafe-request-id").empty());
+  EXPECT_TRUE(client.closed_by_server());
+  EXPECT_EQ(engine_->calls, 0);
+  // Without a key the refusal is a 401, also before the body is read.
+  test::http_client anonymous(port);
+  EXPECT_EQ(anonymous.post("/v1/systemone", std::string(16u << 20, 'a')).status, 401);
+}
+
+TEST_F(systemone_test, expect_100_continue_is_answered_on_the_head) {
+  const unsigned short port = start(keys_yaml);
+  const std::string body = simple_request;
+  auto head = [&](const std::string& key) {
+    return "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+           (key.empty() ? std::string() : "Authorization: Bearer " + key + "\r\n") +
+           "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  };
+  {
+    SCOPED_TRACE("refused: the final answer comes without the body being sent");
+    test::http_client c(port);
+    ASSERT_TRUE(c.write_raw(head("")));
+    const auto res = c.read_response();
+    EXPECT_EQ(res.status, 401);
+    EXPECT_EQ(res.body_json()["code"], "UNAUTHORIZED");
+  }
+  {
+    SCOPED_TRACE("admitted: 100 Continue, then the body, then the answer");
+    test::http_client c(port);
+    ASSERT_TRUE(c.write_raw(head(agent_key)));
+    EXPECT_EQ(c.read_response().status, 100);
+    ASSERT_TRUE(c.write_raw(body));
+    const auto res = c.read_response();
+    EXPECT_EQ(res.status, 200) << res.body;
+    EXPECT_EQ(res.body_json()["answers"]["billing"]["noul"], 0.5);
+  }
+}
+
+TEST_F(systemone_test, refusals_and_upgrades_carry_a_request_id_too) {
+  const unsigned short port = start(keys_yaml);
+  test::http_client client(port);
+  for (const auto& res : {client.post("/v1/systemone", simple_request), client.get("/v1/systemone", agent_key),
+                          client.get("/nowhere"), client.post("/v1/systemone", simple_request, limited_key),
+                          client.post("/v1/systemone", simple_request, limited_key)}) {
+    EXPECT_FALSE(res.header("x-typesafe-request-id").empty()) << res.status;
+    EXPECT_EQ(res.header("x-request-id"), res.header("x-typesafe-request-id"));
+  }
+  test::ws_client ws(port, "/v1/agent", agent_key);
+  EXPECT_TRUE(std::string(ws.handshake_response["x-typesafe-request-id"]).starts_with("q-"));
+  const auto metrics = client.get("/metrics", auditor_key).body;
+  EXPECT_NE(metrics.find(R"(baton_http_requests_total{endpoint="/v1/agent",status="101"} 1)"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(R"(baton_http_requests_total{endpoint="/v1/systemone",status="429"} 1)"), std::string::npos);
+}
+
+TEST_F(systemone_test, a_keys_rate_covers_its_websocket_frames) {
+  const unsigned short port = start(keys_yaml);
+  // The upgrade takes the key's one token; its first frame finds the bucket empty.
+  test::ws_client ws(port, "/v1/agent", limited_key);
+  const json refused = ws.request({{"type", "decide"}, {"session", "r1"}, {"history", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(refused.value("type", ""), "error") << refused;
+  EXPECT_EQ(refused["code"], "RATE_LIMITED");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const json d = ws.request({{"type", "decide"}, {"session", "r1"}, {"history", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(d.value("type", ""), "decision") << d;
+}
+
+TEST_F(systemone_test, connections_and_buffered_bodies_are_bounded) {
+  const unsigned short port = start({}, ", max_connections: 2, max_buffered_bytes: 1000");
+  {
+    test::http_client a(port), b(port);
+    EXPECT_EQ(a.post("/v1/systemone", simple_request).status, 200);
+    EXPECT_EQ(b.post("/v1/systemone", simple_request).status, 200);
+    {
+      test::http_client third(port);  // the server answers it at once and closes
+      const auto res = third.read_response();
+      EXPECT_EQ(res.status, 503);
+      EXPECT_EQ(res.body_json()["code"], "SERVER_BUSY");
+      EXPECT_FALSE(res.header("retry-after").empty());
+    }
+    // A body larger than what may be buffered at once is refused before it is read, and its
+    // connection closed.
+    const std::string big = R"({"state":")" + std::string(2000, 'a') + R"(","questions":{"q":{"type":"noul"}}})";
+    const auto busy = a.post("/v1/systemone", big);
+    EXPECT_EQ(busy.status, 503);
+    EXPECT_EQ(busy.body_json()["code"], "SERVER_BUSY");
+    EXPECT_TRUE(a.closed_by_server());
+  }
+  // Once the clients have gone, their places are free again.
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    status = test::http_client(port).post("/v1/systemone", simple_request).status;
+  }
+  EXPECT_EQ(status, 200);
+}
+
+TEST_F(systemone_test, log_lines_name_keys_and_never_show_them) {
+  std::ostringstream lines;
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines));
+  logger->set_level(spdlog::level::debug);
+  spdlog::set_default_logger(logger);
+  {
+    const unsigned short port = start(keys_yaml);
+    test::http_client client(port);
+    EXPECT_EQ(client.post("/v1/systemone", simple_request, agent_key).status, 200);
+    EXPECT_EQ(client.post("/v1/systemone", simple_request, std::string(agent_key) + "-wrong").status, 401);
+    test::ws_client ws(port, "/v1/agent", agent_key);
+    ws.request({{"type", "decide"}, {"session", "l1"}, {"history", {{{"role", "user"}, {"content", "hi"}}}}});
+    server_.reset();
+  }
+  {
+    // Without keys on a public address: loopback instead, and the start-up says so.
+    auto c = parse_server_config("server: {listen: 0.0.0.0:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+                                     "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
+                                     "\nlog: {path: decisions.db}\n",
+                                 dir_ / "baton.yaml");
+    ASSERT_TRUE(c);
+    server_ = running_server::start(*c, std::make_unique<replay_engine>());
+    server_.reset();
+  }
+  spdlog::set_default_logger(previous);
+  const std::string text = lines.str();
+  EXPECT_NE(text.find("API keys: test-agent (agent), test-auditor (auditor)"), std::string::npos) << text;
+  EXPECT_NE(text.find("listening on 127.0.0.1 instead of 0.0.0.0"), std::string::npos) << text;
+  for (const char* key : {agent_key, auditor_key, reviewer_key, limited_key, agent_2_key}) {
+    EXPECT_EQ(text.find(key), std::string::npos) << key;
+  }
 }
 
 TEST_F(systemone_test, engine_failures_are_500_inference_failed) {
@@ -613,7 +757,6 @@ TEST_F(systemone_test, metrics_count_requests_decisions_stages_and_batches) {
   EXPECT_TRUE(has("baton_engine_queue_depth 0.0")) << m;
   EXPECT_TRUE(has("baton_escalations_pending " + std::string(d["action"] == "escalate" ? "1.0" : "0.0"))) << m;
   EXPECT_TRUE(has("# TYPE baton_stage_seconds histogram")) << m;
-  EXPECT_EQ(m.find(agent_key), std::string::npos);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ class ws_client {
       ws_.set_option(websocket::stream_base::decorator(
           [key](websocket::request_type& req) { req.set(http::field::authorization, "Bearer " + key); }));
     }
-    ws_.handshake("127.0.0.1:" + std::to_string(port), target);
+    ws_.handshake(handshake_response, "127.0.0.1:" + std::to_string(port), target);
   }
 
   void send(const std::string& text) {
@@ -149,6 +149,7 @@ class ws_client {
   }
 
   std::vector<json> skipped;
+  websocket::response_type handshake_response;  // the server's 101
 
  private:
   boost::asio::io_context io_;
