@@ -105,6 +105,10 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
     r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
     return refuse(std::move(r));
   }
+  // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
+  if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", std::string(path) + " takes no body")));
+  }
   if (path == "/health") return t;
   if (path == "/v1/agent") {
     return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint")));

@@ -24,6 +24,8 @@ namespace baton {
 
 class http_api {
  public:
+  static constexpr std::size_t small_body_bytes = 64 * 1024;  // what a GET may carry; what a refusal drops
+
   using head = boost::beast::http::request_header<>;
   using request = boost::beast::http::request<boost::beast::http::string_body>;
   using response = boost::beast::http::response<boost::beast::http::string_body>;

@@ -225,7 +225,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
  private:
   static constexpr std::size_t max_head_bytes = 16 * 1024;
   static constexpr std::size_t max_linger_bytes = 64u << 20;
-  static constexpr std::size_t small_body_bytes = 64 * 1024;
+  static constexpr std::size_t small_body_bytes = http_api::small_body_bytes;
 
   void read_head() {
     parser_.emplace();
@@ -278,10 +278,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     }
     ticket_ = std::move(std::get<http_api::ticket>(admitted));
-    parser_->body_limit(hub_->options.max_body_bytes);  // a chunked body is counted as it comes
-    if (ticket_->decide) {
+    // Only a decision reads its body; a chunked body is counted as it comes.
+    const std::size_t limit = ticket_->decide ? hub_->options.max_body_bytes : small_body_bytes;
+    parser_->body_limit(limit);
+    if (!parser_->is_done()) {
       // A body that declares no size may still grow to the limit.
-      reserved_ = length.value_or(hub_->options.max_body_bytes);
+      reserved_ = length.value_or(limit);
       if (hub_->buffered_bytes.fetch_add(reserved_) + reserved_ > hub_->options.max_buffered_bytes) {
         respond(hub_->api.unreadable(req.version(), http_api::unreadable_reason::busy), !parser_->is_done());
         return;

@@ -567,6 +567,9 @@ TEST_F(systemone_test, sizes_encodings_and_bad_input) {
     EXPECT_EQ(get.header("allow"), "POST");
     EXPECT_EQ(client.post("/v1/models", "{}").status, 405);
     EXPECT_EQ(client.post("/v1/systemone?x=1", simple_request).status, 200);
+    // Only a decision reads a body of any size.
+    test::http_client other(port);
+    EXPECT_EQ(other.send(http::verb::get, "/health", std::string(100000, 'x')).status, 413);
   }
   {
     SCOPED_TRACE("bodies that are not requests");
