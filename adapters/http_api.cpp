@@ -94,7 +94,8 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   t.decide = found && found->method == http::verb::post;
   t.id = new_id(t.decide ? 'd' : 'q');
   t.route = found ? found->path : "other";
-  auto refuse = [&](http_reply r) { return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
+  auto refuse = [&](http_reply r) {
+    return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
   };
 
   if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
