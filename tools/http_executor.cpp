@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "tools/executor_kinds.hpp"
-#include "tools/http_url.hpp"
+#include "core/http_url.hpp"
 
 namespace baton::tools::detail {
 

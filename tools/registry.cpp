@@ -5,7 +5,7 @@
 
 #include "core/request.hpp"
 #include "core/sha256.hpp"
-#include "tools/http_url.hpp"
+#include "core/http_url.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::tools {

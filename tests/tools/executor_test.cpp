@@ -20,7 +20,7 @@
 
 #include "tools/executor.hpp"
 #include "tools/executor_kinds.hpp"
-#include "tools/http_url.hpp"
+#include "core/http_url.hpp"
 
 namespace baton::tools {
 namespace {

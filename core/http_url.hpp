@@ -1,12 +1,13 @@
-// The URLs an http executor takes: plain `http://host[:port]/path`. There is no TLS client, so
-// https is refused where the registry loads rather than failing on the first call.
+// The URLs baton calls (an http executor, the systemone engine): plain `http://host[:port]/path`.
+// There is no TLS client, so https is refused where the configuration loads rather than failing on
+// the first call.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace baton::tools {
+namespace baton {
 
 struct http_url {
   std::string host;         // for the resolver: a name, an IPv4 address or an IPv6 address without brackets
@@ -18,4 +19,4 @@ struct http_url {
 // The parts of `url`, or nullopt with `reason` saying what is wrong.
 std::optional<http_url> parse_http_url(std::string_view url, std::string& reason);
 
-}  // namespace baton::tools
+}  // namespace baton

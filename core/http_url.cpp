@@ -1,8 +1,8 @@
-#include "tools/http_url.hpp"
+#include "core/http_url.hpp"
 
 #include <algorithm>
 
-namespace baton::tools {
+namespace baton {
 
 namespace {
 
@@ -81,4 +81,4 @@ std::optional<http_url> parse_http_url(std::string_view url, std::string& reason
   return u;
 }
 
-}  // namespace baton::tools
+}  // namespace baton
