@@ -17,6 +17,7 @@
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
 #include "engine/scheduler.hpp"
+#include "engine/systemone_engine.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -87,6 +88,19 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
       start_failure("ENGINE_LOAD_FAILED", "cannot load the model in " + options.model.string() + ": " + e.what());
     }
   }
+  if (options.name == "systemone") {
+    systemone_engine_options o;
+    o.url = options.url;
+    o.model = options.remote_model;
+    o.api_key = options.api_key;
+    o.connections = options.connections;
+    o.retries = static_cast<int>(options.retries);
+    o.connect_timeout = options.connect_timeout;
+    o.timeout = options.request_timeout;
+    auto made = systemone_engine::make(std::move(o));
+    if (!made) throw error_exception(made.error());
+    return std::move(*made);
+  }
   auto made = make_engine(options.name);
   if (!made) throw error_exception(made.error());
   return std::move(*made);
@@ -146,6 +160,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   for (const api_key& k : p->config.auth.keys) {
     if (!k.env.empty()) p->config.executors.withheld_env.push_back(k.env);
   }
+  if (!p->config.engine.key_env.empty()) p->config.executors.withheld_env.push_back(p->config.engine.key_env);
   p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);

@@ -80,14 +80,26 @@ void read_server(const YAML::Node& n, server_options& s) {
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base) {
   const auto fields = read_map(n, "`engine`",
                                {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
-                                "max_batch", "queue_capacity", "timeout_ms"});
+                                "max_batch", "queue_capacity", "timeout_ms", "url", "key_env", "connections", "retries",
+                                "connect_timeout_ms", "request_timeout_ms"});
+  const field* name = find(fields, "name");
+  if (name) {
+    e.name = read_string(name->value, "`engine.name`");
+    if (e.name != "keyword" && e.name != "clef" && e.name != "systemone") {
+      fail(name->value, "`engine.name` must be keyword, clef or systemone");
+    }
+  }
+  const bool remote = e.name == "systemone";
   for (const field& f : fields) {
     const std::string what = ticked("engine." + f.key);
     if (f.key == "name") {
-      e.name = read_string(f.value, what);
-      if (e.name != "keyword" && e.name != "clef") fail(f.value, what + " must be keyword or clef");
+      continue;
     } else if (f.key == "model") {
-      e.model = read_path(f.value, what, base);
+      if (remote) {
+        e.remote_model = read_string(f.value, what);
+      } else {
+        e.model = read_path(f.value, what, base);
+      }
     } else if (f.key == "dtype" || f.key == "head_dtype") {
       std::string& d = f.key == "dtype" ? e.dtype : e.head_dtype;
       d = read_string(f.value, what);
@@ -104,12 +116,30 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       e.max_batch = read_count(f.value, what, 65536);
     } else if (f.key == "queue_capacity") {
       e.queue_capacity = read_count(f.value, what);
-    } else {
+    } else if (f.key == "timeout_ms") {
       e.timeout = std::chrono::milliseconds(read_count(f.value, what));
+    } else if (!remote) {
+      fail(f.value, what + " is read only by the systemone engine");
+    } else if (f.key == "url") {
+      e.url = read_string(f.value, what);
+    } else if (f.key == "key_env") {
+      e.key_env = read_string(f.value, what);
+      const char* key = e.key_env.empty() ? nullptr : std::getenv(e.key_env.c_str());
+      if (key == nullptr) fail(f.value, what + ": the environment variable " + ticked(e.key_env) + " is not set");
+      e.api_key = key;
+    } else if (f.key == "connections") {
+      e.connections = read_count(f.value, what, 1024);
+    } else if (f.key == "retries") {
+      e.retries = static_cast<std::size_t>(read_integer(f.value, what, 0, 10));
+    } else if (f.key == "connect_timeout_ms") {
+      e.connect_timeout = std::chrono::milliseconds(read_count(f.value, what));
+    } else {
+      e.request_timeout = std::chrono::milliseconds(read_count(f.value, what));
     }
   }
   if (e.name == "clef" && e.model.empty()) fail(n, "`engine.name: clef` needs `engine.model`, a release directory");
-  if (e.name != "clef" && !e.model.empty()) fail(n, "`engine.model` is read only by the clef engine");
+  if (e.name == "keyword" && !e.model.empty()) fail(n, "`engine.model` is read only by the clef and systemone engines");
+  if (remote && e.url.empty()) fail(n, "`engine.name: systemone` needs `engine.url`, the server's base URL");
 }
 
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {

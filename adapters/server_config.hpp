@@ -41,8 +41,18 @@ struct systemone_options {
 };
 
 struct engine_options {
-  std::string name = "keyword";  // keyword | clef
+  std::string name = "keyword";  // keyword | clef | systemone
   std::filesystem::path model;   // clef: the release directory
+  // systemone: another SystemOne server (engine/systemone_engine.hpp). `model` is then the name
+  // sent; the bearer key comes from the environment variable `key_env`.
+  std::string url;
+  std::string remote_model;
+  std::string key_env;
+  std::string api_key;
+  std::size_t connections = 8;
+  std::size_t retries = 2;
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds request_timeout{10000};
   std::string dtype;             // clef: f32 | bf16; empty: the weights' own
   std::string head_dtype;        // clef: f32 | bf16 for the joint head; empty: f32
   std::string device = "cpu";

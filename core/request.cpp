@@ -521,4 +521,56 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
   return r;
 }
 
+void render_request(const request& r, std::string& out) {
+  out += '{';
+  if (!r.model.empty()) {
+    out += "\"model\":";
+    render_string(r.model, out);
+    out += ',';
+  }
+  out += "\"state\":";
+  render_json(r.state, out, false);
+  out += ",\"questions\":{";
+  for (std::size_t i = 0; i < r.questions.size(); ++i) {
+    const question& q = r.questions[i];
+    if (i > 0) out += ',';
+    render_string(q.id, out);
+    out += ":{\"type\":";
+    render_string(to_string(q.type), out);
+    if (!q.instructions.is_null()) {
+      out += ",\"instructions\":";
+      render_json(q.instructions, out, false);
+    }
+    if (!q.criteria.is_null()) {
+      out += ",\"criteria\":";
+      render_json(q.criteria, out, false);
+    }
+    out += '}';
+  }
+  out += '}';
+  for (const auto& [name, items] : {std::pair<const char*, const std::vector<media_item>*>{"images", &r.images},
+                                    {"audio", &r.audio},
+                                    {"videos", &r.videos}}) {
+    if (items->empty()) continue;
+    out += ",\"";
+    out += name;
+    out += "\":[";
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      const media_item& m = (*items)[i];
+      if (i > 0) out += ',';
+      if (m.payload_offset > 0) {  // a data URL
+        render_string(m.data, out);
+      } else {  // sent as {"content_type", "base64"}
+        out += "{\"content_type\":";
+        render_string(m.mime, out);
+        out += ",\"base64\":";
+        render_string(m.data, out);
+        out += '}';
+      }
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
 }  // namespace baton

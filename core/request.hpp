@@ -74,6 +74,11 @@ struct request_line {
 result<request> parse_request_line(std::string_view body, const request_limits& limits,
                                    std::string_view model_id, request_line& meta);
 
+// The request's wire form, for another SystemOne server: `model` (when not empty), `state`,
+// `questions` in order with their type, instructions and criteria as sent, and the media arrays
+// (each item as the caller's string).
+void render_request(const request& r, std::string& out);
+
 // The same on an already parsed body.
 result<request> request_from_json(json&& body, const request_limits& limits,
                                   std::string_view model_id = {});

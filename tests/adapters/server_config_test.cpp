@@ -53,7 +53,7 @@ TEST(server_config, problems_name_the_file_and_line) {
   EXPECT_EQ(problem("server: {colour: red}\n"), "/etc/baton/baton.yaml:1: unknown key `colour` in `server`");
   EXPECT_EQ(problem("engine: {name: clef}\n"),
             "/etc/baton/baton.yaml:1: `engine.name: clef` needs `engine.model`, a release directory");
-  EXPECT_EQ(problem("engine: {name: gpt}\n"), "/etc/baton/baton.yaml:1: `engine.name` must be keyword or clef");
+  EXPECT_EQ(problem("engine: {name: gpt}\n"), "/etc/baton/baton.yaml:1: `engine.name` must be keyword, clef or systemone");
   EXPECT_EQ(problem("log: {synchronous: sometimes}\n"),
             "/etc/baton/baton.yaml:1: `log.synchronous` must be off, normal or full");
   EXPECT_EQ(problem("server: {io_threads: 0}\n"),
@@ -118,6 +118,27 @@ server: {max_body_bytes: 1024, request_deadline_ms: 1500}
   EXPECT_EQ(problem("auth: {burst: 5}\n"), "/etc/baton/baton.yaml:1: `auth.burst` needs `auth.requests_per_second`");
   EXPECT_EQ(problem("systemone: {confidence: vibes}\n"),
             "/etc/baton/baton.yaml:1: `systemone.confidence` must be p_max or margin");
+}
+
+TEST(server_config, the_systemone_engine) {
+  ::setenv("BATON_CONFIG_UPSTREAM_KEY", "upstream-key-0123456789", 1);
+  auto c = parse_server_config(R"(engine: {model: jev-latest, name: systemone, url: "http://10.0.0.7:8470",
+  key_env: BATON_CONFIG_UPSTREAM_KEY, connections: 4, retries: 0, connect_timeout_ms: 500, request_timeout_ms: 3000}
+)",
+                               "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.remote_model, "jev-latest");  // a name, not a path, whatever the key order
+  EXPECT_TRUE(c->engine.model.empty());
+  EXPECT_EQ(c->engine.api_key, "upstream-key-0123456789");
+  EXPECT_EQ(c->engine.connections, 4u);
+  EXPECT_EQ(c->engine.retries, 0u);
+  EXPECT_EQ(c->engine.request_timeout, std::chrono::milliseconds(3000));
+  EXPECT_EQ(problem("engine: {name: systemone}\n"),
+            "/etc/baton/baton.yaml:1: `engine.name: systemone` needs `engine.url`, the server's base URL");
+  EXPECT_EQ(problem("engine: {name: keyword, url: \"http://x\"}\n"),
+            "/etc/baton/baton.yaml:1: `engine.url` is read only by the systemone engine");
+  EXPECT_EQ(problem("engine: {name: systemone, url: \"http://x\", key_env: BATON_CONFIG_NOT_SET}\n"),
+            "/etc/baton/baton.yaml:1: `engine.key_env`: the environment variable `BATON_CONFIG_NOT_SET` is not set");
 }
 
 TEST(server_config, listen_addresses) {

@@ -1,0 +1,259 @@
+#include "engine/systemone_engine.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <variant>
+
+#include "core/http_url.hpp"
+#include "core/sha256.hpp"
+
+namespace baton {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+error bad_response(std::string message) { return make_error(502, "BAD_UPSTREAM_RESPONSE", std::move(message)); }
+
+// Retry-After as the SDKs read it: retry-after-ms first, then whole seconds.
+std::optional<std::chrono::milliseconds> retry_after(const http::response<http::string_body>& res) {
+  auto number = [](std::string_view s) -> std::optional<double> {
+    double v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || !(v >= 0)) return std::nullopt;
+    return v;
+  };
+  if (const auto it = res.find("retry-after-ms"); it != res.end()) {
+    if (const auto ms = number(it->value())) return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  }
+  if (const auto it = res.find(http::field::retry_after); it != res.end()) {
+    if (const auto s = number(it->value())) return std::chrono::milliseconds(static_cast<std::int64_t>(*s * 1000));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+result<decision> decision_from_response(const request& req, const response& r) {
+  if (r.answers.size() != req.questions.size()) {
+    return bad_response("the server answered " + std::to_string(r.answers.size()) + " questions of " +
+                        std::to_string(req.questions.size()));
+  }
+  decision d;
+  d.input_tokens = r.usage.input_tokens;
+  d.state_truncated = r.usage.state_truncated.value_or(false);
+  for (const question& q : req.questions) {
+    const auto a = std::find_if(r.answers.begin(), r.answers.end(), [&](const auto& x) { return x.first == q.id; });
+    if (a == r.answers.end()) return bad_response("question `" + q.id + "` has no answer");
+    const std::size_t n = q.option_count();
+    std::vector<double> p(n, -1);
+    if (const auto* noul = std::get_if<noul_answer>(&a->second)) {
+      if (q.type != question_type::noul) return bad_response("question `" + q.id + "` got a noul answer");
+      p = {noul->noul, 1 - noul->noul};
+    } else {
+      const bool choice = std::holds_alternative<choice_answer>(a->second);
+      if ((choice && q.type != question_type::choice) || (!choice && q.type != question_type::score)) {
+        return bad_response("question `" + q.id + "` got an answer of another type");
+      }
+      const probability_list& given =
+          choice ? std::get<choice_answer>(a->second).probabilities : std::get<score_answer>(a->second).probabilities;
+      if (given.size() != n) {
+        return bad_response("question `" + q.id + "` has " + std::to_string(n) + " options; the answer gives " +
+                            std::to_string(given.size()));
+      }
+      for (const auto& [option, value] : given) {
+        std::size_t i = 0;
+        while (i < n && q.option_id(i) != option) ++i;
+        if (i == n || p[i] >= 0) return bad_response("question `" + q.id + "`: `" + option + "` is not one of its options, or twice");
+        p[i] = value;
+      }
+    }
+    double sum = 0;
+    for (double x : p) {
+      if (!std::isfinite(x) || x < 0 || x > 1) return bad_response("question `" + q.id + "`: a probability outside [0, 1]");
+      sum += x;
+    }
+    if (std::abs(sum - 1) > 1e-3 + 5e-5 * double(n)) {
+      return bad_response("question `" + q.id + "`: the probabilities sum to " + std::to_string(sum));
+    }
+    d.probabilities.push_back(std::move(p));
+  }
+  return d;
+}
+
+struct systemone_engine::impl {
+  systemone_engine_options options;
+  http_url url;
+  engine_description description;
+  net::io_context io;  // driven by decide(), on the scheduler's worker thread only
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  int failures_in_row = 0;
+  clock_type::time_point open_until{};
+
+  // One request, with its retries, on a connection from the pool.
+  net::awaitable<result<decision>> call(const request& req) {
+    std::string body;
+    render_request(req, body);
+    http::request<http::string_body> msg(http::verb::post, url.target, 11);
+    msg.set(http::field::host, url.host_header);
+    msg.set(http::field::content_type, "application/json");
+    msg.set(http::field::accept, "application/json");
+    msg.set(http::field::user_agent, "baton");
+    if (!options.api_key.empty()) msg.set(http::field::authorization, "Bearer " + options.api_key);
+    msg.keep_alive(true);
+    msg.body() = std::move(body);
+    msg.prepare_payload();
+
+    std::string last = "no attempt";
+    auto delay = options.backoff;
+    for (int attempt = 0; attempt <= options.retries; ++attempt) {
+      if (attempt > 0) {
+        msg.set("X-TypeSafe-Retry-Count", std::to_string(attempt));
+        net::steady_timer timer(io, delay);
+        co_await timer.async_wait(net::use_awaitable);
+        delay = std::min(delay * 2, options.backoff_max);
+      }
+      std::unique_ptr<beast::tcp_stream> conn;
+      if (!idle.empty()) {
+        conn = std::move(idle.back());
+        idle.pop_back();
+      }
+      beast::error_code ec;
+      if (!conn) {
+        conn = std::make_unique<beast::tcp_stream>(io);
+        tcp::resolver resolver(io);
+        auto found = co_await resolver.async_resolve(url.host, url.port, net::redirect_error(net::use_awaitable, ec));
+        if (!ec) {
+          conn->expires_after(options.connect_timeout);
+          co_await conn->async_connect(found, net::redirect_error(net::use_awaitable, ec));
+        }
+        if (ec) {
+          last = "cannot connect to " + url.host_header + ": " + ec.message();
+          continue;
+        }
+        conn->socket().set_option(tcp::no_delay(true), ec);
+      }
+      conn->expires_after(options.timeout);
+      co_await http::async_write(*conn, msg, net::redirect_error(net::use_awaitable, ec));
+      beast::flat_buffer buffer;
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(std::size_t(64) << 20);
+      if (!ec) co_await http::async_read(*conn, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        last = ec == beast::error::timeout ? "no answer within " + std::to_string(options.timeout.count()) + " ms"
+                                           : "the connection failed: " + ec.message();
+        continue;  // a kept-alive connection the server closed meanwhile fails here too: retried on a new one
+      }
+      http::response<http::string_body> res = parser.release();
+      if (res.keep_alive() && idle.size() < options.connections) idle.push_back(std::move(conn));
+      const int status = static_cast<int>(res.result_int());
+      if (status == 408 || status == 429 || status >= 500) {
+        last = "the server answered " + std::to_string(status);
+        if (const auto wait = retry_after(res)) delay = std::min(*wait, options.backoff_max);
+        continue;
+      }
+      json parsed;
+      json_parse_error perr;
+      const bool is_json = parse_json(res.body(), parsed, perr);
+      if (status != 200) {
+        std::optional<error> refused;
+        if (is_json) {
+          if (auto e = error_from_json(parsed, status)) refused = std::move(*e);
+        }
+        const std::string what = refused ? refused->message : res.body().substr(0, 200);
+        if (status == 400 || status == 404 || status == 413 || status == 422) {
+          // The server refused this request: the caller's to know, with the server's issues.
+          if (refused) co_return *refused;
+          co_return make_error(status, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+        }
+        co_return make_error(502, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+      }
+      if (!is_json) co_return bad_response("the answer is not JSON: " + perr.message);
+      auto answered = response_from_json(parsed);
+      if (!answered) co_return answered.error();
+      co_return decision_from_response(req, *answered);
+    }
+    co_return make_error(502, "UPSTREAM_UNREACHABLE",
+                         url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)");
+  }
+};
+
+systemone_engine::systemone_engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+systemone_engine::~systemone_engine() = default;
+
+result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engine_options options) {
+  std::string reason;
+  auto base = options.url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  auto url = parse_http_url(base + "/v1/systemone", reason);
+  if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
+  auto p = std::make_unique<impl>();
+  p->url = std::move(*url);
+  options.connections = std::max<std::size_t>(1, options.connections);
+  p->options = std::move(options);
+  engine_description& d = p->description;
+  d.model_id = p->options.model.empty() ? "systemone" : p->options.model;
+  d.fingerprint = sha256_hex("systemone " + base + " " + p->options.model);
+  d.limits = request_limits{};  // the server checks its own; baton only bounds what it forwards
+  d.description = "the SystemOne server at " + base;
+  d.release_date = "1970-01-01";  // unknown: another server's model
+  return std::unique_ptr<systemone_engine>(new systemone_engine(std::move(p)));
+}
+
+const engine_description& systemone_engine::describe() const noexcept { return impl_->description; }
+
+std::vector<result<decision>> systemone_engine::decide(std::span<const request> batch) {
+  impl& p = *impl_;
+  const auto now = clock_type::now();
+  std::vector<result<decision>> out(batch.size(), make_error(500, "INFERENCE_FAILED", "not answered"));
+  if (now < p.open_until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.open_until - now).count();
+    for (auto& r : out) {
+      r = make_error(503, "ENGINE_UNAVAILABLE", "the SystemOne server at " + p.url.host_header + " failed " +
+                                                   std::to_string(p.failures_in_row) + " requests in a row; not called for " +
+                                                   std::to_string(left) + " ms more");
+    }
+    return out;
+  }
+  // Up to `connections` workers, each taking the next request until none is left.
+  std::size_t next = 0;
+  auto worker = [&]() -> net::awaitable<void> {
+    while (next < batch.size()) {
+      const std::size_t i = next++;
+      out[i] = co_await p.call(batch[i]);
+    }
+  };
+  for (std::size_t w = 0; w < std::min(batch.size(), p.options.connections); ++w) {
+    net::co_spawn(p.io, worker(), net::detached);
+  }
+  p.io.restart();
+  p.io.run();
+  // The circuit: only transport failures and 5xx count, not refusals of a request.
+  for (const auto& r : out) {
+    if (!r) {
+      const std::string& code = r.error().code;
+      if (code == "UPSTREAM_UNREACHABLE" || code == "BAD_UPSTREAM_RESPONSE") ++p.failures_in_row;
+    } else {
+      p.failures_in_row = 0;
+    }
+  }
+  if (p.failures_in_row >= p.options.breaker_failures) p.open_until = clock_type::now() + p.options.breaker_open;
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,313 @@
+// The systemone engine against real servers: another baton (in-process, a replay engine behind
+// it) and a small misbehaving server of the same wire for the fault cases.
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "adapters/serve.hpp"
+#include "engine/systemone_engine.hpp"
+#include "http_client.hpp"
+#include "support/files.hpp"
+
+namespace baton {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+// Answers each question from a fixed table, else flat.
+class table_engine : public decision_engine {
+ public:
+  table_engine() {
+    description_.model_id = "big-1";
+    description_.limits = request_limits::text_only();
+  }
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override {
+    std::vector<result<decision>> out;
+    for (const request& r : batch) {
+      decision d;
+      d.input_tokens = 42;
+      for (const question& q : r.questions) {
+        std::vector<double> p(q.option_count(), 1.0 / double(q.option_count()));
+        if (q.id == "tool") {
+          for (std::size_t i = 0; i < p.size(); ++i) p[i] = q.option_id(i) == "refund" ? 0.9 : 0.1 / double(p.size() - 1);
+        }
+        d.probabilities.push_back(std::move(p));
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+ private:
+  engine_description description_;
+};
+
+// A server of the wire that answers each request with the next scripted reply (status, headers,
+// body), or sleeps first; counts what it got.
+class scripted_server {
+ public:
+  struct reply {
+    int status = 200;
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::chrono::milliseconds sleep{0};
+  };
+
+  explicit scripted_server(std::vector<reply> script)
+      : script_(std::move(script)), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~scripted_server() {
+    stopping_ = true;
+    beast::error_code ec;
+    tcp::socket wake(io_);
+    wake.connect(acceptor_.local_endpoint(), ec);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  int requests() const { return requests_; }
+  std::string last_retry_count() const { return last_retry_; }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      tcp::socket s(io_);
+      beast::error_code ec;
+      acceptor_.accept(s, ec);
+      if (ec || stopping_) return;
+      beast::flat_buffer buffer;
+      for (;;) {  // one connection at a time, kept alive
+        http::request<http::string_body> req;
+        http::read(s, buffer, req, ec);
+        if (ec) break;
+        last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
+        const reply r = script_[std::min<std::size_t>(requests_++, script_.size() - 1)];
+        std::this_thread::sleep_for(r.sleep);
+        http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+        for (const auto& [k, v] : r.headers) res.set(k, v);
+        res.body() = r.body;
+        res.prepare_payload();
+        http::write(s, res, ec);
+        if (ec) break;
+      }
+    }
+  }
+
+  std::vector<reply> script_;
+  net::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> requests_{0};
+  std::string last_retry_;
+};
+
+request sample_request() {
+  auto r = parse_request(R"({"model":"big","state":"please refund my charge","questions":{
+      "tool":{"type":"choice","criteria":{"refund":"Refund a charge","search":null}},
+      "person":{"type":"noul"},"urgency":{"type":"score","criteria":["low","high"]}}})",
+                         request_limits{});
+  EXPECT_TRUE(r) << r.error().message;
+  return std::move(*r);
+}
+
+std::unique_ptr<systemone_engine> engine_for(const std::string& url, std::function<void(systemone_engine_options&)> tune = {}) {
+  systemone_engine_options o;
+  o.url = url;
+  o.model = "big";
+  o.backoff = 10ms;
+  o.timeout = 500ms;
+  if (tune) tune(o);
+  auto e = systemone_engine::make(o);
+  EXPECT_TRUE(e) << e.error().message;
+  return std::move(*e);
+}
+
+const std::string good_answer =
+    R"({"model":"big-1","answers":{"tool":{"type":"choice","choice":"refund","confidence":0.9,"probabilities":{"refund":0.9,"search":0.1}},
+        "person":{"type":"noul","noul":0.25},
+        "urgency":{"type":"score","score":0.5,"confidence":0.5,"legend":{"0":"low","1":"high"},"probabilities":{"0":0.5,"1":0.5}}},
+        "usage":{"input_tokens":7,"output_tokens":0}})";
+
+TEST(systemone_engine, another_baton_answers_and_its_key_is_sent) {
+  spdlog::set_level(spdlog::level::err);
+  const auto dir = std::filesystem::temp_directory_path() / ("baton-upstream-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("BATON_UPSTREAM_TEST_KEY", "upstream-key-0123456789", 1);
+  auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+                                   "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
+                                   "\nlog: {path: decisions.db}\nsystemone: {model_aliases: [big]}\n"
+                                   "auth: {keys: [{name: front, role: agent, env: BATON_UPSTREAM_TEST_KEY}]}\n",
+                               dir / "baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  auto upstream = running_server::start(*c, std::make_unique<table_engine>());
+  const std::string url = "http://127.0.0.1:" + std::to_string(upstream->port());
+
+  auto engine = engine_for(url, [](auto& o) { o.api_key = "upstream-key-0123456789"; });
+  EXPECT_EQ(engine->describe().model_id, "big");
+  const std::vector<request> batch(5, sample_request());
+  const auto out = engine->decide(batch);
+  ASSERT_EQ(out.size(), 5u);
+  for (const auto& r : out) {
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->probabilities[0], (std::vector<double>{0.9, 0.1}));
+    EXPECT_EQ(r->probabilities[1], (std::vector<double>{0.5, 0.5}));
+    EXPECT_EQ(r->input_tokens, 42);
+  }
+  // Without the key the other baton refuses: an engine error, not a decision.
+  auto keyless = engine_for(url);
+  const auto refused = keyless->decide(batch);
+  ASSERT_FALSE(refused[0]);
+  EXPECT_EQ(refused[0].error().code, "UPSTREAM_REFUSED");
+  EXPECT_NE(refused[0].error().message.find("401"), std::string::npos) << refused[0].error().message;
+
+  // A baton whose engine is the other one: SystemOne clients of the front get the upstream's answers.
+  auto front_config = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " +
+                                              (test::source_dir() / "config/tools.yaml").string() + "\npolicy: " +
+                                              (test::source_dir() / "config/policy.yaml").string() +
+                                              "\nlog: {path: front.db}\nsystemone: {model_aliases: [jev-latest]}\n"
+                                              "engine: {name: systemone, url: \"" + url + "\", model: big, "
+                                              "key_env: BATON_UPSTREAM_TEST_KEY, connections: 2, retries: 1}\n",
+                                          dir / "front.yaml");
+  ASSERT_TRUE(front_config) << front_config.error().message;
+  auto front = running_server::start(*front_config);
+  test::http_client client(front->port());
+  const auto res = client.post("/v1/systemone", R"({"state":"refund please","questions":{"tool":{"type":"choice","criteria":{"refund":null,"search":null}}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "big");
+  EXPECT_EQ(res.body_json()["answers"]["tool"]["probabilities"], json::parse(R"({"refund":0.9,"search":0.1})"));
+  front.reset();
+  upstream.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(systemone_engine, retries_honour_retry_after_then_answer) {
+  scripted_server server({{429, R"({"error":"slow down","code":"RATE_LIMITED","detail":[]})", {{"retry-after-ms", "30"}}},
+                          {503, "{}", {}},
+                          {200, good_answer, {}}});
+  auto engine = engine_for(server.url());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_TRUE(out[0]) << out[0].error().message;
+  EXPECT_EQ(server.requests(), 3);
+  EXPECT_EQ(server.last_retry_count(), "2");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+  EXPECT_EQ(out[0]->probabilities[1], (std::vector<double>{0.25, 0.75}));
+  EXPECT_EQ(out[0]->input_tokens, 7);
+}
+
+TEST(systemone_engine, garbage_partial_and_refused_answers_are_errors) {
+  const std::vector<std::pair<scripted_server::reply, std::string>> cases = {
+      {{200, "not json", {}}, "BAD_UPSTREAM_RESPONSE"},
+      {{200, R"({"model":"m","answers":{},"usage":{"input_tokens":1,"output_tokens":0}})", {}}, "BAD_UPSTREAM_RESPONSE"},
+      // A probability for an option the question does not have.
+      {{200, std::string(good_answer).replace(good_answer.find("\"search\":0.1"), 12, "\"other\":0.1"), {}}, "BAD_UPSTREAM_RESPONSE"},
+      // Probabilities that do not sum to 1.
+      {{200, std::string(good_answer).replace(good_answer.find("\"refund\":0.9,\"search\""), 12, "\"refund\":0.7"), {}},
+       "BAD_UPSTREAM_RESPONSE"},
+      {{422, R"({"error":"questions.tool: bad","code":"INVALID_REQUEST","detail":[]})", {}}, "INVALID_REQUEST"},
+      {{403, "forbidden", {}}, "UPSTREAM_REFUSED"},
+  };
+  for (const auto& [reply, code] : cases) {
+    SCOPED_TRACE(reply.body);
+    scripted_server server({reply});
+    auto engine = engine_for(server.url());
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_FALSE(out[0]);
+    EXPECT_EQ(out[0].error().code, code) << out[0].error().message;
+    EXPECT_EQ(server.requests(), 1);  // not retried
+  }
+}
+
+TEST(systemone_engine, a_slow_or_absent_server_fails_and_opens_the_circuit) {
+  scripted_server slow({{200, good_answer, {}, 300ms}});
+  auto engine = engine_for(slow.url(), [](auto& o) {
+    o.timeout = 100ms;
+    o.retries = 1;
+    o.breaker_failures = 2;
+    o.breaker_open = 10s;
+  });
+  auto out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+  EXPECT_NE(out[0].error().message.find("no answer within 100 ms (2 attempts)"), std::string::npos) << out[0].error().message;
+  out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  const int calls = slow.requests();
+  // Two failures in a row: the circuit is open and the server is left alone.
+  out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "ENGINE_UNAVAILABLE");
+  EXPECT_EQ(out[0].error().status, 503);
+  EXPECT_EQ(slow.requests(), calls);
+
+  auto closed_port = [] {
+    net::io_context io;
+    tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
+    return a.local_endpoint().port();
+  }();
+  auto absent = engine_for("http://127.0.0.1:" + std::to_string(closed_port));
+  out = absent->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+  EXPECT_NE(out[0].error().message.find("cannot connect"), std::string::npos) << out[0].error().message;
+}
+
+TEST(systemone_engine, urls_it_cannot_call_are_refused_at_once) {
+  systemone_engine_options o;
+  o.url = "https://api.typesafe.ai";
+  const auto e = systemone_engine::make(o);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, "INVALID_ENGINE_URL");
+}
+
+TEST(systemone_engine, answers_are_checked_against_their_request) {
+  const request req = sample_request();
+  json body;
+  json_parse_error err;
+  ASSERT_TRUE(parse_json(good_answer, body, err));
+  auto ok = response_from_json(body);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(decision_from_response(req, *ok));
+  // The noul answered as a choice.
+  json wrong_type = body;
+  wrong_type["answers"]["person"] = json::parse(R"({"type":"choice","choice":"true","confidence":1,"probabilities":{"true":1,"false":0}})");
+  auto r = response_from_json(wrong_type);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(decision_from_response(req, *r).error().code, "BAD_UPSTREAM_RESPONSE");
+  // A question answered that was not asked, in place of one that was.
+  json renamed = body;
+  renamed["answers"]["other"] = renamed["answers"]["person"];
+  renamed["answers"].erase("person");
+  r = response_from_json(renamed);
+  ASSERT_TRUE(r);
+  EXPECT_NE(decision_from_response(req, *r).error().message.find("`person` has no answer"), std::string::npos);
+  // Rounded to 4 decimals, 255 options may miss 1 by more than 1e-3; that is still an answer.
+  json big = json::object();
+  std::string probabilities = "{";
+  for (int i = 0; i < 255; ++i) {
+    big["o" + std::to_string(i)] = nullptr;
+    probabilities += (i ? "," : "") + std::string("\"o") + std::to_string(i) + "\":0.0039";
+  }
+  probabilities += "}";
+  auto wide = parse_request(render_json(json{{"state", "x"}, {"questions", {{"q", {{"type", "choice"}, {"criteria", big}}}}}}, false),
+                            request_limits{});
+  ASSERT_TRUE(wide);
+  r = response_from_json(json::parse(R"({"model":"m","answers":{"q":{"type":"choice","choice":"o0","confidence":0.0039,"probabilities":)" +
+                                     probabilities + R"(}},"usage":{"input_tokens":1,"output_tokens":0}})"));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(decision_from_response(*wide, *r));  // Σ = 0.9945
+}
+
+}  // namespace
+}  // namespace baton
