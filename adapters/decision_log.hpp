@@ -39,6 +39,7 @@ struct decision_record {
   json arguments = json::object();
   json proposal;            // the agent's proposal as sent, null when none
   std::string error_code;   // the engine error code after a failure, else ""
+  std::string fallback_of;  // the first pass's decision id when the fallback engine made this one
 };
 
 struct tool_run_record {

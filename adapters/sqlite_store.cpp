@@ -151,6 +151,11 @@ CREATE VIEW confidence_by_model AS
          count(*) AS count, avg(confidence) AS avg_confidence
   FROM decisions GROUP BY model, fingerprint, bucket;
 )sql"},
+    // A decision made again by the fallback engine names the first pass it follows.
+    {2, R"sql(
+ALTER TABLE decisions ADD COLUMN fallback_of TEXT;
+CREATE INDEX decisions_fallback_of ON decisions (fallback_of);
+)sql"},
 };
 
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
@@ -270,6 +275,7 @@ void decision_row(const decision_record& r, bool store_state, row_text& t, std::
       {"arguments", json_text(r.arguments, t.arguments)},
       {"proposal", json_text(r.proposal, t.proposal)},
       {"error_code", std::string_view(r.error_code)},
+      {"fallback_of", r.fallback_of.empty() ? cell(nullptr) : cell(std::string_view(r.fallback_of))},
       {"prev_hash", std::string_view()},
       {"row_hash", std::string_view()},
   };

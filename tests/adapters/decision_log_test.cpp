@@ -504,7 +504,7 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
   const auto schema = sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name");
   write_decisions(1, 2);
   EXPECT_EQ(sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name"), schema);
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 1);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 2);
   EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 2);
 
   ASSERT_EQ(raw_exec("PRAGMA user_version = 99").first, SQLITE_OK);
