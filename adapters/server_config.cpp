@@ -77,21 +77,22 @@ void read_server(const YAML::Node& n, server_options& s) {
   }
 }
 
-void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base) {
-  const auto fields = read_map(n, "`engine`",
+void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base,
+                 const std::string& section = "engine") {
+  const auto fields = read_map(n, ticked(section),
                                {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
                                 "max_batch", "queue_capacity", "timeout_ms", "url", "key_env", "connections", "retries",
                                 "connect_timeout_ms", "request_timeout_ms"});
   const field* name = find(fields, "name");
   if (name) {
-    e.name = read_string(name->value, "`engine.name`");
+    e.name = read_string(name->value, ticked(section + ".name"));
     if (e.name != "keyword" && e.name != "clef" && e.name != "systemone") {
-      fail(name->value, "`engine.name` must be keyword, clef or systemone");
+      fail(name->value, ticked(section + ".name") + " must be keyword, clef or systemone");
     }
   }
   const bool remote = e.name == "systemone";
   for (const field& f : fields) {
-    const std::string what = ticked("engine." + f.key);
+    const std::string what = ticked(section + "." + f.key);
     if (f.key == "name") {
       continue;
     } else if (f.key == "model") {
@@ -137,9 +138,9 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       e.request_timeout = std::chrono::milliseconds(read_count(f.value, what));
     }
   }
-  if (e.name == "clef" && e.model.empty()) fail(n, "`engine.name: clef` needs `engine.model`, a release directory");
-  if (e.name == "keyword" && !e.model.empty()) fail(n, "`engine.model` is read only by the clef and systemone engines");
-  if (remote && e.url.empty()) fail(n, "`engine.name: systemone` needs `engine.url`, the server's base URL");
+  if (e.name == "clef" && e.model.empty()) fail(n, ticked(section + ".name: clef") + " needs " + ticked(section + ".model") + ", a release directory");
+  if (e.name == "keyword" && !e.model.empty()) fail(n, ticked(section + ".model") + " is read only by the clef and systemone engines");
+  if (remote && e.url.empty()) fail(n, ticked(section + ".name: systemone") + " needs " + ticked(section + ".url") + ", the server's base URL");
 }
 
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
@@ -307,8 +308,8 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
     c.policy = base / c.policy;
     c.log.path = base / c.log.path;
     if (root.IsNull()) return c;
-    for (const field& f : read_map(root, "the config",
-                                   {"server", "engine", "registry", "policy", "log", "executors", "auth", "systemone"})) {
+    for (const field& f : read_map(root, "the config", {"server", "engine", "registry", "policy", "log", "executors",
+                                                        "auth", "systemone", "routing"})) {
       if (f.key == "server") {
         read_server(f.value, c.server);
       } else if (f.key == "engine") {
@@ -323,6 +324,11 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
         read_auth(f.value, c.auth, base);
       } else if (f.key == "systemone") {
         read_systemone(f.value, c.systemone);
+      } else if (f.key == "routing") {
+        for (const field& r : read_map(f.value, "`routing`", {"fallback"})) {
+          c.fallback.emplace();
+          read_engine(r.value, *c.fallback, base, "routing.fallback");
+        }
       } else {
         read_executors(f.value, c.executors);
       }

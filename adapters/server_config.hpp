@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ struct server_config {
   std::filesystem::path file;  // where it was read from
   server_options server;
   engine_options engine;
+  // routing.fallback: the larger engine asked when the policy's lane says fallback (same keys
+  // as `engine`); none: a fallback decision goes to the agent as it is.
+  std::optional<engine_options> fallback;
   std::filesystem::path registry = "tools.yaml";
   std::filesystem::path policy = "policy.yaml";
   log::log_options log;

@@ -268,6 +268,19 @@ action on_engine_failure(const policy& p) {
   return a;
 }
 
+action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
+  action a = decide_action(p, registry, answers);
+  if (a.what == action::fallback) a.what = action::escalate;
+  a.lane = "fallback:" + a.lane;
+  return a;
+}
+
+action on_fallback_failure(const policy& p) {
+  action a = on_engine_failure(p);
+  a.lane = "fallback:" + a.lane;
+  return a;
+}
+
 action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
   const answer* tool_answer = find_answer(answers, tools::tool_question_id);
   const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;

@@ -72,4 +72,11 @@ action decide_action(const policy& p, const tools::registry& registry, const res
 // What an engine error or timeout becomes: escalate or deny, lane "on_engine_error".
 action on_engine_failure(const policy& p);
 
+// The decision on the fallback engine's answers (DESIGN §4: only a person ends the chain): the
+// same rules and lanes, but what would fall back again escalates. The lane says it came after a
+// fallback: "fallback:lane:default", "fallback:rule:deny", …
+action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers);
+// The fallback engine failed or timed out: on_engine_failure, lane "fallback:on_engine_error".
+action on_fallback_failure(const policy& p);
+
 }  // namespace baton::policies

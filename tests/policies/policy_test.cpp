@@ -130,6 +130,23 @@ TEST(Policy, DecisionTable) {
   }
 }
 
+TEST(Policy, AfterAFallbackOnlyAPersonIsLeft) {
+  const policy p = parse_ok(policy_yaml);
+  action a = decide_after_fallback(p, test_registry(), make_answers({"a", 0.9}));
+  EXPECT_EQ(to_string(a.what), "execute");
+  EXPECT_EQ(a.lane, "fallback:lane:default");
+  a = decide_after_fallback(p, test_registry(), make_answers({"a", 0.6}));  // would fall back again
+  EXPECT_EQ(to_string(a.what), "escalate");
+  EXPECT_EQ(a.lane, "fallback:lane:default");
+  EXPECT_EQ(a.tool, "a");
+  a = decide_after_fallback(p, test_registry(), make_answers({"d", 0.99}));
+  EXPECT_EQ(to_string(a.what), "deny");
+  EXPECT_EQ(a.lane, "fallback:rule:deny");
+  a = on_fallback_failure(p);
+  EXPECT_EQ(to_string(a.what), "escalate");
+  EXPECT_EQ(a.lane, "fallback:on_engine_error");
+}
+
 TEST(Policy, ConfidenceFollowsThePolicyMetric) {
   policy p = parse_ok(policy_yaml);
   EXPECT_DOUBLE_EQ(decide_action(p, test_registry(), make_answers({"a", 0.86})).confidence, 0.86);
