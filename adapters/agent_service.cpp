@@ -40,6 +40,8 @@ struct agent_service::turn {
   boost::asio::steady_timer timer;
   bool engine_back = false;  // the scheduler answered
   bool timed_out = false;    // the decision was made without the engine
+  bool in_fallback = false;  // the fallback engine is deciding again
+  std::string first_pass;    // the first pass's decision id, once a fallback lane sent the turn on
   bool delivered = false;    // the decision frame went out
   int parts = 2;
   std::unique_ptr<request> req;  // until submitted; then again once the scheduler hands it back
@@ -58,8 +60,10 @@ struct agent_service::turn {
 };
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
-                             log::decision_log& log, metrics& m, routing_config routing)
+                             log::decision_log& log, metrics& m, routing_config routing,
+                             std::optional<fallback_engine> fallback)
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
+      fallback_(fallback),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
                                config.server.max_sessions, config.server.session_idle}) {}
 
@@ -138,14 +142,14 @@ void agent_service::capture_state(const std::shared_ptr<turn>& t) {
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   if (t->engine_back) return;
   t->timed_out = true;
-  t->error_code = "ENGINE_TIMEOUT";
+  t->error_code = t->in_fallback ? "FALLBACK_TIMEOUT" : "ENGINE_TIMEOUT";
   metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
-  t->act = policies::on_engine_failure(routing_.policy);
+  t->act = t->in_fallback ? policies::on_fallback_failure(routing_.policy) : policies::on_engine_failure(routing_.policy);
   t->policy_ms = ms_since(p0);
-  spdlog::warn("session {} turn {}: no engine answer within {} ms; policy decides {}", t->session.session,
-               t->session.turn, config_.engine.timeout.count(), policies::to_string(t->act.what));
+  spdlog::warn("session {} turn {}: no {} answer in time; policy decides {}", t->session.session, t->session.turn,
+               t->in_fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
   capture_state(t);
   decide_and_log(t);
 }
@@ -165,8 +169,9 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
   const auto p0 = clock_type::now();
   const policies::policy& policy = routing_.policy;
+  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
   if (r.outcome) {
-    auto resp = make_response(r.req, *r.outcome, policy.metric, engine_.describe().model_id);
+    auto resp = make_response(r.req, *r.outcome, policy.metric, engine.describe().model_id);
     if (resp) {
       t->answers = std::move(*resp);
     } else {
@@ -175,9 +180,27 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   } else {
     t->error_code = r.outcome.error().code;
   }
-  t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
-                      : policies::on_engine_failure(policy);
+  if (t->in_fallback) {
+    t->act = t->answers ? policies::decide_after_fallback(policy, routing_.registry, *t->answers)
+                        : policies::on_fallback_failure(policy);
+  } else {
+    t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
+                        : policies::on_engine_failure(policy);
+  }
   t->policy_ms = ms_since(p0);
+  if (t->act.what == policies::action::fallback && fallback_) {
+    // The first pass is logged as it is; the larger engine answers the same request.
+    capture_state(t);
+    log::decision_record first = make_record(t);
+    t->first_pass = first.id;
+    auto queued = log_.append(std::move(first), [id = t->first_pass](result<void> ok) {
+      if (!ok) spdlog::error("decision {} (a first pass) is not in the log: {}", id, ok.error().message);
+    });
+    if (!queued) spdlog::error("decision {} (a first pass) is not in the log: {}", t->first_pass, queued.error().message);
+    r.req.state = std::move(t->session.history);
+    start_fallback(t, std::move(r.req));
+    return;
+  }
   metrics_.stage_ms("agent", metrics::stage::policy, t->policy_ms);
   if (!t->error_code.empty()) {
     metrics_.engine_error("agent", t->error_code);
@@ -187,6 +210,30 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   capture_state(t);
   finish_part(t);
   decide_and_log(t);
+}
+
+void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req) {
+  t->in_fallback = true;
+  t->engine_back = false;
+  t->answers.reset();
+  t->error_code.clear();
+  auto submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
+    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+  });
+  if (!submitted) {
+    t->engine_back = true;
+    t->session.history = std::move(req.state);
+    t->error_code = submitted.error().code;
+    metrics_.engine_error("agent", t->error_code);
+    t->act = policies::on_fallback_failure(routing_.policy);
+    finish_part(t);
+    decide_and_log(t);
+    return;
+  }
+  t->timer.expires_after(fallback_->timeout);
+  t->timer.async_wait([this, t](boost::system::error_code ec) {
+    if (!ec) on_timeout(t);
+  });
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
@@ -208,35 +255,8 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
       }
     }
   }
-  t->decision_id = new_id('d');
-
-  log::decision_record rec;
-  rec.id = t->decision_id;
-  if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
-  rec.session = t->session.session;
-  rec.turn = t->session.turn;
-  rec.created_ms = unix_ms();
-  rec.queue_ms = t->queue_ms;
-  rec.compile_ms = t->compile_ms;
-  rec.engine_ms = t->engine_ms;
-  rec.policy_ms = t->policy_ms;
-  rec.total_ms = ms_since(t->received);
-  rec.engine = config_.engine.name;
-  rec.model = t->answers ? t->answers->model : std::string();
-  rec.fingerprint = engine_.describe().fingerprint;
-  rec.registry_hash = routing_.registry.hash;
-  rec.policy_hash = routing_.policy.hash;
-  rec.schema_hash = t->schema_hash;
-  rec.state_hash = t->state_hash;
-  if (log_.options().store_state) rec.state = std::move(t->state_text);
-  if (t->answers) render_answers(*t->answers, rec.answers, -1);
-  rec.action = policies::to_string(t->act.what);
-  rec.tool = t->act.tool;
-  rec.lane = t->act.lane;
-  rec.confidence = t->act.confidence;
-  rec.arguments = t->act.arguments;
-  rec.proposal = t->frame.proposal;
-  rec.error_code = t->error_code;
+  log::decision_record rec = make_record(t);
+  t->decision_id = rec.id;
 
   t->log_started = clock_type::now();
   if (!config_.durable_ack) {
@@ -266,6 +286,40 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
     t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
     finish_part(t);
   }
+}
+
+log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) {
+  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
+  const engine_options& options = t->in_fallback ? *config_.fallback : config_.engine;
+  log::decision_record rec;
+  rec.id = new_id('d');
+  if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
+  rec.session = t->session.session;
+  rec.turn = t->session.turn;
+  rec.created_ms = unix_ms();
+  rec.queue_ms = t->queue_ms;
+  rec.compile_ms = t->compile_ms;
+  rec.engine_ms = t->engine_ms;
+  rec.policy_ms = t->policy_ms;
+  rec.total_ms = ms_since(t->received);
+  rec.engine = options.name;
+  rec.model = t->answers ? t->answers->model : std::string();
+  rec.fingerprint = engine.describe().fingerprint;
+  rec.registry_hash = routing_.registry.hash;
+  rec.policy_hash = routing_.policy.hash;
+  rec.schema_hash = t->schema_hash;
+  rec.state_hash = t->state_hash;
+  if (log_.options().store_state) rec.state = t->state_text;
+  if (t->answers) render_answers(*t->answers, rec.answers, -1);
+  rec.action = policies::to_string(t->act.what);
+  rec.tool = t->act.tool;
+  rec.lane = t->act.lane;
+  rec.confidence = t->act.confidence;
+  rec.arguments = t->act.arguments;
+  rec.proposal = t->frame.proposal;
+  rec.error_code = t->error_code;
+  rec.fallback_of = t->first_pass;
+  return rec;
 }
 
 void agent_service::send_decision(const std::shared_ptr<turn>& t) {
@@ -306,10 +360,16 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
     out += "null";
   }
   out += ",\"model\":";
-  render_string(t->answers ? t->answers->model : engine_.describe().model_id, out);
+  render_string(t->answers ? t->answers->model
+                           : (t->in_fallback ? fallback_->engine : engine_).describe().model_id,
+                out);
   if (!t->error_code.empty()) {
     out += ",\"error_code\":";
     render_string(t->error_code, out);
+  }
+  if (!t->first_pass.empty()) {
+    out += ",\"fallback_of\":";
+    render_string(t->first_pass, out);
   }
   out += ",\"timings_ms\":{";
   put_ms(out, "queue", t->queue_ms);

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,8 +59,14 @@ class agent_connection {
 
 class agent_service {
  public:
+  // `fallback` (may be null): the larger engine a fallback lane asks, through its own scheduler.
+  struct fallback_engine {
+    decision_engine& engine;
+    scheduler& sched;
+    std::chrono::milliseconds timeout;
+  };
   agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
-                metrics& m, routing_config routing);
+                metrics& m, routing_config routing, std::optional<fallback_engine> fallback = std::nullopt);
 
   // Handles one text frame on the connection's strand. False when the frame was refused at once
   // (an error frame went back), which the connection counts towards its bad-frame limit.
@@ -79,6 +86,8 @@ class agent_service {
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
   void capture_state(const std::shared_ptr<turn>& t);
+  void start_fallback(const std::shared_ptr<turn>& t, request&& req);
+  log::decision_record make_record(const std::shared_ptr<turn>& t);
   void decide_and_log(const std::shared_ptr<turn>& t);
   void send_decision(const std::shared_ptr<turn>& t);
   void after_decision(const std::shared_ptr<turn>& t);
@@ -91,6 +100,7 @@ class agent_service {
   log::decision_log& log_;
   metrics& metrics_;
   routing_config routing_;
+  std::optional<fallback_engine> fallback_;
   session_table sessions_;
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};

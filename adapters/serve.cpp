@@ -124,6 +124,8 @@ struct running_server::impl {
   std::int64_t escalated_at_start = 0;
   std::unique_ptr<authenticator> auth;
   std::unique_ptr<scheduler> sched;
+  std::unique_ptr<decision_engine> fallback_engine;  // routing.fallback, with its own scheduler
+  std::unique_ptr<scheduler> fallback_sched;
   std::unique_ptr<agent_service> service;
   std::unique_ptr<systemone_service> systemone;
   std::unique_ptr<http_api> api;
@@ -160,7 +162,9 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   for (const api_key& k : p->config.auth.keys) {
     if (!k.env.empty()) p->config.executors.withheld_env.push_back(k.env);
   }
-  if (!p->config.engine.key_env.empty()) p->config.executors.withheld_env.push_back(p->config.engine.key_env);
+  for (const engine_options* e : {&p->config.engine, p->config.fallback ? &*p->config.fallback : nullptr}) {
+    if (e && !e->key_env.empty()) p->config.executors.withheld_env.push_back(e->key_env);
+  }
   p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);
@@ -169,7 +173,15 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   scheduler_options so{p->config.engine.max_batch, p->config.engine.queue_capacity, {}};
   so.on_batch = [m = &p->metrics](std::size_t n, double) { m->batch(n); };
   p->sched = std::make_unique<scheduler>(*p->engine, std::move(so));
-  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing));
+  std::optional<agent_service::fallback_engine> fallback;
+  if (p->config.fallback) {
+    const engine_options& f = *p->config.fallback;
+    p->fallback_engine = make_configured_engine(f);
+    p->fallback_sched = std::make_unique<scheduler>(*p->fallback_engine, scheduler_options{f.max_batch, f.queue_capacity, {}});
+    fallback.emplace(agent_service::fallback_engine{*p->fallback_engine, *p->fallback_sched, f.timeout});
+  }
+  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing),
+                                               fallback);
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
   p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
     return std::vector<metrics::gauge>{
@@ -223,11 +235,13 @@ void running_server::stop() {
     }
     p.stopping = true;
   }
-  const auto drain_limit = p.config.engine.timeout + p.config.executors.default_timeout + std::chrono::seconds(1);
+  const auto drain_limit = p.config.engine.timeout + (p.config.fallback ? p.config.fallback->timeout : std::chrono::milliseconds(0)) +
+                           p.config.executors.default_timeout + std::chrono::seconds(1);
   p.server->stop(std::chrono::duration_cast<std::chrono::milliseconds>(drain_limit), [&p] { p.ioc.stop(); });
   for (auto& t : p.threads) t.join();
   p.threads.clear();
   p.sched->stop();
+  if (p.fallback_sched) p.fallback_sched->stop();
   p.log->close();
   p.server.reset();
   spdlog::info("baton stopped");

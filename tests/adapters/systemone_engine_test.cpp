@@ -9,10 +9,12 @@
 #include <functional>
 #include <thread>
 
+#include "adapters/cli.hpp"
 #include "adapters/serve.hpp"
 #include "engine/systemone_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
+#include "ws_client.hpp"
 
 namespace baton {
 namespace {
@@ -307,6 +309,160 @@ TEST(systemone_engine, answers_are_checked_against_their_request) {
                                      probabilities + R"(}},"usage":{"input_tokens":1,"output_tokens":0}})"));
   ASSERT_TRUE(r);
   EXPECT_TRUE(decision_from_response(*wide, *r));  // Σ = 0.9945
+}
+
+// Chooses `tool` with probability `p` for the `tool` question (the rest shared), flat elsewhere.
+class tool_engine : public decision_engine {
+ public:
+  tool_engine(std::string model, std::string tool, double p) : tool_(std::move(tool)), p_(p) {
+    description_.model_id = std::move(model);
+    description_.fingerprint = "sha256:" + description_.model_id;
+    description_.limits = request_limits::text_only();
+  }
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override {
+    std::vector<result<decision>> out;
+    for (const request& r : batch) {
+      decision d;
+      for (const question& q : r.questions) {
+        const std::size_t n = q.option_count();
+        std::vector<double> p(n, 1.0 / double(n));
+        if (q.id == "tool") {
+          for (std::size_t i = 0; i < n; ++i) p[i] = q.option_id(i) == tool_ ? p_ : (1 - p_) / double(n - 1);
+        }
+        d.probabilities.push_back(std::move(p));
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+ private:
+  std::string tool_;
+  double p_;
+  engine_description description_;
+};
+
+// A front baton whose engine is unsure (run_query at 0.6: the default lane falls back) and whose
+// routing.fallback is the SystemOne server at `fallback_url`.
+class fallback_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spdlog::set_level(spdlog::level::err);
+    dir_ = std::filesystem::temp_directory_path() /
+           ("baton-fallback-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    front_.reset();
+    back_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string base_yaml(const std::string& log) const {
+    return "server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+           "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() + "\nlog: {path: " + log + "}\n";
+  }
+
+  // A larger model: another baton whose engine picks run_query with probability `p`.
+  std::string start_back(double p) {
+    auto c = parse_server_config(base_yaml("back.db") + "systemone: {model_aliases: [big]}\n", dir_ / "back.yaml");
+    EXPECT_TRUE(c) << c.error().message;
+    back_ = running_server::start(*c, std::make_unique<tool_engine>("big-1", "run_query", p));
+    return "http://127.0.0.1:" + std::to_string(back_->port());
+  }
+
+  unsigned short start_front(const std::string& fallback_url, int timeout_ms = 2000) {
+    auto c = parse_server_config(base_yaml("front.db") + "routing: {fallback: {name: systemone, url: \"" + fallback_url +
+                                     "\", model: big, retries: 0, request_timeout_ms: 1000, timeout_ms: " +
+                                     std::to_string(timeout_ms) + "}}\n",
+                                 dir_ / "front.yaml");
+    EXPECT_TRUE(c) << c.error().message;
+    front_ = running_server::start(*c, std::make_unique<tool_engine>("small-1", "run_query", 0.6));
+    return front_->port();
+  }
+
+  json decide(unsigned short port) {
+    test::ws_client ws(port);
+    return ws.request({{"type", "decide"}, {"session", "f1"},
+                       {"history", {{{"role", "user"}, {"content", "how many signups last month?"}}}}});
+  }
+
+  std::vector<json> rows() {
+    front_->stop();
+    std::istringstream in;
+    std::ostringstream out, err;
+    const std::string db = (dir_ / "front.db").string();
+    const std::vector<std::string_view> args = {"log", "sql", "--db", db,
+                                                "SELECT id, action, lane, model, error_code, fallback_of FROM decisions ORDER BY seq"};
+    EXPECT_EQ(run_cli(args, in, out, err), 0) << err.str();
+    std::vector<json> r;
+    std::istringstream lines(out.str());
+    for (std::string l; std::getline(lines, l);) r.push_back(test::parse(l));
+    return r;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<running_server> back_, front_;
+};
+
+TEST_F(fallback_test, the_larger_model_is_sure_and_the_tool_executes) {
+  const json d = decide(start_front(start_back(0.95)));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "execute");
+  EXPECT_EQ(d["tool"], "run_query");
+  EXPECT_EQ(d["lane"], "fallback:lane:default");
+  EXPECT_EQ(d["model"], "big");
+  EXPECT_DOUBLE_EQ(d["confidence"].get<double>(), 0.95);
+  const auto r = rows();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]["action"], "fallback");
+  EXPECT_EQ(r[0]["model"], "small-1");
+  EXPECT_EQ(r[0]["fallback_of"], nullptr);
+  EXPECT_EQ(r[1]["id"], d["decision"]);
+  EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
+  EXPECT_EQ(d["fallback_of"], r[0]["id"]);
+}
+
+TEST_F(fallback_test, the_larger_model_is_unsure_too_and_a_person_decides) {
+  const json d = decide(start_front(start_back(0.6)));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "escalate");
+  EXPECT_EQ(d["lane"], "fallback:lane:default");
+  const auto r = rows();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1]["action"], "escalate");
+  EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
+}
+
+TEST_F(fallback_test, a_fallback_that_is_down_slow_or_wrong_fails_closed_with_its_reason) {
+  const unsigned short closed = [] {
+    net::io_context io;
+    tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
+    return a.local_endpoint().port();
+  }();
+  scripted_server garbage({{200, R"({"model":"big","answers":{},"usage":{"input_tokens":1,"output_tokens":0}})", {}}});
+  scripted_server slow({{200, "{}", {}, 1500ms}});
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"http://127.0.0.1:" + std::to_string(closed), 2000, "UPSTREAM_UNREACHABLE"},
+      {garbage.url(), 2000, "BAD_UPSTREAM_RESPONSE"},
+      {slow.url(), 300, "FALLBACK_TIMEOUT"},
+  };
+  for (const auto& [url, timeout_ms, code] : cases) {
+    SCOPED_TRACE(url);
+    const json d = decide(start_front(url, timeout_ms));
+    ASSERT_EQ(d.value("type", ""), "decision") << d;
+    EXPECT_EQ(d["action"], "escalate");  // config/policy.yaml: on_engine_error: escalate
+    EXPECT_EQ(d["lane"], "fallback:on_engine_error");
+    EXPECT_EQ(d["error_code"], code);
+    const auto r = rows();
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[1]["error_code"], code);
+    EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
+    front_.reset();
+    std::filesystem::remove(dir_ / "front.db");
+  }
 }
 
 }  // namespace
