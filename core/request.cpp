@@ -521,11 +521,12 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
   return r;
 }
 
-void render_request(const request& r, std::string& out) {
+void render_request(const request& r, std::string& out, std::string_view model) {
   out += '{';
-  if (!r.model.empty()) {
+  if (model.empty()) model = r.model;
+  if (!model.empty()) {
     out += "\"model\":";
-    render_string(r.model, out);
+    render_string(model, out);
     out += ',';
   }
   out += "\"state\":";

@@ -76,8 +76,8 @@ result<request> parse_request_line(std::string_view body, const request_limits& 
 
 // The request's wire form, for another SystemOne server: `model` (when not empty), `state`,
 // `questions` in order with their type, instructions and criteria as sent, and the media arrays
-// (each item as the caller's string).
-void render_request(const request& r, std::string& out);
+// (each item as the caller's string). A non-empty `model` replaces the request's own.
+void render_request(const request& r, std::string& out, std::string_view model = {});
 
 // The same on an already parsed body.
 result<request> request_from_json(json&& body, const request_limits& limits,

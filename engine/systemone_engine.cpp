@@ -108,7 +108,7 @@ struct systemone_engine::impl {
   // One request, with its retries, on a connection from the pool.
   net::awaitable<result<decision>> call(const request& req) {
     std::string body;
-    render_request(req, body);
+    render_request(req, body, options.model);
     http::request<http::string_body> msg(http::verb::post, url.target, 11);
     msg.set(http::field::host, url.host_header);
     msg.set(http::field::content_type, "application/json");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "adapters/cli.hpp"
@@ -78,7 +79,14 @@ class scripted_server {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
   int requests() const { return requests_; }
-  std::string last_retry_count() const { return last_retry_; }
+  std::string last_retry_count() const {
+    std::lock_guard lock(mutex_);
+    return last_retry_;
+  }
+  std::string last_body() const {
+    std::lock_guard lock(mutex_);
+    return last_body_;
+  }
 
  private:
   void serve() {
@@ -92,7 +100,11 @@ class scripted_server {
         http::request<http::string_body> req;
         http::read(s, buffer, req, ec);
         if (ec) break;
-        last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
+        {
+          std::lock_guard lock(mutex_);
+          last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
+          last_body_ = req.body();
+        }
         const reply r = script_[std::min<std::size_t>(requests_++, script_.size() - 1)];
         std::this_thread::sleep_for(r.sleep);
         http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
@@ -111,7 +123,9 @@ class scripted_server {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> requests_{0};
+  mutable std::mutex mutex_;
   std::string last_retry_;
+  std::string last_body_;
 };
 
 request sample_request() {
@@ -203,6 +217,14 @@ TEST(systemone_engine, retries_honour_retry_after_then_answer) {
   ASSERT_TRUE(out[0]) << out[0].error().message;
   EXPECT_EQ(server.requests(), 3);
   EXPECT_EQ(server.last_retry_count(), "2");
+  // The request as sent: the configured model, the questions in order, as the caller wrote them.
+  const json sent = test::parse(server.last_body());
+  EXPECT_EQ(sent["model"], "big");
+  EXPECT_EQ(sent["state"], "please refund my charge");
+  std::vector<std::string> ids;
+  for (const auto& [k, v] : sent["questions"].items()) ids.push_back(k);
+  EXPECT_EQ(ids, (std::vector<std::string>{"tool", "person", "urgency"}));
+  EXPECT_EQ(sent["questions"]["tool"]["criteria"], json::parse(R"({"refund":"Refund a charge","search":null})"));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
   EXPECT_EQ(out[0]->probabilities[1], (std::vector<double>{0.25, 0.75}));
   EXPECT_EQ(out[0]->input_tokens, 7);
