@@ -26,11 +26,12 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using namespace std::chrono_literals;
 
-// Answers each question from a fixed table, else flat.
-class table_engine : public decision_engine {
+// Chooses `tool` with probability `p` for the `tool` question (the rest shared), flat elsewhere.
+class tool_engine : public decision_engine {
  public:
-  table_engine() {
-    description_.model_id = "big-1";
+  tool_engine(std::string model, std::string tool, double p) : tool_(std::move(tool)), p_(p) {
+    description_.model_id = std::move(model);
+    description_.fingerprint = "sha256:" + description_.model_id;
     description_.limits = request_limits::text_only();
   }
   const engine_description& describe() const noexcept override { return description_; }
@@ -40,9 +41,10 @@ class table_engine : public decision_engine {
       decision d;
       d.input_tokens = 42;
       for (const question& q : r.questions) {
-        std::vector<double> p(q.option_count(), 1.0 / double(q.option_count()));
+        const std::size_t n = q.option_count();
+        std::vector<double> p(n, 1.0 / double(n));
         if (q.id == "tool") {
-          for (std::size_t i = 0; i < p.size(); ++i) p[i] = q.option_id(i) == "refund" ? 0.9 : 0.1 / double(p.size() - 1);
+          for (std::size_t i = 0; i < n; ++i) p[i] = q.option_id(i) == tool_ ? p_ : (1 - p_) / double(n - 1);
         }
         d.probabilities.push_back(std::move(p));
       }
@@ -52,6 +54,8 @@ class table_engine : public decision_engine {
   }
 
  private:
+  std::string tool_;
+  double p_;
   engine_description description_;
 };
 
@@ -166,7 +170,7 @@ TEST(systemone_engine, another_baton_answers_and_its_key_is_sent) {
                                    "auth: {keys: [{name: front, role: agent, env: BATON_UPSTREAM_TEST_KEY}]}\n",
                                dir / "baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  auto upstream = running_server::start(*c, std::make_unique<table_engine>());
+  auto upstream = running_server::start(*c, std::make_unique<tool_engine>("big-1", "refund", 0.9));
   const std::string url = "http://127.0.0.1:" + std::to_string(upstream->port());
 
   auto engine = engine_for(url, [](auto& o) { o.api_key = "upstream-key-0123456789"; });
@@ -332,38 +336,6 @@ TEST(systemone_engine, answers_are_checked_against_their_request) {
   ASSERT_TRUE(r);
   EXPECT_TRUE(decision_from_response(*wide, *r));  // Σ = 0.9945
 }
-
-// Chooses `tool` with probability `p` for the `tool` question (the rest shared), flat elsewhere.
-class tool_engine : public decision_engine {
- public:
-  tool_engine(std::string model, std::string tool, double p) : tool_(std::move(tool)), p_(p) {
-    description_.model_id = std::move(model);
-    description_.fingerprint = "sha256:" + description_.model_id;
-    description_.limits = request_limits::text_only();
-  }
-  const engine_description& describe() const noexcept override { return description_; }
-  std::vector<result<decision>> decide(std::span<const request> batch) override {
-    std::vector<result<decision>> out;
-    for (const request& r : batch) {
-      decision d;
-      for (const question& q : r.questions) {
-        const std::size_t n = q.option_count();
-        std::vector<double> p(n, 1.0 / double(n));
-        if (q.id == "tool") {
-          for (std::size_t i = 0; i < n; ++i) p[i] = q.option_id(i) == tool_ ? p_ : (1 - p_) / double(n - 1);
-        }
-        d.probabilities.push_back(std::move(p));
-      }
-      out.push_back(std::move(d));
-    }
-    return out;
-  }
-
- private:
-  std::string tool_;
-  double p_;
-  engine_description description_;
-};
 
 // A front baton whose engine is unsure (run_query at 0.6: the default lane falls back) and whose
 // routing.fallback is the SystemOne server at `fallback_url`.
