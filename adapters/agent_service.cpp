@@ -41,6 +41,7 @@ struct agent_service::turn {
   bool engine_back = false;  // the scheduler answered
   bool timed_out = false;    // the decision was made without the engine
   bool in_fallback = false;  // the fallback engine is deciding again
+  int phase = 0;             // which engine the timer is for: a handler of an earlier phase is stale
   std::string first_pass;    // the first pass's decision id, once a fallback lane sent the turn on
   bool delivered = false;    // the decision frame went out
   int parts = 2;
@@ -127,10 +128,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
     return true;
   }
-  t->timer.expires_after(config_.engine.timeout);
-  t->timer.async_wait([this, t](boost::system::error_code ec) {
-    if (!ec) on_timeout(t);
-  });
+  arm_timer(t, config_.engine.timeout);
   return true;
 }
 
@@ -212,6 +210,16 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   decide_and_log(t);
 }
 
+void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout) {
+  // A handler already queued when the timer is re-armed still runs, with success: the phase it
+  // was armed for tells it apart.
+  const int phase = ++t->phase;
+  t->timer.expires_after(timeout);
+  t->timer.async_wait([this, t, phase](boost::system::error_code ec) {
+    if (!ec && phase == t->phase) on_timeout(t);
+  });
+}
+
 void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req) {
   t->in_fallback = true;
   t->engine_back = false;
@@ -230,10 +238,7 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
     decide_and_log(t);
     return;
   }
-  t->timer.expires_after(fallback_->timeout);
-  t->timer.async_wait([this, t](boost::system::error_code ec) {
-    if (!ec) on_timeout(t);
-  });
+  arm_timer(t, fallback_->timeout);
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {

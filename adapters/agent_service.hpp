@@ -87,6 +87,7 @@ class agent_service {
   void on_timeout(const std::shared_ptr<turn>& t);
   void capture_state(const std::shared_ptr<turn>& t);
   void start_fallback(const std::shared_ptr<turn>& t, request&& req);
+  void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);
   log::decision_record make_record(const std::shared_ptr<turn>& t);
   void decide_and_log(const std::shared_ptr<turn>& t);
   void send_decision(const std::shared_ptr<turn>& t);
