@@ -30,21 +30,32 @@ namespace {
 
 error bad_response(std::string message) { return make_error(502, "BAD_UPSTREAM_RESPONSE", std::move(message)); }
 
-// Retry-After as the SDKs read it: retry-after-ms first, then whole seconds.
-std::optional<std::chrono::milliseconds> retry_after(const http::response<http::string_body>& res) {
+// Retry-After as the SDKs read it, retry-after-ms first, then whole seconds; at most `cap`.
+std::optional<std::chrono::milliseconds> retry_after(const http::response<http::string_body>& res,
+                                                     std::chrono::milliseconds cap) {
   auto number = [](std::string_view s) -> std::optional<double> {
     double v = 0;
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || p != s.data() + s.size() || !(v >= 0)) return std::nullopt;
     return v;
   };
-  if (const auto it = res.find("retry-after-ms"); it != res.end()) {
-    if (const auto ms = number(it->value())) return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  std::optional<double> ms;
+  if (const auto it = res.find("retry-after-ms"); it != res.end()) ms = number(it->value());
+  if (!ms) {
+    if (const auto it = res.find(http::field::retry_after); it != res.end()) {
+      if (const auto seconds = number(it->value())) ms = *seconds * 1000;
+    }
   }
-  if (const auto it = res.find(http::field::retry_after); it != res.end()) {
-    if (const auto s = number(it->value())) return std::chrono::milliseconds(static_cast<std::int64_t>(*s * 1000));
-  }
-  return std::nullopt;
+  if (!ms) return std::nullopt;
+  // Clamped before the cast: "inf" or 1e300 must not overflow it.
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(*ms, double(cap.count()))));
+}
+
+// A kept-alive connection the server closed while it sat in the pool fails like this, before
+// any answer: not the server's failure, so not an attempt.
+bool stale(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+         ec == net::error::broken_pipe;
 }
 
 }  // namespace
@@ -101,6 +112,7 @@ struct systemone_engine::impl {
   http_url url;
   engine_description description;
   net::io_context io;  // driven by decide(), on the scheduler's worker thread only
+  tcp::resolver::results_type endpoints;  // resolved once, at start-up
   std::vector<std::unique_ptr<beast::tcp_stream>> idle;
   int failures_in_row = 0;
   clock_type::time_point open_until{};
@@ -121,27 +133,26 @@ struct systemone_engine::impl {
 
     std::string last = "no attempt";
     auto delay = options.backoff;
+    bool wait = false;
     for (int attempt = 0; attempt <= options.retries; ++attempt) {
-      if (attempt > 0) {
-        msg.set("X-TypeSafe-Retry-Count", std::to_string(attempt));
+      if (attempt > 0) msg.set("X-TypeSafe-Retry-Count", std::to_string(attempt));
+      if (wait) {
         net::steady_timer timer(io, delay);
         co_await timer.async_wait(net::use_awaitable);
-        delay = std::min(delay * 2, options.backoff_max);
+        delay = std::clamp(delay * 2, options.backoff, options.backoff_max);
       }
+      wait = true;
       std::unique_ptr<beast::tcp_stream> conn;
-      if (!idle.empty()) {
+      const bool reused = !idle.empty();
+      if (reused) {
         conn = std::move(idle.back());
         idle.pop_back();
       }
       beast::error_code ec;
       if (!conn) {
         conn = std::make_unique<beast::tcp_stream>(io);
-        tcp::resolver resolver(io);
-        auto found = co_await resolver.async_resolve(url.host, url.port, net::redirect_error(net::use_awaitable, ec));
-        if (!ec) {
-          conn->expires_after(options.connect_timeout);
-          co_await conn->async_connect(found, net::redirect_error(net::use_awaitable, ec));
-        }
+        conn->expires_after(options.connect_timeout);
+        co_await conn->async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
         if (ec) {
           last = "cannot connect to " + url.host_header + ": " + ec.message();
           continue;
@@ -154,17 +165,22 @@ struct systemone_engine::impl {
       http::response_parser<http::string_body> parser;
       parser.body_limit(std::size_t(64) << 20);
       if (!ec) co_await http::async_read(*conn, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (ec && reused && stale(ec)) {
+        --attempt;  // on a new connection (or the next pooled one) at once; the pool is finite
+        wait = false;
+        continue;
+      }
       if (ec) {
         last = ec == beast::error::timeout ? "no answer within " + std::to_string(options.timeout.count()) + " ms"
                                            : "the connection failed: " + ec.message();
-        continue;  // a kept-alive connection the server closed meanwhile fails here too: retried on a new one
+        continue;
       }
       http::response<http::string_body> res = parser.release();
       if (res.keep_alive() && idle.size() < options.connections) idle.push_back(std::move(conn));
       const int status = static_cast<int>(res.result_int());
       if (status == 408 || status == 429 || status >= 500) {
         last = "the server answered " + std::to_string(status);
-        if (const auto wait = retry_after(res)) delay = std::min(*wait, options.backoff_max);
+        if (const auto asked = retry_after(res, options.backoff_max)) delay = *asked;
         continue;
       }
       json parsed;
@@ -204,6 +220,12 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
+  // Resolved once: a resolver has no timeout, and the scheduler's thread must not hang on one.
+  boost::system::error_code ec;
+  p->endpoints = tcp::resolver(p->io).resolve(p->url.host, p->url.port, ec);
+  if (ec) {
+    return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's host `" + p->url.host + "` does not resolve: " + ec.message());
+  }
   options.connections = std::max<std::size_t>(1, options.connections);
   p->options = std::move(options);
   engine_description& d = p->description;
@@ -243,16 +265,18 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   }
   p.io.restart();
   p.io.run();
-  // The circuit: only transport failures and 5xx count, not refusals of a request.
+  // The circuit counts calls, not requests: one outage fails a whole batch at once. Any answer
+  // of the server's own (a decision, or a refusal of a request) shows it is there.
+  bool answered = false, failed = false;
   for (const auto& r : out) {
-    if (!r) {
-      const std::string& code = r.error().code;
-      if (code == "UPSTREAM_UNREACHABLE" || code == "BAD_UPSTREAM_RESPONSE") ++p.failures_in_row;
-    } else {
-      p.failures_in_row = 0;
-    }
+    const bool down = !r && (r.error().code == "UPSTREAM_UNREACHABLE" || r.error().code == "BAD_UPSTREAM_RESPONSE");
+    (down ? failed : answered) = true;
   }
-  if (p.failures_in_row >= p.options.breaker_failures) p.open_until = clock_type::now() + p.options.breaker_open;
+  if (answered) {
+    p.failures_in_row = 0;
+  } else if (failed && ++p.failures_in_row >= p.options.breaker_failures) {
+    p.open_until = clock_type::now() + p.options.breaker_open;
+  }
   return out;
 }
 

@@ -22,13 +22,14 @@ struct systemone_engine_options {
   std::chrono::milliseconds backoff{200};     // before the first retry; doubles up to backoff_max
   std::chrono::milliseconds backoff_max{2000};  // also caps what Retry-After may ask
   std::size_t connections = 8;                // kept-alive connections, requests in flight at once
-  int breaker_failures = 5;                   // requests failed in a row that open the circuit
+  int breaker_failures = 5;                   // calls (batches) failed in a row that open the circuit
   std::chrono::milliseconds breaker_open{10000};  // how long it stays open before one trial batch
 };
 
 class systemone_engine : public decision_engine {
  public:
-  // 400 INVALID_ENGINE_URL for a URL the client cannot call.
+  // 400 INVALID_ENGINE_URL for a URL the client cannot call or whose host does not resolve
+  // (resolved once, here: a resolver cannot be bounded in time).
   static result<std::unique_ptr<systemone_engine>> make(systemone_engine_options options);
   ~systemone_engine() override;
 

@@ -68,6 +68,7 @@ class scripted_server {
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;
     std::chrono::milliseconds sleep{0};
+    bool close_after = false;  // closes the connection without saying so (a kept-alive timeout)
   };
 
   explicit scripted_server(std::vector<reply> script)
@@ -116,7 +117,7 @@ class scripted_server {
         res.body() = r.body;
         res.prepare_payload();
         http::write(s, res, ec);
-        if (ec) break;
+        if (ec || r.close_after) break;
       }
     }
   }
@@ -232,6 +233,57 @@ TEST(systemone_engine, retries_honour_retry_after_then_answer) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
   EXPECT_EQ(out[0]->probabilities[1], (std::vector<double>{0.25, 0.75}));
   EXPECT_EQ(out[0]->input_tokens, 7);
+}
+
+TEST(systemone_engine, a_pooled_connection_the_server_closed_is_no_failed_attempt) {
+  scripted_server server({{200, good_answer, {}, 0ms, true}});
+  auto engine = engine_for(server.url(), [](auto& o) { o.retries = 0; });
+  for (int i = 0; i < 3; ++i) {
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << i << ": " << out[0].error().message;
+  }
+  EXPECT_EQ(server.requests(), 3);
+}
+
+TEST(systemone_engine, retry_after_values_are_bounded) {
+  // "inf" and a huge number are capped at backoff_max; 0 retries at once, then backs off again.
+  scripted_server server({{503, "{}", {{"retry-after-ms", "inf"}}},
+                          {503, "{}", {{"Retry-After", "1e300"}}},
+                          {503, "{}", {{"Retry-After", "0"}}},
+                          {200, good_answer, {}}});
+  auto engine = engine_for(server.url(), [](auto& o) {
+    o.retries = 3;
+    o.backoff_max = 40ms;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = engine->decide(std::vector<request>{sample_request()});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(out[0]) << out[0].error().message;
+  EXPECT_EQ(server.requests(), 4);
+  EXPECT_GE(took, 80ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST(systemone_engine, the_circuit_closes_again_after_a_good_trial) {
+  scripted_server server({{503, "{}", {}}, {200, good_answer, {}}});
+  auto engine = engine_for(server.url(), [](auto& o) {
+    o.retries = 0;
+    o.breaker_failures = 1;
+    o.breaker_open = 100ms;
+  });
+  const std::vector<request> batch(3, sample_request());
+  auto out = engine->decide(batch);  // one failed call, however many requests
+  ASSERT_FALSE(out[0]);
+  out = engine->decide(batch);
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "ENGINE_UNAVAILABLE");
+  std::this_thread::sleep_for(150ms);
+  // The trial (one request: this server takes one connection at a time): it answers now.
+  const std::vector<request> one(1, sample_request());
+  out = engine->decide(one);
+  EXPECT_TRUE(out[0]) << out[0].error().message;
+  out = engine->decide(one);
+  EXPECT_TRUE(out[0]) << out[0].error().message;
 }
 
 TEST(systemone_engine, garbage_partial_and_refused_answers_are_errors) {
