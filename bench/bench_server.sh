@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Sourced by the load scripts (ws_load.sh, http_load.sh): a `baton serve` for one benchmark, on
 # the default registry and policy with the keyword engine and a fresh decision log in a temporary
 # directory. Knobs: BATON_IO_THREADS (2), BATON_DURABLE_ACK (true), BATON_SYNC (full).
