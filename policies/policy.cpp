@@ -133,23 +133,23 @@ void read_rules(const YAML::Node& n, const tools::registry& r, policy& p) {
   }
 }
 
-void read_lanes(const YAML::Node& n, const tools::registry& r, policy& p) {
-  const auto fields = read_map(n, "`lanes`", {"default", "tools"});
+void read_lanes(const YAML::Node& n, const tools::registry& r, policy::lane_set& out, const std::string& key) {
+  const auto fields = read_map(n, ticked(key), {"default", "tools"});
   const field* d = find(fields, "default");
-  if (!d) fail(n, "`lanes` has no default");
-  p.default_lane = read_lane(d->value, "the default lane");
+  if (!d) fail(n, ticked(key) + " has no default");
+  out.default_lane = read_lane(d->value, "the default lane");
   if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
-    for (const field& t : read_map(ts->value, "`lanes.tools`")) {
+    for (const field& t : read_map(ts->value, ticked(key + ".tools"))) {
       // finish is not a tool: it follows the default lane.
-      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in `lanes.tools`");
-      p.tool_lanes.emplace_back(t.key, read_lane(t.value, "the lane of " + ticked(t.key)));
+      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in " + ticked(key + ".tools"));
+      out.tool_lanes.emplace_back(t.key, read_lane(t.value, "the lane of " + ticked(t.key)));
     }
   }
 }
 
 policy read_policy(const YAML::Node& root, const tools::registry& r) {
   if (root.IsNull() || !root.IsDefined()) fail(root, "the policy is empty: it needs confidence, lanes and on_engine_error");
-  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "on_engine_error"});
+  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "fallback_lanes", "on_engine_error"});
   policy p;
   // No defaults for what decides: a policy says which metric and what a failure does.
   const field* c = find(top, "confidence");
@@ -161,7 +161,13 @@ policy read_policy(const YAML::Node& root, const tools::registry& r) {
   if (const field* f = find(top, "rules"); f && !f->value.IsNull()) read_rules(f->value, r, p);
   const field* l = find(top, "lanes");
   if (!l) fail(root, "the policy has no `lanes`");
-  read_lanes(l->value, r, p);
+  policy::lane_set first;
+  read_lanes(l->value, r, first, "lanes");
+  p.default_lane = first.default_lane;
+  p.tool_lanes = std::move(first.tool_lanes);
+  if (const field* f = find(top, "fallback_lanes"); f && !f->value.IsNull()) {
+    read_lanes(f->value, r, p.fallback_lanes.emplace(), "fallback_lanes");
+  }
   const field* e = find(top, "on_engine_error");
   if (!e) fail(root, "the policy has no `on_engine_error` (escalate or deny)");
   const std::string on_error = read_string(e->value, "on_engine_error");
@@ -246,6 +252,11 @@ std::string policy::canonical_json() const {
   json lanes = json::object();
   for (const auto& [id, l] : tool_lanes) lanes[id] = lane_json(l);
   c["lanes"] = {{"default", lane_json(default_lane)}, {"tools", std::move(lanes)}};
+  if (fallback_lanes) {  // only when present: policies without it keep their hash
+    json tools = json::object();
+    for (const auto& [id, l] : fallback_lanes->tool_lanes) tools[id] = lane_json(l);
+    c["fallback_lanes"] = {{"default", lane_json(fallback_lanes->default_lane)}, {"tools", std::move(tools)}};
+  }
   c["on_engine_error"] = on_engine_error == failure_action::deny ? "deny" : "escalate";
   return render_json(c, true);
 }
@@ -269,7 +280,15 @@ action on_engine_failure(const policy& p) {
 }
 
 action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
-  action a = decide_action(p, registry, answers);
+  action a;
+  if (p.fallback_lanes) {
+    policy second = p;
+    second.default_lane = p.fallback_lanes->default_lane;
+    second.tool_lanes = p.fallback_lanes->tool_lanes;
+    a = decide_action(second, registry, answers);
+  } else {
+    a = decide_action(p, registry, answers);
+  }
   if (a.what == action::fallback) a.what = action::escalate;
   a.lane = "fallback:" + a.lane;
   return a;

@@ -39,6 +39,13 @@ struct policy {
   std::vector<escalation_trigger> escalate_when;  // in file order: the first that fires is reported
   lane default_lane;
   std::vector<std::pair<std::string, lane>> tool_lanes;  // tool id → lane, in file order
+  // `fallback_lanes`: the lanes for the fallback engine's answers (its own calibration); absent:
+  // the same lanes as the first pass.
+  struct lane_set {
+    lane default_lane;
+    std::vector<std::pair<std::string, lane>> tool_lanes;
+  };
+  std::optional<lane_set> fallback_lanes;
   failure_action on_engine_error = failure_action::escalate;
   std::string hash;  // "sha256:…" of canonical_json()
 

@@ -145,6 +145,16 @@ TEST(Policy, AfterAFallbackOnlyAPersonIsLeft) {
   a = on_fallback_failure(p);
   EXPECT_EQ(to_string(a.what), "escalate");
   EXPECT_EQ(a.lane, "fallback:on_engine_error");
+
+  // The larger model's own lanes: 0.75 executes after a fallback, not on the first pass.
+  const policy own = parse_ok(std::string(policy_yaml) + "fallback_lanes:\n  default: {execute: 0.7, fallback: 0.7}\n");
+  ASSERT_TRUE(own.fallback_lanes);
+  EXPECT_EQ(to_string(decide_action(own, test_registry(), make_answers({"a", 0.75})).what), "fallback");
+  a = decide_after_fallback(own, test_registry(), make_answers({"a", 0.75}));
+  EXPECT_EQ(to_string(a.what), "execute");
+  EXPECT_EQ(a.lane, "fallback:lane:default");
+  EXPECT_EQ(to_string(decide_after_fallback(own, test_registry(), make_answers({"a", 0.69})).what), "escalate");
+  EXPECT_NE(own.hash, p.hash);
 }
 
 TEST(Policy, ConfidenceFollowsThePolicyMetric) {
