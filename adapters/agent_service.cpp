@@ -191,10 +191,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
     capture_state(t);
     log::decision_record first = make_record(t);
     t->first_pass = first.id;
-    auto queued = log_.append(std::move(first), [id = t->first_pass](result<void> ok) {
-      if (!ok) spdlog::error("decision {} (a first pass) is not in the log: {}", id, ok.error().message);
-    });
-    if (!queued) spdlog::error("decision {} (a first pass) is not in the log: {}", t->first_pass, queued.error().message);
+    log_.append_unwaited(std::move(first));
     r.req.state = std::move(t->session.history);
     start_fallback(t, std::move(r.req));
     return;
@@ -266,10 +263,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   t->log_started = clock_type::now();
   if (!config_.durable_ack) {
     send_decision(t);
-    auto queued = log_.append(std::move(rec), [id = t->decision_id](result<void> ok) {
-      if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
-    });
-    if (!queued) spdlog::error("decision {} is not in the log: {}", t->decision_id, queued.error().message);
+    log_.append_unwaited(std::move(rec));
     after_decision(t);
     return;
   }

@@ -8,6 +8,8 @@
 #include <thread>
 #include <variant>
 
+#include <spdlog/spdlog.h>
+
 namespace baton::log {
 
 struct decision_log::impl {
@@ -117,6 +119,14 @@ std::unique_ptr<decision_log> decision_log::open(std::unique_ptr<decision_store>
 
 result<void> decision_log::append(decision_record r, durable_callback done) {
   return impl_->push({std::move(r), std::move(done)});
+}
+
+void decision_log::append_unwaited(decision_record r) {
+  std::string id = r.id;
+  auto report = [id](result<void> ok) {
+    if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+  };
+  report(append(std::move(r), report));
 }
 
 result<void> decision_log::append(tool_run_record r, durable_callback done) {

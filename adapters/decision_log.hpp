@@ -106,6 +106,9 @@ class decision_log {
   // `done` is not called).
   result<void> append(decision_record r, durable_callback done);
   result<void> append(tool_run_record r, durable_callback done);
+  // Queues a decision nobody waits for (no durable ack): a row that cannot be queued or written
+  // is an error line naming the decision.
+  void append_unwaited(decision_record r);
 
   // Writes what is queued, then stops the writer. Idempotent.
   void close();

@@ -2,7 +2,6 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <variant>
@@ -176,10 +175,7 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
 
   const auto log_started = clock_type::now();
   if (!config_.durable_ack) {
-    auto queued = log_.append(std::move(rec), [id = c->id](result<void> done) {
-      if (!done) spdlog::error("decision {} is not in the log: {}", id, done.error().message);
-    });
-    if (!queued) spdlog::error("decision {} is not in the log: {}", c->id, queued.error().message);
+    log_.append_unwaited(std::move(rec));
     finish(c, std::move(ok));
     return;
   }
