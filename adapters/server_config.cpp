@@ -77,6 +77,15 @@ void read_server(const YAML::Node& n, server_options& s) {
   }
 }
 
+// The value of the environment variable named at `v` (its name into `name`); `what` names the
+// setting in the message when it is not set. The value is never echoed.
+std::string read_env(const YAML::Node& v, const std::string& name_what, const std::string& what, std::string& name) {
+  name = read_string(v, name_what);
+  const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+  if (value == nullptr) fail(v, what + ": the environment variable " + ticked(name) + " is not set");
+  return value;
+}
+
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base,
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
@@ -124,10 +133,7 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
     } else if (f.key == "url") {
       e.url = read_string(f.value, what);
     } else if (f.key == "key_env") {
-      e.key_env = read_string(f.value, what);
-      const char* key = e.key_env.empty() ? nullptr : std::getenv(e.key_env.c_str());
-      if (key == nullptr) fail(f.value, what + ": the environment variable " + ticked(e.key_env) + " is not set");
-      e.api_key = key;
+      e.api_key = read_env(f.value, what, what, e.key_env);
     } else if (f.key == "connections") {
       e.connections = read_count(f.value, what, 1024);
     } else if (f.key == "retries") {
@@ -212,11 +218,7 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
   if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
   std::string secret;
   if (env) {
-    const std::string name = read_string(env->value, "the `env` of " + what);
-    const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
-    if (value == nullptr) fail(env->value, what + ": the environment variable " + ticked(name) + " is not set");
-    secret = value;
-    env_name = name;
+    secret = read_env(env->value, "the `env` of " + what, what, env_name);
   } else {
     const std::filesystem::path p = read_path(file->value, "the `file` of " + what, base);
     std::ifstream in(p);

@@ -225,7 +225,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
  private:
   static constexpr std::size_t max_head_bytes = 16 * 1024;
   static constexpr std::size_t max_linger_bytes = 64u << 20;
-  static constexpr std::size_t small_body_bytes = http_api::small_body_bytes;
 
   void read_head() {
     parser_.emplace();
@@ -279,7 +278,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     ticket_ = std::move(std::get<http_api::ticket>(admitted));
     // Only a decision reads its body; a chunked body is counted as it comes.
-    const std::size_t limit = ticket_->decide ? hub_->options.max_body_bytes : small_body_bytes;
+    const std::size_t limit = ticket_->decide ? hub_->options.max_body_bytes : http_api::small_body_bytes;
     parser_->body_limit(limit);
     if (!parser_->is_done()) {
       // A body that declares no size may still grow to the limit.
@@ -289,8 +288,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
         return;
       }
     }
-    const auto expect = req.find(http::field::expect);
-    if (!parser_->is_done() && expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
+    if (!parser_->is_done() && expects_continue()) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
       http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code e, std::size_t) {
         if (!e) self->read_body();
@@ -304,9 +302,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // a large one (or one of unknown size) is not read at all.
   void refuse(http_api::response res, std::optional<std::uint64_t> length) {
     // A client waiting for 100 Continue sends no body after a final answer.
-    const auto expect = parser_->get().find(http::field::expect);
-    const bool waits = expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue");
-    if (parser_->is_done() || waits || !length || *length > small_body_bytes) {
+    if (parser_->is_done() || expects_continue() || !length || *length > http_api::small_body_bytes) {
       respond(std::move(res), !parser_->is_done());
       return;
     }
@@ -315,6 +311,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), r](beast::error_code ec, std::size_t) {
       if (!ec) self->respond(std::move(*r), false);
     });
+  }
+
+  bool expects_continue() const {
+    const auto expect = parser_->get().find(http::field::expect);
+    return expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue");
   }
 
   void read_body() {
