@@ -64,6 +64,11 @@ error forbidden(const caller& c, endpoint e) {
                                           ", which may not use " + std::string(describe(e)));
 }
 
+error rate_limited(const caller& c, std::chrono::milliseconds wait) {
+  return make_error(429, "RATE_LIMITED", "key `" + c.name + "` is over its rate limit; retry in " +
+                                             std::to_string(wait.count()) + " ms");
+}
+
 authenticator::authenticator(const auth_options& options) : anonymous_{"anonymous", role::admin, 0} {
   const auto now = std::chrono::steady_clock::now();
   auto add_bucket = [&](const std::optional<rate_limit>& own) {

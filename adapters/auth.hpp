@@ -80,5 +80,7 @@ class authenticator {
 
 // 403 FORBIDDEN for a role that may not use the endpoint.
 error forbidden(const caller& c, endpoint e);
+// 429 RATE_LIMITED for a caller whose bucket is empty for `wait` more.
+error rate_limited(const caller& c, std::chrono::milliseconds wait);
 
 }  // namespace baton

@@ -120,9 +120,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   const endpoint e = t.decide ? endpoint::decide : path == "/metrics" ? endpoint::metrics : endpoint::models;
   if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
   if (const auto wait = auth_.admit(*t.who)) {
-    return refuse(error_reply(make_error(429, "RATE_LIMITED", "key `" + t.who->name + "` is over its rate limit; retry in " +
-                                                                  std::to_string(wait->count()) + " ms"),
-                              *wait));
+    return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
   }
   if (content_length && *content_length > config_.server.max_body_bytes) {
     return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE",
@@ -189,7 +187,7 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
   } else if (!may_use((*who)->role, endpoint::agent_ws)) {
     refusal = error_reply(forbidden(**who, endpoint::agent_ws));
   } else if (const auto wait = auth_.admit(**who)) {
-    refusal = error_reply(make_error(429, "RATE_LIMITED", "key `" + (*who)->name + "` is over its rate limit"), *wait);
+    refusal = error_reply(rate_limited(**who, *wait), *wait);
   } else if (systemone_.draining()) {
     refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
   } else {

@@ -126,8 +126,7 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
     } else if (!text) {
       refuse(make_error(400, "BINARY_FRAME", "a binary frame: frames are JSON text"));
     } else if (const auto wait = hub_->api.admit_frame(*who_)) {
-      refuse(make_error(429, "RATE_LIMITED", "key `" + who_->name + "` is over its rate limit (each frame counts); "
-                                             "retry in " + std::to_string(wait->count()) + " ms"));
+      refuse(rate_limited(*who_, *wait));  // each frame counts
     } else if (hub_->service.on_frame(shared_from_this(), frame)) {
       bad_in_row_ = 0;
     } else {
