@@ -242,16 +242,14 @@ const engine_description& systemone_engine::describe() const noexcept { return i
 std::vector<result<decision>> systemone_engine::decide(std::span<const request> batch) {
   impl& p = *impl_;
   const auto now = clock_type::now();
-  std::vector<result<decision>> out(batch.size(), make_error(500, "INFERENCE_FAILED", "not answered"));
   if (now < p.open_until) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.open_until - now).count();
-    for (auto& r : out) {
-      r = make_error(503, "ENGINE_UNAVAILABLE", "the SystemOne server at " + p.url.host_header + " failed " +
-                                                   std::to_string(p.failures_in_row) + " requests in a row; not called for " +
-                                                   std::to_string(left) + " ms more");
-    }
-    return out;
+    return std::vector<result<decision>>(
+        batch.size(), make_error(503, "ENGINE_UNAVAILABLE", "the SystemOne server at " + p.url.host_header + " failed " +
+                                                               std::to_string(p.failures_in_row) + " calls in a row; not called for " +
+                                                               std::to_string(left) + " ms more"));
   }
+  std::vector<result<decision>> out(batch.size());  // every slot is answered before io.run() returns
   // Up to `connections` workers, each taking the next request until none is left.
   std::size_t next = 0;
   auto worker = [&]() -> net::awaitable<void> {
