@@ -40,18 +40,26 @@ function store_key(value) {
 
 // `#key=…` (a bookmark, a test) wins over the remembered key. The fragment never reaches the
 // server; it is also taken out of the address bar so it is not shown or shared by accident.
-function initial_key() {
+// Null when the fragment names no key.
+function fragment_key() {
   const match = /(?:^#|&)key=([^&]*)/.exec(location.hash);
-  if (!match) return stored_key();
+  if (!match) return null;
   history.replaceState(null, "", location.pathname + location.search);
-  let value = "";
   try {
-    value = decodeURIComponent(match[1]).trim();
+    const value = decodeURIComponent(match[1]).trim();
+    return value || null;
   } catch {
-    return stored_key();
+    return null;
   }
-  if (value) store_key(value);
-  return value || stored_key();
+}
+
+function use_key(value) {
+  key = value;
+  $("#api-key").value = value;
+  store_key(value);
+  backoff_ms = BACKOFF_MIN_MS;
+  show_notice("");
+  connect();
 }
 
 function set_connection(state, text) {
@@ -495,28 +503,26 @@ function tick() {
 // ---- start ---------------------------------------------------------------------------------
 
 function start() {
-  key = initial_key();
-  const input = $("#api-key");
-  input.value = key;
   $("#key-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    key = input.value.trim();
-    store_key(key);
-    backoff_ms = BACKOFF_MIN_MS;
-    show_notice("");
-    connect();
+    use_key($("#api-key").value.trim());
   });
   $("#forget-key").addEventListener("click", () => {
     key = "";
-    input.value = "";
+    $("#api-key").value = "";
     store_key("");
     replace_all([]);
     show_notice("");
     stop("idle", "no key: enter a reviewer key");
   });
+  // A link to `#key=…` followed from the open page changes only the fragment: no new load.
+  window.addEventListener("hashchange", () => {
+    const value = fragment_key();
+    if (value !== null) use_key(value);
+  });
   update_counts();
   setInterval(tick, 1000);
-  connect();
+  use_key(fragment_key() ?? stored_key());
 }
 
 start();
