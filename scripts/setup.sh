@@ -23,6 +23,7 @@ packages=(
   zlib1g-dev           # gzip request bodies on the SystemOne HTTP API
   python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
+  chromium             # tests/browser: the reviewer inbox page, headless, driven by playwright-core
 )
 
 missing=()
@@ -51,6 +52,13 @@ sdk_installed="$root/tests/sdk/node_modules/@typesafe-ai/sdk/package.json"
 if [ ! -e "$sdk_installed" ] || [ "$root/tests/sdk/package-lock.json" -nt "$sdk_installed" ]; then
   echo "baton: npm ci in tests/sdk" >&2
   npm ci --prefix "$root/tests/sdk" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
+# The same for tests/browser (playwright-core drives the chromium above: it downloads no browser).
+browser_installed="$root/tests/browser/node_modules/playwright-core/package.json"
+if [ ! -e "$browser_installed" ] || [ "$root/tests/browser/package-lock.json" -nt "$browser_installed" ]; then
+  echo "baton: npm ci in tests/browser" >&2
+  npm ci --prefix "$root/tests/browser" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 if ! log=$(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1); then
