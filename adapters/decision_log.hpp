@@ -130,10 +130,6 @@ class decision_store {
 // (LOG_OPEN_FAILED, or LOG_SCHEMA_TOO_NEW for a file written by a newer baton).
 std::unique_ptr<decision_store> open_sqlite_store(const log_options& options);
 
-// Decisions in the SQLite log of `options.path` whose action is escalate (for the metrics' count of
-// escalations waiting for a person, read at start-up). Throws error_exception like the store.
-std::int64_t count_escalated(const log_options& options);
-
 class decision_log {
  public:
   // Opens (creating and migrating) the SQLite database; throws error_exception at start-up.

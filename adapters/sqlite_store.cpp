@@ -3,13 +3,12 @@
 #include <array>
 #include <type_traits>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <string>
 
 #include "adapters/decision_log.hpp"
 #include "adapters/sqlite_log.hpp"
+#include "core/ids.hpp"
 #include "core/sha256.hpp"
 
 namespace baton::log {
@@ -289,19 +288,6 @@ void migrate(sqlite3* db, const log_options& o) {
       throw;
     }
   }
-}
-
-// "2024-05-01T12:34:56.789Z"
-std::string iso_utc(std::int64_t ms) {
-  const std::int64_t seconds = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
-  const auto millis = static_cast<int>(ms - seconds * 1000);
-  const auto t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-  return buf;
 }
 
 // A REAL as SQLite gives it back: it keeps no NaN (stored as NULL) and no -0.0 (an integral
@@ -619,15 +605,6 @@ class sqlite_store final : public decision_store {
 
 std::unique_ptr<decision_store> open_sqlite_store(const log_options& options) {
   return std::make_unique<sqlite_store>(options);
-}
-
-std::int64_t count_escalated(const log_options& options) {
-  sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(options.path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
-  db_handle db(raw);
-  if (rc != SQLITE_OK) open_failed(options, raw ? sqlite3_errmsg(raw) : "out of memory");
-  sqlite3_busy_timeout(db.get(), options.busy_timeout_ms);
-  return std::stoll(query_value(db.get(), options, "SELECT count(*) FROM decisions WHERE action = 'escalate'"));
 }
 
 }  // namespace baton::log
