@@ -445,6 +445,27 @@ TEST_F(tls_test, a_private_ca_is_trusted_and_the_connection_kept_alive) {
   EXPECT_EQ(server.server_name(), "");
 }
 
+TEST_F(tls_test, a_baton_configured_with_an_https_engine_and_its_ca_file) {
+  scripted_server server({{200, good_answer, {}}}, server_tls("DNS:localhost"));
+  // ca.pem relative to the config file, as every path in it.
+  auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+                                   "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
+                                   "\nlog: {path: front.db}\nsystemone: {model_aliases: [big]}\n"
+                                   "engine: {name: systemone, url: \"https://localhost:" + std::to_string(server.port()) +
+                                   "\", ca_file: ca.pem, model: big, retries: 0}\n",
+                               dir_ / "front.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  auto front = running_server::start(*c);
+  test::http_client client(front->port());
+  const auto res = client.post("/v1/systemone", R"({"model":"big","state":"please refund my charge","questions":{
+      "tool":{"type":"choice","criteria":{"refund":"Refund a charge","search":null}},
+      "person":{"type":"noul"},"urgency":{"type":"score","criteria":["low","high"]}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["answers"]["person"]["noul"], 0.25);
+  EXPECT_EQ(server.requests(), 1);
+  front.reset();
+}
+
 TEST_F(tls_test, without_the_ca_the_certificate_is_refused_at_once) {
   scripted_server server({{200, good_answer, {}}}, server_tls("DNS:localhost"));
   const std::string host = "localhost:" + std::to_string(server.port());
