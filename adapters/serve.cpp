@@ -91,6 +91,7 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
   if (options.name == "systemone") {
     systemone_engine_options o;
     o.url = options.url;
+    o.ca_file = options.ca_file;
     o.model = options.remote_model;
     o.api_key = options.api_key;
     o.connections = options.connections;
