@@ -131,6 +131,29 @@ result<frame> read_tool_result(const json& f) {
   return frame(std::move(r));
 }
 
+result<frame> read_resume(const json& f) {
+  checker c{f, {}};
+  c.only({"type", "id", "session"});
+  resume_frame r;
+  if (auto s = c.string("session", true)) {
+    if (!valid_session_id(*s)) {
+      c.add(json::array({"session"}), "A session id is 1-128 characters of A-Za-z0-9_.:@-", "string_pattern_mismatch");
+    }
+    r.session = std::move(*s);
+  }
+  if (!c.issues.empty()) return invalid(c);
+  return frame(std::move(r));
+}
+
+result<frame> read_ack(const json& f) {
+  checker c{f, {}};
+  c.only({"type", "id", "resolution"});
+  ack_frame a;
+  if (auto r = c.string("resolution", true)) a.resolution = std::move(*r);
+  if (!c.issues.empty()) return invalid(c);
+  return frame(std::move(a));
+}
+
 }  // namespace
 
 bool valid_session_id(std::string_view s) noexcept {
@@ -152,12 +175,14 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
   if (const auto it = f.find("id"); it != f.end()) id = *it;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string()) {
-    return make_error(422, "UNKNOWN_TYPE", "a frame needs a \"type\": decide or tool_result");
+    return make_error(422, "UNKNOWN_TYPE", "a frame needs a \"type\": decide, tool_result, resume or ack");
   }
   const std::string& t = type->get_ref<const std::string&>();
   if (t == "decide") return read_decide(f);
   if (t == "tool_result") return read_tool_result(f);
-  return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide or tool_result)");
+  if (t == "resume") return read_resume(f);
+  if (t == "ack") return read_ack(f);
+  return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
 }
 
 std::string render_error_frame(const json& ref, const error& e) {

@@ -28,7 +28,17 @@ struct tool_result_frame {
   json output;
 };
 
-using frame = std::variant<decide_frame, tool_result_frame>;
+// This connection takes the session's resolutions (docs/escalations.md).
+struct resume_frame {
+  std::string session;
+};
+
+// The agent has a resolution: it is not sent again.
+struct ack_frame {
+  std::string resolution;
+};
+
+using frame = std::variant<decide_frame, tool_result_frame, resume_frame, ack_frame>;
 
 // What a client frame gets: its content, or the error to answer it with. `id` is the frame's `id`
 // (null when absent or unreadable), set as soon as the frame is a JSON object.

@@ -51,6 +51,7 @@ struct agent_service::turn {
   std::string error_code;
   policies::action act;
   std::string decision_id;
+  std::optional<log::escalation_record> escalation;  // when the decision escalates
   std::string state_hash;
   std::string state_text;  // the rendered state, only when the log keeps states
   clock_type::time_point log_started;
@@ -62,8 +63,12 @@ struct agent_service::turn {
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
                              log::decision_log& log, metrics& m, routing_config routing,
-                             std::optional<fallback_engine> fallback)
+                             boost::asio::any_io_executor io, std::optional<fallback_engine> fallback)
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
+      desk_(std::make_unique<escalation_desk>(
+          log, escalation_routing{routing_.registry, routing_.policy, routing_.executors,
+                                  config.server.max_pending_tool_results},
+          std::move(io))),
       fallback_(fallback),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
                                config.server.max_sessions, config.server.session_idle}) {}
@@ -76,7 +81,36 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
     return false;
   }
   if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d));
+  if (auto* r = std::get_if<protocol::resume_frame>(&*f)) return on_resume(c, std::move(id), std::move(*r));
+  if (auto* a = std::get_if<protocol::ack_frame>(&*f)) return on_ack(c, std::move(id), std::move(*a));
   return on_tool_result(c, std::move(id), std::move(std::get<protocol::tool_result_frame>(*f)));
+}
+
+std::string agent_service::scoped(const agent_connection& c, const std::string& session) const {
+  return c.owner_.empty() ? session : c.owner_ + "/" + session;
+}
+
+bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f) {
+  const auto a = desk_->attach(scoped(*c, f.session), c, true);
+  json pending = json::array();
+  for (const std::string& e : a.pending) pending.push_back(e);
+  c->send(render_json(json{{"type", "resumed"},
+                           {"ref", std::move(id)},
+                           {"session", f.session},
+                           {"pending", std::move(pending)},
+                           {"resolutions", a.frames.size()}},
+                      false));
+  for (const std::string& frame : a.frames) c->send(frame);
+  for (const auto& [decision, tool] : a.awaited) c->await_tool(decision, tool, config_.server.max_pending_tool_results);
+  return true;
+}
+
+bool agent_service::on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f) {
+  if (auto ok = desk_->acknowledge(f.resolution, c->owner_); !ok) {
+    c->send(protocol::render_error_frame(id, ok.error()));
+    return false;
+  }
+  return true;
 }
 
 bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
@@ -88,8 +122,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     return true;
   }
   const auto started = clock_type::now();
-  auto begun = sessions_.begin(c->owner_.empty() ? f.session : c->owner_ + "/" + f.session, f.turn, f.append,
-                               std::move(f.events));
+  auto begun = sessions_.begin(scoped(*c, f.session), f.turn, f.append, std::move(f.events));
   if (!begun) {
     --in_flight_;
     c->send(protocol::render_error_frame(id, begun.error()));
@@ -113,6 +146,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     req = std::move(*compiled);
   }
   req.state = std::move(begun->history);
+  desk_->attach(begun->session, c, false);  // its resolutions come to this connection
   auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
@@ -261,6 +295,10 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   t->decision_id = rec.id;
 
   t->log_started = clock_type::now();
+  if (t->act.what == policies::action::escalate) {
+    log_escalation(t, std::move(rec));
+    return;
+  }
   if (!config_.durable_ack) {
     send_decision(t);
     log_.append_unwaited(std::move(rec));
@@ -282,6 +320,36 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   });
   if (!queued) {
     // Not durable, so not reported: the agent retries the turn.
+    t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
+    finish_part(t);
+  }
+}
+
+// An escalation is written before anyone is told, whatever durable_ack says: the decision row,
+// then the escalation's (one writer, in order: the escalation durable means both are).
+void agent_service::log_escalation(const std::shared_ptr<turn>& t, log::decision_record&& rec) {
+  t->escalation = desk_->make_record(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+  auto report = [id = rec.id](result<void> ok) {
+    if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+  };
+  auto queued = log_.append(std::move(rec), report);
+  if (queued) {
+    queued = log_.append(*t->escalation, [this, t](result<void> ok) {
+      boost::asio::post(t->conn->strand(), [this, t, ok]() {
+        t->log_ms = ms_since(t->log_started);
+        metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
+        if (!ok) {
+          t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+          finish_part(t);
+          return;
+        }
+        desk_->raised(*t->escalation);
+        send_decision(t);
+        after_decision(t);
+      });
+    });
+  }
+  if (!queued) {
     t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
     finish_part(t);
   }
@@ -370,6 +438,12 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
     out += ",\"fallback_of\":";
     render_string(t->first_pass, out);
   }
+  if (t->escalation) {
+    out += ",\"escalation\":";
+    render_string(t->escalation->id, out);
+    out += ",\"deadline_at\":";
+    render_string(iso_utc(t->escalation->deadline_ms), out);
+  }
   out += ",\"timings_ms\":{";
   put_ms(out, "queue", t->queue_ms);
   out += ',';
@@ -396,13 +470,7 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
     return;
   }
   if (ex->second->agent_runs()) {
-    agent_connection& c = *t->conn;
-    if (c.awaited_order_.size() >= config_.server.max_pending_tool_results) {
-      c.awaited_.erase(c.awaited_order_.front());
-      c.awaited_order_.pop_front();
-    }
-    c.awaited_.emplace(t->decision_id, agent_connection::awaited_tool{t->act.tool, false});
-    c.awaited_order_.push_back(t->decision_id);
+    t->conn->await_tool(t->decision_id, t->act.tool, config_.server.max_pending_tool_results);
     finish_part(t);
     return;
   }
@@ -519,6 +587,7 @@ std::string agent_service::health_json() const {
             {"policy_hash", routing_.policy.hash},
             {"schema_hash", routing_.schema_hash},
             {"sessions", sessions_.size()},
+            {"escalations_pending", desk_->pending()},
             {"in_flight", in_flight_.load()},
             {"queued", scheduler_.queued()},
             {"uptime_s", round_decimals(ms_since(started_) / 1000.0, 3)}};

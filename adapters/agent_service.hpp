@@ -17,6 +17,7 @@
 
 #include "adapters/agent_protocol.hpp"
 #include "adapters/decision_log.hpp"
+#include "adapters/escalations.hpp"
 #include "adapters/metrics.hpp"
 #include "adapters/server_config.hpp"
 #include "adapters/session_table.hpp"
@@ -55,6 +56,17 @@ class agent_connection {
   // scoped by it ("KEY/SESSION" in the session table and the log). Empty without keys.
   std::string owner_;
   std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
+
+  // The decision's agent-run tool now awaits a tool_result; past `max` the oldest is forgotten.
+  void await_tool(const std::string& decision, const std::string& tool, std::size_t max) {
+    if (awaited_.contains(decision)) return;
+    if (awaited_order_.size() >= max && !awaited_order_.empty()) {
+      awaited_.erase(awaited_order_.front());
+      awaited_order_.pop_front();
+    }
+    awaited_.emplace(decision, awaited_tool{tool, false});
+    awaited_order_.push_back(decision);
+  }
 };
 
 class agent_service {
@@ -65,8 +77,10 @@ class agent_service {
     scheduler& sched;
     std::chrono::milliseconds timeout;
   };
+  // `io` runs the escalations' deadlines.
   agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
-                metrics& m, routing_config routing, std::optional<fallback_engine> fallback = std::nullopt);
+                metrics& m, routing_config routing, boost::asio::any_io_executor io,
+                std::optional<fallback_engine> fallback = std::nullopt);
 
   // Handles one text frame on the connection's strand. False when the frame was refused at once
   // (an error frame went back), which the connection counts towards its bad-frame limit.
@@ -79,10 +93,17 @@ class agent_service {
   // GET /health.
   std::string health_json() const;
 
+  // The escalations to a person: start() it before serving.
+  escalation_desk& desk() noexcept { return *desk_; }
+
  private:
   struct turn;
   bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
+  bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
+  bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);
+  std::string scoped(const agent_connection& c, const std::string& session) const;
+  void log_escalation(const std::shared_ptr<turn>& t, log::decision_record&& rec);
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
   void capture_state(const std::shared_ptr<turn>& t);
@@ -101,6 +122,7 @@ class agent_service {
   log::decision_log& log_;
   metrics& metrics_;
   routing_config routing_;
+  std::unique_ptr<escalation_desk> desk_;
   std::optional<fallback_engine> fallback_;
   session_table sessions_;
   std::atomic<bool> draining_{false};

@@ -45,6 +45,9 @@ std::string_view describe(endpoint e) noexcept {
     case endpoint::models: return "GET /v1/models";
     case endpoint::metrics: return "GET /metrics";
     case endpoint::agent_ws: return "the agent WebSocket API (/v1/agent)";
+    case endpoint::escalations: return "GET /v1/escalations";
+    case endpoint::resolve: return "POST /v1/escalations/{id}/resolve";
+    case endpoint::review_ws: return "the reviewer WebSocket (/v1/review)";
   }
   return "?";
 }
@@ -55,6 +58,10 @@ bool may_use(role r, endpoint e) noexcept {
     case endpoint::agent_ws: return r == role::agent || r == role::admin;
     case endpoint::models: return true;
     case endpoint::metrics: return r == role::auditor || r == role::admin;
+    // Auditors read escalations; only reviewers resolve them.
+    case endpoint::escalations: return r != role::agent;
+    case endpoint::resolve:
+    case endpoint::review_ws: return r == role::reviewer || r == role::admin;
   }
   return false;
 }

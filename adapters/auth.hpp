@@ -21,7 +21,7 @@ std::string_view to_string(role r) noexcept;
 std::optional<role> parse_role(std::string_view name) noexcept;
 
 // What a role may call. /health is open to everyone.
-enum class endpoint { decide, models, metrics, agent_ws };
+enum class endpoint { decide, models, metrics, agent_ws, escalations, resolve, review_ws };
 std::string_view describe(endpoint e) noexcept;
 bool may_use(role r, endpoint e) noexcept;
 

@@ -14,7 +14,7 @@ namespace baton::log {
 
 struct decision_log::impl {
   struct entry {
-    std::variant<decision_record, tool_run_record> row;
+    log_row row;
     durable_callback done;
   };
 
@@ -38,14 +38,8 @@ struct decision_log::impl {
   // Takes everything queued (up to max_batch), writes it in one transaction, then tells each
   // row's caller, in queue order. Returns once closing and drained.
   void run() {
-    std::vector<entry> batch;
-    std::vector<decision_record> decisions;
-    std::vector<tool_run_record> runs;
-    struct place {
-      bool run;
-      std::size_t index;  // in `decisions` or `runs`
-    };
-    std::vector<place> places;
+    std::vector<log_row> rows;
+    std::vector<durable_callback> done;
     std::vector<std::optional<error>> refused;
     for (;;) {
       {
@@ -53,34 +47,25 @@ struct decision_log::impl {
         wake.wait(lock, [&] { return closing || !queue.empty(); });
         if (queue.empty()) return;
         const std::size_t n = std::min(queue.size(), std::max<std::size_t>(options.max_batch, 1));
-        std::move(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n), std::back_inserter(batch));
+        for (std::size_t i = 0; i < n; ++i) {
+          rows.push_back(std::move(queue[i].row));
+          done.push_back(std::move(queue[i].done));
+        }
         queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
       }
-      for (entry& e : batch) {
-        if (auto* d = std::get_if<decision_record>(&e.row)) {
-          places.push_back({false, decisions.size()});
-          decisions.push_back(std::move(*d));
-        } else {
-          places.push_back({true, runs.size()});
-          runs.push_back(std::move(std::get<tool_run_record>(e.row)));
-        }
-      }
-      const result<void> written = store->write(decisions, runs, refused);
-      for (std::size_t k = 0; k < batch.size(); ++k) {
-        if (!batch[k].done) continue;
-        const std::size_t s = places[k].run ? decisions.size() + places[k].index : places[k].index;
+      const result<void> written = store->write(rows, refused);
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        if (!done[k]) continue;
         if (!written) {
-          batch[k].done(written.error());
-        } else if (s < refused.size() && refused[s]) {
-          batch[k].done(*refused[s]);
+          done[k](written.error());
+        } else if (k < refused.size() && refused[k]) {
+          done[k](*refused[k]);
         } else {
-          batch[k].done(result<void>());
+          done[k](result<void>());
         }
       }
-      batch.clear();
-      decisions.clear();
-      runs.clear();
-      places.clear();
+      rows.clear();
+      done.clear();
     }
   }
 
@@ -117,7 +102,7 @@ std::unique_ptr<decision_log> decision_log::open(std::unique_ptr<decision_store>
   return std::unique_ptr<decision_log>(new decision_log(std::make_unique<impl>(std::move(store), options)));
 }
 
-result<void> decision_log::append(decision_record r, durable_callback done) {
+result<void> decision_log::append(log_row r, durable_callback done) {
   return impl_->push({std::move(r), std::move(done)});
 }
 
@@ -127,10 +112,6 @@ void decision_log::append_unwaited(decision_record r) {
     if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
   };
   report(append(std::move(r), report));
-}
-
-result<void> decision_log::append(tool_run_record r, durable_callback done) {
-  return impl_->push({std::move(r), std::move(done)});
 }
 
 void decision_log::close() { impl_->close(); }

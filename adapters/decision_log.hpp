@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/error.hpp"
@@ -56,6 +57,48 @@ struct tool_run_record {
   int attempts = 0;
 };
 
+// An escalation to a person (docs/escalations.md), written before anyone is told of it.
+struct escalation_record {
+  std::string id;
+  std::string decision;  // the escalated decision, written before it
+  std::string session;   // as in the decision row
+  std::int64_t turn = 0;
+  std::int64_t created_ms = 0;
+  std::int64_t deadline_ms = 0;
+  std::string on_deadline;  // deny | execute
+  std::string reason;       // the lane that escalated
+  std::string question;     // for the reviewer
+  std::string tool;         // proposed; "" when none
+  json arguments = json::object();
+  double confidence = 0;
+  json candidates = json::array();  // [{"tool","description","probability"}], highest first
+  std::string state;                // the rendered history: the reviewer needs it
+  std::string registry_hash, policy_hash;
+};
+
+// How an escalation ended; at most one per escalation (the table's UNIQUE constraint).
+struct resolution_record {
+  std::string id;
+  std::string escalation;
+  std::int64_t created_ms = 0;
+  std::string outcome;  // execute | deny
+  std::string tool;     // "" for deny
+  json arguments = json::object();
+  std::string reason;
+  std::string reviewer;  // the API key's name; "baton" for a deadline
+  std::string by;        // reviewer | deadline
+  bool forced = false;   // resolved although the registry or policy changed
+  std::string registry_hash, policy_hash;  // what was serving when it was resolved
+};
+
+// The agent acknowledged a resolution: it is not sent again.
+struct delivery_record {
+  std::string resolution;
+  std::int64_t created_ms = 0;
+};
+
+using log_row = std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record>;
+
 struct log_options {
   std::filesystem::path path = "var/baton.db";
   enum class sync_mode { off, normal, full } synchronous = sync_mode::full;  // SQLite's PRAGMA synchronous
@@ -74,23 +117,18 @@ using durable_callback = std::function<void(result<void>)>;
 class decision_store {
  public:
   virtual ~decision_store() = default;
-  // Writes the rows in one transaction, decisions first, each chained after the last committed
-  // row of its table. A row refused on its own (a duplicate id, a tool run of an unknown
-  // decision) gets its error in `refused` (decisions first, then runs; nullopt for a written
-  // row) and the others are written. An error returned means the transaction failed: no row
-  // is in the log and the chains stay where they were.
-  virtual result<void> write(std::span<const decision_record> decisions, std::span<const tool_run_record> runs,
-                             std::vector<std::optional<error>>& refused) = 0;
+  // Writes the rows in one transaction, in order, each chained after the last committed row of
+  // its table. A row refused on its own (a duplicate id: 409 DUPLICATE_ROW; a row naming an
+  // unknown one: 500 LOG_WRITE_FAILED) gets its error in `refused` (one slot per row, nullopt
+  // for a written row) and the others are written. An error returned means the transaction
+  // failed: no row is in the log and the chains stay where they were.
+  virtual result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) = 0;
 };
 
 // The SQLite store of `options.path`: creates the file (and its folder) when missing, applies the
 // schema's migrations, sets WAL, synchronous and busy_timeout. Throws error_exception
 // (LOG_OPEN_FAILED, or LOG_SCHEMA_TOO_NEW for a file written by a newer baton).
 std::unique_ptr<decision_store> open_sqlite_store(const log_options& options);
-
-// Decisions in the SQLite log of `options.path` whose action is escalate (for the metrics' count of
-// escalations waiting for a person, read at start-up). Throws error_exception like the store.
-std::int64_t count_escalated(const log_options& options);
 
 class decision_log {
  public:
@@ -104,8 +142,7 @@ class decision_log {
   // with 500 LOG_WRITE_FAILED when it could not be; it must not throw nor call close(). Never
   // blocks: a full queue answers 503 LOG_BACKLOG at once, a closed log 503 SHUTTING_DOWN (and
   // `done` is not called).
-  result<void> append(decision_record r, durable_callback done);
-  result<void> append(tool_run_record r, durable_callback done);
+  result<void> append(log_row r, durable_callback done);
   // Queues a decision nobody waits for (no durable ack): a row that cannot be queued or written
   // is an error line naming the decision.
   void append_unwaited(decision_record r);

@@ -1,6 +1,11 @@
 #include "adapters/http_api.hpp"
 
+#include <boost/asio/post.hpp>
 #include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 
 #include "core/ids.hpp"
 
@@ -17,9 +22,54 @@ struct route {
   http::verb method;
 };
 constexpr route routes[] = {
-    {"/v1/systemone", http::verb::post}, {"/v1/decisions", http::verb::post}, {"/v1/models", http::verb::get},
-    {"/health", http::verb::get},        {"/metrics", http::verb::get},       {"/v1/agent", http::verb::get},
+    {"/v1/systemone", http::verb::post},
+    {"/v1/decisions", http::verb::post},
+    {"/v1/models", http::verb::get},
+    {"/health", http::verb::get},
+    {"/metrics", http::verb::get},
+    {"/v1/agent", http::verb::get},
+    {"/v1/review", http::verb::get},
+    {"/v1/escalations", http::verb::get},
+    // The {id} routes: matched by match_route, named by these paths in the metrics.
+    {"/v1/escalations/{id}", http::verb::get},
+    {"/v1/escalations/{id}/resolve", http::verb::post},
 };
+
+// The route of `path`, and the escalation id it names.
+const route* match_route(std::string_view path, std::string& escalation) {
+  for (const route& r : routes) {
+    if (r.path == path && r.path.find('{') == std::string_view::npos) return &r;
+  }
+  constexpr std::string_view prefix = "/v1/escalations/";
+  constexpr std::string_view resolve = "/resolve";
+  if (!path.starts_with(prefix)) return nullptr;
+  std::string_view rest = path.substr(prefix.size());
+  const bool resolving = rest.ends_with(resolve);
+  if (resolving) rest.remove_suffix(resolve.size());
+  // An id is what new_id makes: letters, digits and dashes.
+  if (rest.empty() || rest.size() > 64 ||
+      !std::all_of(rest.begin(), rest.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; })) {
+    return nullptr;
+  }
+  escalation = std::string(rest);
+  return &routes[resolving ? std::size(routes) - 1 : std::size(routes) - 2];
+}
+
+// A query parameter's value (no decoding: the values read here are plain words and numbers).
+std::string_view query_param(std::string_view target, std::string_view name) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return {};
+}
 
 // The body of a `Content-Encoding: gzip` request, inflated to at most `limit` bytes (413 beyond).
 result<std::string> gunzip(std::string_view in, std::size_t limit) {
@@ -85,13 +135,10 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                                                                   std::optional<std::uint64_t> content_length,
                                                                   bool keep_alive) {
   const std::string_view path = path_of(h.target());
-  const route* found = nullptr;
-  for (const route& r : routes) {
-    if (r.path == path) found = &r;
-  }
   ticket t;
+  const route* found = match_route(path, t.escalation);
   t.received = std::chrono::steady_clock::now();
-  t.decide = found && found->method == http::verb::post;
+  t.decide = found && found->method == http::verb::post && t.escalation.empty();
   t.id = new_id(t.decide ? 'd' : 'q');
   t.route = found ? found->path : "other";
   auto refuse = [&](http_reply r) {
@@ -111,13 +158,17 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
     return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", std::string(path) + " takes no body")));
   }
   if (path == "/health") return t;
-  if (path == "/v1/agent") {
-    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", "/v1/agent is a WebSocket endpoint")));
+  if (path == "/v1/agent" || path == "/v1/review") {
+    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", std::string(path) + " is a WebSocket endpoint")));
   }
   auto who = auth_.authenticate(bearer(h));
   if (!who) return refuse(error_reply(who.error()));
   t.who = *who;
-  const endpoint e = t.decide ? endpoint::decide : path == "/metrics" ? endpoint::metrics : endpoint::models;
+  const endpoint e = t.decide                          ? endpoint::decide
+                     : found->method == http::verb::post ? endpoint::resolve
+                     : !t.escalation.empty() || path == "/v1/escalations" ? endpoint::escalations
+                     : path == "/metrics"              ? endpoint::metrics
+                                                       : endpoint::models;
   if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
   if (const auto wait = auth_.admit(*t.who)) {
     return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
@@ -148,6 +199,16 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
     answer(http_reply{200, metrics_.render(gauges_()), {}, false});
     return;
   }
+  if (t.route.starts_with("/v1/escalations")) {
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    const std::string id = t.id;
+    const std::string_view route = t.route;
+    handle_escalations(t, req, strand, [this, version, keep_alive, head_only, route, id, done](http_reply r) {
+      done(make(version, keep_alive, head_only, route, std::move(r), id));
+    });
+    return;
+  }
   std::string body = std::move(req.body());
   if (const auto enc = req.find(http::field::content_encoding); enc != req.end()) {
     const std::string_view coding = enc->value();
@@ -174,25 +235,88 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
                     });
 }
 
+void http_api::handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
+                                  std::function<void(http_reply)> done) {
+  escalation_desk& desk = agents_.desk();
+  auto body_of = [](result<std::string> r) {
+    return r ? http_reply{200, std::move(*r), {}, false} : error_reply(r.error());
+  };
+  if (t.escalation.empty()) {
+    const std::string_view status = query_param(req.target(), "status");
+    const std::string_view limit_text = query_param(req.target(), "limit");
+    std::size_t limit = 100;
+    if (!limit_text.empty()) {
+      const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+      if (ec != std::errc() || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 1000) {
+        done(error_reply(make_error(422, "INVALID_REQUEST", "limit must be a whole number from 1 to 1000")));
+        return;
+      }
+    }
+    done(body_of(desk.list_json(status.empty() ? "pending" : status, limit)));
+    return;
+  }
+  if (req.method() != http::verb::post) {
+    done(body_of(desk.get_json(t.escalation)));
+    return;
+  }
+  json body;
+  json_parse_error err;
+  if (!parse_json(req.body(), body, err, json_parse_options{})) {
+    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message)));
+    return;
+  }
+  auto in = parse_resolve_input(body);
+  if (!in) {
+    done(error_reply(in.error()));
+    return;
+  }
+  // Answered once the resolution is durable, on the connection's strand.
+  desk.resolve(t.escalation, std::move(*in), t.who->name,
+               [strand = std::move(strand), done = std::move(done)](result<json> r) {
+                 boost::asio::post(strand, [r = std::move(r), done]() {
+                   done(r ? http_reply{200, render_json(*r, false), {}, false} : error_reply(r.error()));
+                 });
+               });
+}
+
 std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive) {
   const std::string_view path = path_of(h.target());
   const std::string id = new_id('q');
-  const std::string_view route = path == "/v1/agent" ? "/v1/agent" : "other";
+  const bool review = path == "/v1/review";
+  const std::string_view route = path == "/v1/agent" ? "/v1/agent" : review ? "/v1/review" : "other";
+  const endpoint e = review ? endpoint::review_ws : endpoint::agent_ws;
+  // A browser cannot set headers on a WebSocket: the inbox offers its key as a subprotocol,
+  // `bearer.KEY`, beside `baton.review`, which the answer then names.
+  std::string authorization(bearer(h));
+  std::string subprotocol;
+  if (const auto offered = h.find(http::field::sec_websocket_protocol); review && offered != h.end()) {
+    std::string_view list = offered->value();
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      std::string_view item = list.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (item == "baton.review") subprotocol = item;
+      if (item.starts_with("bearer.") && authorization.empty()) authorization = "Bearer " + std::string(item.substr(7));
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
+    }
+  }
   http_reply refusal;
-  if (path != "/v1/agent") {
+  if (route == "other") {
     refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + std::string(path) +
-                                                           " (the agent API is /v1/agent)"));
-  } else if (auto who = auth_.authenticate(bearer(h)); !who) {
+                                                           " (the agent API is /v1/agent, reviewers' /v1/review)"));
+  } else if (auto who = auth_.authenticate(authorization); !who) {
     refusal = error_reply(who.error());
-  } else if (!may_use((*who)->role, endpoint::agent_ws)) {
-    refusal = error_reply(forbidden(**who, endpoint::agent_ws));
+  } else if (!may_use((*who)->role, e)) {
+    refusal = error_reply(forbidden(**who, e));
   } else if (const auto wait = auth_.admit(**who)) {
     refusal = error_reply(rate_limited(**who, *wait), *wait);
   } else if (systemone_.draining()) {
     refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
   } else {
     metrics_.request(route, 101);
-    return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id};
+    return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id, review, std::move(subprotocol)};
   }
   return make(h.version(), keep_alive, false, route, std::move(refusal), id);
 }

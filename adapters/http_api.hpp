@@ -35,6 +35,7 @@ class http_api {
     std::string id;                 // x-typesafe-request-id
     std::string_view route;         // the route's path, for the metrics
     bool decide = false;            // POST /v1/systemone or /v1/decisions
+    std::string escalation;         // the {id} of /v1/escalations/{id}[/resolve]
     const caller* who = nullptr;    // null for /health
     std::chrono::steady_clock::time_point received;  // when the head arrived: deadlines count from it
   };
@@ -44,6 +45,8 @@ class http_api {
     const caller* who = nullptr;
     std::string owner;  // the key's name, scoping its sessions; empty without keys
     std::string id;
+    bool review = false;      // /v1/review rather than /v1/agent
+    std::string subprotocol;  // to answer with ("baton.review" when the browser offered it)
   };
 
   http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
@@ -71,6 +74,8 @@ class http_api {
  private:
   response make(unsigned version, bool keep_alive, bool head_only, std::string_view route, http_reply&& r,
                 const std::string& id);
+  void handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
+                          std::function<void(http_reply)> done);
 
   const server_config& config_;
   authenticator& auth_;

@@ -38,8 +38,9 @@ Commands:
   show ID      the decision as one JSON object, its tool runs under "tool_runs"
   tail         the last decisions, oldest first, one line each: time, id, session, turn, tool,
                action, lane, confidence
-  verify       walks both hash chains from their first row and names the first row that does
-               not match (a changed column, a missing row)
+  verify       walks every hash chain (decisions, tool runs, escalations, resolutions,
+               deliveries) from its first row and names the first row that does not match
+               (a changed column, a missing row)
 
 Options:
   --db PATH    the decision log (default var/baton.db)
@@ -359,11 +360,16 @@ int verify_main(const command_args& a, std::ostream& out, std::ostream& err) {
   int status = exit_ok;
   const db_handle db = open_log(a, err, "verify", status);
   if (!db) return status;
-  const auto decisions = verify_chain(db.get(), "decisions", out, err, status);
-  if (!decisions) return status;
-  const auto runs = verify_chain(db.get(), "tool_runs", out, err, status);
-  if (!runs) return status;
-  out << "ok: " << *decisions << " decisions, " << *runs << " tool runs\n";
+  static constexpr std::pair<const char*, const char*> tables[] = {
+      {"decisions", "decisions"}, {"tool_runs", "tool runs"}, {"escalations", "escalations"},
+      {"resolutions", "resolutions"}, {"deliveries", "deliveries"}};
+  std::string counts;
+  for (const auto& [table, noun] : tables) {
+    const auto n = verify_chain(db.get(), table, out, err, status);
+    if (!n) return status;
+    counts += (counts.empty() ? "" : ", ") + std::to_string(*n) + " " + noun;
+  }
+  out << "ok: " << counts << "\n";
   out.flush();
   return exit_ok;
 }

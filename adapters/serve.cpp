@@ -91,6 +91,7 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
   if (options.name == "systemone") {
     systemone_engine_options o;
     o.url = options.url;
+    o.ca_file = options.ca_file;
     o.model = options.remote_model;
     o.api_key = options.api_key;
     o.connections = options.connections;
@@ -121,7 +122,6 @@ struct running_server::impl {
   std::unique_ptr<decision_engine> engine;
   std::unique_ptr<log::decision_log> log;
   baton::metrics metrics;
-  std::int64_t escalated_at_start = 0;
   std::unique_ptr<authenticator> auth;
   std::unique_ptr<scheduler> sched;
   std::unique_ptr<decision_engine> fallback_engine;  // routing.fallback, with its own scheduler
@@ -168,7 +168,6 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);
-  p->escalated_at_start = log::count_escalated(p->config.log);
   p->auth = std::make_unique<authenticator>(p->config.auth);
   scheduler_options so{p->config.engine.max_batch, p->config.engine.queue_capacity, {}};
   so.on_batch = [m = &p->metrics](std::size_t n, double) { m->batch(n); };
@@ -181,17 +180,15 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
     fallback.emplace(agent_service::fallback_engine{*p->fallback_engine, *p->fallback_sched, f.timeout});
   }
   p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing),
-                                               fallback);
+                                               p->ioc.get_executor(), fallback);
+  p->service->desk().start();
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
   p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
     return std::vector<metrics::gauge>{
         {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
         {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
          double(q->service->in_flight() + q->systemone->in_flight())},
-        {"baton_escalations_pending",
-         "Decisions escalated to a person and not yet resolved (every escalate row in the log: no resolution "
-         "exists yet).",
-         double(q->escalated_at_start + std::int64_t(q->metrics.decisions("agent", "escalate")))},
+        {"baton_escalations_pending", "Escalations waiting for a person.", double(q->service->desk().pending())},
     };
   });
   try {

@@ -90,8 +90,8 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
                                {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
-                                "max_batch", "queue_capacity", "timeout_ms", "url", "key_env", "connections", "retries",
-                                "connect_timeout_ms", "request_timeout_ms"});
+                                "max_batch", "queue_capacity", "timeout_ms", "url", "ca_file", "key_env", "connections",
+                                "retries", "connect_timeout_ms", "request_timeout_ms"});
   const field* name = find(fields, "name");
   if (name) {
     e.name = read_string(name->value, ticked(section + ".name"));
@@ -132,6 +132,8 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       fail(f.value, what + " is read only by the systemone engine");
     } else if (f.key == "url") {
       e.url = read_string(f.value, what);
+    } else if (f.key == "ca_file") {
+      e.ca_file = read_path(f.value, what, base);
     } else if (f.key == "key_env") {
       e.api_key = read_env(f.value, what, what, e.key_env);
     } else if (f.key == "connections") {

@@ -45,8 +45,10 @@ struct engine_options {
   std::string name = "keyword";  // keyword | clef | systemone
   std::filesystem::path model;   // clef: the release directory
   // systemone: another SystemOne server (engine/systemone_engine.hpp). `model` is then the name
-  // sent; the bearer key comes from the environment variable `key_env`.
+  // sent; the bearer key comes from the environment variable `key_env`; `ca_file` is the CAs an
+  // https server's certificate must chain to (empty: the system's).
   std::string url;
+  std::filesystem::path ca_file;
   std::string remote_model;
   std::string key_env;
   std::string api_key;

@@ -1,13 +1,14 @@
 // The decision log's SQLite store: schema migrations, the chain, and one transaction per batch.
 #include <algorithm>
+#include <array>
+#include <type_traits>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <string>
 
 #include "adapters/decision_log.hpp"
 #include "adapters/sqlite_log.hpp"
+#include "core/ids.hpp"
 #include "core/sha256.hpp"
 
 namespace baton::log {
@@ -156,6 +157,84 @@ CREATE VIEW confidence_by_model AS
 ALTER TABLE decisions ADD COLUMN fallback_of TEXT;
 CREATE INDEX decisions_fallback_of ON decisions (fallback_of);
 )sql"},
+    // Escalations to a person, their single resolution and the agent's acknowledgement of it:
+    // rows are only ever added, so a state is what the rows say (pending = no resolution).
+    {3, R"sql(
+CREATE TABLE escalations (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  decision TEXT NOT NULL REFERENCES decisions (id),
+  session TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  deadline_ms INTEGER NOT NULL,
+  deadline_at TEXT NOT NULL,
+  on_deadline TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  question TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  arguments TEXT NOT NULL,
+  confidence REAL,
+  candidates TEXT NOT NULL,
+  state TEXT NOT NULL,
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+CREATE INDEX escalations_session ON escalations (session);
+
+CREATE TABLE resolutions (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  escalation TEXT NOT NULL UNIQUE REFERENCES escalations (id),
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  arguments TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  reviewer TEXT NOT NULL,
+  by TEXT NOT NULL,
+  forced INTEGER NOT NULL,
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE deliveries (
+  seq INTEGER PRIMARY KEY,
+  resolution TEXT NOT NULL UNIQUE REFERENCES resolutions (id),
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+
+CREATE TRIGGER escalations_no_update BEFORE UPDATE ON escalations
+  BEGIN SELECT RAISE(ABORT, 'escalations is append-only'); END;
+CREATE TRIGGER escalations_no_delete BEFORE DELETE ON escalations
+  BEGIN SELECT RAISE(ABORT, 'escalations is append-only'); END;
+CREATE TRIGGER resolutions_no_update BEFORE UPDATE ON resolutions
+  BEGIN SELECT RAISE(ABORT, 'resolutions is append-only'); END;
+CREATE TRIGGER resolutions_no_delete BEFORE DELETE ON resolutions
+  BEGIN SELECT RAISE(ABORT, 'resolutions is append-only'); END;
+CREATE TRIGGER deliveries_no_update BEFORE UPDATE ON deliveries
+  BEGIN SELECT RAISE(ABORT, 'deliveries is append-only'); END;
+CREATE TRIGGER deliveries_no_delete BEFORE DELETE ON deliveries
+  BEGIN SELECT RAISE(ABORT, 'deliveries is append-only'); END;
+
+CREATE VIEW pending_escalations AS
+  SELECT e.seq, e.id, e.created_at, e.deadline_at, e.session, e.turn, e.tool, e.reason, e.confidence, e.decision
+  FROM escalations e WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id);
+CREATE VIEW resolved_escalations AS
+  SELECT e.id, e.created_at, r.created_at AS resolved_at, e.session, e.turn, e.tool AS proposed_tool,
+         e.confidence, r.outcome, r.tool, r.reviewer, r.by, r.forced, r.reason,
+         (r.created_ms - e.created_ms) / 1000.0 AS wait_s
+  FROM escalations e JOIN resolutions r ON r.escalation = e.id;
+)sql"},
 };
 
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
@@ -211,19 +290,6 @@ void migrate(sqlite3* db, const log_options& o) {
   }
 }
 
-// "2024-05-01T12:34:56.789Z"
-std::string iso_utc(std::int64_t ms) {
-  const std::int64_t seconds = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
-  const auto millis = static_cast<int>(ms - seconds * 1000);
-  const auto t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-  return buf;
-}
-
 // A REAL as SQLite gives it back: it keeps no NaN (stored as NULL) and no -0.0 (an integral
 // REAL is stored as an integer), so both are normalised before they are hashed.
 cell real(double v) {
@@ -241,7 +307,7 @@ cell json_text(const json& v, std::string& storage) {
 
 // Text that a row's cells borrow while it is written.
 struct row_text {
-  std::string created_at, arguments, proposal, output;
+  std::string created_at, deadline_at, arguments, proposal, output, candidates;
 };
 
 void decision_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
@@ -302,6 +368,74 @@ void tool_run_row(const tool_run_record& r, bool, row_text& t, std::vector<colum
   };
 }
 
+void escalation_row(const escalation_record& r, bool, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  t.deadline_at = iso_utc(r.deadline_ms);
+  t.arguments.clear();
+  render_json(r.arguments, t.arguments, false);
+  t.candidates.clear();
+  render_json(r.candidates, t.candidates, false);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"id", std::string_view(r.id)},
+      {"decision", std::string_view(r.decision)},
+      {"session", std::string_view(r.session)},
+      {"turn", r.turn},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"deadline_ms", r.deadline_ms},
+      {"deadline_at", std::string_view(t.deadline_at)},
+      {"on_deadline", std::string_view(r.on_deadline)},
+      {"reason", std::string_view(r.reason)},
+      {"question", std::string_view(r.question)},
+      {"tool", std::string_view(r.tool)},
+      {"arguments", std::string_view(t.arguments)},
+      {"confidence", real(r.confidence)},
+      {"candidates", std::string_view(t.candidates)},
+      {"state", std::string_view(r.state)},
+      {"registry_hash", std::string_view(r.registry_hash)},
+      {"policy_hash", std::string_view(r.policy_hash)},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
+void resolution_row(const resolution_record& r, bool, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  t.arguments.clear();
+  render_json(r.arguments, t.arguments, false);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"id", std::string_view(r.id)},
+      {"escalation", std::string_view(r.escalation)},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"outcome", std::string_view(r.outcome)},
+      {"tool", std::string_view(r.tool)},
+      {"arguments", std::string_view(t.arguments)},
+      {"reason", std::string_view(r.reason)},
+      {"reviewer", std::string_view(r.reviewer)},
+      {"by", std::string_view(r.by)},
+      {"forced", std::int64_t{r.forced ? 1 : 0}},
+      {"registry_hash", std::string_view(r.registry_hash)},
+      {"policy_hash", std::string_view(r.policy_hash)},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
+void delivery_row(const delivery_record& r, bool, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"resolution", std::string_view(r.resolution)},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
 // The INSERT of a table whose rows `make_row` builds: its columns are the row's, in its order.
 template <class Record, class MakeRow>
 std::string insert_sql(const char* table, MakeRow make_row) {
@@ -339,24 +473,46 @@ class sqlite_store final : public decision_store {
     begin_ = prepare(o, "BEGIN IMMEDIATE");
     commit_ = prepare(o, "COMMIT");
     rollback_ = prepare(o, "ROLLBACK");
-    decisions_head_ = prepare(o, "SELECT seq, row_hash FROM decisions ORDER BY seq DESC LIMIT 1");
-    runs_head_ = prepare(o, "SELECT seq, row_hash FROM tool_runs ORDER BY seq DESC LIMIT 1");
-    insert_decision_ = prepare(o, insert_sql<decision_record>("decisions", decision_row));
-    insert_run_ = prepare(o, insert_sql<tool_run_record>("tool_runs", tool_run_row));
+    tables_[0] = make_table<decision_record>(o, "decisions", decision_row);
+    tables_[1] = make_table<tool_run_record>(o, "tool_runs", tool_run_row);
+    tables_[2] = make_table<escalation_record>(o, "escalations", escalation_row);
+    tables_[3] = make_table<resolution_record>(o, "resolutions", resolution_row);
+    tables_[4] = make_table<delivery_record>(o, "deliveries", delivery_row);
   }
 
-  result<void> write(std::span<const decision_record> decisions, std::span<const tool_run_record> runs,
-                     std::vector<std::optional<error>>& refused) override {
-    refused.assign(decisions.size() + runs.size(), std::nullopt);
+  result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {
+    refused.assign(rows.size(), std::nullopt);
     if (!run(begin_.get())) return write_failed(db(), "begin a transaction");
-    auto written = append_rows(decisions, decisions_head_.get(), insert_decision_.get(), decision_row, refused, 0);
-    if (written) written = append_rows(runs, runs_head_.get(), insert_run_.get(), tool_run_row, refused, decisions.size());
+    for (table& t : tables_) t.loaded = false;
+    result<void> written;
+    for (std::size_t i = 0; i < rows.size() && written; ++i) {
+      written = std::visit(
+          [&](const auto& r) {
+            using record = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<record, decision_record>) decision_row(r, store_state_, text_, row_);
+            else if constexpr (std::is_same_v<record, tool_run_record>) tool_run_row(r, store_state_, text_, row_);
+            else if constexpr (std::is_same_v<record, escalation_record>) escalation_row(r, store_state_, text_, row_);
+            else if constexpr (std::is_same_v<record, resolution_record>) resolution_row(r, store_state_, text_, row_);
+            else delivery_row(r, store_state_, text_, row_);
+            return append_row(tables_[rows[i].index()], refused[i]);
+          },
+          rows[i]);
+    }
     if (written && !run(commit_.get())) written = write_failed(db(), "commit");
     if (!written && !sqlite3_get_autocommit(db())) run(rollback_.get());
     return written;
   }
 
  private:
+  // One chained table: its statements and, inside a transaction, its chain head.
+  struct table {
+    const char* name = "";
+    statement head, insert;
+    bool loaded = false;
+    std::int64_t seq = 0;
+    std::string prev;
+  };
+
   sqlite3* db() const noexcept { return db_.get(); }
 
   statement prepare(const log_options& o, const std::string& sql) {
@@ -367,6 +523,15 @@ class sqlite_store final : public decision_store {
     return statement(raw);
   }
 
+  template <class Record, class MakeRow>
+  table make_table(const log_options& o, const char* name, MakeRow make_row) {
+    table t;
+    t.name = name;
+    t.head = prepare(o, std::string("SELECT seq, row_hash FROM ") + name + " ORDER BY seq DESC LIMIT 1");
+    t.insert = prepare(o, insert_sql<Record>(name, make_row));
+    return t;
+  }
+
   // Steps a statement that returns no rows, then resets it.
   bool run(sqlite3_stmt* s) {
     const int rc = sqlite3_step(s);
@@ -374,42 +539,42 @@ class sqlite_store final : public decision_store {
     return rc == SQLITE_DONE;
   }
 
-  // Reads the table's chain head inside the transaction, so that the chain continues from what
-  // is committed whatever happened before (a restart, a failed batch).
-  template <class Record, class MakeRow>
-  result<void> append_rows(std::span<const Record> records, sqlite3_stmt* head, sqlite3_stmt* insert, MakeRow make_row,
-                           std::vector<std::optional<error>>& refused, std::size_t first) {
-    if (records.empty()) return {};
-    std::int64_t seq = 0;
-    std::string prev(genesis_hash);
-    const int rc = sqlite3_step(head);
-    if (rc == SQLITE_ROW) {
-      seq = sqlite3_column_int64(head, 0);
-      prev.assign(reinterpret_cast<const char*>(sqlite3_column_text(head, 1)),
-                  static_cast<std::size_t>(sqlite3_column_bytes(head, 1)));
-    }
-    sqlite3_reset(head);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return write_failed(db(), "read the chain");
-
-    for (std::size_t i = 0; i < records.size(); ++i) {
-      make_row(records[i], store_state_, text_, row_);
-      row_.front().value = seq + 1;
-      row_[row_.size() - 2].value = std::string_view(prev);
-      std::string hash = chain_hash(row_, scratch_);
-      row_.back().value = std::string_view(hash);
-      for (std::size_t c = 0; c < row_.size(); ++c) bind(insert, static_cast<int>(c + 1), row_[c].value);
-      const int step = sqlite3_step(insert);
-      sqlite3_reset(insert);
-      sqlite3_clear_bindings(insert);
-      if (step == SQLITE_DONE) {
-        ++seq;
-        prev = std::move(hash);
-      } else if ((step & 0xff) == SQLITE_CONSTRAINT && !sqlite3_get_autocommit(db())) {
-        // Only this statement was undone; the transaction and the rest of the batch go on.
-        refused[first + i] = write_failed(db(), "write this row");
-      } else {
-        return write_failed(db(), "write");
+  // Writes row_ as the table's next row. The chain head is read inside the transaction, so the
+  // chain continues from what is committed whatever happened before (a restart, a failed batch).
+  result<void> append_row(table& t, std::optional<error>& refused) {
+    if (!t.loaded) {
+      t.seq = 0;
+      t.prev.assign(genesis_hash);
+      const int rc = sqlite3_step(t.head.get());
+      if (rc == SQLITE_ROW) {
+        t.seq = sqlite3_column_int64(t.head.get(), 0);
+        t.prev.assign(reinterpret_cast<const char*>(sqlite3_column_text(t.head.get(), 1)),
+                      static_cast<std::size_t>(sqlite3_column_bytes(t.head.get(), 1)));
       }
+      sqlite3_reset(t.head.get());
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return write_failed(db(), "read the chain");
+      t.loaded = true;
+    }
+    row_.front().value = t.seq + 1;
+    row_[row_.size() - 2].value = std::string_view(t.prev);
+    std::string hash = chain_hash(row_, scratch_);
+    row_.back().value = std::string_view(hash);
+    sqlite3_stmt* insert = t.insert.get();
+    for (std::size_t c = 0; c < row_.size(); ++c) bind(insert, static_cast<int>(c + 1), row_[c].value);
+    const int step = sqlite3_step(insert);
+    sqlite3_reset(insert);
+    sqlite3_clear_bindings(insert);
+    if (step == SQLITE_DONE) {
+      ++t.seq;
+      t.prev = std::move(hash);
+    } else if (step == SQLITE_CONSTRAINT_UNIQUE && !sqlite3_get_autocommit(db())) {
+      // Only this statement was undone; the transaction and the rest of the batch go on.
+      refused = make_error(409, "DUPLICATE_ROW", std::string("the ") + t.name + " row is already in the log: " +
+                                                     sqlite3_errmsg(db()));
+    } else if ((step & 0xff) == SQLITE_CONSTRAINT && !sqlite3_get_autocommit(db())) {
+      refused = write_failed(db(), "write this row");
+    } else {
+      return write_failed(db(), "write");
     }
     return {};
   }
@@ -429,7 +594,8 @@ class sqlite_store final : public decision_store {
 
   bool store_state_;
   db_handle db_;
-  statement begin_, commit_, rollback_, decisions_head_, runs_head_, insert_decision_, insert_run_;
+  statement begin_, commit_, rollback_;
+  std::array<table, std::variant_size_v<log_row>> tables_;
   row_text text_;
   std::vector<column_value> row_;
   std::string scratch_;
@@ -439,15 +605,6 @@ class sqlite_store final : public decision_store {
 
 std::unique_ptr<decision_store> open_sqlite_store(const log_options& options) {
   return std::make_unique<sqlite_store>(options);
-}
-
-std::int64_t count_escalated(const log_options& options) {
-  sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(options.path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
-  db_handle db(raw);
-  if (rc != SQLITE_OK) open_failed(options, raw ? sqlite3_errmsg(raw) : "out of memory");
-  sqlite3_busy_timeout(db.get(), options.busy_timeout_ms);
-  return std::stoll(query_value(db.get(), options, "SELECT count(*) FROM decisions WHERE action = 'escalate'"));
 }
 
 }  // namespace baton::log

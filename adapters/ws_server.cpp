@@ -41,7 +41,7 @@ class connection_slot {
 };
 
 // One WebSocket connection at /v1/agent.
-class ws_session : public agent_connection, public std::enable_shared_from_this<ws_session> {
+class ws_session : public agent_connection, public closable_session, public std::enable_shared_from_this<ws_session> {
  public:
   ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
       : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)), who_(t.who), id_(std::move(t.id)),
@@ -84,8 +84,7 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
     if (queue_.size() == 1) write();
   }
 
-  // From any thread.
-  void shut_down() {
+  void shut_down() override {
     net::post(ws_.get_executor(), [self = shared_from_this()] {
       self->close(websocket::close_code::going_away, "the server is shutting down");
     });
@@ -204,6 +203,134 @@ class ws_session : public agent_connection, public std::enable_shared_from_this<
   std::chrono::steady_clock::time_point refilled_;
 };
 
+// One reviewer connection at /v1/review: escalations are pushed to it (escalation_desk), and it
+// may resolve them with `resolve` frames.
+class review_session : public review_listener, public closable_session, public std::enable_shared_from_this<review_session> {
+ public:
+  review_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
+      : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)), ticket_(std::move(t)) {}
+
+  void run(http::request<http::string_body> req) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator([id = ticket_.id, sub = ticket_.subprotocol](websocket::response_type& res) {
+      res.set(http::field::server, "baton");
+      res.set("x-typesafe-request-id", id);
+      res.set("X-Request-Id", id);
+      if (!sub.empty()) res.set(http::field::sec_websocket_protocol, sub);
+    }));
+    ws_.read_message_max(max_frame_bytes);
+    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->hub_->add(self);
+      self->hub_->service.desk().add_listener(self);
+      self->read();
+    });
+  }
+
+  // From any thread (the desk's broadcasts).
+  void send(std::string frame) override {
+    net::post(ws_.get_executor(), [self = shared_from_this(), frame = std::move(frame)]() mutable {
+      if (self->closing_) return;
+      if (self->queue_.size() >= max_queued_frames) {
+        spdlog::warn("closing a reviewer connection that left {} frames unread", self->queue_.size());
+        self->closing_ = true;
+        beast::error_code ec;
+        beast::get_lowest_layer(self->ws_).socket().close(ec);
+        return;
+      }
+      self->queue_.push_back(std::move(frame));
+      if (self->queue_.size() == 1) self->write();
+    });
+  }
+
+  void shut_down() override {
+    net::post(ws_.get_executor(), [self = shared_from_this()] {
+      if (self->closing_) return;
+      self->closing_ = true;
+      self->ws_.async_close(websocket::close_reason(websocket::close_code::going_away, "the server is shutting down"),
+                            [self](beast::error_code) { self->hub_->remove(self.get()); });
+    });
+  }
+
+  ~review_session() override { hub_->remove(this); }
+
+ private:
+  static constexpr std::size_t max_frame_bytes = 64 * 1024;
+
+  void read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) {
+      hub_->remove(this);
+      return;
+    }
+    const std::string text = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    json id;
+    if (const auto wait = hub_->api.admit_frame(*ticket_.who)) {
+      send(protocol::render_error_frame(nullptr, rate_limited(*ticket_.who, *wait)));
+    } else {
+      on_frame(text);
+    }
+    read();
+  }
+
+  void on_frame(const std::string& text) {
+    json f;
+    json_parse_error err;
+    if (!parse_json(text, f, err, json_parse_options{}) || !f.is_object()) {
+      send(protocol::render_error_frame(nullptr, make_error(400, "INVALID_JSON", "a frame is one JSON object")));
+      return;
+    }
+    json ref = f.contains("id") ? f["id"] : json();
+    const auto escalation = f.find("escalation");
+    if (f.value("type", "") != "resolve") {
+      send(protocol::render_error_frame(ref, make_error(422, "UNKNOWN_TYPE", "reviewers send `resolve` frames")));
+      return;
+    }
+    if (escalation == f.end() || !escalation->is_string()) {
+      send(protocol::render_error_frame(ref, make_error(422, "INVALID_RESOLUTION", "`escalation` names the escalation to resolve")));
+      return;
+    }
+    auto in = parse_resolve_input(f);
+    if (!in) {
+      send(protocol::render_error_frame(ref, in.error()));
+      return;
+    }
+    hub_->service.desk().resolve(escalation->get<std::string>(), std::move(*in), ticket_.who->name,
+                                 [self = shared_from_this(), ref](result<json> r) {
+                                   if (!r) {
+                                     self->send(protocol::render_error_frame(ref, r.error()));
+                                     return;
+                                   }
+                                   self->send(render_json(json{{"type", "resolve_result"}, {"ref", ref}, {"resolution", *r}}, false));
+                                 });
+  }
+
+  void write() {
+    ws_.text(true);
+    ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) {
+        self->queue_.clear();
+        self->hub_->remove(self.get());
+        return;
+      }
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) self->write();
+    });
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  std::shared_ptr<session_hub> hub_;
+  connection_slot slot_;
+  http_api::upgrade_ticket ticket_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  bool closing_ = false;
+};
+
 namespace {
 
 // Plain HTTP until a WebSocket upgrade, one request at a time: the head first, which http_api
@@ -261,9 +388,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
         return;
       }
       stream_.expires_never();
-      std::make_shared<ws_session>(stream_.release_socket(), hub_, std::move(slot_),
-                                   std::move(std::get<http_api::upgrade_ticket>(admitted)))
-          ->run(parser_->release());
+      auto& t = std::get<http_api::upgrade_ticket>(admitted);
+      if (t.review) {
+        std::make_shared<review_session>(stream_.release_socket(), hub_, std::move(slot_), std::move(t))
+            ->run(parser_->release());
+      } else {
+        std::make_shared<ws_session>(stream_.release_socket(), hub_, std::move(slot_), std::move(t))->run(parser_->release());
+      }
       return;
     }
     ++hub_->http_requests;
@@ -396,12 +527,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 }  // namespace
 
-void session_hub::add(const std::shared_ptr<ws_session>& s) {
+void session_hub::add(const std::shared_ptr<closable_session>& s) {
   std::lock_guard lock(mutex);
   sessions.emplace(s.get(), s);
 }
 
-void session_hub::remove(const ws_session* s) {
+void session_hub::remove(const closable_session* s) {
   std::lock_guard lock(mutex);
   sessions.erase(s);
 }
@@ -455,7 +586,7 @@ void ws_server::accept() {
 }
 
 void ws_server::close_sessions() {
-  std::vector<std::shared_ptr<ws_session>> open;
+  std::vector<std::shared_ptr<closable_session>> open;
   {
     std::lock_guard lock(hub_->mutex);
     for (auto& [p, w] : hub_->sessions) {

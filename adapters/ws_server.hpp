@@ -20,7 +20,12 @@
 
 namespace baton {
 
-class ws_session;
+// A WebSocket connection the server closes with 1001 when it stops (agent or reviewer).
+class closable_session {
+ public:
+  virtual ~closable_session() = default;
+  virtual void shut_down() = 0;  // from any thread
+};
 
 // What sessions share with the server (Beast chat-multi's shared_state): held by every session,
 // so a session that outlives the server (its handler is destroyed with the io_context) is safe.
@@ -30,13 +35,13 @@ struct session_hub {
   systemone_service& systemone;
   http_api& api;
   std::mutex mutex;
-  std::unordered_map<const ws_session*, std::weak_ptr<ws_session>> sessions;
+  std::unordered_map<const closable_session*, std::weak_ptr<closable_session>> sessions;
   std::atomic<std::size_t> connections{0};     // open TCP connections, HTTP and WebSocket
   std::atomic<std::size_t> buffered_bytes{0};  // request bodies admitted and not yet answered
   std::atomic<std::size_t> http_requests{0};   // HTTP requests admitted and not yet answered
 
-  void add(const std::shared_ptr<ws_session>& s);
-  void remove(const ws_session* s);
+  void add(const std::shared_ptr<closable_session>& s);
+  void remove(const closable_session* s);
   std::size_t size();
 };
 

@@ -12,16 +12,17 @@ bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' 
 
 }  // namespace
 
-std::optional<http_url> parse_http_url(std::string_view url, std::string& reason) {
-  constexpr std::string_view scheme = "http://";
-  if (url.starts_with("https://")) {
-    reason = "https is not supported (baton has no TLS client): use an http:// URL";
+std::optional<http_url> parse_http_url(std::string_view url, std::string& reason, bool allow_https) {
+  const bool tls = url.starts_with("https://");
+  if (tls && !allow_https) {
+    reason = "https is not supported (the http executor has no TLS client): use an http:// URL";
     return std::nullopt;
   }
-  if (!url.starts_with(scheme)) {
-    reason = "must be an http://host[:port]/path URL";
+  if (!tls && !url.starts_with("http://")) {
+    reason = allow_https ? "must be an http:// or https://host[:port]/path URL" : "must be an http://host[:port]/path URL";
     return std::nullopt;
   }
+  const std::string_view scheme = tls ? "https://" : "http://";
   // The request line takes the target as it is: no spaces, controls or raw non-ASCII bytes.
   if (std::any_of(url.begin(), url.end(), [](char c) {
         const auto b = static_cast<unsigned char>(c);
@@ -43,6 +44,7 @@ std::optional<http_url> parse_http_url(std::string_view url, std::string& reason
   }
 
   http_url u;
+  u.tls = tls;
   std::string_view port_part;
   if (authority.starts_with('[')) {
     const std::size_t close = authority.find(']');
@@ -64,7 +66,7 @@ std::optional<http_url> parse_http_url(std::string_view url, std::string& reason
     }
     port_part = colon == std::string_view::npos ? std::string_view() : authority.substr(colon);
   }
-  u.port = "80";
+  u.port = tls ? "443" : "80";
   if (!port_part.empty()) {
     const std::string_view digits = port_part.substr(1);
     const bool numeric = !digits.empty() && digits.size() <= 5 && std::all_of(digits.begin(), digits.end(), is_digit);

@@ -1,6 +1,8 @@
 #include "core/ids.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <random>
 
 namespace baton {
@@ -8,6 +10,18 @@ namespace baton {
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string iso_utc(std::int64_t ms) {
+  const std::int64_t seconds = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+  const auto millis = static_cast<int>(ms - seconds * 1000);
+  const auto t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
 }
 
 std::string new_id(char prefix) {

@@ -9,6 +9,9 @@ namespace baton {
 // Unix time in milliseconds.
 std::int64_t unix_ms();
 
+// Unix milliseconds as UTC ISO 8601, e.g. "2024-05-01T12:34:56.789Z".
+std::string iso_utc(std::int64_t ms);
+
 // "<prefix>-<12 hex digits of unix ms>-<8 random hex digits>", e.g. "d-0192b7c5a3e1-4f2a9c01".
 std::string new_id(char prefix);
 

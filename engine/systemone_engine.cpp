@@ -5,10 +5,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -21,10 +23,14 @@
 namespace baton {
 
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 using clock_type = std::chrono::steady_clock;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+// A pooled connection: plain, or TLS over TCP. Timeouts are the TCP layer's either way.
+using connection = std::variant<beast::tcp_stream, tls_stream>;
 
 namespace {
 
@@ -55,7 +61,18 @@ std::optional<std::chrono::milliseconds> retry_after(const http::response<http::
 // any answer: not the server's failure, so not an attempt.
 bool stale(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-         ec == net::error::broken_pipe;
+         ec == net::error::broken_pipe || ec == ssl::error::stream_truncated;
+}
+
+beast::tcp_stream& tcp_of(connection& c) {
+  return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); }, c);
+}
+
+template <class Stream>
+net::awaitable<void> exchange(Stream& s, const http::request<http::string_body>& msg, beast::flat_buffer& buffer,
+                              http::response_parser<http::string_body>& parser, beast::error_code& ec) {
+  co_await http::async_write(s, msg, net::redirect_error(net::use_awaitable, ec));
+  if (!ec) co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
 }
 
 }  // namespace
@@ -113,9 +130,31 @@ struct systemone_engine::impl {
   engine_description description;
   net::io_context io;  // driven by decide(), on the scheduler's worker thread only
   tcp::resolver::results_type endpoints;  // resolved once, at start-up
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  std::optional<ssl::context> tls;        // https: the peer verified against its CAs
+  bool host_is_address = false;           // then no SNI, and the certificate must name the address
+  std::vector<std::unique_ptr<connection>> idle;
   int failures_in_row = 0;
   clock_type::time_point open_until{};
+
+  // SNI and the certificate checked for the URL's host; the caller bounds it in time.
+  net::awaitable<void> handshake(tls_stream& s, beast::error_code& ec) {
+    // SNI names a host, never an address (RFC 6066).
+    if (!host_is_address && !SSL_set_tlsext_host_name(s.native_handle(), url.host.c_str())) {
+      ec = beast::error_code(static_cast<int>(::ERR_get_error()), net::error::get_ssl_category());
+      co_return;
+    }
+    // host_name_verification refuses a certificate for another host without saying why: the
+    // verify result says it, for the error's message.
+    s.set_verify_callback([check = ssl::host_name_verification(url.host), address = host_is_address](
+                              bool preverified, ssl::verify_context& ctx) {
+      if (check(preverified, ctx)) return true;
+      if (preverified) {
+        X509_STORE_CTX_set_error(ctx.native_handle(), address ? X509_V_ERR_IP_ADDRESS_MISMATCH : X509_V_ERR_HOSTNAME_MISMATCH);
+      }
+      return false;
+    });
+    co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
+  }
 
   // One request, with its retries, on a connection from the pool.
   net::awaitable<result<decision>> call(const request& req) {
@@ -142,7 +181,7 @@ struct systemone_engine::impl {
         delay = std::clamp(delay * 2, options.backoff, options.backoff_max);
       }
       wait = true;
-      std::unique_ptr<beast::tcp_stream> conn;
+      std::unique_ptr<connection> conn;
       const bool reused = !idle.empty();
       if (reused) {
         conn = std::move(idle.back());
@@ -150,21 +189,36 @@ struct systemone_engine::impl {
       }
       beast::error_code ec;
       if (!conn) {
-        conn = std::make_unique<beast::tcp_stream>(io);
-        conn->expires_after(options.connect_timeout);
-        co_await conn->async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
+        conn = tls ? std::make_unique<connection>(std::in_place_type<tls_stream>, io, *tls)
+                   : std::make_unique<connection>(std::in_place_type<beast::tcp_stream>, io);
+        beast::tcp_stream& link = tcp_of(*conn);
+        link.expires_after(options.connect_timeout);  // for the TLS handshake too
+        co_await link.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
         if (ec) {
           last = "cannot connect to " + url.host_header + ": " + ec.message();
           continue;
         }
-        conn->socket().set_option(tcp::no_delay(true), ec);
+        link.socket().set_option(tcp::no_delay(true), ec);
+        if (auto* s = std::get_if<tls_stream>(conn.get())) {
+          co_await handshake(*s, ec);
+          if (ec) {
+            const long verified = SSL_get_verify_result(s->native_handle());
+            const std::string why = ec == beast::error::timeout
+                                        ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
+                                    : verified != X509_V_OK ? "certificate verify failed: " + std::string(X509_verify_cert_error_string(verified))
+                                                            : ec.message();
+            last = "TLS handshake with " + url.host_header + " failed: " + why;
+            // A certificate this client does not trust will not become trusted by trying again.
+            if (verified != X509_V_OK) co_return make_error(502, "UPSTREAM_UNREACHABLE", last);
+            continue;
+          }
+        }
       }
-      conn->expires_after(options.timeout);
-      co_await http::async_write(*conn, msg, net::redirect_error(net::use_awaitable, ec));
+      tcp_of(*conn).expires_after(options.timeout);
       beast::flat_buffer buffer;
       http::response_parser<http::string_body> parser;
       parser.body_limit(std::size_t(64) << 20);
-      if (!ec) co_await http::async_read(*conn, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      co_await std::visit([&](auto& s) { return exchange(s, msg, buffer, parser, ec); }, *conn);
       if (ec && reused && stale(ec)) {
         --attempt;  // on a new connection (or the next pooled one) at once; the pool is finite
         wait = false;
@@ -216,12 +270,32 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   std::string reason;
   auto base = options.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  auto url = parse_http_url(base + "/v1/systemone", reason);
+  auto url = parse_http_url(base + "/v1/systemone", reason, true);
   if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
-  // Resolved once: a resolver has no timeout, and the scheduler's thread must not hang on one.
   boost::system::error_code ec;
+  if (p->url.tls) {
+    p->tls.emplace(ssl::context::tls_client);
+    SSL_CTX_set_min_proto_version(p->tls->native_handle(), TLS1_2_VERSION);
+    p->tls->set_verify_mode(ssl::verify_peer);
+    if (options.ca_file.empty()) {
+      p->tls->set_default_verify_paths(ec);
+    } else {
+      p->tls->load_verify_file(options.ca_file.string(), ec);
+    }
+    if (ec) {
+      return make_error(400, "INVALID_ENGINE_CA_FILE",
+                        "the systemone engine cannot load " +
+                            (options.ca_file.empty() ? std::string("the system's CA certificates") : "the CA file " + options.ca_file.string()) +
+                            ": " + ec.message());
+    }
+    net::ip::make_address(p->url.host, ec);
+    p->host_is_address = !ec;
+  } else if (!options.ca_file.empty()) {
+    return make_error(400, "INVALID_ENGINE_CA_FILE", "the systemone engine's ca_file is for https URLs; `" + options.url + "` is not one");
+  }
+  // Resolved once: a resolver has no timeout, and the scheduler's thread must not hang on one.
   p->endpoints = tcp::resolver(p->io).resolve(p->url.host, p->url.port, ec);
   if (ec) {
     return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's host `" + p->url.host + "` does not resolve: " + ec.message());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -13,7 +14,8 @@
 namespace baton {
 
 struct systemone_engine_options {
-  std::string url;      // http://host[:port][/prefix]; requests go to <url>/v1/systemone
+  std::string url;      // http[s]://host[:port][/prefix]; requests go to <url>/v1/systemone
+  std::filesystem::path ca_file;  // https: the CAs (PEM) that the server's certificate must chain to; empty: the system's
   std::string model;    // sent as `model`; empty: none (the server's default)
   std::string api_key;  // sent as a bearer key; empty: none
   std::chrono::milliseconds connect_timeout{2000};
@@ -29,7 +31,8 @@ struct systemone_engine_options {
 class systemone_engine : public decision_engine {
  public:
   // 400 INVALID_ENGINE_URL for a URL the client cannot call or whose host does not resolve
-  // (resolved once, here: a resolver cannot be bounded in time).
+  // (resolved once, here: a resolver cannot be bounded in time); 400 INVALID_ENGINE_CA_FILE for
+  // CAs that do not load, or a ca_file with an http URL.
   static result<std::unique_ptr<systemone_engine>> make(systemone_engine_options options);
   ~systemone_engine() override;
 
@@ -37,8 +40,9 @@ class systemone_engine : public decision_engine {
 
   // The batch's requests go out at once over the connections; one result per request. Failures:
   // 502 BAD_UPSTREAM_RESPONSE (not a SystemOne answer to this request), 502 UPSTREAM_UNREACHABLE
-  // (connection, timeout or 5xx after the retries), 503 ENGINE_UNAVAILABLE (the circuit is
-  // open), or the server's own 400/404/413/422 refusal of the request.
+  // (connection, TLS handshake, timeout or 5xx after the retries; an untrusted certificate at
+  // once), 503 ENGINE_UNAVAILABLE (the circuit is open), or the server's own 400/404/413/422
+  // refusal of the request.
   std::vector<result<decision>> decide(std::span<const request> batch) override;
 
  private:

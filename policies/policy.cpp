@@ -1,6 +1,7 @@
 #include "policies/policy.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -147,9 +148,40 @@ void read_lanes(const YAML::Node& n, const tools::registry& r, policy::lane_set&
   }
 }
 
+// deadline_s and on_deadline of a map already read; what is absent stays as in `terms`.
+escalation_terms read_terms(const std::vector<field>& fields, const std::string& what, escalation_terms terms) {
+  if (const field* d = find(fields, "deadline_s")) {
+    const double s = read_number(d->value, what + "'s deadline_s");
+    // A year at most: a deadline is a promise to the agent, not a way to park a question.
+    if (s < 1 || s > 366 * 86400 || s != std::floor(s)) fail(d->value, what + "'s deadline_s must be a whole number of seconds from 1 to 31622400");
+    terms.deadline_s = static_cast<long long>(s);
+  }
+  if (const field* o = find(fields, "on_deadline")) {
+    const std::string v = read_string(o->value, what + "'s on_deadline");
+    if (v == "deny") terms.execute_on_deadline = false;
+    else if (v == "execute") terms.execute_on_deadline = true;
+    else fail(o->value, "unknown on_deadline " + ticked(v) + " (deny or execute)");
+  }
+  return terms;
+}
+
+void read_escalation(const YAML::Node& n, const tools::registry& r, policy& p) {
+  const auto fields = read_map(n, "`escalation`", {"deadline_s", "on_deadline", "tools"});
+  p.escalation = read_terms(fields, "`escalation`", escalation_terms{});
+  if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
+    for (const field& t : read_map(ts->value, "`escalation.tools`")) {
+      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in `escalation.tools`");
+      const std::string what = "the escalation of " + ticked(t.key);
+      p.tool_escalation.emplace_back(t.key, read_terms(read_map(t.value, what, {"deadline_s", "on_deadline"}), what,
+                                                       p.escalation));
+    }
+  }
+  p.escalation_configured = true;
+}
+
 policy read_policy(const YAML::Node& root, const tools::registry& r) {
   if (root.IsNull() || !root.IsDefined()) fail(root, "the policy is empty: it needs confidence, lanes and on_engine_error");
-  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "fallback_lanes", "on_engine_error"});
+  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "fallback_lanes", "on_engine_error", "escalation"});
   policy p;
   // No defaults for what decides: a policy says which metric and what a failure does.
   const field* c = find(top, "confidence");
@@ -174,6 +206,7 @@ policy read_policy(const YAML::Node& root, const tools::registry& r) {
   if (on_error == "escalate") p.on_engine_error = failure_action::escalate;
   else if (on_error == "deny") p.on_engine_error = failure_action::deny;
   else fail(e->value, "unknown on_engine_error " + ticked(on_error) + " (escalate or deny)");
+  if (const field* f = find(top, "escalation"); f && !f->value.IsNull()) read_escalation(f->value, r, p);
   p.hash = sha256_hex(p.canonical_json());
   return p;
 }
@@ -237,6 +270,15 @@ std::string_view to_string(action::kind k) noexcept {
   return "escalate";
 }
 
+escalation_terms escalation_terms_for(const policy& p, std::string_view tool) {
+  for (const auto& [id, t] : p.tool_escalation) {
+    if (id == tool) return t;
+  }
+  escalation_terms t = p.escalation;
+  if (tool.empty()) t.execute_on_deadline = false;  // nothing to execute
+  return t;
+}
+
 std::string policy::canonical_json() const {
   json c = json::object();
   c["confidence"] = to_string(metric);
@@ -258,6 +300,16 @@ std::string policy::canonical_json() const {
     c["fallback_lanes"] = {{"default", lane_json(fallback_lanes->default_lane)}, {"tools", std::move(tools)}};
   }
   c["on_engine_error"] = on_engine_error == failure_action::deny ? "deny" : "escalate";
+  if (escalation_configured) {  // only when present: policies without it keep their hash
+    auto terms_json = [](const escalation_terms& t) {
+      return json{{"deadline_s", t.deadline_s}, {"on_deadline", t.execute_on_deadline ? "execute" : "deny"}};
+    };
+    json tools = json::object();
+    for (const auto& [id, t] : tool_escalation) tools[id] = terms_json(t);
+    json e = terms_json(escalation);
+    e["tools"] = std::move(tools);
+    c["escalation"] = std::move(e);
+  }
   return render_json(c, true);
 }
 

@@ -31,6 +31,13 @@ struct escalation_trigger {
 
 enum class failure_action { escalate, deny };
 
+// What an escalation gives a person (docs/escalations.md): how long, and what happens when nobody
+// answers in time: deny, or execute the escalated decision's tool with its arguments.
+struct escalation_terms {
+  long long deadline_s = 900;
+  bool execute_on_deadline = false;
+};
+
 struct policy {
   confidence_metric metric = confidence_metric::p_max;
   std::vector<std::string> deny;
@@ -47,6 +54,10 @@ struct policy {
   };
   std::optional<lane_set> fallback_lanes;
   failure_action on_engine_error = failure_action::escalate;
+  // `escalation`: the default terms and per-tool ones (tool id → terms), in file order.
+  escalation_terms escalation;
+  std::vector<std::pair<std::string, escalation_terms>> tool_escalation;
+  bool escalation_configured = false;  // the section is present (it counts in the hash only then)
   std::string hash;  // "sha256:…" of canonical_json()
 
   // Sorted keys; deny and always_escalate are sets (sorted), escalate_when keeps its order.
@@ -63,6 +74,9 @@ struct action {
 };
 
 std::string_view to_string(action::kind k) noexcept;
+
+// The terms of an escalation of `tool` ("" after an engine failure: the defaults, and deny).
+escalation_terms escalation_terms_for(const policy& p, std::string_view tool);
 
 // 422 INVALID_POLICY, message "FILE:LINE: reason", for the first problem: unknown keys, tools or
 // questions, a bad metric, thresholds outside [0, 1], fallback above execute, …

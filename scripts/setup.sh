@@ -16,7 +16,7 @@ packages=(
   libtorch-dev         # the clef engine's tensors (Debian's CPU libtorch 1.13)
   libpcre2-dev         # the tokenizer's split regex needs Unicode classes
   libutf8proc-dev      # the tokenizer's NFC normalisation
-  libssl-dev           # sha256 model fingerprints (libcrypto)
+  libssl-dev           # sha256 model fingerprints (libcrypto); TLS for the systemone engine (libssl)
   libyaml-cpp-dev      # the YAML tool registry and policies
   libspdlog-dev        # the server's log lines
   libsqlite3-dev       # the decision log

@@ -261,7 +261,7 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
   EXPECT_EQ(run["output"], test::parse(R"({"refunded":true})"));
   EXPECT_EQ(run["attempts"], 1);
   EXPECT_EQ(run["prev_hash"], std::string(genesis_hash));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1 decisions, 1 tool runs\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 }
 
 TEST_F(decision_log_test, state_is_kept_only_when_configured_but_its_hash_always) {
@@ -276,16 +276,15 @@ TEST_F(decision_log_test, state_is_kept_only_when_configured_but_its_hash_always
 class gated_store final : public decision_store {
  public:
   explicit gated_store(std::unique_ptr<decision_store> inner) : inner_(std::move(inner)) {}
-  result<void> write(std::span<const decision_record> decisions, std::span<const tool_run_record> runs,
-                     std::vector<std::optional<error>>& refused) override {
+  result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {
     {
       std::unique_lock lock(mutex_);
       entered_ = true;
       changed_.notify_all();
       changed_.wait(lock, [&] { return open_; });
-      batches_.push_back(decisions.size() + runs.size());
+      batches_.push_back(rows.size());
     }
-    return inner_ ? inner_->write(decisions, runs, refused) : result<void>();
+    return inner_ ? inner_->write(rows, refused) : result<void>();
   }
   void wait_entered() {
     std::unique_lock lock(mutex_);
@@ -340,7 +339,7 @@ TEST_F(decision_log_test, rows_from_many_threads_are_group_committed) {
   EXPECT_LE(batches.size(), 2 + 2 * threads * per_thread / 64);
   const auto seqs = sql("SELECT min(seq) AS lo, max(seq) AS hi, count(*) AS n FROM decisions");
   EXPECT_EQ(seqs[0], test::parse(R"({"lo":1,"hi":1000,"n":1000})"));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1000 decisions, 1000 tool runs\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1000 decisions, 1000 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 }
 
 TEST_F(decision_log_test, the_chain_continues_across_a_reopen) {
@@ -352,7 +351,7 @@ TEST_F(decision_log_test, the_chain_continues_across_a_reopen) {
   EXPECT_EQ(rows[3]["seq"], 4);
   const auto r = cli({"log", "verify", "--db", db_arg_});
   EXPECT_EQ(r.code, exit_ok) << r.out << r.err;
-  EXPECT_EQ(r.out, "ok: 5 decisions, 1 tool runs\n");
+  EXPECT_EQ(r.out, "ok: 5 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 }
 
 TEST_F(decision_log_test, rows_cannot_be_updated_or_deleted) {
@@ -453,20 +452,20 @@ TEST_F(decision_log_test, a_failed_transaction_writes_nothing_and_the_chain_stay
   auto store = open_sqlite_store(options_);
   tool_run_record bad = tool_run(9, "d-2");
   bad.tool = "explode";
-  const std::vector<decision_record> decisions = {decision(2), decision(3)};
+  const std::vector<log_row> batch = {decision(2), decision(3), bad};
   std::vector<std::optional<error>> refused;
-  const auto failed = store->write(decisions, std::vector<tool_run_record>{bad}, refused);
+  const auto failed = store->write(batch, refused);
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().status, 500);
   EXPECT_EQ(failed.error().code, "LOG_WRITE_FAILED");
   EXPECT_NE(failed.error().message.find("boom"), std::string::npos) << failed.error().message;
 
-  ASSERT_TRUE(store->write(std::vector<decision_record>{decision(4)}, {}, refused));
+  ASSERT_TRUE(store->write(std::vector<log_row>{decision(4)}, refused));
   store.reset();
   const auto rows = sql("SELECT seq, id FROM decisions ORDER BY seq");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1], test::parse(R"({"seq":2,"id":"d-4"})"));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 2 decisions, 1 tool runs\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 2 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 
   // Through the log: the row's callback gets the error.
   auto log = decision_log::open(options_);
@@ -481,22 +480,24 @@ TEST_F(decision_log_test, a_failed_transaction_writes_nothing_and_the_chain_stay
 TEST_F(decision_log_test, a_row_refused_on_its_own_leaves_the_rest_of_its_batch) {
   write_decisions(1);
   auto store = open_sqlite_store(options_);
-  const std::vector<decision_record> decisions = {decision(2), decision(1), decision(3)};  // d-1 exists
-  const std::vector<tool_run_record> runs = {tool_run(2, "d-2"), tool_run(3, "d-404")};    // no d-404
+  // d-1 exists; there is no d-404.
+  const std::vector<log_row> rows = {decision(2), decision(1), decision(3), tool_run(2, "d-2"), tool_run(3, "d-404")};
   std::vector<std::optional<error>> refused;
-  ASSERT_TRUE(store->write(decisions, runs, refused));
+  ASSERT_TRUE(store->write(rows, refused));
   ASSERT_EQ(refused.size(), 5u);
   EXPECT_FALSE(refused[0]);
   ASSERT_TRUE(refused[1]);
-  EXPECT_EQ(refused[1]->code, "LOG_WRITE_FAILED");
+  EXPECT_EQ(refused[1]->status, 409);
+  EXPECT_EQ(refused[1]->code, "DUPLICATE_ROW");
   EXPECT_NE(refused[1]->message.find("UNIQUE"), std::string::npos) << refused[1]->message;
   EXPECT_FALSE(refused[2]);
   EXPECT_FALSE(refused[3]);
   ASSERT_TRUE(refused[4]);
+  EXPECT_EQ(refused[4]->code, "LOG_WRITE_FAILED");
   EXPECT_NE(refused[4]->message.find("FOREIGN KEY"), std::string::npos) << refused[4]->message;
   store.reset();
   EXPECT_EQ(sql("SELECT group_concat(id) AS ids FROM decisions")[0]["ids"], "d-1,d-2,d-3");
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 2 tool runs\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 2 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 }
 
 TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
@@ -504,7 +505,7 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
   const auto schema = sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name");
   write_decisions(1, 2);
   EXPECT_EQ(sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name"), schema);
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 2);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 3);
   EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 2);
 
   ASSERT_EQ(raw_exec("PRAGMA user_version = 99").first, SQLITE_OK);

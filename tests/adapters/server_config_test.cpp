@@ -133,6 +133,16 @@ TEST(server_config, the_systemone_engine) {
   EXPECT_EQ(c->engine.connections, 4u);
   EXPECT_EQ(c->engine.retries, 0u);
   EXPECT_EQ(c->engine.request_timeout, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(c->engine.ca_file.empty());  // https: the system's CAs
+  // A private CA, relative to the config file as every path.
+  c = parse_server_config("engine: {name: systemone, url: \"https://models.internal\", ca_file: certs/ca.pem}\n"
+                          "routing: {fallback: {name: systemone, url: \"https://big.internal\", ca_file: /etc/ssl/big.pem}}\n",
+                          "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.ca_file, "/etc/baton/certs/ca.pem");
+  EXPECT_EQ(c->fallback->ca_file, "/etc/ssl/big.pem");
+  EXPECT_EQ(problem("engine: {name: keyword, ca_file: ca.pem}\n"),
+            "/etc/baton/baton.yaml:1: `engine.ca_file` is read only by the systemone engine");
   EXPECT_EQ(problem("engine: {name: systemone}\n"),
             "/etc/baton/baton.yaml:1: `engine.name: systemone` needs `engine.url`, the server's base URL");
   EXPECT_EQ(problem("engine: {name: keyword, url: \"http://x\"}\n"),

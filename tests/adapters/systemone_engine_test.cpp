@@ -1,7 +1,9 @@
 // The systemone engine against real servers: another baton (in-process, a replay engine behind
-// it) and a small misbehaving server of the same wire for the fault cases.
+// it) and a small misbehaving server of the same wire for the fault cases, also over TLS.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
+
+#include <boost/asio/ssl.hpp>
 
 #include <atomic>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "engine/systemone_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
+#include "test_certificates.hpp"
 #include "ws_client.hpp"
 
 namespace baton {
@@ -60,7 +63,7 @@ class tool_engine : public decision_engine {
 };
 
 // A server of the wire that answers each request with the next scripted reply (status, headers,
-// body), or sleeps first; counts what it got.
+// body), or sleeps first; counts what it got. With a TLS context it speaks https.
 class scripted_server {
  public:
   struct reply {
@@ -71,8 +74,8 @@ class scripted_server {
     bool close_after = false;  // closes the connection without saying so (a kept-alive timeout)
   };
 
-  explicit scripted_server(std::vector<reply> script)
-      : script_(std::move(script)), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
+  explicit scripted_server(std::vector<reply> script, net::ssl::context* tls = nullptr)
+      : script_(std::move(script)), tls_(tls), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
     thread_ = std::thread([this] { serve(); });
   }
   ~scripted_server() {
@@ -83,7 +86,13 @@ class scripted_server {
     thread_.join();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
   int requests() const { return requests_; }
+  int connections() const { return connections_; }
+  std::string server_name() const {  // SNI of the last TLS connection
+    std::lock_guard lock(mutex_);
+    return server_name_;
+  }
   std::string last_retry_count() const {
     std::lock_guard lock(mutex_);
     return last_retry_;
@@ -100,35 +109,57 @@ class scripted_server {
       beast::error_code ec;
       acceptor_.accept(s, ec);
       if (ec || stopping_) return;
-      beast::flat_buffer buffer;
-      for (;;) {  // one connection at a time, kept alive
-        http::request<http::string_body> req;
-        http::read(s, buffer, req, ec);
-        if (ec) break;
-        {
-          std::lock_guard lock(mutex_);
-          last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
-          last_body_ = req.body();
-        }
-        const reply r = script_[std::min<std::size_t>(requests_++, script_.size() - 1)];
-        std::this_thread::sleep_for(r.sleep);
-        http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
-        for (const auto& [k, v] : r.headers) res.set(k, v);
-        res.body() = r.body;
-        res.prepare_payload();
-        http::write(s, res, ec);
-        if (ec || r.close_after) break;
+      ++connections_;
+      if (!tls_) {
+        talk(s);
+        continue;
       }
+      net::ssl::stream<tcp::socket> tls(std::move(s), *tls_);
+      tls.handshake(net::ssl::stream_base::server, ec);
+      if (ec) continue;  // the client refused the certificate
+      {
+        std::lock_guard lock(mutex_);
+        const char* name = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
+        server_name_ = name ? name : "";
+      }
+      talk(tls);
+    }
+  }
+
+  template <class Stream>
+  void talk(Stream& s) {
+    beast::error_code ec;
+    beast::flat_buffer buffer;
+    for (;;) {  // one connection at a time, kept alive
+      http::request<http::string_body> req;
+      http::read(s, buffer, req, ec);
+      if (ec) return;
+      {
+        std::lock_guard lock(mutex_);
+        last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
+        last_body_ = req.body();
+      }
+      const reply r = script_[std::min<std::size_t>(requests_++, script_.size() - 1)];
+      std::this_thread::sleep_for(r.sleep);
+      http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+      for (const auto& [k, v] : r.headers) res.set(k, v);
+      res.body() = r.body;
+      res.prepare_payload();
+      http::write(s, res, ec);
+      if (ec || r.close_after) return;
     }
   }
 
   std::vector<reply> script_;
+  net::ssl::context* tls_;
   net::io_context io_;
   tcp::acceptor acceptor_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> requests_{0};
+  std::atomic<int> connections_{0};
   mutable std::mutex mutex_;
+  std::string server_name_;
   std::string last_retry_;
   std::string last_body_;
 };
@@ -344,11 +375,175 @@ TEST(systemone_engine, a_slow_or_absent_server_fails_and_opens_the_circuit) {
 }
 
 TEST(systemone_engine, urls_it_cannot_call_are_refused_at_once) {
-  systemone_engine_options o;
-  o.url = "https://api.typesafe.ai";
-  const auto e = systemone_engine::make(o);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, "INVALID_ENGINE_URL");
+  for (const char* url : {"ftp://models.internal", "https://user@models.internal", "models.internal:8470"}) {
+    systemone_engine_options o;
+    o.url = url;
+    const auto e = systemone_engine::make(o);
+    ASSERT_FALSE(e) << url;
+    EXPECT_EQ(e.error().code, "INVALID_ENGINE_URL") << url;
+  }
+}
+
+// https: a server with a certificate from a CA made for the test, which the engine trusts only
+// through ca_file().
+class tls_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spdlog::set_level(spdlog::level::err);
+    dir_ = std::filesystem::temp_directory_path() /
+           ("baton-tls-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(ca_file()) << ca_.cert_pem();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path ca_file() const { return dir_ / "ca.pem"; }
+
+  // The server's side: a certificate for `alt_names`, signed by the test CA.
+  net::ssl::context* server_tls(const std::string& alt_names) {
+    const test::key_pair leaf = ca_.leaf(alt_names);
+    server_tls_ = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    server_tls_->use_certificate_chain(net::buffer(leaf.cert_pem));
+    server_tls_->use_private_key(net::buffer(leaf.key_pem), net::ssl::context::pem);
+    return server_tls_.get();
+  }
+
+  std::unique_ptr<systemone_engine> trusting_engine(const std::string& url, std::function<void(systemone_engine_options&)> tune = {}) {
+    return engine_for(url, [&](auto& o) {
+      o.ca_file = ca_file();
+      if (tune) tune(o);
+    });
+  }
+
+  std::filesystem::path dir_;
+  test::test_ca ca_;
+  std::unique_ptr<net::ssl::context> server_tls_;
+};
+
+TEST_F(tls_test, a_private_ca_is_trusted_and_the_connection_kept_alive) {
+  scripted_server server({{200, good_answer, {}}}, server_tls("DNS:localhost,IP:127.0.0.1"));
+  const std::string port = std::to_string(server.port());
+  auto engine = trusting_engine("https://localhost:" + port);
+  for (int i = 0; i < 2; ++i) {
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << i << ": " << out[0].error().message;
+    EXPECT_EQ(out[0]->probabilities[0], (std::vector<double>{0.9, 0.1}));
+    EXPECT_EQ(out[0]->probabilities[1], (std::vector<double>{0.25, 0.75}));
+    EXPECT_EQ(out[0]->input_tokens, 7);
+  }
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(server.connections(), 1);  // the second call went over the first's connection
+  EXPECT_EQ(server.server_name(), "localhost");
+  engine.reset();  // closes it: this server serves one connection at a time
+
+  // By address: the certificate names 127.0.0.1 too; SNI names hosts only.
+  auto by_address = trusting_engine("https://127.0.0.1:" + port);
+  const auto out = by_address->decide(std::vector<request>{sample_request()});
+  ASSERT_TRUE(out[0]) << out[0].error().message;
+  EXPECT_EQ(server.connections(), 2);
+  EXPECT_EQ(server.server_name(), "");
+}
+
+TEST_F(tls_test, a_baton_configured_with_an_https_engine_and_its_ca_file) {
+  scripted_server server({{200, good_answer, {}}}, server_tls("DNS:localhost"));
+  // ca.pem relative to the config file, as every path in it.
+  auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+                                   "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
+                                   "\nlog: {path: front.db}\nsystemone: {model_aliases: [big]}\n"
+                                   "engine: {name: systemone, url: \"https://localhost:" + std::to_string(server.port()) +
+                                   "\", ca_file: ca.pem, model: big, retries: 0}\n",
+                               dir_ / "front.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  auto front = running_server::start(*c);
+  test::http_client client(front->port());
+  const auto res = client.post("/v1/systemone", R"({"model":"big","state":"please refund my charge","questions":{
+      "tool":{"type":"choice","criteria":{"refund":"Refund a charge","search":null}},
+      "person":{"type":"noul"},"urgency":{"type":"score","criteria":["low","high"]}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["answers"]["person"]["noul"], 0.25);
+  EXPECT_EQ(server.requests(), 1);
+  front.reset();
+}
+
+TEST_F(tls_test, without_the_ca_the_certificate_is_refused_at_once) {
+  scripted_server server({{200, good_answer, {}}}, server_tls("DNS:localhost"));
+  const std::string host = "localhost:" + std::to_string(server.port());
+  auto engine = engine_for("https://" + host);  // the system's CAs, 2 retries
+  const auto out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().status, 502);
+  EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+  EXPECT_NE(out[0].error().message.find("TLS handshake with " + host + " failed: certificate verify failed"), std::string::npos)
+      << out[0].error().message;
+  EXPECT_EQ(server.connections(), 1);  // a certificate it does not trust is not tried again
+  EXPECT_EQ(server.requests(), 0);
+}
+
+TEST_F(tls_test, a_certificate_for_another_host_is_refused) {
+  scripted_server server({{200, good_answer, {}}}, server_tls("DNS:models.internal,IP:10.0.0.7"));
+  const std::string port = std::to_string(server.port());
+  for (const auto& [host, why] : {std::pair{"localhost", "hostname mismatch"}, std::pair{"127.0.0.1", "IP address mismatch"}}) {
+    auto engine = trusting_engine(std::string("https://") + host + ":" + port);
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_FALSE(out[0]) << host;
+    EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+    EXPECT_NE(out[0].error().message.find(std::string("certificate verify failed: ") + why), std::string::npos)
+        << out[0].error().message;
+  }
+  EXPECT_EQ(server.requests(), 0);
+}
+
+TEST_F(tls_test, a_pooled_tls_connection_the_server_closed_is_no_failed_attempt) {
+  scripted_server server({{200, good_answer, {}, 0ms, true}}, server_tls("DNS:localhost"));
+  auto engine = trusting_engine("https://localhost:" + std::to_string(server.port()), [](auto& o) { o.retries = 0; });
+  for (int i = 0; i < 3; ++i) {
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << i << ": " << out[0].error().message;
+  }
+  EXPECT_EQ(server.requests(), 3);
+  EXPECT_EQ(server.connections(), 3);
+}
+
+TEST(systemone_engine, a_tls_handshake_counts_against_the_connect_timeout) {
+  // Connections wait in this listener's backlog: connected, never answered.
+  net::io_context io;
+  tcp::acceptor silent(io, {net::ip::make_address("127.0.0.1"), 0});
+  const std::string host = "127.0.0.1:" + std::to_string(silent.local_endpoint().port());
+  auto engine = engine_for("https://" + host, [](auto& o) {
+    o.connect_timeout = 100ms;
+    o.retries = 1;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = engine->decide(std::vector<request>{sample_request()});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+  EXPECT_NE(out[0].error().message.find("TLS handshake with " + host + " failed: no answer within 100 ms (2 attempts)"),
+            std::string::npos)
+      << out[0].error().message;
+  EXPECT_GE(took, 200ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST(systemone_engine, ca_files_it_cannot_use_are_refused_at_once) {
+  const auto junk = std::filesystem::temp_directory_path() / ("baton-not-a-ca-" + std::to_string(::getpid()) + ".pem");
+  std::ofstream(junk) << "not a certificate\n";
+  const std::vector<std::pair<std::string, std::filesystem::path>> cases = {
+      {"https://localhost", "/nonexistent/ca.pem"},
+      {"https://localhost", junk},
+      {"http://localhost", junk},  // no TLS to trust it for
+  };
+  for (const auto& [url, ca] : cases) {
+    systemone_engine_options o;
+    o.url = url;
+    o.ca_file = ca;
+    const auto e = systemone_engine::make(o);
+    ASSERT_FALSE(e) << url << " " << ca;
+    EXPECT_EQ(e.error().code, "INVALID_ENGINE_CA_FILE") << e.error().message;
+    EXPECT_NE(e.error().message.find(url.starts_with("https") ? ca.string() : url), std::string::npos) << e.error().message;
+  }
+  std::filesystem::remove(junk);
 }
 
 TEST(systemone_engine, answers_are_checked_against_their_request) {

@@ -206,8 +206,21 @@ TEST(http_url, splits_host_port_and_target) {
   u = parse_http_url("http://tools.internal?q=1", reason);
   ASSERT_TRUE(u) << reason;
   EXPECT_EQ(u->target, "/?q=1");
+  EXPECT_FALSE(u->tls);
   EXPECT_FALSE(parse_http_url("https://tools.internal/", reason));
   EXPECT_NE(reason.find("no TLS"), std::string::npos);
+  // Only the systemone engine asks for https.
+  u = parse_http_url("https://models.internal/big", reason, true);
+  ASSERT_TRUE(u) << reason;
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->port, "443");
+  EXPECT_EQ(u->host_header, "models.internal");
+  EXPECT_EQ(u->target, "/big");
+  u = parse_http_url("https://[::1]:8443", reason, true);
+  ASSERT_TRUE(u) << reason;
+  EXPECT_EQ(u->port, "8443");
+  EXPECT_FALSE(parse_http_url("ftp://models.internal/", reason, true));
+  EXPECT_EQ(reason, "must be an http:// or https://host[:port]/path URL");
 }
 
 TEST(executor_output, invalid_utf8_is_replaced_as_python_does) {

@@ -207,7 +207,7 @@ TEST(registry, refuses_http_urls_the_executor_cannot_call) {
   };
   const std::string at = "tools.yaml:7: tool `b`'s executor's url ";
   EXPECT_EQ(parse_error(with_url("https://example.com/x")),
-            at + "`https://example.com/x` https is not supported (baton has no TLS client): use an http:// URL");
+            at + "`https://example.com/x` https is not supported (the http executor has no TLS client): use an http:// URL");
   EXPECT_EQ(parse_error(with_url("ftp://example.com/x")), at + "`ftp://example.com/x` must be an http://host[:port]/path URL");
   EXPECT_EQ(parse_error(with_url("example.com/x")), at + "`example.com/x` must be an http://host[:port]/path URL");
   EXPECT_EQ(parse_error(with_url("http:///x")), at + "`http:///x` has no host or a bad one (A-Za-z0-9.-_ or [IPv6])");

@@ -1,0 +1,718 @@
+#include "adapters/escalations.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+
+#include "adapters/agent_service.hpp"
+#include "adapters/sqlite_log.hpp"
+#include "core/ids.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr const char* deadline_reviewer = "baton";
+
+error not_found(const std::string& id) {
+  return make_error(404, "NOT_FOUND", "no escalation " + id);
+}
+
+error invalid(std::string message) { return make_error(422, "INVALID_RESOLUTION", std::move(message)); }
+
+const log::cell* column(const std::vector<log::column_value>& row, std::string_view name) {
+  for (const auto& c : row) {
+    if (c.name == name) return &c.value;
+  }
+  return nullptr;
+}
+
+std::string text(const std::vector<log::column_value>& row, std::string_view name) {
+  const log::cell* c = column(row, name);
+  const auto* t = c ? std::get_if<std::string_view>(c) : nullptr;
+  return t ? std::string(*t) : std::string();
+}
+
+std::int64_t integer(const std::vector<log::column_value>& row, std::string_view name) {
+  const log::cell* c = column(row, name);
+  const auto* n = c ? std::get_if<std::int64_t>(c) : nullptr;
+  return n ? *n : 0;
+}
+
+double real(const std::vector<log::column_value>& row, std::string_view name) {
+  const log::cell* c = column(row, name);
+  if (!c) return 0;
+  if (const auto* d = std::get_if<double>(c)) return *d;
+  if (const auto* n = std::get_if<std::int64_t>(c)) return static_cast<double>(*n);
+  return 0;
+}
+
+// A JSON text the log holds; null when it does not parse (a row written by hand).
+json parsed(std::string_view text) {
+  json out;
+  json_parse_error err;
+  return parse_json(text, out, err, json_parse_options{}) ? out : json();
+}
+
+json json_column(const std::vector<log::column_value>& row, std::string_view name) { return parsed(text(row, name)); }
+
+log::escalation_record escalation_from(const std::vector<log::column_value>& row) {
+  log::escalation_record r;
+  r.id = text(row, "id");
+  r.decision = text(row, "decision");
+  r.session = text(row, "session");
+  r.turn = integer(row, "turn");
+  r.created_ms = integer(row, "created_ms");
+  r.deadline_ms = integer(row, "deadline_ms");
+  r.on_deadline = text(row, "on_deadline");
+  r.reason = text(row, "reason");
+  r.question = text(row, "question");
+  r.tool = text(row, "tool");
+  r.arguments = json_column(row, "arguments");
+  r.confidence = real(row, "confidence");
+  r.candidates = json_column(row, "candidates");
+  r.state = text(row, "state");
+  r.registry_hash = text(row, "registry_hash");
+  r.policy_hash = text(row, "policy_hash");
+  return r;
+}
+
+log::resolution_record resolution_from(const std::vector<log::column_value>& row) {
+  log::resolution_record r;
+  r.id = text(row, "id");
+  r.escalation = text(row, "escalation");
+  r.created_ms = integer(row, "created_ms");
+  r.outcome = text(row, "outcome");
+  r.tool = text(row, "tool");
+  r.arguments = json_column(row, "arguments");
+  r.reason = text(row, "reason");
+  r.reviewer = text(row, "reviewer");
+  r.by = text(row, "by");
+  r.forced = integer(row, "forced") != 0;
+  r.registry_hash = text(row, "registry_hash");
+  r.policy_hash = text(row, "policy_hash");
+  return r;
+}
+
+// The arguments a reviewer gives a tool: its parameters only, each of its type.
+result<void> check_arguments(const tools::tool& t, const json& args) {
+  if (!args.is_object()) return invalid("`arguments` must be an object");
+  for (const auto& [name, value] : args.items()) {
+    const auto p = std::find_if(t.parameters.begin(), t.parameters.end(),
+                                [&](const tools::parameter& x) { return x.name == name; });
+    if (p == t.parameters.end()) return invalid("tool `" + t.id + "` has no parameter `" + name + "`");
+    switch (p->type) {
+      case tools::parameter_type::choice:
+        if (!value.is_string() || !p->values.contains(value.get<std::string>())) {
+          std::string options;
+          for (const auto& [label, d] : p->values.items()) options += (options.empty() ? "" : ", ") + label;
+          return invalid("`" + name + "` of `" + t.id + "` must be one of " + options);
+        }
+        break;
+      case tools::parameter_type::boolean:
+        if (!value.is_boolean()) return invalid("`" + name + "` of `" + t.id + "` must be true or false");
+        break;
+      case tools::parameter_type::text:
+        if (!value.is_string()) return invalid("`" + name + "` of `" + t.id + "` must be a string");
+        break;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+result<resolve_input> parse_resolve_input(const json& body) {
+  if (!body.is_object()) return invalid("the body must be a JSON object");
+  for (const auto& [key, v] : body.items()) {
+    if (key != "outcome" && key != "tool" && key != "arguments" && key != "reason" && key != "force" &&
+        key != "type" && key != "id" && key != "escalation") {
+      return invalid("unknown field `" + key + "` (outcome, tool, arguments, reason, force)");
+    }
+  }
+  resolve_input in;
+  const auto outcome = body.find("outcome");
+  if (outcome == body.end() || !outcome->is_string() || (*outcome != "execute" && *outcome != "deny")) {
+    return invalid("`outcome` must be \"execute\" or \"deny\"");
+  }
+  in.execute = *outcome == "execute";
+  if (const auto t = body.find("tool"); t != body.end() && !t->is_null()) {
+    if (!t->is_string()) return invalid("`tool` must be a tool id");
+    in.tool = t->get<std::string>();
+  }
+  if (const auto a = body.find("arguments"); a != body.end() && !a->is_null()) in.arguments = *a;
+  if (!in.execute && (in.tool || in.arguments)) return invalid("a deny takes no `tool` nor `arguments`");
+  const auto reason = body.find("reason");
+  if (reason == body.end() || !reason->is_string() || reason->get_ref<const std::string&>().empty()) {
+    return invalid("`reason` is required: say why, for the agent and the auditors");
+  }
+  in.reason = reason->get<std::string>();
+  if (in.reason.size() > 2000) return invalid("`reason` is longer than 2000 bytes");
+  if (const auto f = body.find("force"); f != body.end() && !f->is_null()) {
+    if (!f->is_boolean()) return invalid("`force` must be true or false");
+    in.force = f->get<bool>();
+  }
+  return in;
+}
+
+// A pending escalation, with its deadline's timer.
+struct escalation_desk::entry {
+  log::escalation_record record;
+  std::unique_ptr<boost::asio::steady_timer> timer;
+  bool resolving = false;  // its resolution row is on its way to the log
+};
+
+// A resolution the agent has not acknowledged.
+struct escalation_desk::waiting {
+  std::string session;
+  std::string frame;     // {"type":"resolution",…}
+  std::string decision;  // for an agent-run tool's tool_result
+  std::string tool;      // "" unless the agent runs it
+};
+
+// A read-only connection to the log for what memory does not hold (resolved escalations).
+struct escalation_desk::reader {
+  log::db_handle db;
+  mutable std::mutex mutex;
+
+  explicit reader(const log::log_options& o) {
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(o.path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+    db.reset(raw);
+    if (rc != SQLITE_OK) {
+      throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot read the decision log " + o.path.string() +
+                                                                   ": " + (raw ? sqlite3_errmsg(raw) : "out of memory")));
+    }
+    sqlite3_busy_timeout(db.get(), o.busy_timeout_ms);
+  }
+
+  // Calls `each` with every row of `sql` (its `?` bound to `arg` when given).
+  result<void> query(const char* sql, const std::optional<std::string>& arg,
+                     const std::function<void(const std::vector<log::column_value>&)>& each,
+                     std::optional<std::int64_t> limit = std::nullopt) const {
+    std::lock_guard lock(mutex);
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db.get(), sql, -1, &raw, nullptr) != SQLITE_OK) return failed();
+    log::statement s(raw);
+    int index = 1;
+    if (arg) sqlite3_bind_text(s.get(), index++, arg->c_str(), static_cast<int>(arg->size()), SQLITE_TRANSIENT);
+    if (limit) sqlite3_bind_int64(s.get(), index++, *limit);
+    std::vector<log::column_value> row;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      log::read_row(s.get(), row);
+      each(row);
+    }
+    return rc == SQLITE_DONE ? result<void>() : failed();
+  }
+
+  error failed() const {
+    return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db.get()));
+  }
+
+  // The escalation `id` and its resolution, if any.
+  result<std::optional<std::pair<log::escalation_record, std::optional<log::resolution_record>>>> find(
+      const std::string& id) const {
+    std::optional<std::pair<log::escalation_record, std::optional<log::resolution_record>>> found;
+    auto read = query("SELECT * FROM escalations WHERE id = ?", id,
+                      [&](const auto& row) { found.emplace(escalation_from(row), std::nullopt); });
+    if (!read) return read.error();
+    if (!found) return found;
+    read = query("SELECT * FROM resolutions WHERE escalation = ?", id,
+                 [&](const auto& row) { found->second = resolution_from(row); });
+    if (!read) return read.error();
+    return found;
+  }
+};
+
+escalation_desk::escalation_desk(log::decision_log& log, escalation_routing routing, boost::asio::any_io_executor io)
+    : log_(log), routing_(routing), io_(std::move(io)), reader_(std::make_unique<reader>(log.options())) {}
+
+escalation_desk::~escalation_desk() = default;
+
+std::optional<std::string> escalation_desk::executor_of(const std::string& tool) const {
+  const auto it = routing_.executors.find(tool);
+  if (it == routing_.executors.end()) return std::nullopt;
+  return std::string(it->second->kind());
+}
+
+json escalation_desk::resolution_json(const log::resolution_record& r, const log::escalation_record& e) const {
+  const auto ex = r.outcome == "execute" ? executor_of(r.tool) : std::nullopt;
+  return json{{"id", r.id},
+              {"escalation", r.escalation},
+              {"decision", e.decision},
+              {"session", e.session},
+              {"turn", e.turn},
+              {"outcome", r.outcome},
+              {"tool", r.tool.empty() ? json() : json(r.tool)},
+              {"arguments", r.arguments},
+              {"reason", r.reason},
+              {"reviewer", r.reviewer},
+              {"by", r.by},
+              {"forced", r.forced},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms},
+              {"executor", ex ? json(*ex) : json()}};
+}
+
+json escalation_desk::escalation_json(const log::escalation_record& r, const json& resolution) const {
+  return json{{"id", r.id},
+              {"status", resolution.is_null() ? "pending" : "resolved"},
+              {"decision", r.decision},
+              {"session", r.session},
+              {"turn", r.turn},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms},
+              {"deadline_at", iso_utc(r.deadline_ms)},
+              {"deadline_ms", r.deadline_ms},
+              {"on_deadline", r.on_deadline},
+              {"reason", r.reason},
+              {"question", r.question},
+              {"tool", r.tool.empty() ? json() : json(r.tool)},
+              {"arguments", r.arguments},
+              {"confidence", round_decimals(r.confidence, 4)},
+              {"candidates", r.candidates},
+              {"state", parsed(r.state)},
+              {"registry_hash", r.registry_hash},
+              {"policy_hash", r.policy_hash},
+              {"resolution", resolution}};
+}
+
+log::escalation_record escalation_desk::make_record(const log::decision_record& d, const response* answers,
+                                                    std::string state) const {
+  log::escalation_record r;
+  r.id = new_id('e');
+  r.decision = d.id;
+  r.session = d.session;
+  r.turn = d.turn;
+  r.created_ms = unix_ms();
+  const policies::escalation_terms terms = policies::escalation_terms_for(routing_.policy, d.tool);
+  r.deadline_ms = r.created_ms + terms.deadline_s * 1000;
+  r.on_deadline = terms.execute_on_deadline ? "execute" : "deny";
+  r.reason = d.lane;
+  r.tool = d.tool;
+  r.arguments = d.arguments;
+  r.confidence = d.confidence;
+  r.state = std::move(state);
+  r.registry_hash = d.registry_hash;
+  r.policy_hash = d.policy_hash;
+  if (d.tool.empty()) {
+    r.question = "The engine could not decide (" + (d.error_code.empty() ? std::string("no answer") : d.error_code) +
+                 "). Which tool, if any, should run?";
+  } else {
+    r.question = "Should `" + d.tool + "` run? It was escalated by " + d.lane + " at confidence " +
+                 render_json(json(round_decimals(d.confidence, 4)), false) + ".";
+  }
+  if (answers) {
+    for (const auto& [id, a] : answers->answers) {
+      const auto* choice = std::get_if<choice_answer>(&a);
+      if (id != tools::tool_question_id || !choice) continue;
+      std::vector<std::pair<std::string, double>> sorted = choice->probabilities;
+      std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+      for (const auto& [tool, p] : sorted) {
+        std::string description;
+        if (tool == tools::finish_option && routing_.registry.finish) description = *routing_.registry.finish;
+        for (const tools::tool& t : routing_.registry.tools) {
+          if (t.id == tool) description = t.description;
+        }
+        r.candidates.push_back({{"tool", tool}, {"description", description}, {"probability", round_decimals(p, 4)}});
+      }
+    }
+  }
+  return r;
+}
+
+void escalation_desk::start() {
+  const std::int64_t now = unix_ms();
+  std::vector<log::escalation_record> pending;
+  auto read = reader_->query(
+      "SELECT * FROM escalations e WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id) "
+      "ORDER BY seq",
+      std::nullopt, [&](const auto& row) { pending.push_back(escalation_from(row)); });
+  if (!read) throw error_exception(read.error());
+  std::vector<std::pair<log::resolution_record, log::escalation_record>> unacknowledged;
+  read = reader_->query(
+      "SELECT r.* FROM resolutions r WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) "
+      "ORDER BY r.seq",
+      std::nullopt, [&](const auto& row) { unacknowledged.emplace_back(resolution_from(row), log::escalation_record{}); });
+  if (!read) throw error_exception(read.error());
+  for (auto& [res, esc] : unacknowledged) {
+    auto found = reader_->find(res.escalation);
+    if (!found) throw error_exception(found.error());
+    if (*found) esc = (*found)->first;
+  }
+
+  std::size_t expired = 0;
+  for (log::escalation_record& e : pending) {
+    auto owned = std::make_unique<entry>();
+    owned->record = std::move(e);
+    if (owned->record.deadline_ms > now) {
+      pending_.emplace(owned->record.id, std::move(owned));
+      continue;
+    }
+    // Passed while baton was down: resolved now, durably, before anything is served.
+    auto res = prepare(*owned, deadline_input(owned->record), deadline_reviewer, "deadline");
+    if (!res) throw error_exception(res.error());
+    std::promise<result<void>> written;
+    auto queued = log_.append(*res, [&written](result<void> ok) { written.set_value(ok); });
+    const result<void> ok = queued ? written.get_future().get() : queued;
+    if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
+    if (ok) unacknowledged.emplace_back(std::move(*res), owned->record);
+    ++expired;
+  }
+  for (auto& [res, esc] : unacknowledged) {
+    waiting w;
+    w.session = esc.session;
+    w.decision = esc.decision;
+    const json object = resolution_json(res, esc);
+    w.frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
+    if (res.outcome == "execute") {
+      const auto ex = routing_.executors.find(res.tool);
+      if (ex != routing_.executors.end() && ex->second->agent_runs()) w.tool = res.tool;
+    }
+    waiting_.emplace(res.id, std::move(w));
+  }
+  for (auto& [id, e] : pending_) arm(*e);
+  if (!pending_.empty() || !waiting_.empty() || expired) {
+    spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed), {} resolutions wait for their "
+                 "agent", pending_.size(), expired, waiting_.size());
+  }
+}
+
+void escalation_desk::arm(entry& e) {
+  e.timer = std::make_unique<boost::asio::steady_timer>(io_);
+  e.timer->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, e.record.deadline_ms - unix_ms())));
+  e.timer->async_wait([this, id = e.record.id](boost::system::error_code ec) {
+    if (!ec) on_deadline(id);
+  });
+}
+
+void escalation_desk::raised(const log::escalation_record& r) {
+  std::string frame;
+  {
+    std::lock_guard lock(mutex_);
+    auto owned = std::make_unique<entry>();
+    owned->record = r;
+    arm(*owned);
+    pending_.emplace(r.id, std::move(owned));
+    frame = render_json(json{{"type", "escalation"}, {"escalation", escalation_json(r, nullptr)}}, false);
+  }
+  broadcast(frame);
+}
+
+resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
+  resolve_input in;
+  in.execute = r.on_deadline == "execute" && !r.tool.empty();
+  if (in.execute) {
+    in.tool = r.tool;
+    in.arguments = r.arguments;
+  }
+  in.reason = "nobody resolved it by its deadline, " + iso_utc(r.deadline_ms) + " (on_deadline: " + r.on_deadline + ")";
+  in.force = true;  // the outcome configured when it was raised applies whatever changed since
+  return in;
+}
+
+void escalation_desk::on_deadline(const std::string& id) {
+  resolve_input in;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end() || it->second->resolving) return;
+    in = deadline_input(it->second->record);
+  }
+  resolve_as(id, std::move(in), deadline_reviewer, "deadline", [id](result<json> r) {
+    if (!r) spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log: {}", id, r.error().message);
+  });
+}
+
+void escalation_desk::resolve(const std::string& id, resolve_input in, const std::string& reviewer,
+                              resolved_callback done) {
+  resolve_as(id, std::move(in), reviewer, "reviewer", std::move(done));
+}
+
+result<log::resolution_record> escalation_desk::prepare(const entry& e, resolve_input&& in, const std::string& reviewer,
+                                                        const char* by) const {
+  const log::escalation_record& r = e.record;
+  log::resolution_record res;
+  res.outcome = in.execute ? "execute" : "deny";
+  if (in.execute) {
+    res.tool = in.tool.value_or(r.tool);
+    if (res.tool.empty()) return invalid("`tool` is required: the escalated decision names none");
+    const bool finish = res.tool == tools::finish_option && routing_.registry.finish;
+    const auto t = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
+                                [&](const tools::tool& x) { return x.id == res.tool; });
+    if (!finish && t == routing_.registry.tools.end()) return invalid("unknown tool `" + res.tool + "`");
+    res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
+    if (t != routing_.registry.tools.end()) {
+      if (auto ok = check_arguments(*t, res.arguments); !ok) return ok.error();
+    } else if (!res.arguments.is_object() || !res.arguments.empty()) {
+      return invalid("`finish` takes no arguments");
+    }
+  }
+  const bool registry_changed = r.registry_hash != routing_.registry.hash;
+  const bool policy_changed = r.policy_hash != routing_.policy.hash;
+  if ((registry_changed || policy_changed) && !in.force) {
+    const std::string what = registry_changed && policy_changed ? "the registry and the policy"
+                             : registry_changed                 ? "the registry"
+                                                                : "the policy";
+    return make_error(409, "VERSION_CHANGED", what + " changed since escalation " + r.id +
+                                                  " was raised; resolve with \"force\": true to resolve it anyway");
+  }
+  res.id = new_id('v');
+  res.escalation = r.id;
+  res.created_ms = unix_ms();
+  res.reason = std::move(in.reason);
+  res.reviewer = reviewer;
+  res.by = by;
+  res.forced = in.force && (registry_changed || policy_changed);
+  res.registry_hash = routing_.registry.hash;
+  res.policy_hash = routing_.policy.hash;
+  return res;
+}
+
+void escalation_desk::resolve_as(const std::string& id, resolve_input in, const std::string& reviewer, const char* by,
+                                 resolved_callback done) {
+  log::resolution_record res;
+  {
+    std::unique_lock lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      lock.unlock();
+      auto found = reader_->find(id);
+      if (!found) return done(found.error());
+      if (!*found) return done(not_found(id));
+      if (!(*found)->second) {
+        // Its row is written but it is not pending here yet (raised a moment ago).
+        return done(make_error(409, "NOT_PENDING", "escalation " + id + " is not pending yet; retry"));
+      }
+      const log::resolution_record& r = *(*found)->second;
+      return done(make_error(409, "ALREADY_RESOLVED",
+                             "escalation " + id + " is already resolved: " + r.outcome +
+                                 (r.tool.empty() ? "" : " " + r.tool) + " by " + r.reviewer + " at " +
+                                 iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
+    }
+    if (it->second->resolving) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is being resolved"));
+    auto prepared = prepare(*it->second, std::move(in), reviewer, by);
+    if (!prepared) return done(prepared.error());
+    res = std::move(*prepared);
+    it->second->resolving = true;
+  }
+  log::resolution_record copy = res;
+  auto queued = log_.append(std::move(copy), [this, id, res, done](result<void> ok) mutable {
+    boost::asio::post(io_, [this, id, res = std::move(res), ok, done = std::move(done)]() mutable {
+      finish(id, std::move(res), ok, std::move(done));
+    });
+  });
+  if (!queued) finish(id, std::move(res), queued, std::move(done));
+}
+
+void escalation_desk::finish(const std::string& id, log::resolution_record r, result<void> written,
+                             resolved_callback done) {
+  std::string frame;
+  std::optional<waiting> w;
+  json object;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end()) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved"));
+    if (!written && written.error().code != "DUPLICATE_ROW") {
+      it->second->resolving = false;
+      return done(written.error());
+    }
+    const log::escalation_record e = std::move(it->second->record);
+    if (it->second->timer) it->second->timer->cancel();
+    pending_.erase(it);
+    // Another baton on the same log resolved it first.
+    if (!written) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved"));
+    object = resolution_json(r, e);
+    w.emplace();
+    w->session = e.session;
+    w->decision = e.decision;
+    w->frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
+    const auto ex = routing_.executors.find(r.tool);
+    if (r.outcome == "execute" && ex != routing_.executors.end() && ex->second->agent_runs()) w->tool = r.tool;
+    waiting_.emplace(r.id, *w);
+    frame = render_json(json{{"type", "resolved"}, {"escalation", escalation_json(e, object)}}, false);
+  }
+  spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
+  broadcast(frame);
+  deliver(*w);
+  // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
+  if (const auto ex = routing_.executors.find(r.tool);
+      r.outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
+    run_tool(*ex->second, w->decision, w->session, r.tool, r.arguments);
+  }
+  done(result<json>(boost::system::in_place_value, std::move(object)));
+}
+
+void escalation_desk::run_tool(tools::executor& ex, const std::string& decision, const std::string& session,
+                               const std::string& tool, const json& arguments) {
+  ex.run(tools::tool_call{decision, tool, arguments},
+         [this, decision, session, tool, kind = std::string(ex.kind())](tools::tool_outcome o) {
+           log::tool_run_record run;
+           run.id = new_id('r');
+           run.decision = decision;
+           run.tool = tool;
+           run.executor = kind;
+           run.created_ms = unix_ms();
+           run.duration_ms = o.duration_ms;
+           run.ok = o.ok;
+           run.output = o.output;
+           run.error_code = o.error_code;
+           run.detail = o.detail;
+           run.attempts = o.attempts;
+           auto report = [decision](result<void> ok) {
+             if (!ok) spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
+           };
+           report(log_.append(std::move(run), report));
+           json f = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
+           if (!o.ok) {
+             f["error_code"] = o.error_code;
+             f["detail"] = o.detail;
+           }
+           f["attempts"] = o.attempts;
+           f["output"] = std::move(o.output);
+           std::shared_ptr<agent_connection> c;
+           {
+             std::lock_guard lock(mutex_);
+             if (const auto it = sessions_.find(session); it != sessions_.end()) c = it->second.lock();
+           }
+           // Only a connected session hears of it; the run is in the log either way.
+           if (c) {
+             boost::asio::post(c->strand(), [c, frame = render_json(f, false)]() mutable { c->send(std::move(frame)); });
+           }
+         });
+}
+
+void escalation_desk::deliver(const waiting& w) {
+  std::shared_ptr<agent_connection> c;
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto s = sessions_.find(w.session); s != sessions_.end()) c = s->second.lock();
+  }
+  if (!c) return;  // sent when the agent resumes the session
+  boost::asio::post(c->strand(), [c, w, max = routing_.max_pending_tool_results] {
+    c->send(w.frame);
+    if (!w.tool.empty()) c->await_tool(w.decision, w.tool, max);
+  });
+}
+
+escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,
+                                                  bool resend) {
+  attached a;
+  std::lock_guard lock(mutex_);
+  sessions_[session] = c;
+  // Forget the connections that are gone, now and then, so the map stays the size of the live ones.
+  if (sessions_.size() > 2 * live_mark_ + 64) {
+    std::erase_if(sessions_, [](const auto& s) { return s.second.expired(); });
+    live_mark_ = sessions_.size();
+  }
+  for (const auto& [id, e] : pending_) {
+    if (e->record.session == session) a.pending.push_back(id);
+  }
+  if (resend) {
+    for (const auto& [id, w] : waiting_) {
+      if (w.session != session) continue;
+      a.frames.push_back(w.frame);
+      if (!w.tool.empty()) a.awaited.emplace_back(w.decision, w.tool);
+    }
+  }
+  return a;
+}
+
+result<void> escalation_desk::acknowledge(const std::string& resolution, const std::string& owner) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = waiting_.find(resolution);
+    const bool own = it != waiting_.end() &&
+                     (owner.empty() ? it->second.session.find('/') == std::string::npos
+                                    : it->second.session.starts_with(owner + "/"));
+    if (!own) {
+      return make_error(404, "UNKNOWN_RESOLUTION",
+                        "resolution `" + resolution + "` does not wait for an acknowledgement from this key");
+    }
+    waiting_.erase(it);
+  }
+  auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, [resolution](result<void> ok) {
+    if (!ok) spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
+  });
+  if (!queued) {
+    spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, queued.error().message);
+  }
+  return {};
+}
+
+void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
+  json list = json::array();
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, e] : pending_) list.push_back(escalation_json(e->record, nullptr));
+    listeners_.push_back(l);
+  }
+  l->send(render_json(json{{"type", "snapshot"}, {"escalations", std::move(list)}}, false));
+}
+
+void escalation_desk::broadcast(const std::string& frame) {
+  std::vector<std::shared_ptr<review_listener>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = listeners_.begin(); it != listeners_.end();) {
+      if (auto l = it->lock()) {
+        live.push_back(std::move(l));
+        ++it;
+      } else {
+        it = listeners_.erase(it);
+      }
+    }
+  }
+  for (auto& l : live) l->send(frame);
+}
+
+std::size_t escalation_desk::pending() const {
+  std::lock_guard lock(mutex_);
+  return pending_.size();
+}
+
+result<std::string> escalation_desk::list_json(std::string_view status, std::size_t limit) const {
+  if (status != "pending" && status != "resolved" && status != "all") {
+    return make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all");
+  }
+  json list = json::array();
+  if (status != "resolved") {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, e] : pending_) list.push_back(escalation_json(e->record, nullptr));
+  }
+  if (status != "pending") {
+    std::vector<std::string> ids;
+    auto read = reader_->query("SELECT escalation FROM resolutions ORDER BY seq DESC LIMIT ?", std::nullopt,
+                               [&](const auto& row) { ids.push_back(text(row, "escalation")); },
+                               static_cast<std::int64_t>(limit));
+    if (!read) return read.error();
+    for (const std::string& id : ids) {
+      auto found = reader_->find(id);
+      if (!found) return found.error();
+      if (!*found || !(*found)->second) continue;
+      const auto& [e, r] = **found;
+      list.push_back(escalation_json(e, resolution_json(*r, e)));
+    }
+  }
+  return render_json(json{{"escalations", std::move(list)}}, false);
+}
+
+result<std::string> escalation_desk::get_json(const std::string& id) const {
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = pending_.find(id); it != pending_.end()) {
+      return render_json(escalation_json(it->second->record, nullptr), false);
+    }
+  }
+  auto found = reader_->find(id);
+  if (!found) return found.error();
+  if (!*found) return not_found(id);
+  const auto& [e, r] = **found;
+  return render_json(escalation_json(e, r ? resolution_json(*r, e) : json()), false);
+}
+
+}  // namespace baton
