@@ -404,7 +404,8 @@ function make_card(escalation) {
   q(".proposed-arguments").textContent = escalation.tool ? JSON.stringify(escalation.arguments ?? {}) : "";
 
   const select = q("select.tool");
-  const tools = candidates.map((c) => c.tool);
+  // `finish` is the registry's "nothing more to do" option, not a tool that can run.
+  const tools = candidates.map((c) => c.tool).filter((tool) => tool !== "finish");
   if (escalation.tool && !tools.includes(escalation.tool)) tools.unshift(escalation.tool);
   for (const tool of tools) select.append(new Option(tool, tool, false, tool === escalation.tool));
 
@@ -471,9 +472,15 @@ async function resolve(entry, outcome) {
   }
   const code = result.data?.code;
   if (code === "ALREADY_RESOLVED") {
-    // Someone was faster (and the socket has not told us yet): say who, and lock the card.
-    const { who, what } = resolution_text(result.data.detail);
-    show_card_error(entry, `Already resolved: ${who} ${what}.`);
+    // Someone was faster (and the socket has not told us yet): say who, and lock the card. The
+    // existing resolution is in `detail` per docs/escalations.md; the message names it too.
+    const existing = result.data.detail;
+    if (existing && typeof existing === "object" && existing.reviewer) {
+      const { who, what } = resolution_text(existing);
+      show_card_error(entry, `Already resolved: ${who} ${what}.`);
+    } else {
+      show_card_error(entry, describe_error(result.status, result.data));
+    }
     entry.card.classList.add("resolved");
   } else {
     show_card_error(entry, describe_error(result.status, result.data));
