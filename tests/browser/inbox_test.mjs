@@ -42,7 +42,10 @@ const reviewerKey = `inbox-reviewer-${randomBytes(16).toString("hex")}`;
 const REVIEWER = "alice";
 
 // The keyword engine matches these words with send_payment's description ("Pay an invoice or
-// send money to a supplier"); config/policy.yaml always escalates send_payment.
+// send money to a supplier"), and config/policy.yaml always escalates send_payment. The first
+// also shares words with ask_user and search_docs: three bars of some width (about 69, 22, 10 %).
+const MIXED_REQUEST =
+  "Should we pay the supplier invoice by bank transfer? Search the knowledge base for the payment policy and ask the user what they want.";
 const PAYMENT_REQUEST = "Please pay the invoice from our supplier Acme: send the money today.";
 
 let server;
@@ -152,9 +155,9 @@ class AgentSocket {
   }
 
   // Decides a fresh session whose answer must be escalate; returns the decision frame.
-  async escalate(session) {
+  async escalate(session, request) {
     const id = this.nextId++;
-    this.send({ type: "decide", id, session, history: [{ role: "user", content: PAYMENT_REQUEST }] });
+    this.send({ type: "decide", id, session, history: [{ role: "user", content: request }] });
     const decision = await this.next((f) => f.ref === id || f.id === id, `the answer to decide ${session}`);
     assert.equal(decision.type, "decision", `decide ${session}: ${JSON.stringify(decision)}`);
     assert.equal(decision.action, "escalate", `decide ${session}: ${JSON.stringify(decision)}`);
@@ -248,11 +251,14 @@ function inboxTest(name, fn) {
 }
 
 inboxTest("a pending escalation is shown, counted down and resolved from the page", async (t) => {
-  const decision = await agent.escalate("inbox-first");
+  const decision = await agent.escalate("inbox-first", MIXED_REQUEST);
   const escalation = await reviewerGet(`/v1/escalations/${decision.escalation}`);
-  assert.ok(escalation.candidates.length >= 2, "the keyword engine's candidates");
+  const likely = escalation.candidates.filter((c) => c.probability >= 0.05).map((c) => c.tool);
+  assert.deepEqual(likely, ["send_payment", "ask_user", "search_docs"], "the keyword engine's likely candidates");
 
-  await page.goto(`${baseURL}/inbox#key=${reviewerKey}`);
+  const response = await page.goto(`${baseURL}/inbox#key=${reviewerKey}`);
+  assert.equal(response.status(), 200, "GET /inbox");
+  assert.match(response.headers()["content-type"], /^text\/html/);
   const el = page.locator(card(decision.escalation));
   await el.waitFor();
   assert.doesNotMatch(page.url(), /key=/, "the key is taken out of the address bar");
@@ -263,7 +269,7 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
   assert.equal(await el.locator(".turn").textContent(), "1");
   assert.equal(await el.locator(".reason-badge").textContent(), "rule:always_escalate");
   assert.equal(await el.locator(".question").textContent(), escalation.question);
-  assert.match(await el.locator(".state").textContent(), /pay the invoice from our supplier Acme/);
+  assert.equal(await el.locator(".state .content").textContent(), MIXED_REQUEST);
 
   // One bar per candidate, as wide as its probability, labelled with the tool and a percentage.
   assert.equal(await el.locator(".bar").count(), escalation.candidates.length);
@@ -297,6 +303,9 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
   assert.equal(await resolve.isDisabled(), true, "resolve is disabled without a reason");
   assert.equal(await el.locator("button.deny").isDisabled(), true, "deny is disabled without a reason");
   assert.equal(await el.locator("select.tool").inputValue(), "send_payment", "the proposed tool is selected");
+  const choices = await el.locator("select.tool option").evaluateAll((options) => options.map((o) => o.value));
+  const tools = escalation.candidates.map((c) => c.tool).filter((tool) => tool !== "finish");
+  assert.deepEqual(choices, tools, "every candidate tool may be chosen; finish is no tool");
   const reason = "supplier Acme is known; invoice 7781 checked";
   await el.locator("textarea.reason").fill(reason);
   assert.equal(await resolve.isEnabled(), true);
@@ -327,7 +336,7 @@ inboxTest("an escalation raised while the page is open appears without a reload,
   await page.evaluate(() => {
     window.not_reloaded = true;
   });
-  const decision = await agent.escalate("inbox-second");
+  const decision = await agent.escalate("inbox-second", PAYMENT_REQUEST);
   const el = page.locator(card(decision.escalation));
   await el.waitFor();
   assert.equal(await page.evaluate(() => window.not_reloaded), true, "the page was not reloaded");
@@ -345,4 +354,19 @@ inboxTest("an escalation raised while the page is open appears without a reload,
     await page.locator(`#resolved li[data-escalation="${decision.escalation}"]`).textContent(),
     new RegExp(`^${REVIEWER} denied`),
   );
+});
+
+inboxTest("a key that is not a reviewer's is refused, and the page says so", async () => {
+  const context = await browser.newContext(); // its own storage: the reviewer's key stays
+  try {
+    const other = await context.newPage();
+    other.setDefaultTimeout(STEP_MS);
+    other.on("pageerror", (err) => pageErrors.push(err.message));
+    await other.goto(`${baseURL}/inbox#key=${agentKey}`);
+    await other.locator('#connection[data-state="refused"]').waitFor();
+    assert.match(await other.locator("#notice").textContent(), /^The key was refused: 403 FORBIDDEN/);
+    assert.equal(await other.locator("li.card").count(), 0);
+  } finally {
+    await context.close();
+  }
 });
