@@ -45,7 +45,7 @@ struct agent_service::turn {
   std::string first_pass;    // the first pass's decision id, once a fallback lane sent the turn on
   bool delivered = false;    // the decision frame went out
   int parts = 2;
-  std::unique_ptr<request> req;  // until submitted; then again once the scheduler hands it back
+  std::unique_ptr<request> req;  // the first pass's request while its row is written, before the fallback
   double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
   std::optional<response> answers;
   std::string error_code;
@@ -221,13 +221,29 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   }
   t->policy_ms = ms_since(p0);
   if (t->act.what == policies::action::fallback && fallback_) {
-    // The first pass is logged as it is; the larger engine answers the same request.
+    // The first pass is logged as it is, and once it is durable (the fallback's row names it) the
+    // larger engine answers the same request.
     capture_state(t);
     log::decision_record first = make_record(t);
     t->first_pass = first.id;
-    log_.append_unwaited(std::move(first));
     r.req.state = std::move(t->session.history);
-    start_fallback(t, std::move(r.req));
+    t->req = std::make_unique<request>(std::move(r.req));
+    auto logged = [this, t](result<void> ok) {
+      boost::asio::post(t->conn->strand(), [this, t, ok]() {
+        if (ok) {
+          start_fallback(t, std::move(*t->req));
+          t->req.reset();
+          return;
+        }
+        // Not logged, so not decided: the agent retries the turn.
+        t->session.history = std::move(t->req->state);
+        t->req.reset();
+        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+        finish_part(t);
+        finish_part(t);
+      });
+    };
+    if (auto queued = log_.append(std::move(first), logged); !queued) logged(queued.error());
     return;
   }
   metrics_.stage_ms("agent", metrics::stage::policy, t->policy_ms);

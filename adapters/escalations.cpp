@@ -359,8 +359,14 @@ void escalation_desk::start() {
     auto queued = log_.append(*res, [&written](result<void> ok) { written.set_value(ok); });
     const result<void> ok = queued ? written.get_future().get() : queued;
     if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
-    if (ok) unacknowledged.emplace_back(std::move(*res), owned->record);
     ++expired;
+    if (!ok) continue;
+    // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
+    if (const auto ex = routing_.executors.find(res->tool);
+        res->outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
+      run_tool(*ex->second, owned->record.decision, owned->record.session, res->tool, res->arguments);
+    }
+    unacknowledged.emplace_back(std::move(*res), owned->record);
   }
   for (auto& [res, esc] : unacknowledged) {
     waiting w;
@@ -609,10 +615,10 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
     std::erase_if(sessions_, [](const auto& s) { return s.second.expired(); });
     live_mark_ = sessions_.size();
   }
-  for (const auto& [id, e] : pending_) {
-    if (e->record.session == session) a.pending.push_back(id);
-  }
   if (resend) {
+    for (const auto& [id, e] : pending_) {
+      if (e->record.session == session) a.pending.push_back(id);
+    }
     for (const auto& [id, w] : waiting_) {
       if (w.session != session) continue;
       a.frames.push_back(w.frame);

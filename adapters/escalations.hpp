@@ -83,9 +83,9 @@ class escalation_desk {
   result<std::string> get_json(const std::string& id) const;
 
   // The agent side, on the connection's strand. attach(): this connection takes the session's
-  // resolutions from now on. Says which of its escalations are pending and, when `resend`, which
-  // resolutions wait for the agent's acknowledgement (the caller sends them and awaits their
-  // agent-run tools' results).
+  // resolutions from now on. When `resend` (a `resume`), also says which of its escalations are
+  // pending and which resolutions wait for the agent's acknowledgement (the caller sends them and
+  // awaits their agent-run tools' results).
   struct attached {
     std::vector<std::string> pending;
     std::vector<std::string> frames;                            // {"type":"resolution",…}

@@ -176,6 +176,12 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   if (p->config.fallback) {
     const engine_options& f = *p->config.fallback;
     p->fallback_engine = make_configured_engine(f);
+    // The fallback is asked the same questions: they must fit its limits too (a remote server's
+    // are the wire's defaults), or every fallback would fail.
+    if (auto fits = tools::compile_questions(routing.registry, p->fallback_engine->describe().limits); !fits) {
+      start_failure("INVALID_REGISTRY", "the registry's questions do not fit the fallback engine (routing.fallback): " +
+                                            fits.error().message);
+    }
     p->fallback_sched = std::make_unique<scheduler>(*p->fallback_engine, scheduler_options{f.max_batch, f.queue_capacity, {}});
     fallback.emplace(agent_service::fallback_engine{*p->fallback_engine, *p->fallback_sched, f.timeout});
   }

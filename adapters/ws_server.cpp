@@ -258,6 +258,7 @@ class review_session : public review_listener, public closable_session, public s
   static constexpr std::size_t max_frame_bytes = 64 * 1024;
 
   void read() {
+    if (closing_) return;  // async_close reads the peer's close frame itself
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
@@ -268,7 +269,6 @@ class review_session : public review_listener, public closable_session, public s
     }
     const std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
-    json id;
     if (const auto wait = hub_->api.admit_frame(*ticket_.who)) {
       send(protocol::render_error_frame(nullptr, rate_limited(*ticket_.who, *wait)));
     } else {

@@ -34,11 +34,16 @@ inline void set_read_timeout(tcp::socket& s, int seconds) {
 class ws_client {
  public:
   // Throws boost::system::system_error when the server refuses the upgrade (e.g. 401 without `key`).
-  explicit ws_client(unsigned short port, const std::string& target = "/v1/agent", const std::string& key = {})
+  // `subprotocols` (a browser's way to send a key) is offered instead of an Authorization header.
+  explicit ws_client(unsigned short port, const std::string& target = "/v1/agent", const std::string& key = {},
+                     const std::string& subprotocols = {})
       : ws_(io_) {
     ws_.next_layer().connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port));
     set_read_timeout(ws_.next_layer(), 10);
-    if (!key.empty()) {
+    if (!subprotocols.empty()) {
+      ws_.set_option(websocket::stream_base::decorator(
+          [subprotocols](websocket::request_type& req) { req.set(http::field::sec_websocket_protocol, subprotocols); }));
+    } else if (!key.empty()) {
       ws_.set_option(websocket::stream_base::decorator(
           [key](websocket::request_type& req) { req.set(http::field::authorization, "Bearer " + key); }));
     }

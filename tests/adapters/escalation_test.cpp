@@ -1,0 +1,322 @@
+// Escalations end to end (docs/escalations.md): a real server, agents and reviewers over
+// WebSocket and HTTP, and the rows in SQLite; restarts of the server on the same log.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "http_client.hpp"
+#include "server_fixture.hpp"
+
+namespace baton {
+namespace {
+
+using namespace test_server;
+
+class escalation_test : public server_test {
+ protected:
+  // An escalated decision on `session`: the tool question unsure (p 0.3 < fallback 0.5).
+  static json unsure(const std::string& session, const std::string& tool = "lookup_order") {
+    return decide(session, {user("please look at order 5"), script({{"tool", tool}, {"p", 0.3}})},
+                  {{"id", "d1"}, {"proposal", {{"tool", tool}, {"arguments", {{"order_id", "5"}}}}}});
+  }
+
+  json get(const std::string& target, const std::string& key = {}) {
+    test::http_client h(server_->port());
+    const auto r = h.get(target, key);
+    last_status_ = r.status;
+    return r.body.empty() ? json() : r.body_json();
+  }
+
+  json resolve(const std::string& id, const json& body, const std::string& key = {}) {
+    test::http_client h(server_->port());
+    const auto r = h.post("/v1/escalations/" + id + "/resolve", render_json(body, false), key);
+    last_status_ = r.status;
+    return r.body_json();
+  }
+
+  // Stops the server and starts it again on the same log and configuration.
+  void restart() {
+    server_.reset();
+    start();
+  }
+
+  int last_status_ = 0;
+};
+
+TEST_F(escalation_test, an_escalation_is_durable_listed_resolved_once_and_sent_to_the_session) {
+  ws_client agent(start());
+  const json d = agent.request(unsure("esc-1"));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "escalate");
+  const std::string escalation = d.value("escalation", "");
+  ASSERT_EQ(escalation.substr(0, 2), "e-") << d;
+  EXPECT_TRUE(d.contains("deadline_at"));
+
+  // In SQLite before the frame went out, linked to its decision.
+  const auto rows = sql("SELECT e.id, e.decision, e.session, e.tool, e.on_deadline, d.action FROM escalations e "
+                        "JOIN decisions d ON d.id = e.decision");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["id"], escalation);
+  EXPECT_EQ(rows[0]["decision"], d["decision"]);
+  EXPECT_EQ(rows[0]["on_deadline"], "deny");
+  EXPECT_EQ(rows[0]["action"], "escalate");
+
+  const json pending = get("/v1/escalations?status=pending");
+  ASSERT_EQ(last_status_, 200) << pending;
+  ASSERT_EQ(pending["escalations"].size(), 1u);
+  const json& e = pending["escalations"][0];
+  EXPECT_EQ(e["id"], escalation);
+  EXPECT_EQ(e["status"], "pending");
+  EXPECT_EQ(e["tool"], "lookup_order");
+  EXPECT_EQ(e["reason"], "lane:default");
+  EXPECT_EQ(e["arguments"]["order_id"], "5");
+  EXPECT_EQ(e["state"][0]["content"], "please look at order 5");
+  EXPECT_TRUE(e["resolution"].is_null());
+  // Every option of the tool question, most likely first.
+  ASSERT_EQ(e["candidates"].size(), 5u);  // four tools and finish
+  EXPECT_EQ(e["candidates"][0]["tool"], "lookup_order");
+  EXPECT_DOUBLE_EQ(e["candidates"][0]["probability"].get<double>(), 0.3);
+  EXPECT_EQ(e["candidates"][0]["description"], "Look up an order by its number");
+  for (std::size_t i = 1; i < e["candidates"].size(); ++i) {
+    EXPECT_LE(e["candidates"][i]["probability"].get<double>(), e["candidates"][i - 1]["probability"].get<double>());
+  }
+  EXPECT_EQ(get("/v1/escalations/" + escalation)["id"], escalation);
+
+  const json res = resolve(escalation, {{"outcome", "execute"}, {"arguments", {{"order_id", "5"}, {"priority", "low"}}},
+                                        {"reason", "checked: the order exists"}});
+  ASSERT_EQ(last_status_, 200) << res;
+  EXPECT_EQ(res["outcome"], "execute");
+  EXPECT_EQ(res["tool"], "lookup_order");
+  EXPECT_EQ(res["reviewer"], "anonymous");
+  EXPECT_EQ(res["by"], "reviewer");
+  EXPECT_EQ(res["executor"], "agent");
+  EXPECT_EQ(res["decision"], d["decision"]);
+
+  // The connected session hears of it at once.
+  const json frame = agent.read_type("resolution");
+  ASSERT_EQ(frame.value("type", ""), "resolution") << frame;
+  EXPECT_EQ(frame["resolution"]["id"], res["id"]);
+  EXPECT_EQ(frame["resolution"]["arguments"]["priority"], "low");
+  EXPECT_EQ(frame["resolution"]["reason"], "checked: the order exists");
+
+  // Exactly once.
+  const json again = resolve(escalation, {{"outcome", "deny"}, {"reason", "too late"}});
+  EXPECT_EQ(last_status_, 409);
+  EXPECT_EQ(again["code"], "ALREADY_RESOLVED");
+  EXPECT_NE(again["error"].get<std::string>().find("anonymous"), std::string::npos) << again;
+  const json resolved = get("/v1/escalations/" + escalation);
+  EXPECT_EQ(resolved["status"], "resolved");
+  EXPECT_EQ(resolved["resolution"]["id"], res["id"]);
+  EXPECT_TRUE(get("/v1/escalations")["escalations"].empty());
+  EXPECT_EQ(get("/v1/escalations?status=resolved")["escalations"].size(), 1u);
+
+  // The agent runs the tool it was allowed and reports it; then acknowledges the resolution.
+  const json ack = agent.request({{"type", "tool_result"}, {"id", "t1"}, {"decision", d["decision"]}, {"ok", true}});
+  EXPECT_EQ(ack.value("type", ""), "ack") << ack;
+  agent.send(json{{"type", "ack"}, {"resolution", res["id"]}});
+  const json resumed = agent.request({{"type", "resume"}, {"id", 9}, {"session", "esc-1"}});
+  EXPECT_EQ(resumed, json({{"type", "resumed"}, {"ref", 9}, {"session", "esc-1"}, {"pending", json::array()},
+                           {"resolutions", 0}}));
+  agent.close();
+  server_.reset();
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM deliveries")[0]["n"], 1);
+  EXPECT_EQ(cli({"log", "verify", "--db", db()}).out,
+            "ok: 1 decisions, 1 tool runs, 1 escalations, 1 resolutions, 1 deliveries\n");
+}
+
+TEST_F(escalation_test, bad_resolutions_get_clear_errors) {
+  ws_client agent(start());
+  const std::string id = agent.request(unsure("esc-bad"))["escalation"];
+  struct bad_case {
+    json body;
+    int status;
+    const char* code;
+  };
+  const std::vector<bad_case> cases = {
+      {{{"outcome", "deny"}}, 422, "INVALID_RESOLUTION"},                                 // no reason
+      {{{"outcome", "maybe"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},               // no such outcome
+      {{{"outcome", "execute"}, {"tool", "launch_rocket"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "execute"}, {"arguments", {{"priority", "urgent"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "execute"}, {"arguments", {{"colour", "red"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "deny"}, {"tool", "lookup_order"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "deny"}, {"reason", "x"}, {"extra", 1}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "deny"}, {"reason", "x"}, {"force", "yes"}}, 422, "INVALID_RESOLUTION"},
+  };
+  for (const bad_case& k : cases) {
+    const json r = resolve(id, k.body);
+    EXPECT_EQ(last_status_, k.status) << k.body << " " << r;
+    EXPECT_EQ(r["code"], k.code) << k.body << " " << r;
+  }
+  EXPECT_EQ(resolve("e-000000000000-00000000", {{"outcome", "deny"}, {"reason", "x"}})["code"], "NOT_FOUND");
+  EXPECT_EQ(last_status_, 404);
+  test::http_client h(server_->port());
+  EXPECT_EQ(h.post("/v1/escalations/" + id + "/resolve", "{not json").status, 400);
+  EXPECT_EQ(get("/v1/escalations?status=lost")["code"], "INVALID_REQUEST");
+  EXPECT_EQ(get("/v1/escalations?status=resolved&limit=0")["code"], "INVALID_REQUEST");
+  EXPECT_EQ(get("/v1/escalations/not%20an%20id")["code"], "NOT_FOUND");
+  // Still pending after all that.
+  EXPECT_EQ(get("/v1/escalations/" + id)["status"], "pending");
+  const json bad_frame = agent.request({{"type", "ack"}, {"id", 3}, {"resolution", "v-nope"}});
+  EXPECT_EQ(bad_frame["code"], "UNKNOWN_RESOLUTION");
+}
+
+TEST_F(escalation_test, a_disconnected_agent_gets_its_resolution_when_it_resumes) {
+  const unsigned short port = start();
+  std::string id;
+  {
+    ws_client agent(port);
+    id = agent.request(unsure("esc-away"))["escalation"];
+    agent.close();
+  }
+  const json res = resolve(id, {{"outcome", "deny"}, {"reason", "not ours to answer"}});
+  ASSERT_EQ(last_status_, 200) << res;
+
+  ws_client back(port);
+  const json resumed = back.request({{"type", "resume"}, {"id", 1}, {"session", "esc-away"}});
+  EXPECT_EQ(resumed["resolutions"], 1) << resumed;
+  const json frame = back.read();
+  EXPECT_EQ(frame["type"], "resolution");
+  EXPECT_EQ(frame["resolution"]["outcome"], "deny");
+  EXPECT_TRUE(frame["resolution"]["tool"].is_null());
+  // Not acknowledged: sent again on the next resume; acknowledged: not any more.
+  EXPECT_EQ(back.request({{"type", "resume"}, {"session", "esc-away"}})["resolutions"], 1);
+  EXPECT_EQ(back.read()["resolution"]["id"], res["id"]);
+  back.send(json{{"type", "ack"}, {"resolution", res["id"]}});
+  EXPECT_EQ(back.request({{"type", "resume"}, {"session", "esc-away"}})["resolutions"], 0);
+}
+
+TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_across_a_restart) {
+  write("policy.yaml", std::string(policy_yaml) +
+                           "escalation:\n  deadline_s: 1\n  tools:\n    lookup_order: {on_deadline: execute}\n"
+                           "    echo_cmd: {deadline_s: 3600}\n");
+  const unsigned short port = start();
+  ws_client agent(port);
+  const json d = agent.request(unsure("esc-late"));
+  ASSERT_EQ(d["action"], "escalate") << d;
+  // Nobody answers: a second later baton resolves it as configured for the tool.
+  const json frame = agent.read_type("resolution");
+  ASSERT_EQ(frame.value("type", ""), "resolution") << frame;
+  EXPECT_EQ(frame["resolution"]["by"], "deadline");
+  EXPECT_EQ(frame["resolution"]["reviewer"], "baton");
+  EXPECT_EQ(frame["resolution"]["outcome"], "execute");
+  EXPECT_EQ(frame["resolution"]["tool"], "lookup_order");
+
+  // One that would run past a restart, one still waiting for a person (an hour).
+  const std::string late = agent.request(unsure("esc-down", "broken_http"))["escalation"];
+  const std::string waiting = agent.request(unsure("esc-wait", "echo_cmd"))["escalation"];
+  ASSERT_FALSE(late.empty());
+  ASSERT_FALSE(waiting.empty());
+  agent.close();
+  server_.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  start();
+  // Passed while down: resolved at start-up, denied by default.
+  const json was_late = get("/v1/escalations/" + late);
+  EXPECT_EQ(was_late["status"], "resolved") << was_late;
+  EXPECT_EQ(was_late["resolution"]["by"], "deadline");
+  EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
+  const json still = get("/v1/escalations?status=pending");
+  ASSERT_EQ(still["escalations"].size(), 1u) << still;
+  EXPECT_EQ(still["escalations"][0]["id"], waiting);
+
+  // The late one's session gets it when it resumes.
+  ws_client again(server_->port());
+  EXPECT_EQ(again.request({{"type", "resume"}, {"session", "esc-down"}})["resolutions"], 1);
+  EXPECT_EQ(again.read()["resolution"]["escalation"], late);
+}
+
+TEST_F(escalation_test, a_changed_policy_refuses_a_resolution_unless_forced) {
+  ws_client agent(start());
+  const std::string id = agent.request(unsure("esc-ver"))["escalation"];
+  agent.close();
+  write("policy.yaml", std::string(policy_yaml) + "escalation: {deadline_s: 600}\n");
+  restart();
+  json r = resolve(id, {{"outcome", "deny"}, {"reason", "old question"}});
+  EXPECT_EQ(last_status_, 409);
+  EXPECT_EQ(r["code"], "VERSION_CHANGED");
+  EXPECT_NE(r["error"].get<std::string>().find("the policy"), std::string::npos) << r;
+  r = resolve(id, {{"outcome", "deny"}, {"reason", "old question"}, {"force", true}});
+  ASSERT_EQ(last_status_, 200) << r;
+  EXPECT_EQ(r["forced"], true);
+  resolve(id, {{"outcome", "deny"}, {"reason", "twice"}, {"force", true}});
+  EXPECT_EQ(last_status_, 409);
+}
+
+TEST_F(escalation_test, a_tool_baton_runs_runs_once_resolved) {
+  ws_client agent(start());
+  const json d = agent.request(unsure("esc-run", "echo_cmd"));
+  const json res = resolve(d["escalation"], {{"outcome", "execute"}, {"reason", "fine"}});
+  ASSERT_EQ(last_status_, 200) << res;
+  EXPECT_EQ(res["executor"], "command");
+  const json result = agent.read_type("tool_result");
+  ASSERT_EQ(result.value("type", ""), "tool_result") << result;
+  EXPECT_EQ(result["decision"], d["decision"]);
+  EXPECT_EQ(result["ok"], true);
+  agent.close();
+  server_.reset();
+  const auto runs = sql("SELECT decision, tool, executor, ok FROM tool_runs");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["decision"], d["decision"]);
+  EXPECT_EQ(runs[0]["executor"], "command");
+}
+
+class reviewer_test : public escalation_test {
+ protected:
+  void SetUp() override {
+    escalation_test::SetUp();
+    ::setenv("BATON_TEST_AGENT_KEY", "agent-secret-0123456789", 1);
+    ::setenv("BATON_TEST_REVIEWER_KEY", "reviewer-secret-0123456789", 1);
+    ::setenv("BATON_TEST_AUDITOR_KEY", "auditor-secret-0123456789", 1);
+    config_ = parse_config(
+        "server: {listen: 127.0.0.1:0, io_threads: 2}\n"
+        "engine: {timeout_ms: 2000}\n"
+        "log: {path: decisions.db, synchronous: normal}\n"
+        "auth:\n  keys:\n"
+        "    - {name: bot, role: agent, env: BATON_TEST_AGENT_KEY}\n"
+        "    - {name: alice, role: reviewer, env: BATON_TEST_REVIEWER_KEY}\n"
+        "    - {name: audit, role: auditor, env: BATON_TEST_AUDITOR_KEY}\n");
+  }
+};
+
+TEST_F(reviewer_test, roles_the_review_socket_and_resolving_by_frame) {
+  const unsigned short port = start();
+  // The browser's way: the key as a subprotocol, answered with baton.review.
+  ws_client reviewer(port, "/v1/review", {}, "baton.review, bearer.reviewer-secret-0123456789");
+  EXPECT_EQ(reviewer.handshake_response[boost::beast::http::field::sec_websocket_protocol], "baton.review");
+  EXPECT_EQ(reviewer.read(), json({{"type", "snapshot"}, {"escalations", json::array()}}));
+  EXPECT_THROW(ws_client(port, "/v1/review", "agent-secret-0123456789"), boost::system::system_error);  // 403
+  EXPECT_THROW(ws_client(port, "/v1/review"), boost::system::system_error);                  // 401
+
+  ws_client agent(port, "/v1/agent", "agent-secret-0123456789");
+  const json d = agent.request(unsure("esc-rev"));
+  const json pushed = reviewer.read();
+  ASSERT_EQ(pushed.value("type", ""), "escalation") << pushed;
+  const std::string id = pushed["escalation"]["id"];
+  EXPECT_EQ(id, d["escalation"]);
+  EXPECT_EQ(pushed["escalation"]["session"], "bot/esc-rev");  // scoped by the agent's key
+
+  EXPECT_EQ(get("/v1/escalations", "agent-secret-0123456789")["code"], "FORBIDDEN");
+  EXPECT_EQ(get("/v1/escalations", "auditor-secret-0123456789")["escalations"].size(), 1u);
+  EXPECT_EQ(resolve(id, {{"outcome", "deny"}, {"reason", "x"}}, "auditor-secret-0123456789")["code"], "FORBIDDEN");
+  EXPECT_EQ(resolve(id, {{"outcome", "deny"}, {"reason", "x"}})["code"], "UNAUTHORIZED");
+
+  reviewer.send(json{{"type", "resolve"}, {"id", 5}, {"escalation", id}, {"outcome", "deny"}, {"reason", "no"}});
+  // Every reviewer hears of it first, then this one gets its answer.
+  const json resolved = reviewer.read();
+  EXPECT_EQ(resolved.value("type", ""), "resolved") << resolved;
+  const json answer = reviewer.read();
+  ASSERT_EQ(answer.value("type", ""), "resolve_result") << answer;
+  EXPECT_EQ(answer["ref"], 5);
+  EXPECT_EQ(answer["resolution"]["reviewer"], "alice");
+  EXPECT_EQ(resolved["escalation"]["resolution"]["reviewer"], "alice");
+
+  const json frame = agent.read_type("resolution");
+  EXPECT_EQ(frame["resolution"]["reviewer"], "alice");
+  // Any connection of the session's key may acknowledge it.
+  ws_client other(port, "/v1/agent", "agent-secret-0123456789");
+  other.send(json{{"type", "ack"}, {"resolution", frame["resolution"]["id"]}});
+  EXPECT_EQ(other.request({{"type", "resume"}, {"session", "esc-rev"}})["resolutions"], 0);
+}
+
+}  // namespace
+}  // namespace baton

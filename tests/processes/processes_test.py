@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""End to end with real processes: a front `baton serve` (keyword engine) whose fallback engine is a
+second `baton serve` answering POST /v1/systemone (the "larger model"), agents over WebSocket,
+reviewers over HTTP; then kill -9 of the front with escalations pending and a resolution not yet
+delivered, and a restart on the same log.
+
+Usage: processes_test.py BATON_BINARY
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import websockets
+
+baton = os.path.abspath(sys.argv[1])
+failures = []
+
+REGISTRY = """tools:
+  - id: refund_payment
+    description: Refund a payment to the customer
+    executor: {type: agent}
+  - id: search_docs
+    description: Search the documentation for an answer
+    executor: {type: agent}
+  - id: ask_user
+    description: Ask the user a question
+    executor: {type: agent}
+  - id: close_ticket
+    description: Close the support ticket
+    executor: {type: agent}
+"""
+
+# The first pass always falls back (no probability is 1); the larger model's answers execute a
+# refund and escalate anything else. ask_user's escalations have two seconds.
+POLICY = """confidence: p_max
+lanes:
+  default: {execute: 1.0, fallback: 0.0}
+fallback_lanes:
+  default: {execute: 1.0, fallback: 1.0}
+  tools:
+    refund_payment: {execute: 0.0, fallback: 0.0}
+on_engine_error: escalate
+escalation:
+  deadline_s: 3600
+  tools:
+    ask_user: {deadline_s: 2}
+"""
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+    return condition
+
+
+class server:
+    """One `baton serve` process on a free port."""
+
+    def __init__(self, directory, config_text, name):
+        self.config = os.path.join(directory, f"{name}.yaml")
+        with open(self.config, "w") as f:
+            f.write(config_text)
+        self.name = name
+        self.start()
+
+    def start(self):
+        self.process = subprocess.Popen([baton, "serve", "--config", self.config], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        port = re.search(r":(\d+)$", line.strip())
+        if not port:
+            raise RuntimeError(f"{self.name}: serve printed {line!r}: {self.process.stderr.read()}")
+        self.port = int(port.group(1))
+
+    def kill9(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def http(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
+async def frames_until(ws, wanted, limit=10.0):
+    """Reads frames until one of type `wanted`; None after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            return None
+        if frame.get("type") == wanted:
+            return frame
+    return None
+
+
+async def decide(port, session, text):
+    async with websockets.connect(f"ws://127.0.0.1:{port}/v1/agent") as ws:
+        await ws.send(json.dumps({"type": "decide", "id": 1, "session": session,
+                                  "history": [{"role": "user", "content": text}]}))
+        return await frames_until(ws, "decision")
+
+
+async def resume(port, session, ack=False):
+    """The resumed frame and the resolutions that follow it (acknowledged when `ack`)."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/v1/agent") as ws:
+        await ws.send(json.dumps({"type": "resume", "id": 2, "session": session}))
+        resumed = await frames_until(ws, "resumed")
+        resolutions = [await frames_until(ws, "resolution") for _ in range(resumed["resolutions"])] if resumed else []
+        if ack:
+            for r in resolutions:
+                await ws.send(json.dumps({"type": "ack", "resolution": r["resolution"]["id"]}))
+            # The acknowledgement is a frame like any other: a resume after it sees it.
+            await ws.send(json.dumps({"type": "resume", "id": 3, "session": session}))
+            await frames_until(ws, "resumed")
+        return resumed, resolutions
+
+
+def db_rows(db, query):
+    out = subprocess.run([baton, "log", "sql", "--db", db, query], capture_output=True, text=True, timeout=30)
+    return [json.loads(l) for l in out.stdout.splitlines()]
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in (("tools.yaml", REGISTRY), ("policy.yaml", POLICY)):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        back_db, front_db = os.path.join(tmp, "back.db"), os.path.join(tmp, "front.db")
+        files = f"registry: {tmp}/tools.yaml\npolicy: {tmp}/policy.yaml\n"
+        back = server(tmp, f"server: {{listen: 127.0.0.1:0}}\n{files}log: {{path: {back_db}}}\n", "back")
+        front_config = (
+            f"server: {{listen: 127.0.0.1:0}}\n{files}log: {{path: {front_db}}}\n"
+            f"routing: {{fallback: {{name: systemone, url: 'http://127.0.0.1:{back.port}', timeout_ms: 3000, "
+            "retries: 0}}\n"
+        )
+        front = server(tmp, front_config, "front")
+        try:
+            run(front, back, front_db, back_db)
+        finally:
+            front.stop()
+            back.stop()
+
+
+def run(front, back, front_db, back_db):
+    t0 = time.monotonic()
+    # Execute after fallback: the first pass and the larger model's, linked.
+    d = asyncio.run(decide(front.port, "s-refund", "please refund the payment, I was charged twice"))
+    check(d and d["action"] == "execute" and d["tool"] == "refund_payment", f"execute after fallback: {d}")
+    check(d and d["lane"].startswith("fallback:") and d.get("fallback_of"), f"the fallback's lane and link: {d}")
+    if d:
+        rows = db_rows(front_db, f"SELECT id, action, engine FROM decisions WHERE id = '{d['fallback_of']}'")
+        check(rows and rows[0]["action"] == "fallback" and rows[0]["engine"] == "keyword", f"first pass row: {rows}")
+    check(db_rows(back_db, "SELECT count(*) AS n FROM decisions")[0]["n"] >= 1,
+          "the larger model logged the question it answered")
+
+    # Escalate after fallback: a person decides.
+    e1 = asyncio.run(decide(front.port, "s-docs", "search the documentation for an answer about limits"))
+    check(e1 and e1["action"] == "escalate" and e1["lane"].startswith("fallback:") and e1.get("escalation"),
+          f"escalate after fallback: {e1}")
+    e2 = asyncio.run(decide(front.port, "s-ask", "ask the user a question about it"))
+    check(e2 and e2["action"] == "escalate" and e2["tool"] == "ask_user", f"an ask_user escalation: {e2}")
+    e3 = asyncio.run(decide(front.port, "s-docs-2", "search the documentation for an answer about quotas"))
+    check(e3 and e3["action"] == "escalate", f"a third escalation: {e3}")
+    if not (e1 and e2 and e3 and e1.get("escalation") and e2.get("escalation") and e3.get("escalation")):
+        return
+    # Resolved while its agent is away: the resolution waits.
+    status, r1 = front.http("POST", f"/v1/escalations/{e1['escalation']}/resolve",
+                            {"outcome": "execute", "reason": "the docs cover it"})
+    check(status == 200 and r1["reviewer"] == "anonymous", f"resolve: {status} {r1}")
+
+    # The fallback engine down: fail closed (escalate), with the reason logged.
+    back.stop()
+    down = asyncio.run(decide(front.port, "s-down", "please refund the payment"))
+    check(down and down["action"] == "escalate" and down["lane"] == "fallback:on_engine_error"
+          and down.get("error_code") == "UPSTREAM_UNREACHABLE", f"fallback down: {down}")
+
+    # kill -9 with three escalations pending (one due in 2 s) and one resolution undelivered.
+    front.kill9()
+    time.sleep(2.5)
+    front.start()
+    status, pending = front.http("GET", "/v1/escalations?status=pending")
+    ids = {e["id"] for e in pending.get("escalations", [])}
+    check(ids == {e3["escalation"], down["escalation"]}, f"pending after the restart: {ids}")
+    status, late = front.http("GET", f"/v1/escalations/{e2['escalation']}")
+    check(late.get("status") == "resolved" and late["resolution"]["by"] == "deadline"
+          and late["resolution"]["outcome"] == "deny", f"the deadline passed while down: {late}")
+
+    resumed, got = asyncio.run(resume(front.port, "s-docs", ack=True))
+    check(resumed and resumed["resolutions"] == 1 and got and got[0]["resolution"]["id"] == r1["id"],
+          f"the undelivered resolution survived: {resumed} {got}")
+    resumed, got = asyncio.run(resume(front.port, "s-docs"))
+    check(resumed and resumed["resolutions"] == 0, f"acknowledged: not sent again: {resumed}")
+    resumed, got = asyncio.run(resume(front.port, "s-ask"))
+    check(resumed and resumed["resolutions"] == 1 and got[0]["resolution"]["by"] == "deadline",
+          f"the deadline's resolution reaches its session: {got}")
+
+    # Exactly once, across the restart too.
+    status, body = front.http("POST", f"/v1/escalations/{e3['escalation']}/resolve",
+                              {"outcome": "deny", "reason": "not now"})
+    check(status == 200, f"resolve after the restart: {status} {body}")
+    status, body = front.http("POST", f"/v1/escalations/{e3['escalation']}/resolve",
+                              {"outcome": "deny", "reason": "again"})
+    check(status == 409 and body["code"] == "ALREADY_RESOLVED", f"second resolve: {status} {body}")
+    status, body = front.http("POST", f"/v1/escalations/{e1['escalation']}/resolve",
+                              {"outcome": "deny", "reason": "again"})
+    check(status == 409, f"resolved before the kill: {status} {body}")
+
+    check(front.stop() == 0, "graceful stop after the restart")
+    verify = subprocess.run([baton, "log", "verify", "--db", front_db], capture_output=True, text=True, timeout=30)
+    check(verify.returncode == 0, f"log verify: {verify.stdout}{verify.stderr}")
+    counts = db_rows(front_db, "SELECT (SELECT count(*) FROM escalations) AS e, (SELECT count(*) FROM resolutions) AS r, "
+                               "(SELECT count(*) FROM deliveries) AS d")
+    check(counts == [{"e": 4, "r": 3, "d": 1}], f"rows: {counts}")
+    print(f"processes: {time.monotonic() - t0:.2f} s; {verify.stdout.strip()}")
+
+
+if __name__ == "__main__":
+    main()
+    if failures:
+        print(f"{len(failures)} failure(s)", file=sys.stderr)
+        sys.exit(1)
+    print("ok")
