@@ -302,7 +302,7 @@ log::escalation_record escalation_desk::make_record(const log::decision_record& 
     r.question = "The engine could not decide (" + (d.error_code.empty() ? std::string("no answer") : d.error_code) +
                  "). Which tool, if any, should run?";
   } else {
-    r.question = "Should `" + d.tool + "` run? It was escalated by " + d.lane + " at confidence " +
+    r.question = "Should " + d.tool + " run? It was escalated by " + d.lane + " at confidence " +
                  render_json(json(round_decimals(d.confidence, 4)), false) + ".";
   }
   if (answers) {

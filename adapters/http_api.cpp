@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "adapters/inbox_assets.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -145,6 +146,23 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
     return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
   };
 
+  // The inbox page is static and open: what it shows comes from the API, which needs a key.
+  if (const inbox_asset* a = find_inbox_asset(path)) {
+    t.route = "/inbox";
+    if (h.method() != http::verb::get && h.method() != http::verb::head) {
+      http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", std::string(path) + " answers GET"));
+      r.headers.emplace_back("Allow", "GET, HEAD");
+      return refuse(std::move(r));
+    }
+    return refuse(http_reply{200,
+                             std::string(a->body),
+                             {{"Content-Type", std::string(a->content_type)},
+                              {"Cache-Control", "no-cache"},
+                              {"X-Content-Type-Options", "nosniff"},
+                              {"Content-Security-Policy",
+                               "default-src 'self'; connect-src 'self' ws: wss:; frame-ancestors 'none'"}},
+                             false});
+  }
   if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
   const bool get_like = found->method == http::verb::get;
   if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
