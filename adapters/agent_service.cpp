@@ -146,7 +146,6 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     req = std::move(*compiled);
   }
   req.state = std::move(begun->history);
-  desk_->attach(begun->session, c, false);  // its resolutions come to this connection
   auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
@@ -359,6 +358,7 @@ void agent_service::log_escalation(const std::shared_ptr<turn>& t, log::decision
           finish_part(t);
           return;
         }
+        desk_->attach(t->session.session, t->conn, false);  // its resolution comes to this connection
         desk_->raised(*t->escalation);
         send_decision(t);
         after_decision(t);

@@ -22,6 +22,13 @@ error not_found(const std::string& id) {
 
 error invalid(std::string message) { return make_error(422, "INVALID_RESOLUTION", std::move(message)); }
 
+// The API key a logged session belongs to: "KEY/SESSION" (a session id holds no '/', a key name
+// may), "" without keys.
+std::string_view owner_of(std::string_view session) {
+  const auto slash = session.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : session.substr(0, slash);
+}
+
 const log::cell* column(const std::vector<log::column_value>& row, std::string_view name) {
   for (const auto& c : row) {
     if (c.name == name) return &c.value;
@@ -96,8 +103,9 @@ log::resolution_record resolution_from(const std::vector<log::column_value>& row
   return r;
 }
 
-// The arguments a reviewer gives a tool: its parameters only, each of its type.
-result<void> check_arguments(const tools::tool& t, const json& args) {
+// The arguments a reviewer gives a tool: its parameters only, each of its type; every choice and
+// boolean parameter given; a text parameter the registry fixes takes its value.
+result<void> complete_arguments(const tools::tool& t, json& args) {
   if (!args.is_object()) return invalid("`arguments` must be an object");
   for (const auto& [name, value] : args.items()) {
     const auto p = std::find_if(t.parameters.begin(), t.parameters.end(),
@@ -116,7 +124,17 @@ result<void> check_arguments(const tools::tool& t, const json& args) {
         break;
       case tools::parameter_type::text:
         if (!value.is_string()) return invalid("`" + name + "` of `" + t.id + "` must be a string");
+        if (p->value && value != *p->value) {
+          return invalid("`" + name + "` of `" + t.id + "` is fixed by the registry to \"" + *p->value + "\"");
+        }
         break;
+    }
+  }
+  for (const tools::parameter& p : t.parameters) {
+    if (p.type == tools::parameter_type::text) {
+      if (p.value) args[p.name] = *p.value;
+    } else if (!args.contains(p.name)) {
+      return invalid("tool `" + t.id + "` needs `" + p.name + "` (" + std::string(tools::to_string(p.type)) + ")");
     }
   }
   return {};
@@ -170,6 +188,7 @@ struct escalation_desk::waiting {
   std::string frame;     // {"type":"resolution",…}
   std::string decision;  // for an agent-run tool's tool_result
   std::string tool;      // "" unless the agent runs it
+  bool acknowledged = false;  // its delivery row is being written
 };
 
 // A read-only connection to the log for what memory does not hold (resolved escalations).
@@ -353,20 +372,19 @@ void escalation_desk::start() {
       continue;
     }
     // Passed while baton was down: resolved now, durably, before anything is served.
-    auto res = prepare(*owned, deadline_input(owned->record), deadline_reviewer, "deadline");
-    if (!res) throw error_exception(res.error());
+    auto res = prepare_deadline(*owned);
     std::promise<result<void>> written;
-    auto queued = log_.append(*res, [&written](result<void> ok) { written.set_value(ok); });
+    auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
     const result<void> ok = queued ? written.get_future().get() : queued;
     if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
     ++expired;
     if (!ok) continue;
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
-    if (const auto ex = routing_.executors.find(res->tool);
-        res->outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
-      run_tool(*ex->second, owned->record.decision, owned->record.session, res->tool, res->arguments);
+    if (const auto ex = routing_.executors.find(res.tool);
+        res.outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
+      run_tool(*ex->second, owned->record.decision, owned->record.session, res.tool, res.arguments);
     }
-    unacknowledged.emplace_back(std::move(*res), owned->record);
+    unacknowledged.emplace_back(std::move(res), owned->record);
   }
   for (auto& [res, esc] : unacknowledged) {
     waiting w;
@@ -396,16 +414,14 @@ void escalation_desk::arm(entry& e) {
 }
 
 void escalation_desk::raised(const log::escalation_record& r) {
-  std::string frame;
   {
     std::lock_guard lock(mutex_);
     auto owned = std::make_unique<entry>();
     owned->record = r;
     arm(*owned);
     pending_.emplace(r.id, std::move(owned));
-    frame = render_json(json{{"type", "escalation"}, {"escalation", escalation_json(r, nullptr)}}, false);
+    broadcast_locked(render_json(json{{"type", "escalation"}, {"escalation", escalation_json(r, nullptr)}}, false));
   }
-  broadcast(frame);
 }
 
 resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
@@ -420,16 +436,41 @@ resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
   return in;
 }
 
+log::resolution_record escalation_desk::prepare_deadline(const entry& e) const {
+  auto res = prepare(e, deadline_input(e.record), deadline_reviewer, "deadline");
+  if (res) return std::move(*res);
+  // The configured `execute` no longer fits the registry (a tool renamed, a parameter changed):
+  // denied, saying why, rather than left pending for ever.
+  resolve_input deny = deadline_input(e.record);
+  deny.execute = false;
+  deny.tool.reset();
+  deny.arguments.reset();
+  deny.reason += "; denied: its execute no longer fits the registry (" + res.error().message + ")";
+  auto denied = prepare(e, std::move(deny), deadline_reviewer, "deadline");
+  return std::move(*denied);  // a forced deny has nothing left to refuse
+}
+
 void escalation_desk::on_deadline(const std::string& id) {
-  resolve_input in;
+  log::resolution_record res;
   {
     std::lock_guard lock(mutex_);
     const auto it = pending_.find(id);
     if (it == pending_.end() || it->second->resolving) return;
-    in = deadline_input(it->second->record);
+    res = prepare_deadline(*it->second);
+    it->second->resolving = true;
   }
-  resolve_as(id, std::move(in), deadline_reviewer, "deadline", [id](result<json> r) {
-    if (!r) spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log: {}", id, r.error().message);
+  write_resolution(id, std::move(res), [this, id](result<json> r) {
+    if (r) return;
+    // Not in the log (a full or failing log): the deadline is tried again in 5 s.
+    spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
+                  r.error().message);
+    std::lock_guard lock(mutex_);
+    if (const auto it = pending_.find(id); it != pending_.end() && it->second->timer) {
+      it->second->timer->expires_after(std::chrono::seconds(5));
+      it->second->timer->async_wait([this, id](boost::system::error_code ec) {
+        if (!ec) on_deadline(id);
+      });
+    }
   });
 }
 
@@ -452,7 +493,7 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, resolve_
     if (!finish && t == routing_.registry.tools.end()) return invalid("unknown tool `" + res.tool + "`");
     res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
     if (t != routing_.registry.tools.end()) {
-      if (auto ok = check_arguments(*t, res.arguments); !ok) return ok.error();
+      if (auto ok = complete_arguments(*t, res.arguments); !ok) return ok.error();
     } else if (!res.arguments.is_object() || !res.arguments.empty()) {
       return invalid("`finish` takes no arguments");
     }
@@ -480,31 +521,33 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, resolve_
 
 void escalation_desk::resolve_as(const std::string& id, resolve_input in, const std::string& reviewer, const char* by,
                                  resolved_callback done) {
-  log::resolution_record res;
+  result<log::resolution_record> prepared = not_found(id);
   {
-    std::unique_lock lock(mutex_);
+    std::lock_guard lock(mutex_);
     const auto it = pending_.find(id);
-    if (it == pending_.end()) {
-      lock.unlock();
-      auto found = reader_->find(id);
-      if (!found) return done(found.error());
-      if (!*found) return done(not_found(id));
-      if (!(*found)->second) {
-        // Its row is written but it is not pending here yet (raised a moment ago).
-        return done(make_error(409, "NOT_PENDING", "escalation " + id + " is not pending yet; retry"));
+    if (it != pending_.end()) {
+      if (it->second->resolving) {
+        prepared = make_error(409, "RESOLUTION_IN_PROGRESS",
+                              "escalation " + id + " is being resolved by another call; read it again in a moment");
+      } else {
+        prepared = prepare(*it->second, std::move(in), reviewer, by);
+        if (prepared) it->second->resolving = true;
       }
-      const log::resolution_record& r = *(*found)->second;
-      return done(make_error(409, "ALREADY_RESOLVED",
-                             "escalation " + id + " is already resolved: " + r.outcome +
-                                 (r.tool.empty() ? "" : " " + r.tool) + " by " + r.reviewer + " at " +
-                                 iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
     }
-    if (it->second->resolving) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is being resolved"));
-    auto prepared = prepare(*it->second, std::move(in), reviewer, by);
-    if (!prepared) return done(prepared.error());
-    res = std::move(*prepared);
-    it->second->resolving = true;
   }
+  if (prepared) return write_resolution(id, std::move(*prepared), std::move(done));
+  if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
+  // Not pending here: resolved already, or not (yet) an escalation at all.
+  auto found = reader_->find(id);
+  if (!found) return done(found.error());
+  if (!*found || !(*found)->second) return done(not_found(id));
+  const log::resolution_record& r = *(*found)->second;
+  done(make_error(409, "ALREADY_RESOLVED",
+                  "escalation " + id + " is already resolved: " + r.outcome + (r.tool.empty() ? "" : " " + r.tool) +
+                      " by " + r.reviewer + " at " + iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
+}
+
+void escalation_desk::write_resolution(const std::string& id, log::resolution_record res, resolved_callback done) {
   log::resolution_record copy = res;
   auto queued = log_.append(std::move(copy), [this, id, res, done](result<void> ok) mutable {
     boost::asio::post(io_, [this, id, res = std::move(res), ok, done = std::move(done)]() mutable {
@@ -516,34 +559,40 @@ void escalation_desk::resolve_as(const std::string& id, resolve_input in, const 
 
 void escalation_desk::finish(const std::string& id, log::resolution_record r, result<void> written,
                              resolved_callback done) {
-  std::string frame;
   std::optional<waiting> w;
   json object;
+  std::optional<error> failed;
   {
     std::lock_guard lock(mutex_);
     const auto it = pending_.find(id);
-    if (it == pending_.end()) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved"));
-    if (!written && written.error().code != "DUPLICATE_ROW") {
+    if (it == pending_.end()) {
+      failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+    } else if (!written && written.error().code != "DUPLICATE_ROW") {
       it->second->resolving = false;
-      return done(written.error());
+      failed = written.error();
+    } else {
+      const log::escalation_record e = std::move(it->second->record);
+      if (it->second->timer) it->second->timer->cancel();
+      pending_.erase(it);
+      if (!written) {
+        // Another baton on the same log resolved it first.
+        failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+      } else {
+        object = resolution_json(r, e);
+        w.emplace();
+        w->session = e.session;
+        w->decision = e.decision;
+        w->frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
+        const auto ex = routing_.executors.find(r.tool);
+        if (r.outcome == "execute" && ex != routing_.executors.end() && ex->second->agent_runs()) w->tool = r.tool;
+        waiting_.emplace(r.id, *w);
+        // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
+        broadcast_locked(render_json(json{{"type", "resolved"}, {"escalation", escalation_json(e, object)}}, false));
+      }
     }
-    const log::escalation_record e = std::move(it->second->record);
-    if (it->second->timer) it->second->timer->cancel();
-    pending_.erase(it);
-    // Another baton on the same log resolved it first.
-    if (!written) return done(make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved"));
-    object = resolution_json(r, e);
-    w.emplace();
-    w->session = e.session;
-    w->decision = e.decision;
-    w->frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
-    const auto ex = routing_.executors.find(r.tool);
-    if (r.outcome == "execute" && ex != routing_.executors.end() && ex->second->agent_runs()) w->tool = r.tool;
-    waiting_.emplace(r.id, *w);
-    frame = render_json(json{{"type", "resolved"}, {"escalation", escalation_json(e, object)}}, false);
   }
+  if (failed) return done(std::move(*failed));
   spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
-  broadcast(frame);
   deliver(*w);
   // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
   if (const auto ex = routing_.executors.find(r.tool);
@@ -620,7 +669,7 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
       if (e->record.session == session) a.pending.push_back(id);
     }
     for (const auto& [id, w] : waiting_) {
-      if (w.session != session) continue;
+      if (w.session != session || w.acknowledged) continue;
       a.frames.push_back(w.frame);
       if (!w.tool.empty()) a.awaited.emplace_back(w.decision, w.tool);
     }
@@ -629,51 +678,77 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
 }
 
 result<void> escalation_desk::acknowledge(const std::string& resolution, const std::string& owner) {
+  bool waiting_here = false;
   {
     std::lock_guard lock(mutex_);
     const auto it = waiting_.find(resolution);
-    const bool own = it != waiting_.end() &&
-                     (owner.empty() ? it->second.session.find('/') == std::string::npos
-                                    : it->second.session.starts_with(owner + "/"));
-    if (!own) {
-      return make_error(404, "UNKNOWN_RESOLUTION",
-                        "resolution `" + resolution + "` does not wait for an acknowledgement from this key");
+    if (it != waiting_.end() && owner_of(it->second.session) == owner) {
+      if (it->second.acknowledged) return {};  // its delivery row is on its way
+      it->second.acknowledged = true;
+      waiting_here = true;
     }
-    waiting_.erase(it);
   }
-  auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, [resolution](result<void> ok) {
-    if (!ok) spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
-  });
-  if (!queued) {
-    spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, queued.error().message);
+  if (waiting_here) {
+    auto written = [this, resolution](result<void> ok) {
+      boost::asio::post(io_, [this, resolution, ok] {
+        std::lock_guard lock(mutex_);
+        const auto it = waiting_.find(resolution);
+        if (it == waiting_.end()) return;
+        if (!ok) {
+          // Sent again on the next resume, and acknowledged again.
+          spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
+          it->second.acknowledged = false;
+          return;
+        }
+        const std::string session = it->second.session;
+        waiting_.erase(it);
+        // Nothing more to send this session: its connection need not be remembered.
+        const bool more =
+            std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
+            std::any_of(pending_.begin(), pending_.end(), [&](const auto& x) { return x.second->record.session == session; });
+        if (!more) sessions_.erase(session);
+      });
+    };
+    if (auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, written); !queued) written(queued.error());
+    return {};
   }
-  return {};
+  // Delivery is at least once: acknowledging again what is acknowledged is no error.
+  bool acknowledged = false;
+  std::string session;
+  auto read = reader_->query(
+      "SELECT e.session FROM deliveries d JOIN resolutions r ON r.id = d.resolution "
+      "JOIN escalations e ON e.id = r.escalation WHERE d.resolution = ?",
+      resolution, [&](const auto& row) {
+        session = text(row, "session");
+        acknowledged = true;
+      });
+  if (!read) return read.error();
+  if (acknowledged && owner_of(session) == owner) return {};
+  return make_error(404, "UNKNOWN_RESOLUTION",
+                    "resolution `" + resolution + "` is not one of this key's sessions' resolutions");
 }
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
+  std::lock_guard lock(mutex_);
   json list = json::array();
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& [id, e] : pending_) list.push_back(escalation_json(e->record, nullptr));
-    listeners_.push_back(l);
+  for (const auto& [id, e] : pending_) {
+    if (list.size() == max_listed) break;
+    list.push_back(escalation_json(e->record, nullptr));
   }
+  // send() only queues: under the lock, nothing the desk says later can overtake the snapshot.
   l->send(render_json(json{{"type", "snapshot"}, {"escalations", std::move(list)}}, false));
+  listeners_.push_back(l);
 }
 
-void escalation_desk::broadcast(const std::string& frame) {
-  std::vector<std::shared_ptr<review_listener>> live;
-  {
-    std::lock_guard lock(mutex_);
-    for (auto it = listeners_.begin(); it != listeners_.end();) {
-      if (auto l = it->lock()) {
-        live.push_back(std::move(l));
-        ++it;
-      } else {
-        it = listeners_.erase(it);
-      }
+void escalation_desk::broadcast_locked(const std::string& frame) {
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    if (auto l = it->lock()) {
+      l->send(frame);
+      ++it;
+    } else {
+      it = listeners_.erase(it);
     }
   }
-  for (auto& l : live) l->send(frame);
 }
 
 std::size_t escalation_desk::pending() const {
@@ -688,7 +763,10 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   json list = json::array();
   if (status != "resolved") {
     std::lock_guard lock(mutex_);
-    for (const auto& [id, e] : pending_) list.push_back(escalation_json(e->record, nullptr));
+    for (const auto& [id, e] : pending_) {
+      if (list.size() == limit) break;
+      list.push_back(escalation_json(e->record, nullptr));
+    }
   }
   if (status != "pending") {
     std::vector<std::string> ids;

@@ -82,8 +82,8 @@ class escalation_desk {
   // GET /v1/escalations/{id}.
   result<std::string> get_json(const std::string& id) const;
 
-  // The agent side, on the connection's strand. attach(): this connection takes the session's
-  // resolutions from now on. When `resend` (a `resume`), also says which of its escalations are
+  // The agent side, on the connection's strand. attach() (when one of the session's decisions
+  // escalates, and on `resume`): this connection takes the session's resolutions from now on. When `resend` (a `resume`), also says which of its escalations are
   // pending and which resolutions wait for the agent's acknowledgement (the caller sends them and
   // awaits their agent-run tools' results).
   struct attached {
@@ -95,6 +95,9 @@ class escalation_desk {
   // The agent acknowledged a resolution of one of its sessions (`owner` scopes them, as in the
   // session table). 404 UNKNOWN_RESOLUTION when none such waits for its acknowledgement.
   result<void> acknowledge(const std::string& resolution, const std::string& owner);
+
+  // The most escalations a list or a snapshot holds (oldest first).
+  static constexpr std::size_t max_listed = 1000;
 
   // A reviewer connection: gets the snapshot now, then every change.
   void add_listener(const std::shared_ptr<review_listener>& l);
@@ -108,6 +111,8 @@ class escalation_desk {
                                          const char* by) const;
   void resolve_as(const std::string& id, resolve_input in, const std::string& reviewer, const char* by,
                   resolved_callback done);
+  log::resolution_record prepare_deadline(const entry& e) const;
+  void write_resolution(const std::string& id, log::resolution_record res, resolved_callback done);
   void finish(const std::string& id, log::resolution_record r, result<void> written, resolved_callback done);
   void arm(entry& e);
   static resolve_input deadline_input(const log::escalation_record& r);
@@ -115,7 +120,7 @@ class escalation_desk {
   void deliver(const waiting& w);
   void run_tool(tools::executor& ex, const std::string& decision, const std::string& session, const std::string& tool,
                 const json& arguments);
-  void broadcast(const std::string& frame);
+  void broadcast_locked(const std::string& frame);  // with mutex_ held
   json escalation_json(const log::escalation_record& r, const json& resolution) const;
   json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
   std::optional<std::string> executor_of(const std::string& tool) const;

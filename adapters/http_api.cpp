@@ -173,7 +173,9 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   }
   // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
   if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
-    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", std::string(path) + " takes no body")));
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", std::string(path) + " reads at most " +
+                                                                      std::to_string(http_api::small_body_bytes) +
+                                                                      " bytes of body")));
   }
   if (path == "/health") return t;
   if (path == "/v1/agent" || path == "/v1/review") {

@@ -231,13 +231,15 @@ class review_session : public review_listener, public closable_session, public s
   void send(std::string frame) override {
     net::post(ws_.get_executor(), [self = shared_from_this(), frame = std::move(frame)]() mutable {
       if (self->closing_) return;
-      if (self->queue_.size() >= max_queued_frames) {
-        spdlog::warn("closing a reviewer connection that left {} frames unread", self->queue_.size());
+      if (self->queue_.size() >= max_queued_frames || self->queued_bytes_ + frame.size() > max_queued_bytes) {
+        spdlog::warn("closing a reviewer connection that left {} frames ({} bytes) unread", self->queue_.size(),
+                     self->queued_bytes_);
         self->closing_ = true;
         beast::error_code ec;
         beast::get_lowest_layer(self->ws_).socket().close(ec);
         return;
       }
+      self->queued_bytes_ += frame.size();
       self->queue_.push_back(std::move(frame));
       if (self->queue_.size() == 1) self->write();
     });
@@ -314,9 +316,11 @@ class review_session : public review_listener, public closable_session, public s
     ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         self->queue_.clear();
+        self->queued_bytes_ = 0;
         self->hub_->remove(self.get());
         return;
       }
+      self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
       if (!self->queue_.empty()) self->write();
     });
@@ -328,6 +332,7 @@ class review_session : public review_listener, public closable_session, public s
   http_api::upgrade_ticket ticket_;
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
   bool closing_ = false;
 };
 

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
+
+#include "core/ids.hpp"
 
 #include "http_client.hpp"
 #include "server_fixture.hpp"
@@ -209,10 +212,12 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   agent.close();
   server_.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const std::int64_t restarted_ms = unix_ms();
   start();
   // Passed while down: resolved at start-up, denied by default.
   const json was_late = get("/v1/escalations/" + late);
   EXPECT_EQ(was_late["status"], "resolved") << was_late;
+  EXPECT_GE(was_late["resolution"]["created_ms"].get<std::int64_t>(), restarted_ms);
   EXPECT_EQ(was_late["resolution"]["by"], "deadline");
   EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
   const json still = get("/v1/escalations?status=pending");
@@ -260,6 +265,47 @@ TEST_F(escalation_test, a_tool_baton_runs_runs_once_resolved) {
   EXPECT_EQ(runs[0]["executor"], "command");
 }
 
+TEST_F(escalation_test, concurrent_resolves_are_answered_once) {
+  ws_client agent(start());
+  const std::string id = agent.request(unsure("esc-race"))["escalation"];
+  std::vector<int> statuses(16);
+  std::vector<std::thread> reviewers;
+  for (std::size_t i = 0; i < statuses.size(); ++i) {
+    reviewers.emplace_back([&, i] {
+      test::http_client h(server_->port());
+      statuses[i] = h.post("/v1/escalations/" + id + "/resolve",
+                           render_json(json{{"outcome", "deny"}, {"reason", "reviewer " + std::to_string(i)}}, false))
+                        .status;
+    });
+  }
+  for (auto& t : reviewers) t.join();
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), 1);
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 409), 15);
+  agent.close();
+  server_.reset();
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM resolutions")[0]["n"], 1);
+}
+
+TEST_F(escalation_test, a_deadline_whose_execute_no_longer_fits_the_registry_is_denied_at_start_up) {
+  write("policy.yaml", std::string(policy_yaml) + "escalation:\n  deadline_s: 1\n  on_deadline: execute\n");
+  ws_client agent(start());
+  const json d = agent.request(unsure("esc-gone"));
+  ASSERT_EQ(d["arguments"]["priority"], "high") << d;
+  agent.close();
+  server_.reset();
+  // The registry changes while baton is down: `high` is no longer a priority.
+  std::string registry = registry_yaml;
+  registry.replace(registry.find("high: Urgent"), 12, "urgent: Now");
+  write("tools.yaml", registry);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  start();
+  const json e = get("/v1/escalations/" + d["escalation"].get<std::string>());
+  EXPECT_EQ(e["status"], "resolved") << e;
+  EXPECT_EQ(e["resolution"]["outcome"], "deny");
+  EXPECT_EQ(e["resolution"]["by"], "deadline");
+  EXPECT_NE(e["resolution"]["reason"].get<std::string>().find("no longer fits the registry"), std::string::npos) << e;
+}
+
 class reviewer_test : public escalation_test {
  protected:
   void SetUp() override {
@@ -267,6 +313,7 @@ class reviewer_test : public escalation_test {
     ::setenv("BATON_TEST_AGENT_KEY", "agent-secret-0123456789", 1);
     ::setenv("BATON_TEST_REVIEWER_KEY", "reviewer-secret-0123456789", 1);
     ::setenv("BATON_TEST_AUDITOR_KEY", "auditor-secret-0123456789", 1);
+    ::setenv("BATON_TEST_AGENT_EU_KEY", "agent-eu-secret-0123456789", 1);
     config_ = parse_config(
         "server: {listen: 127.0.0.1:0, io_threads: 2}\n"
         "engine: {timeout_ms: 2000}\n"
@@ -274,7 +321,8 @@ class reviewer_test : public escalation_test {
         "auth:\n  keys:\n"
         "    - {name: bot, role: agent, env: BATON_TEST_AGENT_KEY}\n"
         "    - {name: alice, role: reviewer, env: BATON_TEST_REVIEWER_KEY}\n"
-        "    - {name: audit, role: auditor, env: BATON_TEST_AUDITOR_KEY}\n");
+        "    - {name: audit, role: auditor, env: BATON_TEST_AUDITOR_KEY}\n"
+        "    - {name: bot/eu, role: agent, env: BATON_TEST_AGENT_EU_KEY}\n");
   }
 };
 
@@ -316,6 +364,31 @@ TEST_F(reviewer_test, roles_the_review_socket_and_resolving_by_frame) {
   ws_client other(port, "/v1/agent", "agent-secret-0123456789");
   other.send(json{{"type", "ack"}, {"resolution", frame["resolution"]["id"]}});
   EXPECT_EQ(other.request({{"type", "resume"}, {"session", "esc-rev"}})["resolutions"], 0);
+}
+
+TEST_F(reviewer_test, a_key_acknowledges_only_its_own_sessions_resolutions) {
+  const unsigned short port = start();
+  ws_client eu(port, "/v1/agent", "agent-eu-secret-0123456789");
+  const std::string id = eu.request(unsure("shared-name"))["escalation"];
+  const json res = resolve(id, {{"outcome", "deny"}, {"reason", "no"}}, "reviewer-secret-0123456789");
+  ASSERT_EQ(last_status_, 200) << res;
+  EXPECT_EQ(res["session"], "bot/eu/shared-name");
+  const std::string resolution = res["id"];
+  ASSERT_EQ(eu.read_type("resolution")["resolution"]["id"], resolution);
+
+  // Key `bot` (whose name prefixes `bot/eu`), same session name: neither its resolution nor its ack.
+  ws_client bot(port, "/v1/agent", "agent-secret-0123456789");
+  EXPECT_EQ(bot.request({{"type", "resume"}, {"session", "shared-name"}})["resolutions"], 0);
+  EXPECT_EQ(bot.request({{"type", "ack"}, {"id", 1}, {"resolution", resolution}})["code"], "UNKNOWN_RESOLUTION");
+  EXPECT_EQ(eu.request({{"type", "resume"}, {"session", "shared-name"}})["resolutions"], 1);
+  eu.read();
+  // Its own key acknowledges it, twice without harm.
+  // (frames are answered in order: an error for either ack would come before `resumed`).
+  eu.send(json{{"type", "ack"}, {"resolution", resolution}});
+  eu.send(json{{"type", "ack"}, {"resolution", resolution}});
+  const json resumed = eu.request({{"type", "resume"}, {"session", "shared-name"}});
+  EXPECT_EQ(resumed.value("type", ""), "resumed") << resumed;
+  EXPECT_EQ(resumed["resolutions"], 0);
 }
 
 }  // namespace
