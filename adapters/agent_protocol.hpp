@@ -48,6 +48,11 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
 // or a 503 (100) other than SHUTTING_DOWN: rate limited, overloaded, log backlog, too many sessions.
 std::string render_error_frame(const json& ref, const error& e);
 
+// {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output"} of a tool
+// baton ran (docs/protocol.md); the caller adds "event" where it appended one to the history.
+json render_tool_result(const std::string& decision, const std::string& tool, bool ok, const std::string& error_code,
+                       const std::string& detail, int attempts, json output);
+
 // A session id: 1–128 characters of A-Za-z0-9_.:@-
 bool valid_session_id(std::string_view s) noexcept;
 

@@ -310,18 +310,17 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   t->decision_id = rec.id;
 
   t->log_started = clock_type::now();
-  if (t->act.what == policies::action::escalate) {
-    log_escalation(t, std::move(rec));
-    return;
-  }
-  if (!config_.durable_ack) {
+  const bool escalates = t->act.what == policies::action::escalate;
+  if (!config_.durable_ack && !escalates) {
     send_decision(t);
     log_.append_unwaited(std::move(rec));
     after_decision(t);
     return;
   }
-  auto queued = log_.append(std::move(rec), [this, t](result<void> ok) {
-    boost::asio::post(t->conn->strand(), [this, t, ok]() {
+  // An escalation is written before anyone is told, whatever durable_ack says: the decision row,
+  // then the escalation's (one writer, in order: the escalation durable means both are).
+  log::durable_callback on_durable = [this, t, escalates](result<void> ok) {
+    boost::asio::post(t->conn->strand(), [this, t, ok, escalates]() {
       t->log_ms = ms_since(t->log_started);
       metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
       if (!ok) {
@@ -329,43 +328,27 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
         finish_part(t);
         return;
       }
+      if (escalates) {
+        desk_->attach(t->session.session, t->conn, false);  // its resolution comes to this connection
+        desk_->raised(*t->escalation);
+      }
       send_decision(t);
       after_decision(t);
     });
-  });
+  };
+  result<void> queued;
+  if (escalates) {
+    t->escalation = desk_->make_record(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+    const std::string id = rec.id;
+    queued = log_.append(std::move(rec), [id](result<void> ok) {
+      if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+    });
+    if (queued) queued = log_.append(*t->escalation, std::move(on_durable));
+  } else {
+    queued = log_.append(std::move(rec), std::move(on_durable));
+  }
   if (!queued) {
     // Not durable, so not reported: the agent retries the turn.
-    t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
-    finish_part(t);
-  }
-}
-
-// An escalation is written before anyone is told, whatever durable_ack says: the decision row,
-// then the escalation's (one writer, in order: the escalation durable means both are).
-void agent_service::log_escalation(const std::shared_ptr<turn>& t, log::decision_record&& rec) {
-  t->escalation = desk_->make_record(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
-  auto report = [id = rec.id](result<void> ok) {
-    if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
-  };
-  auto queued = log_.append(std::move(rec), report);
-  if (queued) {
-    queued = log_.append(*t->escalation, [this, t](result<void> ok) {
-      boost::asio::post(t->conn->strand(), [this, t, ok]() {
-        t->log_ms = ms_since(t->log_started);
-        metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
-        if (!ok) {
-          t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
-          finish_part(t);
-          return;
-        }
-        desk_->attach(t->session.session, t->conn, false);  // its resolution comes to this connection
-        desk_->raised(*t->escalation);
-        send_decision(t);
-        after_decision(t);
-      });
-    });
-  }
-  if (!queued) {
     t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
     finish_part(t);
   }
@@ -502,26 +485,10 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
   if (!o.ok) event["error_code"] = o.error_code;
   t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
 
-  log::tool_run_record run;
-  run.id = new_id('r');
-  run.decision = t->decision_id;
-  run.tool = t->act.tool;
-  run.executor = std::string(routing_.executors.at(t->act.tool)->kind());
-  run.created_ms = unix_ms();
-  run.duration_ms = o.duration_ms;
-  run.ok = o.ok;
-  run.output = o.output;
-  run.error_code = o.error_code;
-  run.detail = o.detail;
-  run.attempts = o.attempts;
-
-  json frame = {{"type", "tool_result"}, {"decision", t->decision_id}, {"tool", t->act.tool}, {"ok", o.ok}};
-  if (!o.ok) {
-    frame["error_code"] = o.error_code;
-    frame["detail"] = o.detail;
-  }
-  frame["attempts"] = o.attempts;
-  frame["output"] = std::move(o.output);
+  log::tool_run_record run = log::tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(),
+                                              o.ok, o.output, o.error_code, o.detail, o.attempts, o.duration_ms);
+  json frame = protocol::render_tool_result(t->decision_id, t->act.tool, o.ok, o.error_code, o.detail, o.attempts,
+                                           std::move(o.output));
   frame["event"] = std::move(event);
   auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
     boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() {

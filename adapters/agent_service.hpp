@@ -103,7 +103,6 @@ class agent_service {
   bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
   bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);
   std::string scoped(const agent_connection& c, const std::string& session) const;
-  void log_escalation(const std::shared_ptr<turn>& t, log::decision_record&& rec);
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
   void capture_state(const std::shared_ptr<turn>& t);

@@ -10,6 +10,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/ids.hpp"
+
 namespace baton::log {
 
 struct decision_log::impl {
@@ -89,6 +91,24 @@ struct decision_log::impl {
   std::mutex join_mutex;
   std::thread writer;
 };
+
+tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
+                            bool ok, const json& output, const std::string& error_code, const std::string& detail,
+                            int attempts, double duration_ms) {
+  tool_run_record run;
+  run.id = new_id('r');
+  run.decision = decision;
+  run.tool = tool;
+  run.executor = std::string(executor);
+  run.created_ms = unix_ms();
+  run.duration_ms = duration_ms;
+  run.ok = ok;
+  run.output = output;
+  run.error_code = error_code;
+  run.detail = detail;
+  run.attempts = attempts;
+  return run;
+}
 
 decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -96,6 +97,11 @@ struct delivery_record {
   std::string resolution;
   std::int64_t created_ms = 0;
 };
+
+// The row of a tool baton ran (an `http` or `command` executor) for `decision`.
+tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
+                            bool ok, const json& output, const std::string& error_code, const std::string& detail,
+                            int attempts, double duration_ms);
 
 using log_row = std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record>;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <future>
 
+#include "adapters/agent_protocol.hpp"
 #include "adapters/agent_service.hpp"
 #include "adapters/sqlite_log.hpp"
 #include "core/ids.hpp"
@@ -606,29 +607,14 @@ void escalation_desk::run_tool(tools::executor& ex, const std::string& decision,
                                const std::string& tool, const json& arguments) {
   ex.run(tools::tool_call{decision, tool, arguments},
          [this, decision, session, tool, kind = std::string(ex.kind())](tools::tool_outcome o) {
-           log::tool_run_record run;
-           run.id = new_id('r');
-           run.decision = decision;
-           run.tool = tool;
-           run.executor = kind;
-           run.created_ms = unix_ms();
-           run.duration_ms = o.duration_ms;
-           run.ok = o.ok;
-           run.output = o.output;
-           run.error_code = o.error_code;
-           run.detail = o.detail;
-           run.attempts = o.attempts;
            auto report = [decision](result<void> ok) {
              if (!ok) spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
            };
-           report(log_.append(std::move(run), report));
-           json f = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
-           if (!o.ok) {
-             f["error_code"] = o.error_code;
-             f["detail"] = o.detail;
-           }
-           f["attempts"] = o.attempts;
-           f["output"] = std::move(o.output);
+           report(log_.append(log::tool_run_of(decision, tool, kind, o.ok, o.output, o.error_code, o.detail,
+                                               o.attempts, o.duration_ms),
+                              report));
+           const json f = protocol::render_tool_result(decision, tool, o.ok, o.error_code, o.detail, o.attempts,
+                                                      std::move(o.output));
            std::shared_ptr<agent_connection> c;
            {
              std::lock_guard lock(mutex_);
