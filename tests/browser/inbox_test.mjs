@@ -11,13 +11,14 @@
 // above the binary) and its path printed. Every connection goes to 127.0.0.1 only.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+
+import { baton_process } from "../support/baton_process.mjs";
 
 import { chromium } from "playwright-core";
 import WebSocket from "ws";
@@ -49,7 +50,6 @@ const MIXED_REQUEST =
 const PAYMENT_REQUEST = "Please pay the invoice from our supplier Acme: send the money today.";
 
 let server;
-let serverStderr = "";
 let baseURL;
 let tmp;
 let browser;
@@ -57,53 +57,6 @@ let page;
 let agent;
 let anyFailed = false;
 const pageErrors = [];
-
-function startServer(configPath) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(batonBin, ["serve", "--config", configPath], {
-      env: { ...process.env, INBOX_AGENT_KEY: agentKey, INBOX_REVIEWER_KEY: reviewerKey },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    server = child;
-    let stdout = "";
-    let settled = false;
-    const settle = (fn, value) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      fn(value);
-    };
-    const timer = setTimeout(
-      () => settle(reject, new Error(`baton serve printed no address within ${STARTUP_MS} ms; stderr:\n${serverStderr}`)),
-      STARTUP_MS,
-    );
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => {
-      serverStderr += chunk;
-    });
-    child.stdout.setEncoding("utf8");
-    child.stdout.on("data", (chunk) => {
-      stdout += chunk;
-      const m = /^baton: listening on (http:\/\/127\.0\.0\.1:(\d+))$/m.exec(stdout);
-      if (m && Number(m[2]) > 0) settle(resolve, m[1]);
-    });
-    child.on("error", (err) => settle(reject, new Error(`cannot start ${batonBin}: ${err.message}`)));
-    child.on("exit", (code, signal) =>
-      settle(reject, new Error(`baton serve exited (${code ?? signal}) before listening; stderr:\n${serverStderr}`)),
-    );
-  });
-}
-
-function waitForExit(child, ms) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve(true);
-    });
-  });
-}
 
 function withTimeout(promise, ms, what) {
   let timer;
@@ -207,7 +160,8 @@ before(async () => {
       "",
     ].join("\n"),
   );
-  baseURL = await startServer(configPath);
+  server = new baton_process(batonBin);
+  baseURL = await server.start(configPath, { INBOX_AGENT_KEY: agentKey, INBOX_REVIEWER_KEY: reviewerKey }, STARTUP_MS);
   agent = new AgentSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`, agentKey);
   await agent.opened;
   browser = await chromium.launch({ executablePath: chromiumBin, headless: true, timeout: STARTUP_MS });
@@ -219,18 +173,8 @@ before(async () => {
 after(async () => {
   agent?.close();
   if (browser) await withTimeout(browser.close(), STOP_MS, "closing chromium").catch(() => browser.process()?.kill("SIGKILL"));
-  let stopped = true;
-  let exit = "not started";
-  if (server) {
-    if (server.exitCode === null && server.signalCode === null) server.kill("SIGTERM");
-    stopped = await waitForExit(server, STOP_MS);
-    if (!stopped) {
-      server.kill("SIGKILL");
-      await waitForExit(server, STOP_MS);
-    }
-    exit = server.exitCode ?? server.signalCode;
-  }
-  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${serverStderr}\n`);
+  const { stopped, exit } = server ? await server.stop(STOP_MS) : { stopped: true, exit: "not started" };
+  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${server?.stderr ?? ""}\n`);
   if (tmp) await rm(tmp, { recursive: true, force: true });
   assert.ok(stopped, `baton serve did not stop within ${STOP_MS} ms of SIGTERM`);
   if (baseURL) assert.equal(exit, 0, "baton serve stops gracefully on SIGTERM (exit status 0)");

@@ -9,7 +9,6 @@
 // Every request goes to 127.0.0.1 only.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -17,6 +16,8 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+
+import { baton_process } from "../support/baton_process.mjs";
 
 import {
   AuthenticationError,
@@ -46,61 +47,13 @@ for (const name of Object.keys(process.env)) if (name.startsWith("TYPESAFE_")) d
 const agentKey = `sdk-agent-${randomBytes(16).toString("hex")}`;
 const limitedKey = `sdk-limited-${randomBytes(16).toString("hex")}`;
 
-let server; // the child process
-let serverStderr = "";
+let server; // baton serve
 let baseURL;
 let tmp;
 let anyFailed = false;
 
 const STARTUP_MS = 10_000;
 const STOP_MS = 10_000;
-
-function startServer(configPath) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(batonBin, ["serve", "--config", configPath], {
-      env: { ...process.env, SDK_AGENT_KEY: agentKey, SDK_LIMITED_KEY: limitedKey },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    server = child;
-    let stdout = "";
-    let settled = false;
-    const settle = (fn, value) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      fn(value);
-    };
-    const timer = setTimeout(
-      () => settle(reject, new Error(`baton serve printed no address within ${STARTUP_MS} ms; stderr:\n${serverStderr}`)),
-      STARTUP_MS,
-    );
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => {
-      serverStderr += chunk;
-    });
-    child.stdout.setEncoding("utf8");
-    child.stdout.on("data", (chunk) => {
-      stdout += chunk;
-      const m = /^baton: listening on (http:\/\/127\.0\.0\.1:(\d+))$/m.exec(stdout);
-      if (m && Number(m[2]) > 0) settle(resolve, m[1]);
-    });
-    child.on("error", (err) => settle(reject, new Error(`cannot start ${batonBin}: ${err.message}`)));
-    child.on("exit", (code, signal) =>
-      settle(reject, new Error(`baton serve exited (${code ?? signal}) before listening; stderr:\n${serverStderr}`)),
-    );
-  });
-}
-
-function waitForExit(child, ms) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve(true);
-    });
-  });
-}
 
 before(async () => {
   assert.ok(batonBin, "set BATON_BIN (or pass the baton binary as the first argument)");
@@ -132,22 +85,13 @@ before(async () => {
       "",
     ].join("\n"),
   );
-  baseURL = await startServer(configPath);
+  server = new baton_process(batonBin);
+  baseURL = await server.start(configPath, { SDK_AGENT_KEY: agentKey, SDK_LIMITED_KEY: limitedKey }, STARTUP_MS);
 });
 
 after(async () => {
-  let stopped = true;
-  let exit = "not started";
-  if (server) {
-    if (server.exitCode === null && server.signalCode === null) server.kill("SIGTERM");
-    stopped = await waitForExit(server, STOP_MS);
-    if (!stopped) {
-      server.kill("SIGKILL");
-      await waitForExit(server, STOP_MS);
-    }
-    exit = server.exitCode ?? server.signalCode;
-  }
-  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${serverStderr}\n`);
+  const { stopped, exit } = server ? await server.stop(STOP_MS) : { stopped: true, exit: "not started" };
+  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${server?.stderr ?? ""}\n`);
   if (tmp) await rm(tmp, { recursive: true, force: true });
   assert.ok(stopped, `baton serve did not stop within ${STOP_MS} ms of SIGTERM`);
   // A server that never listened has already failed `before`, with its status and log lines.
