@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """End to end with real processes: a front `baton serve` (keyword engine) whose fallback engine is a
 second `baton serve` answering POST /v1/systemone (the "larger model"), agents over WebSocket,
-reviewers over HTTP; then kill -9 of the front with escalations pending and a resolution not yet
+reviewers over HTTP; a front whose fallback is a misbehaving server of the same wire (garbage,
+slow); then kill -9 of the front with escalations pending and a resolution not yet
 delivered, and a restart on the same log.
 
 Usage: processes_test.py BATON_BINARY
@@ -16,8 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import threading
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import websockets
 
@@ -142,6 +145,27 @@ async def resume(port, session, ack=False):
         return resumed, resolutions
 
 
+class misbehaving(BaseHTTPRequestHandler):
+    """A SystemOne server gone wrong: `garbage` answers 200 with what is not an answer, `slow`
+    answers after 3 s (past the front's fallback timeout)."""
+
+    mode = "garbage"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if misbehaving.mode == "slow":
+            time.sleep(3)
+        body = json.dumps({"model": "big-1", "answers": {"tool": {"type": "choice", "choice": "nonsense"}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
 def db_rows(db, query):
     out = subprocess.run([baton, "log", "sql", "--db", db, query], capture_output=True, text=True, timeout=30)
     return [json.loads(l) for l in out.stdout.splitlines()]
@@ -166,6 +190,29 @@ def main():
         finally:
             front.stop()
             back.stop()
+        faults(tmp, files)
+
+
+def faults(tmp, files):
+    """A fallback that answers garbage or too late fails closed, with the reason logged."""
+    wrong = ThreadingHTTPServer(("127.0.0.1", 0), misbehaving)
+    threading.Thread(target=wrong.serve_forever, daemon=True).start()
+    db = os.path.join(tmp, "faults.db")
+    front = server(tmp, f"server: {{listen: 127.0.0.1:0}}\n{files}log: {{path: {db}}}\n"
+                        f"routing: {{fallback: {{name: systemone, url: 'http://127.0.0.1:{wrong.server_address[1]}', "
+                        "timeout_ms: 1000, retries: 0}}\n", "faults")
+    try:
+        for mode, code in (("garbage", "BAD_UPSTREAM_RESPONSE"), ("slow", "FALLBACK_TIMEOUT")):
+            misbehaving.mode = mode
+            d = asyncio.run(decide(front.port, f"s-{mode}", "please refund the payment"))
+            check(d and d["action"] == "escalate" and d["lane"] == "fallback:on_engine_error"
+                  and d.get("error_code") == code, f"a fallback answering {mode}: {d}")
+            if d:
+                rows = db_rows(db, f"SELECT error_code, fallback_of FROM decisions WHERE id = '{d['decision']}'")
+                check(rows and rows[0]["error_code"] == code and rows[0]["fallback_of"], f"{mode} logged: {rows}")
+    finally:
+        check(front.stop() == 0, "graceful stop of the faults front")
+        wrong.shutdown()
 
 
 def run(front, back, front_db, back_db):
