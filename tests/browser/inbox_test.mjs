@@ -173,11 +173,11 @@ before(async () => {
 after(async () => {
   agent?.close();
   if (browser) await withTimeout(browser.close(), STOP_MS, "closing chromium").catch(() => browser.process()?.kill("SIGKILL"));
-  const { stopped, exit } = server ? await server.stop(STOP_MS) : { stopped: true, exit: "not started" };
-  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${server?.stderr ?? ""}\n`);
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-  assert.ok(stopped, `baton serve did not stop within ${STOP_MS} ms of SIGTERM`);
-  if (baseURL) assert.equal(exit, 0, "baton serve stops gracefully on SIGTERM (exit status 0)");
+  try {
+    await server?.stopChecked(STOP_MS, { listened: Boolean(baseURL), anyFailed });
+  } finally {
+    if (tmp) await rm(tmp, { recursive: true, force: true });
+  }
 });
 
 // A test whose failure also prints the server's log lines (in `after`); none may leave a

@@ -90,12 +90,11 @@ before(async () => {
 });
 
 after(async () => {
-  const { stopped, exit } = server ? await server.stop(STOP_MS) : { stopped: true, exit: "not started" };
-  if (anyFailed || !stopped || (baseURL && exit !== 0)) process.stderr.write(`--- baton serve stderr ---\n${server?.stderr ?? ""}\n`);
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-  assert.ok(stopped, `baton serve did not stop within ${STOP_MS} ms of SIGTERM`);
-  // A server that never listened has already failed `before`, with its status and log lines.
-  if (baseURL) assert.equal(exit, 0, "baton serve stops gracefully on SIGTERM (exit status 0)");
+  try {
+    await server?.stopChecked(STOP_MS, { listened: Boolean(baseURL), anyFailed });
+  } finally {
+    if (tmp) await rm(tmp, { recursive: true, force: true });
+  }
 });
 
 // A test whose failure also prints the server's log lines (in `after`).

@@ -1,5 +1,6 @@
 // `baton serve` as a child process for the Node tests (tests/sdk, tests/browser): started on the
 // port its config names (0: any), its address read from the line it prints, stopped with SIGTERM.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 
 export class baton_process {
@@ -59,6 +60,18 @@ export class baton_process {
       await exited(child, ms);
     }
     return { stopped, exit: child.exitCode ?? child.signalCode };
+  }
+
+  // For a test file's `after`: stops it, prints its log lines when a test failed or it did not
+  // stop cleanly, and asserts a graceful stop (exit 0) of a server that listened.
+  async stopChecked(ms, { listened, anyFailed }) {
+    const { stopped, exit } = await this.stop(ms);
+    if (anyFailed || !stopped || (listened && exit !== 0)) {
+      process.stderr.write(`--- baton serve stderr ---\n${this.stderr}\n`);
+    }
+    assert.ok(stopped, `baton serve did not stop within ${ms} ms of SIGTERM`);
+    // A server that never listened has already failed `before`, with its status and log lines.
+    if (listened) assert.equal(exit, 0, "baton serve stops gracefully on SIGTERM (exit status 0)");
   }
 }
 
