@@ -72,8 +72,8 @@ class escalation_desk {
   void raised(const log::escalation_record& r);
 
   using resolved_callback = std::function<void(result<json>)>;
-  // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 VERSION_CHANGED (unless forced),
-  // 422 INVALID_RESOLUTION, or the log's error. `done` gets the resolution object once it is
+  // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409
+  // VERSION_CHANGED (unless forced), 422 INVALID_RESOLUTION, or the log's error. `done` gets the resolution object once it is
   // durable, on an I/O thread.
   void resolve(const std::string& id, resolve_input in, const std::string& reviewer, resolved_callback done);
 
@@ -83,9 +83,10 @@ class escalation_desk {
   result<std::string> get_json(const std::string& id) const;
 
   // The agent side, on the connection's strand. attach() (when one of the session's decisions
-  // escalates, and on `resume`): this connection takes the session's resolutions from now on. When `resend` (a `resume`), also says which of its escalations are
-  // pending and which resolutions wait for the agent's acknowledgement (the caller sends them and
-  // awaits their agent-run tools' results).
+  // escalates, and on `resume`): this connection takes the session's resolutions from now on.
+  // When `resend` (a `resume`), also says which of its escalations are pending and which
+  // resolutions wait for the agent's acknowledgement (the caller sends them and awaits their
+  // agent-run tools' results).
   struct attached {
     std::vector<std::string> pending;
     std::vector<std::string> frames;                            // {"type":"resolution",…}
@@ -93,7 +94,8 @@ class escalation_desk {
   };
   attached attach(const std::string& session, const std::shared_ptr<agent_connection>& c, bool resend);
   // The agent acknowledged a resolution of one of its sessions (`owner` scopes them, as in the
-  // session table). 404 UNKNOWN_RESOLUTION when none such waits for its acknowledgement.
+  // session table). Acknowledging one again is no error; 404 UNKNOWN_RESOLUTION for one that is
+  // not this owner's.
   result<void> acknowledge(const std::string& resolution, const std::string& owner);
 
   // The most escalations a list or a snapshot holds (oldest first).
