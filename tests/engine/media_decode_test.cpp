@@ -6,7 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <numbers>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+}
 
 #include "engine/clef/core/safetensors.hpp"
 #include "engine/media/decode.hpp"
@@ -105,6 +113,228 @@ TEST(media_decode, an_audio_file_is_not_a_video) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().status, 422);
   EXPECT_NE(r.error().message.find("not a decodable video: no video stream"), std::string::npos) << r.error().message;
+}
+
+// The formats the shared vectors lack, made by FFmpeg's own encoders and muxers in memory.
+// `fill` writes frame i into an allocated frame; returns false when there are no more.
+std::vector<std::byte> encode(const char* encoder, const char* muxer, const std::function<void(AVCodecContext*)>& setup,
+                              const std::function<bool(AVCodecContext*, AVFrame*, int)>& fill) {
+  const AVCodec* codec = avcodec_find_encoder_by_name(encoder);
+  if (codec == nullptr) throw std::runtime_error(std::string("no encoder ") + encoder);
+  AVCodecContext* ctx = avcodec_alloc_context3(codec);
+  setup(ctx);
+  if (avcodec_open2(ctx, codec, nullptr) < 0) throw std::runtime_error(std::string("cannot open ") + encoder);
+  AVFormatContext* out = nullptr;
+  avformat_alloc_output_context2(&out, nullptr, muxer, nullptr);
+  AVStream* stream = avformat_new_stream(out, nullptr);
+  avcodec_parameters_from_context(stream->codecpar, ctx);
+  stream->time_base = ctx->time_base;
+  avio_open_dyn_buf(&out->pb);
+  if (avformat_write_header(out, nullptr) < 0) throw std::runtime_error(std::string("cannot mux ") + muxer);
+  AVPacket* packet = av_packet_alloc();
+  const auto drain = [&] {
+    while (avcodec_receive_packet(ctx, packet) == 0) {
+      // Video frames last one tick of the codec's time base; MP4 drops a last sample of length 0.
+      if (ctx->codec_type == AVMEDIA_TYPE_VIDEO && packet->duration == 0) packet->duration = 1;
+      av_packet_rescale_ts(packet, ctx->time_base, stream->time_base);
+      packet->stream_index = 0;
+      av_interleaved_write_frame(out, packet);
+    }
+  };
+  for (int i = 0;; ++i) {
+    AVFrame* frame = av_frame_alloc();
+    if (!fill(ctx, frame, i)) {
+      av_frame_free(&frame);
+      break;
+    }
+    avcodec_send_frame(ctx, frame);
+    av_frame_free(&frame);
+    drain();
+  }
+  avcodec_send_frame(ctx, nullptr);
+  drain();
+  av_write_trailer(out);
+  std::uint8_t* data = nullptr;
+  const int size = avio_close_dyn_buf(out->pb, &data);
+  std::vector<std::byte> bytes(reinterpret_cast<std::byte*>(data), reinterpret_cast<std::byte*>(data) + size);
+  av_free(data);
+  av_packet_free(&packet);
+  avformat_free_context(out);
+  avcodec_free_context(&ctx);
+  return bytes;
+}
+
+constexpr int image_width = 48, image_height = 32;
+
+// A colour gradient (`inverted` for a GIF's second frame), RGB24.
+std::vector<std::uint8_t> gradient(bool inverted) {
+  std::vector<std::uint8_t> rgb(image_width * image_height * 3);
+  for (int y = 0; y < image_height; ++y) {
+    for (int x = 0; x < image_width; ++x) {
+      std::uint8_t* p = &rgb[(y * image_width + x) * 3];
+      p[0] = static_cast<std::uint8_t>(x * 5);
+      p[1] = static_cast<std::uint8_t>(y * 7);
+      p[2] = 128;
+      if (inverted) std::transform(p, p + 3, p, [](std::uint8_t v) { return static_cast<std::uint8_t>(255 - v); });
+    }
+  }
+  return rgb;
+}
+
+std::vector<std::byte> encode_image(const char* encoder, const char* muxer, AVPixelFormat format, int frames) {
+  const auto setup = [&](AVCodecContext* c) {
+    c->width = image_width;
+    c->height = image_height;
+    c->pix_fmt = format;
+    c->time_base = {1, 10};
+    c->color_range = format == AV_PIX_FMT_YUVJ420P ? AVCOL_RANGE_JPEG : AVCOL_RANGE_UNSPECIFIED;
+  };
+  const auto fill = [&](AVCodecContext* c, AVFrame* f, int i) {
+    if (i == frames) return false;
+    f->width = c->width;
+    f->height = c->height;
+    f->format = c->pix_fmt;
+    f->pts = i;
+    av_frame_get_buffer(f, 0);
+    const auto rgb = gradient(i > 0);
+    SwsContext* sws = sws_getContext(c->width, c->height, AV_PIX_FMT_RGB24, c->width, c->height, c->pix_fmt,
+                                     SWS_BICUBIC, nullptr, nullptr, nullptr);
+    const std::uint8_t* planes[1] = {rgb.data()};
+    const int strides[1] = {image_width * 3};
+    sws_scale(sws, planes, strides, 0, c->height, f->data, f->linesize);
+    sws_freeContext(sws);
+    return true;
+  };
+  return encode(encoder, muxer, setup, fill);
+}
+
+double mean_abs_difference(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want) {
+  double sum = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) sum += std::abs(int{got[i]} - int{want[i]});
+  return sum / static_cast<double>(want.size());
+}
+
+TEST(media_decode, jpeg_webp_gif_and_png_made_by_ffmpeg) {
+  struct format {
+    const char* encoder;
+    const char* muxer;
+    AVPixelFormat pixels;
+    int frames;
+    double tolerance;  // mean |difference| in levels: lossy, or GIF's 3-3-2 bit rgb8 palette
+  };
+  for (const format& f : {format{"png", "image2pipe", AV_PIX_FMT_RGB24, 1, 0},
+                          format{"mjpeg", "image2pipe", AV_PIX_FMT_YUVJ420P, 1, 4},
+                          format{"libwebp", "webp", AV_PIX_FMT_YUV420P, 1, 6},
+                          format{"gif", "gif", AV_PIX_FMT_RGB8, 2, 32}}) {
+    const auto got = get(decode_image(encode_image(f.encoder, f.muxer, f.pixels, f.frames)));
+    ASSERT_EQ(got.height, image_height) << f.encoder;
+    ASSERT_EQ(got.width, image_width) << f.encoder;
+    const double diff = mean_abs_difference(got.pixels, gradient(false));
+    EXPECT_LE(diff, f.tolerance) << f.encoder;
+    if (f.frames > 1) {
+      EXPECT_LT(diff * 3, mean_abs_difference(got.pixels, gradient(true))) << "not the first frame";
+    }
+  }
+}
+
+// One second of a 440 Hz sine at half scale in both channels of a stereo file.
+std::vector<std::byte> encode_sine(const char* encoder, const char* muxer, AVSampleFormat format, int rate) {
+  const auto setup = [&](AVCodecContext* c) {
+    c->sample_rate = rate;
+    c->sample_fmt = format;
+    c->ch_layout = AV_CHANNEL_LAYOUT_STEREO;
+    c->time_base = {1, rate};
+    c->bit_rate = 128000;
+  };
+  int done = 0;
+  const auto fill = [&](AVCodecContext* c, AVFrame* f, int) {
+    if (done >= rate) return false;
+    f->nb_samples = c->frame_size > 0 ? c->frame_size : 1024;
+    f->format = c->sample_fmt;
+    f->sample_rate = rate;
+    av_channel_layout_copy(&f->ch_layout, &c->ch_layout);
+    f->pts = done;
+    av_frame_get_buffer(f, 0);
+    for (int i = 0; i < f->nb_samples; ++i, ++done) {
+      const float v = done < rate ? 0.5f * std::sin(2 * std::numbers::pi_v<float> * 440 * done / rate) : 0.0f;
+      for (int ch = 0; ch < 2; ++ch) {
+        switch (format) {
+          case AV_SAMPLE_FMT_S16: reinterpret_cast<std::int16_t*>(f->data[0])[i * 2 + ch] = static_cast<std::int16_t>(v * 32767); break;
+          case AV_SAMPLE_FMT_FLT: reinterpret_cast<float*>(f->data[0])[i * 2 + ch] = v; break;
+          case AV_SAMPLE_FMT_FLTP: reinterpret_cast<float*>(f->data[ch])[i] = v; break;
+          default: throw std::runtime_error("sample format");
+        }
+      }
+    }
+    return true;
+  };
+  return encode(encoder, muxer, setup, fill);
+}
+
+TEST(media_decode, mp3_flac_opus_and_vorbis_made_by_ffmpeg_to_16k_mono) {
+  struct format {
+    const char* encoder;
+    const char* muxer;
+    AVSampleFormat samples;
+    int rate;
+  };
+  for (const format& f : {format{"flac", "flac", AV_SAMPLE_FMT_S16, 44100},
+                          format{"libmp3lame", "mp3", AV_SAMPLE_FMT_FLTP, 44100},
+                          format{"libopus", "ogg", AV_SAMPLE_FMT_FLT, 48000},
+                          format{"libvorbis", "ogg", AV_SAMPLE_FMT_FLTP, 44100}}) {
+    const auto got = get(decode_audio(encode_sine(f.encoder, f.muxer, f.samples, f.rate)));
+    // One second at 16 kHz, give or take the codec's padding to whole frames.
+    EXPECT_NEAR(static_cast<double>(got.size()), 16000, 1200) << f.encoder;
+    // The mean of two equal channels is the sine itself: RMS 0.5 / sqrt(2) away from the edges.
+    double energy = 0;
+    for (std::size_t i = 4000; i < 12000; ++i) energy += double{got[i]} * got[i];
+    EXPECT_NEAR(std::sqrt(energy / 8000), 0.5 / std::numbers::sqrt2, 0.02) << f.encoder;
+  }
+}
+
+// `seconds` of MPEG-4 video in MP4 at `fps`, frame i a flat grey of luma 16 + i * step.
+std::vector<std::byte> encode_greys(int fps, int seconds, int step) {
+  const auto setup = [&](AVCodecContext* c) {
+    c->width = image_width;
+    c->height = image_height;
+    c->pix_fmt = AV_PIX_FMT_YUV420P;
+    c->time_base = {1, fps};
+    c->gop_size = 1;  // intra only: every grey exact to the quantiser
+  };
+  const auto fill = [&](AVCodecContext* c, AVFrame* f, int i) {
+    if (i == fps * seconds) return false;
+    f->width = c->width;
+    f->height = c->height;
+    f->format = c->pix_fmt;
+    f->pts = i;
+    av_frame_get_buffer(f, 0);
+    for (int plane = 0; plane < 3; ++plane) {
+      const int rows = plane == 0 ? c->height : c->height / 2;
+      std::memset(f->data[plane], plane == 0 ? 16 + i * step : 128, static_cast<std::size_t>(f->linesize[plane] * rows));
+    }
+    return true;
+  };
+  return encode("mpeg4", "mp4", setup, fill);
+}
+
+// Which source frames were sampled, from the grey of each (BT.601 limited range to full).
+std::vector<int> grey_indices(const rgb_frames& got, int step) {
+  std::vector<int> out;
+  const std::size_t frame = static_cast<std::size_t>(got.height * got.width * 3);
+  for (std::int64_t t = 0; t < got.frames; ++t) {
+    const double luma = got.pixels[static_cast<std::size_t>(t) * frame + frame / 2] * 219.0 / 255.0;
+    out.push_back(static_cast<int>(std::lround(luma / step)));
+  }
+  return out;
+}
+
+TEST(media_decode, video_is_sampled_at_2_frames_per_second_whatever_its_rate) {
+  const auto fast = get(decode_video(encode_greys(25, 3, 2)));
+  EXPECT_FALSE(fast.has_audio);
+  EXPECT_EQ(grey_indices(fast.frames, 2), (std::vector<int>{0, 12, 25, 37, 50, 62}));
+  // Under 2 fps each frame is on screen at two sample times.
+  const auto slow = get(decode_video(encode_greys(1, 3, 40)));
+  EXPECT_EQ(grey_indices(slow.frames, 40), (std::vector<int>{0, 0, 1, 1, 2, 2}));
 }
 
 using decoder = std::function<result<void>(std::span<const std::byte>, const limits&)>;
