@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -117,6 +118,11 @@ struct job {
   error too_large(const std::string& what) const {
     return make_error(413, "MEDIA_TOO_LARGE", std::string(kind) + " " + what);
   }
+  error too_long() const {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", lim.max_seconds);
+    return too_large(std::string("is longer than ") + seconds + " s");
+  }
   error timed_out() const {
     return make_error(504, "MEDIA_TIMEOUT", std::string(kind) + " took longer than " +
                                                 std::to_string(lim.time_budget.count()) + " ms to decode");
@@ -163,9 +169,9 @@ result<void> open_input(input& in, std::span<const std::byte> bytes, const job& 
   if (const int rc = avformat_open_input(&f, nullptr, nullptr, nullptr); rc < 0) return j.failed("open", rc);
   in.format.reset(f);
   if (const int rc = avformat_find_stream_info(f, nullptr); rc < 0) return j.failed("stream info", rc);
-  if (j.lim.max_seconds > 0 && f->duration != AV_NOPTS_VALUE &&
-      static_cast<double>(f->duration) / AV_TIME_BASE > j.lim.max_seconds) {
-    return j.too_large("is longer than " + std::to_string(j.lim.max_seconds) + " s");
+  // The container's own claim refuses a long input early; the decoders check what they produce.
+  if (f->duration != AV_NOPTS_VALUE && static_cast<double>(f->duration) / AV_TIME_BASE > j.lim.max_seconds) {
+    return j.too_long();
   }
   return {};
 }
@@ -251,8 +257,11 @@ result<void> run_decoders(input& in, std::span<stream_decoder*> decoders, const 
   return {};
 }
 
-// Converts decoded frames to packed RGB24 at their own size, honouring the frame's colour matrix
-// and range (BT.601 limited when unspecified, swscale's default).
+// Converts decoded frames to packed RGB24 at their own size with the frame's colour matrix and
+// range; unstated, swscale's defaults: BT.601, and the range the pixel format implies (full for
+// JPEG's yuvj, limited for other YUV). No resize, so the flags only matter for chroma upsampling,
+// and plain SWS_BICUBIC keeps swscale's unscaled YUV to RGB path, which the Clef reference's
+// decodes match to the bit (accurate_rnd or full_chroma_int differ by up to 136 levels).
 class rgb_converter {
  public:
   result<void> convert(const AVFrame* f, std::uint8_t* out, const job& j) {
@@ -260,17 +269,17 @@ class rgb_converter {
                                     f->width, f->height, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr,
                                     nullptr));
     if (!ctx_) return j.invalid("unsupported pixel format");
-    const int space = f->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : f->colorspace;
-    const int* coefficients = sws_getCoefficients(space);
-    const int full_range = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
-    // Formats without a range of their own (RGB, palettes) keep theirs; only YUV input is told.
     int* inv_table = nullptr;
     int* table = nullptr;
     int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
     if (sws_getColorspaceDetails(ctx_.get(), &inv_table, &src_range, &table, &dst_range, &brightness, &contrast,
-                                 &saturation) >= 0) {
-      sws_setColorspaceDetails(ctx_.get(), coefficients, full_range, table, 1, brightness, contrast, saturation);
+                                 &saturation) < 0) {
+      return j.invalid("unsupported pixel format");
     }
+    const int space = f->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : f->colorspace;
+    if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
+    sws_setColorspaceDetails(ctx_.get(), sws_getCoefficients(space), src_range, table, dst_range, brightness,
+                             contrast, saturation);
     std::uint8_t* planes[1] = {out};
     const int strides[1] = {f->width * 3};
     if (sws_scale(ctx_.get(), f->data, f->linesize, 0, f->height, planes, strides) != f->height) {
@@ -327,10 +336,6 @@ class mono_resampler {
     const int room = swr_get_out_samples(ctx_.get(), samples);
     if (room < 0) return j.failed("resample", room);
     const std::size_t old = out_.size();
-    const double seconds = static_cast<double>(old + static_cast<std::size_t>(room)) / audio_sample_rate;
-    if (j.lim.max_seconds > 0 && seconds > j.lim.max_seconds + 1) {
-      return j.too_large("is longer than " + std::to_string(j.lim.max_seconds) + " s");
-    }
     out_.resize(old + static_cast<std::size_t>(room));
     auto* dst = reinterpret_cast<std::uint8_t*>(out_.data() + old);
     const int got = swr_convert(ctx_.get(), &dst, room, in, samples);
@@ -339,6 +344,7 @@ class mono_resampler {
       return j.failed("resample", got);
     }
     out_.resize(old + static_cast<std::size_t>(got));
+    if (static_cast<double>(out_.size()) / audio_sample_rate > j.lim.max_seconds) return j.too_long();
     return {};
   }
 
@@ -450,7 +456,7 @@ result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) 
   // Appends `shown` once for every sample time before `until` (in time_base, from origin).
   const auto emit_until = [&](std::int64_t until) -> result<void> {
     while (av_compare_ts(next_sample, sample_period, until, time_base) < 0) {
-      if (next_sample == max_samples) return j.too_large("is longer than " + std::to_string(lim.max_seconds) + " s");
+      if (next_sample == max_samples) return j.too_long();
       const AVFrame* f = shown.get();
       if (out.frames.frames == 0) {
         if (auto r = check_pixels(f->width, f->height, j); !r) return r;

@@ -40,7 +40,8 @@ struct video {
   std::vector<float> audio;  // 16 kHz mono when has_audio
 };
 
-// PNG, JPEG, WebP or GIF (its first frame) to [1, H, W, 3]. 422 INVALID_MEDIA when not decodable.
+// PNG, JPEG, WebP or GIF (its first frame) to [1, H, W, 3], alpha dropped. 422 INVALID_MEDIA when
+// not decodable.
 result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& lim = {});
 
 // WAV, MP3, FLAC, Ogg (Opus, Vorbis) or AAC to 16 kHz mono float in [-1, 1]. Several channels are
