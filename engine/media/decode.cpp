@@ -465,6 +465,10 @@ result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) 
       } else if (f->width != out.frames.width || f->height != out.frames.height) {
         return j.invalid("the frame size changes mid-stream");
       }
+      if ((out.frames.frames + 1) * f->width * f->height > lim.max_video_pixels) {
+        return j.too_large("has more than " + std::to_string(lim.max_video_pixels) + " pixels in its " +
+                           std::to_string(out.frames.frames + 1) + " sampled frames");
+      }
       const std::size_t frame_bytes = static_cast<std::size_t>(f->width) * static_cast<std::size_t>(f->height) * 3;
       out.frames.pixels.resize(out.frames.pixels.size() + frame_bytes);
       if (auto r = rgb.convert(f, out.frames.pixels.data() + out.frames.pixels.size() - frame_bytes, j); !r) return r;

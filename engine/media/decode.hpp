@@ -17,6 +17,8 @@ namespace baton::media {
 struct limits {
   std::size_t max_bytes = 64u << 20;
   std::int64_t max_pixels = 3840 * 2160;  // per frame, before any resize
+  // A video's sampled frames together (what decode_video holds in memory: 3 bytes each).
+  std::int64_t max_video_pixels = std::int64_t{1} << 28;
   double max_seconds = 600;               // audio and video duration
   // Wall time for one decode, checked between packets and inside FFmpeg's blocking calls (504).
   std::chrono::milliseconds time_budget{30000};

@@ -420,6 +420,10 @@ TEST(media_decode, limits_give_413_naming_the_limit) {
   ASSERT_FALSE(wav);
   EXPECT_EQ(wav.error().status, 413);
   EXPECT_EQ(wav.error().message, "audio is longer than 2 s");
+  const auto many = decode_video(file_bytes("clip_sound_2s.mp4"), {.max_video_pixels = 3 * 352 * 384});
+  ASSERT_FALSE(many);
+  EXPECT_EQ(many.error().status, 413);
+  EXPECT_EQ(many.error().message, "video has more than 405504 pixels in its 4 sampled frames");
   const auto mp4 = decode_video(file_bytes("clip_sound_2s.mp4"), {.time_budget = std::chrono::milliseconds(0)});
   ASSERT_FALSE(mp4);
   EXPECT_EQ(mp4.error().status, 504);
