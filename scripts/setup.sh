@@ -21,6 +21,7 @@ packages=(
   libspdlog-dev        # the server's log lines
   libsqlite3-dev       # the decision log
   zlib1g-dev           # gzip request bodies on the SystemOne HTTP API
+  libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev  # engine/media: FFmpeg decodes images, audio, video
   python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
   chromium             # tests/browser: the reviewer inbox page, headless, driven by playwright-core

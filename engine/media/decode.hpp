@@ -1,0 +1,58 @@
+// Media decoding with FFmpeg's libraries, from bytes in memory (no temporary files): images to RGB,
+// audio to 16 kHz mono float, videos to RGB frames sampled at 2 per second plus their soundtrack.
+// Not wired into requests yet: they still refuse media with 422 media_unsupported.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace baton::media {
+
+// Bounds on untrusted input; each breach is an error naming the limit (413), never a crash.
+struct limits {
+  std::size_t max_bytes = 64u << 20;
+  std::int64_t max_pixels = 3840 * 2160;  // per frame, before any resize
+  // A video's sampled frames together (what decode_video holds in memory: 3 bytes each).
+  std::int64_t max_video_pixels = std::int64_t{1} << 28;
+  double max_seconds = 600;               // audio and video duration
+  // Wall time for one decode, checked between packets and inside FFmpeg's blocking calls (504).
+  std::chrono::milliseconds time_budget{30000};
+};
+
+inline constexpr int audio_sample_rate = 16000;
+// Qwen3-Omni's video frame rate (qwen_omni_utils' FPS); the Clef reference's decodes match it.
+inline constexpr int video_sample_fps = 2;
+
+// Row-major [frames, height, width, 3] uint8 RGB.
+struct rgb_frames {
+  std::vector<std::uint8_t> pixels;
+  std::int64_t frames = 0;
+  std::int64_t height = 0;
+  std::int64_t width = 0;
+};
+
+struct video {
+  rgb_frames frames;         // video_sample_fps frames per second of the source
+  bool has_audio = false;
+  std::vector<float> audio;  // 16 kHz mono when has_audio
+};
+
+// PNG, JPEG, WebP or GIF (its first frame) to [1, H, W, 3], alpha dropped. 422 INVALID_MEDIA when
+// not decodable.
+result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& lim = {});
+
+// WAV, MP3, FLAC, Ogg (Opus, Vorbis) or AAC to 16 kHz mono float in [-1, 1]. Several channels are
+// mixed to their mean.
+result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const limits& lim = {});
+
+// Samples the frame on screen at each time k / 2 s from the first frame's timestamp, k = 0, 1, …
+// while k / 2 s is before the end of the last frame: a 10 fps clip gives frames 0, 5, 10, 15, …,
+// a 1 fps one repeats each frame twice. Whatever the source's rate, and exact for variable rates.
+result<video> decode_video(std::span<const std::byte> bytes, const limits& lim = {});
+
+}  // namespace baton::media
