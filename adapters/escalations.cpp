@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <future>
+#include <unordered_map>
 
 #include "adapters/agent_protocol.hpp"
 #include "adapters/agent_service.hpp"
@@ -232,6 +233,29 @@ struct escalation_desk::reader {
     return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db.get()));
   }
 
+  // The resolutions `selection` picks (SQL over `resolutions r`: WHERE and ORDER BY, and a `LIMIT ?`
+  // when `limit` is given), each with its escalation: two queries however many there are.
+  result<std::vector<std::pair<log::resolution_record, log::escalation_record>>> resolutions(
+      const std::string& selection, std::optional<std::int64_t> limit = std::nullopt) const {
+    std::vector<std::pair<log::resolution_record, log::escalation_record>> out;
+    auto read = query(("SELECT r.* FROM resolutions r " + selection).c_str(), std::nullopt,
+                      [&](const auto& row) { out.emplace_back(resolution_from(row), log::escalation_record{}); }, limit);
+    if (!read) return read.error();
+    std::unordered_map<std::string, log::escalation_record> escalations;
+    read = query(("SELECT * FROM escalations WHERE id IN (SELECT r.escalation FROM resolutions r " + selection + ")").c_str(),
+                 std::nullopt,
+                 [&](const auto& row) {
+                   log::escalation_record e = escalation_from(row);
+                   escalations.emplace(e.id, std::move(e));
+                 },
+                 limit);
+    if (!read) return read.error();
+    for (auto& [r, e] : out) {
+      if (const auto it = escalations.find(r.escalation); it != escalations.end()) e = it->second;
+    }
+    return out;
+  }
+
   // The escalation `id` and its resolution, if any.
   result<std::optional<std::pair<log::escalation_record, std::optional<log::resolution_record>>>> find(
       const std::string& id) const {
@@ -252,14 +276,28 @@ escalation_desk::escalation_desk(log::decision_log& log, escalation_routing rout
 
 escalation_desk::~escalation_desk() = default;
 
-std::optional<std::string> escalation_desk::executor_of(const std::string& tool) const {
-  const auto it = routing_.executors.find(tool);
-  if (it == routing_.executors.end()) return std::nullopt;
-  return std::string(it->second->kind());
+tools::executor* escalation_desk::executor_for(const log::resolution_record& r) const {
+  if (r.outcome != "execute") return nullptr;
+  const auto it = routing_.executors.find(r.tool);
+  return it == routing_.executors.end() ? nullptr : it->second.get();
+}
+
+escalation_desk::waiting escalation_desk::waiting_for(const log::resolution_record& r, const log::escalation_record& e,
+                                                      const json& resolution) const {
+  waiting w;
+  w.session = e.session;
+  w.decision = e.decision;
+  w.frame = render_json(json{{"type", "resolution"}, {"resolution", resolution}}, false);
+  if (const tools::executor* ex = executor_for(r); ex && ex->agent_runs()) w.tool = r.tool;
+  return w;
+}
+
+void escalation_desk::run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e) {
+  if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e.decision, e.session, r.tool, r.arguments);
 }
 
 json escalation_desk::resolution_json(const log::resolution_record& r, const log::escalation_record& e) const {
-  const auto ex = r.outcome == "execute" ? executor_of(r.tool) : std::nullopt;
+  const tools::executor* ex = executor_for(r);
   return json{{"id", r.id},
               {"escalation", r.escalation},
               {"decision", e.decision},
@@ -274,7 +312,7 @@ json escalation_desk::resolution_json(const log::resolution_record& r, const log
               {"forced", r.forced},
               {"created_at", iso_utc(r.created_ms)},
               {"created_ms", r.created_ms},
-              {"executor", ex ? json(*ex) : json()}};
+              {"executor", ex ? json(ex->kind()) : json()}};
 }
 
 json escalation_desk::escalation_json(const log::escalation_record& r, const json& resolution) const {
@@ -352,17 +390,9 @@ void escalation_desk::start() {
       "ORDER BY seq",
       std::nullopt, [&](const auto& row) { pending.push_back(escalation_from(row)); });
   if (!read) throw error_exception(read.error());
-  std::vector<std::pair<log::resolution_record, log::escalation_record>> unacknowledged;
-  read = reader_->query(
-      "SELECT r.* FROM resolutions r WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) "
-      "ORDER BY r.seq",
-      std::nullopt, [&](const auto& row) { unacknowledged.emplace_back(resolution_from(row), log::escalation_record{}); });
-  if (!read) throw error_exception(read.error());
-  for (auto& [res, esc] : unacknowledged) {
-    auto found = reader_->find(res.escalation);
-    if (!found) throw error_exception(found.error());
-    if (*found) esc = (*found)->first;
-  }
+  auto unacknowledged = reader_->resolutions(
+      "WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) ORDER BY r.seq");
+  if (!unacknowledged) throw error_exception(unacknowledged.error());
 
   std::size_t expired = 0;
   for (log::escalation_record& e : pending) {
@@ -381,23 +411,11 @@ void escalation_desk::start() {
     ++expired;
     if (!ok) continue;
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
-    if (const auto ex = routing_.executors.find(res.tool);
-        res.outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
-      run_tool(*ex->second, owned->record.decision, owned->record.session, res.tool, res.arguments);
-    }
-    unacknowledged.emplace_back(std::move(res), owned->record);
+    run_if_baton_runs(res, owned->record);
+    unacknowledged->emplace_back(std::move(res), owned->record);
   }
-  for (auto& [res, esc] : unacknowledged) {
-    waiting w;
-    w.session = esc.session;
-    w.decision = esc.decision;
-    const json object = resolution_json(res, esc);
-    w.frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
-    if (res.outcome == "execute") {
-      const auto ex = routing_.executors.find(res.tool);
-      if (ex != routing_.executors.end() && ex->second->agent_runs()) w.tool = res.tool;
-    }
-    waiting_.emplace(res.id, std::move(w));
+  for (const auto& [res, esc] : *unacknowledged) {
+    waiting_.emplace(res.id, waiting_for(res, esc, resolution_json(res, esc)));
   }
   for (auto& [id, e] : pending_) arm(*e);
   if (!pending_.empty() || !waiting_.empty() || expired) {
@@ -560,6 +578,7 @@ void escalation_desk::write_resolution(const std::string& id, log::resolution_re
 
 void escalation_desk::finish(const std::string& id, log::resolution_record r, result<void> written,
                              resolved_callback done) {
+  std::optional<log::escalation_record> e;
   std::optional<waiting> w;
   json object;
   std::optional<error> failed;
@@ -572,23 +591,18 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
       it->second->resolving = false;
       failed = written.error();
     } else {
-      const log::escalation_record e = std::move(it->second->record);
+      e = std::move(it->second->record);
       if (it->second->timer) it->second->timer->cancel();
       pending_.erase(it);
       if (!written) {
         // Another baton on the same log resolved it first.
         failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
       } else {
-        object = resolution_json(r, e);
-        w.emplace();
-        w->session = e.session;
-        w->decision = e.decision;
-        w->frame = render_json(json{{"type", "resolution"}, {"resolution", object}}, false);
-        const auto ex = routing_.executors.find(r.tool);
-        if (r.outcome == "execute" && ex != routing_.executors.end() && ex->second->agent_runs()) w->tool = r.tool;
+        object = resolution_json(r, *e);
+        w = waiting_for(r, *e, object);
         waiting_.emplace(r.id, *w);
         // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
-        broadcast_locked(render_json(json{{"type", "resolved"}, {"escalation", escalation_json(e, object)}}, false));
+        broadcast_locked(render_json(json{{"type", "resolved"}, {"escalation", escalation_json(*e, object)}}, false));
       }
     }
   }
@@ -596,10 +610,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
   spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
   deliver(*w);
   // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
-  if (const auto ex = routing_.executors.find(r.tool);
-      r.outcome == "execute" && ex != routing_.executors.end() && !ex->second->agent_runs()) {
-    run_tool(*ex->second, w->decision, w->session, r.tool, r.arguments);
-  }
+  run_if_baton_runs(r, *e);
   done(result<json>(boost::system::in_place_value, std::move(object)));
 }
 
@@ -755,18 +766,9 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
     }
   }
   if (status != "pending") {
-    std::vector<std::string> ids;
-    auto read = reader_->query("SELECT escalation FROM resolutions ORDER BY seq DESC LIMIT ?", std::nullopt,
-                               [&](const auto& row) { ids.push_back(text(row, "escalation")); },
-                               static_cast<std::int64_t>(limit));
-    if (!read) return read.error();
-    for (const std::string& id : ids) {
-      auto found = reader_->find(id);
-      if (!found) return found.error();
-      if (!*found || !(*found)->second) continue;
-      const auto& [e, r] = **found;
-      list.push_back(escalation_json(e, resolution_json(*r, e)));
-    }
+    auto resolved = reader_->resolutions("ORDER BY r.seq DESC LIMIT ?", static_cast<std::int64_t>(limit));
+    if (!resolved) return resolved.error();
+    for (const auto& [r, e] : *resolved) list.push_back(escalation_json(e, resolution_json(r, e)));
   }
   return render_json(json{{"escalations", std::move(list)}}, false);
 }

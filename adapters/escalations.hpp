@@ -125,7 +125,10 @@ class escalation_desk {
   void broadcast_locked(const std::string& frame);  // with mutex_ held
   json escalation_json(const log::escalation_record& r, const json& resolution) const;
   json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
-  std::optional<std::string> executor_of(const std::string& tool) const;
+  // The executor an `execute` resolution's tool has (null for a deny, or for finish).
+  tools::executor* executor_for(const log::resolution_record& r) const;
+  waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e, const json& resolution) const;
+  void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
 
   struct reader;
   log::decision_log& log_;
