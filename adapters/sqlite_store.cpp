@@ -1,7 +1,6 @@
 // The decision log's SQLite store: schema migrations, the chain, and one transaction per batch.
 #include <algorithm>
 #include <array>
-#include <type_traits>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -310,7 +309,7 @@ struct row_text {
   std::string created_at, deadline_at, arguments, proposal, output, candidates;
 };
 
-void decision_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
+void fill_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
   t.created_at = iso_utc(r.created_ms);
   row = {
       {"seq", std::int64_t{0}},
@@ -347,7 +346,7 @@ void decision_row(const decision_record& r, bool store_state, row_text& t, std::
   };
 }
 
-void tool_run_row(const tool_run_record& r, bool, row_text& t, std::vector<column_value>& row) {
+void fill_row(const tool_run_record& r, bool, row_text& t, std::vector<column_value>& row) {
   t.created_at = iso_utc(r.created_ms);
   row = {
       {"seq", std::int64_t{0}},
@@ -368,7 +367,7 @@ void tool_run_row(const tool_run_record& r, bool, row_text& t, std::vector<colum
   };
 }
 
-void escalation_row(const escalation_record& r, bool, row_text& t, std::vector<column_value>& row) {
+void fill_row(const escalation_record& r, bool, row_text& t, std::vector<column_value>& row) {
   t.created_at = iso_utc(r.created_ms);
   t.deadline_at = iso_utc(r.deadline_ms);
   t.arguments.clear();
@@ -400,7 +399,7 @@ void escalation_row(const escalation_record& r, bool, row_text& t, std::vector<c
   };
 }
 
-void resolution_row(const resolution_record& r, bool, row_text& t, std::vector<column_value>& row) {
+void fill_row(const resolution_record& r, bool, row_text& t, std::vector<column_value>& row) {
   t.created_at = iso_utc(r.created_ms);
   t.arguments.clear();
   render_json(r.arguments, t.arguments, false);
@@ -424,7 +423,7 @@ void resolution_row(const resolution_record& r, bool, row_text& t, std::vector<c
   };
 }
 
-void delivery_row(const delivery_record& r, bool, row_text& t, std::vector<column_value>& row) {
+void fill_row(const delivery_record& r, bool, row_text& t, std::vector<column_value>& row) {
   t.created_at = iso_utc(r.created_ms);
   row = {
       {"seq", std::int64_t{0}},
@@ -436,12 +435,12 @@ void delivery_row(const delivery_record& r, bool, row_text& t, std::vector<colum
   };
 }
 
-// The INSERT of a table whose rows `make_row` builds: its columns are the row's, in its order.
-template <class Record, class MakeRow>
-std::string insert_sql(const char* table, MakeRow make_row) {
+// The INSERT of a table of `Record`s: its columns are fill_row's, in its order.
+template <class Record>
+std::string insert_sql(const char* table) {
   row_text t;
   std::vector<column_value> row;
-  make_row(Record{}, true, t, row);
+  fill_row(Record{}, true, t, row);
   std::string names, params;
   for (std::size_t i = 0; i < row.size(); ++i) {
     names += (i ? ", " : "") + std::string(row[i].name);
@@ -473,11 +472,11 @@ class sqlite_store final : public decision_store {
     begin_ = prepare(o, "BEGIN IMMEDIATE");
     commit_ = prepare(o, "COMMIT");
     rollback_ = prepare(o, "ROLLBACK");
-    tables_[0] = make_table<decision_record>(o, "decisions", decision_row);
-    tables_[1] = make_table<tool_run_record>(o, "tool_runs", tool_run_row);
-    tables_[2] = make_table<escalation_record>(o, "escalations", escalation_row);
-    tables_[3] = make_table<resolution_record>(o, "resolutions", resolution_row);
-    tables_[4] = make_table<delivery_record>(o, "deliveries", delivery_row);
+    tables_[0] = make_table<decision_record>(o, "decisions");
+    tables_[1] = make_table<tool_run_record>(o, "tool_runs");
+    tables_[2] = make_table<escalation_record>(o, "escalations");
+    tables_[3] = make_table<resolution_record>(o, "resolutions");
+    tables_[4] = make_table<delivery_record>(o, "deliveries");
   }
 
   result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {
@@ -488,12 +487,7 @@ class sqlite_store final : public decision_store {
     for (std::size_t i = 0; i < rows.size() && written; ++i) {
       written = std::visit(
           [&](const auto& r) {
-            using record = std::decay_t<decltype(r)>;
-            if constexpr (std::is_same_v<record, decision_record>) decision_row(r, store_state_, text_, row_);
-            else if constexpr (std::is_same_v<record, tool_run_record>) tool_run_row(r, store_state_, text_, row_);
-            else if constexpr (std::is_same_v<record, escalation_record>) escalation_row(r, store_state_, text_, row_);
-            else if constexpr (std::is_same_v<record, resolution_record>) resolution_row(r, store_state_, text_, row_);
-            else delivery_row(r, store_state_, text_, row_);
+            fill_row(r, store_state_, text_, row_);
             return append_row(tables_[rows[i].index()], refused[i]);
           },
           rows[i]);
@@ -523,12 +517,12 @@ class sqlite_store final : public decision_store {
     return statement(raw);
   }
 
-  template <class Record, class MakeRow>
-  table make_table(const log_options& o, const char* name, MakeRow make_row) {
+  template <class Record>
+  table make_table(const log_options& o, const char* name) {
     table t;
     t.name = name;
     t.head = prepare(o, std::string("SELECT seq, row_hash FROM ") + name + " ORDER BY seq DESC LIMIT 1");
-    t.insert = prepare(o, insert_sql<Record>(name, make_row));
+    t.insert = prepare(o, insert_sql<Record>(name));
     return t;
   }
 
