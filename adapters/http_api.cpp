@@ -37,9 +37,16 @@ constexpr route routes[] = {
 };
 
 // The route of `path`, and the escalation id it names.
-const route* match_route(std::string_view path, std::string& escalation) {
+const route* route_named(std::string_view path) {
   for (const route& r : routes) {
-    if (r.path == path && r.path.find('{') == std::string_view::npos) return &r;
+    if (r.path == path) return &r;
+  }
+  return nullptr;
+}
+
+const route* match_route(std::string_view path, std::string& escalation) {
+  if (path.find('{') == std::string_view::npos) {
+    if (const route* r = route_named(path)) return r;
   }
   constexpr std::string_view prefix = "/v1/escalations/";
   constexpr std::string_view resolve = "/resolve";
@@ -53,7 +60,7 @@ const route* match_route(std::string_view path, std::string& escalation) {
     return nullptr;
   }
   escalation = std::string(rest);
-  return &routes[resolving ? std::size(routes) - 1 : std::size(routes) - 2];
+  return route_named(resolving ? "/v1/escalations/{id}/resolve" : "/v1/escalations/{id}");
 }
 
 // A query parameter's value (no decoding: the values read here are plain words and numbers).
