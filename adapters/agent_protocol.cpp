@@ -185,15 +185,14 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
   return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
 }
 
-json render_tool_result(const std::string& decision, const std::string& tool, bool ok, const std::string& error_code,
-                       const std::string& detail, int attempts, json output) {
-  json frame = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", ok}};
-  if (!ok) {
-    frame["error_code"] = error_code;
-    frame["detail"] = detail;
+json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o) {
+  json frame = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
+  if (!o.ok) {
+    frame["error_code"] = o.error_code;
+    frame["detail"] = o.detail;
   }
-  frame["attempts"] = attempts;
-  frame["output"] = std::move(output);
+  frame["attempts"] = o.attempts;
+  frame["output"] = std::move(o.output);
   return frame;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "tools/executor.hpp"
 
 namespace baton::protocol {
 
@@ -50,8 +51,7 @@ std::string render_error_frame(const json& ref, const error& e);
 
 // {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output"} of a tool
 // baton ran (docs/protocol.md); the caller adds "event" where it appended one to the history.
-json render_tool_result(const std::string& decision, const std::string& tool, bool ok, const std::string& error_code,
-                       const std::string& detail, int attempts, json output);
+json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o);
 
 // A session id: 1–128 characters of A-Za-z0-9_.:@-
 bool valid_session_id(std::string_view s) noexcept;

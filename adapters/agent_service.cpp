@@ -485,10 +485,9 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
   if (!o.ok) event["error_code"] = o.error_code;
   t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
 
-  log::tool_run_record run = log::tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(),
-                                              o.ok, o.output, o.error_code, o.detail, o.attempts, o.duration_ms);
-  json frame = protocol::render_tool_result(t->decision_id, t->act.tool, o.ok, o.error_code, o.detail, o.attempts,
-                                           std::move(o.output));
+  log::tool_run_record run =
+      log::tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
+  json frame = protocol::render_tool_result(t->decision_id, t->act.tool, std::move(o));
   frame["event"] = std::move(event);
   auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
     boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() {

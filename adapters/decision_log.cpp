@@ -93,20 +93,19 @@ struct decision_log::impl {
 };
 
 tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
-                            bool ok, const json& output, const std::string& error_code, const std::string& detail,
-                            int attempts, double duration_ms) {
+                            const tools::tool_outcome& o) {
   tool_run_record run;
   run.id = new_id('r');
   run.decision = decision;
   run.tool = tool;
   run.executor = std::string(executor);
   run.created_ms = unix_ms();
-  run.duration_ms = duration_ms;
-  run.ok = ok;
-  run.output = output;
-  run.error_code = error_code;
-  run.detail = detail;
-  run.attempts = attempts;
+  run.duration_ms = o.duration_ms;
+  run.ok = o.ok;
+  run.output = o.output;
+  run.error_code = o.error_code;
+  run.detail = o.detail;
+  run.attempts = o.attempts;
   return run;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "tools/executor.hpp"
 
 namespace baton::log {
 
@@ -100,8 +101,7 @@ struct delivery_record {
 
 // The row of a tool baton ran (an `http` or `command` executor) for `decision`.
 tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
-                            bool ok, const json& output, const std::string& error_code, const std::string& detail,
-                            int attempts, double duration_ms);
+                            const tools::tool_outcome& o);
 
 using log_row = std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record>;
 

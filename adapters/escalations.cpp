@@ -621,11 +621,8 @@ void escalation_desk::run_tool(tools::executor& ex, const std::string& decision,
            auto report = [decision](result<void> ok) {
              if (!ok) spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
            };
-           report(log_.append(log::tool_run_of(decision, tool, kind, o.ok, o.output, o.error_code, o.detail,
-                                               o.attempts, o.duration_ms),
-                              report));
-           const json f = protocol::render_tool_result(decision, tool, o.ok, o.error_code, o.detail, o.attempts,
-                                                      std::move(o.output));
+           report(log_.append(log::tool_run_of(decision, tool, kind, o), report));
+           const json f = protocol::render_tool_result(decision, tool, std::move(o));
            std::shared_ptr<agent_connection> c;
            {
              std::lock_guard lock(mutex_);
