@@ -40,35 +40,41 @@ class connection_slot {
   std::shared_ptr<session_hub> hub_;
 };
 
-// One WebSocket connection at /v1/agent.
-class ws_session : public agent_connection, public closable_session, public std::enable_shared_from_this<ws_session> {
+// What both WebSocket sessions do with their stream, on its strand: the handshake answered with
+// baton's headers, a write queue with one write in flight (a peer that leaves too much unread is
+// dropped), and a close that waits for the frames already queued. `Derived` is the session class
+// (for its shared_from_this).
+template <class Derived>
+class ws_stream_session : public closable_session {
  public:
-  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
-      : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)), who_(t.who), id_(std::move(t.id)),
-        tokens_(double(hub_->options.max_frames_per_second)), refilled_(std::chrono::steady_clock::now()) {
-    owner_ = std::move(t.owner);
-  }
-
-  net::any_io_executor strand() override { return ws_.get_executor(); }
-
-  void run(http::request<http::string_body> req) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.set_option(websocket::stream_base::decorator([id = id_](websocket::response_type& res) {
-      res.set(http::field::server, "baton");
-      res.set("x-typesafe-request-id", id);
-      res.set("X-Request-Id", id);
-    }));
-    // No limit in Beast: it would fail a frame whose header announces more at once, before on_read
-    // could send FRAME_TOO_LARGE. on_read refuses past the limit itself, one chunk at a time.
-    ws_.read_message_max(0);
-    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
-      if (ec) return;
-      self->hub_->add(self);
-      self->read();
+  void shut_down() override {
+    net::post(ws_.get_executor(), [self = derived().shared_from_this()] {
+      self->close(websocket::close_code::going_away, "the server is shutting down");
     });
   }
 
-  void send(std::string frame) override {
+ protected:
+  ws_stream_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot)
+      : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)) {}
+  ~ws_stream_session() override { hub_->remove(this); }
+
+  // Answers the upgrade (with `subprotocol` when not empty), then calls the session's on_open().
+  void accept(http::request<http::string_body> req, const std::string& request_id, const std::string& subprotocol) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator([request_id, subprotocol](websocket::response_type& res) {
+      res.set(http::field::server, "baton");
+      res.set("x-typesafe-request-id", request_id);
+      res.set("X-Request-Id", request_id);
+      if (!subprotocol.empty()) res.set(http::field::sec_websocket_protocol, subprotocol);
+    }));
+    ws_.async_accept(req, [self = derived().shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->hub_->add(self);
+      self->on_open();
+    });
+  }
+
+  void enqueue(std::string frame) {
     if (closing_) return;
     if (queue_.size() >= max_queued_frames || queued_bytes_ + frame.size() > max_queued_bytes) {
       // A peer that does not read takes no close frame either: drop the connection. The write in
@@ -84,17 +90,89 @@ class ws_session : public agent_connection, public closable_session, public std:
     if (queue_.size() == 1) write();
   }
 
-  void shut_down() override {
-    net::post(ws_.get_executor(), [self = shared_from_this()] {
-      self->close(websocket::close_code::going_away, "the server is shutting down");
+  // Closes once the frames already queued (such as the error that explains it) are written.
+  void close(websocket::close_code code, std::string reason) {
+    if (close_code_) return;
+    close_code_ = code;
+    close_reason_ = std::move(reason);
+    if (queue_.empty()) finish_close();
+  }
+
+  // Closing: read no more frames (async_close reads the peer's close).
+  bool reading_stopped() const noexcept { return closing_ || close_code_.has_value(); }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  std::shared_ptr<session_hub> hub_;
+
+ private:
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+  void write() {
+    ws_.text(true);
+    ws_.async_write(net::buffer(queue_.front()), [self = derived().shared_from_this()](beast::error_code ec, std::size_t) {
+      ws_stream_session& s = *self;
+      if (ec) {
+        s.queue_.clear();
+        s.queued_bytes_ = 0;
+        s.hub_->remove(&s);
+        return;
+      }
+      s.queued_bytes_ -= s.queue_.front().size();
+      s.queue_.pop_front();
+      if (!s.queue_.empty()) {
+        s.write();
+      } else if (s.close_code_) {
+        s.finish_close();
+      }
     });
   }
 
-  ~ws_session() override { hub_->remove(this); }
+  void finish_close() {
+    if (closing_) return;
+    closing_ = true;
+    ws_.async_close(websocket::close_reason(*close_code_, close_reason_),
+                    [self = derived().shared_from_this()](beast::error_code) {
+                      ws_stream_session& s = *self;
+                      s.hub_->remove(&s);
+                    });
+  }
+
+  connection_slot slot_;
+  std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
+  std::optional<websocket::close_code> close_code_;
+  std::string close_reason_;
+  bool closing_ = false;
+};
+
+// One WebSocket connection at /v1/agent.
+class ws_session : public agent_connection,
+                   public ws_stream_session<ws_session>,
+                   public std::enable_shared_from_this<ws_session> {
+ public:
+  ws_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
+      : ws_stream_session(std::move(socket), std::move(hub), std::move(slot)), who_(t.who), id_(std::move(t.id)),
+        tokens_(double(hub_->options.max_frames_per_second)), refilled_(std::chrono::steady_clock::now()) {
+    owner_ = std::move(t.owner);
+  }
+
+  net::any_io_executor strand() override { return ws_.get_executor(); }
+
+  void run(http::request<http::string_body> req) {
+    // No limit in Beast: it would fail a frame whose header announces more at once, before on_read
+    // could send FRAME_TOO_LARGE. on_read refuses past the limit itself, one chunk at a time.
+    ws_.read_message_max(0);
+    accept(std::move(req), id_, {});
+  }
+
+  void send(std::string frame) override { enqueue(std::move(frame)); }
 
  private:
+  friend class ws_stream_session<ws_session>;
+  void on_open() { read(); }
+
   void read() {
-    if (closing_ || close_code_) return;  // closing: read no more frames (async_close reads the peer's close)
+    if (reading_stopped()) return;
     ws_.async_read_some(buffer_, read_chunk, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       self->on_read(ec);
     });
@@ -153,51 +231,9 @@ class ws_session : public agent_connection, public closable_session, public std:
     return true;
   }
 
-  void write() {
-    ws_.text(true);
-    ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec) {
-        self->queue_.clear();
-        self->queued_bytes_ = 0;
-        self->hub_->remove(self.get());
-        return;
-      }
-      self->queued_bytes_ -= self->queue_.front().size();
-      self->queue_.pop_front();
-      if (!self->queue_.empty()) {
-        self->write();
-      } else if (self->close_code_) {
-        self->finish_close();
-      }
-    });
-  }
-
-  // Closes once the frames already queued (such as the error that explains it) are written.
-  void close(websocket::close_code code, std::string reason) {
-    if (close_code_) return;
-    close_code_ = code;
-    close_reason_ = std::move(reason);
-    if (queue_.empty()) finish_close();
-  }
-
-  void finish_close() {
-    if (closing_) return;
-    closing_ = true;
-    ws_.async_close(websocket::close_reason(*close_code_, close_reason_),
-                    [self = shared_from_this()](beast::error_code) { self->hub_->remove(self.get()); });
-  }
-
-  websocket::stream<beast::tcp_stream> ws_;
-  std::shared_ptr<session_hub> hub_;
-  connection_slot slot_;
   const caller* who_;  // the authenticator's, which outlives every running session
   std::string id_;     // the upgrade's request id
   beast::flat_buffer buffer_;
-  std::deque<std::string> queue_;
-  std::size_t queued_bytes_ = 0;
-  std::optional<websocket::close_code> close_code_;
-  std::string close_reason_;
-  bool closing_ = false;
   std::size_t bad_in_row_ = 0;
   double tokens_;
   std::chrono::steady_clock::time_point refilled_;
@@ -205,62 +241,35 @@ class ws_session : public agent_connection, public closable_session, public std:
 
 // One reviewer connection at /v1/review: escalations are pushed to it (escalation_desk), and it
 // may resolve them with `resolve` frames.
-class review_session : public review_listener, public closable_session, public std::enable_shared_from_this<review_session> {
+class review_session : public review_listener,
+                       public ws_stream_session<review_session>,
+                       public std::enable_shared_from_this<review_session> {
  public:
   review_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot, http_api::upgrade_ticket t)
-      : ws_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)), ticket_(std::move(t)) {}
+      : ws_stream_session(std::move(socket), std::move(hub), std::move(slot)), ticket_(std::move(t)) {}
 
   void run(http::request<http::string_body> req) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.set_option(websocket::stream_base::decorator([id = ticket_.id, sub = ticket_.subprotocol](websocket::response_type& res) {
-      res.set(http::field::server, "baton");
-      res.set("x-typesafe-request-id", id);
-      res.set("X-Request-Id", id);
-      if (!sub.empty()) res.set(http::field::sec_websocket_protocol, sub);
-    }));
     ws_.read_message_max(max_frame_bytes);
-    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
-      if (ec) return;
-      self->hub_->add(self);
-      self->hub_->service.desk().add_listener(self);
-      self->read();
-    });
+    accept(std::move(req), ticket_.id, ticket_.subprotocol);
   }
 
   // From any thread (the desk's broadcasts).
   void send(std::string frame) override {
-    net::post(ws_.get_executor(), [self = shared_from_this(), frame = std::move(frame)]() mutable {
-      if (self->closing_) return;
-      if (self->queue_.size() >= max_queued_frames || self->queued_bytes_ + frame.size() > max_queued_bytes) {
-        spdlog::warn("closing a reviewer connection that left {} frames ({} bytes) unread", self->queue_.size(),
-                     self->queued_bytes_);
-        self->closing_ = true;
-        beast::error_code ec;
-        beast::get_lowest_layer(self->ws_).socket().close(ec);
-        return;
-      }
-      self->queued_bytes_ += frame.size();
-      self->queue_.push_back(std::move(frame));
-      if (self->queue_.size() == 1) self->write();
-    });
+    net::post(ws_.get_executor(),
+              [self = shared_from_this(), frame = std::move(frame)]() mutable { self->enqueue(std::move(frame)); });
   }
-
-  void shut_down() override {
-    net::post(ws_.get_executor(), [self = shared_from_this()] {
-      if (self->closing_) return;
-      self->closing_ = true;
-      self->ws_.async_close(websocket::close_reason(websocket::close_code::going_away, "the server is shutting down"),
-                            [self](beast::error_code) { self->hub_->remove(self.get()); });
-    });
-  }
-
-  ~review_session() override { hub_->remove(this); }
 
  private:
+  friend class ws_stream_session<review_session>;
   static constexpr std::size_t max_frame_bytes = 64 * 1024;
 
+  void on_open() {
+    hub_->service.desk().add_listener(shared_from_this());
+    read();
+  }
+
   void read() {
-    if (closing_) return;  // async_close reads the peer's close frame itself
+    if (reading_stopped()) return;
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
@@ -311,29 +320,8 @@ class review_session : public review_listener, public closable_session, public s
                                  });
   }
 
-  void write() {
-    ws_.text(true);
-    ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec) {
-        self->queue_.clear();
-        self->queued_bytes_ = 0;
-        self->hub_->remove(self.get());
-        return;
-      }
-      self->queued_bytes_ -= self->queue_.front().size();
-      self->queue_.pop_front();
-      if (!self->queue_.empty()) self->write();
-    });
-  }
-
-  websocket::stream<beast::tcp_stream> ws_;
-  std::shared_ptr<session_hub> hub_;
-  connection_slot slot_;
   http_api::upgrade_ticket ticket_;
   beast::flat_buffer buffer_;
-  std::deque<std::string> queue_;
-  std::size_t queued_bytes_ = 0;
-  bool closing_ = false;
 };
 
 namespace {
