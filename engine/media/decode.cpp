@@ -373,6 +373,24 @@ result<int> find_stream(const input& in, AVMediaType type, const AVCodecID (&cod
   return result<int>(boost::system::in_place_value, index);
 }
 
+// The decoder of the stream of `type` in `bytes` (opened into `in`), after the checks every kind
+// shares: size, container, codec and, for pictures, the declared frame size.
+template <std::size_t N>
+result<stream_decoder> open_stream(input& in, std::span<const std::byte> bytes, AVMediaType type,
+                                   const AVCodecID (&codecs)[N], const job& j) {
+  if (auto r = check_size(bytes, j); !r) return r.error();
+  if (auto r = open_input(in, bytes, j); !r) return r.error();
+  auto index = find_stream(in, type, codecs, j);
+  if (!index) return index.error();
+  const AVStream* stream = in.format->streams[*index];
+  if (type == AVMEDIA_TYPE_VIDEO) {
+    if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
+  }
+  auto codec = open_decoder(stream, j);
+  if (!codec) return codec.error();
+  return stream_decoder{*index, std::move(*codec), {}};
+}
+
 job make_job(const char* kind, const limits& lim) {
   silence_ffmpeg();
   return {kind, lim, clock::now() + lim.time_budget};
@@ -382,19 +400,13 @@ job make_job(const char* kind, const limits& lim) {
 
 result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& lim) {
   const job j = make_job("image", lim);
-  if (auto r = check_size(bytes, j); !r) return r.error();
   input in;
-  if (auto r = open_input(in, bytes, j); !r) return r.error();
-  auto index = find_stream(in, AVMEDIA_TYPE_VIDEO, image_codecs, j);
-  if (!index) return index.error();
-  const AVStream* stream = in.format->streams[*index];
-  if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
-  auto codec = open_decoder(stream, j);
-  if (!codec) return codec.error();
+  auto opened = open_stream(in, bytes, AVMEDIA_TYPE_VIDEO, image_codecs, j);
+  if (!opened) return opened.error();
+  stream_decoder& d = *opened;
 
   rgb_frames out;
   rgb_converter rgb;
-  stream_decoder d{*index, std::move(*codec), {}};
   d.on_frame = [&](AVFrame* f) -> result<void> {
     if (auto r = check_pixels(f->width, f->height, j); !r) return r;
     out.frames = 1;
@@ -412,17 +424,14 @@ result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& 
 
 result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const limits& lim) {
   const job j = make_job("audio", lim);
-  if (auto r = check_size(bytes, j); !r) return r.error();
   input in;
-  if (auto r = open_input(in, bytes, j); !r) return r.error();
-  auto index = find_stream(in, AVMEDIA_TYPE_AUDIO, audio_codecs, j);
-  if (!index) return index.error();
-  auto codec = open_decoder(in.format->streams[*index], j);
-  if (!codec) return codec.error();
+  auto opened = open_stream(in, bytes, AVMEDIA_TYPE_AUDIO, audio_codecs, j);
+  if (!opened) return opened.error();
+  stream_decoder& d = *opened;
 
   std::vector<float> out;
   mono_resampler resampler(out);
-  stream_decoder d{*index, std::move(*codec), [&](AVFrame* f) { return resampler.push(f, j); }};
+  d.on_frame = [&](AVFrame* f) { return resampler.push(f, j); };
   stream_decoder* decoders[] = {&d};
   if (auto r = run_decoders(in, decoders, j); !r) return r.error();
   if (auto r = resampler.flush(j); !r) return r.error();
@@ -432,15 +441,11 @@ result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const 
 
 result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) {
   const job j = make_job("video", lim);
-  if (auto r = check_size(bytes, j); !r) return r.error();
   input in;
-  if (auto r = open_input(in, bytes, j); !r) return r.error();
-  auto index = find_stream(in, AVMEDIA_TYPE_VIDEO, video_codecs, j);
-  if (!index) return index.error();
-  const AVStream* stream = in.format->streams[*index];
-  if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
-  auto codec = open_decoder(stream, j);
-  if (!codec) return codec.error();
+  auto opened = open_stream(in, bytes, AVMEDIA_TYPE_VIDEO, video_codecs, j);
+  if (!opened) return opened.error();
+  stream_decoder& picture = *opened;
+  const AVStream* stream = in.format->streams[picture.index];
 
   // The frame on screen at each sample time k / 2 s (from the first frame's timestamp): each
   // decoded frame is held until the next one shows when it stops being on screen.
@@ -477,7 +482,6 @@ result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) 
     }
     return {};
   };
-  stream_decoder picture{*index, std::move(*codec), {}};
   picture.on_frame = [&](AVFrame* f) -> result<void> {
     const std::int64_t pts = f->best_effort_timestamp;
     if (pts == AV_NOPTS_VALUE) return j.invalid("a frame without a timestamp");
