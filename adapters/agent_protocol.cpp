@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "tools/executor.hpp"
+
 namespace baton::protocol {
 
 namespace {

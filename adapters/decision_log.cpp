@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/ids.hpp"
+#include "tools/executor.hpp"
 
 namespace baton::log {
 

@@ -15,7 +15,10 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
-#include "tools/executor.hpp"
+
+namespace baton::tools {
+struct tool_outcome;
+}  // namespace baton::tools
 
 namespace baton::log {
 
