@@ -63,8 +63,10 @@ log_mel log_mel_features(std::span<const float> samples, std::size_t padded_samp
                                        /*onesided=*/true, /*return_complex=*/true);
   const std::int64_t frames = spectrum.size(1) - 1;
   const at::Tensor power = spectrum.narrow(1, 0, frames).abs().pow(2);
-  auto bank = mel_filter_bank();
-  const at::Tensor filters = at::from_blob(bank.data(), {frequency_bins, mel_bins}, at::kFloat);
+  // The same for every call: built once (thread-safe static initialisation), read-only after.
+  static const std::vector<float> bank = mel_filter_bank();
+  const at::Tensor filters =
+      at::from_blob(const_cast<float*>(bank.data()), {frequency_bins, mel_bins}, at::TensorOptions(at::kFloat));
   at::Tensor mel = at::matmul(filters.t(), power).clamp_min(1e-10).log10();
   mel = at::maximum(mel, mel.max() - 8.0);
   mel = ((mel + 4.0) / 4.0).contiguous();
