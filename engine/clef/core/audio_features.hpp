@@ -34,6 +34,15 @@ struct log_mel {
 // float32, as the processor's torch path does.
 log_mel log_mel_features(std::span<const float> samples, std::size_t padded_samples = 0);
 
+// Tokens the audio encoder makes of `mel_frames` frames: 13 per full 100-frame chunk plus three
+// stride-2 halvings of the rest, with floor division (a rest of 0 adds none), as transformers'
+// _get_feat_extract_output_lengths computes the processor's placeholder count.
+constexpr std::int64_t audio_token_count(std::int64_t mel_frames) {
+  const std::int64_t rest = mel_frames % 100;
+  auto halve = [](std::int64_t n) { return (n - 1) / 2 + 1; };  // n >= 1 here: no negative division
+  return mel_frames / 100 * 13 + (rest == 0 ? 0 : halve(halve(halve(rest))));
+}
+
 // The Slaney-style mel filter bank [201 frequency bins, 128 mel bins], row-major, in float32:
 // transformers' mel_filter_bank(201, 128, 0, 8000, 16000, "slaney", "slaney").
 std::vector<float> mel_filter_bank();

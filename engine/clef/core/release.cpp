@@ -175,6 +175,10 @@ std::optional<vision_config> parse_vision_config(const nlohmann::json& root,
   vision_config c;
   c.depth = positive_int(*v, "depth", where);
   c.hidden_size = positive_int(*v, "hidden_size", where);
+  c.num_heads = positive_int(*v, "num_heads", where);
+  if (c.hidden_size % c.num_heads != 0 || (c.hidden_size / c.num_heads) % 4 != 0) {
+    throw load_error(where + ": hidden_size / num_heads must be a multiple of 4 (2-D rotary)");
+  }
   c.intermediate_size = positive_int(*v, "intermediate_size", where);
   c.in_channels = positive_int(*v, "in_channels", where);
   c.patch_size = positive_int(*v, "patch_size", where);
@@ -187,9 +191,17 @@ std::optional<vision_config> parse_vision_config(const nlohmann::json& root,
     if (!deepstack->is_array() || deepstack->size() > 1024) {
       throw load_error(where + ": `deepstack_visual_indexes` must be a list of layer numbers");
     }
-    c.deepstack_count = static_cast<std::int64_t>(deepstack->size());
+    for (const auto& l : *deepstack) {
+      if (!l.is_number_integer() || l.get<std::int64_t>() < 0) {
+        throw load_error(where + ": `deepstack_visual_indexes` must be a list of layer numbers");
+      }
+      c.deepstack_layers.push_back(l.get<std::int64_t>());
+    }
   }
   if (c.depth > 1024) throw load_error(where + ": implausibly many layers");
+  for (const auto l : c.deepstack_layers) {
+    if (l >= c.depth) throw load_error(where + ": deepstack layer " + std::to_string(l) + " is past the last block");
+  }
   return c;
 }
 
@@ -206,11 +218,53 @@ std::optional<audio_config> parse_audio_config(const nlohmann::json& root,
   c.num_mel_bins = positive_int(*a, "num_mel_bins", where);
   c.d_model = positive_int(*a, "d_model", where);
   c.encoder_layers = positive_int(*a, "encoder_layers", where);
+  c.encoder_attention_heads = positive_int(*a, "encoder_attention_heads", where);
+  if (c.d_model % c.encoder_attention_heads != 0 || c.d_model % 2 != 0) {
+    throw load_error(where + ": d_model must be even and a multiple of encoder_attention_heads");
+  }
   c.encoder_ffn_dim = positive_int(*a, "encoder_ffn_dim", where);
   c.downsample_hidden_size = positive_int(*a, "downsample_hidden_size", where);
   c.output_dim = positive_int(*a, "output_dim", where);
+  if (a->contains("n_window")) c.n_window = positive_int(*a, "n_window", where);
+  if (a->contains("n_window_infer")) c.n_window_infer = positive_int(*a, "n_window_infer", where);
+  if (a->contains("max_source_positions")) {
+    c.max_source_positions = positive_int(*a, "max_source_positions", where);
+  }
+  if (c.n_window_infer % (2 * c.n_window) != 0) {
+    throw load_error(where + ": n_window_infer must be a multiple of 2 * n_window");
+  }
   if (c.encoder_layers > 1024) throw load_error(where + ": implausibly many layers");
   return c;
+}
+
+media_tokens parse_media_tokens(const nlohmann::json& root, const std::filesystem::path& config_json) {
+  const nlohmann::json* tc = &root;
+  std::string where = config_json.string();
+  if (auto th = root.find("thinker_config"); th != root.end() && th->is_object()) {
+    tc = &*th;
+    where += ": thinker_config";
+  }
+  media_tokens t;
+  auto id = [&](const char* key, std::optional<std::int64_t>& out) {
+    const auto it = tc->find(key);
+    if (it == tc->end()) return;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0) {
+      throw load_error(where + ": `" + key + "` must be a token id");
+    }
+    out = it->get<std::int64_t>();
+  };
+  id("image_token_id", t.image);
+  id("video_token_id", t.video);
+  id("audio_token_id", t.audio);
+  id("vision_start_token_id", t.vision_start);
+  id("vision_end_token_id", t.vision_end);
+  id("audio_start_token_id", t.audio_start);
+  id("audio_end_token_id", t.audio_end);
+  if (tc->contains("position_id_per_seconds")) {
+    t.position_id_per_seconds = positive_number(*tc, "position_id_per_seconds", where);
+  }
+  if (tc->contains("seconds_per_chunk")) t.seconds_per_chunk = positive_number(*tc, "seconds_per_chunk", where);
+  return t;
 }
 
 head_config parse_head_config(const std::filesystem::path& head_config_json) {
@@ -293,7 +347,7 @@ std::vector<std::pair<std::string, shape_t>> expected_media_tensors(
     norm(p + "merger.ln_q", h);  // before the 2x2 merge
     linear(p + "merger.mlp.0", merged, merged);
     linear(p + "merger.mlp.2", v.out_hidden_size, merged);
-    for (std::int64_t m = 0; m < v.deepstack_count; ++m) {
+    for (std::size_t m = 0; m < v.deepstack_layers.size(); ++m) {
       const std::string x = p + "merger_list." + std::to_string(m) + ".";
       norm(x + "ln_q", merged);  // after the merge
       linear(x + "mlp.0", merged, merged);
@@ -441,9 +495,11 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     throw load_error(dir.string() + ": neither model.safetensors.index.json nor model.safetensors");
   }
 
+  vision_ = parse_vision_config(config, config_path);
+  audio_ = parse_audio_config(config, config_path);
+  tokens_ = parse_media_tokens(config, config_path);
   auto expected = expected_text_tensors(text_);
-  for (auto& t : expected_media_tensors(parse_vision_config(config, config_path),
-                                        parse_audio_config(config, config_path))) {
+  for (auto& t : expected_media_tensors(vision_, audio_)) {
     expected.push_back(std::move(t));
   }
   std::unordered_map<std::string, const shape_t*> wanted;

@@ -36,16 +36,29 @@ struct text_config {
   std::int64_t max_position_embeddings = 0;
 };
 
-// thinker_config.vision_config and .audio_config: what fixes the media encoders' tensor shapes
-// (qwen3-omni-thinker.md §1.5, §1.6, §2.2, §2.3). The encoders themselves come with media support.
+// thinker_config.vision_config and .audio_config: the media encoders' shapes and settings
+// (qwen3-omni-thinker.md §1.5, §1.6, §2.2, §2.3).
 struct vision_config {
-  std::int64_t depth = 0, hidden_size = 0, intermediate_size = 0, in_channels = 0, patch_size = 0,
-               temporal_patch_size = 0, spatial_merge_size = 0, out_hidden_size = 0,
-               num_position_embeddings = 0, deepstack_count = 0;
+  std::int64_t depth = 0, hidden_size = 0, num_heads = 0, intermediate_size = 0, in_channels = 0,
+               patch_size = 0, temporal_patch_size = 0, spatial_merge_size = 0, out_hidden_size = 0,
+               num_position_embeddings = 0;
+  std::vector<std::int64_t> deepstack_layers;  // blocks whose output feeds merger_list[i]
 };
 struct audio_config {
-  std::int64_t num_mel_bins = 0, d_model = 0, encoder_layers = 0, encoder_ffn_dim = 0,
-               downsample_hidden_size = 0, output_dim = 0;
+  std::int64_t num_mel_bins = 0, d_model = 0, encoder_layers = 0, encoder_attention_heads = 0,
+               encoder_ffn_dim = 0, downsample_hidden_size = 0, output_dim = 0;
+  // Absent keys take transformers' class defaults (the real release sets 50 / 800 / 1500).
+  std::int64_t n_window = 100;          // the convolutions' chunk is 2 * n_window mel frames
+  std::int64_t n_window_infer = 400;    // attention window in mel frames
+  std::int64_t max_source_positions = 1500;
+};
+
+// thinker_config's media token ids and timing (qwen3-omni-thinker.md §2.4): absent ids leave that
+// kind of media unusable; the HF class defaults are stale, so none are assumed.
+struct media_tokens {
+  std::optional<std::int64_t> image, video, audio, vision_start, vision_end, audio_start, audio_end;
+  double position_id_per_seconds = 13;  // temporal MRoPE units per second
+  double seconds_per_chunk = 2;         // audio-in-video interleaving
 };
 
 // joint_head_config.json: the head's constructor arguments (clef-engine.md §3.1).
@@ -68,6 +81,7 @@ std::optional<vision_config> parse_vision_config(const nlohmann::json& config,
 std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json);
 std::optional<audio_config> parse_audio_config(const nlohmann::json& config,
                                                const std::filesystem::path& config_json);
+media_tokens parse_media_tokens(const nlohmann::json& config, const std::filesystem::path& config_json);
 head_config parse_head_config(const std::filesystem::path& head_config_json);
 
 // The thinker text tensors a configuration requires, with their shapes, in load order.
@@ -91,6 +105,9 @@ class release {
   const std::filesystem::path& dir() const noexcept { return dir_; }
   const text_config& text() const noexcept { return text_; }
   const head_config& head() const noexcept { return head_; }
+  const std::optional<vision_config>& vision() const noexcept { return vision_; }
+  const std::optional<audio_config>& audio() const noexcept { return audio_; }
+  const media_tokens& tokens() const noexcept { return tokens_; }
   // config.json as read (token ids and the media settings live there too).
   const nlohmann::json& config() const noexcept { return config_; }
   bool has_head() const noexcept { return head_file_ != nullptr; }
@@ -105,6 +122,9 @@ class release {
   nlohmann::json config_;
   text_config text_;
   head_config head_;
+  std::optional<vision_config> vision_;
+  std::optional<audio_config> audio_;
+  media_tokens tokens_;
   std::vector<std::unique_ptr<safetensors_file>> shards_;
   std::unique_ptr<safetensors_file> head_file_;
   std::unordered_map<std::string, const tensor_view*> thinker_;
