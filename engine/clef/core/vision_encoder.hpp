@@ -25,6 +25,37 @@ class vision_encoder {
   // One image or video (encoded on its own: attention never crosses frame pairs, let alone items).
   // Results in the compute dtype on the device.
   vision_features encode(const vision_patches& patches) const;
+
+ private:
+  struct linear {
+    at::Tensor weight, bias;
+  };
+  struct norm {
+    at::Tensor weight, bias;
+  };
+  struct block {
+    norm norm1, norm2;
+    linear qkv, proj, fc1, fc2;
+  };
+  struct merger {
+    norm ln_q;
+    linear fc1, fc2;
+  };
+
+  at::Tensor position_embedding(std::int64_t h, std::int64_t w) const;
+  at::Tensor attention(const block& b, const at::Tensor& a, const at::Tensor& cos,
+                       const at::Tensor& sin, std::int64_t frames) const;
+  at::Tensor merge(const merger& m, const at::Tensor& x, bool norm_after_merge) const;
+
+  vision_config config_;
+  at::ScalarType type_;
+  at::Device device_;
+  linear patch_embed_;  // the Conv3d weight viewed as [hidden, vision_patch_values]
+  at::Tensor pos_embed_;
+  at::Tensor inv_freq_;  // [head_dim / 4] fp32
+  std::vector<block> blocks_;
+  merger merger_;
+  std::vector<merger> deepstack_;  // merger_list, in config order
 };
 
 }  // namespace baton::clef::detail
