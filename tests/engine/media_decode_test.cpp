@@ -126,11 +126,12 @@ struct track {
   std::function<bool(AVCodecContext*, AVFrame*, int)> fill;
 };
 
-std::vector<std::byte> encode(const char* muxer, const std::vector<track>& tracks) {
+std::vector<std::byte> encode(const char* muxer, const std::vector<track>& tracks, const char* muxer_options = "") {
   av_log_set_level(AV_LOG_QUIET);  // the encoders' statistics, when no decode has silenced FFmpeg yet
   AVFormatContext* out = nullptr;
-  if (avformat_alloc_output_context2(&out, nullptr, muxer, nullptr) < 0) {
-    throw std::runtime_error(std::string("no muxer ") + muxer);
+  if (avformat_alloc_output_context2(&out, nullptr, muxer, nullptr) < 0 ||
+      av_set_options_string(out->priv_data, muxer_options, "=", ":") < 0) {
+    throw std::runtime_error(std::string("no muxer ") + muxer + " with " + muxer_options);
   }
   // No random Matroska UIDs: the same WebM on every run (libx264's output still varies slightly).
   out->flags |= AVFMT_FLAG_BITEXACT;
@@ -571,24 +572,28 @@ TEST(media_decode, mp4_webm_and_mov_with_and_without_a_soundtrack) {
 
 using decoder = std::function<result<void>(std::span<const std::byte>, const limits&)>;
 
+const decoder image_decoder = [](auto b, const limits& l) -> result<void> {
+  if (auto r = decode_image(b, l); !r) return r.error();
+  return {};
+};
+const decoder audio_decoder = [](auto b, const limits& l) -> result<void> {
+  if (auto r = decode_audio(b, l); !r) return r.error();
+  return {};
+};
+const decoder video_decoder = [](auto b, const limits& l) -> result<void> {
+  if (auto r = decode_video(b, l); !r) return r.error();
+  return {};
+};
+
 struct sample {
   const char* file;
   decoder decode;
 };
 
 const sample samples[] = {
-    {"grad_64x96.png", [](auto b, const limits& l) -> result<void> {
-       if (auto r = decode_image(b, l); !r) return r.error();
-       return {};
-     }},
-    {"tone_16k_mono_2p5s.wav", [](auto b, const limits& l) -> result<void> {
-       if (auto r = decode_audio(b, l); !r) return r.error();
-       return {};
-     }},
-    {"clip_sound_2s.mp4", [](auto b, const limits& l) -> result<void> {
-       if (auto r = decode_video(b, l); !r) return r.error();
-       return {};
-     }},
+    {"grad_64x96.png", image_decoder},
+    {"tone_16k_mono_2p5s.wav", audio_decoder},
+    {"clip_sound_2s.mp4", video_decoder},
 };
 
 void expect_invalid(const sample& s, std::span<const std::byte> bytes, const std::string& what) {
@@ -690,6 +695,132 @@ TEST(media_decode, odd_sizes_come_back_at_their_own_size) {
       // Tiny pictures are mostly the edges of blocks, where lossy codecs err most.
       expect_pictures(get(decode_video(bytes)).frames, s.width, s.height, 2, 4, 2 * c.tolerance, what);
     }
+  }
+}
+
+// Two minutes of a tone, mono: exact in length, the tone throughout, quick; and 413 naming the
+// limit when the limit is a second shorter.
+TEST(media_decode, two_minutes_of_flac_and_opus) {
+  for (const audio_format& f : {audio_format{"flac", "flac", AV_SAMPLE_FMT_S16, 44100, 440, 1},
+                                audio_format{"libopus", "ogg", AV_SAMPLE_FMT_FLT, 48000, 1000, 1}}) {
+    track tone = sine_track(f.encoder, f.samples, f.rate, 120, f.frequency, {0.5f});
+    // Their fastest setting: at the default, two minutes of Opus take a second to make.
+    tone.setup = [setup = tone.setup](AVCodecContext* c) {
+      setup(c);
+      c->compression_level = 0;
+    };
+    const auto bytes = encode(f.muxer, {tone});
+    const auto start = std::chrono::steady_clock::now();
+    const auto got = get(decode_audio(bytes));
+    const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    expect_tone(got, 120, f.frequency, 0.5, f.slack, name(f));
+    EXPECT_LT(ms, 2000) << name(f);
+    std::cout << name(f) << ": 120 s decoded in " << ms << " ms\n";
+    const auto r = decode_audio(bytes, {.max_seconds = 119});
+    ASSERT_FALSE(r) << name(f);
+    EXPECT_EQ(r.error().status, 413);
+    EXPECT_EQ(r.error().message, "audio is longer than 119 s");
+  }
+}
+
+// Just under the default 600 s at 1 fps and 32x24: 1198 sampled frames, each source frame twice.
+TEST(media_decode, a_video_of_almost_ten_minutes) {
+  constexpr int seconds = 599;
+  const auto bytes =
+      encode("mp4", {picture_track("libx264", "preset=veryfast", AV_PIX_FMT_YUV420P, 32, 24, 1, seconds)});
+  const auto start = std::chrono::steady_clock::now();
+  const video got = get(decode_video(bytes));
+  const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  expect_pictures(got.frames, 32, 24, 1, seconds, 5, "599 s");
+  EXPECT_LT(ms, 3000);
+  std::cout << "599 s of video decoded in " << ms << " ms\n";
+  const auto r = decode_video(bytes, {.max_seconds = seconds - 1});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 413);
+  EXPECT_EQ(r.error().message, "video is longer than 598 s");
+}
+
+// A live WebM states no duration: the decoders hold what they produce to the limit themselves.
+TEST(media_decode, a_stream_without_a_stated_duration_is_held_to_the_limit) {
+  const container& webm = containers[1];
+  const auto live = encode(webm.muxer,
+                           {picture_track(webm.video_encoder, webm.video_options, AV_PIX_FMT_YUV420P, clip_width,
+                                          clip_height, clip_fps, clip_frames),
+                            sine_track(webm.audio_encoder, webm.audio_samples, webm.audio_rate, 3, 440, {0.5f})},
+                           "live=1");
+  const auto video_result = decode_video(live, {.max_seconds = 2});
+  ASSERT_FALSE(video_result);
+  EXPECT_EQ(video_result.error().status, 413);
+  EXPECT_EQ(video_result.error().message, "video is longer than 2 s");
+  const auto audio_result = decode_audio(live, {.max_seconds = 2});
+  ASSERT_FALSE(audio_result);
+  EXPECT_EQ(audio_result.error().status, 413);
+  EXPECT_EQ(audio_result.error().message, "audio is longer than 2 s");
+  // Within the limit the same stream decodes whole.
+  EXPECT_EQ(get(decode_video(live)).frames.frames, 6);
+}
+
+void expect_unsupported(const result<void>& r, const std::string& message) {
+  ASSERT_FALSE(r) << message;
+  EXPECT_EQ(r.error().status, 422);
+  EXPECT_EQ(r.error().message, message);
+}
+
+// Codecs FFmpeg decodes but the media kinds do not accept are refused by name.
+TEST(media_decode, unsupported_codecs_are_refused_by_name) {
+  const auto wma = encode("asf", {sine_track("wmav1", AV_SAMPLE_FMT_FLTP, 44100, 0.5, 440, {0.5f, 0.5f})});
+  expect_unsupported(audio_decoder(wma, {}), "not a decodable audio: unsupported codec wmav1");
+  // Motion JPEG, as some cameras record: decode_image accepts the codec, decode_video does not.
+  const auto mjpeg = encode("mov", {picture_track("mjpeg", "", AV_PIX_FMT_YUVJ420P, 32, 24, 2, 2)});
+  expect_unsupported(video_decoder(mjpeg, {}), "not a decodable video: unsupported codec mjpeg");
+  expect_unsupported(image_decoder(encode_clip(containers[1], false), {}), "not a decodable image: unsupported codec vp9");
+  const auto wma_soundtrack = encode(
+      "matroska", {picture_track("libvpx-vp9", containers[1].video_options, AV_PIX_FMT_YUV420P, 32, 24, 2, 2),
+                   sine_track("wmav1", AV_SAMPLE_FMT_FLTP, 44100, 1, 440, {0.5f, 0.5f})});
+  expect_unsupported(video_decoder(wma_soundtrack, {}), "not a decodable video: unsupported codec wmav1");
+}
+
+// Every generated format, cut short or with one bit flipped, decodes or fails as a value (422, or
+// 413 when a flip enlarges a declared size), never a crash, and quickly; some copies are refused.
+TEST(media_decode, damaged_copies_of_every_generated_format_fail_as_values) {
+  struct generated {
+    std::string name;
+    std::vector<std::byte> bytes;
+    decoder decode;
+  };
+  std::vector<generated> files;
+  for (const image_format& f : image_formats) {
+    files.push_back({f.encoder, encode_image(f.encoder, f.muxer, f.pixels, f.frames), image_decoder});
+  }
+  for (const audio_format& f : audio_formats) {
+    files.push_back({name(f), encode(f.muxer, {sine_track(f.encoder, f.samples, f.rate, 0.5, 440, {0.5f, 0.5f})}),
+                     audio_decoder});
+  }
+  for (const container& c : containers) files.push_back({c.name, encode_clip(c, true), video_decoder});
+  for (const generated& g : files) {
+    int refused = 0, copies = 0;
+    double slowest_ms = 0;
+    const auto check = [&](std::span<const std::byte> bytes, const std::string& what) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto r = g.decode(bytes, {});
+      slowest_ms = std::max(slowest_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      ++copies;
+      if (r) return;
+      ++refused;
+      EXPECT_TRUE(r.error().status == 422 || r.error().status == 413) << g.name << " " << what << ": " << r.error().message;
+    };
+    for (const double keep : {0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99}) {
+      const auto n = static_cast<std::size_t>(static_cast<double>(g.bytes.size()) * keep);
+      check(std::span(g.bytes).first(n), "cut to " + std::to_string(n) + " bytes");
+    }
+    for (std::size_t at = 0; at < g.bytes.size(); at += g.bytes.size() / 40 + 1) {
+      auto bytes = g.bytes;
+      bytes[at] ^= std::byte{static_cast<unsigned char>(1u << (at % 8))};
+      check(bytes, "flipped at " + std::to_string(at));
+    }
+    EXPECT_GT(refused, 0) << g.name;
+    EXPECT_LT(slowest_ms, 1000) << g.name;
+    std::cout << g.name << ": " << refused << " of " << copies << " damaged copies refused, slowest " << slowest_ms << " ms\n";
   }
 }
 
