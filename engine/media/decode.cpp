@@ -280,16 +280,27 @@ class rgb_converter {
     if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
     sws_setColorspaceDetails(ctx_.get(), sws_getCoefficients(space), src_range, table, dst_range, brightness,
                              contrast, saturation);
-    std::uint8_t* planes[1] = {out};
-    const int strides[1] = {f->width * 3};
+    // swscale's SIMD YUV to RGB (even heights) works in blocks of 8 pixels and stores past them:
+    // into rows of exactly width * 3 it wrote past the end of the last one (heap corruption), and
+    // it left the last width % 8 pixels of every row unconverted where the block did not fit. So
+    // it converts into rows with room to spare, copied out.
+    const auto row = static_cast<std::size_t>(f->width) * 3;
+    const std::size_t stride = (static_cast<std::size_t>(f->width) + 7) / 8 * 8 * 3 + 64;
+    scratch_.resize(stride * static_cast<std::size_t>(f->height));
+    std::uint8_t* planes[1] = {scratch_.data()};
+    const int strides[1] = {static_cast<int>(stride)};
     if (sws_scale(ctx_.get(), f->data, f->linesize, 0, f->height, planes, strides) != f->height) {
       return j.invalid("colour conversion failed");
+    }
+    for (std::size_t y = 0; y < static_cast<std::size_t>(f->height); ++y) {
+      std::memcpy(out + y * row, scratch_.data() + y * stride, row);
     }
     return {};
   }
 
  private:
   std::unique_ptr<SwsContext, sws_closer> ctx_;
+  std::vector<std::uint8_t> scratch_;
 };
 
 // Resamples decoded audio to 16 kHz mono float, appended to `out`, bounded by max_seconds.
