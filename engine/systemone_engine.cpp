@@ -144,6 +144,10 @@ struct systemone_engine::impl {
 
   // One request, with its retries, on a connection from the pool.
   net::awaitable<result<decision>> call(const request& req) {
+    if (req.has_raw_media()) {
+      co_return make_error(422, "MEDIA_SOURCE_REFUSED",
+                           "raw media (decoded pixels or samples) has no wire form: it cannot be sent to another SystemOne server");
+    }
     std::string body;
     render_request(req, body, options.model);
     http::request<http::string_body> msg(http::verb::post, url.target, 11);
@@ -318,7 +322,9 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   // The circuit counts calls, not requests: one outage fails a whole batch at once. Any answer
   // of the server's own (a decision, or a refusal of a request) shows it is there.
   bool answered = false, failed = false;
-  for (const auto& r : out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (batch[i].has_raw_media()) continue;  // refused here: the server was not called
+    const auto& r = out[i];
     const bool down = !r && (r.error().code == "UPSTREAM_UNREACHABLE" || r.error().code == "BAD_UPSTREAM_RESPONSE");
     (down ? failed : answered) = true;
   }
