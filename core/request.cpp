@@ -5,6 +5,8 @@
 #include <cctype>
 #include <optional>
 
+#include "core/http_url.hpp"
+
 namespace baton {
 
 namespace {
@@ -265,28 +267,83 @@ struct validator {
     return (b64.size() - pad) * 3 / 4;
   }
 
+  static constexpr std::size_t max_path_bytes = 4096;  // Linux's PATH_MAX
+
+  // A string item: a data URL, an http(s) URL or a local path, told apart by their start.
+  bool read_media_string(const json& loc, media_item& item) {
+    const std::string_view s = item.data;
+    auto starts_with_nocase = [&](std::string_view prefix) {
+      return s.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), s.begin(), [](char p, char c) {
+               return p == std::tolower(static_cast<unsigned char>(c));
+             });
+    };
+    const std::size_t scheme_end = s.find("://");
+    const bool has_scheme = scheme_end != std::string_view::npos && scheme_end > 0 &&
+                            std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(scheme_end), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+                            });
+    if (starts_with_nocase("data:")) return read_data_url(loc, item);
+    if (has_scheme) {
+      if (!starts_with_nocase("http://") && !starts_with_nocase("https://")) {
+        issues.push_back(simple_issue(loc, "url_scheme",
+                                      "Input should be a data URL, an http:// or https:// URL or a file path; '" +
+                                          std::string(s.substr(0, scheme_end)) + "://' is not accepted"));
+        return false;
+      }
+      std::string reason;
+      if (!parse_http_url(s, reason, true)) {
+        issues.push_back(simple_issue(loc, "url_syntax", "URL " + reason));
+        return false;
+      }
+      item.source = media_source::url;
+      return true;
+    }
+    if (s.empty()) {
+      issues.push_back(simple_issue(loc, "string_too_short", "a media item must not be empty"));
+      return false;
+    }
+    if (s.size() > max_path_bytes) {
+      issues.push_back(simple_issue(loc, "string_too_long",
+                                    "a file path should have at most " + std::to_string(max_path_bytes) + " bytes",
+                                    json{{"max_length", max_path_bytes}}));
+      return false;
+    }
+    if (std::any_of(s.begin(), s.end(), [](char c) {
+          auto u = static_cast<unsigned char>(c);
+          return u < 0x20 || u == 0x7f;
+        })) {
+      issues.push_back(simple_issue(loc, "string_pattern_mismatch", "a file path must not contain control characters"));
+      return false;
+    }
+    item.source = media_source::path;
+    return true;
+  }
+
+  bool read_data_url(const json& loc, media_item& item) {
+    const std::string_view s = item.data;
+    const std::size_t comma = s.find(',');
+    if (comma == std::string_view::npos) {
+      issues.push_back(simple_issue(loc, "url_syntax", "data URLs are data:<mime>;base64,<payload>"));
+      return false;
+    }
+    std::string_view head = s.substr(5, comma - 5);  // "<mime>[;param]*;base64"
+    constexpr std::string_view b64_tag = ";base64";
+    if (head.size() < b64_tag.size() || head.substr(head.size() - b64_tag.size()) != b64_tag) {
+      issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
+      return false;
+    }
+    head.remove_suffix(b64_tag.size());
+    item.mime = std::string(head.substr(0, head.find(';')));
+    item.payload_offset = comma + 1;
+    return true;
+  }
+
   bool read_media(json& v, const json& loc, std::string_view field, media_item& item) {
     if (v.is_string()) {
       item.data = std::move(v.get_ref<std::string&>());
-      const std::string_view s = item.data;
-      const bool data_url = s.size() >= 5 && (s[0] | 0x20) == 'd' && (s[1] | 0x20) == 'a' &&
-                            (s[2] | 0x20) == 't' && (s[3] | 0x20) == 'a' && s[4] == ':';
-      const std::size_t comma = s.find(',');
-      if (!data_url || comma == std::string_view::npos) {
-        issues.push_back(simple_issue(loc, "url_scheme",
-                                      "Input should be a data URL (data:<mime>;base64,<payload>); remote "
-                                      "URLs and file paths are not accepted"));
-        return false;
-      }
-      std::string_view head = s.substr(5, comma - 5);  // "<mime>[;param]*;base64"
-      constexpr std::string_view b64_tag = ";base64";
-      if (head.size() < b64_tag.size() || head.substr(head.size() - b64_tag.size()) != b64_tag) {
-        issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
-        return false;
-      }
-      head.remove_suffix(b64_tag.size());
-      item.mime = std::string(head.substr(0, head.find(';')));
-      item.payload_offset = comma + 1;
+      if (!read_media_string(loc, item)) return false;
+      // A path's or URL's content is sniffed when it is decoded: its mime is not known here.
+      if (item.source != media_source::inline_base64) return true;
     } else if (v.is_object()) {
       auto ct = v.find("content_type");
       auto b64 = v.find("base64");
@@ -308,7 +365,8 @@ struct validator {
       item.data = std::move(b64->get_ref<std::string&>());
     } else {
       issues.push_back(simple_issue(loc, "json_type",
-                                    "Input should be a data URL string or an object {content_type, base64}"));
+                                    "Input should be a string (a data URL, an http(s) URL or a file path) or an "
+                                    "object {content_type, base64}"));
       return false;
     }
     if (!mime_allowed(field, item.mime)) {
@@ -521,6 +579,20 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
   return r;
 }
 
+media_item raw_item(raw_media m) {
+  media_item item;
+  item.source = media_source::raw;
+  item.raw = std::make_shared<const raw_media>(std::move(m));
+  return item;
+}
+
+bool request::has_raw_media() const noexcept {
+  for (const auto* items : {&images, &audio, &videos})
+    for (const media_item& m : *items)
+      if (m.source == media_source::raw) return true;
+  return false;
+}
+
 void render_request(const request& r, std::string& out, std::string_view model) {
   out += '{';
   if (model.empty()) model = r.model;
@@ -559,7 +631,9 @@ void render_request(const request& r, std::string& out, std::string_view model) 
     for (std::size_t i = 0; i < items->size(); ++i) {
       const media_item& m = (*items)[i];
       if (i > 0) out += ',';
-      if (m.payload_offset > 0) {  // a data URL
+      if (m.source == media_source::raw) {
+        out += "null";
+      } else if (m.source != media_source::inline_base64 || m.payload_offset > 0) {  // a path, URL or data URL
         render_string(m.data, out);
       } else {  // sent as {"content_type", "base64"}
         out += "{\"content_type\":";

@@ -2,6 +2,8 @@
 // spec/systemone-api.md. Question order and choice key order are kept exactly as sent.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,14 +38,39 @@ struct question {
 // question id when they are null or "" (REF-omni `encode_record`; not Python truthiness).
 void append_instruction_text(const question& q, std::string& out);
 
+// Where a media item's bytes come from. Parsing reads no file and calls no server: a path or URL
+// is checked for syntax only, loaded when the engine reads it (engine/media/source.hpp).
+enum class media_source {
+  inline_base64,  // a data URL or {"content_type", "base64"}
+  path,           // a local file, relative paths resolved against the configured roots
+  url,            // http:// or https://
+  raw,            // decoded pixels or samples, from the C++ API only
+};
+
+// Decoded media handed over through the C++ API (never parsed from JSON).
+struct raw_media {
+  // Row-major [frames, height, width, 3] uint8 RGB: an image (1 frame) or a video's frames; empty
+  // for audio.
+  std::vector<std::uint8_t> pixels;
+  std::int64_t frames = 0;
+  std::int64_t height = 0;
+  std::int64_t width = 0;
+  // 16 kHz mono PCM in [-1, 1]: an audio clip, or a video's soundtrack (empty: none).
+  std::vector<float> audio;
+};
+
 struct media_item {
-  std::string mime;             // normalised ("image/jpg" reads as "image/jpeg")
-  std::string data;             // the caller's string: a data URL or bare base64
-  std::size_t payload_offset = 0;  // where the base64 payload starts in `data`
-  std::size_t decoded_bytes = 0;
+  media_source source = media_source::inline_base64;
+  std::string mime;             // inline: normalised ("image/jpg" reads as "image/jpeg"); else empty
+  std::string data;             // the caller's string: a data URL, bare base64, a path or a URL
+  std::size_t payload_offset = 0;  // inline: where the base64 payload starts in `data`
+  std::size_t decoded_bytes = 0;   // inline: the payload's size; others: unknown (0) until loaded
+  std::shared_ptr<const raw_media> raw;  // source raw only
 
   std::string_view base64() const { return std::string_view(data).substr(payload_offset); }
 };
+
+media_item raw_item(raw_media m);
 
 struct request {
   std::string model;  // empty when absent
@@ -54,12 +81,14 @@ struct request {
   std::vector<media_item> videos;
 
   bool has_media() const noexcept { return !images.empty() || !audio.empty() || !videos.empty(); }
+  bool has_raw_media() const noexcept;
 };
 
 // 413 REQUEST_TOO_LARGE for a body of `bytes` over the limit.
 error body_too_large(std::size_t bytes, const request_limits& limits);
 
-// Parses and validates a request body. Failures: 413 REQUEST_TOO_LARGE (body or decoded media),
+// Parses and validates a request body. Failures: 413 REQUEST_TOO_LARGE (body, or inline media's
+// decoded size; a path's or URL's bytes are counted when loaded),
 // 400 INVALID_JSON (not JSON, or not an object), 422 INVALID_REQUEST (every field issue at once),
 // 422 TOO_MANY_OPTIONS (the model's option budget). `model_id` names the model in messages.
 result<request> parse_request(std::string_view body, const request_limits& limits,
@@ -76,7 +105,9 @@ result<request> parse_request_line(std::string_view body, const request_limits& 
 
 // The request's wire form, for another SystemOne server: `model` (when not empty), `state`,
 // `questions` in order with their type, instructions and criteria as sent, and the media arrays
-// (each item as the caller's string). A non-empty `model` replaces the request's own.
+// (each item as the caller's string: a path or URL is the other server's to load). A raw item has
+// no wire form and renders as null, which a server refuses: check has_raw_media first. A non-empty
+// `model` replaces the request's own.
 void render_request(const request& r, std::string& out, std::string_view model = {});
 
 // The same on an already parsed body.

@@ -19,6 +19,7 @@
 
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
+#include "engine/tls_client.hpp"
 
 namespace baton {
 
@@ -131,33 +132,22 @@ struct systemone_engine::impl {
   net::io_context io;  // driven by decide(), on the scheduler's worker thread only
   tcp::resolver::results_type endpoints;  // resolved once, at start-up
   std::optional<ssl::context> tls;        // https: the peer verified against its CAs
-  bool host_is_address = false;           // then no SNI, and the certificate must name the address
   std::vector<std::unique_ptr<connection>> idle;
   int failures_in_row = 0;
   clock_type::time_point open_until{};
 
   // SNI and the certificate checked for the URL's host; the caller bounds it in time.
   net::awaitable<void> handshake(tls_stream& s, beast::error_code& ec) {
-    // SNI names a host, never an address (RFC 6066).
-    if (!host_is_address && !SSL_set_tlsext_host_name(s.native_handle(), url.host.c_str())) {
-      ec = beast::error_code(static_cast<int>(::ERR_get_error()), net::error::get_ssl_category());
-      co_return;
-    }
-    // host_name_verification refuses a certificate for another host without saying why: the
-    // verify result says it, for the error's message.
-    s.set_verify_callback([check = ssl::host_name_verification(url.host), address = host_is_address](
-                              bool preverified, ssl::verify_context& ctx) {
-      if (check(preverified, ctx)) return true;
-      if (preverified) {
-        X509_STORE_CTX_set_error(ctx.native_handle(), address ? X509_V_ERR_IP_ADDRESS_MISMATCH : X509_V_ERR_HOSTNAME_MISMATCH);
-      }
-      return false;
-    });
-    co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
+    tls_client::expect_host(s, url.host, ec);
+    if (!ec) co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
   }
 
   // One request, with its retries, on a connection from the pool.
   net::awaitable<result<decision>> call(const request& req) {
+    if (req.has_raw_media()) {
+      co_return make_error(422, "MEDIA_SOURCE_REFUSED",
+                           "raw media (decoded pixels or samples) has no wire form: it cannot be sent to another SystemOne server");
+    }
     std::string body;
     render_request(req, body, options.model);
     http::request<http::string_body> msg(http::verb::post, url.target, 11);
@@ -202,14 +192,14 @@ struct systemone_engine::impl {
         if (auto* s = std::get_if<tls_stream>(conn.get())) {
           co_await handshake(*s, ec);
           if (ec) {
-            const long verified = SSL_get_verify_result(s->native_handle());
+            const std::string untrusted = tls_client::verify_failure(s->native_handle());
             const std::string why = ec == beast::error::timeout
                                         ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
-                                    : verified != X509_V_OK ? "certificate verify failed: " + std::string(X509_verify_cert_error_string(verified))
-                                                            : ec.message();
+                                    : !untrusted.empty() ? untrusted
+                                                         : ec.message();
             last = "TLS handshake with " + url.host_header + " failed: " + why;
             // A certificate this client does not trust will not become trusted by trying again.
-            if (verified != X509_V_OK) co_return make_error(502, "UPSTREAM_UNREACHABLE", last);
+            if (!untrusted.empty()) co_return make_error(502, "UPSTREAM_UNREACHABLE", last);
             continue;
           }
         }
@@ -277,21 +267,13 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   boost::system::error_code ec;
   if (p->url.tls) {
     p->tls.emplace(ssl::context::tls_client);
-    SSL_CTX_set_min_proto_version(p->tls->native_handle(), TLS1_2_VERSION);
-    p->tls->set_verify_mode(ssl::verify_peer);
-    if (options.ca_file.empty()) {
-      p->tls->set_default_verify_paths(ec);
-    } else {
-      p->tls->load_verify_file(options.ca_file.string(), ec);
-    }
+    tls_client::configure(*p->tls, options.ca_file, ec);
     if (ec) {
       return make_error(400, "INVALID_ENGINE_CA_FILE",
                         "the systemone engine cannot load " +
                             (options.ca_file.empty() ? std::string("the system's CA certificates") : "the CA file " + options.ca_file.string()) +
                             ": " + ec.message());
     }
-    net::ip::make_address(p->url.host, ec);
-    p->host_is_address = !ec;
   } else if (!options.ca_file.empty()) {
     return make_error(400, "INVALID_ENGINE_CA_FILE", "the systemone engine's ca_file is for https URLs; `" + options.url + "` is not one");
   }
@@ -340,7 +322,9 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   // The circuit counts calls, not requests: one outage fails a whole batch at once. Any answer
   // of the server's own (a decision, or a refusal of a request) shows it is there.
   bool answered = false, failed = false;
-  for (const auto& r : out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (batch[i].has_raw_media()) continue;  // refused here: the server was not called
+    const auto& r = out[i];
     const bool down = !r && (r.error().code == "UPSTREAM_UNREACHABLE" || r.error().code == "BAD_UPSTREAM_RESPONSE");
     (down ? failed : answered) = true;
   }

@@ -42,7 +42,8 @@ class systemone_engine : public decision_engine {
   // 502 BAD_UPSTREAM_RESPONSE (not a SystemOne answer to this request), 502 UPSTREAM_UNREACHABLE
   // (connection, TLS handshake, timeout or 5xx after the retries; an untrusted certificate at
   // once), 503 ENGINE_UNAVAILABLE (the circuit is open), or the server's own 400/404/413/422
-  // refusal of the request.
+  // refusal of the request; 422 MEDIA_SOURCE_REFUSED, without a call, for a request with raw
+  // media (pixels or samples from the C++ API have no wire form).
   std::vector<result<decision>> decide(std::span<const request> batch) override;
 
  private:

@@ -243,6 +243,23 @@ TEST(systemone_engine, another_baton_answers_and_its_key_is_sent) {
   std::filesystem::remove_all(dir);
 }
 
+// Pixels and samples from the C++ API have no wire form: refused before any call, and the circuit
+// does not count the refusal as an answer or a failure of the server.
+TEST(systemone_engine, raw_media_is_refused_without_a_call) {
+  scripted_server server({{200, good_answer, {}}});
+  auto engine = engine_for(server.url());
+  request with_raw = sample_request();
+  raw_media pcm;
+  pcm.audio = {0.0f, 0.25f};
+  with_raw.audio.push_back(raw_item(std::move(pcm)));
+  const auto out = engine->decide(std::vector<request>{with_raw, sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().status, 422);
+  EXPECT_EQ(out[0].error().code, "MEDIA_SOURCE_REFUSED");
+  ASSERT_TRUE(out[1]) << out[1].error().message;
+  EXPECT_EQ(server.requests(), 1);
+}
+
 TEST(systemone_engine, retries_honour_retry_after_then_answer) {
   scripted_server server({{429, R"({"error":"slow down","code":"RATE_LIMITED","detail":[]})", {{"retry-after-ms", "30"}}},
                           {503, "{}", {}},

@@ -91,6 +91,86 @@ TEST(request, media_in_both_forms) {
   EXPECT_TRUE(r.has_media());
 }
 
+// Paths and URLs are told apart by their start and checked for syntax only: nothing is read or
+// fetched while parsing, so a path that does not exist parses.
+TEST(request, media_paths_and_urls) {
+  const request r = parse_ok(R"({"state": "s", "questions": {"q": {"type": "noul"}},
+      "images": ["photos/cat.png", "/no/such/dir/../x.jpg", "https://cdn.example.com/a.png?w=2"],
+      "audio": ["../clips/a.wav"],
+      "videos": ["http://127.0.0.1:8080/v.mp4"]})");
+  ASSERT_EQ(r.images.size(), 3u);
+  EXPECT_EQ(r.images[0].source, media_source::path);
+  EXPECT_EQ(r.images[0].data, "photos/cat.png");
+  EXPECT_EQ(r.images[0].mime, "");
+  EXPECT_EQ(r.images[0].decoded_bytes, 0u);
+  EXPECT_EQ(r.images[1].source, media_source::path);
+  EXPECT_EQ(r.images[2].source, media_source::url);
+  EXPECT_EQ(r.images[2].data, "https://cdn.example.com/a.png?w=2");
+  EXPECT_EQ(r.audio[0].source, media_source::path);  // `..` is judged when loaded, against the roots
+  EXPECT_EQ(r.videos[0].source, media_source::url);
+  EXPECT_FALSE(r.has_raw_media());
+}
+
+TEST(request, media_scheme_case_and_odd_paths) {
+  // An upper-case scheme is a URL (refused by the URL grammar, which wants it lower case); a
+  // "scheme" with a slash before "://" is a path.
+  auto upper = parse_request(R"({"state":"s","questions":{"q":{"type":"noul"}},"audio":["HTTP://example.com/a.wav"]})", {});
+  ASSERT_FALSE(upper.has_value());
+  EXPECT_EQ(upper.error().detail.at(0).type, "url_syntax");
+  const request r = parse_ok(R"({"state":"s","questions":{"q":{"type":"noul"}},"audio":["dir/clip://a.wav"]})");
+  ASSERT_EQ(r.audio.size(), 1u);
+  EXPECT_EQ(r.audio[0].source, media_source::path);
+}
+
+// Inline items count toward the 413 limits at parse; a path or URL does not (its size is unknown
+// until it is loaded), so many of them pass where the same count of large inline items does not.
+TEST(request, only_inline_media_counts_toward_the_decoded_size_limits) {
+  request_limits tight;
+  tight.images.max_item_bytes = 3;
+  tight.max_image_bytes_total = 3;
+  const std::string q = R"("state":"s","questions":{"q":{"type":"noul"}})";
+  EXPECT_TRUE(parse_request("{" + q + R"(,"images":["a.png","b.png","https://x.example/c.png"]})", tight).has_value());
+  auto inline_too_big = parse_request("{" + q + R"(,"images":["data:image/png;base64,AAAAAAAA"]})", tight);
+  ASSERT_FALSE(inline_too_big.has_value());
+  EXPECT_EQ(inline_too_big.error().status, 413);
+}
+
+// Forwarding sends each item as the caller wrote it; a raw item has no wire form (null).
+TEST(request, render_keeps_each_media_item_as_sent) {
+  const std::string body = R"({"state":"s","questions":{"q":{"type":"noul"}},)"
+                           R"("images":["data:image/png;base64,AAAA",{"content_type":"image/webp","base64":"AAECAw=="},"a/b.png"],)"
+                           R"("videos":["https://example.com/v.mp4"]})";
+  request r = parse_ok(body);
+  std::string out;
+  render_request(r, out);
+  EXPECT_EQ(out, body);
+  const request again = parse_ok(out);
+  ASSERT_EQ(again.images.size(), 3u);
+  EXPECT_EQ(again.images[2].source, media_source::path);
+
+  raw_media pcm;
+  pcm.audio = {0.0f, 0.5f};
+  r.audio.push_back(raw_item(std::move(pcm)));
+  EXPECT_TRUE(r.has_raw_media());
+  out.clear();
+  render_request(r, out);
+  EXPECT_NE(out.find(R"("audio":[null])"), std::string::npos) << out;
+}
+
+TEST(request, raw_items_share_their_samples) {
+  raw_media frames;
+  frames.pixels.assign(2 * 2 * 3, 7);
+  frames.frames = 1;
+  frames.height = 2;
+  frames.width = 2;
+  const media_item item = raw_item(std::move(frames));
+  EXPECT_EQ(item.source, media_source::raw);
+  ASSERT_NE(item.raw, nullptr);
+  EXPECT_EQ(item.raw->pixels.size(), 12u);
+  const media_item copy = item;  // a copy of the request does not copy the pixels
+  EXPECT_EQ(copy.raw.get(), item.raw.get());
+}
+
 TEST(request, limits_are_configurable) {
   request_limits wide;
   wide.min_choice_options = 1;
