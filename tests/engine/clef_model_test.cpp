@@ -43,7 +43,7 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
   options.threads = 1;  // see clef_engine_test.cpp
   const auto m = model::load(thinker_dir() / "model", options);
   std::map<std::string, std::vector<float>, std::less<>> stages;
-  m->trace_thinker(ids, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
+  m->trace(ids, nullptr, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
     EXPECT_EQ(rows, static_cast<std::int64_t>(ids.size()));
     stages.emplace(std::string(stage), std::vector<float>(values.begin(), values.end()));
   });
@@ -61,6 +61,86 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
     ASSERT_EQ(stages[stage].size(), expected.size()) << stage;
     // Hidden values are O(1): relative error, with values below 1 compared absolutely.
     EXPECT_LT(relative_error(stages[stage], expected, 1.0), 1e-5) << stage;
+  }
+}
+
+template <class T>
+std::vector<T> values_of(const safetensors_file& f, const std::string& name) {
+  const tensor_view* v = f.find(name);
+  if (v == nullptr) return {};
+  std::vector<T> out(static_cast<std::size_t>(v->numel()));
+  EXPECT_EQ(v->bytes, out.size() * sizeof(T)) << name;
+  std::memcpy(out.data(), v->data, v->bytes);
+  return out;
+}
+
+// The processor outputs of a case (pixel values, grids, mel features) as the model's media input.
+struct case_media {
+  std::vector<vision_patches> images, videos;
+  std::vector<log_mel> audio;
+  record_media view() const { return {images, audio, videos, false}; }
+};
+
+case_media media_of(const safetensors_file& ref) {
+  case_media m;
+  auto patches = [&](const char* values, const char* grid, float second_per_grid) {
+    vision_patches p;
+    p.pixel_values = values_of<float>(ref, values);
+    const auto g = values_of<std::int64_t>(ref, grid);
+    p.grid_t = g.at(0);
+    p.grid_h = g.at(1);
+    p.grid_w = g.at(2);
+    p.second_per_grid = second_per_grid;
+    return p;
+  };
+  if (ref.find("in.pixel_values")) m.images.push_back(patches("in.pixel_values", "in.image_grid_thw", 0));
+  if (ref.find("in.pixel_values_videos")) {
+    m.videos.push_back(patches("in.pixel_values_videos", "in.video_grid_thw",
+                               values_of<float>(ref, "in.video_second_per_grid").at(0)));
+  }
+  if (ref.find("in.input_features")) {
+    log_mel a;
+    a.values = values_of<float>(ref, "in.input_features");
+    const auto mask = values_of<std::int64_t>(ref, "in.feature_attention_mask");
+    a.frames = static_cast<std::int64_t>(mask.size());
+    a.frame_mask.assign(mask.begin(), mask.end());
+    m.audio.push_back(std::move(a));
+  }
+  return m;
+}
+
+// Every stage of the tiny thinker on its image, video and audio cases: the towers' outputs and
+// deepstack features, the MRoPE ids, the embeddings with the media rows placed, every layer.
+TEST(thinker, media_cases_match_the_reference_stage_by_stage) {
+  model_options options;
+  options.head = false;
+  options.threads = 1;
+  const auto m = model::load(thinker_dir() / "model", options);
+  ASSERT_TRUE(m->reads_images());
+  ASSERT_TRUE(m->reads_audio());
+  for (const char* name : {"image", "video", "audio", "image_audio", "video_audio"}) {
+    SCOPED_TRACE(name);
+    const safetensors_file ref(thinker_dir() / (std::string("tiny_ref_") + name + ".safetensors"));
+    const auto ids64 = values_of<std::int64_t>(ref, "in.input_ids");
+    const std::vector<std::int32_t> ids(ids64.begin(), ids64.end());
+    const case_media media = media_of(ref);
+    const record_media view = media.view();
+    std::map<std::string, std::vector<float>, std::less<>> stages;
+    m->trace(ids, &view, [&](std::string_view stage, std::span<const float> values, std::int64_t) {
+      stages.emplace(std::string(stage), std::vector<float>(values.begin(), values.end()));
+    });
+    std::size_t compared = 0;
+    for (const auto& [name_view, view_] : ref.tensors()) {
+      const std::string key(name_view);
+      if (!key.starts_with("out.") || key == "out.logits" || key == "out.rope_deltas") continue;
+      const std::string stage = key.substr(4);
+      ASSERT_TRUE(stages.contains(stage)) << stage;
+      const auto expected = floats(view_);
+      ASSERT_EQ(stages[stage].size(), expected.size()) << stage;
+      EXPECT_LT(relative_error(stages[stage], expected, 1.0), 1e-5) << stage;
+      ++compared;
+    }
+    EXPECT_GE(compared, 7u);  // positions, embeddings, 3 layers, final, and the media features
   }
 }
 

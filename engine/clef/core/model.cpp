@@ -7,8 +7,11 @@
 #include <optional>
 #include <thread>
 
+#include "engine/clef/core/audio_encoder.hpp"
 #include "engine/clef/core/joint_head.hpp"
+#include "engine/clef/core/rope_index.hpp"
 #include "engine/clef/core/thinker.hpp"
+#include "engine/clef/core/vision_encoder.hpp"
 
 namespace baton::clef {
 
@@ -69,6 +72,13 @@ class model_impl final : public model {
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }
+    const media_tokens& t = files_.tokens();
+    if (files_.vision() && t.image && t.video && t.vision_start && t.vision_end) {
+      vision_.emplace(files_, detail::scalar_type(*options_.dtype), device_);
+    }
+    if (files_.audio() && t.audio && t.audio_start && t.audio_end) {
+      audio_.emplace(files_, detail::scalar_type(*options_.dtype), device_);
+    }
   }
 
   const release& files() const noexcept override { return files_; }
@@ -84,12 +94,18 @@ class model_impl final : public model {
     }
   }
 
-  void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) override {
+  void trace(std::span<const std::int32_t> ids, const record_media* media,
+             const stage_observer& observe) override {
     c10::InferenceMode guard;
-    const std::vector<std::int64_t> wide(ids.begin(), ids.end());
-    thinker_.forward(detail::long_tensor(wide, device_), {static_cast<std::int64_t>(wide.size())}, &observe,
-                     nullptr);
+    const record_input one{ids, {}, media};
+    at::Tensor id_tensor;
+    std::vector<std::int64_t> lengths;
+    const detail::thinker_input input = prepare({&one, 1}, id_tensor, lengths, &observe, nullptr);
+    thinker_.forward(input, lengths, &observe, nullptr);
   }
+
+  bool reads_images() const noexcept override { return vision_.has_value(); }
+  bool reads_audio() const noexcept override { return audio_.has_value(); }
 
   void set_profiling(bool on) noexcept override { profiling_ = on; }
   const forward_profile& last_profile() const noexcept override { return profile_; }
@@ -101,13 +117,10 @@ class model_impl final : public model {
     forward_profile* profile = profiling_ ? &profile_ : nullptr;
     const auto start = std::chrono::steady_clock::now();
 
-    std::vector<std::int64_t> ids, lengths;
-    for (const auto& r : batch) {
-      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
-      lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
-    }
-    const at::Tensor id_tensor = detail::long_tensor(ids, device_);
-    const at::Tensor hidden = thinker_.forward(id_tensor, lengths, nullptr, profile);
+    at::Tensor id_tensor;
+    std::vector<std::int64_t> lengths;
+    const detail::thinker_input input = prepare(batch, id_tensor, lengths, nullptr, profile);
+    const at::Tensor hidden = thinker_.forward(input, lengths, nullptr, profile);
 
     std::vector<record_logits> out;
     out.reserve(batch.size());
@@ -121,10 +134,144 @@ class model_impl final : public model {
         offset += lengths[i];
       }
     }
-    profile_.tokens = static_cast<std::int64_t>(ids.size());
+    profile_.tokens = id_tensor.size(0);
     profile_.total_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return out;
+  }
+
+  // The thinker's input for `batch`: token embeddings with the media encoders' rows placed at their
+  // pads, MRoPE positions and deepstack rows when any record has media.
+  detail::thinker_input prepare(std::span<const record_input> batch, at::Tensor& id_tensor,
+                                std::vector<std::int64_t>& lengths, const stage_observer* observe,
+                                forward_profile* profile) const {
+    std::vector<std::int64_t> ids;
+    lengths.clear();
+    bool media = false;
+    for (const auto& r : batch) {
+      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+      lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
+      media = media || (r.media && !r.media->empty());
+    }
+    id_tensor = detail::long_tensor(ids, device_);
+    detail::thinker_input input;
+    {
+      detail::scoped_timer t(profile ? &profile->embed_ms : nullptr);
+      input.embeds = thinker_.embed(id_tensor);
+    }
+    if (!media) return input;
+
+    detail::scoped_timer t(profile ? &profile->media_ms : nullptr);
+    const std::size_t n = ids.size();
+    std::vector<float> positions(3 * n);
+    const std::size_t deepstack = vision_ ? files_.vision()->deepstack_layers.size() : 0;
+    placed images(deepstack), videos(deepstack), audio(0);
+    std::size_t offset = 0;
+    for (const auto& r : batch) {
+      const record_media none;
+      place_record(r.ids, r.media ? *r.media : none, offset, n, positions, images, videos, audio);
+      offset += r.ids.size();
+    }
+    input.positions = at::from_blob(positions.data(), {3, static_cast<std::int64_t>(n)}, at::kFloat).to(device_, at::kFloat, false, /*copy=*/true);
+    auto place = [&](const placed& p, const char* stage) {
+      if (p.rows.empty()) return;
+      const at::Tensor features = at::cat(p.embeds);
+      if (observe) report(*observe, stage, features);
+      input.embeds.index_copy_(0, at::cat(p.rows), features.to(input.embeds.scalar_type()));
+    };
+    place(audio, "audio_features");
+    place(images, "image_embeds");
+    place(videos, "video_embeds");
+    if (!images.rows.empty() || !videos.rows.empty()) {
+      std::vector<at::Tensor> rows = images.rows;
+      rows.insert(rows.end(), videos.rows.begin(), videos.rows.end());
+      input.visual_rows = at::cat(rows);
+      for (std::size_t l = 0; l < deepstack; ++l) {
+        if (observe && !images.deep[l].empty()) report(*observe, "image_deepstack." + std::to_string(l), at::cat(images.deep[l]));
+        if (observe && !videos.deep[l].empty()) report(*observe, "video_deepstack." + std::to_string(l), at::cat(videos.deep[l]));
+        std::vector<at::Tensor> parts = images.deep[l];
+        parts.insert(parts.end(), videos.deep[l].begin(), videos.deep[l].end());
+        input.deepstack.push_back(at::cat(parts).to(input.embeds.scalar_type()));
+      }
+    }
+    return input;
+  }
+
+  // One kind of media over a batch: the rows its pads occupy and the encoders' outputs for them.
+  struct placed {
+    explicit placed(std::size_t deepstack) : deep(deepstack) {}
+    std::vector<at::Tensor> rows, embeds;
+    std::vector<std::vector<at::Tensor>> deep;  // per deepstack layer (vision only)
+  };
+
+  static void report(const stage_observer& observe, std::string_view stage, const at::Tensor& x) {
+    const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
+    observe(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
+  }
+
+  // One record's positions (into `positions`, [3, n] at `offset`), its media encoded and the rows
+  // of its pads. Throws when the release cannot read the media or the pads do not match it.
+  void place_record(std::span<const std::int32_t> ids, const record_media& m, std::size_t offset,
+                    std::size_t n, std::vector<float>& positions, placed& images, placed& videos,
+                    placed& audio) const {
+    if ((!m.images.empty() || !m.videos.empty()) && !vision_) {
+      throw std::runtime_error("this release has no vision tower (or no image and video token ids)");
+    }
+    if (!m.audio.empty() && !audio_) {
+      throw std::runtime_error("this release has no audio tower (or no audio token ids)");
+    }
+    const std::int64_t merge = vision_ ? files_.vision()->spatial_merge_size : 2;
+    std::vector<vision_grid> image_grids, video_grids;
+    std::vector<std::int64_t> audio_tokens;
+    for (const auto& p : m.images) image_grids.push_back({p.grid_t, p.grid_h, p.grid_w, 0});
+    for (const auto& p : m.videos) video_grids.push_back({p.grid_t, p.grid_h, p.grid_w, p.second_per_grid});
+    for (const auto& a : m.audio) {
+      audio_tokens.push_back(audio_token_count(std::count_if(a.frame_mask.begin(), a.frame_mask.end(),
+                                                             [](std::int32_t v) { return v != 0; })));
+    }
+    const media_tokens& tok = files_.tokens();
+    auto rope = rope_positions(ids, tok, merge, {image_grids, video_grids, audio_tokens, m.audio_in_video});
+    if (const auto* e = std::get_if<rope_error>(&rope)) throw std::runtime_error(e->message);
+    const auto& pos = std::get<std::vector<float>>(rope);
+    const std::size_t len = ids.size();
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+      std::copy_n(pos.begin() + static_cast<std::ptrdiff_t>(axis * len), len,
+                  positions.begin() + static_cast<std::ptrdiff_t>(axis * n + offset));
+    }
+
+    // The pads of one kind, in sequence order, take the encoders' rows in item order.
+    auto rows_of = [&](const std::optional<std::int64_t>& token, std::int64_t expected, const char* kind) {
+      std::vector<std::int64_t> rows;
+      for (std::size_t i = 0; i < len && token; ++i) {
+        if (ids[i] == *token) rows.push_back(static_cast<std::int64_t>(offset + i));
+      }
+      if (static_cast<std::int64_t>(rows.size()) != expected) {
+        throw std::runtime_error(std::string("the prompt has ") + std::to_string(rows.size()) + " " + kind +
+                                 " pads for " + std::to_string(expected) + " " + kind + " tokens");
+      }
+      return detail::long_tensor(rows, device_);
+    };
+    auto encode_vision = [&](std::span<const vision_patches> items, const std::optional<std::int64_t>& token,
+                             const char* kind, placed& out) {
+      if (items.empty()) return;
+      std::int64_t count = 0;
+      for (const auto& p : items) {
+        detail::vision_features f = vision_->encode(p);
+        count += f.embeds.size(0);
+        out.embeds.push_back(std::move(f.embeds));
+        for (std::size_t l = 0; l < out.deep.size(); ++l) out.deep[l].push_back(std::move(f.deepstack[l]));
+      }
+      out.rows.push_back(rows_of(token, count, kind));
+    };
+    encode_vision(m.images, tok.image, "image", images);
+    encode_vision(m.videos, tok.video, "video", videos);
+    if (m.audio.empty()) return;
+    std::int64_t count = 0;
+    for (const auto& a : m.audio) {
+      audio.embeds.push_back(audio_->encode(a));
+      count += audio.embeds.back().size(0);
+    }
+    audio.rows.push_back(rows_of(tok.audio, count, "audio"));
   }
 
   release files_;
@@ -132,6 +279,8 @@ class model_impl final : public model {
   model_options options_;
   detail::thinker thinker_;
   std::optional<detail::joint_head> head_;
+  std::optional<detail::vision_encoder> vision_;
+  std::optional<detail::audio_encoder> audio_;
   bool profiling_ = false;
   forward_profile profile_;
 };

@@ -13,7 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/clef/core/audio_features.hpp"
 #include "engine/clef/core/release.hpp"
+#include "engine/clef/core/vision_preprocess.hpp"
 
 namespace baton::clef {
 
@@ -44,9 +46,22 @@ struct question_layout {
   std::vector<token_span> options;
 };
 
+// One record's media, preprocessed, each kind in prompt order (clef-engine.md §2.7). The ids hold
+// their pads: the model puts the encoders' rows there and positions them with the MRoPE index.
+struct record_media {
+  std::span<const vision_patches> images;
+  // The clips, then (with audio_in_video) each video's soundtrack, as the prompt's audio blocks.
+  std::span<const log_mel> audio;
+  std::span<const vision_patches> videos;
+  bool audio_in_video = false;  // each video's pads interleave with its soundtrack's
+
+  bool empty() const noexcept { return images.empty() && audio.empty() && videos.empty(); }
+};
+
 struct record_input {
   std::span<const std::int32_t> ids;
   std::span<const question_layout> questions;
+  const record_media* media = nullptr;
 };
 
 // Logits per question, per option, in the encoded option order.
@@ -54,12 +69,15 @@ using record_logits = std::vector<std::vector<float>>;
 
 // Wall time per part of the last forward, when profiling is on (bench/).
 struct forward_profile {
+  double media_ms = 0;  // the vision and audio towers, and placing their rows
   double embed_ms = 0, attention_ms = 0, moe_ms = 0, norms_ms = 0, head_ms = 0, total_ms = 0;
   std::int64_t tokens = 0;
 };
 
-// Observes the thinker's intermediate results (tests): stage names "inputs_embeds",
-// "layer_out.<l>", "final_hidden"; values are fp32 on the CPU, row-major [tokens, hidden].
+// Observes the model's intermediate results (tests), fp32 on the CPU, row-major [rows, width]:
+// "audio_features", "image_embeds", "image_deepstack.<i>", "video_embeds", "video_deepstack.<i>"
+// (every item of the kind, concatenated), "position_ids" ([3, tokens], only with media),
+// "inputs_embeds", "layer_out.<l>" (before any deepstack add) and "final_hidden".
 using stage_observer =
     std::function<void(std::string_view stage, std::span<const float> values, std::int64_t rows)>;
 
@@ -75,11 +93,17 @@ class model {
 
   // Scores a batch of records in one backbone pass (records packed end to end; each attends only
   // to itself, so a record's logits do not depend on its batch). Spans must be validated: non-empty
-  // question and option spans inside the record. Throws std::exception on device failures.
+  // question and option spans inside the record. Throws std::exception on device failures and on
+  // media the release cannot read or whose pads do not match.
   virtual std::vector<record_logits> forward(std::span<const record_input> batch) = 0;
 
-  // The thinker alone on one sequence of text tokens, reporting each stage.
-  virtual void trace_thinker(std::span<const std::int32_t> ids, const stage_observer& observe) = 0;
+  // The media encoders and the thinker on one sequence, reporting each stage (no head).
+  virtual void trace(std::span<const std::int32_t> ids, const record_media* media,
+                     const stage_observer& observe) = 0;
+
+  // Whether the release has the tower that reads this kind of media and the token ids to place it.
+  virtual bool reads_images() const noexcept = 0;
+  virtual bool reads_audio() const noexcept = 0;
 
   virtual void set_profiling(bool on) noexcept = 0;
   virtual const forward_profile& last_profile() const noexcept = 0;

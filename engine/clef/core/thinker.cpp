@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <tuple>
 
 namespace baton::clef::detail {
 
@@ -64,41 +65,59 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                                      at::arange(0, dim, 2, at::kLong).to(at::kFloat) /
                                          static_cast<double>(dim)))
                   .to(device_);
+  // Slot i rotates by the H position when i % 3 == 1 and i < 3 * section[1], by W when
+  // i % 3 == 2 and i < 3 * section[2], by T otherwise (transformers' apply_interleaved_mrope).
+  std::vector<std::int64_t> axis(static_cast<std::size_t>(dim / 2), 0);
+  for (std::size_t i = 0; i < axis.size(); ++i) {
+    const auto s = static_cast<std::int64_t>(i);
+    if (s % 3 == 1 && s < 3 * config_.mrope_section[1]) axis[i] = 1;
+    if (s % 3 == 2 && s < 3 * config_.mrope_section[2]) axis[i] = 2;
+  }
+  mrope_axis_ = long_tensor(axis, device_).view({1, 1, -1});
 }
 
 at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
   return lm_head_.index_select(0, ids).to(type);
 }
 
-at::Tensor thinker::forward(const at::Tensor& ids, const std::vector<std::int64_t>& lengths,
+at::Tensor thinker::embed(const at::Tensor& ids) const { return embed_.index_select(0, ids).to(type_); }
+
+std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions,
+                                                  const std::vector<std::int64_t>& lengths) const {
+  at::Tensor freqs;
+  if (!positions.defined()) {
+    // Text-only positions are 0..len-1 on all three MRoPE axes, so every frequency slot sees the
+    // same position and the interleaving reduces to plain RoPE.
+    std::vector<at::Tensor> pieces;
+    pieces.reserve(lengths.size());
+    for (const auto n : lengths) {
+      pieces.push_back(at::arange(n, at::TensorOptions().dtype(at::kFloat).device(device_)));
+    }
+    freqs = at::cat(pieces).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  } else {
+    // Interleaved MRoPE (§3.1): each frequency slot takes the angle of its own axis.
+    const at::Tensor all = positions.unsqueeze(2) * inv_freq_.view({1, 1, -1});  // [3, N, half]
+    freqs = all.gather(0, mrope_axis_.expand({1, all.size(1), all.size(2)})).squeeze(0);
+  }
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos().to(type_).unsqueeze(1), emb.sin().to(type_).unsqueeze(1)};  // broadcast over heads
+}
+
+at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
                             const stage_observer* observe, forward_profile* profile) const {
   auto report = [&](std::string_view stage, const at::Tensor& x) {
     if (!observe) return;
     const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
     (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
   };
-  at::Tensor x;
-  {
-    scoped_timer t(profile ? &profile->embed_ms : nullptr);
-    x = embed_.index_select(0, ids).to(type_);
-  }
+  at::Tensor x = input.embeds;
+  if (input.positions.defined()) report("position_ids", input.positions);
   report("inputs_embeds", x);
 
-  // Text-only positions are 0..len-1 on all three MRoPE axes, so every frequency slot sees the
-  // same position and the interleaving reduces to plain RoPE.
   at::Tensor cos, sin;
   {
     scoped_timer t(profile ? &profile->norms_ms : nullptr);
-    std::vector<at::Tensor> pieces;
-    pieces.reserve(lengths.size());
-    for (const auto n : lengths) {
-      pieces.push_back(at::arange(n, at::TensorOptions().dtype(at::kFloat).device(device_)));
-    }
-    const at::Tensor positions = at::cat(pieces);
-    const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    cos = emb.cos().to(type_).unsqueeze(1);  // [N, 1, head_dim]: broadcast over heads
-    sin = emb.sin().to(type_).unsqueeze(1);
+    std::tie(cos, sin) = rotary(input.positions, lengths);
   }
 
   const double eps = config_.rms_norm_eps;
@@ -123,6 +142,7 @@ at::Tensor thinker::forward(const at::Tensor& ids, const std::vector<std::int64_
       x = x + moe(w, b);
     }
     if (observe) report("layer_out." + std::to_string(l), x);
+    if (l < input.deepstack.size()) x.index_add_(0, input.visual_rows, input.deepstack[l]);
   }
   {
     scoped_timer t(profile ? &profile->norms_ms : nullptr);
