@@ -78,9 +78,11 @@ decision to_decision(const encoded_record& r, const record_logits& logits) {
 clef_encoder::clef_encoder(const std::filesystem::path& model_dir)
     : tokenizer_(load_tokenizer(model_dir)), pieces_(*tokenizer_) {}
 
-result<encoded_record> clef_encoder::encode(const request& r, std::size_t max_length) const {
+result<encoded_record> clef_encoder::encode(const request& r, std::size_t max_length,
+                                            std::span<const std::int32_t> media_ids) const {
   encode_options options;
   options.max_length = max_length;
+  options.media_ids = media_ids;
   try {
     return encode_record(r, pieces_, options);
   } catch (const std::exception& e) {  // the tokenizer's regex limits, memory
@@ -115,7 +117,20 @@ clef_engine::clef_engine(const clef_engine_options& options)
                               : options.model_id;
   if (description_.model_id.empty()) description_.model_id = "clef-omni";
   description_.fingerprint = release_fingerprint(options.model_dir);
+  options_.media.bounds = read_pixel_bounds(options.model_dir);
+  options_.media.soundtracks = model_->reads_audio();
   description_.limits = request_limits::text_only();
+  const request_limits defaults;
+  if (model_->reads_images()) {
+    description_.limits.images = defaults.images;
+    description_.limits.videos = defaults.videos;
+  }
+  if (model_->reads_audio()) description_.limits.audio = defaults.audio;
+  {
+    const auto newline = encoder_.text_tokenizer().encode("\n");
+    if (newline.size() != 1) throw load_error(options.model_dir.string() + ": the tokenizer does not read \"\\n\" as one token");
+    newline_id_ = newline[0];
+  }
   description_.description = "Clef-Omni decision model (release " + description_.model_id + ")";
   description_.release_date = file_date(options.model_dir / "config.json");
   check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());
@@ -137,15 +152,42 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
   std::vector<result<decision>> out;
   out.reserve(batch.size());
   std::vector<std::optional<encoded_record>> encoded(batch.size());
+  std::vector<prepared_media> media(batch.size());
+  std::vector<record_media> media_views(batch.size());
+  std::vector<std::vector<media_placeholder>> placeholders(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const std::size_t max_length = i < max_lengths.size() ? max_lengths[i] : options_.max_length;
+    media_block block;
     if (batch[i].has_media()) {
-      // describe().limits refuse media; a caller that skipped validation must not get an answer
-      // that silently ignored them.
-      out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read images, audio or videos yet"));
-      continue;
+      // describe().limits refuse what the release cannot read; a caller that skipped validation
+      // must not get an answer that silently ignored its media.
+      if ((!batch[i].images.empty() || !batch[i].videos.empty()) && !model_->reads_images()) {
+        out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read images or videos"));
+        continue;
+      }
+      if (!batch[i].audio.empty() && !model_->reads_audio()) {
+        out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read audio"));
+        continue;
+      }
+      auto prepared = prepare_media(batch[i], options_.media);
+      if (!prepared) {
+        out.emplace_back(std::move(prepared.error()));
+        continue;
+      }
+      media[i] = std::move(*prepared);
+      media_views[i] = media[i].view();
+      block = media_block_ids(media[i], model_->files().tokens(), newline_id_);
     }
-    auto e = encoder_.encode(batch[i], max_length);
+    auto e = encoder_.encode(batch[i], max_length, block.ids);
+    if (e) {
+      // The block sits right before the state: shift its places to the record's offsets.
+      const auto start = static_cast<std::int32_t>(e->prefix_tokens - block.ids.size());
+      for (auto& p : block.placeholders) {
+        p.begin += start;
+        p.end += start;
+      }
+      placeholders[i] = std::move(block.placeholders);
+    }
     if (e) {
       encoded[i] = std::move(*e);
       out.emplace_back(decision{});
@@ -173,7 +215,8 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     std::vector<record_input> inputs;
     inputs.reserve(members.size());
     for (std::size_t k = 0; k < members.size(); ++k) {
-      inputs.push_back({encoded[members[k]]->ids, layout[k]});
+      const std::size_t i = members[k];
+      inputs.push_back({encoded[i]->ids, layout[k], media[i].empty() ? nullptr : &media_views[i]});
     }
     std::vector<record_logits> logits;
     try {
@@ -187,7 +230,8 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     for (std::size_t k = 0; k < members.size(); ++k) {
       const std::size_t i = members[k];
       out[i] = to_decision(*encoded[i], logits[k]);
-      if (traces) (*traces)[i] = clef_trace{std::move(*encoded[i]), std::move(logits[k])};
+      if (traces) (*traces)[i] = clef_trace{std::move(*encoded[i]), std::move(placeholders[i]), media[i].audio_in_video,
+                                              std::move(logits[k])};
     }
   }
   return out;

@@ -1,6 +1,5 @@
 // The clef decision engine: SystemOne requests -> record encoding -> Clef-Omni model -> answers.
-// Text and JSON states; media arrive with the media issue (requests carrying media are refused by
-// the engine's limits until then).
+// Text and JSON states, and the images, audio and videos the release's towers read.
 #pragma once
 
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "engine/clef/core/model.hpp"
+#include "engine/clef/media_input.hpp"
 #include "engine/clef/record_encoder.hpp"
 #include "engine/decision_engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
@@ -21,11 +21,15 @@ struct clef_engine_options {
   std::size_t max_length = 64000;    // tokens per record (REF-omni DEFAULT_MAX_LENGTH)
   std::size_t batch_tokens = 16384;  // records are packed into one forward up to this many tokens
   std::string model_id;              // empty: the release directory's name
+  // Where media may come from and the decode limits; the pixel bounds are read from the release.
+  media_settings media;
 };
 
 // What one record went through, for `baton decide --dump` and the parity tests.
 struct clef_trace {
   encoded_record encoded;
+  std::vector<media_placeholder> media;  // offsets from the record's first id
+  bool audio_in_video = false;
   record_logits logits;  // per question, encoded option order
 };
 
@@ -35,7 +39,9 @@ class clef_encoder {
   explicit clef_encoder(const std::filesystem::path& model_dir);  // throws load_error
 
   // Refusals as the reference makes them (422), or 500 INFERENCE_FAILED when tokenizing fails.
-  result<encoded_record> encode(const request& r, std::size_t max_length) const;
+  // `media_ids`: the media block, placed after the prompt prefix.
+  result<encoded_record> encode(const request& r, std::size_t max_length,
+                                std::span<const std::int32_t> media_ids = {}) const;
   const tokenizer& text_tokenizer() const noexcept { return *tokenizer_; }
 
  private:
@@ -74,6 +80,7 @@ class clef_engine final : public decision_engine {
   clef_encoder encoder_;
   std::unique_ptr<model> model_;
   engine_description description_;
+  std::int32_t newline_id_ = 0;  // "\n" ends each media item's block
 };
 
 // sha256 ("sha256:<hex>") over the release's index, config and head files, and each shard's size,

@@ -24,19 +24,20 @@ struct record_case {
   json expected;  // expected.jsonl
 };
 
-// The text records (media records belong to the media engine).
-std::vector<record_case> text_cases() {
+// The records with media (paths relative to the vectors' folder), or the text ones.
+std::vector<record_case> record_cases(bool media) {
   std::ifstream records(tiny_dir() / "records.jsonl"), expected(tiny_dir() / "expected.jsonl");
   std::vector<record_case> out;
   std::string a, b;
   while (std::getline(records, a) && std::getline(expected, b)) {
     record_case c{test::parse(a), test::parse(b)};
     const json& r = c.line["request"];
-    if (r.contains("images") || r.contains("audio") || r.contains("videos")) continue;
+    if ((r.contains("images") || r.contains("audio") || r.contains("videos")) != media) continue;
     out.push_back(std::move(c));
   }
   return out;
 }
+std::vector<record_case> text_cases() { return record_cases(false); }
 
 class clef_engine_test : public ::testing::Test {
  protected:
@@ -45,6 +46,7 @@ class clef_engine_test : public ::testing::Test {
     options.model_dir = tiny_dir() / "release";
     options.model_id = "clef-omni-tiny";
     options.model.threads = test_threads;
+    options.media.sources.roots = {tiny_dir()};  // the records name media/… files
     engine_ = new clef_engine(options);
   }
   static void TearDownTestSuite() {
@@ -56,12 +58,50 @@ class clef_engine_test : public ::testing::Test {
 clef_engine* clef_engine_test::engine_ = nullptr;
 
 // Requests as the API layer would hand them over (or its refusal).
-result<request> to_request(const record_case& c) {
-  return request_from_json(json(c.line["request"]), request_limits::text_only(), "clef-omni-tiny");
+result<request> to_request(const record_case& c, const request_limits& limits = request_limits::text_only()) {
+  return request_from_json(json(c.line["request"]), limits, "clef-omni-tiny");
 }
 
 std::size_t max_length_of(const record_case& c) {
   return c.line.contains("max_length") ? c.line["max_length"].get<std::size_t>() : 64000;
+}
+
+// Runs an accepted record alone and compares ids, spans, logits (within 1e-4) and the response.
+void expect_reference_answer(clef_engine& engine, const record_case& c, const request& req, double& worst) {
+  const json& want = c.expected;
+  const std::size_t window = max_length_of(c);
+  std::vector<std::optional<clef_trace>> traces;
+  auto results = engine.decide({&req, 1}, {&window, 1}, &traces);
+  ASSERT_TRUE(results[0]) << render_error(results[0].error());
+  ASSERT_TRUE(traces[0]);
+  const clef_trace& t = *traces[0];
+  EXPECT_EQ(json(t.encoded.ids), want["input_ids"]);
+  ASSERT_EQ(t.encoded.questions.size(), want["questions"].size());
+  for (std::size_t q = 0; q < t.encoded.questions.size(); ++q) {
+    const auto& eq = t.encoded.questions[q];
+    const json& wq = want["questions"][q];
+    EXPECT_EQ(eq.id, wq["id"].get<std::string>());
+    EXPECT_EQ(static_cast<int>(eq.type), wq["type"].get<int>());
+    EXPECT_EQ(json::array({eq.question.begin, eq.question.end}), wq["question_span"]);
+    EXPECT_EQ(json(eq.option_ids), wq["option_ids"]);
+    ASSERT_EQ(eq.options.size(), wq["option_spans"].size());
+    ASSERT_EQ(t.logits[q].size(), wq["logits"].size());
+    for (std::size_t k = 0; k < eq.options.size(); ++k) {
+      EXPECT_EQ(json::array({eq.options[k].begin, eq.options[k].end}), wq["option_spans"][k]);
+      const double d = std::abs(t.logits[q][k] - wq["logits"][k].get<double>());
+      worst = std::max(worst, d);
+      EXPECT_LT(d, 1e-4) << eq.id << " option " << k;
+    }
+  }
+  if (want.contains("media")) {
+    EXPECT_EQ(t.audio_in_video, want["media"]["use_audio_in_video"].get<bool>());
+  }
+  auto answered = make_response(req, *results[0], confidence_metric::p_max, "clef-omni-tiny");
+  ASSERT_TRUE(answered);
+  const json got = test::parse(render_response(*answered));
+  EXPECT_EQ(got["answers"], want["response"]["answers"]);
+  EXPECT_EQ(got["usage"]["input_tokens"], want["response"]["usage"]["input_tokens"]);
+  EXPECT_EQ(got["usage"]["state_truncated"].get<bool>(), c.line["id"] == "truncated_state");
 }
 
 TEST_F(clef_engine_test, text_records_match_the_reference) {
@@ -90,38 +130,25 @@ TEST_F(clef_engine_test, text_records_match_the_reference) {
       continue;
     }
     ASSERT_TRUE(req) << render_error(req.error());
-    const std::size_t window = max_length_of(c);
-    std::vector<std::optional<clef_trace>> traces;
-    auto results = engine_->decide({&*req, 1}, {&window, 1}, &traces);
-    ASSERT_TRUE(results[0]) << render_error(results[0].error());
-    ASSERT_TRUE(traces[0]);
-    const clef_trace& t = *traces[0];
-    EXPECT_EQ(json(t.encoded.ids), want["input_ids"]);
-    ASSERT_EQ(t.encoded.questions.size(), want["questions"].size());
-    for (std::size_t q = 0; q < t.encoded.questions.size(); ++q) {
-      const auto& eq = t.encoded.questions[q];
-      const json& wq = want["questions"][q];
-      EXPECT_EQ(eq.id, wq["id"].get<std::string>());
-      EXPECT_EQ(static_cast<int>(eq.type), wq["type"].get<int>());
-      EXPECT_EQ(json::array({eq.question.begin, eq.question.end}), wq["question_span"]);
-      EXPECT_EQ(json(eq.option_ids), wq["option_ids"]);
-      ASSERT_EQ(eq.options.size(), wq["option_spans"].size());
-      ASSERT_EQ(t.logits[q].size(), wq["logits"].size());
-      for (std::size_t k = 0; k < eq.options.size(); ++k) {
-        EXPECT_EQ(json::array({eq.options[k].begin, eq.options[k].end}), wq["option_spans"][k]);
-        const double d = std::abs(t.logits[q][k] - wq["logits"][k].get<double>());
-        worst = std::max(worst, d);
-        EXPECT_LT(d, 1e-4) << eq.id << " option " << k;
-      }
-    }
-    auto answered = make_response(*req, *results[0], confidence_metric::p_max, "clef-omni-tiny");
-    ASSERT_TRUE(answered);
-    const json got = test::parse(render_response(*answered));
-    EXPECT_EQ(got["answers"], want["response"]["answers"]);
-    EXPECT_EQ(got["usage"]["input_tokens"], want["response"]["usage"]["input_tokens"]);
-    EXPECT_EQ(got["usage"]["state_truncated"].get<bool>(), c.line["id"] == "truncated_state");
+    expect_reference_answer(*engine_, c, *req, worst);
   }
   RecordProperty("worst_logit_difference", std::to_string(worst));
+}
+
+// images_basic (a 64x96 PNG), audio_16k (2.5 s WAV) and video_with_sound (H.264 + AAC, read with
+// its soundtrack interleaved): decode, preprocess, both towers, placement, MRoPE and deepstack.
+TEST_F(clef_engine_test, media_records_match_the_reference) {
+  const auto media = record_cases(true);
+  ASSERT_EQ(media.size(), 3u);
+  EXPECT_GT(engine_->describe().limits.images.max_items, 0u);
+  double worst = 0;
+  for (const auto& c : media) {
+    SCOPED_TRACE(c.line["id"].get<std::string>());
+    auto req = to_request(c, engine_->describe().limits);
+    ASSERT_TRUE(req) << render_error(req.error());
+    expect_reference_answer(*engine_, c, *req, worst);
+  }
+  RecordProperty("worst_media_logit_difference", std::to_string(worst));
 }
 
 TEST_F(clef_engine_test, a_batch_gives_each_record_its_alone_logits_and_answers) {
@@ -159,7 +186,10 @@ TEST_F(clef_engine_test, describes_itself_with_a_fingerprint_of_the_release) {
   EXPECT_EQ(d.fingerprint.rfind("sha256:", 0), 0u);
   EXPECT_EQ(d.fingerprint.size(), 7u + 64u);
   EXPECT_EQ(d.fingerprint, release_fingerprint(tiny_dir() / "release"));
-  EXPECT_EQ(d.limits.images.max_items, 0u);  // media arrive with the media engine
+  // The tiny release has both towers: Workers AI's item limits.
+  EXPECT_EQ(d.limits.images.max_items, 4u);
+  EXPECT_EQ(d.limits.audio.max_items, 4u);
+  EXPECT_EQ(d.limits.videos.max_items, 2u);
 }
 
 TEST(clef_engine_bf16, answers_every_text_record_close_to_fp32) {

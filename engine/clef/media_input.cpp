@@ -1,0 +1,188 @@
+#include "engine/clef/media_input.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/clef/core/rope_index.hpp"
+
+namespace baton::clef {
+
+namespace {
+
+error named(std::string_view where, error e) {
+  e.message = std::string(where) + ": " + e.message;
+  return e;
+}
+
+std::string item_name(const char* field, std::size_t i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
+
+// The item's bytes (never more than the decoder's byte limit) decoded by `decode`.
+template <class T, class Decode>
+result<T> load(const media_item& item, media::source_policy sources, const media::limits& lim,
+               const std::string& where, Decode decode) {
+  sources.max_bytes = std::min(sources.max_bytes, lim.max_bytes);
+  auto bytes = media::load_bytes(item, sources, where);
+  if (!bytes) return std::move(bytes.error());
+  auto decoded = decode(std::span<const std::byte>(*bytes));
+  if (!decoded) return named(where, std::move(decoded.error()));
+  return std::move(*decoded);
+}
+
+rgb_frames view_of(const media::rgb_frames& f) { return {f.pixels, f.frames, f.height, f.width}; }
+rgb_frames view_of(const raw_media& r) { return {r.pixels, r.frames, r.height, r.width}; }
+
+result<vision_patches> patches(const rgb_frames& frames, const std::string& where, bool video,
+                               const pixel_bounds& bounds) {
+  auto p = video ? preprocess_video(frames, media::video_sample_fps, bounds) : preprocess_image(frames, bounds);
+  if (auto* e = std::get_if<vision_error>(&p)) return make_error(422, "INVALID_MEDIA", where + ": " + e->message);
+  return std::move(std::get<vision_patches>(p));
+}
+
+}  // namespace
+
+pixel_bounds read_pixel_bounds(const std::filesystem::path& model_dir) {
+  pixel_bounds b;
+  const auto path = model_dir / "preprocessor_config.json";
+  std::ifstream in(path);
+  if (!in) return b;
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto read = [&](const char* key, std::int64_t& out) {
+    const auto it = j.find(key);
+    if (it == j.end()) return;
+    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+      throw load_error(path.string() + ": `" + key + "` must be a positive integer");
+    }
+    out = it->get<std::int64_t>();
+  };
+  if (!j.is_object()) throw load_error(path.string() + ": not a JSON object");
+  read("min_pixels", b.min_pixels);
+  read("max_pixels", b.max_pixels);
+  if (b.min_pixels > b.max_pixels) throw load_error(path.string() + ": min_pixels is above max_pixels");
+  return b;
+}
+
+result<prepared_media> prepare_media(const request& r, const media_settings& s) {
+  prepared_media out;
+  for (std::size_t i = 0; i < r.images.size(); ++i) {
+    const std::string where = item_name("images", i);
+    const media_item& item = r.images[i];
+    media::rgb_frames decoded;
+    if (item.source == media_source::raw) {
+      if (auto ok = media::check_raw(*item.raw, "images", where); !ok) return std::move(ok.error());
+    } else {
+      auto d = load<media::rgb_frames>(item, s.sources, s.images, where,
+                                       [&](std::span<const std::byte> b) { return media::decode_image(b, s.images); });
+      if (!d) return std::move(d.error());
+      decoded = std::move(*d);
+    }
+    auto p = patches(item.source == media_source::raw ? view_of(*item.raw) : view_of(decoded), where, false, s.bounds);
+    if (!p) return std::move(p.error());
+    out.images.push_back(std::move(*p));
+  }
+
+  std::vector<std::vector<float>> clips, soundtracks;
+  for (std::size_t i = 0; i < r.audio.size(); ++i) {
+    const std::string where = item_name("audio", i);
+    const media_item& item = r.audio[i];
+    if (item.source == media_source::raw) {
+      if (auto ok = media::check_raw(*item.raw, "audio", where); !ok) return std::move(ok.error());
+      clips.push_back(item.raw->audio);
+    } else {
+      auto d = load<std::vector<float>>(item, s.sources, s.audio, where,
+                                        [&](std::span<const std::byte> b) { return media::decode_audio(b, s.audio); });
+      if (!d) return std::move(d.error());
+      clips.push_back(std::move(*d));
+    }
+    if (clips.back().empty()) return make_error(422, "INVALID_MEDIA", where + ": the audio has no samples");
+  }
+
+  bool all_sound = !r.videos.empty() && s.soundtracks;
+  for (std::size_t i = 0; i < r.videos.size(); ++i) {
+    const std::string where = item_name("videos", i);
+    const media_item& item = r.videos[i];
+    media::video v;
+    if (item.source == media_source::raw) {
+      if (auto ok = media::check_raw(*item.raw, "videos", where); !ok) return std::move(ok.error());
+      v.has_audio = !item.raw->audio.empty();
+      v.audio = item.raw->audio;
+    } else {
+      auto d = load<media::video>(item, s.sources, s.videos, where,
+                                  [&](std::span<const std::byte> b) { return media::decode_video(b, s.videos); });
+      if (!d) return std::move(d.error());
+      v = std::move(*d);
+    }
+    auto p = patches(item.source == media_source::raw ? view_of(*item.raw) : view_of(v.frames), where, true, s.bounds);
+    if (!p) return std::move(p.error());
+    out.videos.push_back(std::move(*p));
+    v.frames = {};  // the patches hold what is needed; free the frames before the next video
+    all_sound = all_sound && v.has_audio && !v.audio.empty();
+    soundtracks.push_back(std::move(v.audio));
+  }
+  // The reference reads the soundtracks only when every video has one (use_audio_in_video).
+  out.audio_in_video = all_sound;
+  if (out.audio_in_video) {
+    for (auto& t : soundtracks) clips.push_back(std::move(t));
+  }
+
+  // The processor pads every audio of the call to the longest before the features are taken.
+  std::size_t longest = 0;
+  for (const auto& c : clips) longest = std::max(longest, c.size());
+  if (!clips.empty() && longest < min_audio_samples) {
+    return make_error(422, "INVALID_MEDIA", "audio: shorter than " + std::to_string(min_audio_samples) +
+                                                " samples at 16 kHz, too short for a spectrogram");
+  }
+  for (const auto& c : clips) out.audio.push_back(log_mel_features(c, longest));
+  return out;
+}
+
+media_block media_block_ids(const prepared_media& m, const media_tokens& t, std::int32_t newline_id) {
+  media_block out;
+  std::vector<std::int32_t>& ids = out.ids;
+  auto id = [](const std::optional<std::int64_t>& v) { return static_cast<std::int32_t>(*v); };
+  auto frames_of = [](const log_mel& a) {
+    return std::count_if(a.frame_mask.begin(), a.frame_mask.end(), [](std::int32_t v) { return v != 0; });
+  };
+  // Wraps the pads that `body` appends in their start and end tokens, then the item's "\n".
+  auto item = [&](const char* kind, std::size_t index, std::initializer_list<std::int32_t> open,
+                  std::initializer_list<std::int32_t> close, auto body) {
+    media_placeholder p{kind, index, static_cast<std::int32_t>(ids.size()), 0, 0};
+    ids.insert(ids.end(), open);
+    const std::size_t before = ids.size();
+    body();
+    p.pads = static_cast<std::int64_t>(ids.size() - before);
+    ids.insert(ids.end(), close);
+    p.end = static_cast<std::int32_t>(ids.size());
+    ids.push_back(newline_id);
+    out.placeholders.push_back(std::move(p));
+  };
+  for (std::size_t i = 0; i < m.images.size(); ++i) {
+    item("image", i, {id(t.vision_start)}, {id(t.vision_end)},
+         [&] { ids.insert(ids.end(), static_cast<std::size_t>(m.images[i].tokens()), id(t.image)); });
+  }
+  const std::size_t clips = m.audio_in_video ? m.audio.size() - m.videos.size() : m.audio.size();
+  for (std::size_t i = 0; i < clips; ++i) {
+    item("audio", i, {id(t.audio_start)}, {id(t.audio_end)}, [&] {
+      ids.insert(ids.end(), static_cast<std::size_t>(audio_token_count(frames_of(m.audio[i]))), id(t.audio));
+    });
+  }
+  for (std::size_t v = 0; v < m.videos.size(); ++v) {
+    const vision_patches& p = m.videos[v];
+    if (!m.audio_in_video) {
+      item("video", v, {id(t.vision_start)}, {id(t.vision_end)},
+           [&] { ids.insert(ids.end(), static_cast<std::size_t>(p.tokens()), id(t.video)); });
+      continue;
+    }
+    item("video+audio", v, {id(t.vision_start), id(t.audio_start)}, {id(t.audio_end), id(t.vision_end)}, [&] {
+      const vision_grid grid{p.grid_t, p.grid_h, p.grid_w, p.second_per_grid};
+      const auto audio_tokens = audio_token_count(frames_of(m.audio[clips + v]));
+      for (const bool is_video : interleave_video_audio(grid, vision_merge_size, audio_tokens, t.position_id_per_seconds)) {
+        ids.push_back(is_video ? id(t.video) : id(t.audio));
+      }
+    });
+  }
+  return out;
+}
+
+}  // namespace baton::clef
