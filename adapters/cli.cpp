@@ -45,7 +45,7 @@ Exit status: 64 for a usage error; each command documents its own.
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
        baton decide --engine clef --model DIR [--dtype f32|bf16] [--device cpu|cuda[:N]]
                     [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
-                    [--dump FILE] [FILE|-]
+                    [--media-root DIR] [--dump FILE] [FILE|-]
 
 Reads one SystemOne request (a JSON object) or many (JSONL: one object per line) from FILE, or
 from standard input when FILE is - or absent, and writes one response per request in the same
@@ -67,8 +67,12 @@ Options:
   --threads N           clef: CPU threads (default: every core)
   --batch-tokens N      clef: records are packed into one forward up to N tokens (default
                         16384; 1: one record per forward, as the reference runs them)
+  --media-root DIR      clef: media items given as file paths ("images": ["cat.png"]) are read
+                        from under DIR, and from nowhere else (without it, paths are refused);
+                        data URLs and {"content_type","base64"} items need no root
   --dump FILE           clef: one line per input with the record's input_ids, question and
-                        option spans and logits, and the response (or the refusal)
+                        option spans and logits, the media placeholders' spans, and the
+                        response (or the refusal)
   --confidence METRIC   how "confidence" is computed for choice and score answers:
                           p_max   the largest probability (default, as the Clef reference)
                           margin  TypeSafe's normalised form: choice (K*p_max-1)/(K-1),
@@ -172,10 +176,12 @@ class line_reader {
 };
 
 // One line of a clef trace, in the format of ../shared/vectors/clef-omni-tiny/expected.jsonl:
-// ids, spans and (when run) logits and response of a record, or why it was refused.
-void write_dump_line(const json& id, const clef::encoded_record* encoded,
-                     const clef::record_logits* logits, const response* answer,
+// ids, spans and (when run) logits and response of a record, or why it was refused; a record with
+// media also gets "media": {"use_audio_in_video", "placeholders": [{"kind","index","span","pads"}]}.
+void write_dump_line(const json& id, const clef::clef_trace* trace, const response* answer,
                      const error* refusal, std::string& out) {
+  const clef::encoded_record* encoded = trace ? &trace->encoded : nullptr;
+  const clef::record_logits* logits = trace && !trace->logits.empty() ? &trace->logits : nullptr;
   json line = json::object();
   line["id"] = id;
   line["ok"] = encoded != nullptr && refusal == nullptr;
@@ -210,6 +216,13 @@ void write_dump_line(const json& id, const clef::encoded_record* encoded,
     questions.push_back(std::move(item));
   }
   line["questions"] = std::move(questions);
+  if (!trace->media.empty()) {
+    json places = json::array();
+    for (const auto& p : trace->media) {
+      places.push_back({{"kind", p.kind}, {"index", p.index}, {"span", {p.begin, p.end}}, {"pads", p.pads}});
+    }
+    line["media"] = {{"use_audio_in_video", trace->audio_in_video}, {"placeholders", std::move(places)}};
+  }
   render_json(line, out, false);
   if (answer) {
     out.pop_back();  // splice the response in as the reference renders it
@@ -289,8 +302,8 @@ class jsonl_decider {
       }
       buffer_.push_back('\n');
       if (dump_) {
-        write_dump_line(ids_[s], trace ? &trace->encoded : nullptr, trace ? &trace->logits : nullptr,
-                        outcome ? &*outcome : nullptr, failure ? &*failure : nullptr, dump_buffer_);
+        write_dump_line(ids_[s], trace, outcome ? &*outcome : nullptr,
+                        failure ? &*failure : nullptr, dump_buffer_);
       }
     }
     out_ << buffer_;
@@ -378,10 +391,11 @@ namespace {
 
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
-  static constexpr std::array<std::string_view, 8> clef_flags = {
-      "--model", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens", "--dump"};
+  static constexpr std::array<std::string_view, 9> clef_flags = {
+      "--model", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens", "--dump",
+      "--media-root"};
   if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--dtype", "--head-dtype", "--device",
-                                       "--max-length", "--threads", "--batch-tokens", "--dump"},
+                                       "--max-length", "--threads", "--batch-tokens", "--dump", "--media-root"},
                                 {"--jsonl"}, a)) {
     return usage_error(err, *problem, "decide");
   }
@@ -409,6 +423,12 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   }
   if (auto v = a.get("--device")) options.device = std::string(*v);
   if (auto v = a.get("--dump")) options.dump = std::string(*v);
+  if (auto v = a.get("--media-root")) {
+    options.media_root = std::string(*v);
+    if (!std::filesystem::is_directory(options.media_root)) {
+      return usage_error(err, "--media-root needs a directory", "decide");
+    }
+  }
   if (!read_count(a, "--max-length", options.max_length)) {
     return usage_error(err, "--max-length needs a positive number of tokens", "decide");
   }
@@ -432,6 +452,7 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     clef_options.threads = options.threads;
     clef_options.max_length = options.max_length;
     clef_options.batch_tokens = options.batch_tokens;
+    if (!options.media_root.empty()) clef_options.media.sources.roots = {options.media_root};
     try {
       engine = make_configured_engine(clef_options);
     } catch (const error_exception& e) {
@@ -439,8 +460,8 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
       return exit_engine_failed;
     }
   } else if (std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
-    return usage_error(err, "--model, --dtype, --head-dtype, --device, --max-length, --threads, --batch-tokens and --dump "
-                       "need --engine clef",
+    return usage_error(err, "--model, --dtype, --head-dtype, --device, --max-length, --threads, --batch-tokens, "
+                       "--media-root and --dump need --engine clef",
                        "decide");
   } else {
     auto made = make_engine(options.engine);
@@ -517,12 +538,13 @@ int encode_main(std::span<const std::string_view> args, std::istream& in, std::o
     buffer.clear();
     if (!parsed) {
       const error refused = parsed.error();
-      write_dump_line(meta.id, nullptr, nullptr, nullptr, &refused, buffer);
+      write_dump_line(meta.id, nullptr, nullptr, &refused, buffer);
     } else if (auto encoded = encoder->encode(*parsed, meta.max_length.value_or(max_length)); !encoded) {
       const error refused = encoded.error();
-      write_dump_line(meta.id, nullptr, nullptr, nullptr, &refused, buffer);
+      write_dump_line(meta.id, nullptr, nullptr, &refused, buffer);
     } else {
-      write_dump_line(meta.id, &*encoded, nullptr, nullptr, nullptr, buffer);
+      const clef::clef_trace trace{std::move(*encoded), {}, false, {}};
+      write_dump_line(meta.id, &trace, nullptr, nullptr, buffer);
     }
     out << buffer;
   }

@@ -33,6 +33,7 @@ struct decide_options {
   std::size_t threads = 0;            // clef: CPU threads (0: every core)
   std::size_t batch_tokens = 16384;   // clef: tokens packed into one forward
   std::string dump;                   // clef: file for the per-record trace (ids, spans, logits)
+  std::string media_root;             // clef: local media paths resolve under this directory only
   confidence_metric confidence = confidence_metric::p_max;
   std::string input = "-";
   bool jsonl = false;  // force JSONL; otherwise detected

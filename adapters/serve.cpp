@@ -82,6 +82,7 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
     o.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
     o.max_length = options.max_length;
     o.batch_tokens = options.batch_tokens;
+    o.media = options.media;
     try {
       return std::make_unique<clef::clef_engine>(o);
     } catch (const std::exception& e) {

@@ -86,12 +86,67 @@ std::string read_env(const YAML::Node& v, const std::string& name_what, const st
   return value;
 }
 
+std::vector<std::string> read_strings(const YAML::Node& v, const std::string& what) {
+  if (!v.IsSequence()) fail(v, what + " must be a list");
+  std::vector<std::string> out;
+  for (const auto& item : v) {
+    out.push_back(read_string(item, what + " items"));
+    if (out.back().empty()) fail(item, what + " items must not be empty");
+  }
+  return out;
+}
+
+// engine.media: local roots, URL fetching and the decode limits (docs/media.md).
+void read_media(const YAML::Node& n, clef::media_settings& m, const std::filesystem::path& base,
+                const std::string& section) {
+  for (const field& f : read_map(n, ticked(section), {"roots", "urls", "max_bytes", "max_pixels", "max_audio_seconds",
+                                                      "max_video_seconds", "decode_timeout_ms"})) {
+    const std::string what = ticked(section + "." + f.key);
+    if (f.key == "roots") {
+      m.sources.roots.clear();
+      for (const auto& r : read_strings(f.value, what)) {
+        const std::filesystem::path p(r);
+        m.sources.roots.push_back(p.is_absolute() ? p : base / p);
+      }
+    } else if (f.key == "urls") {
+      for (const field& u : read_map(f.value, what, {"enabled", "hosts", "ca_file", "timeout_ms"})) {
+        const std::string uwhat = ticked(section + ".urls." + u.key);
+        if (u.key == "enabled") {
+          m.sources.urls = read_bool(u.value, uwhat);
+        } else if (u.key == "hosts") {
+          m.sources.url_hosts = read_strings(u.value, uwhat);
+        } else if (u.key == "ca_file") {
+          m.sources.ca_file = read_path(u.value, uwhat, base);
+        } else {
+          m.sources.url_timeout = std::chrono::milliseconds(read_count(u.value, uwhat, 600000));
+        }
+      }
+      if (m.sources.urls && m.sources.url_hosts.empty()) {
+        fail(f.value, what + ": enabled URLs need `hosts`, the host names media may be fetched from");
+      }
+    } else if (f.key == "max_bytes") {
+      const auto b = read_count(f.value, what, std::int64_t(1) << 32);
+      m.sources.max_bytes = m.images.max_bytes = m.audio.max_bytes = m.videos.max_bytes = b;
+    } else if (f.key == "max_pixels") {
+      const auto p = static_cast<std::int64_t>(read_count(f.value, what, std::int64_t(1) << 30));
+      m.images.max_pixels = m.videos.max_pixels = p;
+    } else if (f.key == "max_audio_seconds") {
+      m.audio.max_seconds = static_cast<double>(read_count(f.value, what, 86400));
+    } else if (f.key == "max_video_seconds") {
+      m.videos.max_seconds = static_cast<double>(read_count(f.value, what, 86400));
+    } else {
+      const std::chrono::milliseconds t(read_count(f.value, what, 3600000));
+      m.images.time_budget = m.audio.time_budget = m.videos.time_budget = t;
+    }
+  }
+}
+
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base,
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
                                {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
                                 "max_batch", "queue_capacity", "timeout_ms", "url", "ca_file", "key_env", "connections",
-                                "retries", "connect_timeout_ms", "request_timeout_ms"});
+                                "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
   const field* name = find(fields, "name");
   if (name) {
     e.name = read_string(name->value, ticked(section + ".name"));
@@ -128,6 +183,9 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       e.queue_capacity = read_count(f.value, what);
     } else if (f.key == "timeout_ms") {
       e.timeout = std::chrono::milliseconds(read_count(f.value, what));
+    } else if (f.key == "media") {
+      if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
+      read_media(f.value, e.media, base, section + ".media");
     } else if (!remote) {
       fail(f.value, what + " is read only by the systemone engine");
     } else if (f.key == "url") {

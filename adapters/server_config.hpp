@@ -13,6 +13,7 @@
 #include "adapters/decision_log.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
+#include "engine/clef/media_input.hpp"
 #include "tools/executor.hpp"
 
 namespace baton {
@@ -65,6 +66,8 @@ struct engine_options {
   std::size_t max_batch = 64;
   std::size_t queue_capacity = 4096;
   std::chrono::milliseconds timeout{30000};  // past it, the policy's on_engine_error decides
+  // clef: where media may come from (local roots, allow-listed URLs) and the decode limits.
+  clef::media_settings media;
 };
 
 struct server_config {
