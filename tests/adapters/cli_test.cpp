@@ -146,7 +146,7 @@ TEST(cli, help_documents_every_flag) {
   const auto help = cli({"decide", "--help"});
   EXPECT_EQ(help.code, exit_ok);
   for (const char* flag : {"--engine", "--confidence", "p_max", "margin", "--jsonl", "FILE", "Exit status", "--model",
-                           "--dtype", "--device", "--max-length", "--threads", "--dump", "clef"})
+                           "--dtype", "--device", "--max-length", "--threads", "--dump", "--media-root", "clef"})
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   EXPECT_EQ(cli({"--version"}).out, std::string("baton ") + baton_version + "\n");
 }
@@ -331,6 +331,73 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
     EXPECT_EQ(got["response"]["answers"], want[i]["response"]["answers"]);
     EXPECT_EQ(test::parse(answers[i])["answers"], want[i]["response"]["answers"]);
   }
+}
+
+// The media records name files under the vectors' folder: --media-root lets them be read from
+// there and nowhere else; --dump shows where each item's placeholders sit.
+TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
+  const auto records = lines(test::read_file(tiny / "records.jsonl"));
+  const auto expected = lines(test::read_file(tiny / "expected.jsonl"));
+  std::string input;
+  std::vector<json> want;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const json r = test::parse(records[i]);
+    if (!r["request"].contains("images") && !r["request"].contains("audio") && !r["request"].contains("videos")) continue;
+    input += records[i] + "\n";
+    want.push_back(test::parse(expected[i]));
+  }
+  ASSERT_EQ(want.size(), 3u);
+  const auto dump = std::filesystem::temp_directory_path() / ("baton_media_dump_" + std::to_string(getpid()) + ".jsonl");
+  const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string(), root = tiny.string();
+  const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--media-root",
+                      root, "--dump", dump_arg},
+                     input);
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  const auto answers = lines(r.out);
+  const auto traces = lines(test::read_file(dump));
+  std::filesystem::remove(dump);
+  ASSERT_EQ(answers.size(), 3u);
+  ASSERT_EQ(traces.size(), 3u);
+  const std::vector<std::string> kinds = {"image", "audio", "video+audio"};
+  const std::vector<std::int64_t> pads = {6, 33, 264 + 27};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i]["id"].get<std::string>());
+    EXPECT_EQ(test::parse(answers[i])["answers"], want[i]["response"]["answers"]);
+    const json got = test::parse(traces[i]);
+    expect_same_encoding(got, want[i]);
+    ASSERT_TRUE(got.contains("media"));
+    EXPECT_EQ(got["media"]["use_audio_in_video"], want[i]["media"]["use_audio_in_video"]);
+    ASSERT_EQ(got["media"]["placeholders"].size(), 1u);
+    const json& p = got["media"]["placeholders"][0];
+    EXPECT_EQ(p["kind"], kinds[i]);
+    EXPECT_EQ(p["pads"], pads[i]);
+    // The block runs from its start token to its end token, the pads in between.
+    const auto begin = p["span"][0].get<std::size_t>(), end = p["span"][1].get<std::size_t>();
+    const json& ids = got["input_ids"];
+    const std::size_t markers = kinds[i] == "video+audio" ? 4 : 2;
+    EXPECT_EQ(end - begin, static_cast<std::size_t>(pads[i]) + markers);
+    EXPECT_NE(ids[begin], ids[begin + markers / 2]);  // a start token, then a pad
+    EXPECT_NE(ids[end - 1], ids[end - markers / 2 - 1]);  // the last pad, then an end token
+    if (kinds[i] != "video+audio") EXPECT_EQ(ids[begin + markers / 2], ids[end - markers / 2 - 1]);
+  }
+
+  // Without a root the same paths are refused, naming the item; the other lines still run.
+  const auto refused = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl"}, input);
+  EXPECT_EQ(refused.code, exit_ok);
+  for (const auto& line : lines(refused.out)) {
+    const json e = test::parse(line);
+    EXPECT_EQ(e["code"], "MEDIA_SOURCE_REFUSED") << line;
+  }
+  EXPECT_NE(refused.out.find("images[0]: "), std::string::npos);
+  // A root elsewhere: the files are not under it.
+  const std::string elsewhere = (tiny / "release").string();
+  const auto outside = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--media-root",
+                            elsewhere},
+                           lines(input)[0] + "\n");
+  EXPECT_EQ(outside.code, exit_refused);
+  EXPECT_NE(outside.out.find("images[0]: "), std::string::npos) << outside.out;
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", model_arg, "--media-root", "/nonexistent"}).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--media-root", root}).code, exit_usage);  // clef only
 }
 
 TEST(cli_clef, encode_needs_no_weights_and_matches_the_reference_ids) {

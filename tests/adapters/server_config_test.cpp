@@ -151,6 +151,54 @@ TEST(server_config, the_systemone_engine) {
             "/etc/baton/baton.yaml:1: `engine.key_env`: the environment variable `BATON_CONFIG_NOT_SET` is not set");
 }
 
+TEST(server_config, the_clef_engines_media_section) {
+  auto c = parse_server_config(R"(engine:
+  name: clef
+  model: release
+  media:
+    roots: [media, /srv/clips]
+    max_bytes: 1048576
+    max_pixels: 4000000
+    max_audio_seconds: 120
+    max_video_seconds: 30
+    decode_timeout_ms: 5000
+    urls: {enabled: true, hosts: [cdn.example.com], ca_file: certs/ca.pem, timeout_ms: 2500}
+)",
+                               "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  const auto& m = c->engine.media;
+  ASSERT_EQ(m.sources.roots.size(), 2u);
+  EXPECT_EQ(m.sources.roots[0], "/etc/baton/media");
+  EXPECT_EQ(m.sources.roots[1], "/srv/clips");
+  EXPECT_TRUE(m.sources.urls);
+  EXPECT_EQ(m.sources.url_hosts, std::vector<std::string>{"cdn.example.com"});
+  EXPECT_EQ(m.sources.ca_file, "/etc/baton/certs/ca.pem");
+  EXPECT_EQ(m.sources.url_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(m.sources.max_bytes, 1048576u);
+  EXPECT_EQ(m.images.max_bytes, 1048576u);
+  EXPECT_EQ(m.videos.max_pixels, 4000000);
+  EXPECT_EQ(m.audio.max_seconds, 120);
+  EXPECT_EQ(m.videos.max_seconds, 30);
+  EXPECT_EQ(m.images.time_budget, std::chrono::milliseconds(5000));
+
+  // Defaults: no local paths, no URLs, Workers AI's durations.
+  c = parse_server_config("engine: {name: clef, model: release}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->engine.media.sources.roots.empty());
+  EXPECT_FALSE(c->engine.media.sources.urls);
+  EXPECT_EQ(c->engine.media.audio.max_seconds, 300);
+  EXPECT_EQ(c->engine.media.videos.max_seconds, 60);
+
+  EXPECT_EQ(problem("engine: {name: keyword, media: {roots: [x]}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.media` is read only by the clef engine");
+  EXPECT_EQ(problem("engine: {name: clef, model: r, media: {urls: {enabled: true}}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.media.urls`: enabled URLs need `hosts`, the host names media may be "
+            "fetched from");
+  EXPECT_EQ(problem("engine: {name: clef, model: r, media: {roots: x}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.media.roots` must be a list");
+  EXPECT_NE(problem("engine: {name: clef, model: r, media: {colour: x}}\n").find("colour"), std::string::npos);
+}
+
 TEST(server_config, listen_addresses) {
   server_options o;
   EXPECT_TRUE(parse_listen("0.0.0.0:0", o));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
@@ -149,6 +150,109 @@ TEST_F(clef_engine_test, media_records_match_the_reference) {
     expect_reference_answer(*engine_, c, *req, worst);
   }
   RecordProperty("worst_media_logit_difference", std::to_string(worst));
+}
+
+// The reference's decoded pixels and samples (media_tensors/) as raw items through the C++ API.
+template <class T>
+std::vector<T> tensor_values(const std::string& record, const std::string& name) {
+  const safetensors_file f(tiny_dir() / "media_tensors" / (record + ".safetensors"));
+  const tensor_view* v = f.find(name);
+  if (v == nullptr) return {};
+  std::vector<T> out(v->bytes / sizeof(T));
+  std::memcpy(out.data(), v->data, v->bytes);
+  return out;
+}
+
+const record_case& media_case(const std::vector<record_case>& all, const std::string& id) {
+  for (const auto& c : all) {
+    if (c.line["id"] == id) return c;
+  }
+  throw std::runtime_error("no record " + id);
+}
+
+// Decoded frames and samples handed over raw give the same logits as the files they came from.
+TEST_F(clef_engine_test, raw_pixels_and_samples_equal_their_files) {
+  const auto media = record_cases(true);
+  for (const auto& [id, field] : {std::pair<std::string, std::string>{"image_basic", "images"},
+                                  {"audio_16k", "audio"}, {"video_with_sound", "videos"}}) {
+    SCOPED_TRACE(id);
+    const record_case& c = media_case(media, id);
+    auto req = to_request(c, engine_->describe().limits);
+    ASSERT_TRUE(req);
+    raw_media raw;
+    if (field == "images") {
+      raw.pixels = tensor_values<std::uint8_t>(id, "decoded.image.0");
+      raw.frames = 1, raw.height = 64, raw.width = 96;
+      req->images = {raw_item(std::move(raw))};
+    } else if (field == "audio") {
+      raw.audio = tensor_values<float>(id, "decoded.audio.0");
+      req->audio = {raw_item(std::move(raw))};
+    } else {
+      raw.pixels = tensor_values<std::uint8_t>(id, "decoded.video.0");
+      raw.frames = 4, raw.height = 352, raw.width = 384;
+      raw.audio = tensor_values<float>(id, "decoded.video_audio.0");
+      req->videos = {raw_item(std::move(raw))};
+    }
+    double worst = 0;
+    expect_reference_answer(*engine_, c, *req, worst);
+  }
+}
+
+// A request whose video has no soundtrack reads it as pictures only (no audio in video), and the
+// placeholders say so.
+TEST_F(clef_engine_test, a_silent_video_is_read_without_audio_in_video) {
+  const auto media = record_cases(true);
+  const record_case& c = media_case(media, "video_with_sound");
+  auto req = to_request(c, engine_->describe().limits);
+  ASSERT_TRUE(req);
+  raw_media raw;
+  raw.pixels = tensor_values<std::uint8_t>("video_with_sound", "decoded.video.0");
+  raw.frames = 4, raw.height = 352, raw.width = 384;
+  req->videos = {raw_item(std::move(raw))};
+  std::vector<std::optional<clef_trace>> traces;
+  const std::size_t window = 64000;
+  auto results = engine_->decide({&*req, 1}, {&window, 1}, &traces);
+  ASSERT_TRUE(results[0]) << render_error(results[0].error());
+  EXPECT_FALSE(traces[0]->audio_in_video);
+  ASSERT_EQ(traces[0]->media.size(), 1u);
+  EXPECT_EQ(traces[0]->media[0].kind, "video");
+  EXPECT_EQ(traces[0]->media[0].pads, 264);  // grid 2 x 22 x 24, merged 2 x 2
+  EXPECT_EQ(results[0]->input_tokens, c.expected["num_tokens"].get<std::int64_t>() - 27 - 2);  // no soundtrack pads, no audio start/end
+}
+
+// Media that cannot be read fail the record alone, naming the item.
+TEST_F(clef_engine_test, media_errors_name_the_item_and_spare_the_batch) {
+  const auto media = record_cases(true);
+  std::vector<request> batch;
+  auto base = to_request(media_case(media, "image_basic"), engine_->describe().limits);
+  ASSERT_TRUE(base);
+  batch.push_back(*base);  // fine
+  request missing = *base;
+  missing.images.push_back(missing.images[0]);
+  missing.images[1].data = "media/no_such_file.png";
+  batch.push_back(missing);
+  json corrupt_body = media_case(media, "image_basic").line["request"];
+  corrupt_body["images"] = {"data:image/png;base64,bm90IGEgcG5nIGF0IGFsbA=="};  // "not a png at all"
+  auto corrupt = request_from_json(std::move(corrupt_body), engine_->describe().limits, "clef-omni-tiny");
+  ASSERT_TRUE(corrupt) << render_error(corrupt.error());
+  batch.push_back(*corrupt);
+  request silent = *base;
+  raw_media empty_audio;
+  silent.images.clear();
+  silent.audio = {raw_item(std::move(empty_audio))};
+  batch.push_back(silent);
+  const auto results = engine_->decide(batch);
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_TRUE(results[0]) << render_error(results[0].error());
+  ASSERT_FALSE(results[1]);
+  EXPECT_EQ(results[1].error().code, "MEDIA_UNAVAILABLE");
+  EXPECT_TRUE(results[1].error().message.starts_with("images[1]: ")) << results[1].error().message;
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().status, 422);
+  EXPECT_TRUE(results[2].error().message.starts_with("images[0]: ")) << results[2].error().message;
+  ASSERT_FALSE(results[3]);
+  EXPECT_EQ(results[3].error().status, 422);
+  EXPECT_TRUE(results[3].error().message.starts_with("audio[0]: ")) << results[3].error().message;
 }
 
 TEST_F(clef_engine_test, a_batch_gives_each_record_its_alone_logits_and_answers) {
