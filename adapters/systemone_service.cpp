@@ -165,7 +165,14 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
   rec.fingerprint = d.fingerprint;
   rec.schema_hash = c->schema_hash;
   const std::string state = r.req.state.is_string() ? r.req.state.get<std::string>() : render_json(r.req.state, false);
-  rec.state_hash = sha256_hex(state);
+  // The media items as sent (data URLs, paths, URLs) are part of what was decided on: two
+  // requests that differ only in their image must not share a state hash.
+  std::string hashed = state;
+  for (const auto& [field, items] : {std::pair{"images", &r.req.images}, std::pair{"audio", &r.req.audio},
+                                     std::pair{"videos", &r.req.videos}}) {
+    for (const media_item& m : *items) hashed.append("\n").append(field).append(" ").append(m.data);
+  }
+  rec.state_hash = sha256_hex(hashed);
   if (log_.options().store_state) rec.state = state;
   render_answers(*resp, rec.answers, -1);
   rec.action = "answer";

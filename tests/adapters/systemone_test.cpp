@@ -15,6 +15,7 @@
 
 #include "adapters/cli.hpp"
 #include "adapters/serve.hpp"
+#include "engine/clef/clef_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
 #include "ws_client.hpp"
@@ -154,7 +155,7 @@ class systemone_test : public ::testing::Test {
   // Starts a server with `yaml` added to the base config, `server` to its server section, and
   // `engine` (a replay engine by default).
   unsigned short start(const std::string& yaml = {}, const std::string& server = {},
-                       std::unique_ptr<replay_engine> engine = nullptr) {
+                       std::unique_ptr<decision_engine> engine = nullptr) {
     const std::string base = "server: {listen: 127.0.0.1:0, io_threads: 2" + server + "}\n"
                              "registry: " + (test::source_dir() / "config/tools.yaml").string() + "\n"
                              "policy: " + (test::source_dir() / "config/policy.yaml").string() + "\n"
@@ -164,7 +165,7 @@ class systemone_test : public ::testing::Test {
     if (!c) return 0;
     config_ = *c;
     if (!engine) engine = std::make_unique<replay_engine>();
-    engine_ = engine.get();
+    engine_ = dynamic_cast<replay_engine*>(engine.get());
     server_ = running_server::start(config_, std::move(engine));
     return server_->port();
   }
@@ -346,6 +347,60 @@ TEST_F(systemone_test, documented_refusals_come_back_over_http) {
     for (const json& i : body["detail"]) media.insert(i["loc"][1].get<std::string>());
     EXPECT_EQ(media, (std::set<std::string>{"images", "audio", "videos"})) << res.body;
   }
+}
+
+std::string base64(const std::string& bytes) {
+  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k) v = v << 8 | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) out.push_back(k <= n ? alphabet[(v >> (18 - 6 * k)) & 63] : '=');
+  }
+  return out;
+}
+
+// The Clef engine behind the HTTP API reads a data URL and a path under its media root; the log
+// tells requests apart by their media.
+TEST_F(systemone_test, the_clef_engine_answers_media_requests) {
+  const auto tiny = test::shared_dir() / "vectors/clef-omni-tiny";
+  clef::clef_engine_options o;
+  o.model_dir = tiny / "release";
+  o.model_id = "clef-omni-tiny";
+  o.model.threads = 1;
+  o.media.sources.roots = {tiny};
+  test::http_client client(start({}, {}, std::make_unique<clef::clef_engine>(o)));
+  json want;
+  json body;
+  {
+    std::ifstream records(tiny / "records.jsonl"), expected(tiny / "expected.jsonl");
+    for (std::string a, b; std::getline(records, a) && std::getline(expected, b);) {
+      if (test::parse(a)["id"] == "image_basic") {
+        body = test::parse(a)["request"];
+        want = test::parse(b)["response"];
+      }
+    }
+  }
+  ASSERT_FALSE(body.is_null());
+  const auto by_path = client.post("/v1/systemone", render_json(body, false));
+  ASSERT_EQ(by_path.status, 200) << by_path.body;
+  EXPECT_EQ(by_path.body_json()["answers"], want["answers"]);
+  body["images"] = {"data:image/png;base64," + base64(test::read_file(tiny / "media/grad_64x96.png"))};
+  const auto inline_png = client.post("/v1/systemone", render_json(body, false));
+  ASSERT_EQ(inline_png.status, 200) << inline_png.body;
+  EXPECT_EQ(inline_png.body_json()["answers"], want["answers"]);
+  body["images"] = {"../tokenizer/vocab.json"};  // a real file, outside the root
+  const auto escape = client.post("/v1/systemone", render_json(body, false));
+  EXPECT_EQ(escape.status, 422) << escape.body;
+  EXPECT_EQ(escape.body_json()["code"], "MEDIA_SOURCE_REFUSED");
+  body["images"] = {"media/missing.png"};
+  const auto missing = client.post("/v1/systemone", render_json(body, false));
+  EXPECT_EQ(missing.status, 422) << missing.body;
+  EXPECT_NE(missing.body_json()["error"].get<std::string>().find("images[0]"), std::string::npos) << missing.body;
+  // Same state, same answers, different media: two rows with different state hashes.
+  const auto rows = sql("SELECT DISTINCT state_hash FROM decisions");
+  EXPECT_EQ(rows.size(), 2u);
 }
 
 TEST_F(systemone_test, request_only_examples_are_answered) {
