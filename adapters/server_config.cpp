@@ -99,7 +99,8 @@ std::vector<std::string> read_strings(const YAML::Node& v, const std::string& wh
 // engine.media: local roots, URL fetching and the decode limits (docs/media.md).
 void read_media(const YAML::Node& n, clef::media_settings& m, const std::filesystem::path& base,
                 const std::string& section) {
-  for (const field& f : read_map(n, ticked(section), {"roots", "urls", "max_bytes", "max_pixels", "max_audio_seconds",
+  for (const field& f : read_map(n, ticked(section), {"roots", "urls", "max_images", "max_audio", "max_videos",
+                                                      "max_bytes", "max_pixels", "max_audio_seconds",
                                                       "max_video_seconds", "decode_timeout_ms"})) {
     const std::string what = ticked(section + "." + f.key);
     if (f.key == "roots") {
@@ -124,6 +125,12 @@ void read_media(const YAML::Node& n, clef::media_settings& m, const std::filesys
       if (m.sources.urls && m.sources.url_hosts.empty()) {
         fail(f.value, what + ": enabled URLs need `hosts`, the host names media may be fetched from");
       }
+    } else if (f.key == "max_images") {
+      m.max_images = read_count(f.value, what, 64);
+    } else if (f.key == "max_audio") {
+      m.max_audio = read_count(f.value, what, 64);
+    } else if (f.key == "max_videos") {
+      m.max_videos = read_count(f.value, what, 64);
     } else if (f.key == "max_bytes") {
       const auto b = read_count(f.value, what, std::int64_t(1) << 32);
       m.sources.max_bytes = m.images.max_bytes = m.audio.max_bytes = m.videos.max_bytes = b;

@@ -122,10 +122,10 @@ clef_engine::clef_engine(const clef_engine_options& options)
   description_.limits = request_limits::text_only();
   const request_limits defaults;
   if (model_->reads_images()) {
-    description_.limits.images = defaults.images;
-    description_.limits.videos = defaults.videos;
+    description_.limits.images = {options_.media.max_images, defaults.images.max_item_bytes};
+    description_.limits.videos = {options_.media.max_videos, defaults.videos.max_item_bytes};
   }
-  if (model_->reads_audio()) description_.limits.audio = defaults.audio;
+  if (model_->reads_audio()) description_.limits.audio = {options_.media.max_audio, defaults.audio.max_item_bytes};
   {
     const auto newline = encoder_.text_tokenizer().encode("\n");
     if (newline.size() != 1) throw load_error(options.model_dir.string() + ": the tokenizer does not read \"\\n\" as one token");

@@ -16,6 +16,8 @@
 namespace baton::clef {
 
 struct media_settings {
+  // Items per request (Workers AI's limits); the engine advertises them in describe().limits.
+  std::size_t max_images = 4, max_audio = 4, max_videos = 2;
   media::source_policy sources;
   // Decode limits per kind (Workers AI's defaults: audio clips up to 300 s, videos up to 60 s).
   media::limits images;

@@ -157,6 +157,8 @@ TEST(server_config, the_clef_engines_media_section) {
   model: release
   media:
     roots: [media, /srv/clips]
+    max_images: 8
+    max_videos: 1
     max_bytes: 1048576
     max_pixels: 4000000
     max_audio_seconds: 120
@@ -175,6 +177,9 @@ TEST(server_config, the_clef_engines_media_section) {
   EXPECT_EQ(m.sources.ca_file, "/etc/baton/certs/ca.pem");
   EXPECT_EQ(m.sources.url_timeout, std::chrono::milliseconds(2500));
   EXPECT_EQ(m.sources.max_bytes, 1048576u);
+  EXPECT_EQ(m.max_images, 8u);
+  EXPECT_EQ(m.max_audio, 4u);
+  EXPECT_EQ(m.max_videos, 1u);
   EXPECT_EQ(m.images.max_bytes, 1048576u);
   EXPECT_EQ(m.videos.max_pixels, 4000000);
   EXPECT_EQ(m.audio.max_seconds, 120);

@@ -236,6 +236,13 @@ TEST_F(clef_engine_test, media_errors_name_the_item_and_spare_the_batch) {
   auto corrupt = request_from_json(std::move(corrupt_body), engine_->describe().limits, "clef-omni-tiny");
   ASSERT_TRUE(corrupt) << render_error(corrupt.error());
   batch.push_back(*corrupt);
+  // Five images are one too many for Workers AI's limit: refused when the request is parsed.
+  json five = media_case(media, "image_basic").line["request"];
+  five["images"] = json::array({"a.png", "b.png", "c.png", "d.png", "e.png"});
+  const auto too_many = request_from_json(std::move(five), engine_->describe().limits, "clef-omni-tiny");
+  ASSERT_FALSE(too_many);
+  EXPECT_EQ(too_many.error().status, 422);
+  EXPECT_NE(render_error(too_many.error()).find(R"(["body","images"])"), std::string::npos);
   request silent = *base;
   raw_media empty_audio;
   silent.images.clear();
