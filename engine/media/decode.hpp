@@ -1,6 +1,5 @@
 // Media decoding with FFmpeg's libraries, from bytes in memory (no temporary files): images to RGB,
 // audio to 16 kHz mono float, videos to RGB frames sampled at 2 per second plus their soundtrack.
-// Not wired into requests yet: they still refuse media with 422 media_unsupported.
 #pragma once
 
 #include <chrono>
