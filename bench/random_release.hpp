@@ -1,0 +1,304 @@
+// A random "mid-size" Clef release for the benches: Qwen3-Omni's layout (thinker text part, vision
+// and audio towers, joint head) at about 1/30 of the 30B thinker's size, written as safetensors
+// shards with their index. Needs only the core and nlohmann_json (clef_forward builds standalone).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/clef/core/release.hpp"
+
+namespace baton::clef::bench {
+
+inline text_config bench_text_config() {
+  text_config c;
+  c.vocab_size = 32000;
+  c.hidden_size = 1024;
+  c.num_layers = 8;
+  c.num_heads = 16;
+  c.num_kv_heads = 4;
+  c.head_dim = 64;
+  c.moe_intermediate_size = 512;
+  c.num_experts = 64;
+  c.experts_per_token = 8;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.mrope_section = {16, 8, 8};
+  c.max_position_embeddings = 65536;
+  return c;
+}
+
+inline head_config bench_head_config() {
+  return head_config{.hidden_size = 1024, .width = 256, .routing_layers = 2, .layers = 2,
+                     .heads = 4, .feedforward = 512};
+}
+
+// The real tower is 27 blocks of 1152 (16 heads, MLP 4304), deepstack [8, 16, 24]: a third of the
+// depth and width here, the deepstack blocks at the same relative depths (each feeds one of the
+// first text layers, so there can be at most 8).
+inline vision_config bench_vision_config() {
+  vision_config c;
+  c.depth = 9;
+  c.hidden_size = 384;
+  c.num_heads = 6;
+  c.intermediate_size = 1536;
+  c.in_channels = 3;
+  c.patch_size = 16;
+  c.temporal_patch_size = 2;
+  c.spatial_merge_size = 2;
+  c.out_hidden_size = 1024;
+  c.num_position_embeddings = 2304;
+  c.deepstack_layers = {2, 5, 8};
+  return c;
+}
+
+// The real tower is 32 layers of 1280 (20 heads, FFN 5120, downsample 480). The windows and the
+// mel bins stay as they are: the preprocessor and the placeholder count depend on them.
+inline audio_config bench_audio_config() {
+  audio_config c;
+  c.num_mel_bins = 128;
+  c.d_model = 512;
+  c.encoder_layers = 8;
+  c.encoder_attention_heads = 8;
+  c.encoder_ffn_dim = 2048;
+  c.downsample_hidden_size = 160;
+  c.output_dim = 1024;
+  c.n_window = 50;
+  c.n_window_infer = 800;
+  c.max_source_positions = 1500;
+  return c;
+}
+
+// Media token ids at the top of the vocabulary; random text ids must stay below them.
+inline constexpr std::int32_t bench_first_media_token = 31990;
+
+inline nlohmann::json bench_media_token_json() {
+  return {{"image_token_id", 31990},        {"video_token_id", 31991},
+          {"audio_token_id", 31992},        {"vision_start_token_id", 31993},
+          {"vision_end_token_id", 31994},   {"audio_start_token_id", 31995},
+          {"audio_end_token_id", 31996},    {"position_id_per_seconds", 13},
+          {"seconds_per_chunk", 2}};
+}
+
+struct xorshift {
+  std::uint64_t s;
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+  }
+};
+
+inline std::uint64_t name_seed(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: each tensor gets its own stream
+  for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return h | 1;
+}
+
+// Round to nearest even, as at::BFloat16 does (no NaNs come out of the generator).
+inline std::uint16_t to_bf16(float f) {
+  const auto u = std::bit_cast<std::uint32_t>(f);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Norm weights 1 and biases 0 as a fresh model has them; the rest uniform with std 0.02, except
+// the input embeddings at std 1: with random weights, attention averages every token's values
+// into a shared component that soon swamps 0.02-sized embeddings, and the router then sends
+// nearly every token to the same few experts; a trained router spreads them.
+inline float std_of(const std::string& name) {
+  const bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
+  if (norm && name.ends_with(".weight")) return -1;
+  if (name.ends_with("bias") || name.find('.') == std::string::npos) return 0;
+  return name.ends_with("embed_tokens.weight") ? 1.0f : 0.02f;
+}
+
+using tensor_list = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+inline std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+// One safetensors file: 8-byte LE header length, JSON header padded to 8 bytes, raw data.
+// Data is generated and written in 4 MiB pieces: nothing close to a tensor is held in memory.
+inline void write_safetensors(const std::filesystem::path& path, const tensor_list& tensors, bool bf16) {
+  const std::size_t elem = bf16 ? 2 : 4;
+  nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
+  std::uint64_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(numel(shape)) * elem;
+    header[name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(path.string() + ": cannot write");
+  const std::uint64_t length = text.size();
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+
+  constexpr std::int64_t piece = 1 << 20;
+  std::vector<float> f32(piece);
+  std::vector<std::uint16_t> b16(bf16 ? piece : 0);
+  for (const auto& [name, shape] : tensors) {
+    const float sigma = std_of(name);  // -1: all ones
+    const float half_range = sigma * std::sqrt(3.0f);  // uniform [-a, a) has std a / sqrt(3)
+    xorshift rng{name_seed(name)};
+    for (std::int64_t left = numel(shape); left > 0;) {
+      const std::int64_t n = std::min(left, piece);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (sigma > 0) {
+          const auto bits = static_cast<std::uint32_t>(rng.next() >> 40);  // 24 bits
+          f32[i] = (static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f) * half_range;
+        } else {
+          f32[i] = sigma < 0 ? 1.0f : 0.0f;
+        }
+      }
+      if (bf16) {
+        for (std::int64_t i = 0; i < n; ++i) b16[i] = to_bf16(f32[i]);
+        out.write(reinterpret_cast<const char*>(b16.data()), n * 2);
+      } else {
+        out.write(reinterpret_cast<const char*>(f32.data()), n * 4);
+      }
+      left -= n;
+    }
+  }
+  if (!out.flush()) throw std::runtime_error(path.string() + ": write failed");
+}
+
+inline void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out.flush()) throw std::runtime_error(path.string() + ": write failed");
+}
+
+// Writes the release into `<dir>.partial` and renames it over `dir`: a present `dir` is always
+// complete.
+inline void write_release(const std::filesystem::path& dir, bool bf16) {
+  namespace fs = std::filesystem;
+  const text_config c = bench_text_config();
+  const head_config h = bench_head_config();
+  const vision_config v = bench_vision_config();
+  const audio_config a = bench_audio_config();
+  const fs::path tmp = dir.string() + ".partial";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  const nlohmann::json text = {
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"num_experts", c.num_experts},
+      {"num_experts_per_tok", c.experts_per_token},
+      {"norm_topk_prob", true},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling",
+       {{"rope_type", "default"}, {"mrope_section", c.mrope_section}, {"interleaved", true}}},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"attention_bias", false},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", nlohmann::json::array()},
+      {"use_qk_norm", true}};
+  const nlohmann::json vision = {
+      {"depth", v.depth},
+      {"hidden_size", v.hidden_size},
+      {"hidden_act", "gelu_pytorch_tanh"},
+      {"intermediate_size", v.intermediate_size},
+      {"num_heads", v.num_heads},
+      {"in_channels", v.in_channels},
+      {"patch_size", v.patch_size},
+      {"spatial_merge_size", v.spatial_merge_size},
+      {"temporal_patch_size", v.temporal_patch_size},
+      {"out_hidden_size", v.out_hidden_size},
+      {"num_position_embeddings", v.num_position_embeddings},
+      {"deepstack_visual_indexes", v.deepstack_layers},
+      {"apply_vit_abs_pos_embed", true}};
+  const nlohmann::json audio = {
+      {"num_mel_bins", a.num_mel_bins},
+      {"encoder_layers", a.encoder_layers},
+      {"encoder_attention_heads", a.encoder_attention_heads},
+      {"encoder_ffn_dim", a.encoder_ffn_dim},
+      {"d_model", a.d_model},
+      {"activation_function", "gelu"},
+      {"scale_embedding", false},
+      {"max_source_positions", a.max_source_positions},
+      {"n_window", a.n_window},
+      {"n_window_infer", a.n_window_infer},
+      {"output_dim", a.output_dim},
+      {"downsample_hidden_size", a.downsample_hidden_size}};
+  nlohmann::json thinker = {{"model_type", "qwen3_omni_moe_thinker"},
+                            {"text_config", text},
+                            {"vision_config", vision},
+                            {"audio_config", audio}};
+  thinker.update(bench_media_token_json());
+  const nlohmann::json config = {
+      {"architectures", {"Qwen3OmniMoeForConditionalGeneration"}},
+      {"model_type", "qwen3_omni_moe"},
+      {"thinker_config", thinker},
+      {"torch_dtype", bf16 ? "bfloat16" : "float32"},
+      {"note", "RANDOM BENCH MODEL written by baton's bench/ (not Clef-Omni weights)"}};
+  write_text(tmp / "config.json", config.dump(2));
+  write_text(tmp / "joint_head_config.json",
+             nlohmann::json{{"hidden_size", h.hidden_size}, {"width", h.width},
+                            {"routing_layers", h.routing_layers}, {"layers", h.layers},
+                            {"heads", h.heads}, {"feedforward", h.feedforward}}
+                 .dump(2));
+
+  // Shards of about 1 GiB, split at tensor boundaries, in load order (the towers last).
+  tensor_list all = expected_text_tensors(c);
+  for (auto& t : expected_media_tensors(v, a)) all.push_back(std::move(t));
+  const std::int64_t elem = bf16 ? 2 : 4;
+  std::int64_t total = 0;
+  for (const auto& [name, shape] : all) total += numel(shape) * elem;
+  const std::int64_t shard_count = std::max<std::int64_t>(2, (total + (1ll << 30) - 1) >> 30);
+  std::vector<tensor_list> shards(static_cast<std::size_t>(shard_count));
+  std::int64_t written = 0;
+  for (const auto& t : all) {
+    const auto s = std::min<std::int64_t>(shard_count - 1, written * shard_count / total);
+    shards[static_cast<std::size_t>(s)].push_back(t);
+    written += numel(t.second) * elem;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05zu-of-%05lld.safetensors", s + 1,
+                  static_cast<long long>(shard_count));
+    write_safetensors(tmp / file, shards[s], bf16);
+    for (const auto& [name, shape] : shards[s]) weight_map[name] = file;
+  }
+  write_text(tmp / "model.safetensors.index.json",
+             nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}
+                 .dump(2));
+  write_safetensors(tmp / "joint_head.safetensors", expected_head_tensors(h), bf16);
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+}
+
+// Whether `dir` holds a complete release with both towers (one written before the towers, text
+// only, is not: write_release replaces it).
+inline bool release_is_current(const std::filesystem::path& dir) {
+  const std::filesystem::path config = dir / "config.json";
+  return std::filesystem::exists(config) && parse_vision_config(config) && parse_audio_config(config);
+}
+
+}  // namespace baton::clef::bench
