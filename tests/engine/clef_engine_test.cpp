@@ -344,14 +344,15 @@ TEST(clef_engine_chunks, small_score_budgets_give_the_same_logits) {
   clef_engine_options options;
   options.model_dir = test::shared_dir() / "vectors/clef-omni-tiny/release";
   options.model.threads = 1;
+  options.media.sources.roots = {options.model_dir.parent_path()};
   clef_engine whole(options);
-  options.model.score_budget_bytes = 1;
-  clef_engine chunked(options);
+  options.model.score_budget_bytes = 1;  // 16-row chunks in the thinker, the head and the vision
+  clef_engine chunked(options);          // tower; one audio window and one chunk at a time
   std::ifstream records(options.model_dir.parent_path() / "records.jsonl");
   std::size_t compared = 0;
   for (std::string line; std::getline(records, line);) {
     const json record = test::parse(line);
-    auto req = request_from_json(json(record["request"]), request_limits::text_only(), "m");
+    auto req = request_from_json(json(record["request"]), whole.describe().limits, "m");
     if (!req) continue;
     std::vector<std::optional<clef_trace>> a, b;
     const auto ra = whole.decide({&*req, 1}, {}, &a);

@@ -10,11 +10,6 @@ namespace baton::clef::detail {
 namespace {
 
 constexpr double layer_norm_eps = 1e-5;  // nn.LayerNorm's default, as the reference builds them
-// Bounds the first convolution's output per batch of chunks (6 MiB per chunk on the real tower in
-// fp32; the second convolution's unfolded input is about twice that) and the attention scores per
-// batch of windows, so that memory does not grow with the audio's length.
-constexpr std::int64_t conv_budget_bytes = 64LL << 20;
-constexpr std::int64_t score_budget_bytes = 64LL << 20;
 
 // Output length of a 3x3, stride-2, padding-1 convolution.
 constexpr std::int64_t halve(std::int64_t n) { return (n - 1) / 2 + 1; }
@@ -28,8 +23,9 @@ at::Tensor conv_gelu(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 
 }  // namespace
 
-audio_encoder::audio_encoder(const release& files, at::ScalarType type, at::Device device)
-    : type_(type), device_(device) {
+audio_encoder::audio_encoder(const release& files, at::ScalarType type, at::Device device,
+                             std::int64_t budget_bytes)
+    : type_(type), device_(device), budget_bytes_(budget_bytes) {
   if (!files.audio()) {
     throw load_error(files.dir().string() + ": config.json has no audio_config (no audio tower)");
   }
@@ -160,7 +156,7 @@ at::Tensor audio_encoder::embed(const at::Tensor& mel, std::int64_t frames) cons
   const std::int64_t steps = halve3(width);
   const std::int64_t conv1_bytes = config_.downsample_hidden_size * halve(mel_bins) * halve(width) *
                                    static_cast<std::int64_t>(c10::elementSize(type_));
-  const std::int64_t batch = std::max<std::int64_t>(1, conv_budget_bytes / conv1_bytes);
+  const std::int64_t batch = std::max<std::int64_t>(1, budget_bytes_ / conv1_bytes);
 
   std::vector<at::Tensor> parts;
   for (std::int64_t c0 = 0; c0 < chunks; c0 += batch) {
@@ -210,7 +206,7 @@ at::Tensor audio_encoder::attention(const layer& w, const at::Tensor& a) const {
   };
   const std::int64_t full = n_tokens / window_tokens_, rest = n_tokens % window_tokens_;
   const std::int64_t per_batch = std::max<std::int64_t>(
-      1, score_budget_bytes / (4 * heads * window_tokens_ * window_tokens_));
+      1, budget_bytes_ / (4 * heads * window_tokens_ * window_tokens_));
   for (std::int64_t w0 = 0; w0 < full; w0 += per_batch) {
     windows(w0 * window_tokens_, std::min(per_batch, full - w0), window_tokens_);
   }

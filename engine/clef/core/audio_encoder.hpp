@@ -15,7 +15,9 @@ class audio_encoder {
  public:
   // Requires files.audio() with 100-frame chunks (n_window 50: audio_token_count, the processor's
   // placeholder count, assumes them) and 128 mel bins; throws load_error otherwise.
-  audio_encoder(const release& files, at::ScalarType type, at::Device device);
+  // `budget_bytes` bounds the first convolution's output per batch of chunks and the attention
+  // scores per batch of windows (the model's score budget), so memory does not grow with length.
+  audio_encoder(const release& files, at::ScalarType type, at::Device device, std::int64_t budget_bytes);
 
   // One audio's features: the frames its frame_mask marks (the processor's batch padding is not
   // part of the audio). [audio_token_count(frames), output_dim] in the compute dtype on the device.
@@ -35,6 +37,7 @@ class audio_encoder {
   audio_config config_;
   at::ScalarType type_;
   at::Device device_;
+  std::int64_t budget_bytes_;
   std::int64_t chunk_frames_;   // 2 * n_window mel frames per convolution chunk
   std::int64_t chunk_tokens_;   // tokens a full chunk leaves after the three halvings
   std::int64_t window_tokens_;  // attention window, chunk_tokens_ * n_window_infer / chunk_frames_

@@ -74,10 +74,10 @@ class model_impl final : public model {
     }
     const media_tokens& t = files_.tokens();
     if (files_.vision() && t.image && t.video && t.vision_start && t.vision_end) {
-      vision_.emplace(files_, detail::scalar_type(*options_.dtype), device_);
+      vision_.emplace(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes);
     }
     if (files_.audio() && t.audio && t.audio_start && t.audio_end) {
-      audio_.emplace(files_, detail::scalar_type(*options_.dtype), device_);
+      audio_.emplace(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes);
     }
   }
 

@@ -11,9 +11,6 @@ namespace baton::clef::detail {
 namespace {
 
 constexpr double layer_norm_eps = 1e-6;
-// Bound on one chunk's fp32 score block [heads, rows, keys]: a 1 MP frame (4096 patches, 16
-// heads) would need 1 GiB for the whole matrix.
-constexpr std::int64_t score_budget_bytes = std::int64_t{64} << 20;
 
 at::Tensor rotate_half(const at::Tensor& x) {
   const auto half = x.size(-1) / 2;
@@ -33,8 +30,9 @@ std::string grid_text(const vision_patches& p) {
 
 }  // namespace
 
-vision_encoder::vision_encoder(const release& files, at::ScalarType type, at::Device device)
-    : type_(type), device_(device) {
+vision_encoder::vision_encoder(const release& files, at::ScalarType type, at::Device device,
+                               std::int64_t score_budget_bytes)
+    : type_(type), device_(device), score_budget_bytes_(score_budget_bytes) {
   if (!files.vision()) {
     throw load_error(files.dir().string() + ": config.json has no vision_config");
   }
@@ -127,7 +125,7 @@ at::Tensor vision_encoder::attention(const block& b, const at::Tensor& a, const 
   const at::Tensor v = qkv.select(2, 2).permute({0, 2, 1, 3}).contiguous();
   at::Tensor out = at::empty({frames, len, heads, dim}, a.options());
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes, heads, len, len);
+  const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
   // Attention stays within each frame pair (the reference's cu_seqlens).
   for (std::int64_t f = 0; f < frames; ++f) {
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {

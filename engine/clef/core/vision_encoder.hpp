@@ -19,8 +19,9 @@ struct vision_features {
 class vision_encoder {
  public:
   // Requires files.vision(); throws load_error when the tensors do not fit the preprocessor's
-  // patch layout (vision_patch_values per row).
-  vision_encoder(const release& files, at::ScalarType type, at::Device device);
+  // patch layout (vision_patch_values per row). `score_budget_bytes` bounds one chunk of fp32
+  // attention scores (the model's: cache-sized on the CPU, so chunks reuse memory).
+  vision_encoder(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes);
 
   // One image or video (encoded on its own: attention never crosses frame pairs, let alone items).
   // Results in the compute dtype on the device.
@@ -50,6 +51,7 @@ class vision_encoder {
   vision_config config_;
   at::ScalarType type_;
   at::Device device_;
+  std::int64_t score_budget_bytes_;
   linear patch_embed_;  // the Conv3d weight viewed as [hidden, vision_patch_values]
   at::Tensor pos_embed_;
   at::Tensor inv_freq_;  // [head_dim / 4] fp32
