@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -257,17 +258,19 @@ result<void> run_decoders(input& in, std::span<stream_decoder*> decoders, const 
   return {};
 }
 
-// Converts decoded frames to packed RGB24 at their own size with the frame's colour matrix and
-// range; unstated, swscale's defaults: BT.601, and the range the pixel format implies (full for
-// JPEG's yuvj, limited for other YUV). No resize, so the flags only matter for chroma upsampling,
-// and plain SWS_BICUBIC keeps swscale's unscaled YUV to RGB path, which the Clef reference's
-// decodes match to the bit (accurate_rnd or full_chroma_int differ by up to 136 levels).
+// Converts decoded frames to packed RGB24 with the frame's colour matrix and range; unstated,
+// swscale's defaults: BT.601, and the range the pixel format implies (full for JPEG's yuvj, limited
+// for other YUV). At the frame's own size the interpolation flag only picks chroma upsampling, and
+// a plain one (no accurate_rnd or full_chroma_int, which differ by up to 136 levels) keeps
+// swscale's unscaled YUV to RGB path, which the Clef reference's decodes match to the bit. A
+// smaller size is scaled bilinearly, PyAV's default for to_ndarray(width=, height=).
 class rgb_converter {
  public:
-  result<void> convert(const AVFrame* f, std::uint8_t* out, const job& j) {
+  result<void> convert(const AVFrame* f, std::uint8_t* out, const job& j) { return convert(f, f->width, f->height, out, j); }
+
+  result<void> convert(const AVFrame* f, int width, int height, std::uint8_t* out, const job& j) {
     ctx_.reset(sws_getCachedContext(ctx_.release(), f->width, f->height, static_cast<AVPixelFormat>(f->format),
-                                    f->width, f->height, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr,
-                                    nullptr));
+                                    width, height, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr));
     if (!ctx_) return j.invalid("unsupported pixel format");
     int* inv_table = nullptr;
     int* table = nullptr;
@@ -284,15 +287,15 @@ class rgb_converter {
     // into rows of exactly width * 3 it wrote past the end of the last one (heap corruption), and
     // it left the last width % 8 pixels of every row unconverted where the block did not fit. So
     // it converts into rows with room to spare, copied out.
-    const auto row = static_cast<std::size_t>(f->width) * 3;
-    const std::size_t stride = (static_cast<std::size_t>(f->width) + 7) / 8 * 8 * 3 + 64;
-    scratch_.resize(stride * static_cast<std::size_t>(f->height));
+    const auto row = static_cast<std::size_t>(width) * 3;
+    const std::size_t stride = (static_cast<std::size_t>(width) + 7) / 8 * 8 * 3 + 64;
+    scratch_.resize(stride * static_cast<std::size_t>(height));
     std::uint8_t* planes[1] = {scratch_.data()};
     const int strides[1] = {static_cast<int>(stride)};
-    if (sws_scale(ctx_.get(), f->data, f->linesize, 0, f->height, planes, strides) != f->height) {
+    if (sws_scale(ctx_.get(), f->data, f->linesize, 0, f->height, planes, strides) != height) {
       return j.invalid("colour conversion failed");
     }
-    for (std::size_t y = 0; y < static_cast<std::size_t>(f->height); ++y) {
+    for (std::size_t y = 0; y < static_cast<std::size_t>(height); ++y) {
       std::memcpy(out + y * row, scratch_.data() + y * stride, row);
     }
     return {};
@@ -302,6 +305,13 @@ class rgb_converter {
   std::unique_ptr<SwsContext, sws_closer> ctx_;
   std::vector<std::uint8_t> scratch_;
 };
+
+// Python's round (half to even), as the reference rounds sizes.
+double python_round(double x) {
+  const double lower = std::floor(x), rest = x - lower;
+  if (rest != 0.5) return rest < 0.5 ? lower : lower + 1;
+  return std::fmod(lower, 2.0) == 0 ? lower : lower + 1;
+}
 
 // Resamples decoded audio to 16 kHz mono float, appended to `out`, bounded by max_seconds.
 class mono_resampler {
@@ -458,51 +468,43 @@ result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) 
   stream_decoder& picture = *opened;
   const AVStream* stream = in.format->streams[picture.index];
 
-  // The frame on screen at each sample time k / 2 s (from the first frame's timestamp): each
-  // decoded frame is held until the next one shows when it stops being on screen.
-  const AVRational time_base = stream->time_base;
-  const AVRational sample_period{1, video_sample_fps};
-  const auto max_samples = static_cast<std::int64_t>(lim.max_seconds * video_sample_fps) + 1;
+  // The Clef reference's sampling (PyAV): a decoded frame is kept when its time (pts x time base)
+  // is at least n / 2 s less 1 µs, n the frames kept so far; so each kept frame is the first at or
+  // after its sample time, no frame is kept twice (a 1 fps clip gives 1 frame per second), and
+  // frames without a timestamp are skipped.
+  const double time_base = av_q2d(stream->time_base);
+  const auto max_frames = static_cast<std::int64_t>(lim.max_seconds * video_sample_fps) + 1;
   video out;
   rgb_converter rgb;
-  std::unique_ptr<AVFrame, frame_closer> shown(av_frame_alloc());
-  if (!shown) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a frame");
-  std::int64_t origin = AV_NOPTS_VALUE;
-  std::int64_t next_sample = 0;  // k
-  // Appends `shown` once for every sample time before `until` (in time_base, from origin).
-  const auto emit_until = [&](std::int64_t until) -> result<void> {
-    while (av_compare_ts(next_sample, sample_period, until, time_base) < 0) {
-      if (next_sample == max_samples) return j.too_long();
-      const AVFrame* f = shown.get();
-      if (out.frames.frames == 0) {
-        if (auto r = check_pixels(f->width, f->height, j); !r) return r;
-        out.frames.height = f->height;
-        out.frames.width = f->width;
-      } else if (f->width != out.frames.width || f->height != out.frames.height) {
-        return j.invalid("the frame size changes mid-stream");
-      }
-      if ((out.frames.frames + 1) * f->width * f->height > lim.max_video_pixels) {
-        return j.too_large("has more than " + std::to_string(lim.max_video_pixels) + " pixels in its " +
-                           std::to_string(out.frames.frames + 1) + " sampled frames");
-      }
-      const std::size_t frame_bytes = static_cast<std::size_t>(f->width) * static_cast<std::size_t>(f->height) * 3;
-      out.frames.pixels.resize(out.frames.pixels.size() + frame_bytes);
-      if (auto r = rgb.convert(f, out.frames.pixels.data() + out.frames.pixels.size() - frame_bytes, j); !r) return r;
-      ++out.frames.frames;
-      ++next_sample;
-    }
-    return {};
-  };
   picture.on_frame = [&](AVFrame* f) -> result<void> {
-    const std::int64_t pts = f->best_effort_timestamp;
-    if (pts == AV_NOPTS_VALUE) return j.invalid("a frame without a timestamp");
-    if (origin == AV_NOPTS_VALUE) {
-      origin = pts;
-    } else if (auto r = emit_until(pts - origin); !r) {
+    if (f->pts == AV_NOPTS_VALUE) return {};
+    const double time = static_cast<double>(f->pts) * time_base;
+    if (time + 1e-6 < static_cast<double>(out.frames.frames) / video_sample_fps) return {};
+    if (time > lim.max_seconds) return j.too_long();
+    if (out.frames.frames == max_frames) return j.too_long();
+    if (auto r = check_pixels(f->width, f->height, j); !r) return r;
+    // Frames above video_max_frame_pixels are scaled down to it, to even sides.
+    const double scale = std::min(1.0, std::sqrt(static_cast<double>(video_max_frame_pixels) /
+                                                 (static_cast<double>(f->width) * f->height)));
+    const int width = std::max(2, static_cast<int>(python_round(f->width * scale / 2) * 2));
+    const int height = std::max(2, static_cast<int>(python_round(f->height * scale / 2) * 2));
+    if (out.frames.frames == 0) {
+      out.frames.height = height;
+      out.frames.width = width;
+    } else if (width != out.frames.width || height != out.frames.height) {
+      return j.invalid("the frame size changes mid-stream");
+    }
+    if ((out.frames.frames + 1) * width * height > lim.max_video_pixels) {
+      return j.too_large("has more than " + std::to_string(lim.max_video_pixels) + " pixels in its " +
+                         std::to_string(out.frames.frames + 1) + " sampled frames");
+    }
+    const std::size_t frame_bytes = static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3;
+    out.frames.pixels.resize(out.frames.pixels.size() + frame_bytes);
+    if (auto r = rgb.convert(f, width, height, out.frames.pixels.data() + out.frames.pixels.size() - frame_bytes, j); !r) {
       return r;
     }
-    av_frame_unref(shown.get());
-    return av_frame_ref(shown.get(), f) < 0 ? make_error(500, "OUT_OF_MEMORY", "cannot keep a frame") : result<void>{};
+    ++out.frames.frames;
+    return {};
   };
 
   mono_resampler resampler(out.audio);
@@ -519,14 +521,7 @@ result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) 
     return audio_index.error();  // a soundtrack in a codec we refuse
   }
   if (auto r = run_decoders(in, std::span(decoders, count), j); !r) return r.error();
-  if (origin == AV_NOPTS_VALUE) return j.invalid("no frame decoded");
-  // The last frame stays on screen for its duration (one frame at the stream's rate if unknown).
-  std::int64_t last = shown->pkt_duration;
-  if (last <= 0) {
-    const AVRational rate = stream->avg_frame_rate.num > 0 ? stream->avg_frame_rate : stream->r_frame_rate;
-    last = rate.num > 0 && rate.den > 0 ? av_rescale_q(1, av_inv_q(rate), time_base) : 1;
-  }
-  if (auto r = emit_until(shown->best_effort_timestamp - origin + std::max<std::int64_t>(last, 1)); !r) return r.error();
+  if (out.frames.frames == 0) return j.invalid("no frame decoded");
   if (out.has_audio) {
     if (auto r = resampler.flush(j); !r) return r.error();
   }

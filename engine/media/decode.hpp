@@ -24,8 +24,11 @@ struct limits {
 };
 
 inline constexpr int audio_sample_rate = 16000;
-// Qwen3-Omni's video frame rate (qwen_omni_utils' FPS); the Clef reference's decodes match it.
+// Qwen3-Omni's video frame rate (qwen_omni_utils' FPS); the Clef reference samples at it.
 inline constexpr int video_sample_fps = 2;
+// The Clef reference scales larger video frames down to this many pixels (256 x 32 x 32), to even
+// sides, before its processor sees them.
+inline constexpr std::int64_t video_max_frame_pixels = 256 * 32 * 32;
 
 // Row-major [frames, height, width, 3] uint8 RGB.
 struct rgb_frames {
@@ -49,9 +52,11 @@ result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& 
 // mixed to their mean.
 result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const limits& lim = {});
 
-// Samples the frame on screen at each time k / 2 s from the first frame's timestamp, k = 0, 1, …
-// while k / 2 s is before the end of the last frame: a 10 fps clip gives frames 0, 5, 10, 15, …,
-// a 1 fps one repeats each frame twice. Whatever the source's rate, and exact for variable rates.
+// Samples frames as the Clef reference does: the first frame whose timestamp (from 0) is at or
+// after k / 2 s, k = 0, 1, …, each decoded frame kept at most once (a 10 fps clip gives frames 0,
+// 5, 10, …; a 1 fps clip every frame; frames without a timestamp are skipped). Frames larger than
+// video_max_frame_pixels are scaled down (bilinear, sides rounded to even numbers, as the
+// reference asks PyAV for them); the pixel limit applies to the frame as decoded.
 result<video> decode_video(std::span<const std::byte> bytes, const limits& lim = {});
 
 }  // namespace baton::media

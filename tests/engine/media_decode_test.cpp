@@ -473,13 +473,67 @@ std::vector<int> grey_indices(const rgb_frames& got, int step) {
   return out;
 }
 
-TEST(media_decode, video_is_sampled_at_2_frames_per_second_whatever_its_rate) {
+// The source frames the Clef reference keeps of `frames` at `fps`: frame i (at i / fps s) when
+// i / fps >= n / 2, n the frames kept before it (in integers: 2i >= n * fps).
+std::vector<int> reference_samples(int fps, int frames) {
+  std::vector<int> kept;
+  for (int i = 0; i < frames; ++i) {
+    if (2 * i >= static_cast<int>(kept.size()) * fps) kept.push_back(i);
+  }
+  return kept;
+}
+
+TEST(media_decode, video_is_sampled_as_the_reference_samples_it) {
   const auto fast = get(decode_video(encode_greys(25, 3, 2)));
   EXPECT_FALSE(fast.has_audio);
-  EXPECT_EQ(grey_indices(fast.frames, 2), (std::vector<int>{0, 12, 25, 37, 50, 62}));
-  // Under 2 fps each frame is on screen at two sample times.
+  // The first frame at or after each k / 2 s: 0.52 s for 0.5 s, 1.52 s for 1.5 s.
+  EXPECT_EQ(grey_indices(fast.frames, 2), (std::vector<int>{0, 13, 25, 38, 50, 63}));
+  EXPECT_EQ(grey_indices(fast.frames, 2), reference_samples(25, 75));
+  // Under 2 fps no frame is kept twice: 1 fps stays 1 fps.
   const auto slow = get(decode_video(encode_greys(1, 3, 40)));
-  EXPECT_EQ(grey_indices(slow.frames, 40), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(grey_indices(slow.frames, 40), (std::vector<int>{0, 1, 2}));
+}
+
+// Frames above 256 x 32 x 32 pixels are scaled down to that budget, to even sides, as the Clef
+// reference asks PyAV for them: 1280 x 720 becomes 682 x 384, still a flat grey. (swscale's
+// scaling path lands 2 levels below its unscaled YUV to RGB path on this grey.)
+TEST(media_decode, large_video_frames_are_scaled_to_the_references_budget) {
+  const auto grey_video = [](int width, int height) {
+    const auto setup = [=](AVCodecContext* c) {
+      c->width = width;
+      c->height = height;
+      c->pix_fmt = AV_PIX_FMT_YUV420P;
+      c->time_base = {1, 2};
+      c->gop_size = 1;
+    };
+    const auto fill = [](AVCodecContext* c, AVFrame* f, int i) {
+      if (i == 2) return false;
+      f->width = c->width;
+      f->height = c->height;
+      f->format = c->pix_fmt;
+      f->pts = i;
+      av_frame_get_buffer(f, 0);
+      for (int plane = 0; plane < 3; ++plane) {
+        const int rows = plane == 0 ? c->height : c->height / 2;
+        std::memset(f->data[plane], plane == 0 ? 126 : 128, static_cast<std::size_t>(f->linesize[plane] * rows));
+      }
+      return true;
+    };
+    return get(decode_video(encode("mp4", {{"mpeg4", setup, fill}})));
+  };
+  const auto small = grey_video(640, 360);  // 230,400 pixels: kept as it is
+  EXPECT_EQ(small.frames.width, 640);
+  EXPECT_EQ(small.frames.height, 360);
+  const auto large = grey_video(1280, 720);
+  EXPECT_EQ(large.frames.frames, 2);
+  EXPECT_EQ(large.frames.width, 682);
+  EXPECT_EQ(large.frames.height, 384);
+  EXPECT_LE(large.frames.width * large.frames.height, video_max_frame_pixels);
+  const int grey = small.frames.pixels[small.frames.pixels.size() / 2];
+  EXPECT_NEAR(grey, (126 - 16) * 255.0 / 219.0, 1.0);
+  for (const std::size_t at : {std::size_t{0}, large.frames.pixels.size() / 2, large.frames.pixels.size() - 1}) {
+    EXPECT_NEAR(large.frames.pixels[at], grey, 3) << at;
+  }
 }
 
 // Frame i of a test video is gradient() with blue 16 * i (mod 256): its blue says which it is.
@@ -505,17 +559,18 @@ track picture_track(const char* encoder, const char* options, AVPixelFormat form
   return {encoder, setup, fill};
 }
 
-// A decoded picture_track of `frames` at `fps`: the frame on screen at each k / 2 s before the
-// last one ends, each within `tolerance` mean levels of its source, no row or column far off.
+// A decoded picture_track of `frames` at `fps`: the frames the reference keeps, each within
+// `tolerance` mean levels of its source, no row or column far off.
 void expect_pictures(const rgb_frames& got, int width, int height, int fps, int frames, double tolerance,
                      const std::string& what) {
   ASSERT_EQ(got.width, width) << what;
   ASSERT_EQ(got.height, height) << what;
-  const int samples = (video_sample_fps * frames + fps - 1) / fps;
+  const std::vector<int> sources = reference_samples(fps, frames);
+  const auto samples = static_cast<int>(sources.size());
   ASSERT_EQ(got.frames, samples) << what;
   const auto size = static_cast<std::size_t>(width * height * 3);
   for (int k = 0; k < samples; ++k) {
-    const int source = k * fps / video_sample_fps;
+    const int source = sources[static_cast<std::size_t>(k)];
     const auto frame = std::span(got.pixels).subspan(static_cast<std::size_t>(k) * size, size);
     double blue = 0;
     for (std::size_t i = 2; i < size; i += 3) blue += frame[i];
@@ -670,7 +725,9 @@ TEST(media_decode, limits_give_413_naming_the_limit) {
 // Odd widths and heights, 4:2:0 chroma (planes of half the size, rounded up) included, come back
 // at their own size, every pixel roughly right. 33x18 and 1000x6: even heights take swscale's SIMD
 // path, which skipped the last 33 % 8 columns and wrote past a frame's end.
-TEST(media_decode, odd_sizes_come_back_at_their_own_size) {
+// Images keep their own size; video frames come back with even sides, as the Clef reference asks
+// PyAV for them (round(side / 2) * 2 with Python's rounding, at least 2).
+TEST(media_decode, odd_sizes_come_back_at_their_own_or_the_references_size) {
   struct size {
     int width, height;
   };
@@ -692,8 +749,26 @@ TEST(media_decode, odd_sizes_come_back_at_their_own_size) {
       const AVPixelFormat pixels = std::string_view(c.video_encoder) == "libx264" ? AV_PIX_FMT_YUV444P : AV_PIX_FMT_YUV420P;
       const auto bytes =
           encode(c.muxer, {picture_track(c.video_encoder, c.video_options, pixels, s.width, s.height, 2, 4)});
-      // Tiny pictures are mostly the edges of blocks, where lossy codecs err most.
-      expect_pictures(get(decode_video(bytes)).frames, s.width, s.height, 2, 4, 2 * c.tolerance, what);
+      const auto even = [](int side) {
+        const int half = side / 2;  // round(side / 2), halves to even
+        return std::max(2, (side % 2 == 0 ? half : half % 2 == 0 ? half : half + 1) * 2);
+      };
+      const auto got = get(decode_video(bytes)).frames;
+      if (even(s.width) == s.width && even(s.height) == s.height) {
+        // Tiny pictures are mostly the edges of blocks, where lossy codecs err most.
+        expect_pictures(got, s.width, s.height, 2, 4, 2 * c.tolerance, what);
+        continue;
+      }
+      EXPECT_EQ(got.width, even(s.width)) << what;
+      EXPECT_EQ(got.height, even(s.height)) << what;
+      EXPECT_EQ(got.frames, 4) << what;
+      // Scaled, each frame still says which it is by its blue.
+      const auto frame = static_cast<std::size_t>(got.width * got.height * 3);
+      for (std::int64_t k = 0; k < got.frames; ++k) {
+        double blue = 0;
+        for (std::size_t i = 2; i < frame; i += 3) blue += got.pixels[static_cast<std::size_t>(k) * frame + i];
+        EXPECT_NEAR(blue / (got.width * got.height), static_cast<double>(k * blue_step), 3 * c.tolerance) << what << " frame " << k;
+      }
     }
   }
 }
