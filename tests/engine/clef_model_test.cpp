@@ -7,6 +7,7 @@
 
 #include "engine/clef/core/model.hpp"
 #include "support/files.hpp"
+#include "support/tensor_values.hpp"
 
 namespace baton::clef {
 namespace {
@@ -64,15 +65,6 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
   }
 }
 
-template <class T>
-std::vector<T> values_of(const safetensors_file& f, const std::string& name) {
-  const tensor_view* v = f.find(name);
-  if (v == nullptr) return {};
-  std::vector<T> out(static_cast<std::size_t>(v->numel()));
-  EXPECT_EQ(v->bytes, out.size() * sizeof(T)) << name;
-  std::memcpy(out.data(), v->data, v->bytes);
-  return out;
-}
 
 // The processor outputs of a case (pixel values, grids, mel features) as the model's media input.
 struct case_media {
@@ -85,8 +77,8 @@ case_media media_of(const safetensors_file& ref) {
   case_media m;
   auto patches = [&](const char* values, const char* grid, float second_per_grid) {
     vision_patches p;
-    p.pixel_values = values_of<float>(ref, values);
-    const auto g = values_of<std::int64_t>(ref, grid);
+    p.pixel_values = test::tensor_values<float>(ref, values);
+    const auto g = test::tensor_values<std::int64_t>(ref, grid);
     p.grid_t = g.at(0);
     p.grid_h = g.at(1);
     p.grid_w = g.at(2);
@@ -96,12 +88,12 @@ case_media media_of(const safetensors_file& ref) {
   if (ref.find("in.pixel_values")) m.images.push_back(patches("in.pixel_values", "in.image_grid_thw", 0));
   if (ref.find("in.pixel_values_videos")) {
     m.videos.push_back(patches("in.pixel_values_videos", "in.video_grid_thw",
-                               values_of<float>(ref, "in.video_second_per_grid").at(0)));
+                               test::tensor_values<float>(ref, "in.video_second_per_grid").at(0)));
   }
   if (ref.find("in.input_features")) {
     log_mel a;
-    a.values = values_of<float>(ref, "in.input_features");
-    const auto mask = values_of<std::int64_t>(ref, "in.feature_attention_mask");
+    a.values = test::tensor_values<float>(ref, "in.input_features");
+    const auto mask = test::tensor_values<std::int64_t>(ref, "in.feature_attention_mask");
     a.frames = static_cast<std::int64_t>(mask.size());
     a.frame_mask.assign(mask.begin(), mask.end());
     m.audio.push_back(std::move(a));
@@ -122,7 +114,7 @@ TEST(thinker, media_cases_match_the_reference_stage_by_stage) {
   for (const char* name : {"image", "video", "audio", "image_audio", "video_audio"}) {
     SCOPED_TRACE(name);
     const safetensors_file ref(thinker_dir() / (std::string("tiny_ref_") + name + ".safetensors"));
-    const auto ids64 = values_of<std::int64_t>(ref, "in.input_ids");
+    const auto ids64 = test::tensor_values<std::int64_t>(ref, "in.input_ids");
     const std::vector<std::int32_t> ids(ids64.begin(), ids64.end());
     const case_media media = media_of(ref);
     const record_media view = media.view();

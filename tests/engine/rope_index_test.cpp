@@ -8,21 +8,13 @@
 #include "engine/clef/core/release.hpp"
 #include "engine/clef/core/rope_index.hpp"
 #include "support/files.hpp"
+#include "support/tensor_values.hpp"
 
 namespace baton::clef {
 namespace {
 
 std::filesystem::path thinker_dir() { return test::shared_dir() / "vectors/qwen3-omni-thinker-tiny"; }
 
-template <class T>
-std::vector<T> values(const safetensors_file& f, const std::string& name) {
-  const tensor_view* v = f.find(name);
-  if (v == nullptr) return {};
-  std::vector<T> out(static_cast<std::size_t>(v->numel()));
-  EXPECT_EQ(v->bytes, out.size() * sizeof(T)) << name;
-  std::memcpy(out.data(), v->data, v->bytes);
-  return out;
-}
 
 media_tokens tiny_tokens() {
   return parse_media_tokens(nlohmann::json::parse(std::ifstream(thinker_dir() / "model/config.json")),
@@ -34,22 +26,22 @@ TEST(rope_index, matches_the_reference_for_every_media_case) {
   for (const char* name : {"text", "image", "video", "audio", "image_audio", "video_audio"}) {
     SCOPED_TRACE(name);
     const safetensors_file ref(thinker_dir() / (std::string("tiny_ref_") + name + ".safetensors"));
-    const auto ids64 = values<std::int64_t>(ref, "in.input_ids");
+    const auto ids64 = test::tensor_values<std::int64_t>(ref, "in.input_ids");
     const std::vector<std::int32_t> ids(ids64.begin(), ids64.end());
     std::vector<vision_grid> images, videos;
     std::vector<std::int64_t> audio;
-    if (const auto g = values<std::int64_t>(ref, "in.image_grid_thw"); !g.empty()) images.push_back({g[0], g[1], g[2], 0});
-    if (const auto g = values<std::int64_t>(ref, "in.video_grid_thw"); !g.empty()) {
-      videos.push_back({g[0], g[1], g[2], values<float>(ref, "in.video_second_per_grid").at(0)});
+    if (const auto g = test::tensor_values<std::int64_t>(ref, "in.image_grid_thw"); !g.empty()) images.push_back({g[0], g[1], g[2], 0});
+    if (const auto g = test::tensor_values<std::int64_t>(ref, "in.video_grid_thw"); !g.empty()) {
+      videos.push_back({g[0], g[1], g[2], test::tensor_values<float>(ref, "in.video_second_per_grid").at(0)});
     }
-    if (const auto mask = values<std::int64_t>(ref, "in.feature_attention_mask"); !mask.empty()) {
+    if (const auto mask = test::tensor_values<std::int64_t>(ref, "in.feature_attention_mask"); !mask.empty()) {
       std::int64_t frames = 0;
       for (const auto v : mask) frames += v;
       audio.push_back(audio_token_count(frames));
     }
     const auto got = rope_positions(ids, tokens, 2, {images, videos, audio, false});
     ASSERT_TRUE(std::holds_alternative<std::vector<float>>(got)) << std::get<rope_error>(got).message;
-    EXPECT_EQ(std::get<std::vector<float>>(got), values<float>(ref, "out.position_ids"));
+    EXPECT_EQ(std::get<std::vector<float>>(got), test::tensor_values<float>(ref, "out.position_ids"));
   }
 }
 
