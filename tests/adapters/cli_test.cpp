@@ -270,20 +270,22 @@ namespace {
 
 const std::filesystem::path tiny = test::shared_dir() / "vectors/clef-omni-tiny";
 
-// The text records of the tiny release's reference run, with their expected outcomes.
-std::pair<std::string, std::vector<json>> text_records() {
+// The tiny release's reference records with media, or the text ones, with their expected outcomes.
+std::pair<std::string, std::vector<json>> reference_records(bool media) {
   const auto records = lines(test::read_file(tiny / "records.jsonl"));
   const auto expected = lines(test::read_file(tiny / "expected.jsonl"));
   std::string input;
   std::vector<json> want;
   for (std::size_t i = 0; i < records.size(); ++i) {
-    const json r = test::parse(records[i]);
-    if (r["request"].contains("images") || r["request"].contains("audio") || r["request"].contains("videos")) continue;
+    const json record = test::parse(records[i]);
+    const json& r = record["request"];
+    if ((r.contains("images") || r.contains("audio") || r.contains("videos")) != media) continue;
     input += records[i] + "\n";
     want.push_back(test::parse(expected[i]));
   }
   return {input, want};
 }
+std::pair<std::string, std::vector<json>> text_records() { return reference_records(false); }
 
 void expect_same_encoding(const json& got, const json& want) {
   EXPECT_EQ(got["num_tokens"], want["num_tokens"]);
@@ -336,16 +338,7 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
 // The media records name files under the vectors' folder: --media-root lets them be read from
 // there and nowhere else; --dump shows where each item's placeholders sit.
 TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
-  const auto records = lines(test::read_file(tiny / "records.jsonl"));
-  const auto expected = lines(test::read_file(tiny / "expected.jsonl"));
-  std::string input;
-  std::vector<json> want;
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    const json r = test::parse(records[i]);
-    if (!r["request"].contains("images") && !r["request"].contains("audio") && !r["request"].contains("videos")) continue;
-    input += records[i] + "\n";
-    want.push_back(test::parse(expected[i]));
-  }
+  const auto [input, want] = reference_records(true);
   ASSERT_EQ(want.size(), 3u);
   const auto dump = std::filesystem::temp_directory_path() / ("baton_media_dump_" + std::to_string(getpid()) + ".jsonl");
   const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string(), root = tiny.string();
@@ -378,7 +371,9 @@ TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
     EXPECT_EQ(end - begin, static_cast<std::size_t>(pads[i]) + markers);
     EXPECT_NE(ids[begin], ids[begin + markers / 2]);  // a start token, then a pad
     EXPECT_NE(ids[end - 1], ids[end - markers / 2 - 1]);  // the last pad, then an end token
-    if (kinds[i] != "video+audio") EXPECT_EQ(ids[begin + markers / 2], ids[end - markers / 2 - 1]);
+    if (kinds[i] != "video+audio") {
+      EXPECT_EQ(ids[begin + markers / 2], ids[end - markers / 2 - 1]);
+    }
   }
 
   // Without a root the same paths are refused, naming the item; the other lines still run.
