@@ -165,12 +165,20 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
   rec.fingerprint = d.fingerprint;
   rec.schema_hash = c->schema_hash;
   const std::string state = r.req.state.is_string() ? r.req.state.get<std::string>() : render_json(r.req.state, false);
-  // The media items as sent (data URLs, paths, URLs) are part of what was decided on: two
-  // requests that differ only in their image must not share a state hash.
+  // The media items as sent (data URLs, paths, URLs, with their content type) are part of what
+  // was decided on: two requests that differ only in their image must not share a state hash.
+  // Every piece is length-prefixed, so no state can spell another request's media.
   std::string hashed = state;
-  for (const auto& [field, items] : {std::pair{"images", &r.req.images}, std::pair{"audio", &r.req.audio},
-                                     std::pair{"videos", &r.req.videos}}) {
-    for (const media_item& m : *items) hashed.append("\n").append(field).append(" ").append(m.data);
+  if (r.req.has_media()) {
+    hashed = std::to_string(state.size()) + ":" + state;
+    for (const auto& [field, items] : {std::pair{"images", &r.req.images}, std::pair{"audio", &r.req.audio},
+                                       std::pair{"videos", &r.req.videos}}) {
+      for (const media_item& m : *items) {
+        for (const std::string_view piece : {std::string_view(field), std::string_view(m.mime), std::string_view(m.data)}) {
+          hashed.append(std::to_string(piece.size())).append(":").append(piece);
+        }
+      }
+    }
   }
   rec.state_hash = sha256_hex(hashed);
   if (log_.options().store_state) rec.state = state;

@@ -146,48 +146,68 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
   return decide(batch, {}, nullptr);
 }
 
+result<decision> clef_engine::decide_media(const request& r, std::size_t max_length, std::optional<clef_trace>* trace) {
+  // describe().limits refuse what the release cannot read; a caller that skipped validation must
+  // not get an answer that silently ignored its media.
+  if ((!r.images.empty() || !r.videos.empty()) && !model_->reads_images()) {
+    return make_error(422, "INVALID_REQUEST", "this model does not read images or videos");
+  }
+  if (!r.audio.empty() && !model_->reads_audio()) return make_error(422, "INVALID_REQUEST", "this model does not read audio");
+  // The preprocessors run ATen kernels (resize, STFT), which report failures by throwing.
+  prepared_media media;
+  media_block block;
+  try {
+    auto prepared = prepare_media(r, options_.media);
+    if (!prepared) return std::move(prepared.error());
+    media = std::move(*prepared);
+    block = media_block_ids(media, model_->files().tokens(), newline_id_);
+  } catch (const std::exception& e) {
+    return make_error(500, "INFERENCE_FAILED", std::string("the media could not be prepared: ") + e.what());
+  }
+  auto e = encoder_.encode(r, max_length, block.ids);
+  if (!e) return std::move(e.error());
+  // Control tokens in the request's own text are read as tokens (as the reference does); media
+  // pads or start tokens there would misplace the media, so such a record is refused alone.
+  if (auto checked = check_media_prompt(e->ids, media, model_->files().tokens()); !checked) {
+    return std::move(checked.error());
+  }
+  // The block sits right before the state: shift its places to the record's offsets.
+  const auto start = static_cast<std::int32_t>(e->prefix_tokens - block.ids.size());
+  for (auto& p : block.placeholders) {
+    p.begin += start;
+    p.end += start;
+  }
+  const std::vector<question_layout> layout = layouts(*e);
+  const record_media view = media.view();
+  const record_input input{e->ids, layout, &view};
+  std::vector<record_logits> logits;
+  try {
+    logits = model_->forward({&input, 1});
+  } catch (const std::exception& ex) {
+    return make_error(500, "INFERENCE_FAILED", std::string("the model failed: ") + ex.what());
+  }
+  decision d = to_decision(*e, logits[0]);
+  if (trace) *trace = clef_trace{std::move(*e), std::move(block.placeholders), media.audio_in_video, std::move(logits[0])};
+  return d;
+}
+
 std::vector<result<decision>> clef_engine::decide(std::span<const request> batch,
                                                   std::span<const std::size_t> max_lengths,
                                                   std::vector<std::optional<clef_trace>>* traces) {
   std::vector<result<decision>> out;
   out.reserve(batch.size());
+  if (traces) traces->assign(batch.size(), std::nullopt);
   std::vector<std::optional<encoded_record>> encoded(batch.size());
-  std::vector<prepared_media> media(batch.size());
-  std::vector<record_media> media_views(batch.size());
-  std::vector<std::vector<media_placeholder>> placeholders(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const std::size_t max_length = i < max_lengths.size() ? max_lengths[i] : options_.max_length;
-    media_block block;
+    // A record with media runs alone, as soon as its media are ready, and frees them after: a
+    // request's videos can be hundreds of MB of patches, so a batch never holds more than one's.
+    // The reference runs every media record alone too.
     if (batch[i].has_media()) {
-      // describe().limits refuse what the release cannot read; a caller that skipped validation
-      // must not get an answer that silently ignored its media.
-      if ((!batch[i].images.empty() || !batch[i].videos.empty()) && !model_->reads_images()) {
-        out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read images or videos"));
-        continue;
-      }
-      if (!batch[i].audio.empty() && !model_->reads_audio()) {
-        out.emplace_back(make_error(422, "INVALID_REQUEST", "this model does not read audio"));
-        continue;
-      }
-      auto prepared = prepare_media(batch[i], options_.media);
-      if (!prepared) {
-        out.emplace_back(std::move(prepared.error()));
-        continue;
-      }
-      media[i] = std::move(*prepared);
-      media_views[i] = media[i].view();
-      block = media_block_ids(media[i], model_->files().tokens(), newline_id_);
+      out.push_back(decide_media(batch[i], max_length, traces ? &(*traces)[i] : nullptr));
+      continue;
     }
-    auto e = encoder_.encode(batch[i], max_length, block.ids);
-    if (e) {
-      // The block sits right before the state: shift its places to the record's offsets.
-      const auto start = static_cast<std::int32_t>(e->prefix_tokens - block.ids.size());
-      for (auto& p : block.placeholders) {
-        p.begin += start;
-        p.end += start;
-      }
-      placeholders[i] = std::move(block.placeholders);
-    }
+    auto e = encoder_.encode(batch[i], max_length);
     if (e) {
       encoded[i] = std::move(*e);
       out.emplace_back(decision{});
@@ -195,7 +215,6 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
       out.emplace_back(std::move(e.error()));
     }
   }
-  if (traces) traces->assign(batch.size(), std::nullopt);
 
   // Pack encoded records into forwards of about batch_tokens tokens each.
   std::size_t next = 0;
@@ -215,8 +234,7 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     std::vector<record_input> inputs;
     inputs.reserve(members.size());
     for (std::size_t k = 0; k < members.size(); ++k) {
-      const std::size_t i = members[k];
-      inputs.push_back({encoded[i]->ids, layout[k], media[i].empty() ? nullptr : &media_views[i]});
+      inputs.push_back({encoded[members[k]]->ids, layout[k]});
     }
     std::vector<record_logits> logits;
     try {
@@ -230,8 +248,7 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     for (std::size_t k = 0; k < members.size(); ++k) {
       const std::size_t i = members[k];
       out[i] = to_decision(*encoded[i], logits[k]);
-      if (traces) (*traces)[i] = clef_trace{std::move(*encoded[i]), std::move(placeholders[i]), media[i].audio_in_video,
-                                              std::move(logits[k])};
+      if (traces) (*traces)[i] = clef_trace{std::move(*encoded[i]), {}, false, std::move(logits[k])};
     }
   }
   return out;

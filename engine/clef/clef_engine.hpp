@@ -76,6 +76,9 @@ class clef_engine final : public decision_engine {
                                        std::vector<std::optional<clef_trace>>* traces);
 
  private:
+  // One record with media: prepared, encoded, checked and run on its own.
+  result<decision> decide_media(const request& r, std::size_t max_length, std::optional<clef_trace>* trace);
+
   clef_engine_options options_;
   clef_encoder encoder_;
   std::unique_ptr<model> model_;

@@ -161,6 +161,9 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
     item("image", i, {id(t.vision_start)}, {id(t.vision_end)},
          [&] { ids.insert(ids.end(), static_cast<std::size_t>(m.images[i].tokens()), id(t.image)); });
   }
+  if (m.audio_in_video && m.audio.size() < m.videos.size()) {
+    throw std::logic_error("audio in video without a soundtrack per video");
+  }
   const std::size_t clips = m.audio_in_video ? m.audio.size() - m.videos.size() : m.audio.size();
   for (std::size_t i = 0; i < clips; ++i) {
     item("audio", i, {id(t.audio_start)}, {id(t.audio_end)}, [&] {
@@ -183,6 +186,33 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
     });
   }
   return out;
+}
+
+result<void> check_media_prompt(std::span<const std::int32_t> ids, const prepared_media& m, const media_tokens& t) {
+  std::int64_t image_pads = 0, video_pads = 0, audio_pads = 0;
+  for (const auto& p : m.images) image_pads += p.tokens();
+  for (const auto& p : m.videos) video_pads += p.tokens();
+  std::vector<vision_grid> images, videos;
+  std::vector<std::int64_t> audio;
+  for (const auto& p : m.images) images.push_back({p.grid_t, p.grid_h, p.grid_w, 0});
+  for (const auto& p : m.videos) videos.push_back({p.grid_t, p.grid_h, p.grid_w, p.second_per_grid});
+  for (const auto& a : m.audio) {
+    audio.push_back(audio_token_count(std::count_if(a.frame_mask.begin(), a.frame_mask.end(),
+                                                    [](std::int32_t v) { return v != 0; })));
+    audio_pads += audio.back();
+  }
+  auto count = [&](const std::optional<std::int64_t>& token) {
+    return token ? std::count(ids.begin(), ids.end(), static_cast<std::int32_t>(*token)) : 0;
+  };
+  const bool pads_match = count(t.image) == image_pads && count(t.video) == video_pads && count(t.audio) == audio_pads;
+  if (!pads_match || std::holds_alternative<rope_error>(
+                         rope_positions(ids, t, vision_merge_size, {images, videos, audio, m.audio_in_video}))) {
+    return make_error(422, "INVALID_REQUEST",
+                      "the state or the questions hold media control tokens (such as <|image_pad|>, "
+                      "<|vision_start|> or <|audio_start|>), which a request with media cannot carry: they "
+                      "would be read as media");
+  }
+  return {};
 }
 
 }  // namespace baton::clef

@@ -66,4 +66,10 @@ struct media_block {
 // and its soundtrack's pads interleaved by time, `<|audio_end|><|vision_end|>` "\n".
 media_block media_block_ids(const prepared_media& m, const media_tokens& tokens, std::int32_t newline_id);
 
+// 422 INVALID_REQUEST when the encoded record's pads and start tokens are not exactly its media
+// block's: the request's own text held media control tokens (`<|image_pad|>`, `<|vision_start|>`,
+// …), which would be read as media.
+result<void> check_media_prompt(std::span<const std::int32_t> ids, const prepared_media& m,
+                                const media_tokens& tokens);
+
 }  // namespace baton::clef
