@@ -77,11 +77,7 @@ track picture_track(const char* encoder, AVPixelFormat format, int width, int he
   auto grain = std::make_shared<noise>();
   const auto fill = [=](AVCodecContext* c, AVFrame* f, int i) {
     if (i == frames) return false;
-    f->width = c->width;
-    f->height = c->height;
-    f->format = c->pix_fmt;
-    f->pts = i;
-    av_frame_get_buffer(f, 0);
+    baton::test::alloc_video_frame(c, f, i);
     auto level = [&](int channel, int x, int y, double scale) {
       const double base = channel == 0   ? 255.0 * (x + y) / (width + height)
                           : channel == 1 ? 255.0 * y / height

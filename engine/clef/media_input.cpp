@@ -141,9 +141,6 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
   media_block out;
   std::vector<std::int32_t>& ids = out.ids;
   auto id = [](const std::optional<std::int64_t>& v) { return static_cast<std::int32_t>(*v); };
-  auto frames_of = [](const log_mel& a) {
-    return std::count_if(a.frame_mask.begin(), a.frame_mask.end(), [](std::int32_t v) { return v != 0; });
-  };
   // Wraps the pads that `body` appends in their start and end tokens, then the item's "\n".
   auto item = [&](const char* kind, std::size_t index, std::initializer_list<std::int32_t> open,
                   std::initializer_list<std::int32_t> close, auto body) {
@@ -167,7 +164,7 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
   const std::size_t clips = m.audio_in_video ? m.audio.size() - m.videos.size() : m.audio.size();
   for (std::size_t i = 0; i < clips; ++i) {
     item("audio", i, {id(t.audio_start)}, {id(t.audio_end)}, [&] {
-      ids.insert(ids.end(), static_cast<std::size_t>(audio_token_count(frames_of(m.audio[i]))), id(t.audio));
+      ids.insert(ids.end(), static_cast<std::size_t>(audio_token_count(m.audio[i].marked_frames())), id(t.audio));
     });
   }
   for (std::size_t v = 0; v < m.videos.size(); ++v) {
@@ -179,7 +176,7 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
     }
     item("video+audio", v, {id(t.vision_start), id(t.audio_start)}, {id(t.audio_end), id(t.vision_end)}, [&] {
       const vision_grid grid{p.grid_t, p.grid_h, p.grid_w, p.second_per_grid};
-      const auto audio_tokens = audio_token_count(frames_of(m.audio[clips + v]));
+      const auto audio_tokens = audio_token_count(m.audio[clips + v].marked_frames());
       for (const bool is_video : interleave_video_audio(grid, vision_merge_size, audio_tokens, t.position_id_per_seconds)) {
         ids.push_back(is_video ? id(t.video) : id(t.audio));
       }
@@ -189,24 +186,17 @@ media_block media_block_ids(const prepared_media& m, const media_tokens& t, std:
 }
 
 result<void> check_media_prompt(std::span<const std::int32_t> ids, const prepared_media& m, const media_tokens& t) {
+  const media_shape shape = shape_of(m.view());
   std::int64_t image_pads = 0, video_pads = 0, audio_pads = 0;
   for (const auto& p : m.images) image_pads += p.tokens();
   for (const auto& p : m.videos) video_pads += p.tokens();
-  std::vector<vision_grid> images, videos;
-  std::vector<std::int64_t> audio;
-  for (const auto& p : m.images) images.push_back({p.grid_t, p.grid_h, p.grid_w, 0});
-  for (const auto& p : m.videos) videos.push_back({p.grid_t, p.grid_h, p.grid_w, p.second_per_grid});
-  for (const auto& a : m.audio) {
-    audio.push_back(audio_token_count(std::count_if(a.frame_mask.begin(), a.frame_mask.end(),
-                                                    [](std::int32_t v) { return v != 0; })));
-    audio_pads += audio.back();
-  }
+  for (const auto n : shape.audio_tokens) audio_pads += n;
   auto count = [&](const std::optional<std::int64_t>& token) {
     return token ? std::count(ids.begin(), ids.end(), static_cast<std::int32_t>(*token)) : 0;
   };
   const bool pads_match = count(t.image) == image_pads && count(t.video) == video_pads && count(t.audio) == audio_pads;
   if (!pads_match || std::holds_alternative<rope_error>(
-                         rope_positions(ids, t, vision_merge_size, {images, videos, audio, m.audio_in_video}))) {
+                         rope_positions(ids, t, vision_merge_size, shape.view()))) {
     return make_error(422, "INVALID_REQUEST",
                       "the state or the questions hold media control tokens (such as <|image_pad|>, "
                       "<|vision_start|> or <|audio_start|>), which a request with media cannot carry: they "

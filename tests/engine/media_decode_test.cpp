@@ -145,11 +145,7 @@ std::vector<std::uint8_t> gradient(int width, int height, int blue = 128, bool i
 // the end of a row (whole SIMD blocks) and, unless asked for full chroma input, averages the pixel
 // beyond an odd width into the last chroma sample: it gets a padded copy and SWS_FULL_CHR_H_INP.
 void fill_picture(const AVCodecContext* c, AVFrame* f, const std::vector<std::uint8_t>& rgb, std::int64_t pts) {
-  f->width = c->width;
-  f->height = c->height;
-  f->format = c->pix_fmt;
-  f->pts = pts;
-  av_frame_get_buffer(f, 0);
+  test::alloc_video_frame(c, f, pts);
   AVFrame* source = av_frame_alloc();
   source->width = c->width;
   source->height = c->height;
@@ -353,25 +349,22 @@ TEST(media_decode, audio_of_every_codec_becomes_16k_mono_keeping_its_length_and_
   expect_tone(get(decode_audio(left)), 1, 440, 0.25, 1, "left channel only");
 }
 
-// `seconds` of MPEG-4 video in MP4 at `fps`, frame i a flat grey of luma 16 + i * step.
-std::vector<std::byte> encode_greys(int fps, int seconds, int step) {
+// `seconds` of MPEG-4 video in MP4 at `fps`, frame i a flat grey of luma base + i * step.
+std::vector<std::byte> encode_greys(int fps, int seconds, int step, int width = image_width,
+                                    int height = image_height, int base = 16) {
   const auto setup = [&](AVCodecContext* c) {
-    c->width = image_width;
-    c->height = image_height;
+    c->width = width;
+    c->height = height;
     c->pix_fmt = AV_PIX_FMT_YUV420P;
     c->time_base = {1, fps};
     c->gop_size = 1;  // intra only: every grey exact to the quantiser
   };
   const auto fill = [&](AVCodecContext* c, AVFrame* f, int i) {
     if (i == fps * seconds) return false;
-    f->width = c->width;
-    f->height = c->height;
-    f->format = c->pix_fmt;
-    f->pts = i;
-    av_frame_get_buffer(f, 0);
+    test::alloc_video_frame(c, f, i);
     for (int plane = 0; plane < 3; ++plane) {
       const int rows = plane == 0 ? c->height : c->height / 2;
-      std::memset(f->data[plane], plane == 0 ? 16 + i * step : 128, static_cast<std::size_t>(f->linesize[plane] * rows));
+      std::memset(f->data[plane], plane == 0 ? base + i * step : 128, static_cast<std::size_t>(f->linesize[plane] * rows));
     }
     return true;
   };
@@ -414,29 +407,8 @@ TEST(media_decode, video_is_sampled_as_the_reference_samples_it) {
 // reference asks PyAV for them: 1280 x 720 becomes 682 x 384, still a flat grey. (swscale's
 // scaling path lands 2 levels below its unscaled YUV to RGB path on this grey.)
 TEST(media_decode, large_video_frames_are_scaled_to_the_references_budget) {
-  const auto grey_video = [](int width, int height) {
-    const auto setup = [=](AVCodecContext* c) {
-      c->width = width;
-      c->height = height;
-      c->pix_fmt = AV_PIX_FMT_YUV420P;
-      c->time_base = {1, 2};
-      c->gop_size = 1;
-    };
-    const auto fill = [](AVCodecContext* c, AVFrame* f, int i) {
-      if (i == 2) return false;
-      f->width = c->width;
-      f->height = c->height;
-      f->format = c->pix_fmt;
-      f->pts = i;
-      av_frame_get_buffer(f, 0);
-      for (int plane = 0; plane < 3; ++plane) {
-        const int rows = plane == 0 ? c->height : c->height / 2;
-        std::memset(f->data[plane], plane == 0 ? 126 : 128, static_cast<std::size_t>(f->linesize[plane] * rows));
-      }
-      return true;
-    };
-    return get(decode_video(encode("mp4", {{"mpeg4", setup, fill}})));
-  };
+  // Two frames of luma 126 at 2 fps.
+  const auto grey_video = [](int width, int height) { return get(decode_video(encode_greys(2, 1, 0, width, height, 126))); };
   const auto small = grey_video(640, 360);  // 230,400 pixels: kept as it is
   EXPECT_EQ(small.frames.width, 640);
   EXPECT_EQ(small.frames.height, 360);

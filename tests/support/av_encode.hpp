@@ -105,4 +105,13 @@ inline std::vector<std::byte> encode(const char* muxer, const std::vector<track>
   return bytes;
 }
 
+// `f` allocated as frame `pts` of video encoder `c`: its size and pixel format, buffers to fill.
+inline void alloc_video_frame(const AVCodecContext* c, AVFrame* f, std::int64_t pts) {
+  f->width = c->width;
+  f->height = c->height;
+  f->format = c->pix_fmt;
+  f->pts = pts;
+  if (av_frame_get_buffer(f, 0) < 0) throw std::runtime_error("cannot allocate a video frame");
+}
+
 }  // namespace baton::test

@@ -23,6 +23,13 @@ struct log_mel {
   std::int64_t frames = 0;                 // L: one per 160 samples (the STFT's last frame dropped)
   std::vector<float> values;               // input_features, row-major [mel_bins, frames]
   std::vector<std::int32_t> frame_mask;    // feature_attention_mask, [frames]: 1 = audio, 0 = padding
+
+  // The frames the mask marks: the audio's own, without the call's padding.
+  std::int64_t marked_frames() const noexcept {
+    std::int64_t n = 0;
+    for (const auto m : frame_mask) n += m != 0;
+    return n;
+  }
 };
 
 // The log-mel features of `samples` (16 kHz mono, float PCM in [-1, 1]), zero-padded at the end to

@@ -176,7 +176,7 @@ class model_impl final : public model {
     auto place = [&](const placed& p, const char* stage) {
       if (p.rows.empty()) return;
       const at::Tensor features = at::cat(p.embeds);
-      if (observe) report(*observe, stage, features);
+      detail::report(observe, stage, features);
       input.embeds.index_copy_(0, at::cat(p.rows), features.to(input.embeds.scalar_type()));
     };
     place(audio, "audio_features");
@@ -187,8 +187,8 @@ class model_impl final : public model {
       rows.insert(rows.end(), videos.rows.begin(), videos.rows.end());
       input.visual_rows = at::cat(rows);
       for (std::size_t l = 0; l < deepstack; ++l) {
-        if (observe && !images.deep[l].empty()) report(*observe, "image_deepstack." + std::to_string(l), at::cat(images.deep[l]));
-        if (observe && !videos.deep[l].empty()) report(*observe, "video_deepstack." + std::to_string(l), at::cat(videos.deep[l]));
+        if (observe && !images.deep[l].empty()) detail::report(observe, "image_deepstack." + std::to_string(l), at::cat(images.deep[l]));
+        if (observe && !videos.deep[l].empty()) detail::report(observe, "video_deepstack." + std::to_string(l), at::cat(videos.deep[l]));
         std::vector<at::Tensor> parts = images.deep[l];
         parts.insert(parts.end(), videos.deep[l].begin(), videos.deep[l].end());
         input.deepstack.push_back(at::cat(parts).to(input.embeds.scalar_type()));
@@ -204,11 +204,6 @@ class model_impl final : public model {
     std::vector<std::vector<at::Tensor>> deep;  // per deepstack layer (vision only)
   };
 
-  static void report(const stage_observer& observe, std::string_view stage, const at::Tensor& x) {
-    const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
-    observe(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
-  }
-
   // One record's positions (into `positions`, [3, n] at `offset`), its media encoded and the rows
   // of its pads. Throws when the release cannot read the media or the pads do not match it.
   void place_record(std::span<const std::int32_t> ids, const record_media& m, std::size_t offset,
@@ -221,16 +216,9 @@ class model_impl final : public model {
       throw std::runtime_error("this release has no audio tower (or no audio token ids)");
     }
     const std::int64_t merge = vision_ ? files_.vision()->spatial_merge_size : 2;
-    std::vector<vision_grid> image_grids, video_grids;
-    std::vector<std::int64_t> audio_tokens;
-    for (const auto& p : m.images) image_grids.push_back({p.grid_t, p.grid_h, p.grid_w, 0});
-    for (const auto& p : m.videos) video_grids.push_back({p.grid_t, p.grid_h, p.grid_w, p.second_per_grid});
-    for (const auto& a : m.audio) {
-      audio_tokens.push_back(audio_token_count(std::count_if(a.frame_mask.begin(), a.frame_mask.end(),
-                                                             [](std::int32_t v) { return v != 0; })));
-    }
     const media_tokens& tok = files_.tokens();
-    auto rope = rope_positions(ids, tok, merge, {image_grids, video_grids, audio_tokens, m.audio_in_video});
+    const media_shape shape = shape_of(m);
+    auto rope = rope_positions(ids, tok, merge, shape.view());
     if (const auto* e = std::get_if<rope_error>(&rope)) throw std::runtime_error(e->message);
     const auto& pos = std::get<std::vector<float>>(rope);
     const std::size_t len = ids.size();

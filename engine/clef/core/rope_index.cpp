@@ -85,6 +85,15 @@ std::int64_t tokens_of(const vision_grid& g, std::int64_t merge) { return g.t * 
 
 }  // namespace
 
+media_shape shape_of(const record_media& m) {
+  media_shape s;
+  s.audio_in_video = m.audio_in_video;
+  for (const auto& p : m.images) s.images.push_back({p.grid_t, p.grid_h, p.grid_w, 0});
+  for (const auto& p : m.videos) s.videos.push_back({p.grid_t, p.grid_h, p.grid_w, p.second_per_grid});
+  for (const auto& a : m.audio) s.audio_tokens.push_back(audio_token_count(a.marked_frames()));
+  return s;
+}
+
 std::variant<std::vector<float>, rope_error> rope_positions(std::span<const std::int32_t> ids,
                                                             const media_tokens& tokens,
                                                             std::int64_t merge_size,
@@ -168,24 +177,18 @@ std::variant<std::vector<float>, rope_error> rope_positions(std::span<const std:
       const vision_grid& g = media.videos[video_idx++];
       const std::int64_t audio_len = media.audio_tokens[audio_idx++];
       const block v = vision_block(g, merge_size, st_idx, static_cast<float>(g.second_per_grid) * pps);
+      // The pads in the order the processor wrote them, each its own chunk: transformers appends
+      // the leftover video or audio as one slice, whose largest value is its last token's anyway.
+      order = interleave_video_audio(g, merge_size, audio_len, tokens.position_id_per_seconds);
       std::size_t vi = 0, ai = 0;
-      const auto audio_len_u = static_cast<std::size_t>(audio_len);
-      order.reserve(v.t.size() + audio_len_u);
-      auto audio_pos = [&](std::size_t i) { return st_idx + static_cast<float>(i); };
-      while (vi < v.t.size() && ai < audio_len_u) {
-        if (v.t[vi] <= audio_pos(ai)) {
+      for (const bool is_video : order) {
+        if (is_video) {
           out.chunk(std::span(v.t).subspan(vi, 1), std::span(v.h).subspan(vi, 1), std::span(v.w).subspan(vi, 1));
           ++vi;
-          order.push_back(true);
         } else {
-          out.text(1, audio_pos(ai++));
-          order.push_back(false);
+          out.text(1, st_idx + static_cast<float>(ai++));
         }
       }
-      if (vi < v.t.size()) out.chunk(std::span(v.t).subspan(vi), std::span(v.h).subspan(vi), std::span(v.w).subspan(vi));
-      if (ai < audio_len_u) out.text(static_cast<std::int64_t>(audio_len_u - ai), audio_pos(ai));
-      order.insert(order.end(), v.t.size() - vi, true);
-      order.insert(order.end(), audio_len_u - ai, false);
       body = audio_len + static_cast<std::int64_t>(v.t.size());
       --remain_videos;
       --remain_audio;

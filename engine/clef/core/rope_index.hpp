@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/clef/core/model.hpp"
 #include "engine/clef/core/release.hpp"
 
 namespace baton::clef {
@@ -27,6 +28,16 @@ struct rope_media {
   std::span<const std::int64_t> audio_tokens;
   bool audio_in_video = false;
 };
+
+// The grids and audio token counts of one record's media, held for a rope_media view.
+struct media_shape {
+  std::vector<vision_grid> images, videos;
+  std::vector<std::int64_t> audio_tokens;
+  bool audio_in_video = false;
+
+  rope_media view() const { return {images, videos, audio_tokens, audio_in_video}; }
+};
+media_shape shape_of(const record_media& m);
 
 struct rope_error {
   std::string message;

@@ -33,6 +33,14 @@ inline std::int64_t chunk_rows(std::int64_t budget_bytes, std::int64_t heads, st
                   std::max<std::int64_t>(16, budget_bytes / (4 * heads * std::max<std::int64_t>(keys, 1))));
 }
 
+// Hands `x` to `observe` (when given) as fp32 on the CPU, row-major, with its first dimension as
+// the row count.
+inline void report(const stage_observer* observe, std::string_view stage, const at::Tensor& x) {
+  if (observe == nullptr) return;
+  const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
+  (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
+}
+
 // Rows of x @ w.T for w [out, in] (nn.Linear without bias).
 inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }
 inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {

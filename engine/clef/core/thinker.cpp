@@ -105,14 +105,9 @@ std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions,
 
 at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
                             const stage_observer* observe, forward_profile* profile) const {
-  auto report = [&](std::string_view stage, const at::Tensor& x) {
-    if (!observe) return;
-    const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
-    (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
-  };
   at::Tensor x = input.embeds;
-  if (input.positions.defined()) report("position_ids", input.positions);
-  report("inputs_embeds", x);
+  if (input.positions.defined()) report(observe, "position_ids", input.positions);
+  report(observe, "inputs_embeds", x);
 
   at::Tensor cos, sin;
   {
@@ -141,14 +136,14 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
       scoped_timer t(profile ? &profile->moe_ms : nullptr);
       x = x + moe(w, b);
     }
-    if (observe) report("layer_out." + std::to_string(l), x);
+    if (observe) report(observe, "layer_out." + std::to_string(l), x);
     if (l < input.deepstack.size()) x.index_add_(0, input.visual_rows, input.deepstack[l]);
   }
   {
     scoped_timer t(profile ? &profile->norms_ms : nullptr);
     x = rms_norm(x, final_norm_, eps);
   }
-  report("final_hidden", x);
+  report(observe, "final_hidden", x);
   return x;
 }
 
