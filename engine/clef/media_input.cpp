@@ -82,18 +82,22 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
     out.images.push_back(std::move(*p));
   }
 
-  std::vector<std::vector<float>> clips, soundtracks;
+  // Decoded samples are owned here; raw ones are read where the caller holds them. decoded_audio never
+  // grows past its reserve, so the spans into it stay valid.
+  std::vector<std::vector<float>> decoded_audio;
+  decoded_audio.reserve(r.audio.size() + r.videos.size());
+  std::vector<std::span<const float>> clips, soundtracks;
   for (std::size_t i = 0; i < r.audio.size(); ++i) {
     const std::string where = item_name("audio", i);
     const media_item& item = r.audio[i];
     if (item.source == media_source::raw) {
       if (auto ok = media::check_raw(*item.raw, "audio", where); !ok) return std::move(ok.error());
-      clips.push_back(item.raw->audio);
+      clips.emplace_back(item.raw->audio);
     } else {
       auto d = load<std::vector<float>>(item, s.sources, s.audio, where,
                                         [&](std::span<const std::byte> b) { return media::decode_audio(b, s.audio); });
       if (!d) return std::move(d.error());
-      clips.push_back(std::move(*d));
+      clips.emplace_back(decoded_audio.emplace_back(std::move(*d)));
     }
     if (clips.back().empty()) return make_error(422, "INVALID_MEDIA", where + ": the audio has no samples");
   }
@@ -102,29 +106,26 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
   for (std::size_t i = 0; i < r.videos.size(); ++i) {
     const std::string where = item_name("videos", i);
     const media_item& item = r.videos[i];
+    const bool raw = item.source == media_source::raw;
     media::video v;
-    if (item.source == media_source::raw) {
+    if (raw) {
       if (auto ok = media::check_raw(*item.raw, "videos", where); !ok) return std::move(ok.error());
-      v.has_audio = !item.raw->audio.empty();
-      v.audio = item.raw->audio;
     } else {
       auto d = load<media::video>(item, s.sources, s.videos, where,
                                   [&](std::span<const std::byte> b) { return media::decode_video(b, s.videos); });
       if (!d) return std::move(d.error());
       v = std::move(*d);
     }
-    auto p = patches(item.source == media_source::raw ? view_of(*item.raw) : view_of(v.frames), where, true, s.bounds);
+    auto p = patches(raw ? view_of(*item.raw) : view_of(v.frames), where, true, s.bounds);
     if (!p) return std::move(p.error());
     out.videos.push_back(std::move(*p));
-    v.frames = {};  // the patches hold what is needed; free the frames before the next video
-    all_sound = all_sound && v.has_audio && !v.audio.empty();
-    soundtracks.push_back(std::move(v.audio));
+    soundtracks.emplace_back(raw ? std::span<const float>(item.raw->audio)
+                                 : std::span<const float>(decoded_audio.emplace_back(std::move(v.audio))));
+    all_sound = all_sound && (raw || v.has_audio) && !soundtracks.back().empty();
   }
   // The reference reads the soundtracks only when every video has one (use_audio_in_video).
   out.audio_in_video = all_sound;
-  if (out.audio_in_video) {
-    for (auto& t : soundtracks) clips.push_back(std::move(t));
-  }
+  if (out.audio_in_video) clips.insert(clips.end(), soundtracks.begin(), soundtracks.end());
 
   // The processor pads every audio of the call to the longest before the features are taken.
   std::size_t longest = 0;
