@@ -41,6 +41,12 @@ inline void report(const stage_observer* observe, std::string_view stage, const 
   (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
 }
 
+// [-x2, x1] for x = [x1, x2] halved on the last dimension: rotary embeddings' partner values.
+inline at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
 // Rows of x @ w.T for w [out, in] (nn.Linear without bias).
 inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }
 inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {

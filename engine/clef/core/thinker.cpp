@@ -19,11 +19,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  const auto half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 }  // namespace
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,

@@ -12,11 +12,6 @@ namespace {
 
 constexpr double layer_norm_eps = 1e-6;
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  const auto half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 // Side of the square learned position grid (48 for 2304 entries); 0 when not a square.
 std::int64_t grid_side(std::int64_t entries) {
   const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(entries))));
