@@ -223,18 +223,12 @@ struct fetch {
   }
 };
 
-bool same_host(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 result<std::vector<std::byte>> load_url(const media_item& item, const source_policy& policy, std::string_view where) {
   if (!policy.urls) return refused(where, "URLs are not enabled");
   std::string reason;
   const auto url = parse_http_url(item.data, reason, true);
   if (!url) return refused(where, "`" + item.data + "` " + reason);
-  if (std::none_of(policy.url_hosts.begin(), policy.url_hosts.end(), [&](const std::string& h) { return same_host(h, url->host); })) {
+  if (std::none_of(policy.url_hosts.begin(), policy.url_hosts.end(), [&](const std::string& h) { return beast::iequals(h, url->host); })) {
     return refused(where, "host `" + url->host + "` is not one media may be loaded from");
   }
   const auto deadline = clock_type::now() + policy.url_timeout;
