@@ -2,8 +2,8 @@
 """Writes audio clips and what the Clef reference's PyAV decode makes of them, for the resampling
 tests: OUTDIR/<name> (the clip) and OUTDIR/<name>.f32 (16 kHz mono float32, little-endian), for
 every rate in RATES, mono and stereo, as MP3, AAC (in .m4a) and WAV, the EXTRAS, and
-OUTDIR/video_44100_stereo.mp4 (MPEG-4 video with a 44.1 kHz stereo AAC soundtrack). Everything is synthesised (fixed seed); nothing is read
-from the network.
+OUTDIR/video_44100_stereo.mp4 (MPEG-4 video with a 44.1 kHz stereo AAC soundtrack). Everything is
+synthesised (fixed seed); nothing is read from the network.
 
 The decode is the reference's (Clef-Omni's load_audio_from_video): every frame through one
 av.AudioResampler(format="flt", layout="mono", rate=16000), flushed with resample(None), the
