@@ -24,6 +24,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev  # engine/media: FFmpeg decodes images, audio, video
   python3-websockets   # the example agents and their end-to-end test
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
+  python3-av           # tests: the Clef reference's PyAV audio decode, which the resampling tests match
   chromium             # tests/browser: the reviewer inbox page, headless, driven by playwright-core
 )
 

@@ -5,7 +5,6 @@ extern "C" {
 #include <libavformat/avformat.h>
 #include <libavutil/error.h>
 #include <libavutil/log.h>
-#include <libavutil/opt.h>
 #include <libswresample/swresample.h>
 #include <libswscale/swscale.h>
 }
@@ -344,9 +343,9 @@ class mono_resampler {
       return j.invalid("unsupported audio format");
     }
     ctx_.reset(s);
-    // Normalised down-mix: stereo becomes the mean of its channels (as librosa's to_mono), not the
-    // 0.707 * (L + R) swresample uses for float output by default.
-    av_opt_set_double(s, "rematrix_maxval", 1.0, 0);
+    // swresample's defaults, as the Clef reference's PyAV AudioResampler gets them: its filter graph
+    // (abuffer -> aformat -> abuffersink) inserts an aresample with no options, so stereo is mixed
+    // to sqrt(1/2) * (L + R) (float output: no normalisation), not to the mean of the channels.
     if (const int rc = swr_init(s); rc < 0) return j.failed("resampler", rc);
     in_rate_ = f->sample_rate;
     in_format_ = f->format;

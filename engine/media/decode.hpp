@@ -48,8 +48,9 @@ struct video {
 // not decodable.
 result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& lim = {});
 
-// WAV, MP3, FLAC, Ogg (Opus, Vorbis) or AAC to 16 kHz mono float in [-1, 1]. Several channels are
-// mixed to their mean.
+// WAV, MP3, FLAC, Ogg (Opus, Vorbis) or AAC to 16 kHz mono float, sample for sample what the Clef
+// reference's PyAV AudioResampler gives: swresample's defaults, so stereo is mixed to
+// sqrt(1/2) * (L + R), which can exceed 1 for loud in-phase channels (nothing is clipped).
 result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const limits& lim = {});
 
 // Samples frames as the Clef reference does: the first frame whose timestamp (from 0) is at or

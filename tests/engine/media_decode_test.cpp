@@ -340,13 +340,15 @@ std::string name(const audio_format& f) { return std::string(f.encoder) + " in "
 
 TEST(media_decode, audio_of_every_codec_becomes_16k_mono_keeping_its_length_and_tone) {
   for (const audio_format& f : audio_formats) {
-    const auto bytes = encode(f.muxer, {sine_track(f.encoder, f.samples, f.rate, 1, f.frequency, {0.5f, 0.5f})});
-    // The mean of two equal channels is the sine itself.
+    // Two equal channels of 0.5 * sqrt(1/2) mix to sqrt(1/2) * (L + R) = 0.5.
+    const float gain = 0.5f / std::numbers::sqrt2_v<float>;
+    const auto bytes = encode(f.muxer, {sine_track(f.encoder, f.samples, f.rate, 1, f.frequency, {gain, gain})});
     expect_tone(get(decode_audio(bytes)), 1, f.frequency, 0.5, f.slack, name(f));
   }
-  // Mixed to the mean of the channels (librosa's to_mono), not swresample's 0.707 * (L + R).
+  // Mixed as the Clef reference's PyAV mixes (swresample's default, sqrt(1/2) * (L + R)), not to the
+  // mean of the channels (librosa's to_mono, 0.25 here); resample_test checks it sample for sample.
   const auto left = encode("wav", {sine_track("pcm_s16le", AV_SAMPLE_FMT_S16, 48000, 1, 440, {0.5f, 0})});
-  expect_tone(get(decode_audio(left)), 1, 440, 0.25, 1, "left channel only");
+  expect_tone(get(decode_audio(left)), 1, 440, 0.5 / std::numbers::sqrt2, 1, "left channel only");
 }
 
 // `seconds` of MPEG-4 video in MP4 at `fps`, frame i a flat grey of luma base + i * step.
@@ -505,7 +507,7 @@ TEST(media_decode, mp4_webm_and_mov_with_and_without_a_soundtrack) {
       expect_pictures(got.frames, clip_width, clip_height, clip_fps, clip_frames, c.tolerance, what);
       EXPECT_EQ(got.has_audio, sound) << what;
       if (sound) {
-        expect_tone(got.audio, 3, 440, 0.5, 400, what);
+        expect_tone(got.audio, 3, 440, 0.5 * std::numbers::sqrt2, 400, what);  // stereo: sqrt(1/2) * (L + R)
       } else {
         EXPECT_TRUE(got.audio.empty()) << what;
       }
