@@ -205,6 +205,11 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   EXPECT_EQ(frame["resolution"]["reviewer"], "baton");
   EXPECT_EQ(frame["resolution"]["outcome"], "execute");
   EXPECT_EQ(frame["resolution"]["tool"], "lookup_order");
+  {
+    test::http_client h(port);
+    EXPECT_NE(h.get("/metrics").body.find("baton_resolutions_total{outcome=\"execute\",by=\"deadline\"} 1\n"),
+              std::string::npos);
+  }
 
   // One that would run past a restart, one still waiting for a person (an hour).
   const std::string late = agent.request(unsure("esc-down", "broken_http"))["escalation"];
@@ -222,6 +227,12 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   EXPECT_GE(was_late["resolution"]["created_ms"].get<std::int64_t>(), restarted_ms);
   EXPECT_EQ(was_late["resolution"]["by"], "deadline");
   EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
+  {
+    // Counted by the baton that resolved it, at start-up.
+    test::http_client h(server_->port());
+    EXPECT_NE(h.get("/metrics").body.find("baton_resolutions_total{outcome=\"deny\",by=\"deadline\"} 1\n"),
+              std::string::npos);
+  }
   const json still = get("/v1/escalations?status=pending");
   ASSERT_EQ(still["escalations"].size(), 1u) << still;
   EXPECT_EQ(still["escalations"][0]["id"], waiting);
