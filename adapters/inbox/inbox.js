@@ -12,7 +12,6 @@ const NEEDS = "a key with role reviewer (or admin)";
 const $ = (selector, root = document) => root.querySelector(selector);
 
 const pending = new Map(); // escalation id → card entry (see make_card)
-const tool_runs = new Map(); // escalation id → its tool run, for a resolved item not shown yet
 let tools = new Map(); // tool id → {id, parameters, …} from GET /v1/tools
 let key = "";
 let socket = null;
@@ -338,12 +337,10 @@ function tool_run_text(resolution, run) {
   return null;
 }
 
+// The socket sends `tool_run` after the `resolved` frame that lists the item.
 function show_tool_run(escalation_id, run) {
   const li = [...$("#resolved").children].find((x) => x.dataset.escalation === escalation_id);
-  if (!li) {
-    tool_runs.set(escalation_id, run);
-    return;
-  }
+  if (!li) return;
   const el = $(".tool-run", li);
   const shown = tool_run_text(null, run);
   el.dataset.state = shown.state;
@@ -375,8 +372,7 @@ function resolved_item(escalation, resolution) {
   }
   const run = document.createElement("span");
   run.className = "tool-run";
-  const shown = tool_run_text(resolution, tool_runs.get(escalation.id) ?? resolution?.tool_run);
-  tool_runs.delete(escalation.id);
+  const shown = tool_run_text(resolution, resolution?.tool_run);
   run.hidden = !shown;
   if (shown) {
     run.dataset.state = shown.state;
