@@ -67,7 +67,7 @@ agent_service::agent_service(const server_config& config, decision_engine& engin
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
       desk_(std::make_unique<escalation_desk>(
           log, escalation_routing{routing_.registry, routing_.policy, routing_.executors,
-                                  config.server.max_pending_tool_results},
+                                  config.server.max_pending_tool_results, m},
           std::move(io))),
       fallback_(fallback),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
@@ -481,6 +481,7 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
 }
 
 void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o) {
+  metrics_.tool_run(t->act.tool, o.ok);
   json event = {{"role", "tool"}, {"tool", t->act.tool}, {"ok", o.ok}, {"output", o.output}};
   if (!o.ok) event["error_code"] = o.error_code;
   t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()

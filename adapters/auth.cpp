@@ -45,7 +45,7 @@ std::string_view describe(endpoint e) noexcept {
     case endpoint::models: return "GET /v1/models";
     case endpoint::metrics: return "GET /metrics";
     case endpoint::agent_ws: return "the agent WebSocket API (/v1/agent)";
-    case endpoint::escalations: return "GET /v1/escalations";
+    case endpoint::escalations: return "GET /v1/escalations and GET /v1/tools";
     case endpoint::resolve: return "POST /v1/escalations/{id}/resolve";
     case endpoint::review_ws: return "the reviewer WebSocket (/v1/review)";
   }

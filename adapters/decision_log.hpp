@@ -79,6 +79,9 @@ struct escalation_record {
   json candidates = json::array();  // [{"tool","description","probability"}], highest first
   std::string state;                // the rendered history: the reviewer needs it
   std::string registry_hash, policy_hash;
+  // Not a column: what made the policy escalate, derived from the decision row's answers
+  // (escalations.cpp, docs/escalations.md).
+  json evidence;
 };
 
 // How an escalation ended; at most one per escalation (the table's UNIQUE constraint).

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <future>
 #include <unordered_map>
 
@@ -105,6 +107,93 @@ log::resolution_record resolution_from(const std::vector<log::column_value>& row
   return r;
 }
 
+// Escalation rows with what their evidence is derived from: the decision's logged answers.
+constexpr const char* with_decision =
+    "SELECT e.*, d.answers AS decision_answers, d.error_code AS decision_error FROM escalations e "
+    "LEFT JOIN decisions d ON d.id = e.decision";
+
+json tool_run_json(const log::tool_run_record& r) {
+  return json{{"id", r.id},
+              {"tool", r.tool},
+              {"executor", r.executor},
+              {"ok", r.ok},
+              {"error_code", r.ok ? json() : json(r.error_code)},
+              {"detail", r.detail},
+              {"output", r.output},
+              {"attempts", r.attempts},
+              {"duration_ms", round_decimals(r.duration_ms, 3)},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms}};
+}
+
+json tool_run_json(const std::vector<log::column_value>& row) {
+  log::tool_run_record r;
+  r.id = text(row, "id");
+  r.tool = text(row, "tool");
+  r.executor = text(row, "executor");
+  r.ok = integer(row, "ok") != 0;
+  r.error_code = text(row, "error_code");
+  r.detail = text(row, "detail");
+  r.output = json_column(row, "output");
+  r.attempts = static_cast<int>(integer(row, "attempts"));
+  r.duration_ms = real(row, "duration_ms");
+  r.created_ms = integer(row, "created_ms");
+  return tool_run_json(r);
+}
+
+// A number for people: at most 4 decimals, no trailing zeros ("1", "0.93").
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", round_decimals(v, 4));
+  std::string s = buf;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+// A question's instructions: a global question's, or a choice or boolean parameter's.
+std::string instructions_of(const tools::registry& reg, const std::string& question) {
+  if (const auto q = reg.questions.find(question); q != reg.questions.end() && q->is_object()) {
+    return q->value("instructions", "");
+  }
+  for (const tools::tool& t : reg.tools) {
+    for (const tools::parameter& p : t.parameters) {
+      if (p.type != tools::parameter_type::text && tools::parameter_question_id(t, p) == question) return p.instructions;
+    }
+  }
+  return {};
+}
+
+// One answer in words and numbers; the tool question's is the candidates.
+json answer_json(const tools::registry& reg, const std::string& question, const answer& a) {
+  json out = {{"question", question}, {"instructions", instructions_of(reg, question)}};
+  if (const auto* n = std::get_if<noul_answer>(&a)) {
+    out["type"] = "noul";
+    out["p_true"] = round_decimals(n->noul, 4);
+  } else if (const auto* c = std::get_if<choice_answer>(&a)) {
+    out["type"] = "choice";
+    out["choice"] = c->choice;
+    out["confidence"] = round_decimals(c->confidence, 4);
+  } else if (const auto* sc = std::get_if<score_answer>(&a)) {
+    out["type"] = "score";
+    out["score"] = round_decimals(sc->score, 4);
+    out["confidence"] = round_decimals(sc->confidence, 4);
+    // The level the score is nearest to, in the registry's words.
+    const std::string nearest = std::to_string(static_cast<long long>(std::llround(sc->score)));
+    for (const auto& [k, v] : sc->legend) {
+      if (k == nearest) out["level"] = v.is_string() ? v : json(render_json(v, false));
+    }
+  }
+  return out;
+}
+
+const answer* answer_named(const response& r, std::string_view id) {
+  for (const auto& [qid, a] : r.answers) {
+    if (qid == id) return &a;
+  }
+  return nullptr;
+}
+
 // The arguments a reviewer gives a tool: its parameters only, each of its type; every choice and
 // boolean parameter given; a text parameter the registry fixes takes its value.
 result<void> complete_arguments(const tools::tool& t, json& args) {
@@ -198,7 +287,9 @@ struct escalation_desk::reader {
   log::db_handle db;
   mutable std::mutex mutex;
 
-  explicit reader(const log::log_options& o) {
+  const escalation_desk& desk;
+
+  reader(const log::log_options& o, const escalation_desk& d) : desk(d) {
     sqlite3* raw = nullptr;
     const int rc = sqlite3_open_v2(o.path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
     db.reset(raw);
@@ -242,10 +333,12 @@ struct escalation_desk::reader {
                       [&](const auto& row) { out.emplace_back(resolution_from(row), log::escalation_record{}); }, limit);
     if (!read) return read.error();
     std::unordered_map<std::string, log::escalation_record> escalations;
-    read = query(("SELECT * FROM escalations WHERE id IN (SELECT r.escalation FROM resolutions r " + selection + ")").c_str(),
+    read = query((std::string(with_decision) +
+                  " WHERE e.id IN (SELECT r.escalation FROM resolutions r " + selection + ")").c_str(),
                  std::nullopt,
                  [&](const auto& row) {
                    log::escalation_record e = escalation_from(row);
+                   desk.add_evidence(e, text(row, "decision_answers"), text(row, "decision_error"));
                    escalations.emplace(e.id, std::move(e));
                  },
                  limit);
@@ -256,12 +349,26 @@ struct escalation_desk::reader {
     return out;
   }
 
+  // The tool runs of the decisions `decisions` (SQL over `resolutions r` and `escalations e`, as
+  // for resolutions()) selects, decision → its latest run, rendered.
+  result<std::map<std::string, json>> tool_runs(const std::string& decisions,
+                                                std::optional<std::string> arg = std::nullopt,
+                                                std::optional<std::int64_t> limit = std::nullopt) const {
+    std::map<std::string, json> out;
+    auto read = query(("SELECT * FROM tool_runs WHERE decision IN (" + decisions + ") ORDER BY seq").c_str(), arg,
+                      [&](const auto& row) { out[text(row, "decision")] = tool_run_json(row); }, limit);
+    if (!read) return read.error();
+    return out;
+  }
+
   // The escalation `id` and its resolution, if any.
   result<std::optional<std::pair<log::escalation_record, std::optional<log::resolution_record>>>> find(
       const std::string& id) const {
     std::optional<std::pair<log::escalation_record, std::optional<log::resolution_record>>> found;
-    auto read = query("SELECT * FROM escalations WHERE id = ?", id,
-                      [&](const auto& row) { found.emplace(escalation_from(row), std::nullopt); });
+    auto read = query((std::string(with_decision) + " WHERE e.id = ?").c_str(), id, [&](const auto& row) {
+      found.emplace(escalation_from(row), std::nullopt);
+      desk.add_evidence(found->first, text(row, "decision_answers"), text(row, "decision_error"));
+    });
     if (!read) return read.error();
     if (!found) return found;
     read = query("SELECT * FROM resolutions WHERE escalation = ?", id,
@@ -272,9 +379,14 @@ struct escalation_desk::reader {
 };
 
 escalation_desk::escalation_desk(log::decision_log& log, escalation_routing routing, boost::asio::any_io_executor io)
-    : log_(log), routing_(routing), io_(std::move(io)), reader_(std::make_unique<reader>(log.options())) {}
+    : log_(log), routing_(routing), io_(std::move(io)), reader_(std::make_unique<reader>(log.options(), *this)) {}
 
 escalation_desk::~escalation_desk() = default;
+
+std::string escalation_desk::executor_kind(const std::string& tool) const {
+  const auto it = routing_.executors.find(tool);
+  return it == routing_.executors.end() ? "agent" : std::string(it->second->kind());
+}
 
 tools::executor* escalation_desk::executor_for(const log::resolution_record& r) const {
   if (r.outcome != "execute") return nullptr;
@@ -293,7 +405,7 @@ escalation_desk::waiting escalation_desk::waiting_for(const log::resolution_reco
 }
 
 void escalation_desk::run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e) {
-  if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e.decision, e.session, r.tool, r.arguments);
+  if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
 }
 
 json escalation_desk::resolution_json(const log::resolution_record& r, const log::escalation_record& e) const {
@@ -315,7 +427,105 @@ json escalation_desk::resolution_json(const log::resolution_record& r, const log
               {"executor", ex ? json(ex->kind()) : json()}};
 }
 
-json escalation_desk::escalation_json(const log::escalation_record& r, const json& resolution) const {
+json escalation_desk::evidence_of(const log::escalation_record& r, const response* answers,
+                                  std::string_view error_code) const {
+  const policies::policy& p = routing_.policy;
+  json ev = {{"rule", r.reason}, {"why", ""}, {"inputs", nullptr}, {"answers", json::array()}, {"tie", false}};
+  std::string why;
+  // The thresholds are the serving policy's: only when it is the one that decided are they shown.
+  const bool same_policy = r.policy_hash == p.hash;
+  const bool second_pass = r.reason.starts_with("fallback:");
+  const std::string rule = second_pass ? r.reason.substr(9) : r.reason;
+  const auto t = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
+                              [&](const tools::tool& x) { return x.id == r.tool; });
+  if (rule == "on_engine_error") {
+    why = std::string(second_pass ? "the fallback engine" : "the engine") + " could not decide (" +
+          (error_code.empty() ? std::string("no answer") : std::string(error_code)) +
+          ") and this policy escalates engine failures (on_engine_error: escalate)";
+  } else if (!same_policy) {
+    why = r.reason + " (the policy changed since this was raised: its thresholds then are not shown)";
+  } else if (rule == "rule:always_escalate") {
+    why = r.tool + " is always escalated by this policy (rules.always_escalate)";
+  } else if (rule == "rule:max_risk" && t != routing_.registry.tools.end() && p.max_risk) {
+    why = r.tool + " is " + std::string(tools::to_string(t->risk)) + " risk; this policy allows at most " +
+          std::string(tools::to_string(*p.max_risk));
+    ev["inputs"] = {{"tool", r.tool},
+                    {"risk", tools::to_string(t->risk)},
+                    {"max_risk", tools::to_string(*p.max_risk)}};
+  } else if (rule.starts_with("rule:escalate_when:")) {
+    const std::string question = rule.substr(19);
+    const auto trigger = std::find_if(p.escalate_when.begin(), p.escalate_when.end(),
+                                      [&](const policies::escalation_trigger& x) { return x.question == question; });
+    const answer* a = answers ? answer_named(*answers, question) : nullptr;
+    if (trigger != p.escalate_when.end() && a) {
+      const bool noul = trigger->when == policies::escalation_trigger::noul_above;
+      const auto* n = std::get_if<noul_answer>(a);
+      const auto* sc = std::get_if<score_answer>(a);
+      const double value = n ? n->noul : sc ? sc->score : 0;
+      why = noul ? question + ": P(true) " + number_text(value) + " is above the trigger " + number_text(trigger->threshold) +
+                       " (noul_above)"
+                 : question + " scored " + number_text(value) + ", above the trigger " +
+                       number_text(trigger->threshold) + " (score_above)";
+      ev["inputs"] = {{"question", question},
+                      {noul ? "p_true" : "score", round_decimals(value, 4)},
+                      {noul ? "noul_above" : "score_above", trigger->threshold}};
+    }
+  } else if (rule.starts_with("lane:")) {
+    const bool fallback_set = second_pass && p.fallback_lanes;
+    const auto& defaults = fallback_set ? p.fallback_lanes->default_lane : p.default_lane;
+    const auto& own_lanes = fallback_set ? p.fallback_lanes->tool_lanes : p.tool_lanes;
+    const std::string lane_name = rule.substr(5);
+    policies::lane l = defaults;
+    for (const auto& [id, x] : own_lanes) {
+      if (id == lane_name) l = x;
+    }
+    const std::string metric(to_string(p.metric));
+    // The first pass escalates below the lane's fallback; the fallback engine's pass below its execute.
+    const bool below_fallback = !second_pass && r.confidence < l.fallback;
+    why = std::string(second_pass ? "the fallback engine's " : "") + "confidence " + number_text(r.confidence) + " (" +
+          metric + ") is below the " + lane_name + " lane's " + (below_fallback ? "fallback " : "execute ") +
+          number_text(below_fallback ? l.fallback : l.execute) +
+          (second_pass ? ": a second unsure answer goes to a person" : "");
+    ev["inputs"] = {{"confidence", round_decimals(r.confidence, 4)},
+                    {"metric", metric},
+                    {"lane", lane_name},
+                    {"execute", l.execute},
+                    {"fallback", l.fallback}};
+  }
+  ev["why"] = why.empty() ? r.reason : why;
+  if (answers) {
+    for (const auto& [id, a] : answers->answers) {
+      if (id == tools::tool_question_id) {
+        // A flat tie: the proposed tool won only by coming first.
+        if (const auto* c = std::get_if<choice_answer>(&a); c && c->probabilities.size() > 1) {
+          double top = 0;
+          for (const auto& [o, pr] : c->probabilities) top = std::max(top, pr);
+          const auto tied = std::count_if(c->probabilities.begin(), c->probabilities.end(),
+                                          [&](const auto& x) { return top - x.second < 1e-9; });
+          ev["tie"] = tied > 1;
+        }
+        continue;
+      }
+      ev["answers"].push_back(answer_json(routing_.registry, id, a));
+    }
+  }
+  return ev;
+}
+
+void escalation_desk::add_evidence(log::escalation_record& r, std::string_view logged, std::string_view error_code) const {
+  std::optional<response> answers;
+  if (!logged.empty()) {
+    // The log keeps only the answers object: the rest of a response is filled in to read it.
+    auto read = response_from_json(
+        json{{"model", ""}, {"answers", parsed(logged)}, {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}});
+    if (read) answers = std::move(*read);
+  }
+  r.evidence = evidence_of(r, answers ? &*answers : nullptr, error_code);
+}
+
+json escalation_desk::escalation_json(const log::escalation_record& r, const json& resolution, const json& tool_run) const {
+  json shown = resolution;
+  if (shown.is_object()) shown["tool_run"] = tool_run;
   return json{{"id", r.id},
               {"status", resolution.is_null() ? "pending" : "resolved"},
               {"decision", r.decision},
@@ -333,9 +543,10 @@ json escalation_desk::escalation_json(const log::escalation_record& r, const jso
               {"confidence", round_decimals(r.confidence, 4)},
               {"candidates", r.candidates},
               {"state", parsed(r.state)},
+              {"evidence", r.evidence},
               {"registry_hash", r.registry_hash},
               {"policy_hash", r.policy_hash},
-              {"resolution", resolution}};
+              {"resolution", shown}};
 }
 
 log::escalation_record escalation_desk::make_record(const log::decision_record& d, const response* answers,
@@ -379,6 +590,7 @@ log::escalation_record escalation_desk::make_record(const log::decision_record& 
       }
     }
   }
+  r.evidence = evidence_of(r, answers, d.error_code);
   return r;
 }
 
@@ -386,9 +598,12 @@ void escalation_desk::start() {
   const std::int64_t now = unix_ms();
   std::vector<log::escalation_record> pending;
   auto read = reader_->query(
-      "SELECT * FROM escalations e WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id) "
-      "ORDER BY seq",
-      std::nullopt, [&](const auto& row) { pending.push_back(escalation_from(row)); });
+      (std::string(with_decision) +
+       " WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id) ORDER BY e.seq").c_str(),
+      std::nullopt, [&](const auto& row) {
+        pending.push_back(escalation_from(row));
+        add_evidence(pending.back(), text(row, "decision_answers"), text(row, "decision_error"));
+      });
   if (!read) throw error_exception(read.error());
   auto unacknowledged = reader_->resolutions(
       "WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) ORDER BY r.seq");
@@ -410,6 +625,7 @@ void escalation_desk::start() {
     if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
     ++expired;
     if (!ok) continue;
+    routing_.counters.resolution(res.outcome, res.by);
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
     run_if_baton_runs(res, owned->record);
     unacknowledged->emplace_back(std::move(res), owned->record);
@@ -607,6 +823,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
     }
   }
   if (failed) return done(std::move(*failed));
+  routing_.counters.resolution(r.outcome, r.by);
   spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
   deliver(*w);
   // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
@@ -614,14 +831,25 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
   done(result<json>(boost::system::in_place_value, std::move(object)));
 }
 
-void escalation_desk::run_tool(tools::executor& ex, const std::string& decision, const std::string& session,
-                               const std::string& tool, const json& arguments) {
-  ex.run(tools::tool_call{decision, tool, arguments},
-         [this, decision, session, tool, kind = std::string(ex.kind())](tools::tool_outcome o) {
-           auto report = [decision](result<void> ok) {
-             if (!ok) spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
+void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool,
+                               const json& arguments) {
+  ex.run(tools::tool_call{e.decision, tool, arguments},
+         [this, escalation = e.id, decision = e.decision, session = e.session, tool,
+          kind = std::string(ex.kind())](tools::tool_outcome o) {
+           routing_.counters.tool_run(tool, o.ok);
+           log::tool_run_record run = log::tool_run_of(decision, tool, kind, o);
+           // Reviewers hear of the run once it is in the log, so that GET /v1/escalations/{id} agrees.
+           const std::string frame =
+               render_json(json{{"type", "tool_run"}, {"escalation", escalation}, {"tool_run", tool_run_json(run)}}, false);
+           auto report = [this, decision, frame](result<void> ok) {
+             if (!ok) {
+               spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
+               return;
+             }
+             std::lock_guard lock(mutex_);
+             broadcast_locked(frame);
            };
-           report(log_.append(log::tool_run_of(decision, tool, kind, o), report));
+           if (auto queued = log_.append(std::move(run), report); !queued) report(queued.error());
            const json f = protocol::render_tool_result(decision, tool, std::move(o));
            std::shared_ptr<agent_connection> c;
            {
@@ -763,9 +991,17 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
     }
   }
   if (status != "pending") {
-    auto resolved = reader_->resolutions("ORDER BY r.seq DESC LIMIT ?", static_cast<std::int64_t>(limit));
+    const std::string selection = "ORDER BY r.seq DESC LIMIT ?";
+    auto resolved = reader_->resolutions(selection, static_cast<std::int64_t>(limit));
     if (!resolved) return resolved.error();
-    for (const auto& [r, e] : *resolved) list.push_back(escalation_json(e, resolution_json(r, e)));
+    auto runs = reader_->tool_runs(
+        "SELECT e.decision FROM resolutions r JOIN escalations e ON e.id = r.escalation " + selection, std::nullopt,
+        static_cast<std::int64_t>(limit));
+    if (!runs) return runs.error();
+    for (const auto& [r, e] : *resolved) {
+      const auto run = runs->find(e.decision);
+      list.push_back(escalation_json(e, resolution_json(r, e), run == runs->end() ? json() : run->second));
+    }
   }
   return render_json(json{{"escalations", std::move(list)}}, false);
 }
@@ -781,7 +1017,35 @@ result<std::string> escalation_desk::get_json(const std::string& id) const {
   if (!found) return found.error();
   if (!*found) return not_found(id);
   const auto& [e, r] = **found;
-  return render_json(escalation_json(e, r ? resolution_json(*r, e) : json()), false);
+  if (!r) return render_json(escalation_json(e, nullptr), false);
+  auto runs = reader_->tool_runs("?", e.decision);
+  if (!runs) return runs.error();
+  const auto run = runs->find(e.decision);
+  return render_json(escalation_json(e, resolution_json(*r, e), run == runs->end() ? json() : run->second), false);
+}
+
+std::string escalation_desk::tools_json() const {
+  json list = json::array();
+  for (const tools::tool& t : routing_.registry.tools) {
+    json parameters = json::array();
+    for (const tools::parameter& p : t.parameters) {
+      json values = json::array();
+      for (const auto& [label, description] : p.values.items()) values.push_back({{"value", label}, {"description", description}});
+      parameters.push_back({{"name", p.name},
+                            {"type", tools::to_string(p.type)},
+                            {"instructions", p.instructions},
+                            {"values", std::move(values)},
+                            {"fixed", p.value ? json(*p.value) : json()}});
+    }
+    list.push_back({{"id", t.id},
+                    {"description", t.description},
+                    {"risk", tools::to_string(t.risk)},
+                    {"executor", executor_kind(t.id)},
+                    {"parameters", std::move(parameters)}});
+  }
+  json out = {{"tools", std::move(list)}, {"finish", routing_.registry.finish ? json(*routing_.registry.finish) : json()},
+              {"registry_hash", routing_.registry.hash}};
+  return render_json(out, false);
 }
 
 }  // namespace baton

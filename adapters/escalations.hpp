@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adapters/decision_log.hpp"
+#include "adapters/metrics.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -53,6 +54,7 @@ struct escalation_routing {
   const policies::policy& policy;
   const std::unordered_map<std::string, std::unique_ptr<tools::executor>>& executors;
   std::size_t max_pending_tool_results;  // per connection (server.max_pending_tool_results)
+  metrics& counters;                     // tool runs and resolutions
 };
 
 class escalation_desk {
@@ -81,6 +83,8 @@ class escalation_desk {
   result<std::string> list_json(std::string_view status, std::size_t limit) const;
   // GET /v1/escalations/{id}.
   result<std::string> get_json(const std::string& id) const;
+  // GET /v1/tools: the registry's tools and their parameters, for a reviewer's edited arguments.
+  std::string tools_json() const;
 
   // The agent side, on the connection's strand. attach() (when one of the session's decisions
   // escalates, and on `resume`): this connection takes the session's resolutions from now on.
@@ -120,13 +124,18 @@ class escalation_desk {
   static resolve_input deadline_input(const log::escalation_record& r);
   void on_deadline(const std::string& id);
   void deliver(const waiting& w);
-  void run_tool(tools::executor& ex, const std::string& decision, const std::string& session, const std::string& tool,
-                const json& arguments);
+  void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool, const json& arguments);
   void broadcast_locked(const std::string& frame);  // with mutex_ held
-  json escalation_json(const log::escalation_record& r, const json& resolution) const;
+  // `tool_run`: the run of a resolved escalation's tool (null when none, or not yet).
+  json escalation_json(const log::escalation_record& r, const json& resolution, const json& tool_run = nullptr) const;
+  // What made the policy escalate (docs/escalations.md): the rule, its inputs, every answer.
+  json evidence_of(const log::escalation_record& r, const response* answers, std::string_view error_code) const;
+  // The evidence of a row read from the log, from its decision's logged answers and error code.
+  void add_evidence(log::escalation_record& r, std::string_view answers, std::string_view error_code) const;
   json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
   // The executor an `execute` resolution's tool has (null for a deny, or for finish).
   tools::executor* executor_for(const log::resolution_record& r) const;
+  std::string executor_kind(const std::string& tool) const;  // agent | http | command
   waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e, const json& resolution) const;
   void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
 

@@ -31,6 +31,7 @@ constexpr route routes[] = {
     {"/v1/agent", http::verb::get},
     {"/v1/review", http::verb::get},
     {"/v1/escalations", http::verb::get},
+    {"/v1/tools", http::verb::get},
     // The {id} routes: matched by match_route, named by these paths in the metrics.
     {"/v1/escalations/{id}", http::verb::get},
     {"/v1/escalations/{id}/resolve", http::verb::post},
@@ -193,7 +194,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   t.who = *who;
   const endpoint e = t.decide                          ? endpoint::decide
                      : found->method == http::verb::post ? endpoint::resolve
-                     : !t.escalation.empty() || path == "/v1/escalations" ? endpoint::escalations
+                     : !t.escalation.empty() || path == "/v1/escalations" || path == "/v1/tools" ? endpoint::escalations
                      : path == "/metrics"              ? endpoint::metrics
                                                        : endpoint::models;
   if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
@@ -224,6 +225,10 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
   }
   if (t.route == "/metrics") {
     answer(http_reply{200, metrics_.render(gauges_()), {}, false});
+    return;
+  }
+  if (t.route == "/v1/tools") {
+    answer(http_reply{200, agents_.desk().tools_json(), {}, false});
     return;
   }
   if (t.route.starts_with("/v1/escalations")) {

@@ -103,6 +103,16 @@ void metrics::engine_error(std::string_view source, std::string_view code) {
   ++engine_errors_[{std::string(source), std::string(code)}];
 }
 
+void metrics::tool_run(std::string_view tool, bool ok) {
+  std::lock_guard lock(mutex_);
+  ++tool_runs_[{std::string(tool), ok ? "ok" : "failed"}];
+}
+
+void metrics::resolution(std::string_view outcome, std::string_view by) {
+  std::lock_guard lock(mutex_);
+  ++resolutions_[{std::string(outcome), std::string(by)}];
+}
+
 void metrics::stage_ms(std::string_view source, stage s, double ms) {
   std::lock_guard lock(mutex_);
   observe(stages_[{std::string(source), s}], seconds_bounds, ms / 1000.0);
@@ -125,6 +135,11 @@ std::string metrics::render(const std::vector<gauge>& gauges) const {
                 "source", "lane", decisions_);
   write_counter(out, "baton_engine_errors_total", "Requests the engine failed or did not answer in time, by code.",
                 "source", "code", engine_errors_);
+  write_counter(out, "baton_tool_runs_total", "Tool runs baton made itself (http, command), by tool and outcome (ok or failed).",
+                "tool", "outcome", tool_runs_);
+  write_counter(out, "baton_resolutions_total",
+                "Escalations resolved, by outcome (execute or deny) and by whom (reviewer or deadline).", "outcome", "by",
+                resolutions_);
 
   auto write_histogram = [&](std::string_view name, std::string_view labels, const histogram& h,
                              const std::vector<double>& bounds) {

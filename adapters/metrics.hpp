@@ -1,6 +1,6 @@
 // What the server has done, for GET /metrics in Prometheus' text format: requests by endpoint and
-// status, decisions by source and lane, engine errors, batch sizes and per-stage latency
-// histograms. Thread-safe; the I/O threads, the engine worker and the log writer all record.
+// status, decisions by source and lane, engine errors, tool runs, resolutions, batch sizes and
+// per-stage latency histograms. Thread-safe; the I/O threads, the engine worker and the log writer all record.
 #pragma once
 
 #include <array>
@@ -25,6 +25,10 @@ class metrics {
   void engine_error(std::string_view source, std::string_view code);
   void stage_ms(std::string_view source, stage s, double ms);
   void batch(std::size_t size);
+  // A tool baton ran itself (http, command): outcome "ok" or "failed".
+  void tool_run(std::string_view tool, bool ok);
+  // An escalation's resolution is durable: outcome execute | deny, by reviewer | deadline.
+  void resolution(std::string_view outcome, std::string_view by);
   std::uint64_t decisions(std::string_view source, std::string_view lane) const;
 
   // Gauges are read when scraped: name, help, value.
@@ -47,6 +51,8 @@ class metrics {
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> engine_errors_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> tool_runs_;    // tool, outcome
+  std::map<std::pair<std::string, std::string>, std::uint64_t> resolutions_;  // outcome, by
   std::map<std::pair<std::string, stage>, histogram> stages_;
   histogram batches_;
 };

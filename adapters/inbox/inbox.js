@@ -7,10 +7,12 @@ const KEY_STORE = "baton.inbox.key";
 const RESOLVED_SHOWN = 20;
 const BACKOFF_MIN_MS = 1000;
 const BACKOFF_MAX_MS = 30000;
+const NEEDS = "a key with role reviewer (or admin)";
 
 const $ = (selector, root = document) => root.querySelector(selector);
 
 const pending = new Map(); // escalation id → card entry (see make_card)
+let tools = new Map(); // tool id → {id, parameters, …} from GET /v1/tools
 let key = "";
 let socket = null;
 // Bumped by every connect and stop: events of an older socket or request are ignored.
@@ -20,10 +22,17 @@ let backoff_ms = BACKOFF_MIN_MS;
 let retry_timer = null;
 let retry_at = 0;
 
-// Storage may be unavailable (private windows, file policies): the key then lasts for the page.
+// The key lives in sessionStorage only: this tab, until it is closed; never in a URL. Storage
+// may be unavailable (private windows, file policies): the key then lasts for the page.
 function stored_key() {
   try {
-    return localStorage.getItem(KEY_STORE) ?? "";
+    // An older inbox kept the key in localStorage, on disk for ever: it is taken out.
+    localStorage.removeItem(KEY_STORE);
+  } catch {
+    // nothing kept there
+  }
+  try {
+    return sessionStorage.getItem(KEY_STORE) ?? "";
   } catch {
     return "";
   }
@@ -31,15 +40,16 @@ function stored_key() {
 
 function store_key(value) {
   try {
-    if (value) localStorage.setItem(KEY_STORE, value);
-    else localStorage.removeItem(KEY_STORE);
+    if (value) sessionStorage.setItem(KEY_STORE, value);
+    else sessionStorage.removeItem(KEY_STORE);
   } catch {
     // kept in memory only
   }
 }
 
-// `#key=…` (a bookmark, a test) wins over the remembered key. The fragment never reaches the
-// server; it is also taken out of the address bar so it is not shown or shared by accident.
+// `#key=…` (a bookmark) wins over the remembered key. The fragment never reaches the server, and
+// it is taken out of the address bar, but the browser's history keeps the URL it was opened with:
+// the key form is the way in that leaves no key in any URL (docs/escalations.md).
 // Null when the fragment names no key.
 function fragment_key() {
   const match = /(?:^#|&)key=([^&]*)/.exec(location.hash);
@@ -60,6 +70,14 @@ function use_key(value) {
   backoff_ms = BACKOFF_MIN_MS;
   show_notice("");
   connect();
+}
+
+// What the server asks of the reviewer: nothing (no API keys configured) or a reviewer key.
+function show_auth(open) {
+  const note = $("#auth-note");
+  $("#key-form").hidden = open;
+  note.hidden = !open;
+  note.textContent = open ? "This server has no API keys: the inbox needs none (it answers this machine only)." : "";
 }
 
 function set_connection(state, text) {
@@ -88,7 +106,8 @@ function describe_error(status, body) {
 }
 
 async function api(method, path, body) {
-  const init = { method, headers: { Authorization: `Bearer ${key}` }, cache: "no-store" };
+  // Without a key no Authorization is sent: a server without API keys needs none.
+  const init = { method, headers: key ? { Authorization: `Bearer ${key}` } : {}, cache: "no-store" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -112,13 +131,12 @@ function connect() {
   if (socket) socket.close();
   socket = null;
   snapshot_seen = false;
-  if (!key) {
-    set_connection("idle", "no key: enter a reviewer key");
-    return;
-  }
   set_connection("connecting", "connecting…");
-  load_pending(gen);
-  open_socket(gen);
+  // The socket opens once the list says the key (or no key) is accepted: a refused socket would
+  // only retry for ever.
+  load_pending(gen).then((ok) => {
+    if (ok && gen === generation) open_socket(gen);
+  });
 }
 
 // Stops for good (a refused key, a forgotten key) until the user connects again.
@@ -131,26 +149,54 @@ function stop(state, text) {
   set_connection(state, text);
 }
 
+// The pending list; true when it came (the key, or no key, is accepted).
 async function load_pending(gen) {
   let result;
   try {
     result = await api("GET", "/v1/escalations?status=pending");
   } catch (err) {
-    if (gen === generation) show_notice(`cannot reach baton: ${err.message}`);
-    return;
+    if (gen === generation) {
+      show_notice(`cannot reach baton: ${err.message}`);
+      schedule_reconnect();
+    }
+    return false;
   }
-  if (gen !== generation) return;
+  if (gen !== generation) return false;
+  if (result.status === 401 && !key) {
+    show_auth(false);
+    show_notice(`This server has API keys: enter ${NEEDS} above.`);
+    stop("idle", "no key: enter a reviewer key");
+    return false;
+  }
   if (result.status === 401 || result.status === 403) {
-    show_notice(`The key was refused: ${describe_error(result.status, result.data)}`);
+    show_auth(false);
+    show_notice(`The key was refused: ${describe_error(result.status, result.data)}. This page needs ${NEEDS}.`);
     stop("refused", "key refused");
-    return;
+    return false;
   }
   if (!result.ok) {
     show_notice(`Listing escalations failed: ${describe_error(result.status, result.data)}`);
-    return;
+    schedule_reconnect();
+    return false;
   }
+  show_auth(!key);
   show_notice("");
+  await load_tools(gen);
+  if (gen !== generation) return false;
   if (!snapshot_seen) replace_all(result.data?.escalations ?? []);
+  return true;
+}
+
+// The registry's tools, for the argument fields; without them a resolve sends no arguments.
+async function load_tools(gen) {
+  try {
+    const result = await api("GET", "/v1/tools");
+    if (gen === generation && result.ok && Array.isArray(result.data?.tools)) {
+      tools = new Map(result.data.tools.map((t) => [t.id, t]));
+    }
+  } catch {
+    // the cards fall back to the proposal's arguments
+  }
 }
 
 function open_socket(gen) {
@@ -158,7 +204,7 @@ function open_socket(gen) {
   let ws;
   try {
     // A browser cannot set headers on a WebSocket: the key travels as a subprotocol.
-    ws = new WebSocket(`${scheme}//${location.host}/v1/review`, ["baton.review", `bearer.${key}`]);
+    ws = new WebSocket(`${scheme}//${location.host}/v1/review`, key ? ["baton.review", `bearer.${key}`] : ["baton.review"]);
   } catch (err) {
     show_notice(`This key cannot be sent on a WebSocket (${err.message}).`);
     stop("closed", "not connected");
@@ -181,6 +227,7 @@ function open_socket(gen) {
 }
 
 function schedule_reconnect() {
+  if (retry_timer) return;
   // Jitter, so that many pages do not come back at the same instant after a restart.
   const delay = Math.round(backoff_ms * (0.8 + 0.4 * Math.random()));
   backoff_ms = Math.min(backoff_ms * 2, BACKOFF_MAX_MS);
@@ -211,6 +258,9 @@ function on_frame(text) {
       break;
     case "resolved":
       if (frame.escalation) settle(frame.escalation, frame.escalation.resolution);
+      break;
+    case "tool_run":
+      if (frame.escalation && frame.tool_run) show_tool_run(frame.escalation, frame.tool_run);
       break;
     case "error":
       show_notice(`The review socket says: ${describe_error("", frame)}`);
@@ -273,6 +323,31 @@ function resolution_text(resolution) {
   return { who, what };
 }
 
+// How the tool of an execute went: baton's own run (http, command), or the agent's to do.
+function tool_run_text(resolution, run) {
+  if (run) {
+    if (run.ok) return { state: "ok", text: `${run.tool}: ok` };
+    return { state: "failed", text: `${run.tool}: failed with ${run.error_code}${run.detail ? ` (${run.detail})` : ""}` };
+  }
+  if (resolution?.outcome !== "execute") return null;
+  if (resolution.executor === "http" || resolution.executor === "command") {
+    return { state: "running", text: `${resolution.tool}: running…` };
+  }
+  if (resolution.executor === "agent") return { state: "agent", text: `${resolution.tool}: the agent runs it` };
+  return null;
+}
+
+// The socket sends `tool_run` after the `resolved` frame that lists the item.
+function show_tool_run(escalation_id, run) {
+  const li = [...$("#resolved").children].find((x) => x.dataset.escalation === escalation_id);
+  if (!li) return;
+  const el = $(".tool-run", li);
+  const shown = tool_run_text(null, run);
+  el.dataset.state = shown.state;
+  el.textContent = shown.text;
+  el.hidden = false;
+}
+
 function resolved_item(escalation, resolution) {
   const li = document.createElement("li");
   li.dataset.escalation = escalation.id;
@@ -292,9 +367,18 @@ function resolved_item(escalation, resolution) {
   if (resolution?.created_at) {
     const at = document.createElement("time");
     at.dateTime = resolution.created_at;
-    at.textContent = new Date(resolution.created_ms ?? resolution.created_at).toLocaleTimeString();
+    at.textContent = utc_time(resolution.created_ms ?? Date.parse(resolution.created_at));
     li.append(" ", at);
   }
+  const run = document.createElement("span");
+  run.className = "tool-run";
+  const shown = tool_run_text(resolution, resolution?.tool_run);
+  run.hidden = !shown;
+  if (shown) {
+    run.dataset.state = shown.state;
+    run.textContent = shown.text;
+  }
+  li.append(" ", run);
   return li;
 }
 
@@ -348,11 +432,12 @@ function fill_state(list, state) {
   }
 }
 
+// `proposed` is null for a flat tie: no bar is marked as if the model had chosen it.
 function fill_chart(list, candidates, proposed) {
   for (const candidate of candidates) {
     const li = document.createElement("li");
     li.className = "bar-row";
-    if (candidate.tool === proposed) li.classList.add("proposed");
+    if (proposed && candidate.tool === proposed) li.classList.add("proposed");
     const name = document.createElement("span");
     name.className = "bar-label";
     const tool = document.createElement("span");
@@ -382,6 +467,99 @@ function fill_chart(list, candidates, proposed) {
   }
 }
 
+// One answer in words: "needs_person (Does this need a person?): P(true) 0.12".
+function answer_text(a) {
+  const what = a.instructions ? `${a.question} (${a.instructions})` : a.question;
+  if (a.type === "noul") return `${what}: P(true) ${a.p_true}`;
+  if (a.type === "score") return `${what}: scored ${a.score}${a.level !== undefined ? ` (${a.level})` : ""}`;
+  if (a.type === "choice") return `${what}: ${a.choice} (confidence ${a.confidence})`;
+  return what;
+}
+
+function fill_evidence(card, escalation) {
+  const evidence = escalation.evidence ?? {};
+  $(".why", card).textContent = evidence.why || escalation.reason;
+  const list = $(".answers", card);
+  const fired = evidence.inputs?.question;
+  for (const a of Array.isArray(evidence.answers) ? evidence.answers : []) {
+    const li = document.createElement("li");
+    li.dataset.question = a.question;
+    if (a.question === fired) li.classList.add("fired");
+    li.textContent = answer_text(a);
+    list.append(li);
+  }
+  list.hidden = list.children.length === 0;
+  const raised = $(".raised-at", card);
+  raised.dateTime = escalation.created_at;
+  raised.textContent = utc_time(escalation.created_ms, true);
+  $(".decision-id", card).textContent = escalation.decision;
+}
+
+// One field per parameter of `tool_id`, typed from the registry and prefilled from the proposal
+// when it is the proposed tool.
+function fill_arguments(entry) {
+  const fieldset = $(".arguments", entry.card);
+  const fields = $(".fields", fieldset);
+  fields.replaceChildren();
+  entry.inputs = new Map();
+  const tool = tools.get(entry.select.value);
+  const proposed = entry.select.value === entry.escalation.tool ? entry.escalation.arguments ?? {} : {};
+  const parameters = tool?.parameters ?? [];
+  for (const p of parameters) {
+    const label = document.createElement("label");
+    label.className = `argument ${p.type}`;
+    label.dataset.parameter = p.name;
+    const name = document.createElement("span");
+    name.className = "argument-name";
+    name.textContent = p.name;
+    if (p.instructions) label.title = p.instructions;
+    let input;
+    if (p.type === "choice") {
+      input = document.createElement("select");
+      input.append(new Option("choose…", "", true, false));
+      for (const v of p.values ?? []) input.append(new Option(v.description ? `${v.value} — ${v.description}` : v.value, v.value));
+      input.value = typeof proposed[p.name] === "string" ? proposed[p.name] : "";
+    } else if (p.type === "boolean") {
+      input = document.createElement("input");
+      input.type = "checkbox";
+      input.checked = proposed[p.name] === true;
+    } else {
+      input = document.createElement("input");
+      input.type = "text";
+      input.spellcheck = false;
+      if (p.fixed !== null && p.fixed !== undefined) {
+        input.value = p.fixed;
+        input.readOnly = true;
+        label.title = "fixed by the registry";
+      } else if (typeof proposed[p.name] === "string") {
+        input.value = proposed[p.name];
+      }
+    }
+    input.className = "argument-input";
+    input.addEventListener("input", () => label.classList.remove("invalid"));
+    label.append(name, input);
+    fields.append(label);
+    entry.inputs.set(p.name, { parameter: p, input, label });
+  }
+  fieldset.hidden = parameters.length === 0;
+}
+
+// The arguments as edited; null when the registry's tools are not known (the server then takes
+// the proposal's). An unchosen choice or an empty text is left out: the server says what it needs.
+function edited_arguments(entry) {
+  if (!tools.has(entry.select.value)) return null;
+  const args = {};
+  for (const [name, { parameter, input }] of entry.inputs) {
+    if (parameter.type === "boolean") args[name] = input.checked;
+    else if (parameter.type === "choice") {
+      if (input.value) args[name] = input.value;
+    } else if (parameter.fixed === null || parameter.fixed === undefined) {
+      if (input.value !== "") args[name] = input.value;
+    }
+  }
+  return args;
+}
+
 function make_card(escalation) {
   const card = $("#card-template").content.firstElementChild.cloneNode(true);
   const q = (selector) => $(selector, card);
@@ -391,28 +569,39 @@ function make_card(escalation) {
   q(".reason-badge").textContent = escalation.reason;
   q(".question").textContent = escalation.question;
 
-  const countdown = q(".countdown");
-  countdown.dataset.deadlineMs = String(escalation.deadline_ms);
-  countdown.dateTime = escalation.deadline_at;
-  countdown.title = `deadline ${new Date(escalation.deadline_ms).toLocaleString()}`;
-  q(".on-deadline").textContent = `then ${escalation.on_deadline}`;
+  const deadline = q(".deadline");
+  deadline.dataset.deadlineMs = String(escalation.deadline_ms);
+  deadline.dataset.createdMs = String(escalation.created_ms);
+  deadline.dataset.outcome = escalation.on_deadline === "execute" && escalation.tool ? `${escalation.tool} runs` : "denied";
+  deadline.dateTime = escalation.deadline_at;
+  deadline.title = `deadline ${new Date(escalation.deadline_ms).toLocaleString()} (your time)`;
 
+  fill_evidence(card, escalation);
   fill_state(q(".state"), escalation.state);
   const candidates = Array.isArray(escalation.candidates) ? escalation.candidates : [];
-  fill_chart(q(".chart"), candidates, escalation.tool);
-  q(".proposed-tool").textContent = escalation.tool ?? "none (engine failure)";
+  const tie = escalation.evidence?.tie === true;
+  fill_chart(q(".chart"), candidates, tie ? null : escalation.tool);
+  if (tie) {
+    const top = candidates.filter((c) => c.probability === candidates[0]?.probability).map((c) => c.tool);
+    const note = q(".tie-note");
+    note.textContent = `A flat tie: the model prefers none of ${top.join(", ")}; ${escalation.tool} is proposed only because it comes first.`;
+    note.hidden = false;
+  }
+  q(".proposed-tool").textContent = escalation.tool ? `${escalation.tool}${tie ? " (tie)" : ""}` : "none (engine failure)";
   q(".proposed-arguments").textContent = escalation.tool ? JSON.stringify(escalation.arguments ?? {}) : "";
 
   const select = q("select.tool");
   // `finish` is the registry's "nothing more to do" option, not a tool that can run.
-  const tools = candidates.map((c) => c.tool).filter((tool) => tool !== "finish");
-  if (escalation.tool && !tools.includes(escalation.tool)) tools.unshift(escalation.tool);
-  for (const tool of tools) select.append(new Option(tool, tool, false, tool === escalation.tool));
+  const choices = candidates.map((c) => c.tool).filter((tool) => tool !== "finish");
+  for (const tool of tools.keys()) if (!choices.includes(tool)) choices.push(tool);
+  if (escalation.tool && !choices.includes(escalation.tool)) choices.unshift(escalation.tool);
+  for (const tool of choices) select.append(new Option(tool, tool, false, tool === escalation.tool));
 
   const entry = {
     escalation,
     card,
     busy: false,
+    inputs: new Map(),
     reason: q("textarea.reason"),
     select,
     force: q("input.force"),
@@ -420,8 +609,13 @@ function make_card(escalation) {
     deny: q("button.deny"),
     error: q(".error"),
   };
+  fill_arguments(entry);
   entry.reason.addEventListener("input", () => refresh_buttons(entry));
-  select.addEventListener("change", () => refresh_buttons(entry));
+  select.addEventListener("change", () => {
+    fill_arguments(entry);
+    show_card_error(entry, "");
+    refresh_buttons(entry);
+  });
   q(".resolve-form").addEventListener("submit", (event) => {
     event.preventDefault();
     resolve(entry, "execute");
@@ -452,8 +646,12 @@ function show_card_error(entry, text) {
 async function resolve(entry, outcome) {
   if (entry.busy) return;
   const body = { outcome, reason: entry.reason.value.trim() };
-  // No arguments: the server takes the escalated decision's for the same tool.
-  if (outcome === "execute") body.tool = entry.select.value;
+  if (outcome === "execute") {
+    body.tool = entry.select.value;
+    // Unknown tools (GET /v1/tools failed): no arguments, the server takes the proposal's.
+    const args = edited_arguments(entry);
+    if (args) body.arguments = args;
+  }
   if (entry.force.checked) body.force = true;
   entry.busy = true;
   refresh_buttons(entry);
@@ -485,24 +683,50 @@ async function resolve(entry, outcome) {
   } else {
     show_card_error(entry, describe_error(result.status, result.data));
     if (code === "VERSION_CHANGED") $(".force-label", entry.card).hidden = false;
+    // The field the refusal names, marked where it is.
+    for (const [name, { label }] of entry.inputs) {
+      label.classList.toggle("invalid", code === "INVALID_RESOLUTION" && String(result.data?.error ?? "").includes(`\`${name}\``));
+    }
   }
   refresh_buttons(entry);
 }
 
 // ---- clocks ----------------------------------------------------------------------------------
 
-function clock(ms) {
-  const s = Math.floor(ms / 1000);
-  return `${String(Math.floor(s / 60)).padStart(2, "0")}:${String(s % 60).padStart(2, "0")}`;
+const pad = (n) => String(n).padStart(2, "0");
+
+// "14:34 UTC", with the date when it is not today's (UTC).
+function utc_time(ms, seconds = false) {
+  const d = new Date(ms);
+  const today = new Date().toISOString().slice(0, 10);
+  const day = d.toISOString().slice(0, 10);
+  const time = `${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}${seconds ? `:${pad(d.getUTCSeconds())}` : ""}`;
+  return `${day === today ? "" : `${day} `}${time} UTC`;
+}
+
+// "12 min", "2 h 5 min", "45 s".
+function span_text(ms) {
+  const s = Math.floor(Math.abs(ms) / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
 function tick() {
   const now = Date.now();
-  for (const el of document.querySelectorAll(".countdown[data-deadline-ms]")) {
-    const left = Number(el.dataset.deadlineMs) - now;
-    el.textContent = left >= 0 ? clock(left) : `overdue ${clock(-left)}`;
+  for (const el of document.querySelectorAll(".deadline[data-deadline-ms]")) {
+    const at = Number(el.dataset.deadlineMs);
+    const left = at - now;
+    const when = utc_time(at);
+    el.textContent =
+      left >= 0
+        ? `${el.dataset.outcome} at ${when} if nobody decides (in ${span_text(left)})`
+        : `overdue: ${el.dataset.outcome} at ${when} (${span_text(left)} ago)`;
     el.classList.toggle("soon", left >= 0 && left < 60000);
-    el.closest(".card").classList.toggle("overdue", left < 0);
+    const card = el.closest(".card");
+    card.classList.toggle("overdue", left < 0);
+    $(".age", card).textContent = `${span_text(now - Number(el.dataset.createdMs))} ago`;
   }
   if (retry_timer) show_retry();
 }
@@ -515,12 +739,8 @@ function start() {
     use_key($("#api-key").value.trim());
   });
   $("#forget-key").addEventListener("click", () => {
-    key = "";
-    $("#api-key").value = "";
-    store_key("");
     replace_all([]);
-    show_notice("");
-    stop("idle", "no key: enter a reviewer key");
+    use_key("");
   });
   // A link to `#key=…` followed from the open page changes only the fragment: no new load.
   window.addEventListener("hashchange", () => {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "core/ids.hpp"
@@ -203,6 +205,11 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   EXPECT_EQ(frame["resolution"]["reviewer"], "baton");
   EXPECT_EQ(frame["resolution"]["outcome"], "execute");
   EXPECT_EQ(frame["resolution"]["tool"], "lookup_order");
+  {
+    test::http_client h(port);
+    EXPECT_NE(h.get("/metrics").body.find("baton_resolutions_total{outcome=\"execute\",by=\"deadline\"} 1\n"),
+              std::string::npos);
+  }
 
   // One that would run past a restart, one still waiting for a person (an hour).
   const std::string late = agent.request(unsure("esc-down", "broken_http"))["escalation"];
@@ -220,6 +227,12 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   EXPECT_GE(was_late["resolution"]["created_ms"].get<std::int64_t>(), restarted_ms);
   EXPECT_EQ(was_late["resolution"]["by"], "deadline");
   EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
+  {
+    // Counted by the baton that resolved it, at start-up.
+    test::http_client h(server_->port());
+    EXPECT_NE(h.get("/metrics").body.find("baton_resolutions_total{outcome=\"deny\",by=\"deadline\"} 1\n"),
+              std::string::npos);
+  }
   const json still = get("/v1/escalations?status=pending");
   ASSERT_EQ(still["escalations"].size(), 1u) << still;
   EXPECT_EQ(still["escalations"][0]["id"], waiting);
@@ -306,6 +319,179 @@ TEST_F(escalation_test, a_deadline_whose_execute_no_longer_fits_the_registry_is_
   EXPECT_NE(e["resolution"]["reason"].get<std::string>().find("no longer fits the registry"), std::string::npos) << e;
 }
 
+// The registry and policy of the evidence tests: a high-risk tool beyond max_risk, and a score
+// question whose trigger fires on the scripted engine's flat answer (score 1 of 0–2).
+class evidence_test : public escalation_test {
+ protected:
+  void SetUp() override {
+    escalation_test::SetUp();
+    std::string registry = registry_yaml;
+    const std::string finish = "finish: {description: Nothing more to do}\n";
+    registry.replace(registry.find(finish), finish.size(),
+                     "  - id: rollback_deploy\n    description: Roll back the last deploy\n    risk: high\n" + finish);
+    registry += "  severity: {type: score, instructions: \"How bad is it?\", criteria: [minor, major, critical]}\n";
+    write("tools.yaml", registry);
+    write("policy.yaml", "confidence: p_max\n"
+                         "rules:\n  max_risk: medium\n"
+                         "  escalate_when:\n    - {question: needs_person, noul_above: 0.9}\n"
+                         "    - {question: severity, score_above: 0.8}\n"
+                         "lanes:\n  default: {execute: 0.8, fallback: 0.5}\n"
+                         "on_engine_error: escalate\n");
+  }
+
+  static const json* answer_of(const json& evidence, const std::string& question) {
+    for (const json& a : evidence["answers"]) {
+      if (a["question"] == question) return &a;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(evidence_test, an_escalation_says_which_rule_fired_on_which_answers) {
+  ws_client agent(start());
+  const json risky = agent.request(decide("ev-risk", {user("roll it back"), script({{"tool", "rollback_deploy"}})}));
+  ASSERT_EQ(risky.value("action", ""), "escalate") << risky;
+  const json e = get("/v1/escalations/" + risky["escalation"].get<std::string>());
+  ASSERT_EQ(last_status_, 200) << e;
+  const json& ev = e["evidence"];
+  EXPECT_EQ(ev["rule"], "rule:max_risk") << ev;
+  EXPECT_EQ(ev["why"], "rollback_deploy is high risk; this policy allows at most medium");
+  EXPECT_EQ(ev["inputs"], json({{"tool", "rollback_deploy"}, {"risk", "high"}, {"max_risk", "medium"}}));
+  EXPECT_EQ(ev["tie"], false);
+  // Every other question's answer, in words and numbers; the tool question is the candidates.
+  const json* needs = answer_of(ev, "needs_person");
+  ASSERT_NE(needs, nullptr) << ev;
+  EXPECT_EQ((*needs)["type"], "noul");
+  EXPECT_DOUBLE_EQ((*needs)["p_true"].get<double>(), 0.1);
+  EXPECT_EQ((*needs)["instructions"], "Does this need a person?");
+  const json* severity = answer_of(ev, "severity");
+  ASSERT_NE(severity, nullptr) << ev;
+  EXPECT_DOUBLE_EQ((*severity)["score"].get<double>(), 1.0);
+  EXPECT_EQ((*severity)["level"], "major");
+  const json* priority = answer_of(ev, "lookup_order.priority");
+  ASSERT_NE(priority, nullptr) << ev;
+  EXPECT_EQ((*priority)["choice"], "high");
+  EXPECT_EQ(answer_of(ev, "tool"), nullptr);
+
+  // The score trigger: its answer against its threshold.
+  const json scored = agent.request(decide("ev-score", {user("order 5"), script({{"tool", "lookup_order"}})}));
+  const json s = get("/v1/escalations/" + scored["escalation"].get<std::string>());
+  EXPECT_EQ(s["evidence"]["rule"], "rule:escalate_when:severity") << s;
+  EXPECT_EQ(s["evidence"]["why"], "severity scored 1, above the trigger 0.8 (score_above)");
+  EXPECT_EQ(s["evidence"]["inputs"], json({{"question", "severity"}, {"score", 1.0}, {"score_above", 0.8}}));
+
+  // The same evidence on the review socket and, after a restart, from the log.
+  ws_client reviewer(server_->port(), "/v1/review");
+  const json snapshot = reviewer.read();
+  ASSERT_EQ(snapshot["escalations"].size(), 2u) << snapshot;
+  EXPECT_EQ(snapshot["escalations"][0]["evidence"], ev);
+  agent.close();
+  reviewer.close();
+  restart();
+  EXPECT_EQ(get("/v1/escalations/" + risky["escalation"].get<std::string>())["evidence"], ev);
+  EXPECT_EQ(get("/v1/escalations?status=pending")["escalations"][1]["evidence"], s["evidence"]);
+}
+
+TEST_F(escalation_test, a_low_confidence_lane_and_a_flat_tie_are_told_as_such) {
+  ws_client agent(start());
+  const json d = agent.request(unsure("ev-lane"));
+  const json e = get("/v1/escalations/" + d["escalation"].get<std::string>());
+  EXPECT_EQ(e["evidence"]["why"], "confidence 0.3 (p_max) is below the default lane's fallback 0.5") << e;
+  EXPECT_EQ(e["evidence"]["inputs"]["fallback"], 0.5);
+  EXPECT_EQ(e["evidence"]["tie"], false);
+  // No tool in the script: every option equally likely, the first one proposed.
+  const json flat = agent.request(decide("ev-tie", {user("hm")}));
+  ASSERT_EQ(flat.value("action", ""), "escalate") << flat;
+  const json t = get("/v1/escalations/" + flat["escalation"].get<std::string>());
+  EXPECT_EQ(t["evidence"]["tie"], true) << t;
+  EXPECT_EQ(t["evidence"]["rule"], "lane:default");
+  // Resolved, it keeps its evidence.
+  resolve(flat["escalation"], {{"outcome", "deny"}, {"reason", "unclear"}});
+  ASSERT_EQ(last_status_, 200);
+  EXPECT_EQ(get("/v1/escalations/" + flat["escalation"].get<std::string>())["evidence"], t["evidence"]);
+  EXPECT_EQ(get("/v1/escalations?status=resolved")["escalations"][0]["evidence"], t["evidence"]);
+}
+
+// The registry's tools with their parameters, typed, for the inbox's argument fields.
+TEST_F(escalation_test, the_tools_and_their_parameters_are_served_to_reviewers) {
+  start();
+  const json tools = get("/v1/tools");
+  ASSERT_EQ(last_status_, 200) << tools;
+  ASSERT_EQ(tools["tools"].size(), 4u) << tools;
+  const json& lookup = tools["tools"][0];
+  EXPECT_EQ(lookup["id"], "lookup_order");
+  EXPECT_EQ(lookup["executor"], "agent");
+  ASSERT_EQ(lookup["parameters"].size(), 2u);
+  EXPECT_EQ(lookup["parameters"][0], json({{"name", "order_id"}, {"type", "text"}, {"instructions", ""},
+                                           {"values", json::array()}, {"fixed", nullptr}}));
+  EXPECT_EQ(lookup["parameters"][1]["type"], "choice");
+  EXPECT_EQ(lookup["parameters"][1]["values"],
+            json::parse(R"([{"value":"low","description":"Not urgent"},{"value":"high","description":"Urgent"}])"));
+  EXPECT_EQ(tools["tools"][1]["executor"], "command");
+  EXPECT_EQ(tools["finish"], "Nothing more to do");
+}
+
+// Waits, bounded, until the resolved escalation `id` shows its tool run.
+json resolved_with_run(const std::function<json()>& read) {
+  json e;
+  for (int i = 0; i < 100; ++i) {
+    e = read();
+    if (e["resolution"].is_object() && e["resolution"]["tool_run"].is_object()) return e;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return e;
+}
+
+std::uint64_t metric(const std::string& text, const std::string& series) {
+  const auto at = text.find(series + " ");
+  return at == std::string::npos ? 0 : std::stoull(text.substr(at + series.size() + 1));
+}
+
+TEST_F(escalation_test, the_tool_run_of_an_execute_is_shown_and_counted) {
+  ws_client agent(start());
+  ws_client reviewer(server_->port(), "/v1/review");
+  reviewer.read_type("snapshot");
+  const std::string ok_id = agent.request(unsure("run-ok", "echo_cmd"))["escalation"];
+  const std::string bad_id = agent.request(unsure("run-bad", "broken_http"))["escalation"];
+  const std::string denied_id = agent.request(unsure("run-denied", "echo_cmd"))["escalation"];
+  ASSERT_EQ(resolve(ok_id, {{"outcome", "execute"}, {"reason", "fine"}})["executor"], "command");
+  ASSERT_EQ(resolve(bad_id, {{"outcome", "execute"}, {"reason", "try it"}})["executor"], "http");
+  resolve(denied_id, {{"outcome", "deny"}, {"reason", "no"}});
+  ASSERT_EQ(last_status_, 200);
+
+  const json ok = resolved_with_run([&] { return get("/v1/escalations/" + ok_id); });
+  ASSERT_TRUE(ok["resolution"]["tool_run"].is_object()) << ok;
+  EXPECT_EQ(ok["resolution"]["tool_run"]["ok"], true);
+  EXPECT_EQ(ok["resolution"]["tool_run"]["tool"], "echo_cmd");
+  EXPECT_EQ(ok["resolution"]["tool_run"]["executor"], "command");
+  EXPECT_TRUE(ok["resolution"]["tool_run"]["error_code"].is_null());
+  const json bad = resolved_with_run([&] { return get("/v1/escalations/" + bad_id); });
+  ASSERT_TRUE(bad["resolution"]["tool_run"].is_object()) << bad;
+  EXPECT_EQ(bad["resolution"]["tool_run"]["ok"], false);
+  EXPECT_EQ(bad["resolution"]["tool_run"]["error_code"], "EXECUTOR_UNREACHABLE");
+  EXPECT_FALSE(bad["resolution"]["tool_run"]["detail"].get<std::string>().empty());
+  EXPECT_TRUE(get("/v1/escalations/" + denied_id)["resolution"]["tool_run"].is_null());
+  // The list says the same.
+  for (const json& e : get("/v1/escalations?status=resolved")["escalations"]) {
+    if (e["id"] == bad_id) EXPECT_EQ(e["resolution"]["tool_run"], bad["resolution"]["tool_run"]);
+  }
+  // Reviewers hear of each run.
+  std::map<std::string, json> runs;
+  for (int i = 0; i < 12 && runs.size() < 2; ++i) {
+    const json f = reviewer.read();
+    if (f.value("type", "") == "tool_run") runs[f["escalation"]] = f["tool_run"];
+  }
+  EXPECT_EQ(runs[ok_id], ok["resolution"]["tool_run"]);
+  EXPECT_EQ(runs[bad_id], bad["resolution"]["tool_run"]);
+
+  test::http_client h(server_->port());
+  const std::string text = h.get("/metrics").body;
+  EXPECT_EQ(metric(text, R"(baton_tool_runs_total{tool="echo_cmd",outcome="ok"})"), 1u) << text;
+  EXPECT_EQ(metric(text, R"(baton_tool_runs_total{tool="broken_http",outcome="failed"})"), 1u) << text;
+  EXPECT_EQ(metric(text, R"(baton_resolutions_total{outcome="execute",by="reviewer"})"), 2u) << text;
+  EXPECT_EQ(metric(text, R"(baton_resolutions_total{outcome="deny",by="reviewer"})"), 1u) << text;
+}
+
 class reviewer_test : public escalation_test {
  protected:
   void SetUp() override {
@@ -344,6 +530,8 @@ TEST_F(reviewer_test, roles_the_review_socket_and_resolving_by_frame) {
   EXPECT_EQ(pushed["escalation"]["session"], "bot/esc-rev");  // scoped by the agent's key
 
   EXPECT_EQ(get("/v1/escalations", "agent-secret-0123456789")["code"], "FORBIDDEN");
+  EXPECT_EQ(get("/v1/tools", "agent-secret-0123456789")["code"], "FORBIDDEN");
+  EXPECT_EQ(get("/v1/tools", "reviewer-secret-0123456789")["tools"].size(), 4u);
   EXPECT_EQ(get("/v1/escalations", "auditor-secret-0123456789")["escalations"].size(), 1u);
   EXPECT_EQ(resolve(id, {{"outcome", "deny"}, {"reason", "x"}}, "auditor-secret-0123456789")["code"], "FORBIDDEN");
   EXPECT_EQ(resolve(id, {{"outcome", "deny"}, {"reason", "x"}})["code"], "UNAUTHORIZED");

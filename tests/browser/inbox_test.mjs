@@ -1,7 +1,10 @@
 // The reviewer inbox page (adapters/inbox/, served at /inbox) in headless Chromium against a real
 // `baton serve`: the keyword engine, the repository's registry and policy (send_payment is
-// always escalated), an agent key and a reviewer key. An agent on /v1/agent raises escalations;
-// the page shows them, live, and a reviewer resolves them by typing and clicking.
+// always escalated) with two tools baton runs itself added (restart_service, a command that
+// succeeds; rollback_deploy, high risk, an http call to a closed port that fails), an agent key
+// and a reviewer key. An agent on /v1/agent raises escalations; the page shows them, live, and a
+// reviewer resolves them by typing and clicking. A second server without API keys checks that the
+// page then needs none.
 //
 //   BATON_BIN=build/adapters/baton BATON_SOURCE_DIR=. node --test tests/browser/inbox_test.mjs
 //
@@ -12,7 +15,7 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -48,8 +51,36 @@ const REVIEWER = "alice";
 const MIXED_REQUEST =
   "Should we pay the supplier invoice by bank transfer? Search the knowledge base for the payment policy and ask the user what they want.";
 const PAYMENT_REQUEST = "Please pay the invoice from our supplier Acme: send the money today.";
+// rollback_deploy's words: it is high risk, over the policy's max_risk (medium).
+const ROLLBACK_REQUEST = "Roll back the latest website release deployment.";
+// No word of any option (not even `user`, which ask_user and finish have: it is an assistant's
+// event): a flat tie, send_payment (listed first) proposed only by its place.
+const FLAT_REQUEST = "xyzzy plugh";
+
+// The tools baton runs itself, added to the repository's registry (before its `finish`).
+const EXTRA_TOOLS = `  - id: restart_service
+    description: Restart a crashed server process on the cluster
+    risk: medium
+    executor: {type: command, argv: [/bin/cat], timeout_ms: 5000}
+    parameters:
+      service:
+        type: choice
+        instructions: Which service?
+        values: {api: The public HTTP API, worker: The background job worker}
+      drain: {type: boolean, instructions: "Drain its connections first?"}
+      note: {type: text}
+  - id: rollback_deploy
+    description: Roll back the latest website release deployment
+    risk: high
+    executor: {type: http, url: "http://127.0.0.1:1/rollback", timeout_ms: 500, retries: 0}
+`;
+// send_payment's escalations run it after two hours; the others are denied after 15 minutes.
+const EXTRA_POLICY = `  tools:
+    send_payment: {deadline_s: 7200, on_deadline: execute}
+`;
 
 let server;
+let openServer; // no API keys
 let baseURL;
 let tmp;
 let browser;
@@ -57,6 +88,7 @@ let page;
 let agent;
 let anyFailed = false;
 const pageErrors = [];
+const navigated = []; // every URL the main page's frames went to
 
 function withTimeout(promise, ms, what) {
   let timer;
@@ -108,13 +140,13 @@ class AgentSocket {
   }
 
   // Decides a fresh session whose answer must be escalate; returns the decision frame.
-  async escalate(session, request) {
+  async escalate(session, request, tool = "send_payment", role = "user") {
     const id = this.nextId++;
-    this.send({ type: "decide", id, session, history: [{ role: "user", content: request }] });
+    this.send({ type: "decide", id, session, history: [{ role, content: request }] });
     const decision = await this.next((f) => f.ref === id || f.id === id, `the answer to decide ${session}`);
     assert.equal(decision.type, "decision", `decide ${session}: ${JSON.stringify(decision)}`);
     assert.equal(decision.action, "escalate", `decide ${session}: ${JSON.stringify(decision)}`);
-    assert.equal(decision.tool, "send_payment");
+    assert.equal(decision.tool, tool);
     assert.match(decision.escalation, /^e-/, "the decision names its escalation");
     assert.equal(typeof decision.deadline_at, "string");
     return decision;
@@ -138,36 +170,79 @@ async function reviewerGet(pathname) {
   return res.json();
 }
 
+// Polls (bounded) until the resolved escalation shows its tool run.
+async function withToolRun(id) {
+  for (let i = 0; i < 100; i++) {
+    const e = await reviewerGet(`/v1/escalations/${id}`);
+    if (e.resolution?.tool_run) return e;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`escalation ${id} shows no tool run`);
+}
+
 const card = (id) => `li.card[data-escalation="${id}"]`;
+const utcClock = (ms) => new Date(ms).toISOString().slice(11, 16);
+
+// A page of its own (its own storage); script errors are collected like the main page's.
+async function freshPage() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await context.newPage();
+  p.setDefaultTimeout(STEP_MS);
+  p.on("pageerror", (err) => pageErrors.push(err.message));
+  return { context, page: p };
+}
+
+async function writeConfig(name, { registry, policy, keys }) {
+  const q = (s) => JSON.stringify(s); // a JSON string is a YAML double-quoted scalar
+  const file = path.join(tmp, `${name}.yaml`);
+  await writeFile(
+    file,
+    [
+      "server: {listen: 127.0.0.1:0}",
+      ...(keys
+        ? [
+            "auth:",
+            "  keys:",
+            "    - {name: inbox-agent, role: agent, env: INBOX_AGENT_KEY}",
+            `    - {name: ${REVIEWER}, role: reviewer, env: INBOX_REVIEWER_KEY}`,
+          ]
+        : []),
+      "engine: {name: keyword}",
+      `registry: ${q(registry)}`,
+      `policy: ${q(policy)}`,
+      `log: {path: ${q(path.join(tmp, `${name}.db`))}}`,
+      "",
+    ].join("\n"),
+  );
+  return file;
+}
 
 before(async () => {
   assert.ok(batonBin, "set BATON_BIN to the baton binary");
   tmp = await mkdtemp(path.join(tmpdir(), "baton-inbox-"));
-  const configPath = path.join(tmp, "baton.yaml");
-  const q = (s) => JSON.stringify(s); // a JSON string is a YAML double-quoted scalar
-  await writeFile(
-    configPath,
-    [
-      "server: {listen: 127.0.0.1:0}",
-      "auth:",
-      "  keys:",
-      "    - {name: inbox-agent, role: agent, env: INBOX_AGENT_KEY}",
-      `    - {name: ${REVIEWER}, role: reviewer, env: INBOX_REVIEWER_KEY}`,
-      "engine: {name: keyword}",
-      `registry: ${q(path.join(sourceDir, "config", "tools.yaml"))}`,
-      `policy: ${q(path.join(sourceDir, "config", "policy.yaml"))}`,
-      `log: {path: ${q(path.join(tmp, "decisions.db"))}}`,
-      "",
-    ].join("\n"),
-  );
+  const tools = await readFile(path.join(sourceDir, "config", "tools.yaml"), "utf8");
+  assert.ok(tools.includes("\nfinish:"), "config/tools.yaml has a finish option");
+  const registry = path.join(tmp, "tools.yaml");
+  await writeFile(registry, tools.replace("\nfinish:", `\n${EXTRA_TOOLS}finish:`));
+  const policyText = await readFile(path.join(sourceDir, "config", "policy.yaml"), "utf8");
+  assert.match(policyText, /\n {2}on_deadline: deny\n?$/, "config/policy.yaml ends with its escalation terms");
+  const policy = path.join(tmp, "policy.yaml");
+  await writeFile(policy, `${policyText.trimEnd()}\n${EXTRA_POLICY}`);
+
   server = new baton_process(batonBin);
-  baseURL = await server.start(configPath, { INBOX_AGENT_KEY: agentKey, INBOX_REVIEWER_KEY: reviewerKey }, STARTUP_MS);
+  baseURL = await server.start(
+    await writeConfig("keys", { registry, policy, keys: true }),
+    { INBOX_AGENT_KEY: agentKey, INBOX_REVIEWER_KEY: reviewerKey },
+    STARTUP_MS,
+  );
   agent = new AgentSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`, agentKey);
   await agent.opened;
   browser = await chromium.launch({ executablePath: chromiumBin, headless: true, timeout: STARTUP_MS });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.setDefaultTimeout(STEP_MS);
   page.on("pageerror", (err) => pageErrors.push(err.message));
+  page.on("framenavigated", (frame) => navigated.push(frame.url()));
+  openServer = { process: new baton_process(batonBin), registry, policy };
 });
 
 after(async () => {
@@ -175,6 +250,7 @@ after(async () => {
   if (browser) await withTimeout(browser.close(), STOP_MS, "closing chromium").catch(() => browser.process()?.kill("SIGKILL"));
   try {
     await server?.stopChecked(STOP_MS, { listened: Boolean(baseURL), anyFailed });
+    await openServer?.process.stopChecked(STOP_MS, { listened: Boolean(openServer.url), anyFailed });
   } finally {
     if (tmp) await rm(tmp, { recursive: true, force: true });
   }
@@ -194,26 +270,60 @@ function inboxTest(name, fn) {
   });
 }
 
-inboxTest("a pending escalation is shown, counted down and resolved from the page", async (t) => {
+inboxTest("a pending escalation is shown, with its evidence and deadline, and resolved with edited arguments", async (t) => {
   const decision = await agent.escalate("inbox-first", MIXED_REQUEST);
   const escalation = await reviewerGet(`/v1/escalations/${decision.escalation}`);
   const likely = escalation.candidates.filter((c) => c.probability >= 0.05).map((c) => c.tool);
   assert.deepEqual(likely, ["send_payment", "ask_user", "search_docs"], "the keyword engine's likely candidates");
 
-  const response = await page.goto(`${baseURL}/inbox#key=${reviewerKey}`);
+  // No key yet: the page says which key it needs, and lists nothing.
+  const response = await page.goto(`${baseURL}/inbox`);
   assert.equal(response.status(), 200, "GET /inbox");
   assert.match(response.headers()["content-type"], /^text\/html/);
+  await page.locator('#connection[data-state="idle"]').waitFor();
+  assert.equal(
+    await page.locator("#notice").textContent(),
+    "This server has API keys: enter a key with role reviewer (or admin) above.",
+  );
+  assert.equal(await page.locator("#key-form").isVisible(), true);
+
+  // The key form: the key goes to sessionStorage and into no URL.
+  await page.locator("#api-key").fill(reviewerKey);
+  await page.locator("#key-form button[type=submit]").click();
   const el = page.locator(card(decision.escalation));
   await el.waitFor();
-  assert.doesNotMatch(page.url(), /key=/, "the key is taken out of the address bar");
-  assert.equal(await page.evaluate(() => localStorage.getItem("baton.inbox.key")), reviewerKey, "the key is remembered");
   await page.locator('#connection[data-state="live"]').waitFor();
+  assert.equal(page.url(), `${baseURL}/inbox`);
+  assert.equal(await page.evaluate(() => sessionStorage.getItem("baton.inbox.key")), reviewerKey, "kept for the tab");
+  assert.equal(await page.evaluate(() => localStorage.getItem("baton.inbox.key")), null, "not kept on disk");
+  assert.ok(navigated.length > 0);
+  assert.ok(!navigated.some((u) => u.includes(reviewerKey)), `no URL holds the key: ${navigated.join(" ")}`);
 
   assert.equal(await el.locator(".session").textContent(), escalation.session);
   assert.equal(await el.locator(".turn").textContent(), "1");
   assert.equal(await el.locator(".reason-badge").textContent(), "rule:always_escalate");
   assert.equal(await el.locator(".question").textContent(), escalation.question);
   assert.equal(await el.locator(".state .content").textContent(), MIXED_REQUEST);
+
+  // The evidence, in words: the rule, every other answer, when it was raised, the decision.
+  assert.equal(escalation.evidence.why, "send_payment is always escalated by this policy (rules.always_escalate)");
+  assert.equal(await el.locator(".why").textContent(), escalation.evidence.why);
+  const answers = await el.locator(".answers li").allTextContents();
+  assert.equal(answers.length, escalation.evidence.answers.length);
+  assert.ok(answers.some((a) => /^urgency \(How urgent is this for the user\?\): scored [\d.]+ \(.+\)$/.test(a)), answers.join(" | "));
+  assert.ok(answers.some((a) => /^needs_person \(Does this need a person to look at it\?\): P\(true\) [\d.]+$/.test(a)), answers.join(" | "));
+  assert.equal(await el.locator(".decision-id").textContent(), escalation.decision);
+  assert.equal(
+    await el.locator(".raised-at").textContent(),
+    `${new Date(escalation.created_ms).toISOString().slice(11, 19)} UTC`,
+  );
+  const age = await el.locator(".age").textContent();
+  assert.match(age, /^\d+ s ago$/);
+  await page.waitForFunction(
+    ([selector, shown]) => document.querySelector(selector)?.textContent !== shown,
+    [`${card(decision.escalation)} .age`, age],
+    { timeout: 3000 },
+  );
 
   // One bar per candidate, as wide as its probability, labelled with the tool and a percentage.
   assert.equal(await el.locator(".bar").count(), escalation.candidates.length);
@@ -228,18 +338,13 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
     assert.ok(Math.abs(bar.width - probability * track.width) <= 1.5, `${tool}: bar ${bar.width} of ${track.width}`);
   }
   assert.equal(await el.locator(".bar-row.proposed .bar").getAttribute("data-tool"), "send_payment");
+  assert.equal(await el.locator(".tie-note").isVisible(), false);
 
-  // mm:ss, matching the deadline, and ticking.
-  const countdown = el.locator(".countdown");
-  const first = await countdown.textContent();
-  assert.match(first, /^\d\d:\d\d$/);
-  const [mm, ss] = first.split(":").map(Number);
-  const left = (escalation.deadline_ms - Date.now()) / 1000;
-  assert.ok(Math.abs(mm * 60 + ss - left) <= 3, `countdown ${first} for ${left.toFixed(1)} s left`);
-  await page.waitForFunction(
-    ([selector, shown]) => document.querySelector(selector)?.textContent !== shown,
-    [`${card(decision.escalation)} .countdown`, first],
-    { timeout: 3000 },
+  // The deadline: a clock time in UTC, the configured outcome and the time left, in hours here.
+  assert.equal(escalation.on_deadline, "execute");
+  assert.equal(
+    await el.locator(".deadline").textContent(),
+    `send_payment runs at ${utcClock(escalation.deadline_ms)} UTC if nobody decides (in 1 h 59 min)`,
   );
 
   // The reason is required.
@@ -250,6 +355,19 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
   const choices = await el.locator("select.tool option").evaluateAll((options) => options.map((o) => o.value));
   const tools = escalation.candidates.map((c) => c.tool).filter((tool) => tool !== "finish");
   assert.deepEqual(choices, tools, "every candidate tool may be chosen; finish is no tool");
+
+  // One field per parameter, typed from the registry, prefilled from the proposal.
+  const method = el.locator('.argument[data-parameter="method"] select');
+  const notify = el.locator('.argument[data-parameter="notify"] input[type=checkbox]');
+  const memo = el.locator('.argument[data-parameter="memo"] input[type=text]');
+  assert.equal(await method.inputValue(), escalation.arguments.method);
+  assert.equal(await notify.isChecked(), escalation.arguments.notify);
+  assert.equal(await memo.inputValue(), "");
+  const method_edited = escalation.arguments.method === "card" ? "transfer" : "card";
+  await method.selectOption(method_edited);
+  await notify.setChecked(!escalation.arguments.notify);
+  await memo.fill("invoice 7781");
+
   const reason = "supplier Acme is known; invoice 7781 checked";
   await el.locator("textarea.reason").fill(reason);
   assert.equal(await resolve.isEnabled(), true);
@@ -263,6 +381,7 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
   const { resolution } = await agent.resolutionOf(decision.escalation);
   assert.equal(resolution.outcome, "execute");
   assert.equal(resolution.tool, "send_payment");
+  assert.deepEqual(resolution.arguments, { method: method_edited, notify: !escalation.arguments.notify, memo: "invoice 7781" });
   assert.equal(resolution.reason, reason);
   assert.equal(resolution.reviewer, REVIEWER, "the reviewer is the key's name");
   assert.equal(resolution.by, "reviewer");
@@ -272,7 +391,14 @@ inboxTest("a pending escalation is shown, counted down and resolved from the pag
   await el.waitFor({ state: "detached" });
   const done = page.locator(`#resolved li[data-escalation="${decision.escalation}"]`);
   assert.match(await done.textContent(), new RegExp(`^${REVIEWER} ran send_payment`));
+  assert.equal(await done.locator(".tool-run").textContent(), "send_payment: the agent runs it");
   assert.equal(await page.locator("#pending-count").textContent(), "0");
+
+  // A reload keeps the key (this tab's sessionStorage), still without it in the URL.
+  await page.reload();
+  await page.locator('#connection[data-state="live"]').waitFor();
+  assert.equal(page.url(), `${baseURL}/inbox`);
+  assert.ok(!navigated.some((u) => u.includes(reviewerKey)));
 });
 
 inboxTest("an escalation raised while the page is open appears without a reload, and deny works", async () => {
@@ -308,9 +434,114 @@ inboxTest("a key that is not a reviewer's is refused, and the page says so", asy
     other.on("pageerror", (err) => pageErrors.push(err.message));
     await other.goto(`${baseURL}/inbox#key=${agentKey}`);
     await other.locator('#connection[data-state="refused"]').waitFor();
-    assert.match(await other.locator("#notice").textContent(), /^The key was refused: 403 FORBIDDEN/);
+    const notice = await other.locator("#notice").textContent();
+    assert.match(notice, /^The key was refused: 403 FORBIDDEN/);
+    assert.match(notice, /This page needs a key with role reviewer \(or admin\)\.$/);
     assert.equal(await other.locator("li.card").count(), 0);
   } finally {
+    await context.close();
+  }
+});
+
+inboxTest("the evidence says which rule fired, a flat tie marks no tool, and a deadline names its outcome", async () => {
+  const risky = await agent.escalate("inbox-rollback", ROLLBACK_REQUEST, "rollback_deploy");
+  const flat = await agent.escalate("inbox-flat", FLAT_REQUEST, "send_payment", "assistant");
+  const e = await reviewerGet(`/v1/escalations/${risky.escalation}`);
+  const el = page.locator(card(risky.escalation));
+  await el.waitFor();
+  assert.equal(await el.locator(".reason-badge").textContent(), "rule:max_risk");
+  assert.equal(await el.locator(".why").textContent(), "rollback_deploy is high risk; this policy allows at most medium");
+  assert.equal(await el.locator(".bar-row.proposed .bar").getAttribute("data-tool"), "rollback_deploy");
+  // Denied after 15 minutes (the policy's default terms).
+  assert.match(
+    await el.locator(".deadline").textContent(),
+    new RegExp(`^denied at ${utcClock(e.deadline_ms)} UTC if nobody decides \\(in 1[45] min\\)$`),
+  );
+
+  const f = await reviewerGet(`/v1/escalations/${flat.escalation}`);
+  assert.equal(f.evidence.tie, true, "no option stands out");
+  const tie = page.locator(card(flat.escalation));
+  await tie.waitFor();
+  assert.equal(await tie.locator(".bar-row.proposed").count(), 0, "no tool in bold as if chosen");
+  assert.equal(await tie.locator(".proposed-tool").textContent(), "send_payment (tie)");
+  assert.match(await tie.locator(".tie-note").textContent(), /^A flat tie: the model prefers none of send_payment, .*; send_payment is proposed only because it comes first\.$/);
+});
+
+inboxTest("another tool with edited arguments: a refusal is shown inline, and tool runs show ok or failed", async () => {
+  const flatId = await page.locator("li.card", { has: page.locator(".tie-note:visible") }).getAttribute("data-escalation");
+  const rollbackId = await page
+    .locator("li.card", { has: page.locator('.reason-badge:text-is("rule:max_risk")') })
+    .getAttribute("data-escalation");
+  const el = page.locator(card(rollbackId));
+  assert.equal(await el.locator(".arguments").isVisible(), false, "rollback_deploy has no parameters");
+  await el.locator("select.tool").selectOption("restart_service");
+  const service = el.locator('.argument[data-parameter="service"] select');
+  assert.equal(await service.inputValue(), "", "another tool's choice starts unchosen");
+  assert.deepEqual(await service.locator("option").evaluateAll((o) => o.map((x) => x.value)), ["", "api", "worker"]);
+  await el.locator("textarea.reason").fill("the worker is stuck, not the deploy");
+  await el.locator("button.resolve").click();
+  // The server's own rules refuse it; the page says why, next to the field.
+  await el.locator(".error:visible").waitFor();
+  assert.equal(
+    await el.locator(".error").textContent(),
+    "422 INVALID_RESOLUTION: tool `restart_service` needs `service` (choice)",
+  );
+  assert.equal(await el.locator('.argument[data-parameter="service"]').getAttribute("class"), "argument choice invalid");
+
+  await service.selectOption("worker");
+  await el.locator('.argument[data-parameter="drain"] input').check();
+  await el.locator('.argument[data-parameter="note"] input').fill("after the 14:00 alert");
+  await el.locator("button.resolve").click();
+  await el.waitFor({ state: "detached" });
+  const done = page.locator(`#resolved li[data-escalation="${rollbackId}"] .tool-run`);
+  await page.locator(`#resolved li[data-escalation="${rollbackId}"] .tool-run[data-state="ok"]`).waitFor();
+  assert.equal(await done.textContent(), "restart_service: ok");
+  const ran = await withToolRun(rollbackId);
+  assert.deepEqual(ran.resolution.arguments, { service: "worker", drain: true, note: "after the 14:00 alert" });
+  assert.equal(ran.resolution.tool_run.ok, true);
+
+  // A run that fails: the http call to a closed port.
+  const again = await agent.escalate("inbox-rollback-2", ROLLBACK_REQUEST, "rollback_deploy");
+  const second = page.locator(card(again.escalation));
+  await second.waitFor();
+  await second.locator("textarea.reason").fill("roll it back");
+  await second.locator("button.resolve").click();
+  await page.locator(`#resolved li[data-escalation="${again.escalation}"] .tool-run[data-state="failed"]`).waitFor();
+  const failed = await withToolRun(again.escalation);
+  assert.equal(failed.resolution.tool_run.error_code, "EXECUTOR_UNREACHABLE");
+  assert.equal(
+    await page.locator(`#resolved li[data-escalation="${again.escalation}"] .tool-run`).textContent(),
+    `rollback_deploy: failed with EXECUTOR_UNREACHABLE (${failed.resolution.tool_run.detail})`,
+  );
+
+  const tie = page.locator(card(flatId));
+  await tie.locator("textarea.reason").fill("unclear request");
+  await tie.locator("button.deny").click();
+  await tie.waitFor({ state: "detached" });
+  assert.equal(await page.locator("#pending-count").textContent(), "0");
+});
+
+inboxTest("without API keys the page needs no key and lists what is pending", async () => {
+  openServer.url = await openServer.process.start(
+    await writeConfig("open", { registry: openServer.registry, policy: openServer.policy, keys: false }),
+    {},
+    STARTUP_MS,
+  );
+  const openAgent = new AgentSocket(`${openServer.url.replace(/^http/, "ws")}/v1/agent`, "");
+  const { context, page: p } = await freshPage();
+  try {
+    await openAgent.opened;
+    const decision = await openAgent.escalate("open-1", PAYMENT_REQUEST);
+    await p.goto(`${openServer.url}/inbox`);
+    await p.locator(card(decision.escalation)).waitFor();
+    await p.locator('#connection[data-state="live"]').waitFor();
+    assert.equal(await p.locator("#pending-count").textContent(), "1");
+    assert.equal(await p.locator("#empty").isVisible(), false);
+    assert.equal(await p.locator("#key-form").isVisible(), false, "no key is asked for");
+    assert.match(await p.locator("#auth-note").textContent(), /^This server has no API keys/);
+    assert.equal(await p.locator("#notice").isVisible(), false);
+  } finally {
+    openAgent.close();
     await context.close();
   }
 });
