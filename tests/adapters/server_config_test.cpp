@@ -254,6 +254,10 @@ TEST(serve_cli, usage_and_configuration_errors) {
       run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--listen", "nowhere"});
   EXPECT_EQ(listen, 64);
   EXPECT_NE(l_err.find("--listen takes HOST:PORT"), std::string::npos);
+  EXPECT_NE(help_out.find("--db PATH"), std::string::npos);
+  auto [db, d_out, d_err] = run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--db", ""});
+  EXPECT_EQ(db, 64);
+  EXPECT_NE(d_err.find("--db needs a path"), std::string::npos) << d_err;
 }
 
 }  // namespace
