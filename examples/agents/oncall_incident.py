@@ -145,7 +145,8 @@ async def main():
                 print("\n".join(logs[name]))
                 print(f"{name}: ends with {outcome}")
             try:
-                left = f"{len(await reviewer.pending())} escalations wait for a person"
+                n = len(await reviewer.pending())
+                left = f"{n} escalation{'' if n == 1 else 's'} wait{'s' if n == 1 else ''} for a person"
             except ProtocolError as e:
                 left = f"the pending escalations cannot be listed with this key ({e})"
             print(f"{left} ({reviewer.base_url}/inbox)")
