@@ -24,7 +24,7 @@ namespace baton::log {
 
 struct decision_record {
   std::string id;          // the decision id the agent sees
-  std::string request_id;  // the client frame's `id` rendered as JSON, or "" when it sent none
+  std::string request_id;  // the client frame's `id` rendered as JSON ("" when it sent none); SystemOne: the request id
   std::string session;
   std::int64_t turn = 0;
   std::int64_t created_ms = 0;  // unix time, milliseconds

@@ -34,7 +34,8 @@ Commands:
                (column -> value) on its own line. JSON columns (answers, arguments, proposal,
                output) stay JSON text. Views: decisions_per_lane_per_day,
                low_confidence_decisions (confidence < 0.5), escalated_decisions,
-               confidence_by_model
+               confidence_by_model, pending_escalations (no resolution yet),
+               resolved_escalations (with their resolution and wait_s)
   show ID      the decision as one JSON object, its tool runs under "tool_runs"
   tail         the last decisions, oldest first, one line each: time, id, session, turn, tool,
                action, lane, confidence

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <csignal>
+#include <filesystem>
 #include <mutex>
 #include <ostream>
 #include <thread>
@@ -24,7 +25,7 @@ namespace baton {
 
 namespace {
 
-constexpr const char* serve_help = R"(Usage: baton serve [--config FILE] [--listen HOST:PORT]
+constexpr const char* serve_help = R"(Usage: baton serve [--config FILE] [--listen HOST:PORT] [--db PATH]
 
 Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protocol.md);
 SystemOne/Jev clients POST to http://HOST:PORT/v1/systemone (docs/systemone.md) and list
@@ -36,6 +37,8 @@ GET /metrics counts what it did (Prometheus). Everything else comes from the con
 Options:
   --config FILE       the server configuration (default config/baton.yaml)
   --listen HOST:PORT  overrides server.listen (port 0: any free port; the chosen one is printed)
+  --db PATH           overrides log.path, the decision log (relative to the working directory,
+                      as `baton log --db` reads it)
 
 SIGINT or SIGTERM stops it gracefully: no new connections, in-flight decisions finish, sessions
 get a close frame, the decision log is flushed.
@@ -263,7 +266,7 @@ void running_server::wait() {
 
 int serve_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   command_args a;
-  if (auto problem = parse_args(args, {"--config", "--listen"}, {}, a)) return usage_error(err, *problem, "serve");
+  if (auto problem = parse_args(args, {"--config", "--listen", "--db"}, {}, a)) return usage_error(err, *problem, "serve");
   if (a.help) {
     out << serve_help;
     return exit_ok;
@@ -277,6 +280,10 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   }
   if (const auto listen = a.get("--listen"); listen && !parse_listen(*listen, config->server)) {
     return usage_error(err, "--listen takes HOST:PORT, e.g. 127.0.0.1:8470", "serve");
+  }
+  if (const auto db = a.get("--db")) {
+    if (db->empty()) return usage_error(err, "--db needs a path", "serve");
+    config->log.path = std::filesystem::path(*db).lexically_normal();
   }
 
   // Standard output carries the listening line only; the server's log lines go to standard error.

@@ -36,7 +36,8 @@ std::filesystem::path read_path(const YAML::Node& v, const std::string& what, co
   const std::string s = read_string(v, what);
   if (s.empty()) fail(v, what + " must not be empty");
   const std::filesystem::path p(s);
-  return p.is_absolute() ? p : base / p;
+  // Lexically normal, so that start-up logs and /health name `var/baton.db`, not `config/../var/baton.db`.
+  return (p.is_absolute() ? p : base / p).lexically_normal();
 }
 
 void read_server(const YAML::Node& n, server_options& s) {
@@ -373,9 +374,9 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
   return parse(yaml_text, file.string(), "INVALID_CONFIG", [&](const YAML::Node& root) {
     server_config c;
     c.file = file;
-    c.registry = base / c.registry;
-    c.policy = base / c.policy;
-    c.log.path = base / c.log.path;
+    c.registry = (base / c.registry).lexically_normal();
+    c.policy = (base / c.policy).lexically_normal();
+    c.log.path = (base / c.log.path).lexically_normal();
     if (root.IsNull()) return c;
     for (const field& f : read_map(root, "the config", {"server", "engine", "registry", "policy", "log", "executors",
                                                         "auth", "systemone", "routing"})) {

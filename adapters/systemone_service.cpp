@@ -153,7 +153,9 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
   render_response(*resp, ok.body, 4);
 
   log::decision_record rec;
+  // Its id is the request id the client got (x-typesafe-request-id): the row carries it in both.
   rec.id = c->id;
+  rec.request_id = c->id;
   rec.session = c->caller;
   rec.created_ms = unix_ms();
   rec.queue_ms = c->queue_ms;

@@ -5,6 +5,8 @@
 # (e.g. --listen 127.0.0.1:9000).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh" >&2
+# Quiet when there is nothing to build: only ninja's "no work to do" is dropped; a build's progress
+# and any error still show (set -o pipefail keeps setup.sh's exit status).
+"$root/scripts/setup.sh" 2>&1 | { grep --line-buffered -vx 'ninja: no work to do\.' || true; } >&2
 mkdir -p "$root/var"
 exec "${BATON_BUILD_DIR:-$root/build}/adapters/baton" serve --config "$root/config/baton.yaml" "$@"

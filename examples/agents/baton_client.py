@@ -1,15 +1,23 @@
 """A small client for baton's agent protocol (docs/protocol.md), written the way an agent framework
 would use it: one WebSocket, many sessions over it, frames matched to their requests by id.
 
-Only Debian's python3-websockets is needed.
+Needs the `websockets` package: Debian's python3-websockets, which /usr/bin/python3 has (another
+python3, such as a pyenv or a virtual environment, needs `pip install websockets`).
 """
 
 import asyncio
 import itertools
 import json
 import os
+import sys
+import urllib.error
+import urllib.request
 
-import websockets
+try:
+    import websockets
+except ModuleNotFoundError:
+    sys.exit(f"{sys.executable} has no `websockets` module: run the example with /usr/bin/python3 "
+             "(Debian's python3-websockets), or `pip install websockets` for this interpreter")
 
 
 class ProtocolError(Exception):
@@ -33,6 +41,7 @@ class BatonClient:
         self._ids = itertools.count(1)
         self._waiting = {}  # frame id -> future of the decision, ack or error that answers it
         self._tool_results = {}  # decision id -> future of the tool_result baton sends
+        self._resolutions = {}  # escalation id -> future of the resolution a person (or a deadline) gave
         self._ws = None
         self._reader = None
 
@@ -63,6 +72,23 @@ class BatonClient:
         """The tool_result frame baton sends after running a tool itself."""
         return self._tool_results.setdefault(decision, asyncio.get_running_loop().create_future())
 
+    def resolution(self, escalation):
+        """The resolution of an escalation, sent when a person resolves it (or on `resume`)."""
+        return self._resolutions.setdefault(escalation, asyncio.get_running_loop().create_future())
+
+    async def acknowledge(self, resolution, session):
+        """Acks a resolution, then checks with `resume` that baton no longer holds it for the
+        session (an ack has no answer of its own; a refused one gets an error frame first)."""
+        ack_id = next(self._ids)
+        refused = asyncio.get_running_loop().create_future()
+        self._waiting[ack_id] = refused
+        await self._ws.send(json.dumps({"type": "ack", "id": ack_id, "resolution": resolution["id"]}))
+        resumed = await self.request({"type": "resume", "session": session})
+        self._waiting.pop(ack_id, None)
+        if refused.done():
+            raise ProtocolError(refused.result())
+        return resumed
+
     async def _read(self):
         try:
             async for text in self._ws:
@@ -70,6 +96,12 @@ class BatonClient:
                 kind = frame.get("type")
                 if kind == "tool_result":
                     self.tool_result(frame["decision"]).set_result(frame)
+                    continue
+                if kind == "resolution":
+                    # At least once: a resume sends again what was not acknowledged yet.
+                    waiter = self.resolution(frame["resolution"]["escalation"])
+                    if not waiter.done():
+                        waiter.set_result(frame["resolution"])
                     continue
                 key = frame.get("id") if kind == "decision" else frame.get("ref")
                 waiter = self._waiting.pop(key, None)
@@ -125,6 +157,40 @@ class Session:
         return result
 
 
+class Reviewer:
+    """A person's side over baton's reviewer HTTP API (docs/escalations.md), for an example that plays
+    the reviewer itself. `api_key` (default: $BATON_REVIEWER_KEY) needs the role reviewer when the
+    server has keys."""
+
+    def __init__(self, base_url, api_key=None):
+        self.base_url = base_url
+        self.api_key = api_key if api_key is not None else os.environ.get("BATON_REVIEWER_KEY")
+
+    def _call(self, path, body=None):
+        request = urllib.request.Request(self.base_url + path, data=None if body is None else json.dumps(body).encode())
+        request.add_header("Content-Type", "application/json")
+        if self.api_key:
+            request.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as e:
+            try:
+                body = json.load(e)
+            except ValueError:
+                body = {"code": f"HTTP_{e.code}", "error": e.reason}
+            raise ProtocolError(body) from None
+
+    async def escalation(self, escalation):
+        return await asyncio.to_thread(self._call, f"/v1/escalations/{escalation}")
+
+    async def pending(self):
+        return (await asyncio.to_thread(self._call, "/v1/escalations?status=pending"))["escalations"]
+
+    async def resolve(self, escalation, **resolution):
+        return await asyncio.to_thread(self._call, f"/v1/escalations/{escalation}/resolve", resolution)
+
+
 def describe(decision):
     tool = decision.get("tool") or "-"
     args = decision.get("arguments") or {}
@@ -135,12 +201,15 @@ def describe(decision):
     )
 
 
-async def run_session(session, messages, role, run_agent_tool, out, max_turns=4, what="task", note=None, **decide_args):
+async def run_session(session, messages, role, run_agent_tool, out, max_turns=4, what="task", note=None,
+                      await_person=None, **decide_args):
     """A task the way the example agents handle one: each message is an event of `role`; every turn
     baton decides, and the agent acts on the lane. Tools of executor `agent` go to
     run_agent_tool(decision) -> (ok, output); others baton runs. When baton proposes again a call
     that already succeeded, the agent closes the task itself (a loop guard, as frameworks keep one).
-    Lines for people go to `out`; the outcome is returned."""
+    An escalation ends the task unless `await_person(decision)` is given: it returns the person's
+    resolution (or None when none came), which the agent acknowledges and follows, then goes on
+    with the next message. Lines for people go to `out`; the outcome is returned."""
     name = session.name
     pending = list(messages)
     session.add({"role": role, "content": pending.pop(0)})
@@ -148,7 +217,24 @@ async def run_session(session, messages, role, run_agent_tool, out, max_turns=4,
     for _ in range(max_turns):
         decision = await session.decide(**decide_args)
         out.append(f"{name} turn {decision['turn']}: {describe(decision)}{note(decision) if note else ''}")
-        if decision["action"] != "execute":
+        if decision["action"] == "escalate" and await_person:
+            resolution = await await_person(decision)
+            if resolution is None:
+                return "escalate (nobody resolved it in time)"
+            resumed = await session.client.acknowledge(resolution, name)
+            call = ""
+            if resolution["tool"]:
+                call = " " + resolution["tool"] + "(" + ", ".join(f"{k}={v}" for k, v in resolution["arguments"].items()) + ")"
+            out.append(f"{name}   resolution {resolution['id']}: {resolution['outcome']}{call} by {resolution['reviewer']} "
+                       f"({resolution['by']}): \"{resolution['reason']}\"; acknowledged, "
+                       f"{resumed['resolutions']} left for this {what}")
+            if resolution["outcome"] != "execute":
+                return "denied by a person"
+            if resolution["tool"] == "finish":
+                return "finished by a person"
+            # The person's call is now this turn's: run it (here, or baton already runs it).
+            decision = {key: resolution[key] for key in ("decision", "tool", "arguments", "executor")}
+        elif decision["action"] != "execute":
             return decision["action"]
         call = (decision["tool"], decision["arguments"])
         if call in done:

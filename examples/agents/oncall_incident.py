@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """An on-call incident agent on baton.
 
 Each alert is a session. The agent reports what it sees; baton answers which remediation comes
@@ -9,14 +9,22 @@ When baton proposes again a call that already succeeded for this alert, the agen
 alert itself (a loop guard, as agent frameworks keep one). Each turn also asks one extra question in the
 same forward pass (is this a known issue?), which the policy does not read but the agent prints.
 
-Run it against `baton serve --config config/examples/oncall/baton.yaml`.
+An escalated alert waits for a person: it is pending in the reviewer inbox (/inbox) until someone
+resolves it; the agent then receives the resolution, acknowledges it, runs what the person chose
+(or stops on a deny) and goes on with the alert. With --resolve-as-reviewer the script plays the
+reviewer itself over the reviewer HTTP API (the REVIEWS below), so the round trip runs unattended.
+
+Run it from the repository root with /usr/bin/python3 (Debian's python3-websockets): it starts
+`baton serve --config config/examples/oncall/baton.yaml` on a fresh decision log (var/oncall.db)
+and stops it at the end (--url uses a baton that is already running instead).
 """
 
 import argparse
 import asyncio
 import sys
 
-from baton_client import BatonClient, ProtocolError, run_session
+from baton_client import BatonClient, ProtocolError, Reviewer, run_session
+from example_server import add_server_arguments, example_server, http_base
 
 ALERTS = {
     "alert-checkout-oom": [
@@ -28,6 +36,7 @@ ALERTS = {
     ],
     "alert-api-release": [
         "The latest deploy of the public API is a bad release that broke login: roll back the deploy.",
+        "The rollback finished and login works again. The incident is resolved and the alert has cleared.",
     ],
     "alert-disk-flapping": [
         "A noisy disk alert keeps flapping with no customer impact; silence the alert.",
@@ -38,6 +47,24 @@ ALERTS = {
     "alert-api-errors": ["api errors up; restart?"],
     "alert-search-index": ["The search index looks stale"],
 }
+
+# What the reviewer decides with --resolve-as-reviewer: the proposed tool, another tool, a deny.
+REVIEWS = {
+    "alert-api-release": {"outcome": "execute", "reason": "the release broke login: roll it back"},
+    "alert-api-outage": {"outcome": "execute", "tool": "page_oncall",
+                         "reason": "a SEV1 needs the on-call engineer, not a silenced alert"},
+    "alert-search-index": {"outcome": "deny", "reason": "a stale index is not an incident: reindex in office hours"},
+}
+
+
+def review(name, escalation):
+    """The reviewer's call on an escalation, from what the reviewer API shows of it."""
+    ran = [e.get("tool") for e in escalation["state"] if e.get("role") == "tool" and e.get("ok")]
+    if escalation["tool"] in ran:
+        # The keyword engine reads the whole history, so it proposes the done tool again.
+        return {"outcome": "execute", "tool": "finish", "reason": f"{escalation['tool']} already ran and worked: the alert is over"}
+    return REVIEWS.get(name, {"outcome": "deny", "reason": "not an alert this example reviews"})
+
 
 EXTRA_QUESTIONS = {
     "known_issue": {"type": "noul", "instructions": "Is this a known issue that has a runbook?"},
@@ -53,6 +80,8 @@ def run_agent_tool(decision):
         return True, {"silenced_for_minutes": 60}
     if tool == "page_oncall":
         return True, {"paged": "primary on-call"}
+    if tool == "rollback_deploy":
+        return True, {"rolled_back_to": "api v2.41.0"}
     return False, {"error": f"this agent does not run {tool}"}
 
 
@@ -61,27 +90,69 @@ def known_issue(decision):
     return f"  known_issue={known}"
 
 
+def person(args, reviewer, baton, name, out):
+    """What the agent does on an escalation: waits for its resolution, which the script gives
+    itself as the reviewer (--resolve-as-reviewer) or a person gives in the inbox."""
+
+    async def await_person(decision):
+        escalation = decision["escalation"]
+        if args.resolve_as_reviewer:
+            seen = await reviewer.escalation(escalation)
+            decided = review(name, seen)
+            tool = decided.get("tool", seen["tool"]) if decided["outcome"] == "execute" else ""
+            out.append(f"{name}   reviewer reads {escalation}: \"{seen['question']}\" and resolves it: "
+                       f"{decided['outcome']} {tool}".rstrip())
+            await reviewer.resolve(escalation, **decided)
+            timeout = 30
+        else:
+            print(f"{name}: escalated ({escalation}); resolve it at {reviewer.base_url}/inbox "
+                  f"(waiting up to {args.wait:g} s)", file=sys.stderr, flush=True)
+            timeout = args.wait
+        try:
+            return await asyncio.wait_for(asyncio.shield(baton.resolution(escalation)), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    return await_person
+
+
 async def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="ws://127.0.0.1:8472/v1/agent")
+    parser.add_argument("--resolve-as-reviewer", action="store_true",
+                        help="resolve the escalations as the reviewer, over the reviewer HTTP API "
+                             "($BATON_REVIEWER_KEY when the server has keys)")
+    parser.add_argument("--wait", type=float, default=600,
+                        help="without --resolve-as-reviewer: how long an escalated alert waits for a person, "
+                             "in seconds (default 600; 0: it ends at the escalation)")
     parser.add_argument("--max-turns", type=int, default=4)
+    add_server_arguments(parser, "oncall")
     args = parser.parse_args()
     try:
-        async with BatonClient(args.url) as baton:
-            logs = {name: [] for name in ALERTS}
-            outcomes = await asyncio.gather(
-                *(
-                    run_session(baton.session(name), r, "monitor", run_agent_tool, logs[name], args.max_turns,
-                                "alert", note=known_issue, questions=EXTRA_QUESTIONS)
-                    for name, r in ALERTS.items()
+        async with example_server(args, print) as url:
+            reviewer = Reviewer(http_base(url))
+            async with BatonClient(url) as baton:
+                logs = {name: [] for name in ALERTS}
+                waits = args.resolve_as_reviewer or args.wait > 0
+                outcomes = await asyncio.gather(
+                    *(
+                        run_session(baton.session(name), r, "monitor", run_agent_tool, logs[name], args.max_turns,
+                                    "alert", note=known_issue, questions=EXTRA_QUESTIONS,
+                                    await_person=person(args, reviewer, baton, name, logs[name]) if waits else None)
+                        for name, r in ALERTS.items()
+                    )
                 )
-            )
+            for name, outcome in zip(ALERTS, outcomes):
+                print("\n".join(logs[name]))
+                print(f"{name}: ends with {outcome}")
+            try:
+                n = len(await reviewer.pending())
+                left = f"{n} escalation{'' if n == 1 else 's'} wait{'s' if n == 1 else ''} for a person"
+            except ProtocolError as e:
+                left = f"the pending escalations cannot be listed with this key ({e})"
+            print(f"{left} ({reviewer.base_url}/inbox)")
     except ProtocolError as e:
-        print(f"baton refused a frame: {e}", file=sys.stderr)
+        print(f"baton refused: {e}", file=sys.stderr)
         return 1
-    for name, outcome in zip(ALERTS, outcomes):
-        print("\n".join(logs[name]))
-        print(f"{name}: ends with {outcome}")
     return 0
 
 

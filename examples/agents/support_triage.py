@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A support-triage agent on baton.
 
 Each customer ticket is a session. Every turn the agent sends what happened since the last one and
@@ -14,7 +14,10 @@ baton answers which tool comes next, with its arguments and a lane from the poli
 - finish: the ticket is resolved. When baton proposes again a call that already succeeded in this
   ticket, the agent closes the ticket itself: a loop guard, as agent frameworks keep one.
 
-Run it against `baton serve --config config/examples/support/baton.yaml`.
+Run it from the repository root with /usr/bin/python3 (Debian's python3-websockets): it starts
+`baton serve --config config/examples/support/baton.yaml` on a fresh decision log
+(var/support.db) and stops it at the end (--url uses a baton that is already running instead).
+An escalated ticket ends here; examples/agents/oncall_incident.py shows what comes after.
 """
 
 import argparse
@@ -25,6 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from baton_client import BatonClient, ProtocolError, run_session
+from example_server import add_server_arguments, example_server
 
 TICKETS = {
     "ticket-101": [
@@ -82,15 +86,15 @@ def run_agent_tool(decision):
 
 async def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="ws://127.0.0.1:8470/v1/agent")
     parser.add_argument("--service-port", type=int, default=8471, help="port of the example password service")
     parser.add_argument("--max-turns", type=int, default=4)
+    add_server_arguments(parser, "support")
     args = parser.parse_args()
 
     service = ThreadingHTTPServer(("127.0.0.1", args.service_port), PasswordService)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     try:
-        async with BatonClient(args.url) as baton:
+        async with example_server(args, print) as url, BatonClient(url) as baton:
             logs = {name: [] for name in TICKETS}
             # All tickets at once, over one connection: frames are matched by id.
             outcomes = await asyncio.gather(

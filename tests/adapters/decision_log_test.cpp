@@ -539,6 +539,19 @@ TEST_F(decision_log_test, sql_writes_json_lines_and_serves_the_views) {
   EXPECT_EQ(buckets[1]["bucket"], 0.9);
 }
 
+// `baton log --help` names every view the log has, so an auditor finds the escalation views too.
+TEST_F(decision_log_test, help_lists_every_view) {
+  write_decisions(1);
+  const auto views = sql("SELECT name FROM sqlite_schema WHERE type = 'view' ORDER BY name");
+  EXPECT_GE(views.size(), 6u);
+  const auto help = cli({"log", "--help"});
+  EXPECT_EQ(help.code, exit_ok);
+  for (const json& v : views) {
+    const std::string name = v["name"].get<std::string>();
+    EXPECT_NE(help.out.find(name), std::string::npos) << name << " is missing from\n" << help.out;
+  }
+}
+
 TEST_F(decision_log_test, sql_refuses_statements_that_write) {
   write_decisions(2);
   const std::string copy = (dir_ / "copy.db").string(), other = (dir_ / "other.db").string();

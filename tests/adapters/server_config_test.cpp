@@ -47,6 +47,20 @@ executors: {timeout_ms: 250, max_output_bytes: 4096}
   EXPECT_EQ(c->executors.max_output_bytes, 4096u);
 }
 
+// scripts/run.sh passes ROOT/config/baton.yaml, whose log is ../var/baton.db: the path baton logs
+// and serves is ROOT/var/baton.db, not ROOT/config/../var/baton.db.
+TEST(server_config, relative_paths_are_lexically_normal) {
+  auto c = parse_server_config("registry: ../tools/./tools.yaml\nlog: {path: ../var/baton.db}\n",
+                               "/srv/baton/config/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->log.path, "/srv/baton/var/baton.db");
+  EXPECT_EQ(c->registry, "/srv/baton/tools/tools.yaml");
+  EXPECT_EQ(c->policy, "/srv/baton/config/policy.yaml");
+  c = parse_server_config("", "./config/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->registry, "config/tools.yaml");
+}
+
 TEST(server_config, problems_name_the_file_and_line) {
   EXPECT_EQ(problem("server:\n  listen: nowhere\n"),
             "/etc/baton/baton.yaml:2: `server.listen` must be HOST:PORT, e.g. 127.0.0.1:8470");
@@ -240,6 +254,10 @@ TEST(serve_cli, usage_and_configuration_errors) {
       run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--listen", "nowhere"});
   EXPECT_EQ(listen, 64);
   EXPECT_NE(l_err.find("--listen takes HOST:PORT"), std::string::npos);
+  EXPECT_NE(help_out.find("--db PATH"), std::string::npos);
+  auto [db, d_out, d_err] = run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--db", ""});
+  EXPECT_EQ(db, 64);
+  EXPECT_NE(d_err.find("--db needs a path"), std::string::npos) << d_err;
 }
 
 }  // namespace

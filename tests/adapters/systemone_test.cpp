@@ -480,6 +480,25 @@ TEST_F(systemone_test, every_response_carries_a_request_id_and_a_decision_is_log
   EXPECT_TRUE(rows[0]["schema_hash"].get<std::string>().starts_with("sha256:"));
 }
 
+// The docs say a SystemOne decision's id is its request id: `baton log show` must show it as the
+// row's request_id too, not "".
+TEST_F(systemone_test, log_show_gives_a_systemone_decision_its_request_id) {
+  test::http_client client(start());
+  const auto res = client.post("/v1/systemone", simple_request);
+  ASSERT_EQ(res.status, 200) << res.body;
+  const std::string id = res.header("x-typesafe-request-id");
+  ASSERT_TRUE(id.starts_with("d-")) << id;
+  server_->stop();
+  std::istringstream in;
+  std::ostringstream out, err;
+  const std::string db = (dir_ / "decisions.db").string();
+  const std::vector<std::string_view> args = {"log", "show", "--db", db, id};
+  ASSERT_EQ(run_cli(args, in, out, err), 0) << err.str();
+  const json shown = test::parse(out.str());
+  EXPECT_EQ(shown["id"], id);
+  EXPECT_EQ(shown["request_id"], id);
+}
+
 TEST_F(systemone_test, keys_and_roles) {
   const unsigned short port = start(keys_yaml);
   test::http_client client(port);
