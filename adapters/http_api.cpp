@@ -289,7 +289,7 @@ void http_api::handle_escalations(const ticket& t, const request& req, boost::as
   json body;
   json_parse_error err;
   if (!parse_json(req.body(), body, err, json_parse_options{})) {
-    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message)));
+    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message + " at byte " + std::to_string(err.byte))));
     return;
   }
   auto in = parse_resolve_input(body);

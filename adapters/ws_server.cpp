@@ -9,6 +9,8 @@
 
 #include <deque>
 
+#include "adapters/review_protocol.hpp"
+
 namespace baton {
 
 namespace net = boost::asio;
@@ -289,28 +291,13 @@ class review_session : public review_listener,
   }
 
   void on_frame(const std::string& text) {
-    json f;
-    json_parse_error err;
-    if (!parse_json(text, f, err, json_parse_options{}) || !f.is_object()) {
-      send(protocol::render_error_frame(nullptr, make_error(400, "INVALID_JSON", "a frame is one JSON object")));
+    json ref;
+    auto f = protocol::parse_review_frame(text, ref);
+    if (!f) {
+      send(protocol::render_error_frame(ref, f.error()));
       return;
     }
-    json ref = f.contains("id") ? f["id"] : json();
-    const auto escalation = f.find("escalation");
-    if (f.value("type", "") != "resolve") {
-      send(protocol::render_error_frame(ref, make_error(422, "UNKNOWN_TYPE", "reviewers send `resolve` frames")));
-      return;
-    }
-    if (escalation == f.end() || !escalation->is_string()) {
-      send(protocol::render_error_frame(ref, make_error(422, "INVALID_RESOLUTION", "`escalation` names the escalation to resolve")));
-      return;
-    }
-    auto in = parse_resolve_input(f);
-    if (!in) {
-      send(protocol::render_error_frame(ref, in.error()));
-      return;
-    }
-    hub_->service.desk().resolve(escalation->get<std::string>(), std::move(*in), ticket_.who->name,
+    hub_->service.desk().resolve(f->escalation, std::move(f->input), ticket_.who->name,
                                  [self = shared_from_this(), ref](result<json> r) {
                                    if (!r) {
                                      self->send(protocol::render_error_frame(ref, r.error()));
