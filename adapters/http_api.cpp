@@ -364,6 +364,9 @@ http_api::response http_api::unreadable(unsigned version, unreadable_reason why)
     case unreadable_reason::busy:
       e = make_error(503, "SERVER_BUSY", "the server holds as many connections or request bytes as it may; retry later");
       break;
+    case unreadable_reason::internal:
+      e = make_error(500, "INTERNAL", "the server failed on this request (logged); the connection closes");
+      break;
   }
   return make(version, false, false, "other", error_reply(e), new_id('q'));
 }
