@@ -70,10 +70,15 @@ result<frame> read_decide(const json& f) {
     d.session = std::move(*s);
   }
   if (const json* t = c.get("turn")) {
-    if (!t->is_number_integer() || (t->is_number_unsigned() && t->get<std::uint64_t>() > (std::uint64_t(1) << 53))) {
+    // Integers beyond 64 bits arrive as big integers: out of range, not of the wrong type.
+    const bool big = is_big_integer(*t);
+    if (!t->is_number_integer() && !big) {
       c.add(json::array({"turn"}), "Input should be a valid integer", "int_type");
-    } else if (t->get<std::int64_t>() < 1) {
+    } else if (big ? t->get_binary().front() == '-'
+                   : t->is_number_unsigned() ? t->get<std::uint64_t>() < 1 : t->get<std::int64_t>() < 1) {
       c.add(json::array({"turn"}), "Input should be greater than or equal to 1", "greater_than_equal");
+    } else if (big || t->get<std::uint64_t>() > std::uint64_t(max_turn)) {
+      c.issues.push_back(turn_too_large({}).detail.front());
     } else {
       d.turn = t->get<std::int64_t>();
     }
@@ -158,6 +163,13 @@ result<frame> read_ack(const json& f) {
 
 }  // namespace
 
+error turn_too_large(std::string_view context) {
+  std::string msg = "Input should be less than or equal to " + std::to_string(max_turn);
+  if (!context.empty()) msg += " (" + std::string(context) + ")";
+  return make_error(422, "INVALID_FRAME",
+                    {issue{json::array({"turn"}), std::move(msg), "less_than_equal", json{{"le", max_turn}}}});
+}
+
 bool valid_session_id(std::string_view s) noexcept {
   if (s.empty() || s.size() > 128) return false;
   return std::all_of(s.begin(), s.end(), [](char ch) {
@@ -171,7 +183,7 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
   json f;
   json_parse_error err;
   if (!parse_json(text, f, err, json_parse_options{max_json_depth})) {
-    return make_error(400, "INVALID_JSON", "the frame is not JSON: " + err.message);
+    return make_error(400, "INVALID_JSON", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
   }
   if (!f.is_object()) return make_error(400, "INVALID_JSON", "a frame must be a JSON object");
   if (const auto it = f.find("id"); it != f.end()) id = *it;

@@ -44,6 +44,14 @@ struct ack_frame {
 
 using frame = std::variant<decide_frame, tool_result_frame, resume_frame, ack_frame>;
 
+// The largest turn number: 2^53, the largest integer every JSON client (a JavaScript number)
+// reads exactly.
+inline constexpr std::int64_t max_turn = std::int64_t(1) << 53;
+
+// 422 INVALID_FRAME at `turn` for a turn beyond max_turn; `context` (may be empty) says which
+// turn that was when the frame named none.
+error turn_too_large(std::string_view context);
+
 // What a client frame gets: its content, or the error to answer it with. `id` is the frame's `id`
 // (null when absent or unreadable), set as soon as the frame is a JSON object.
 result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);

@@ -294,7 +294,7 @@ void http_api::handle_escalations(const ticket& t, const request& req, boost::as
   json body;
   json_parse_error err;
   if (!parse_json(req.body(), body, err, json_parse_options{})) {
-    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message)));
+    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message + " at byte " + std::to_string(err.byte))));
     return;
   }
   auto in = parse_resolve_input(body);
@@ -368,6 +368,9 @@ http_api::response http_api::unreadable(unsigned version, unreadable_reason why)
       break;
     case unreadable_reason::busy:
       e = make_error(503, "SERVER_BUSY", "the server holds as many connections or request bytes as it may; retry later");
+      break;
+    case unreadable_reason::internal:
+      e = make_error(500, "INTERNAL", "the server failed on this request (logged); the connection closes");
       break;
   }
   return make(version, false, false, "other", error_reply(e), new_id('q'));

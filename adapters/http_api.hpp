@@ -67,8 +67,9 @@ class http_api {
 
   // The answer to a request that cannot be read (the connection closes after it): 413 for a body
   // over server.max_body_bytes, 431 for a head over the header limit, 400 for a malformed head,
-  // 503 when the server's connection or buffer budget is spent.
-  enum class unreadable_reason { body_too_large, head_too_large, malformed, busy };
+  // 503 when the server's connection or buffer budget is spent, 500 INTERNAL when a handler of the
+  // request threw (ws_server's last guard).
+  enum class unreadable_reason { body_too_large, head_too_large, malformed, busy, internal };
   response unreadable(unsigned version, unreadable_reason why);
 
  private:

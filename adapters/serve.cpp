@@ -14,6 +14,7 @@
 #include "adapters/agent_service.hpp"
 #include "adapters/cli.hpp"
 #include "adapters/cli_args.hpp"
+#include "adapters/handler_guard.hpp"
 #include "adapters/ws_server.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
@@ -209,7 +210,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   }
   p->server->start();
   for (std::size_t i = 0; i < std::max<std::size_t>(1, p->config.server.io_threads); ++i) {
-    p->threads.emplace_back([io = &p->ioc] { io->run(); });
+    p->threads.emplace_back([io = &p->ioc] { run_io(*io); });
   }
   const engine_description& d = p->engine->describe();
   spdlog::info("baton serving ws://{0}:{1}/v1/agent and http://{0}:{1}/v1/systemone: engine {2}, model {3}, "

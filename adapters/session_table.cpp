@@ -1,5 +1,6 @@
 #include "adapters/session_table.hpp"
 
+#include "adapters/agent_protocol.hpp"
 #include "core/sha256.hpp"
 
 namespace baton {
@@ -69,6 +70,11 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   if (turn && (append ? *turn != next : *turn < next)) {
     return make_error(409, "TURN_OUT_OF_ORDER", "turn " + std::to_string(*turn) + " of session `" + session +
                                                     "`: the next turn is " + std::to_string(next));
+  }
+  // A turn the frame left out is the next one, and within the same limit as one it names.
+  if (!turn && next > protocol::max_turn) {
+    return refuse(protocol::turn_too_large("the next turn of session `" + session + "` would be " +
+                                           std::to_string(next)));
   }
   const std::size_t base = append ? e.rendered.size() : 1;
   const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1;

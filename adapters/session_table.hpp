@@ -52,7 +52,8 @@ class session_table {
 
   // Marks the session busy and builds the turn's history: `events` replace the history, or are
   // appended to it (`append`). Errors: UNKNOWN_SESSION, TURN_OUT_OF_ORDER, SESSION_BUSY,
-  // HISTORY_TOO_LARGE, TOO_MANY_SESSIONS; the session is then unchanged.
+  // INVALID_FRAME (no `turn`, and the next one is past protocol::max_turn), HISTORY_TOO_LARGE,
+  // TOO_MANY_SESSIONS; the session is then unchanged.
   result<session_turn> begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
                              json&& events);
   // The turn was decided and delivered: its history becomes the session's. The session stays busy.

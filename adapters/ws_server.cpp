@@ -9,6 +9,9 @@
 
 #include <deque>
 
+#include "adapters/handler_guard.hpp"
+#include "adapters/review_protocol.hpp"
+
 namespace baton {
 
 namespace net = boost::asio;
@@ -45,12 +48,25 @@ class connection_slot {
 // dropped), and a close that waits for the frames already queued. `Derived` is the session class
 // (for its shared_from_this).
 template <class Derived>
-class ws_stream_session : public closable_session {
+class ws_stream_session : public closable_session, public guard_target {
  public:
   void shut_down() override {
-    net::post(ws_.get_executor(), [self = derived().shared_from_this()] {
+    net::post(guarded_strand(), [self = derived().shared_from_this()] {
       self->close(websocket::close_code::going_away, "the server is shutting down");
     });
+  }
+
+  // A handler of this connection threw: the peer hears why, and the connection closes (1011).
+  void handler_failed() noexcept override {
+    try {
+      enqueue(protocol::render_error_frame(
+          nullptr, make_error(500, "INTERNAL", "the server failed on this connection (logged); it closes")));
+      close(websocket::close_code::internal_error, "internal error");
+    } catch (...) {
+      closing_ = true;
+      beast::error_code ec;
+      beast::get_lowest_layer(ws_).socket().close(ec);
+    }
   }
 
  protected:
@@ -69,10 +85,15 @@ class ws_stream_session : public closable_session {
     }));
     ws_.async_accept(req, [self = derived().shared_from_this()](beast::error_code ec) {
       if (ec) return;
-      self->hub_->add(self);
-      self->on_open();
+      run_guarded("a WebSocket session's start", [&] {
+        self->hub_->add(self);
+        self->on_open();
+      }, self.get());
     });
   }
+
+  // The connection's strand, for whatever runs on its behalf (posted completions, timers).
+  net::any_io_executor guarded_strand() { return guarded_executor(ws_.get_executor(), derived().weak_from_this()); }
 
   void enqueue(std::string frame) {
     if (closing_) return;
@@ -119,11 +140,13 @@ class ws_stream_session : public closable_session {
       }
       s.queued_bytes_ -= s.queue_.front().size();
       s.queue_.pop_front();
-      if (!s.queue_.empty()) {
-        s.write();
-      } else if (s.close_code_) {
-        s.finish_close();
-      }
+      run_guarded("a WebSocket write's completion", [&] {
+        if (!s.queue_.empty()) {
+          s.write();
+        } else if (s.close_code_) {
+          s.finish_close();
+        }
+      }, &s);
     });
   }
 
@@ -156,7 +179,9 @@ class ws_session : public agent_connection,
     owner_ = std::move(t.owner);
   }
 
-  net::any_io_executor strand() override { return ws_.get_executor(); }
+  // Guarded: what the service posts here (engine, log and executor completions, its timers) fails
+  // only this connection when it throws.
+  net::any_io_executor strand() override { return guarded_strand(); }
 
   void run(http::request<http::string_body> req) {
     // No limit in Beast: it would fail a frame whose header announces more at once, before on_read
@@ -174,7 +199,7 @@ class ws_session : public agent_connection,
   void read() {
     if (reading_stopped()) return;
     ws_.async_read_some(buffer_, read_chunk, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_read(ec);
+      run_guarded("an agent frame's handler", [&] { self->on_read(ec); }, self.get());
     });
   }
 
@@ -255,7 +280,7 @@ class review_session : public review_listener,
 
   // From any thread (the desk's broadcasts).
   void send(std::string frame) override {
-    net::post(ws_.get_executor(),
+    net::post(guarded_strand(),
               [self = shared_from_this(), frame = std::move(frame)]() mutable { self->enqueue(std::move(frame)); });
   }
 
@@ -270,7 +295,9 @@ class review_session : public review_listener,
 
   void read() {
     if (reading_stopped()) return;
-    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      run_guarded("a reviewer frame's handler", [&] { self->on_read(ec); }, self.get());
+    });
   }
 
   void on_read(beast::error_code ec) {
@@ -289,28 +316,13 @@ class review_session : public review_listener,
   }
 
   void on_frame(const std::string& text) {
-    json f;
-    json_parse_error err;
-    if (!parse_json(text, f, err, json_parse_options{}) || !f.is_object()) {
-      send(protocol::render_error_frame(nullptr, make_error(400, "INVALID_JSON", "a frame is one JSON object")));
+    json ref;
+    auto f = protocol::parse_review_frame(text, ref);
+    if (!f) {
+      send(protocol::render_error_frame(ref, f.error()));
       return;
     }
-    json ref = f.contains("id") ? f["id"] : json();
-    const auto escalation = f.find("escalation");
-    if (f.value("type", "") != "resolve") {
-      send(protocol::render_error_frame(ref, make_error(422, "UNKNOWN_TYPE", "reviewers send `resolve` frames")));
-      return;
-    }
-    if (escalation == f.end() || !escalation->is_string()) {
-      send(protocol::render_error_frame(ref, make_error(422, "INVALID_RESOLUTION", "`escalation` names the escalation to resolve")));
-      return;
-    }
-    auto in = parse_resolve_input(f);
-    if (!in) {
-      send(protocol::render_error_frame(ref, in.error()));
-      return;
-    }
-    hub_->service.desk().resolve(escalation->get<std::string>(), std::move(*in), ticket_.who->name,
+    hub_->service.desk().resolve(f->escalation, std::move(f->input), ticket_.who->name,
                                  [self = shared_from_this(), ref](result<json> r) {
                                    if (!r) {
                                      self->send(protocol::render_error_frame(ref, r.error()));
@@ -330,7 +342,7 @@ namespace {
 // admits or refuses before any body is read; then the body (after `100 Continue` when the client
 // waits for it), then the answer. A request refused with its body unread closes the connection
 // after draining what the client still sends, so that it reads the answer instead of a reset.
-class http_session : public std::enable_shared_from_this<http_session> {
+class http_session : public guard_target, public std::enable_shared_from_this<http_session> {
  public:
   http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot)
       : stream_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)) {}
@@ -338,7 +350,24 @@ class http_session : public std::enable_shared_from_this<http_session> {
   ~http_session() { finish_request(); }
 
   void run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_head(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      run_guarded("an HTTP session's start", [&] { self->read_head(); }, self.get());
+    });
+  }
+
+  // A handler of this request threw: 500 INTERNAL when nothing was answered yet, and the
+  // connection closes either way.
+  void handler_failed() noexcept override {
+    try {
+      if (!answered_) {
+        respond(hub_->api.unreadable(parser_ ? parser_->get().version() : 11, http_api::unreadable_reason::internal),
+                parser_ && !parser_->is_done());
+        return;
+      }
+    } catch (...) {
+    }
+    beast::error_code ec;
+    stream_.socket().close(ec);
   }
 
  private:
@@ -346,6 +375,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   static constexpr std::size_t max_linger_bytes = 64u << 20;
 
   void read_head() {
+    answered_ = false;
     parser_.emplace();
     parser_->header_limit(max_head_bytes);
     // No limit on the head's declared size: http_api refuses an oversized body only after the
@@ -353,7 +383,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     parser_->body_limit(boost::none);
     stream_.expires_after(std::chrono::seconds(30));
     http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_head(ec);
+      run_guarded("an HTTP request's head handler", [&] { self->on_head(ec); }, self.get());
     });
   }
 
@@ -414,7 +444,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (!parser_->is_done() && expects_continue()) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
       http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code e, std::size_t) {
-        if (!e) self->read_body();
+        if (!e) run_guarded("an HTTP 100 Continue's completion", [&] { self->read_body(); }, self.get());
       });
       return;
     }
@@ -432,7 +462,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     auto r = std::make_shared<http_api::response>(std::move(res));
     stream_.expires_after(std::chrono::seconds(30));
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), r](beast::error_code ec, std::size_t) {
-      if (!ec) self->respond(std::move(*r), false);
+      if (!ec) run_guarded("a refused HTTP request's body handler", [&] { self->respond(std::move(*r), false); }, self.get());
     });
   }
 
@@ -444,7 +474,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void read_body() {
     stream_.expires_after(std::chrono::seconds(30));
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_body(ec);
+      run_guarded("an HTTP request's handler", [&] { self->on_body(ec); }, self.get());
     });
   }
 
@@ -455,25 +485,31 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec) return;  // the peer went away or stalled
     stream_.expires_never();  // a decision may take its time; the write sets its own limit
-    hub_->api.handle(std::move(*ticket_), parser_->release(), stream_.get_executor(),
+    // Guarded: a decision's completions and timers run here, and fail only this request.
+    hub_->api.handle(std::move(*ticket_), parser_->release(), guarded_executor(stream_.get_executor(), weak_from_this()),
                      [self = shared_from_this()](http_api::response res) { self->respond(std::move(res), false); });
   }
 
   // Writes the answer; then the next request, or (when the body was left unread) a lingering close.
   void respond(http_api::response res, bool body_unread) {
+    // Once per request: an answer after a 500 INTERNAL (a late completion) is dropped.
+    if (answered_) return;
+    answered_ = true;
     if (body_unread) res.keep_alive(false);
     auto r = std::make_shared<http_api::response>(std::move(res));
     stream_.expires_after(std::chrono::seconds(30));
     http::async_write(stream_, *r, [self = shared_from_this(), r, body_unread](beast::error_code ec, std::size_t) {
       self->finish_request();
       if (ec) return;
-      if (body_unread) {
-        self->linger();
-      } else if (!r->keep_alive()) {
-        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-      } else {
-        self->read_head();
-      }
+      run_guarded("an HTTP response's completion", [&] {
+        if (body_unread) {
+          self->linger();
+        } else if (!r->keep_alive()) {
+          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        } else {
+          self->read_head();
+        }
+      }, self.get());
     });
   }
 
@@ -512,6 +548,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http_api::ticket> ticket_;
+  bool answered_ = false;     // this request's response went out (or is going)
   bool counted_ = false;      // in hub_->http_requests
   std::size_t reserved_ = 0;  // of hub_->buffered_bytes
   std::vector<char> scratch_;
@@ -564,16 +601,19 @@ void ws_server::accept() {
       });
       return;
     }
-    if (hub_->connections.load() >= hub_->options.max_connections) {
-      // Refused at once: a small blocking write into an empty send buffer, then close.
-      const auto res = hub_->api.unreadable(11, http_api::unreadable_reason::busy);
-      http::write(socket, res, ec);
-      socket.shutdown(tcp::socket::shutdown_both, ec);
-      socket.close(ec);
-    } else {
-      socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<http_session>(std::move(socket), hub_, connection_slot(hub_))->run();
-    }
+    // A connection that fails to start is dropped (its socket closes with it); accepting goes on.
+    run_guarded("the acceptor", [&] {
+      if (hub_->connections.load() >= hub_->options.max_connections) {
+        // Refused at once: a small blocking write into an empty send buffer, then close.
+        const auto res = hub_->api.unreadable(11, http_api::unreadable_reason::busy);
+        http::write(socket, res, ec);
+        socket.shutdown(tcp::socket::shutdown_both, ec);
+        socket.close(ec);
+      } else {
+        socket.set_option(tcp::no_delay(true), ec);
+        std::make_shared<http_session>(std::move(socket), hub_, connection_slot(hub_))->run();
+      }
+    }, nullptr);
     accept();
   });
 }

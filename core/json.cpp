@@ -217,7 +217,22 @@ bool parse_json(std::string_view text, json& out, json_parse_error& err,
                 const json_parse_options& options) {
   out = nullptr;
   dom_builder builder(out, err, options.max_depth);
-  if (json::sax_parse(text.begin(), text.end(), &builder)) return true;
+  // nlohmann's lexer reads a NUL byte as the end of the input (for C strings), so whatever
+  // follows one would be dropped unread. Outside a string a NUL is never JSON (inside one the
+  // lexer refuses it as an unescaped control character), so the first one is where the text stops
+  // being JSON.
+  const std::size_t nul = text.find('\0');
+  if (json::sax_parse(text.begin(), text.end(), &builder)) {
+    if (nul == std::string_view::npos) return true;
+    err = json_parse_error{};
+    err.byte = nul + 1;  // as nlohmann counts: the bytes read up to the offending one
+    err.message = "unexpected NUL byte after the JSON value; only whitespace may follow it";
+  } else if (nul != std::string_view::npos && err.truncated) {
+    // The NUL stopped the value, not the end of the text.
+    err.truncated = false;
+    err.byte = nul + 1;
+    err.message = "unexpected NUL byte; expected more of the JSON value";
+  }
   out = nullptr;
   return false;
 }

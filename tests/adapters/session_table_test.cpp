@@ -45,6 +45,28 @@ TEST(session_table, appends_build_the_history_and_its_rendering) {
   EXPECT_EQ(s.history_bytes(), t.state_text().size());
 }
 
+TEST(session_table, the_implicit_next_turn_has_the_explicit_limit) {
+  constexpr std::int64_t last = std::int64_t(1) << 53;
+  session_table s({});
+  session_turn t = begin_ok(s, "a", last, false, json::array({user("hi")}));
+  s.commit(std::move(t));
+  s.release("a");
+  for (const bool append : {true, false}) {
+    auto refused = s.begin("a", std::nullopt, append, json::array({user("more")}));
+    ASSERT_FALSE(refused) << "turn " << refused->turn;
+    EXPECT_EQ(refused.error().code, "INVALID_FRAME");
+    ASSERT_EQ(refused.error().detail.size(), 1u);
+    EXPECT_EQ(refused.error().detail[0].loc, json::array({"turn"}));
+    EXPECT_EQ(refused.error().detail[0].type, "less_than_equal");
+  }
+  // Refused, not busy: the session still has its history and its last turn.
+  EXPECT_EQ(code(s, "a", last, false, json::array()), "TURN_OUT_OF_ORDER");
+  t = begin_ok(s, "b", last - 1, false, json::array({user("hi")}));
+  s.commit(std::move(t));
+  s.release("b");
+  EXPECT_EQ(begin_ok(s, "b", std::nullopt, true, json::array()).turn, last);
+}
+
 TEST(session_table, refusals_leave_the_session_as_it_was) {
   session_table s({});
   EXPECT_EQ(code(s, "a", std::nullopt, true, json::array({user("x")})), "UNKNOWN_SESSION");

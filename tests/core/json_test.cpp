@@ -209,6 +209,31 @@ TEST(json_parse, errors_say_what_and_where) {
   EXPECT_EQ(parse_failure("NaN").what, json_parse_error::kind::syntax);
 }
 
+// nlohmann's lexer alone takes a NUL byte for the end of the input and would drop what follows.
+TEST(json_parse, only_whitespace_may_follow_the_value_not_a_nul_and_garbage) {
+  using namespace std::string_literals;
+  auto e = parse_failure("{\"a\": 1}\0garbage"s);
+  EXPECT_EQ(e.what, json_parse_error::kind::syntax);
+  EXPECT_EQ(e.byte, 9u);  // bytes read up to the offending one, as for every syntax error
+  EXPECT_FALSE(e.truncated);
+  EXPECT_NE(e.message.find("NUL"), std::string::npos) << e.message;
+
+  e = parse_failure("[1, 2]  \n\0"s);
+  EXPECT_EQ(e.byte, 10u);
+  // A NUL inside the value stops it there: not "cut short" (a multi-line document), but invalid.
+  e = parse_failure("{\"a\": \0 1}"s);
+  EXPECT_EQ(e.byte, 7u);
+  EXPECT_FALSE(e.truncated);
+  // Raw inside a string it is an unescaped control character, as before; escaped it is a value.
+  e = parse_failure("[\"a\0b\"]"s);
+  EXPECT_EQ(e.what, json_parse_error::kind::syntax);
+  EXPECT_NE(e.message.find("U+0000"), std::string::npos) << e.message;
+  EXPECT_EQ(parse(R"(["a\u0000b"])")[0].get<std::string>(), "a\0b"s);
+  // Whitespace alone after the value is fine; anything else is refused where it starts.
+  EXPECT_EQ(parse("{\"a\": 1} \r\n\t ")["a"], 1);
+  EXPECT_EQ(parse_failure("{} x").byte, parse_failure("{} \0"s).byte);
+}
+
 TEST(json_parse, depth_is_bounded) {
   const std::string ok = std::string(64, '[') + std::string(64, ']');
   json out;

@@ -181,5 +181,17 @@ TEST(malformed_requests, each_gets_its_exact_code_and_field) {
   }
 }
 
+TEST(malformed_requests, bytes_after_a_nul_are_refused_with_their_offset) {
+  const std::string valid = with_question(R"({"type":"noul"})");
+  ASSERT_TRUE(parse_request(valid, {}, "test-model").has_value());
+  auto r = parse_request(valid + std::string(1, '\0') + "garbage", {}, "test-model");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().status, 400);
+  EXPECT_EQ(r.error().code, "INVALID_JSON");
+  EXPECT_NE(r.error().message.find("at byte " + std::to_string(valid.size() + 1)), std::string::npos) << r.error().message;
+  // An escaped NUL in a string is still a value.
+  EXPECT_TRUE(parse_request(R"({"state":"a\u0000b","questions":{"q":{"type":"noul"}}})", {}, "test-model").has_value());
+}
+
 }  // namespace
 }  // namespace baton
