@@ -226,7 +226,7 @@ std::optional<error> http_api::host_refusal(const head& h) const {
     const auto& allowed = config_.server.allowed_hosts;
     if (std::find(allowed.begin(), allowed.end(), *host) != allowed.end()) return std::nullopt;
   }
-  return make_error(421, "HOST_REFUSED", "Host `" + std::string(it->value()) +
+  return make_error(403, "HOST_REFUSED", "Host `" + std::string(it->value()) +
                                              "` does not name this server; list it in server.allowed_hosts");
 }
 

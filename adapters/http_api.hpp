@@ -82,7 +82,7 @@ class http_api {
                 const std::string& id);
   void handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
                           std::function<void(http_reply)> done);
-  // 421 HOST_REFUSED for a Host that does not name this server (DNS rebinding), 403
+  // 403 HOST_REFUSED for a Host that does not name this server (DNS rebinding), 403
   // ORIGIN_REFUSED for an Origin that is neither the server's own nor allowed.
   std::optional<error> host_refusal(const head& h) const;
   std::optional<error> origin_refusal(const head& h) const;

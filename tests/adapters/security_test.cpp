@@ -80,18 +80,18 @@ TEST_F(security_test, a_host_that_does_not_name_the_server_is_refused) {
   const std::string p = ":" + std::to_string(port);
   http_client c(port);
   const headers rebound = {{"Host", "attacker.example" + p}};
-  expect_refusal(c.send(http::verb::get, "/v1/escalations", {}, rebound), 421, "HOST_REFUSED");
-  expect_refusal(c.send(http::verb::get, "/health", {}, rebound), 421, "HOST_REFUSED");
-  expect_refusal(c.send(http::verb::get, "/inbox", {}, rebound), 421, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/escalations", {}, rebound), 403, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/health", {}, rebound), 403, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/inbox", {}, rebound), 403, "HOST_REFUSED");
   expect_refusal(c.send(http::verb::post, "/v1/systemone", decide_body,
                         {{"Host", "attacker.example" + p}, {"Content-Type", "application/json"}}),
-                 421, "HOST_REFUSED");
+                 403, "HOST_REFUSED");
   // A name that merely starts like loopback, and a malformed value.
-  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "localhost.attacker.example" + p}}), 421,
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "localhost.attacker.example" + p}}), 403,
                  "HOST_REFUSED");
-  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "127.0.0.1:80:80"}}), 421, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "127.0.0.1:80:80"}}), 403, "HOST_REFUSED");
   // The upgrade of a rebound page is refused the same way.
-  expect_refusal(c.send(http::verb::get, "/v1/review", {}, upgrade_headers({{"Host", "attacker.example" + p}})), 421,
+  expect_refusal(c.send(http::verb::get, "/v1/review", {}, upgrade_headers({{"Host", "attacker.example" + p}})), 403,
                  "HOST_REFUSED");
 
   // Loopback names and addresses are this server.
@@ -107,9 +107,9 @@ TEST_F(security_test, configured_hosts_are_answered) {
   http_client c(port);
   EXPECT_EQ(c.send(http::verb::get, "/v1/models", {}, {{"Host", "Baton.Internal.Example:8470"}}).status, 200);
   EXPECT_EQ(c.send(http::verb::get, "/v1/models", {}, {{"Host", "[fd00::1]:8470"}}).status, 200);
-  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "other.example"}}), 421, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "other.example"}}), 403, "HOST_REFUSED");
   // A private address is not this server unless it listens there (or everywhere).
-  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "192.168.1.20:8470"}}), 421, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "192.168.1.20:8470"}}), 403, "HOST_REFUSED");
 }
 
 // A page of another origin (here http://localhost:OTHER) posting with fetch(…, {mode: "no-cors"}).
@@ -176,7 +176,7 @@ TEST_F(security_test, the_checks_apply_with_keys) {
                         {{"Origin", "http://localhost:1"}, {"Content-Type", "application/json"}, {"Authorization", bearer}}),
                  403, "ORIGIN_REFUSED");
   expect_refusal(c.send(http::verb::get, "/v1/escalations", {}, {{"Host", "attacker.example"}, {"Authorization", bearer}}),
-                 421, "HOST_REFUSED");
+                 403, "HOST_REFUSED");
   expect_refusal(c.send(http::verb::post, "/v1/escalations/e-123/resolve", resolve_body,
                         {{"Content-Type", "text/plain"}, {"Authorization", bearer}}),
                  415, "UNSUPPORTED_MEDIA_TYPE");
