@@ -1,5 +1,6 @@
 #include "adapters/http_api.hpp"
 
+#include <boost/algorithm/string/case_conv.hpp>
 #include <boost/asio/post.hpp>
 #include <zlib.h>
 
@@ -114,12 +115,6 @@ std::string_view bearer(const http_api::head& h) {
   return it == h.end() ? std::string_view() : std::string_view(it->value());
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 bool all_digits(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -141,7 +136,7 @@ std::optional<std::string> host_of(std::string_view v) {
   if (!port.empty() && (port.front() != ':' || !all_digits(port.substr(1)))) return std::nullopt;
   if (host.ends_with('.')) host.remove_suffix(1);
   if (host.empty()) return std::nullopt;
-  return lower(host);
+  return boost::algorithm::to_lower_copy(std::string(host));
 }
 
 // Whether a request declares a JSON body (`application/json`, with or without parameters).
@@ -214,7 +209,7 @@ std::optional<error> http_api::host_refusal(const head& h) const {
   if (const auto host = host_of(it->value())) {
     if (*host == "localhost" || host->ends_with(".localhost")) return std::nullopt;
     const std::string& listen = config_.server.host;
-    if (*host == lower(listen)) return std::nullopt;
+    if (boost::beast::iequals(*host, listen)) return std::nullopt;
     boost::system::error_code ec, listen_ec;
     const auto address = boost::asio::ip::make_address(*host, ec);
     const auto listening = boost::asio::ip::make_address(listen, listen_ec);
@@ -233,7 +228,7 @@ std::optional<error> http_api::host_refusal(const head& h) const {
 std::optional<error> http_api::origin_refusal(const head& h) const {
   const auto it = h.find(http::field::origin);
   if (it == h.end()) return std::nullopt;  // not a browser's request (curl, the SDKs, agents)
-  const std::string origin = lower(it->value());
+  const std::string origin = boost::algorithm::to_lower_copy(std::string(it->value()));
   const auto& allowed = config_.server.allowed_origins;
   if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) return std::nullopt;
   // The server's own pages: the origin names the authority the request was sent to.

@@ -1,5 +1,6 @@
 #include "adapters/server_config.hpp"
 
+#include <boost/algorithm/string/case_conv.hpp>
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
@@ -42,11 +43,6 @@ std::filesystem::path read_path(const YAML::Node& v, const std::string& what, co
   return p.is_absolute() ? p : base / p;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // A host as a URL or a Host header names it: a name of letters, digits, dashes and dots, an IPv4
 // address, or an IPv6 address in brackets.
 bool is_host(std::string_view h) {
@@ -65,7 +61,7 @@ std::vector<std::string> read_origins(const YAML::Node& v, const std::string& wh
   if (!v.IsSequence()) fail(v, what + " must be a list of origins, e.g. [\"https://ops.example.com\"]");
   std::vector<std::string> out;
   for (const auto& item : v) {
-    const std::string o = lower(read_string(item, what + " items"));
+    const std::string o = boost::algorithm::to_lower_copy(read_string(item, what + " items"));
     const auto sep = o.find("://");
     bool ok = sep != std::string::npos && sep > 0 &&
               std::all_of(o.begin(), o.begin() + std::ptrdiff_t(sep), [](char c) {
@@ -95,7 +91,7 @@ std::vector<std::string> read_hosts(const YAML::Node& v, const std::string& what
   if (!v.IsSequence()) fail(v, what + " must be a list of host names, e.g. [baton.internal.example]");
   std::vector<std::string> out;
   for (const auto& item : v) {
-    std::string h = lower(read_string(item, what + " items"));
+    std::string h = boost::algorithm::to_lower_copy(read_string(item, what + " items"));
     boost::system::error_code bare_v6;
     boost::asio::ip::make_address_v6(h, bare_v6);
     if (!bare_v6) h = "[" + h + "]";
