@@ -20,6 +20,19 @@ bool same_digest(std::string_view a, std::string_view b) noexcept {
 
 error unauthorized(std::string message) { return make_error(401, "UNAUTHORIZED", std::move(message)); }
 
+// Adds what a bucket earned since it was last refilled, up to its burst.
+void refill(double& tokens, std::chrono::steady_clock::time_point& refilled, const rate_limit& l,
+            std::chrono::steady_clock::time_point now) {
+  tokens = std::min(l.burst, tokens + l.per_second * std::chrono::duration<double>(now - refilled).count());
+  refilled = now;
+}
+
+// How long until a bucket holding `tokens` has one.
+std::chrono::milliseconds wait_for_token(double tokens, const rate_limit& l) {
+  const double wait_ms = std::ceil((1 - tokens) / l.per_second * 1000.0);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(1.0, wait_ms)));
+}
+
 }  // namespace
 
 std::string_view to_string(role r) noexcept {
@@ -76,8 +89,14 @@ error rate_limited(const caller& c, std::chrono::milliseconds wait) {
                                              std::to_string(wait.count()) + " ms");
 }
 
+error too_many_failures(std::chrono::milliseconds wait) {
+  return make_error(429, "RATE_LIMITED", "too many failed authentications from this address; retry in " +
+                                             std::to_string(wait.count()) + " ms");
+}
+
 authenticator::authenticator(const auth_options& options) : anonymous_{"anonymous", role::admin, 0} {
   const auto now = std::chrono::steady_clock::now();
+  overflow_ = bucket{failure_limit, failure_limit.burst, now};
   auto add_bucket = [&](const std::optional<rate_limit>& own) {
     const std::optional<rate_limit> l = own ? own : options.limit;
     buckets_.push_back(bucket{l, l ? l->burst : 0, now});
@@ -89,7 +108,60 @@ authenticator::authenticator(const auth_options& options) : anonymous_{"anonymou
   }
 }
 
-result<const caller*> authenticator::authenticate(std::string_view authorization) const {
+authenticator::address_key authenticator::key_of(const boost::asio::ip::address& a) {
+  address_key k{};
+  if (a.is_v4()) {
+    const auto b = a.to_v4().to_bytes();
+    std::copy(b.begin(), b.end(), k.begin());
+  } else if (a.to_v6().is_v4_mapped()) {
+    const auto b = a.to_v6().to_bytes();
+    std::copy(b.begin() + 12, b.end(), k.begin());
+  } else {
+    const auto b = a.to_v6().to_bytes();
+    std::copy(b.begin(), b.begin() + 8, k.begin());
+    k[15] = 6;  // apart from every IPv4 key, whose last 12 bytes are zero
+  }
+  return k;
+}
+
+authenticator::bucket& authenticator::failures_of(const address_key& k, std::chrono::steady_clock::time_point now) {
+  if (const auto it = failures_.find(k); it != failures_.end()) return it->second;
+  if (failures_.size() >= max_failing_addresses) {
+    // A full bucket is the same as none: those are forgotten first.
+    for (auto it = failures_.begin(); it != failures_.end();) {
+      bucket& b = it->second;
+      refill(b.tokens, b.refilled, *b.limit, now);
+      it = b.tokens >= b.limit->burst ? failures_.erase(it) : std::next(it);
+    }
+    if (failures_.size() >= max_failing_addresses) return overflow_;
+  }
+  return failures_.emplace(k, bucket{failure_limit, failure_limit.burst, now}).first->second;
+}
+
+std::optional<std::chrono::milliseconds> authenticator::failure_wait(const boost::asio::ip::address& from) {
+  if (open()) return std::nullopt;
+  std::lock_guard lock(mutex_);
+  const auto it = failures_.find(key_of(from));
+  bucket* b = it != failures_.end() ? &it->second : failures_.size() >= max_failing_addresses ? &overflow_ : nullptr;
+  if (b == nullptr) return std::nullopt;
+  refill(b->tokens, b->refilled, *b->limit, std::chrono::steady_clock::now());
+  if (b->tokens >= 1) return std::nullopt;
+  return wait_for_token(b->tokens, *b->limit);
+}
+
+result<const caller*> authenticator::authenticate(std::string_view authorization, const boost::asio::ip::address& from) {
+  auto found = match(authorization);
+  if (!found && !open()) {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    bucket& b = failures_of(key_of(from), now);
+    refill(b.tokens, b.refilled, *b.limit, now);
+    b.tokens = std::max(0.0, b.tokens - 1);
+  }
+  return found;
+}
+
+result<const caller*> authenticator::match(std::string_view authorization) const {
   if (open()) return &anonymous_;
   if (authorization.empty()) return unauthorized("an API key is needed: send `Authorization: Bearer <key>`");
   constexpr std::string_view scheme = "bearer ";
@@ -114,16 +186,12 @@ std::optional<std::chrono::milliseconds> authenticator::admit(const caller& c) {
   std::lock_guard lock(mutex_);
   bucket& b = buckets_[c.index];
   if (!b.limit) return std::nullopt;
-  const auto now = std::chrono::steady_clock::now();
-  b.tokens = std::min(b.limit->burst,
-                      b.tokens + b.limit->per_second * std::chrono::duration<double>(now - b.refilled).count());
-  b.refilled = now;
+  refill(b.tokens, b.refilled, *b.limit, std::chrono::steady_clock::now());
   if (b.tokens >= 1) {
     b.tokens -= 1;
     return std::nullopt;
   }
-  const double wait_ms = std::ceil((1 - b.tokens) / b.limit->per_second * 1000.0);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(1.0, wait_ms)));
+  return wait_for_token(b.tokens, *b.limit);
 }
 
 }  // namespace baton

@@ -3,8 +3,12 @@
 // logged: a key is named by its `name` only.
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
+
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,6 +42,12 @@ struct api_key {
   std::optional<rate_limit> limit;  // else auth_options::limit
 };
 
+// Failed authentications allowed per client address: a bucket of `burst` failures refilled at
+// `per_second`; an empty one answers 429 without looking at the key.
+inline constexpr rate_limit failure_limit{1, 10};
+// Addresses whose failures are counted one by one; past it, the rest share one bucket.
+inline constexpr std::size_t max_failing_addresses = 4096;
+
 struct auth_options {
   std::vector<api_key> keys;        // none: every caller is `anonymous` (admin); loopback only
   std::optional<rate_limit> limit;  // per key, where the key sets none; absent: unlimited
@@ -55,9 +65,14 @@ class authenticator {
 
   bool open() const noexcept { return keys_.empty(); }
 
+  // How long `from` must wait before a key it sends is looked at: its failed authentications
+  // have spent failure_limit. None: go on. Always none without keys.
+  std::optional<std::chrono::milliseconds> failure_wait(const boost::asio::ip::address& from);
+
   // The caller an `Authorization` header value names ("Bearer KEY"; an empty view when absent).
-  // 401 UNAUTHORIZED when keys are configured and it is missing or matches none.
-  result<const caller*> authenticate(std::string_view authorization) const;
+  // 401 UNAUTHORIZED when keys are configured and it is missing or matches none; that failure
+  // counts against `from`.
+  result<const caller*> authenticate(std::string_view authorization, const boost::asio::ip::address& from);
 
   // Takes one request from the caller's bucket. When it is empty: how long until it is not.
   std::optional<std::chrono::milliseconds> admit(const caller& c);
@@ -72,15 +87,25 @@ class authenticator {
     double tokens = 0;
     std::chrono::steady_clock::time_point refilled;
   };
+  // IPv4, or the /64 of an IPv6 address: one machine holds a whole /64.
+  using address_key = std::array<unsigned char, 16>;
+  static address_key key_of(const boost::asio::ip::address& a);
+  bucket& failures_of(const address_key& k, std::chrono::steady_clock::time_point now);
+  result<const caller*> match(std::string_view authorization) const;
+
   std::vector<key_entry> keys_;
   caller anonymous_;
   std::mutex mutex_;
   std::vector<bucket> buckets_;
+  std::map<address_key, bucket> failures_;  // guarded by mutex_; at most max_failing_addresses
+  bucket overflow_;                         // the failures of addresses the map has no room for
 };
 
 // 403 FORBIDDEN for a role that may not use the endpoint.
 error forbidden(const caller& c, endpoint e);
 // 429 RATE_LIMITED for a caller whose bucket is empty for `wait` more.
 error rate_limited(const caller& c, std::chrono::milliseconds wait);
+// 429 RATE_LIMITED for an address whose failed authentications are spent for `wait` more.
+error too_many_failures(std::chrono::milliseconds wait);
 
 }  // namespace baton

@@ -1,5 +1,6 @@
 #include "adapters/http_api.hpp"
 
+#include <boost/algorithm/string/case_conv.hpp>
 #include <boost/asio/post.hpp>
 #include <zlib.h>
 
@@ -115,6 +116,66 @@ std::string_view bearer(const http_api::head& h) {
   return it == h.end() ? std::string_view() : std::string_view(it->value());
 }
 
+bool all_digits(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The host a Host header value names, in lower case, without its port, an IPv6 address's
+// brackets or a final dot; none when the value is not host[:port].
+std::optional<std::string> host_of(std::string_view v) {
+  std::string_view host = v;
+  std::string_view port;
+  if (v.starts_with('[')) {
+    const auto close = v.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = v.substr(1, close - 1);
+    port = v.substr(close + 1);
+  } else if (const auto colon = v.find(':'); colon != std::string_view::npos) {
+    host = v.substr(0, colon);
+    port = v.substr(colon);
+  }
+  if (!port.empty() && (port.front() != ':' || !all_digits(port.substr(1)))) return std::nullopt;
+  if (host.ends_with('.')) host.remove_suffix(1);
+  if (host.empty()) return std::nullopt;
+  return boost::algorithm::to_lower_copy(std::string(host));
+}
+
+// Whether a request declares a JSON body (`application/json`, with or without parameters).
+bool declares_json(const http_api::head& h) {
+  const auto it = h.find(http::field::content_type);
+  if (it == h.end()) return false;
+  std::string_view type = it->value();
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  return boost::beast::iequals(type, "application/json");
+}
+
+// What Beast's accept would refuse with a plain-text body (RFC 6455 §4.2.1), refused here with
+// the one error body instead.
+std::optional<http_reply> handshake_refusal(const http_api::head& h) {
+  if (h.find(http::field::host) == h.end()) {
+    return error_reply(make_error(400, "INVALID_HANDSHAKE", "a WebSocket upgrade needs a Host header"));
+  }
+  // 16 bytes in base64: 22 characters of the alphabet, then "==".
+  const auto key = h.find(http::field::sec_websocket_key);
+  const std::string_view k = key == h.end() ? std::string_view() : std::string_view(key->value());
+  if (k.size() != 24 || !k.ends_with("==") || !std::all_of(k.begin(), k.end() - 2, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/';
+      })) {
+    return error_reply(make_error(400, "INVALID_HANDSHAKE",
+                                  "Sec-WebSocket-Key must be 16 random bytes in base64 (RFC 6455 §4.1)"));
+  }
+  const auto version = h.find(http::field::sec_websocket_version);
+  if (version == h.end() || version->value() != "13") {
+    http_reply r = error_reply(make_error(426, "UNSUPPORTED_WEBSOCKET_VERSION",
+                                          "the server speaks WebSocket version 13 (Sec-WebSocket-Version)"));
+    r.headers.emplace_back("Sec-WebSocket-Version", "13");
+    return r;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
@@ -131,6 +192,9 @@ http_api::response http_api::make(unsigned version, bool keep_alive, bool head_o
                                          : "application/json");
   res.set("x-typesafe-request-id", id);
   res.set("X-Request-Id", id);
+  // Answers are about this moment and this caller; none is read as anything but its type.
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
   for (auto& [k, v] : r.headers) res.set(k, v);
   // A stopping server closes each connection after its answer.
   res.keep_alive(keep_alive && !r.close && !systemone_.draining());
@@ -140,9 +204,49 @@ http_api::response http_api::make(unsigned version, bool keep_alive, bool head_o
   return res;
 }
 
+std::optional<error> http_api::host_refusal(const head& h) const {
+  const auto it = h.find(http::field::host);
+  if (it == h.end()) return std::nullopt;  // browsers always send one: only HTTP/1.0 tools do not
+  if (const auto host = host_of(it->value())) {
+    if (*host == "localhost" || host->ends_with(".localhost")) return std::nullopt;
+    const std::string& listen = config_.server.host;
+    if (boost::beast::iequals(*host, listen)) return std::nullopt;
+    boost::system::error_code ec, listen_ec;
+    const auto address = boost::asio::ip::make_address(*host, ec);
+    const auto listening = boost::asio::ip::make_address(listen, listen_ec);
+    // An address cannot be rebound: it names this server when the server listens on it (on
+    // every address, for 0.0.0.0 or ::).
+    if (!ec && (address.is_loopback() || (!listen_ec && (listening.is_unspecified() || listening == address)))) {
+      return std::nullopt;
+    }
+    const auto& allowed = config_.server.allowed_hosts;
+    if (std::find(allowed.begin(), allowed.end(), *host) != allowed.end()) return std::nullopt;
+  }
+  return make_error(403, "HOST_REFUSED", "Host `" + std::string(it->value()) +
+                                             "` does not name this server; list it in server.allowed_hosts");
+}
+
+std::optional<error> http_api::origin_refusal(const head& h) const {
+  const auto it = h.find(http::field::origin);
+  if (it == h.end()) return std::nullopt;  // not a browser's request (curl, the SDKs, agents)
+  const std::string origin = boost::algorithm::to_lower_copy(std::string(it->value()));
+  const auto& allowed = config_.server.allowed_origins;
+  if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) return std::nullopt;
+  // The server's own pages: the origin names the authority the request was sent to.
+  if (const auto host = h.find(http::field::host); host != h.end()) {
+    for (const std::string_view scheme : {"http://", "https://"}) {
+      if (origin.starts_with(scheme) && boost::beast::iequals(std::string_view(origin).substr(scheme.size()), host->value())) {
+        return std::nullopt;
+      }
+    }
+  }
+  return make_error(403, "ORIGIN_REFUSED", "Origin `" + std::string(it->value()) +
+                                               "` is not this server's own; list it in server.allowed_origins");
+}
+
 std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h,
                                                                   std::optional<std::uint64_t> content_length,
-                                                                  bool keep_alive) {
+                                                                  bool keep_alive, const boost::asio::ip::address& from) {
   const std::string_view path = path_of(h.target());
   ticket t;
   const route* found = match_route(path, t.escalation);
@@ -154,9 +258,13 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
     return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
   };
 
+  const inbox_asset* a = find_inbox_asset(path);
+  if (a) t.route = "/inbox";
+  // A name that is not this server's is a DNS rebinding: a page of another site, which the
+  // browser now sends here.
+  if (auto e = host_refusal(h)) return refuse(error_reply(*e));
   // The inbox page is static and open: what it shows comes from the API, which needs a key.
-  if (const inbox_asset* a = find_inbox_asset(path)) {
-    t.route = "/inbox";
+  if (a) {
     if (h.method() != http::verb::get && h.method() != http::verb::head) {
       http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", std::string(path) + " answers GET"));
       r.headers.emplace_back("Allow", "GET, HEAD");
@@ -168,9 +276,12 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                               {"Cache-Control", "no-cache"},
                               {"X-Content-Type-Options", "nosniff"},
                               {"Content-Security-Policy",
-                               "default-src 'self'; connect-src 'self' ws: wss:; frame-ancestors 'none'"}},
+                               "default-src 'self'; connect-src 'self'; frame-ancestors 'none'"}},
                              false});
   }
+  // A page of another site may send requests here (a form, fetch in no-cors mode) without
+  // reading the answers: none is acted on.
+  if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
   if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
   const bool get_like = found->method == http::verb::get;
   if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
@@ -189,7 +300,10 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   if (path == "/v1/agent" || path == "/v1/review") {
     return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", std::string(path) + " is a WebSocket endpoint")));
   }
-  auto who = auth_.authenticate(bearer(h));
+  // An address that keeps sending wrong keys waits, whatever key it sends now: answering a right
+  // one would tell a guesser which guess was right.
+  if (const auto wait = auth_.failure_wait(from)) return refuse(error_reply(too_many_failures(*wait), *wait));
+  auto who = auth_.authenticate(bearer(h), from);
   if (!who) return refuse(error_reply(who.error()));
   t.who = *who;
   const endpoint e = t.decide                          ? endpoint::decide
@@ -198,6 +312,11 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                      : path == "/metrics"              ? endpoint::metrics
                                                        : endpoint::models;
   if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
+  // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
+  if (found->method == http::verb::post && !declares_json(h)) {
+    return refuse(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+                                         std::string(path) + " reads JSON: send `Content-Type: application/json`")));
+  }
   if (const auto wait = auth_.admit(*t.who)) {
     return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
   }
@@ -311,7 +430,8 @@ void http_api::handle_escalations(const ticket& t, const request& req, boost::as
                });
 }
 
-std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive) {
+std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive,
+                                                                            const boost::asio::ip::address& from) {
   const std::string_view path = path_of(h.target());
   const std::string id = new_id('q');
   const bool review = path == "/v1/review";
@@ -335,10 +455,18 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
     }
   }
   http_reply refusal;
-  if (route == "other") {
+  if (auto host = host_refusal(h)) {
+    refusal = error_reply(*host);
+  } else if (auto origin = origin_refusal(h)) {
+    refusal = error_reply(*origin);
+  } else if (route == "other") {
     refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + std::string(path) +
                                                            " (the agent API is /v1/agent, reviewers' /v1/review)"));
-  } else if (auto who = auth_.authenticate(authorization); !who) {
+  } else if (auto bad = handshake_refusal(h)) {
+    refusal = std::move(*bad);
+  } else if (const auto failed = auth_.failure_wait(from)) {
+    refusal = error_reply(too_many_failures(*failed), *failed);
+  } else if (auto who = auth_.authenticate(authorization, from); !who) {
     refusal = error_reply(who.error());
   } else if (!may_use((*who)->role, e)) {
     refusal = error_reply(forbidden(**who, e));

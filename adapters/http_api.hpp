@@ -1,11 +1,13 @@
-// The HTTP side of `baton serve`: routes, API keys and roles, per-key rate limits, gzip bodies,
-// the request id on every response, and the count of every answer for /metrics. A request is
-// admitted on its head alone (route, method, key, role, rate, declared size), so nothing is read
+// The HTTP side of `baton serve`: routes, the browser checks (Host, Origin, Content-Type), API
+// keys and roles, per-key rate limits and per-address failure limits, gzip bodies, the request id
+// on every response, and the count of every answer for /metrics. A request is admitted on its
+// head alone (host, origin, route, method, key, role, rate, declared size), so nothing is read
 // for a caller that would be refused. The WebSocket upgrade to /v1/agent is admitted here too;
 // ws_server owns the connections.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/beast/http.hpp>
 
 #include <chrono>
@@ -53,14 +55,18 @@ class http_api {
            agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges);
 
   // Decides on a request's head. `content_length` is the declared body size (none: chunked);
-  // `keep_alive` whether the client keeps the connection (the parser's reading of the head).
-  std::variant<ticket, response> admit(const head& h, std::optional<std::uint64_t> content_length, bool keep_alive);
+  // `keep_alive` whether the client keeps the connection (the parser's reading of the head);
+  // `from` the client's address, whose failed authentications are counted.
+  std::variant<ticket, response> admit(const head& h, std::optional<std::uint64_t> content_length, bool keep_alive,
+                                       const boost::asio::ip::address& from);
 
   // Answers an admitted request whose body has been read. `done` runs once, on `strand` (inline
   // for everything but a decision).
   void handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
 
-  std::variant<upgrade_ticket, response> upgrade(const head& h, bool keep_alive);
+  // Decides on a WebSocket upgrade's head, and checks the handshake itself, so that every
+  // refusal has the one error body (Beast's would be plain text).
+  std::variant<upgrade_ticket, response> upgrade(const head& h, bool keep_alive, const boost::asio::ip::address& from);
 
   // Takes one request from the caller's bucket (a WebSocket frame): how long to wait, when empty.
   std::optional<std::chrono::milliseconds> admit_frame(const caller& c) { return auth_.admit(c); }
@@ -77,6 +83,10 @@ class http_api {
                 const std::string& id);
   void handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
                           std::function<void(http_reply)> done);
+  // 403 HOST_REFUSED for a Host that does not name this server (DNS rebinding), 403
+  // ORIGIN_REFUSED for an Origin that is neither the server's own nor allowed.
+  std::optional<error> host_refusal(const head& h) const;
+  std::optional<error> origin_refusal(const head& h) const;
 
   const server_config& config_;
   authenticator& auth_;

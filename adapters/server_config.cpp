@@ -1,5 +1,9 @@
 #include "adapters/server_config.hpp"
 
+#include <boost/algorithm/string/case_conv.hpp>
+#include <boost/asio/ip/address.hpp>
+
+#include <algorithm>
 #include <charconv>
 #include <cctype>
 #include <cstdlib>
@@ -40,11 +44,73 @@ std::filesystem::path read_path(const YAML::Node& v, const std::string& what, co
   return (p.is_absolute() ? p : base / p).lexically_normal();
 }
 
+// A host as a URL or a Host header names it: a name of letters, digits, dashes and dots, an IPv4
+// address, or an IPv6 address in brackets.
+bool is_host(std::string_view h) {
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v6(h.substr(1, h.size() - 2), ec);
+    return !ec;
+  }
+  return !h.empty() && h.size() <= 253 && std::all_of(h.begin(), h.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+  });
+}
+
+// server.allowed_origins: each exactly what a browser sends as `Origin`, scheme://host[:port].
+std::vector<std::string> read_origins(const YAML::Node& v, const std::string& what) {
+  if (!v.IsSequence()) fail(v, what + " must be a list of origins, e.g. [\"https://ops.example.com\"]");
+  std::vector<std::string> out;
+  for (const auto& item : v) {
+    const std::string o = boost::algorithm::to_lower_copy(read_string(item, what + " items"));
+    const auto sep = o.find("://");
+    bool ok = sep != std::string::npos && sep > 0 &&
+              std::all_of(o.begin(), o.begin() + std::ptrdiff_t(sep), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+              });
+    if (ok) {
+      std::string_view authority = std::string_view(o).substr(sep + 3);
+      const auto colon = authority.rfind(':');
+      if (colon != std::string_view::npos && authority.find(']', colon) == std::string_view::npos) {
+        const std::string_view port = authority.substr(colon + 1);
+        ok = !port.empty() && port.size() <= 5 && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+        authority = authority.substr(0, colon);
+      }
+      ok = ok && is_host(authority);
+    }
+    if (!ok) {
+      fail(item, what + " items must be origins as browsers send them, scheme://host[:port] with no path "
+                        "and no wildcard: " + ticked(o));
+    }
+    out.push_back(o);
+  }
+  return out;
+}
+
+// server.allowed_hosts: host names or addresses without a port; IPv6 is kept without brackets.
+std::vector<std::string> read_hosts(const YAML::Node& v, const std::string& what) {
+  if (!v.IsSequence()) fail(v, what + " must be a list of host names, e.g. [baton.internal.example]");
+  std::vector<std::string> out;
+  for (const auto& item : v) {
+    std::string h = boost::algorithm::to_lower_copy(read_string(item, what + " items"));
+    boost::system::error_code bare_v6;
+    boost::asio::ip::make_address_v6(h, bare_v6);
+    if (!bare_v6) h = "[" + h + "]";
+    if (!is_host(h)) {
+      fail(item, what + " items must be host names or addresses without a port or scheme: " + ticked(h));
+    }
+    if (h.front() == '[') h = h.substr(1, h.size() - 2);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 void read_server(const YAML::Node& n, server_options& s) {
   for (const field& f : read_map(n, "`server`",
                                  {"listen", "io_threads", "max_frame_bytes", "max_frames_per_second", "max_bad_frames",
                                   "max_history_bytes", "max_history_bytes_total", "max_sessions", "session_idle_s", "max_pending_tool_results",
-                                  "max_body_bytes", "request_deadline_ms", "max_connections", "max_buffered_bytes"})) {
+                                  "max_body_bytes", "request_deadline_ms", "max_connections", "max_buffered_bytes",
+                                  "allowed_origins", "allowed_hosts"})) {
     const std::string what = ticked("server." + f.key);
     if (f.key == "listen") {
       if (!parse_listen(read_string(f.value, what), s)) fail(f.value, what + " must be HOST:PORT, e.g. 127.0.0.1:8470");
@@ -72,6 +138,10 @@ void read_server(const YAML::Node& n, server_options& s) {
       s.max_connections = read_count(f.value, what, std::int64_t(1) << 24);
     } else if (f.key == "max_buffered_bytes") {
       s.max_buffered_bytes = read_count(f.value, what, std::int64_t(1) << 40);
+    } else if (f.key == "allowed_origins") {
+      s.allowed_origins = read_origins(f.value, what);
+    } else if (f.key == "allowed_hosts") {
+      s.allowed_hosts = read_hosts(f.value, what);
     } else {
       s.request_deadline = std::chrono::milliseconds(read_count(f.value, what));
     }

@@ -34,6 +34,11 @@ struct server_options {
   std::chrono::milliseconds request_deadline{9000};  // SystemOne: 504 past it (the SDKs give up at 10 s)
   std::size_t max_connections = 10000;              // open at once; beyond: 503 SERVER_BUSY and close
   std::size_t max_buffered_bytes = 512u << 20;      // request bodies held at once; beyond: 503 SERVER_BUSY
+  // Browsers (docs/systemone.md, "Browsers"): the origins besides the server's own whose pages
+  // may call it ("scheme://host[:port]", lower case), and the Host names besides loopback and the
+  // listen address that it answers (lower case, no port; an IPv6 address without brackets).
+  std::vector<std::string> allowed_origins;
+  std::vector<std::string> allowed_hosts;
 };
 
 // The SystemOne endpoint (spec/systemone-api.md): what it answers for and how.

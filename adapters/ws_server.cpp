@@ -345,7 +345,10 @@ namespace {
 class http_session : public guard_target, public std::enable_shared_from_this<http_session> {
  public:
   http_session(tcp::socket&& socket, std::shared_ptr<session_hub> hub, connection_slot slot)
-      : stream_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)) {}
+      : stream_(std::move(socket)), hub_(std::move(hub)), slot_(std::move(slot)) {
+    beast::error_code ec;
+    from_ = stream_.socket().remote_endpoint(ec).address();  // a peer already gone: any address
+  }
 
   ~http_session() { finish_request(); }
 
@@ -405,7 +408,7 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     }
     const auto& req = parser_->get();
     if (websocket::is_upgrade(req)) {
-      auto admitted = hub_->api.upgrade(req.base(), parser_->keep_alive());
+      auto admitted = hub_->api.upgrade(req.base(), parser_->keep_alive(), from_);
       if (auto* refusal = std::get_if<http_api::response>(&admitted)) {
         respond(std::move(*refusal), !parser_->is_done());
         return;
@@ -424,7 +427,7 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     counted_ = true;
     std::optional<std::uint64_t> length;
     if (const auto l = parser_->content_length()) length = *l;
-    auto admitted = hub_->api.admit(req.base(), length, parser_->keep_alive());
+    auto admitted = hub_->api.admit(req.base(), length, parser_->keep_alive(), from_);
     if (auto* refusal = std::get_if<http_api::response>(&admitted)) {
       refuse(std::move(*refusal), length);
       return;
@@ -545,6 +548,7 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
   beast::tcp_stream stream_;
   std::shared_ptr<session_hub> hub_;
   connection_slot slot_;
+  net::ip::address from_;  // the client's, for its failed authentications
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http_api::ticket> ticket_;
