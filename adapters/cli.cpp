@@ -175,7 +175,7 @@ class line_reader {
   char chunk_[8192];
 };
 
-// One line of a clef trace, in the format of ../shared/vectors/clef-omni-tiny/expected.jsonl:
+// One line of a clef trace, in the format of tests/data/vectors/clef-omni-tiny/expected.jsonl:
 // ids, spans and (when run) logits and response of a record, or why it was refused; a record with
 // media also gets "media": {"use_audio_in_video", "placeholders": [{"kind","index","span","pads"}]}.
 void write_dump_line(const json& id, const clef::clef_trace* trace, const response* answer,

@@ -1,5 +1,5 @@
 // The SystemOne HTTP API end to end: a real server on an ephemeral 127.0.0.1 port, a real HTTP
-// client, every example of spec/examples sent over the wire, API keys and roles, admission
+// client, every example of tests/data/spec-examples sent over the wire, API keys and roles, admission
 // control (rate limits, queue, deadline, sizes), gzip, metrics and the decision log.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -182,7 +182,7 @@ class systemone_test : public ::testing::Test {
     return rows;
   }
 
-  static json example(const std::string& name) { return test::read_json(test::shared_dir() / "spec/examples" / name); }
+  static json example(const std::string& name) { return test::read_json(test::data_dir() / "spec-examples" / name); }
 
   std::filesystem::path dir_;
   server_config config_;
@@ -364,7 +364,7 @@ std::string base64(const std::string& bytes) {
 // The Clef engine behind the HTTP API reads a data URL and a path under its media root; the log
 // tells requests apart by their media.
 TEST_F(systemone_test, the_clef_engine_answers_media_requests) {
-  const auto tiny = test::shared_dir() / "vectors/clef-omni-tiny";
+  const auto tiny = test::data_dir() / "vectors/clef-omni-tiny";
   clef::clef_engine_options o;
   o.model_dir = tiny / "release";
   o.model_id = "clef-omni-tiny";

@@ -1,5 +1,5 @@
 // The clef engine end to end against Cloudflare's reference run on a tiny release
-// (../shared/vectors/clef-omni-tiny): ids, spans, logits and answers.
+// (tests/data/vectors/clef-omni-tiny): ids, spans, logits and answers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +14,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path tiny_dir() { return test::shared_dir() / "vectors/clef-omni-tiny"; }
+std::filesystem::path tiny_dir() { return test::data_dir() / "vectors/clef-omni-tiny"; }
 
 // One thread: ctest runs the test binaries side by side on two cores, where idle OpenMP threads
 // spinning between the tiny model's many small ops cost far more than they give.
@@ -350,7 +350,7 @@ namespace {
 // many chunks (each with its own causal mask), and so do the head's cross-attentions.
 TEST(clef_engine_chunks, small_score_budgets_give_the_same_logits) {
   clef_engine_options options;
-  options.model_dir = test::shared_dir() / "vectors/clef-omni-tiny/release";
+  options.model_dir = test::data_dir() / "vectors/clef-omni-tiny/release";
   options.model.threads = 1;
   options.media.sources.roots = {options.model_dir.parent_path()};
   clef_engine whole(options);
