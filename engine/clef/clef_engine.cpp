@@ -15,6 +15,8 @@ namespace baton::clef {
 namespace {
 
 std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
+  // A path that is a file would be read as a tokenizer file, and a missing one reported as one.
+  check_model_dir(dir);
   std::unique_ptr<tokenizer> t;
   try {
     t = tokenizer::load(dir);

@@ -317,6 +317,38 @@ TEST_F(clef_engine_test, describes_itself_with_a_fingerprint_of_the_release) {
   EXPECT_EQ(d.limits.videos.max_items, 2u);
 }
 
+// A model directory that is missing or is a file is named as the model directory, not as the
+// tokenizer file the loader would have looked for next.
+TEST(clef_engine_load, a_missing_or_file_model_directory_is_named) {
+  const auto message = [](const std::filesystem::path& dir) {
+    clef_engine_options o;
+    o.model_dir = dir;
+    try {
+      clef_engine e(o);
+    } catch (const load_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  EXPECT_EQ(message("/nonexistent"), "model directory /nonexistent: does not exist");
+  const auto file = tiny_dir() / "release/config.json";
+  EXPECT_EQ(message(file), "model directory " + file.string() + ": is not a directory");
+  EXPECT_THROW(clef_encoder("/nonexistent"), load_error);
+  try {
+    clef_encoder encoder(file);
+    ADD_FAILURE() << "loaded";
+  } catch (const load_error& e) {
+    EXPECT_EQ(std::string(e.what()), "model directory " + file.string() + ": is not a directory");
+  }
+  // The release loader says the same.
+  try {
+    release r("/nonexistent/release");
+    ADD_FAILURE() << "loaded";
+  } catch (const load_error& e) {
+    EXPECT_EQ(std::string(e.what()), "model directory /nonexistent/release: does not exist");
+  }
+}
+
 TEST(clef_engine_bf16, answers_every_text_record_close_to_fp32) {
   clef_engine_options options;
   options.model_dir = tiny_dir() / "release";
