@@ -1,5 +1,5 @@
-// The clef engine as the commands configure it: the messages for a model directory that is not
-// there.
+// The clef engine as the commands configure it: --model-id, and the messages for a model directory
+// that is not there.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -114,6 +114,20 @@ cli_run cli(std::vector<std::string_view> args, const std::string& input = "") {
   std::ostringstream out, err;
   const int code = run_cli(args, in, out, err);
   return {code, out.str(), err.str()};
+}
+
+TEST(clef_cli, decide_model_id_names_the_responses_model) {
+  const std::string release = (tiny / "release").string();
+  const std::string request = R"({"state":"hello","questions":{"q":{"type":"noul"}}})";
+  const auto named = cli({"decide", "--engine", "clef", "--model", release, "--model-id", "acme/clef-tiny", "--threads", "1"},
+                         request);
+  ASSERT_EQ(named.code, 0) << named.err;
+  EXPECT_EQ(test::parse(named.out)["model"], "acme/clef-tiny");
+  const auto plain = cli({"decide", "--engine", "clef", "--model", release, "--threads", "1"}, request);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(test::parse(plain.out)["model"], "release");
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", release, "--model-id", ""}, request).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--model-id", "acme/clef-tiny"}, request).code, exit_usage);
 }
 
 // The message names the model directory, whichever command loads it.

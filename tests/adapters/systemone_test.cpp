@@ -817,5 +817,53 @@ TEST_F(systemone_test, metrics_count_requests_decisions_stages_and_batches) {
   EXPECT_TRUE(has("# TYPE baton_stage_seconds histogram")) << m;
 }
 
+// The served model's id, for the clef engine configured as `baton serve` configures it: the same
+// name in GET /v1/models, the response's `model` and the decision's log row.
+class clef_model_id_test : public systemone_test {
+ protected:
+  void expect_served_as(const std::filesystem::path& model, const std::string& model_id, const std::string& want) {
+    std::string yaml = "engine: {name: clef, model: \"" + model.string() + "\", threads: 1";
+    if (!model_id.empty()) yaml += ", model_id: \"" + model_id + "\"";
+    auto c = parse_server_config(yaml + "}\n", dir_ / "baton.yaml");
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->engine.model_id, model_id);
+    test::http_client client(start({}, {}, make_configured_engine(c->engine)));
+    const auto models = client.get("/v1/models");
+    ASSERT_EQ(models.status, 200) << models.body;
+    EXPECT_EQ(models.body_json()["models"][0]["name"], want);
+    const auto answered = client.post("/v1/systemone", simple_request);
+    ASSERT_EQ(answered.status, 200) << answered.body;
+    EXPECT_EQ(answered.body_json()["model"], want);
+    // A client may name it.
+    json named = test::parse(simple_request);
+    named["model"] = want;
+    const auto by_name = client.post("/v1/systemone", render_json(named, false));
+    EXPECT_EQ(by_name.status, 200) << by_name.body;
+    const auto rows = sql("SELECT DISTINCT model FROM decisions");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["model"], want);
+  }
+
+  const std::filesystem::path tiny_release_ = test::data_dir() / "vectors/clef-omni-tiny/release";
+};
+
+TEST_F(clef_model_id_test, engine_model_id_names_the_model) {
+  expect_served_as(tiny_release_, "acme/clef-tiny", "acme/clef-tiny");
+}
+
+TEST_F(clef_model_id_test, a_hugging_face_cache_snapshot_is_served_as_its_repo) {
+  // The hub cache's layout, its files linking to the tiny release as the cache's link to blobs.
+  const auto snapshot = dir_ / "hub/models--Cloudflare--clef-omni/snapshots/0db1cd2607d76a7bdb2a382f659e7b313079f84b";
+  std::filesystem::create_directories(snapshot);
+  for (const auto& f : std::filesystem::directory_iterator(tiny_release_)) {
+    std::filesystem::create_symlink(f.path(), snapshot / f.path().filename());
+  }
+  expect_served_as(snapshot, "", "Cloudflare/clef-omni");
+}
+
+TEST_F(clef_model_id_test, a_plain_directory_is_served_as_its_name) {
+  expect_served_as(tiny_release_, "", "release");
+}
+
 }  // namespace
 }  // namespace baton

@@ -317,6 +317,19 @@ TEST_F(clef_engine_test, describes_itself_with_a_fingerprint_of_the_release) {
   EXPECT_EQ(d.limits.videos.max_items, 2u);
 }
 
+// A Hugging Face cache snapshot is named by its revision: the repo's name is two folders up.
+TEST(clef_engine_model_id, comes_from_the_hub_cache_layout_or_the_directory_name) {
+  EXPECT_EQ(served_model_id("/hub/models--Cloudflare--clef-omni/snapshots/0db1cd2607d76a7bdb2a382f659e7b313079f84b"),
+            "Cloudflare/clef-omni");
+  EXPECT_EQ(served_model_id("/hub/models--Cloudflare--clef-omni/snapshots/0db1cd2/"), "Cloudflare/clef-omni");
+  EXPECT_EQ(served_model_id("/hub/models--gpt2/snapshots/e7da7f2"), "gpt2");  // a repo without an owner
+  EXPECT_EQ(served_model_id("/srv/models/clef-omni-v2"), "clef-omni-v2");
+  EXPECT_EQ(served_model_id("/srv/models/clef-omni-v2/"), "clef-omni-v2");
+  EXPECT_EQ(served_model_id("/srv/snapshots/0db1cd2"), "0db1cd2");  // not under models--…
+  EXPECT_EQ(served_model_id("/srv/models--x/other/0db1cd2"), "0db1cd2");
+  EXPECT_EQ(served_model_id("/"), "clef-omni");
+}
+
 // A model directory that is missing or is a file is named as the model directory, not as the
 // tokenizer file the loader would have looked for next.
 TEST(clef_engine_load, a_missing_or_file_model_directory_is_named) {
