@@ -1,5 +1,6 @@
-// The clef engine as the commands configure it: --model-id, and the messages for a model directory
-// that is not there.
+// The clef engine as the commands configure it: config/examples/clef/baton.yaml through the
+// configuration loader and under a real `baton serve` process, --model-id, and the messages for a
+// model directory that is not there.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,6 +16,10 @@
 #include <thread>
 
 #include "adapters/cli.hpp"
+#include "adapters/serve.hpp"
+#include "adapters/server_config.hpp"
+#include "core/answers.hpp"
+#include "http_client.hpp"
 #include "support/files.hpp"
 
 extern char** environ;
@@ -24,7 +29,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const fs::path example = test::source_dir() / "config/examples/clef/baton.yaml";
 const fs::path tiny = test::data_dir() / "vectors/clef-omni-tiny";
+
+// The tiny release's image record and what the reference answers for it.
+std::pair<json, json> image_record() {
+  std::ifstream records(tiny / "records.jsonl"), expected(tiny / "expected.jsonl");
+  for (std::string a, b; std::getline(records, a) && std::getline(expected, b);) {
+    if (test::parse(a)["id"] == "image_basic") return {test::parse(a)["request"], test::parse(b)["response"]};
+  }
+  ADD_FAILURE() << "no image_basic record in " << tiny;
+  return {};
+}
+
+TEST(clef_example, loads_through_the_server_configuration_loader) {
+  auto c = load_server_config(example);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.name, "clef");
+  EXPECT_EQ(fs::weakly_canonical(c->engine.model), fs::weakly_canonical(tiny / "release"));
+  EXPECT_EQ(c->engine.model_id, "clef-omni-tiny");
+  EXPECT_EQ(c->engine.dtype, "f32");
+  ASSERT_EQ(c->engine.media.sources.roots.size(), 1u);
+  EXPECT_EQ(fs::weakly_canonical(c->engine.media.sources.roots[0]), fs::weakly_canonical(tiny));
+  EXPECT_FALSE(c->engine.media.sources.urls);
+  EXPECT_TRUE(fs::is_regular_file(c->registry)) << c->registry;
+  EXPECT_TRUE(fs::is_regular_file(c->policy)) << c->policy;
+  const auto engine = make_configured_engine(c->engine);
+  EXPECT_EQ(engine->describe().model_id, "clef-omni-tiny");
+  EXPECT_EQ(engine->describe().limits.images.max_items, 4u);  // the tiny release has both towers
+}
 
 // `baton serve ARGS` as a child process; its standard output is read for the listening line,
 // its standard error goes to `err_file` when one is given.
@@ -104,6 +137,38 @@ class serve_process {
   int out_ = -1;
 };
 
+TEST(clef_example, baton_serve_answers_a_decision_on_it) {
+  serve_process server({"--config", example.string(), "--listen", "127.0.0.1:0"});
+  const unsigned short port = server.port();
+  ASSERT_NE(port, 0);
+  test::http_client client(port);
+  const auto models = client.get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.body_json()["models"][0]["name"], "clef-omni-tiny");
+  // An image named by its path under the configured media root, answered as the reference does.
+  const auto [request, want] = image_record();
+  const auto res = client.post("/v1/systemone", render_json(request, false));
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "clef-omni-tiny");
+  EXPECT_EQ(res.body_json()["answers"], want["answers"]);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(clef_example, baton_serve_model_id_overrides_the_config) {
+  serve_process server({"--config", example.string(), "--listen", "127.0.0.1:0", "--model-id", "acme/clef-tiny"});
+  const unsigned short port = server.port();
+  ASSERT_NE(port, 0);
+  test::http_client client(port);
+  const auto models = client.get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.body_json()["models"][0]["name"], "acme/clef-tiny");
+  const auto res = client.post("/v1/systemone",
+                               R"({"state":"I was charged twice","questions":{"billing":{"type":"noul"}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "acme/clef-tiny");
+  EXPECT_EQ(server.stop(), 0);
+}
+
 struct cli_run {
   int code;
   std::string out, err;
@@ -119,8 +184,8 @@ cli_run cli(std::vector<std::string_view> args, const std::string& input = "") {
 TEST(clef_cli, decide_model_id_names_the_responses_model) {
   const std::string release = (tiny / "release").string();
   const std::string request = R"({"state":"hello","questions":{"q":{"type":"noul"}}})";
-  const auto named = cli({"decide", "--engine", "clef", "--model", release, "--model-id", "acme/clef-tiny", "--threads", "1"},
-                         request);
+  const auto named =
+      cli({"decide", "--engine", "clef", "--model", release, "--model-id", "acme/clef-tiny", "--threads", "1"}, request);
   ASSERT_EQ(named.code, 0) << named.err;
   EXPECT_EQ(test::parse(named.out)["model"], "acme/clef-tiny");
   const auto plain = cli({"decide", "--engine", "clef", "--model", release, "--threads", "1"}, request);

@@ -231,7 +231,8 @@ TEST(server_config, listen_addresses) {
 }
 
 TEST(server_config, the_shipped_configs_load) {
-  for (const char* f : {"config/baton.yaml", "config/examples/support/baton.yaml", "config/examples/oncall/baton.yaml"}) {
+  for (const char* f : {"config/baton.yaml", "config/examples/support/baton.yaml", "config/examples/oncall/baton.yaml",
+                        "config/examples/clef/baton.yaml"}) {
     auto c = load_server_config(test::source_dir() / f);
     EXPECT_TRUE(c) << f << ": " << c.error().message;
   }
