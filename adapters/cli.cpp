@@ -43,7 +43,7 @@ Exit status: 64 for a usage error; each command documents its own.
 )";
 
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
-       baton decide --engine clef --model DIR [--dtype f32|bf16] [--device cpu|cuda[:N]]
+       baton decide --engine clef --model DIR [--model-id NAME] [--dtype f32|bf16] [--device cpu|cuda[:N]]
                     [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
                     [--media-root DIR] [--dump FILE] [FILE|-]
 
@@ -58,6 +58,8 @@ Options:
                         clef (the Clef-Omni model of --model)
   --model DIR           clef: a release directory (config.json, *.safetensors + index,
                         joint_head_config.json, joint_head.safetensors, tokenizer files)
+  --model-id NAME       clef: the responses' "model" (default: ORG/NAME for a Hugging Face
+                        cache snapshot models--ORG--NAME/snapshots/REV, else the name of DIR)
   --dtype TYPE          clef: f32 or bf16 for the thinker (default: the weights' own dtype)
   --head-dtype TYPE     clef: f32 (default) or bf16 for the joint head (the reference runs it in
                         the model's dtype; parity tests are f32)
@@ -175,7 +177,7 @@ class line_reader {
   char chunk_[8192];
 };
 
-// One line of a clef trace, in the format of ../shared/vectors/clef-omni-tiny/expected.jsonl:
+// One line of a clef trace, in the format of tests/data/vectors/clef-omni-tiny/expected.jsonl:
 // ids, spans and (when run) logits and response of a record, or why it was refused; a record with
 // media also gets "media": {"use_audio_in_video", "placeholders": [{"kind","index","span","pads"}]}.
 void write_dump_line(const json& id, const clef::clef_trace* trace, const response* answer,
@@ -391,11 +393,12 @@ namespace {
 
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
-  static constexpr std::array<std::string_view, 9> clef_flags = {
-      "--model", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens", "--dump",
-      "--media-root"};
-  if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--dtype", "--head-dtype", "--device",
-                                       "--max-length", "--threads", "--batch-tokens", "--dump", "--media-root"},
+  static constexpr std::array<std::string_view, 10> clef_flags = {
+      "--model", "--model-id", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens",
+      "--dump", "--media-root"};
+  if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--model-id", "--dtype", "--head-dtype",
+                                       "--device", "--max-length", "--threads", "--batch-tokens", "--dump",
+                                       "--media-root"},
                                 {"--jsonl"}, a)) {
     return usage_error(err, *problem, "decide");
   }
@@ -412,6 +415,10 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     options.confidence = *metric;
   }
   if (auto v = a.get("--model")) options.model_dir = std::string(*v);
+  if (auto v = a.get("--model-id")) {
+    if (v->empty()) return usage_error(err, "--model-id needs a name", "decide");
+    options.model_id = std::string(*v);
+  }
   for (auto [flag, field] : {std::pair{"--dtype", &options.dtype}, std::pair{"--head-dtype", &options.head_dtype}}) {
     if (auto v = a.get(flag)) {
       clef::compute_dtype unused;
@@ -446,6 +453,7 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     engine_options clef_options;
     clef_options.name = "clef";
     clef_options.model = options.model_dir;
+    clef_options.model_id = options.model_id;
     clef_options.dtype = options.dtype;
     clef_options.head_dtype = options.head_dtype;
     clef_options.device = options.device;
@@ -460,8 +468,8 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
       return exit_engine_failed;
     }
   } else if (std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
-    return usage_error(err, "--model, --dtype, --head-dtype, --device, --max-length, --threads, --batch-tokens, "
-                       "--media-root and --dump need --engine clef",
+    return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
+                       "--batch-tokens, --media-root and --dump need --engine clef",
                        "decide");
   } else {
     auto made = make_engine(options.engine);

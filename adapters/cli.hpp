@@ -26,6 +26,7 @@ enum exit_code : int {
 struct decide_options {
   std::string engine = "keyword";
   std::string model_dir;              // clef: the release directory
+  std::string model_id;               // clef: the responses' model; empty: from the release's path
   std::string dtype;                  // clef: f32 or bf16; empty: the weights' own dtype
   std::string head_dtype;             // clef: f32 or bf16; empty: f32
   std::string device = "cpu";         // clef: cpu, cuda, cuda:N

@@ -27,6 +27,7 @@ namespace baton {
 namespace {
 
 constexpr const char* serve_help = R"(Usage: baton serve [--config FILE] [--listen HOST:PORT] [--db PATH]
+                   [--model-id NAME]
 
 Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protocol.md);
 SystemOne/Jev clients POST to http://HOST:PORT/v1/systemone (docs/systemone.md) and list
@@ -40,6 +41,9 @@ Options:
   --listen HOST:PORT  overrides server.listen (port 0: any free port; the chosen one is printed)
   --db PATH           overrides log.path, the decision log (relative to the working directory,
                       as `baton log --db` reads it)
+  --model-id NAME     clef: overrides engine.model_id, the name /v1/models, responses and the
+                      log give the model (default: ORG/NAME for a Hugging Face cache snapshot
+                      models--ORG--NAME/snapshots/REV, else the release directory's name)
 
 SIGINT or SIGTERM stops it gracefully: no new connections, in-flight decisions finish, sessions
 get a close frame, the decision log is flushed.
@@ -76,6 +80,7 @@ std::unique_ptr<decision_engine> make_configured_engine(const engine_options& op
   if (options.name == "clef") {
     clef::clef_engine_options o;
     o.model_dir = options.model;
+    o.model_id = options.model_id;
     if (!options.dtype.empty()) {
       clef::compute_dtype d{};
       clef::parse_compute_dtype(options.dtype, d);
@@ -267,7 +272,9 @@ void running_server::wait() {
 
 int serve_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   command_args a;
-  if (auto problem = parse_args(args, {"--config", "--listen", "--db"}, {}, a)) return usage_error(err, *problem, "serve");
+  if (auto problem = parse_args(args, {"--config", "--listen", "--db", "--model-id"}, {}, a)) {
+    return usage_error(err, *problem, "serve");
+  }
   if (a.help) {
     out << serve_help;
     return exit_ok;
@@ -285,6 +292,13 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   if (const auto db = a.get("--db")) {
     if (db->empty()) return usage_error(err, "--db needs a path", "serve");
     config->log.path = std::filesystem::path(*db).lexically_normal();
+  }
+  if (const auto id = a.get("--model-id")) {
+    if (id->empty()) return usage_error(err, "--model-id needs a name", "serve");
+    if (config->engine.name != "clef") {
+      return usage_error(err, "--model-id names the clef engine's model (engine.name: clef)", "serve");
+    }
+    config->engine.model_id = std::string(*id);
   }
 
   // Standard output carries the listening line only; the server's log lines go to standard error.

@@ -222,9 +222,9 @@ void read_media(const YAML::Node& n, clef::media_settings& m, const std::filesys
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base,
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
-                               {"name", "model", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens",
-                                "max_batch", "queue_capacity", "timeout_ms", "url", "ca_file", "key_env", "connections",
-                                "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
+                               {"name", "model", "model_id", "dtype", "head_dtype", "device", "threads", "max_length",
+                                "batch_tokens", "max_batch", "queue_capacity", "timeout_ms", "url", "ca_file", "key_env",
+                                "connections", "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
   const field* name = find(fields, "name");
   if (name) {
     e.name = read_string(name->value, ticked(section + ".name"));
@@ -243,6 +243,10 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       } else {
         e.model = read_path(f.value, what, base);
       }
+    } else if (f.key == "model_id") {
+      if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
+      e.model_id = read_string(f.value, what);
+      if (e.model_id.empty()) fail(f.value, what + " must not be empty");
     } else if (f.key == "dtype" || f.key == "head_dtype") {
       std::string& d = f.key == "dtype" ? e.dtype : e.head_dtype;
       d = read_string(f.value, what);

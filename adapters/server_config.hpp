@@ -50,6 +50,7 @@ struct systemone_options {
 struct engine_options {
   std::string name = "keyword";  // keyword | clef | systemone
   std::filesystem::path model;   // clef: the release directory
+  std::string model_id;          // clef: the served model's name; empty: clef::served_model_id(model)
   // systemone: another SystemOne server (engine/systemone_engine.hpp). `model` is then the name
   // sent; the bearer key comes from the environment variable `key_env`; `ca_file` is the CAs an
   // https server's certificate must chain to (empty: the system's).

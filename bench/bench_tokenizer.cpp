@@ -15,7 +15,7 @@ namespace {
 using baton::tokenizer;
 
 const tokenizer& qwen() {
-  static const auto t = tokenizer::load(BATON_SHARED_DIR "/vectors/tokenizer/qwen3_omni_tokenizer.json");
+  static const auto t = tokenizer::load(BATON_TEST_DATA "/vectors/tokenizer/qwen3_omni_tokenizer.json");
   return *t;
 }
 

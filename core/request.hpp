@@ -93,7 +93,7 @@ error body_too_large(std::size_t bytes, const request_limits& limits);
 // 422 TOO_MANY_OPTIONS (the model's option budget). `model_id` names the model in messages.
 result<request> parse_request(std::string_view body, const request_limits& limits,
                               std::string_view model_id = {});
-// A line of a record file (as ../shared/vectors/clef-omni-tiny/records.jsonl): a bare request, or
+// A line of a record file (as tests/data/vectors/clef-omni-tiny/records.jsonl): a bare request, or
 // a wrapper {"id": …, "request": {…}, "max_length": N} around one, whose id and context window
 // land in `meta`.
 struct request_line {

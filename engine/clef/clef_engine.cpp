@@ -15,6 +15,8 @@ namespace baton::clef {
 namespace {
 
 std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
+  // A path that is a file would be read as a tokenizer file, and a missing one reported as one.
+  check_model_dir(dir);
   std::unique_ptr<tokenizer> t;
   try {
     t = tokenizer::load(dir);
@@ -110,12 +112,7 @@ clef_engine::clef_engine(const clef_engine_options& options)
     : options_(options),
       encoder_(options.model_dir),
       model_(model::load(options.model_dir, options.model)) {
-  description_.model_id = options.model_id.empty()
-                              ? std::filesystem::absolute(options.model_dir).lexically_normal()
-                                    .filename()
-                                    .string()
-                              : options.model_id;
-  if (description_.model_id.empty()) description_.model_id = "clef-omni";
+  description_.model_id = options.model_id.empty() ? served_model_id(options.model_dir) : options.model_id;
   description_.fingerprint = release_fingerprint(options.model_dir);
   options_.media.bounds = read_pixel_bounds(options.model_dir);
   options_.media.soundtracks = model_->reads_audio();
@@ -252,6 +249,22 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     }
   }
   return out;
+}
+
+std::string served_model_id(const std::filesystem::path& model_dir) {
+  std::filesystem::path dir = std::filesystem::absolute(model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "release/" normalises to "release/"
+  const std::filesystem::path snapshots = dir.parent_path();
+  const std::string repo = snapshots.parent_path().filename().string();
+  // The hub cache spells repo "ORG/NAME" as "models--ORG--NAME"; hub names cannot hold "--".
+  constexpr std::string_view prefix = "models--";
+  if (snapshots.filename() == "snapshots" && repo.starts_with(prefix) && repo.size() > prefix.size()) {
+    const std::string id = repo.substr(prefix.size());
+    const auto split = id.find("--");
+    return split == std::string::npos ? id : id.substr(0, split) + "/" + id.substr(split + 2);
+  }
+  const std::string name = dir.filename().string();
+  return name.empty() ? "clef-omni" : name;  // "/" has no name
 }
 
 std::string release_fingerprint(const std::filesystem::path& model_dir) {

@@ -20,7 +20,7 @@ struct clef_engine_options {
   model_options model;
   std::size_t max_length = 64000;    // tokens per record (REF-omni DEFAULT_MAX_LENGTH)
   std::size_t batch_tokens = 16384;  // records are packed into one forward up to this many tokens
-  std::string model_id;              // empty: the release directory's name
+  std::string model_id;              // what responses and the log name; empty: served_model_id(model_dir)
   // Where media may come from and the decode limits; the pixel bounds are read from the release.
   media_settings media;
 };
@@ -85,6 +85,11 @@ class clef_engine final : public decision_engine {
   engine_description description_;
   std::int32_t newline_id_ = 0;  // "\n" ends each media item's block
 };
+
+// The name a release is served under when none is configured: ORG/NAME for a Hugging Face cache
+// snapshot (…/models--ORG--NAME/snapshots/REV, whose own name is only the revision), else the
+// directory's name.
+std::string served_model_id(const std::filesystem::path& model_dir);
 
 // sha256 ("sha256:<hex>") over the release's index, config and head files, and each shard's size,
 // header and 16 sampled windows: identifies the weights without reading tens of GB.

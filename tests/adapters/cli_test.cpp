@@ -268,7 +268,7 @@ TEST(cli_binary, answers_the_config_examples) {
 namespace baton {
 namespace {
 
-const std::filesystem::path tiny = test::shared_dir() / "vectors/clef-omni-tiny";
+const std::filesystem::path tiny = test::data_dir() / "vectors/clef-omni-tiny";
 
 // The tiny release's reference records with media, or the text ones, with their expected outcomes.
 std::pair<std::string, std::vector<json>> reference_records(bool media) {

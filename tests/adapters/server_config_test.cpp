@@ -218,6 +218,20 @@ TEST(server_config, the_clef_engines_media_section) {
   EXPECT_NE(problem("engine: {name: clef, model: r, media: {colour: x}}\n").find("colour"), std::string::npos);
 }
 
+TEST(server_config, the_clef_model_id) {
+  auto c = parse_server_config("engine: {name: clef, model: release, model_id: Cloudflare/clef-omni}\n",
+                               "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.model_id, "Cloudflare/clef-omni");
+  c = parse_server_config("engine: {name: clef, model: release}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.model_id, "");
+  EXPECT_EQ(problem("engine: {name: clef, model: release, model_id: \"\"}\n"),
+            "/etc/baton/baton.yaml:1: `engine.model_id` must not be empty");
+  EXPECT_EQ(problem("engine: {name: keyword, model_id: mine}\n"),
+            "/etc/baton/baton.yaml:1: `engine.model_id` is read only by the clef engine");
+}
+
 TEST(server_config, listen_addresses) {
   server_options o;
   EXPECT_TRUE(parse_listen("0.0.0.0:0", o));
@@ -231,7 +245,8 @@ TEST(server_config, listen_addresses) {
 }
 
 TEST(server_config, the_shipped_configs_load) {
-  for (const char* f : {"config/baton.yaml", "config/examples/support/baton.yaml", "config/examples/oncall/baton.yaml"}) {
+  for (const char* f : {"config/baton.yaml", "config/examples/support/baton.yaml", "config/examples/oncall/baton.yaml",
+                        "config/examples/clef/baton.yaml"}) {
     auto c = load_server_config(test::source_dir() / f);
     EXPECT_TRUE(c) << f << ": " << c.error().message;
   }
@@ -258,6 +273,11 @@ TEST(serve_cli, usage_and_configuration_errors) {
   auto [db, d_out, d_err] = run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--db", ""});
   EXPECT_EQ(db, 64);
   EXPECT_NE(d_err.find("--db needs a path"), std::string::npos) << d_err;
+  // --model-id names the clef engine's model: the keyword engine has its own name.
+  auto [model_id, i_out, i_err] =
+      run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--model-id", "mine"});
+  EXPECT_EQ(model_id, 64);
+  EXPECT_NE(i_err.find("--model-id names the clef engine's model"), std::string::npos) << i_err;
 }
 
 }  // namespace

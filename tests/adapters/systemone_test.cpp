@@ -1,5 +1,5 @@
 // The SystemOne HTTP API end to end: a real server on an ephemeral 127.0.0.1 port, a real HTTP
-// client, every example of spec/examples sent over the wire, API keys and roles, admission
+// client, every example of tests/data/spec-examples sent over the wire, API keys and roles, admission
 // control (rate limits, queue, deadline, sizes), gzip, metrics and the decision log.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -182,7 +182,7 @@ class systemone_test : public ::testing::Test {
     return rows;
   }
 
-  static json example(const std::string& name) { return test::read_json(test::shared_dir() / "spec/examples" / name); }
+  static json example(const std::string& name) { return test::read_json(test::data_dir() / "spec-examples" / name); }
 
   std::filesystem::path dir_;
   server_config config_;
@@ -364,7 +364,7 @@ std::string base64(const std::string& bytes) {
 // The Clef engine behind the HTTP API reads a data URL and a path under its media root; the log
 // tells requests apart by their media.
 TEST_F(systemone_test, the_clef_engine_answers_media_requests) {
-  const auto tiny = test::shared_dir() / "vectors/clef-omni-tiny";
+  const auto tiny = test::data_dir() / "vectors/clef-omni-tiny";
   clef::clef_engine_options o;
   o.model_dir = tiny / "release";
   o.model_id = "clef-omni-tiny";
@@ -834,6 +834,54 @@ TEST_F(systemone_test, metrics_count_requests_decisions_stages_and_batches) {
   EXPECT_TRUE(has("baton_engine_queue_depth 0.0")) << m;
   EXPECT_TRUE(has("baton_escalations_pending " + std::string(d["action"] == "escalate" ? "1.0" : "0.0"))) << m;
   EXPECT_TRUE(has("# TYPE baton_stage_seconds histogram")) << m;
+}
+
+// The served model's id, for the clef engine configured as `baton serve` configures it: the same
+// name in GET /v1/models, the response's `model` and the decision's log row.
+class clef_model_id_test : public systemone_test {
+ protected:
+  void expect_served_as(const std::filesystem::path& model, const std::string& model_id, const std::string& want) {
+    std::string yaml = "engine: {name: clef, model: \"" + model.string() + "\", threads: 1";
+    if (!model_id.empty()) yaml += ", model_id: \"" + model_id + "\"";
+    auto c = parse_server_config(yaml + "}\n", dir_ / "baton.yaml");
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->engine.model_id, model_id);
+    test::http_client client(start({}, {}, make_configured_engine(c->engine)));
+    const auto models = client.get("/v1/models");
+    ASSERT_EQ(models.status, 200) << models.body;
+    EXPECT_EQ(models.body_json()["models"][0]["name"], want);
+    const auto answered = client.post("/v1/systemone", simple_request);
+    ASSERT_EQ(answered.status, 200) << answered.body;
+    EXPECT_EQ(answered.body_json()["model"], want);
+    // A client may name it.
+    json named = test::parse(simple_request);
+    named["model"] = want;
+    const auto by_name = client.post("/v1/systemone", render_json(named, false));
+    EXPECT_EQ(by_name.status, 200) << by_name.body;
+    const auto rows = sql("SELECT DISTINCT model FROM decisions");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["model"], want);
+  }
+
+  const std::filesystem::path tiny_release_ = test::data_dir() / "vectors/clef-omni-tiny/release";
+};
+
+TEST_F(clef_model_id_test, engine_model_id_names_the_model) {
+  expect_served_as(tiny_release_, "acme/clef-tiny", "acme/clef-tiny");
+}
+
+TEST_F(clef_model_id_test, a_hugging_face_cache_snapshot_is_served_as_its_repo) {
+  // The hub cache's layout, its files linking to the tiny release as the cache's link to blobs.
+  const auto snapshot = dir_ / "hub/models--Cloudflare--clef-omni/snapshots/0db1cd2607d76a7bdb2a382f659e7b313079f84b";
+  std::filesystem::create_directories(snapshot);
+  for (const auto& f : std::filesystem::directory_iterator(tiny_release_)) {
+    std::filesystem::create_symlink(f.path(), snapshot / f.path().filename());
+  }
+  expect_served_as(snapshot, "", "Cloudflare/clef-omni");
+}
+
+TEST_F(clef_model_id_test, a_plain_directory_is_served_as_its_name) {
+  expect_served_as(tiny_release_, "", "release");
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ TEST(answers, a_decision_that_does_not_fit_the_request_is_an_error) {
 // Cloudflare's reference code on the tiny Clef-Omni release: from its logits, baton's answers and
 // rounding give the reference's response text exactly.
 TEST(answers, reproduce_the_reference_responses_from_its_logits) {
-  const auto dir = test::shared_dir() / "vectors/clef-omni-tiny";
+  const auto dir = test::data_dir() / "vectors/clef-omni-tiny";
   std::ifstream records(dir / "records.jsonl");
   std::ifstream expected(dir / "expected.jsonl");
   std::string record_line, expected_line;

@@ -50,7 +50,7 @@ TEST(python_float, round_ties_follow_the_exact_binary_value) {
 // The judge-clef fixture holds the prompt pieces Cloudflare's reference code built: the state,
 // every instruction and every option object as rendered by Python's json.dumps.
 TEST(python_render, matches_every_piece_of_the_reference_encodings) {
-  const json records = test::read_json(test::shared_dir() / "vectors/clef/encode_records.json");
+  const json records = test::read_json(test::data_dir() / "vectors/clef/encode_records.json");
   ASSERT_EQ(records.size(), 6u);
   for (const json& record : records) {
     const std::string name = record["evaluation"]["id"].get<std::string>();

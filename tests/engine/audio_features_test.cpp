@@ -1,4 +1,4 @@
-// The log-mel features against the processor outputs of transformers v4.57.6 (../shared/vectors).
+// The log-mel features against the processor outputs of transformers v4.57.6 (tests/data/vectors).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +11,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path vectors_dir() { return test::shared_dir() / "vectors"; }
+std::filesystem::path vectors_dir() { return test::data_dir() / "vectors"; }
 
 template <class T>
 std::vector<T> values_of(const safetensors_file& file, std::string_view name, dtype type) {

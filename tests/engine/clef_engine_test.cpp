@@ -1,5 +1,5 @@
 // The clef engine end to end against Cloudflare's reference run on a tiny release
-// (../shared/vectors/clef-omni-tiny): ids, spans, logits and answers.
+// (tests/data/vectors/clef-omni-tiny): ids, spans, logits and answers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +14,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path tiny_dir() { return test::shared_dir() / "vectors/clef-omni-tiny"; }
+std::filesystem::path tiny_dir() { return test::data_dir() / "vectors/clef-omni-tiny"; }
 
 // One thread: ctest runs the test binaries side by side on two cores, where idle OpenMP threads
 // spinning between the tiny model's many small ops cost far more than they give.
@@ -317,6 +317,51 @@ TEST_F(clef_engine_test, describes_itself_with_a_fingerprint_of_the_release) {
   EXPECT_EQ(d.limits.videos.max_items, 2u);
 }
 
+// A Hugging Face cache snapshot is named by its revision: the repo's name is two folders up.
+TEST(clef_engine_model_id, comes_from_the_hub_cache_layout_or_the_directory_name) {
+  EXPECT_EQ(served_model_id("/hub/models--Cloudflare--clef-omni/snapshots/0db1cd2607d76a7bdb2a382f659e7b313079f84b"),
+            "Cloudflare/clef-omni");
+  EXPECT_EQ(served_model_id("/hub/models--Cloudflare--clef-omni/snapshots/0db1cd2/"), "Cloudflare/clef-omni");
+  EXPECT_EQ(served_model_id("/hub/models--gpt2/snapshots/e7da7f2"), "gpt2");  // a repo without an owner
+  EXPECT_EQ(served_model_id("/srv/models/clef-omni-v2"), "clef-omni-v2");
+  EXPECT_EQ(served_model_id("/srv/models/clef-omni-v2/"), "clef-omni-v2");
+  EXPECT_EQ(served_model_id("/srv/snapshots/0db1cd2"), "0db1cd2");  // not under models--…
+  EXPECT_EQ(served_model_id("/srv/models--x/other/0db1cd2"), "0db1cd2");
+  EXPECT_EQ(served_model_id("/"), "clef-omni");
+}
+
+// A model directory that is missing or is a file is named as the model directory, not as the
+// tokenizer file the loader would have looked for next.
+TEST(clef_engine_load, a_missing_or_file_model_directory_is_named) {
+  const auto message = [](const std::filesystem::path& dir) {
+    clef_engine_options o;
+    o.model_dir = dir;
+    try {
+      clef_engine e(o);
+    } catch (const load_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  EXPECT_EQ(message("/nonexistent"), "model directory /nonexistent: does not exist");
+  const auto file = tiny_dir() / "release/config.json";
+  EXPECT_EQ(message(file), "model directory " + file.string() + ": is not a directory");
+  EXPECT_THROW(clef_encoder("/nonexistent"), load_error);
+  try {
+    clef_encoder encoder(file);
+    ADD_FAILURE() << "loaded";
+  } catch (const load_error& e) {
+    EXPECT_EQ(std::string(e.what()), "model directory " + file.string() + ": is not a directory");
+  }
+  // The release loader says the same.
+  try {
+    release r("/nonexistent/release");
+    ADD_FAILURE() << "loaded";
+  } catch (const load_error& e) {
+    EXPECT_EQ(std::string(e.what()), "model directory /nonexistent/release: does not exist");
+  }
+}
+
 TEST(clef_engine_bf16, answers_every_text_record_close_to_fp32) {
   clef_engine_options options;
   options.model_dir = tiny_dir() / "release";
@@ -350,7 +395,7 @@ namespace {
 // many chunks (each with its own causal mask), and so do the head's cross-attentions.
 TEST(clef_engine_chunks, small_score_budgets_give_the_same_logits) {
   clef_engine_options options;
-  options.model_dir = test::shared_dir() / "vectors/clef-omni-tiny/release";
+  options.model_dir = test::data_dir() / "vectors/clef-omni-tiny/release";
   options.model.threads = 1;
   options.media.sources.roots = {options.model_dir.parent_path()};
   clef_engine whole(options);

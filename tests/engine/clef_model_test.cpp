@@ -1,4 +1,4 @@
-// The thinker and the joint head against reference tensors (../shared/vectors).
+// The thinker and the joint head against reference tensors (tests/data/vectors).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path thinker_dir() { return test::shared_dir() / "vectors/qwen3-omni-thinker-tiny"; }
+std::filesystem::path thinker_dir() { return test::data_dir() / "vectors/qwen3-omni-thinker-tiny"; }
 
 std::vector<float> floats(const tensor_view& v) {
   EXPECT_EQ(v.type, dtype::f32);
@@ -143,7 +143,7 @@ TEST(thinker, media_cases_match_the_reference_stage_by_stage) {
 }
 
 TEST(release, loads_the_tiny_clef_release_and_skips_talker_and_code2wav) {
-  const release r(test::shared_dir() / "vectors/clef-omni-tiny/release");
+  const release r(test::data_dir() / "vectors/clef-omni-tiny/release");
   EXPECT_EQ(r.text().hidden_size, 64);
   EXPECT_EQ(r.text().mrope_section[0], 8);
   EXPECT_EQ(r.head().width, 32);

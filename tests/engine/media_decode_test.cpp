@@ -1,4 +1,4 @@
-// engine/media against the Clef reference's decodes of ../shared/vectors/clef-omni-tiny/media, and
+// engine/media against the Clef reference's decodes of tests/data/vectors/clef-omni-tiny/media, and
 // damaged copies of those files (in memory) that must give errors, never a crash or a hang.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ using clef::dtype;
 using clef::safetensors_file;
 using clef::tensor_view;
 
-const std::filesystem::path vectors = test::shared_dir() / "vectors/clef-omni-tiny";
+const std::filesystem::path vectors = test::data_dir() / "vectors/clef-omni-tiny";
 
 std::vector<std::byte> file_bytes(const std::string& name) {
   const std::string text = test::read_file(vectors / "media" / name);

@@ -11,7 +11,7 @@ namespace baton::clef {
 namespace {
 
 const json& encode_vectors() {
-  static const json v = test::read_json(test::shared_dir() / "vectors/clef/encode_records.json");
+  static const json v = test::read_json(test::data_dir() / "vectors/clef/encode_records.json");
   return v;
 }
 

@@ -1,4 +1,4 @@
-// The MRoPE position index against transformers' get_rope_index outputs (../shared/vectors).
+// The MRoPE position index against transformers' get_rope_index outputs (tests/data/vectors).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,7 +13,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path thinker_dir() { return test::shared_dir() / "vectors/qwen3-omni-thinker-tiny"; }
+std::filesystem::path thinker_dir() { return test::data_dir() / "vectors/qwen3-omni-thinker-tiny"; }
 
 
 media_tokens tiny_tokens() {

@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using ids = std::vector<std::int32_t>;
 
-fs::path vectors() { return test::shared_dir() / "vectors" / "tokenizer"; }
+fs::path vectors() { return test::data_dir() / "vectors" / "tokenizer"; }
 
 // The full Qwen3-Omni tokenizer.json is 5 MB of JSON: loaded once for the whole binary.
 const tokenizer& qwen() {
@@ -260,7 +260,7 @@ TEST(tokenizer, vocab_and_merges_with_added_tokens_json) {
 
 // The Clef-Omni tiny release: 256 byte tokens, 75 merges, the Qwen added tokens at 331-363.
 TEST(tokenizer, tiny_release_tokenizer) {
-  const fs::path release = test::shared_dir() / "vectors" / "clef-omni-tiny" / "release";
+  const fs::path release = test::data_dir() / "vectors" / "clef-omni-tiny" / "release";
   const auto t = tokenizer::load(release);
   EXPECT_EQ(t->size(), 364u);
   EXPECT_EQ(t->encode("<|im_start|>system\n"), (ids{332, 82, 88, 273, 68, 76, 198}));
@@ -271,7 +271,7 @@ TEST(tokenizer, tiny_release_tokenizer) {
 // The tiny end-to-end records: each prompt piece is tokenized on its own (clef-engine.md §2.1), so
 // every accepted record's ids start with those of the prefix piece and end with the suffix piece.
 TEST(tokenizer, tiny_release_record_prefix_and_suffix) {
-  const fs::path dir = test::shared_dir() / "vectors" / "clef-omni-tiny";
+  const fs::path dir = test::data_dir() / "vectors" / "clef-omni-tiny";
   const auto t = tokenizer::load(dir / "release");
   const ids prefix = t->encode(
       "<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must be "
@@ -295,7 +295,7 @@ TEST(tokenizer, tiny_release_record_prefix_and_suffix) {
 
 // clef/tiny: merges as [a, b] arrays, null subword prefixes, trim_offsets=true.
 TEST(tokenizer, merges_as_pairs) {
-  const auto t = tokenizer::load(test::shared_dir() / "vectors" / "clef" / "tiny" / "tokenizer.json");
+  const auto t = tokenizer::load(test::data_dir() / "vectors" / "clef" / "tiny" / "tokenizer.json");
   EXPECT_EQ(t->size(), 262u);
   EXPECT_EQ(t->encode(" t"), ids{256});
   EXPECT_EQ(t->encode("<think> tt</think>"), (ids{260, 256, 116, 261}));  // bytes in byte order here
@@ -306,7 +306,9 @@ TEST(tokenizer, merges_as_pairs) {
 // The tiny release tokenizer with extra added tokens or another split regex; `base_` is as released.
 class tiny_variant : public ::testing::Test {
  protected:
-  static json tiny() { return test::read_json(test::shared_dir() / "vectors" / "clef-omni-tiny" / "release" / "tokenizer.json"); }
+  static json tiny() {
+    return test::read_json(test::data_dir() / "vectors" / "clef-omni-tiny" / "release" / "tokenizer.json");
+  }
 
   std::unique_ptr<tokenizer> with(std::initializer_list<json> extra) {
     json j = tiny();
@@ -394,7 +396,7 @@ TEST(tokenizer, load_errors_name_the_file_and_the_problem) {
   const fs::path bad = dir.write("bad.json", "{\"model\": ");
   EXPECT_NE(load_error(bad).find(bad.string() + ": is not valid JSON"), std::string::npos) << load_error(bad);
 
-  json tiny = test::read_json(test::shared_dir() / "vectors" / "clef-omni-tiny" / "release" / "tokenizer.json");
+  json tiny = test::read_json(test::data_dir() / "vectors" / "clef-omni-tiny" / "release" / "tokenizer.json");
   const auto variant = [&](const std::string& name, auto&& edit) {
     json j = tiny;
     edit(j);

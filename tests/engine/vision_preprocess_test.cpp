@@ -1,4 +1,4 @@
-// Image and video preprocessing against the reference processors' outputs (../shared/vectors).
+// Image and video preprocessing against the reference processors' outputs (tests/data/vectors).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 namespace baton::clef {
 namespace {
 
-std::filesystem::path vectors_dir() { return test::shared_dir() / "vectors"; }
+std::filesystem::path vectors_dir() { return test::data_dir() / "vectors"; }
 
 const tensor_view& tensor(const safetensors_file& file, std::string_view name) {
   const tensor_view* v = file.find(name);

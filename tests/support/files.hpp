@@ -1,4 +1,4 @@
-// Test helpers: read files from the repository and from ../shared (read-only vectors).
+// Test helpers: read files from the repository and its test vectors (tests/data, read-only).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,7 +12,8 @@
 
 namespace baton::test {
 
-inline std::filesystem::path shared_dir() { return BATON_SHARED_DIR; }
+// tests/data: the reference vectors and wire examples, each folder with its PROVENANCE.md.
+inline std::filesystem::path data_dir() { return BATON_TEST_DATA; }
 inline std::filesystem::path source_dir() { return BATON_SOURCE_DIR; }
 
 inline std::string read_file(const std::filesystem::path& p) {

@@ -1,4 +1,4 @@
-// A reference tensor's values as a vector (the shared vectors' safetensors files), for the tests.
+// A reference tensor's values as a vector (the safetensors files of tests/data/vectors), for the tests.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -462,8 +462,17 @@ bool skipped(const std::string& name) {
 
 }  // namespace
 
+void check_model_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(dir, ec);
+  const std::string what = "model directory " + dir.string() + ": ";
+  if (status.type() == std::filesystem::file_type::not_found) throw load_error(what + "does not exist");
+  if (ec) throw load_error(what + ec.message());  // e.g. a parent without search permission
+  if (!std::filesystem::is_directory(status)) throw load_error(what + "is not a directory");
+}
+
 release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
-  if (!std::filesystem::is_directory(dir)) throw load_error(dir.string() + ": not a directory");
+  check_model_dir(dir);
   const auto config_path = dir / "config.json";
   config_ = read_json_file(config_path);
   const nlohmann::json& config = config_;

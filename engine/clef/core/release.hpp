@@ -94,6 +94,10 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_media_te
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_head_tensors(
     const head_config& c);
 
+// Throws load_error naming `dir` ("model directory DIR: does not exist", "…: is not a directory")
+// unless it is a directory: checked before any file in it is looked for.
+void check_model_dir(const std::filesystem::path& dir);
+
 class release {
  public:
   // Opens `dir`. Thinker tensors (text, and vision / audio when the config has them) must match

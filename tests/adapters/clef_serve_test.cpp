@@ -1,0 +1,226 @@
+// The clef engine as the commands configure it: config/examples/clef/baton.yaml through the
+// configuration loader and under a real `baton serve` process, --model-id, and the messages for a
+// model directory that is not there.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "adapters/cli.hpp"
+#include "adapters/serve.hpp"
+#include "adapters/server_config.hpp"
+#include "core/answers.hpp"
+#include "http_client.hpp"
+#include "support/files.hpp"
+
+extern char** environ;
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path example = test::source_dir() / "config/examples/clef/baton.yaml";
+const fs::path tiny = test::data_dir() / "vectors/clef-omni-tiny";
+
+// The tiny release's image record and what the reference answers for it.
+std::pair<json, json> image_record() {
+  std::ifstream records(tiny / "records.jsonl"), expected(tiny / "expected.jsonl");
+  for (std::string a, b; std::getline(records, a) && std::getline(expected, b);) {
+    if (test::parse(a)["id"] == "image_basic") return {test::parse(a)["request"], test::parse(b)["response"]};
+  }
+  ADD_FAILURE() << "no image_basic record in " << tiny;
+  return {};
+}
+
+TEST(clef_example, loads_through_the_server_configuration_loader) {
+  auto c = load_server_config(example);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.name, "clef");
+  EXPECT_EQ(fs::weakly_canonical(c->engine.model), fs::weakly_canonical(tiny / "release"));
+  EXPECT_EQ(c->engine.model_id, "clef-omni-tiny");
+  EXPECT_EQ(c->engine.dtype, "f32");
+  ASSERT_EQ(c->engine.media.sources.roots.size(), 1u);
+  EXPECT_EQ(fs::weakly_canonical(c->engine.media.sources.roots[0]), fs::weakly_canonical(tiny));
+  EXPECT_FALSE(c->engine.media.sources.urls);
+  EXPECT_TRUE(fs::is_regular_file(c->registry)) << c->registry;
+  EXPECT_TRUE(fs::is_regular_file(c->policy)) << c->policy;
+  const auto engine = make_configured_engine(c->engine);
+  EXPECT_EQ(engine->describe().model_id, "clef-omni-tiny");
+  EXPECT_EQ(engine->describe().limits.images.max_items, 4u);  // the tiny release has both towers
+}
+
+// `baton serve ARGS` as a child process; its standard output is read for the listening line,
+// its standard error goes to `err_file` when one is given.
+class serve_process {
+ public:
+  explicit serve_process(std::vector<std::string> args, const fs::path& err_file = {}) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    if (!err_file.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
+    args.insert(args.begin(), {BATON_BINARY, "serve"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, BATON_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    out_ = out[0];
+  }
+  ~serve_process() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+
+  // The port of "baton: listening on http://HOST:PORT", 0 when no such line comes within 60 s.
+  unsigned short port() {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) continue;
+      char c;
+      if (read(out_, &c, 1) != 1) break;
+      if (c != '\n') {
+        line.push_back(c);
+        continue;
+      }
+      std::smatch m;
+      if (std::regex_match(line, m, std::regex(R"(baton: listening on http://127\.0\.0\.1:(\d+))"))) {
+        return static_cast<unsigned short>(std::stoi(m[1]));
+      }
+      ADD_FAILURE() << "unexpected line: " << line;
+      line.clear();
+    }
+    return 0;
+  }
+
+  // SIGTERM, then the exit status of the graceful stop (-1 when it took over 30 s).
+  int stop() {
+    kill(pid_, SIGTERM);
+    return wait();
+  }
+
+  // The exit status once it has exited (-1 when it did not within 30 s, or was killed).
+  int wait() {
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+TEST(clef_example, baton_serve_answers_a_decision_on_it) {
+  serve_process server({"--config", example.string(), "--listen", "127.0.0.1:0"});
+  const unsigned short port = server.port();
+  ASSERT_NE(port, 0);
+  test::http_client client(port);
+  const auto models = client.get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.body_json()["models"][0]["name"], "clef-omni-tiny");
+  // An image named by its path under the configured media root, answered as the reference does.
+  const auto [request, want] = image_record();
+  const auto res = client.post("/v1/systemone", render_json(request, false));
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "clef-omni-tiny");
+  EXPECT_EQ(res.body_json()["answers"], want["answers"]);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(clef_example, baton_serve_model_id_overrides_the_config) {
+  serve_process server({"--config", example.string(), "--listen", "127.0.0.1:0", "--model-id", "acme/clef-tiny"});
+  const unsigned short port = server.port();
+  ASSERT_NE(port, 0);
+  test::http_client client(port);
+  const auto models = client.get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.body_json()["models"][0]["name"], "acme/clef-tiny");
+  const auto res = client.post("/v1/systemone",
+                               R"({"state":"I was charged twice","questions":{"billing":{"type":"noul"}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "acme/clef-tiny");
+  EXPECT_EQ(server.stop(), 0);
+}
+
+struct cli_run {
+  int code;
+  std::string out, err;
+};
+
+cli_run cli(std::vector<std::string_view> args, const std::string& input = "") {
+  std::istringstream in(input);
+  std::ostringstream out, err;
+  const int code = run_cli(args, in, out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(clef_cli, decide_model_id_names_the_responses_model) {
+  const std::string release = (tiny / "release").string();
+  const std::string request = R"({"state":"hello","questions":{"q":{"type":"noul"}}})";
+  const auto named =
+      cli({"decide", "--engine", "clef", "--model", release, "--model-id", "acme/clef-tiny", "--threads", "1"}, request);
+  ASSERT_EQ(named.code, 0) << named.err;
+  EXPECT_EQ(test::parse(named.out)["model"], "acme/clef-tiny");
+  const auto plain = cli({"decide", "--engine", "clef", "--model", release, "--threads", "1"}, request);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(test::parse(plain.out)["model"], "release");
+  EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", release, "--model-id", ""}, request).code, exit_usage);
+  EXPECT_EQ(cli({"decide", "--model-id", "acme/clef-tiny"}, request).code, exit_usage);
+}
+
+// The message names the model directory, whichever command loads it.
+TEST(clef_cli, a_model_directory_that_is_not_there_is_named) {
+  const std::string file = (tiny / "records.jsonl").string();
+  const auto missing = cli({"decide", "--engine", "clef", "--model", "/nonexistent"}, "{}\n");
+  EXPECT_EQ(missing.code, exit_engine_failed);
+  EXPECT_NE(missing.err.find("model directory /nonexistent: does not exist"), std::string::npos) << missing.err;
+  const auto not_dir = cli({"decide", "--engine", "clef", "--model", file}, "{}\n");
+  EXPECT_EQ(not_dir.code, exit_engine_failed);
+  EXPECT_NE(not_dir.err.find("model directory " + file + ": is not a directory"), std::string::npos) << not_dir.err;
+  const auto encode = cli({"encode", "--model", "/nonexistent"}, "{}\n");
+  EXPECT_EQ(encode.code, exit_engine_failed);
+  EXPECT_NE(encode.err.find("model directory /nonexistent: does not exist"), std::string::npos) << encode.err;
+
+  const fs::path dir = fs::temp_directory_path() / ("baton-clef-serve-test-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "baton.yaml") << "engine: {name: clef, model: /nonexistent}\n"
+                                    << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
+                                    << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
+                                    << "log: {path: " << (dir / "decisions.db").string() << "}\n";
+  // A process of its own: `baton serve` installs its logger and signal mask for the process.
+  serve_process serve({"--config", (dir / "baton.yaml").string(), "--listen", "127.0.0.1:0"}, dir / "stderr");
+  EXPECT_EQ(serve.wait(), 78);
+  const std::string err = test::read_file(dir / "stderr");
+  EXPECT_NE(err.find("model directory /nonexistent: does not exist"), std::string::npos) << err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace baton
