@@ -1,5 +1,7 @@
 #include "engine/scheduler.hpp"
 
+#include <exception>
+#include <string>
 #include <vector>
 
 namespace baton {
@@ -83,7 +85,17 @@ void scheduler::work() {
     batch.clear();
     for (job& j : jobs) batch.push_back(std::move(j.req));
     const auto start = std::chrono::steady_clock::now();
-    std::vector<result<decision>> out = engine_.decide(batch);
+    // decide() returns errors as values; an engine that throws anyway (a bug, a device fault that
+    // escaped) fails this batch with 500 rather than ending the process from the worker thread.
+    std::vector<result<decision>> out;
+    std::string thrown;
+    try {
+      out = engine_.decide(batch);
+    } catch (const std::exception& e) {
+      thrown = e.what();
+    } catch (...) {
+      thrown = "an unknown exception";
+    }
     const auto end = std::chrono::steady_clock::now();
     if (options_.on_batch) options_.on_batch(jobs.size(), ms_between(start, end));
     {
@@ -94,8 +106,10 @@ void scheduler::work() {
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       scheduled_result r{std::move(batch[i]),
                          i < out.size() ? std::move(out[i])
-                                        : result<decision>(make_error(500, "INFERENCE_FAILED",
-                                                                      "the engine answered fewer requests than asked")),
+                         : !thrown.empty()
+                             ? result<decision>(make_error(500, "INFERENCE_FAILED", "the engine failed: " + thrown))
+                             : result<decision>(make_error(500, "INFERENCE_FAILED",
+                                                           "the engine answered fewer requests than asked")),
                          ms_between(jobs[i].queued_at, start), ms_between(start, end), jobs.size()};
       jobs[i].done(std::move(r));
     }

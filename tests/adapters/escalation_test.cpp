@@ -473,7 +473,9 @@ TEST_F(escalation_test, the_tool_run_of_an_execute_is_shown_and_counted) {
   EXPECT_TRUE(get("/v1/escalations/" + denied_id)["resolution"]["tool_run"].is_null());
   // The list says the same.
   for (const json& e : get("/v1/escalations?status=resolved")["escalations"]) {
-    if (e["id"] == bad_id) EXPECT_EQ(e["resolution"]["tool_run"], bad["resolution"]["tool_run"]);
+    if (e["id"] == bad_id) {
+      EXPECT_EQ(e["resolution"]["tool_run"], bad["resolution"]["tool_run"]);
+    }
   }
   // Reviewers hear of each run.
   std::map<std::string, json> runs;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/scheduler.hpp"
@@ -136,6 +137,43 @@ TEST(scheduler, stop_answers_what_is_queued_then_refuses) {
   const auto after = s.submit(request{}, r.collect());
   ASSERT_FALSE(after);
   EXPECT_EQ(after.error().code, "SHUTTING_DOWN");
+}
+
+// An engine that throws from decide() despite its contract.
+class throwing_engine : public decision_engine {
+ public:
+  throwing_engine() {
+    description_.model_id = "throws-1";
+    description_.limits = request_limits::text_only();
+  }
+  const engine_description& describe() const noexcept override { return description_; }
+  std::vector<result<decision>> decide(std::span<const request> batch) override {
+    if (++calls == 1) throw std::runtime_error("device lost");
+    return std::vector<result<decision>>(batch.size(), decision{});
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  engine_description description_;
+};
+
+TEST(scheduler, an_engine_that_throws_fails_its_batch_and_the_worker_goes_on) {
+  throwing_engine engine;
+  scheduler s(engine, {4, 100, {}});
+  results r;
+  ASSERT_TRUE(s.submit(request{}, r.collect()));
+  ASSERT_TRUE(r.wait_for(1));
+  {
+    std::lock_guard lock(r.mutex);
+    ASSERT_FALSE(r.got[0].outcome);
+    EXPECT_EQ(r.got[0].outcome.error().status, 500);
+    EXPECT_EQ(r.got[0].outcome.error().code, "INFERENCE_FAILED");
+    EXPECT_NE(r.got[0].outcome.error().message.find("device lost"), std::string::npos);
+  }
+  ASSERT_TRUE(s.submit(request{}, r.collect()));
+  ASSERT_TRUE(r.wait_for(2));
+  std::lock_guard lock(r.mutex);
+  EXPECT_TRUE(r.got[1].outcome);
 }
 
 }  // namespace
