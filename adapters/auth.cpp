@@ -96,7 +96,6 @@ error too_many_failures(std::chrono::milliseconds wait) {
 
 authenticator::authenticator(const auth_options& options) : anonymous_{"anonymous", role::admin, 0} {
   const auto now = std::chrono::steady_clock::now();
-  overflow_ = bucket{failure_limit, failure_limit.burst, now};
   auto add_bucket = [&](const std::optional<rate_limit>& own) {
     const std::optional<rate_limit> l = own ? own : options.limit;
     buckets_.push_back(bucket{l, l ? l->burst : 0, now});
@@ -133,7 +132,14 @@ authenticator::bucket& authenticator::failures_of(const address_key& k, std::chr
       refill(b.tokens, b.refilled, *b.limit, now);
       it = b.tokens >= b.limit->burst ? failures_.erase(it) : std::next(it);
     }
-    if (failures_.size() >= max_failing_addresses) return overflow_;
+    // Still full: forget the address nearest to being forgiven, so that no address that never
+    // failed shares anyone's bucket (an attacker with more addresses than the table gets a
+    // burst per address, no more).
+    if (failures_.size() >= max_failing_addresses) {
+      failures_.erase(std::max_element(failures_.begin(), failures_.end(), [](const auto& a, const auto& b) {
+        return a.second.tokens < b.second.tokens;
+      }));
+    }
   }
   return failures_.emplace(k, bucket{failure_limit, failure_limit.burst, now}).first->second;
 }
@@ -142,8 +148,8 @@ std::optional<std::chrono::milliseconds> authenticator::failure_wait(const boost
   if (open()) return std::nullopt;
   std::lock_guard lock(mutex_);
   const auto it = failures_.find(key_of(from));
-  bucket* b = it != failures_.end() ? &it->second : failures_.size() >= max_failing_addresses ? &overflow_ : nullptr;
-  if (b == nullptr) return std::nullopt;
+  if (it == failures_.end()) return std::nullopt;
+  bucket* b = &it->second;
   refill(b->tokens, b->refilled, *b->limit, std::chrono::steady_clock::now());
   if (b->tokens >= 1) return std::nullopt;
   return wait_for_token(b->tokens, *b->limit);
@@ -151,7 +157,9 @@ std::optional<std::chrono::milliseconds> authenticator::failure_wait(const boost
 
 result<const caller*> authenticator::authenticate(std::string_view authorization, const boost::asio::ip::address& from) {
   auto found = match(authorization);
-  if (!found && !open()) {
+  // A request without a key is not a guess: it is refused, not counted (the inbox's first,
+  // keyless look; a client that forgot its header).
+  if (!found && !open() && !authorization.empty()) {
     std::lock_guard lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
     bucket& b = failures_of(key_of(from), now);

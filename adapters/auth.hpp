@@ -45,7 +45,8 @@ struct api_key {
 // Failed authentications allowed per client address: a bucket of `burst` failures refilled at
 // `per_second`; an empty one answers 429 without looking at the key.
 inline constexpr rate_limit failure_limit{1, 10};
-// Addresses whose failures are counted one by one; past it, the rest share one bucket.
+// Addresses whose failures are counted at once; past it, the one nearest to being forgiven is
+// forgotten.
 inline constexpr std::size_t max_failing_addresses = 4096;
 
 struct auth_options {
@@ -70,8 +71,8 @@ class authenticator {
   std::optional<std::chrono::milliseconds> failure_wait(const boost::asio::ip::address& from);
 
   // The caller an `Authorization` header value names ("Bearer KEY"; an empty view when absent).
-  // 401 UNAUTHORIZED when keys are configured and it is missing or matches none; that failure
-  // counts against `from`.
+  // 401 UNAUTHORIZED when keys are configured and it is missing or matches none; a wrong key (not
+  // a missing one) counts against `from`.
   result<const caller*> authenticate(std::string_view authorization, const boost::asio::ip::address& from);
 
   // Takes one request from the caller's bucket. When it is empty: how long until it is not.
@@ -98,7 +99,6 @@ class authenticator {
   std::mutex mutex_;
   std::vector<bucket> buckets_;
   std::map<address_key, bucket> failures_;  // guarded by mutex_; at most max_failing_addresses
-  bucket overflow_;                         // the failures of addresses the map has no room for
 };
 
 // 403 FORBIDDEN for a role that may not use the endpoint.

@@ -17,6 +17,17 @@ namespace http = boost::beast::http;
 
 namespace {
 
+// A header value or path as an error message quotes it: printable ASCII only (the JSON answer stays
+// valid UTF-8 whatever bytes were sent) and at most 200 of them.
+std::string quoted(std::string_view v) {
+  constexpr std::size_t most = 200;
+  std::string out;
+  out.reserve(std::min(v.size(), most + 3));
+  for (const char c : v.substr(0, most)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (v.size() > most) out += "...";
+  return out;
+}
+
 // The routes; anything else is counted as "other" so that a scan of random paths cannot grow the
 // metrics without bound.
 struct route {
@@ -222,7 +233,7 @@ std::optional<error> http_api::host_refusal(const head& h) const {
     const auto& allowed = config_.server.allowed_hosts;
     if (std::find(allowed.begin(), allowed.end(), *host) != allowed.end()) return std::nullopt;
   }
-  return make_error(403, "HOST_REFUSED", "Host `" + std::string(it->value()) +
+  return make_error(403, "HOST_REFUSED", "Host `" + quoted(it->value()) +
                                              "` does not name this server; list it in server.allowed_hosts");
 }
 
@@ -240,7 +251,7 @@ std::optional<error> http_api::origin_refusal(const head& h) const {
       }
     }
   }
-  return make_error(403, "ORIGIN_REFUSED", "Origin `" + std::string(it->value()) +
+  return make_error(403, "ORIGIN_REFUSED", "Origin `" + quoted(it->value()) +
                                                "` is not this server's own; list it in server.allowed_origins");
 }
 
@@ -266,7 +277,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   // The inbox page is static and open: what it shows comes from the API, which needs a key.
   if (a) {
     if (h.method() != http::verb::get && h.method() != http::verb::head) {
-      http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", std::string(path) + " answers GET"));
+      http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", quoted(path) + " answers GET"));
       r.headers.emplace_back("Allow", "GET, HEAD");
       return refuse(std::move(r));
     }
@@ -282,23 +293,23 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   // A page of another site may send requests here (a form, fetch in no-cors mode) without
   // reading the answers: none is acted on.
   if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
-  if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + std::string(path))));
+  if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + quoted(path))));
   const bool get_like = found->method == http::verb::get;
   if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
     http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED",
-                                          std::string(path) + " answers " + std::string(http::to_string(found->method))));
+                                          quoted(path) + " answers " + std::string(http::to_string(found->method))));
     r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
     return refuse(std::move(r));
   }
   // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
   if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
-    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", std::string(path) + " reads at most " +
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", quoted(path) + " reads at most " +
                                                                       std::to_string(http_api::small_body_bytes) +
                                                                       " bytes of body")));
   }
   if (path == "/health") return t;
   if (path == "/v1/agent" || path == "/v1/review") {
-    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", std::string(path) + " is a WebSocket endpoint")));
+    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", quoted(path) + " is a WebSocket endpoint")));
   }
   // An address that keeps sending wrong keys waits, whatever key it sends now: answering a right
   // one would tell a guesser which guess was right.
@@ -315,7 +326,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
   if (found->method == http::verb::post && !declares_json(h)) {
     return refuse(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
-                                         std::string(path) + " reads JSON: send `Content-Type: application/json`")));
+                                         quoted(path) + " reads JSON: send `Content-Type: application/json`")));
   }
   if (const auto wait = auth_.admit(*t.who)) {
     return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
@@ -372,7 +383,7 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
       body = std::move(*inflated);
     } else if (!boost::beast::iequals(coding, "identity")) {
       answer(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
-                                    "Content-Encoding " + std::string(coding) + ": only gzip and identity are read")));
+                                    "Content-Encoding " + quoted(coding) + ": only gzip and identity are read")));
       return;
     }
   }
@@ -460,7 +471,7 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
   } else if (auto origin = origin_refusal(h)) {
     refusal = error_reply(*origin);
   } else if (route == "other") {
-    refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + std::string(path) +
+    refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + quoted(path) +
                                                            " (the agent API is /v1/agent, reviewers' /v1/review)"));
   } else if (auto bad = handshake_refusal(h)) {
     refusal = std::move(*bad);

@@ -74,6 +74,12 @@ std::vector<std::string> read_origins(const YAML::Node& v, const std::string& wh
       if (colon != std::string_view::npos && authority.find(']', colon) == std::string_view::npos) {
         const std::string_view port = authority.substr(colon + 1);
         ok = !port.empty() && port.size() <= 5 && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+        // A browser leaves the scheme's default port out of Origin: such an entry would never match.
+        const std::string_view scheme = std::string_view(o).substr(0, sep);
+        if (ok && ((scheme == "https" && port == "443") || (scheme == "http" && port == "80"))) {
+          fail(item, what + " items are origins as browsers send them, without the scheme's default port: " +
+                         ticked(o) + " is sent as " + ticked(std::string(o, 0, o.size() - port.size() - 1)));
+        }
         authority = authority.substr(0, colon);
       }
       ok = ok && is_host(authority);
@@ -100,6 +106,8 @@ std::vector<std::string> read_hosts(const YAML::Node& v, const std::string& what
       fail(item, what + " items must be host names or addresses without a port or scheme: " + ticked(h));
     }
     if (h.front() == '[') h = h.substr(1, h.size() - 2);
+    // A fully qualified name's trailing dot: the Host check compares names without it.
+    if (h.size() > 1 && h.back() == '.') h.pop_back();
     out.push_back(std::move(h));
   }
   return out;

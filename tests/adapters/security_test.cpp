@@ -90,6 +90,10 @@ TEST_F(security_test, a_host_that_does_not_name_the_server_is_refused) {
   expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "localhost.attacker.example" + p}}), 403,
                  "HOST_REFUSED");
   expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "127.0.0.1:80:80"}}), 403, "HOST_REFUSED");
+  // Bytes that are not UTF-8 are not echoed into the JSON answer (expect_refusal parses it).
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Host", "\xff\xfe.example" + p}}), 403, "HOST_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/models", {}, {{"Origin", "http://\xff\xfe"}}), 403, "ORIGIN_REFUSED");
+  expect_refusal(c.send(http::verb::get, "/v1/\xff\xfe", {}, {}), 404, "NOT_FOUND");
   // The upgrade of a rebound page is refused the same way.
   expect_refusal(c.send(http::verb::get, "/v1/review", {}, upgrade_headers({{"Host", "attacker.example" + p}})), 403,
                  "HOST_REFUSED");
@@ -221,7 +225,7 @@ TEST_F(security_test, failed_authentications_are_throttled_per_address) {
   const int wait_ms = std::atoi(throttled.header("retry-after-ms").c_str());
   EXPECT_GT(wait_ms, 0);
   EXPECT_LE(wait_ms, 1000);
-  // Missing keys count too, and so do upgrades; a right key waits like the rest: answering it
+  // A request without a key waits too, and so do upgrades; a right key waits like the rest: answering it
   // would tell a guesser which guess was right.
   expect_refusal(c.get("/v1/models"), 429, "RATE_LIMITED");
   expect_refusal(c.get("/v1/models", agent_key), 429, "RATE_LIMITED");
@@ -257,7 +261,13 @@ TEST(failure_limit_test, addresses_are_counted_apart_and_the_table_is_bounded) {
   // Right keys are never counted.
   for (int i = 0; i < 2 * burst; ++i) EXPECT_TRUE(auth.authenticate(std::string("Bearer ") + agent_key, ip::make_address("10.0.0.3")));
   EXPECT_FALSE(auth.failure_wait(ip::make_address("10.0.0.3")));
-  // Past max_failing_addresses, the addresses without room share one bucket.
+  // A request without a key is refused but is no guess: it is not counted.
+  const auto keyless = ip::make_address("10.0.0.4");
+  for (int i = 0; i < 2 * burst; ++i) EXPECT_FALSE(auth.authenticate("", keyless));
+  EXPECT_FALSE(auth.failure_wait(keyless));
+  // Past max_failing_addresses the address nearest to being forgiven is forgotten: the table stays
+  // bounded, the worst guessers keep their buckets, and an address that never failed waits for
+  // nobody else's.
   for (std::size_t i = 0; i < max_failing_addresses; ++i) {
     fail(ip::address_v4(0x0b000000u + static_cast<unsigned>(i)), 1);
   }
@@ -265,7 +275,7 @@ TEST(failure_limit_test, addresses_are_counted_apart_and_the_table_is_bounded) {
   EXPECT_FALSE(auth.failure_wait(late));
   fail(late, burst);
   EXPECT_TRUE(auth.failure_wait(late));
-  EXPECT_TRUE(auth.failure_wait(ip::make_address("12.0.0.2"))) << "shares the overflow bucket";
+  EXPECT_FALSE(auth.failure_wait(ip::make_address("12.0.0.2"))) << "never failed";
   EXPECT_TRUE(auth.failure_wait(first)) << "a counted address keeps its own bucket";
   EXPECT_FALSE(auth.failure_wait(ip::address_v4(0x0b000000u))) << "one failure leaves tokens";
 }
@@ -318,12 +328,12 @@ TEST(security_config_test, allowed_origins_and_hosts_are_read_and_checked) {
   const auto ok = parse_server_config(
       "server:\n"
       "  allowed_origins: [\"https://Ops.Example.com\", \"http://localhost:3000\", \"http://[::1]:8080\", \"app://x\"]\n"
-      "  allowed_hosts: [Baton.Example, \"10.0.0.5\", \"[fd00::1]\", \"fd00::2\"]\n",
+      "  allowed_hosts: [Baton.Example, \"10.0.0.5\", \"[fd00::1]\", \"fd00::2\", \"fqdn.example.\"]\n",
       "baton.yaml");
   ASSERT_TRUE(ok) << ok.error().message;
   EXPECT_EQ(ok->server.allowed_origins,
             (std::vector<std::string>{"https://ops.example.com", "http://localhost:3000", "http://[::1]:8080", "app://x"}));
-  EXPECT_EQ(ok->server.allowed_hosts, (std::vector<std::string>{"baton.example", "10.0.0.5", "fd00::1", "fd00::2"}));
+  EXPECT_EQ(ok->server.allowed_hosts, (std::vector<std::string>{"baton.example", "10.0.0.5", "fd00::1", "fd00::2", "fqdn.example"}));
   const auto defaults = parse_server_config("server: {listen: 127.0.0.1:0}\n", "baton.yaml");
   ASSERT_TRUE(defaults);
   EXPECT_TRUE(defaults->server.allowed_origins.empty());
@@ -333,6 +343,7 @@ TEST(security_config_test, allowed_origins_and_hosts_are_read_and_checked) {
                                 "allowed_origins: [\"https://*.example.com\"]", "allowed_origins: [\"https://ops.example.com/\"]",
                                 "allowed_origins: [\"ops.example.com\"]", "allowed_origins: [\"https://ops.example.com:x\"]",
                                 "allowed_origins: [\"https://\"]", "allowed_origins: [\"\"]", "allowed_origins: [null]",
+                                "allowed_origins: [\"https://ops.example.com:443\"]", "allowed_origins: [\"http://ops.example.com:80\"]",
                                 "allowed_hosts: baton.example", "allowed_hosts: [\"baton.example:8470\"]",
                                 "allowed_hosts: [\"http://baton.example\"]", "allowed_hosts: [\"*\"]",
                                 "allowed_hosts: [\"\"]", "allowed_hosts: [\"[nope]\"]", "allowed_hosts: [\"a b\"]"}) {
