@@ -141,14 +141,24 @@ json tool_run_json(const std::vector<log::column_value>& row) {
   return tool_run_json(r);
 }
 
-// A number for people: at most 4 decimals, no trailing zeros ("1", "0.93").
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4f", round_decimals(v, 4));
+// A number for people: `decimals` decimals, no trailing zeros ("1", "0.93").
+std::string number_text(double v, int decimals = 4) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   std::string s = buf;
   while (s.back() == '0') s.pop_back();
   if (s.back() == '.') s.pop_back();
   return s;
+}
+
+// A value and the threshold it was held against, with as many decimals (4 at least) as it takes
+// for two different numbers to read differently: 0.80001 is above 0.8, and says so.
+std::pair<std::string, std::string> compared_text(double value, double threshold) {
+  int decimals = 4;
+  while (decimals < 17 && value != threshold && number_text(value, decimals) == number_text(threshold, decimals)) {
+    ++decimals;
+  }
+  return {number_text(value, decimals), number_text(threshold, decimals)};
 }
 
 // A question's instructions: a global question's, or a choice or boolean parameter's.
@@ -194,29 +204,52 @@ const answer* answer_named(const response& r, std::string_view id) {
   return nullptr;
 }
 
+// "'low' or 'high'", as pydantic words a literal's expected values.
+std::string expected_text(const json& values) {
+  std::string out;
+  std::size_t i = 0;
+  for (const auto& [label, d] : values.items()) {
+    out += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + ("'" + label + "'");
+    ++i;
+  }
+  return out;
+}
+
 // The arguments a reviewer gives a tool: its parameters only, each of its type; every choice and
-// boolean parameter given; a text parameter the registry fixes takes its value.
+// boolean parameter given; a text parameter the registry fixes takes its value. Refused as the
+// agent API refuses a frame: one FastAPI-style issue per field, at loc ["arguments", NAME].
 result<void> complete_arguments(const tools::tool& t, json& args) {
-  if (!args.is_object()) return invalid("`arguments` must be an object");
+  if (!args.is_object()) {
+    return make_error(422, "INVALID_RESOLUTION",
+                      {issue{json::array({"arguments"}), "Input should be a valid dictionary", "dict_type", nullptr}});
+  }
+  std::vector<issue> issues;
+  auto add = [&](const std::string& name, std::string msg, const char* type, json ctx = nullptr) {
+    issues.push_back({json::array({"arguments", name}), std::move(msg), type, std::move(ctx)});
+  };
   for (const auto& [name, value] : args.items()) {
     const auto p = std::find_if(t.parameters.begin(), t.parameters.end(),
                                 [&](const tools::parameter& x) { return x.name == name; });
-    if (p == t.parameters.end()) return invalid("tool `" + t.id + "` has no parameter `" + name + "`");
+    if (p == t.parameters.end()) {
+      add(name, "Extra inputs are not permitted (`" + t.id + "` has no such parameter)", "extra_forbidden");
+      continue;
+    }
     switch (p->type) {
       case tools::parameter_type::choice:
         if (!value.is_string() || !p->values.contains(value.get<std::string>())) {
-          std::string options;
-          for (const auto& [label, d] : p->values.items()) options += (options.empty() ? "" : ", ") + label;
-          return invalid("`" + name + "` of `" + t.id + "` must be one of " + options);
+          const std::string expected = expected_text(p->values);
+          add(name, "Input should be " + expected, "literal_error", {{"expected", expected}});
         }
         break;
       case tools::parameter_type::boolean:
-        if (!value.is_boolean()) return invalid("`" + name + "` of `" + t.id + "` must be true or false");
+        if (!value.is_boolean()) add(name, "Input should be a valid boolean", "bool_type");
         break;
       case tools::parameter_type::text:
-        if (!value.is_string()) return invalid("`" + name + "` of `" + t.id + "` must be a string");
-        if (p->value && value != *p->value) {
-          return invalid("`" + name + "` of `" + t.id + "` is fixed by the registry to \"" + *p->value + "\"");
+        if (!value.is_string()) {
+          add(name, "Input should be a valid string", "string_type");
+        } else if (p->value && value != *p->value) {
+          const std::string expected = "'" + *p->value + "'";
+          add(name, "Input should be " + expected + " (fixed by the registry)", "literal_error", {{"expected", expected}});
         }
         break;
     }
@@ -225,9 +258,10 @@ result<void> complete_arguments(const tools::tool& t, json& args) {
     if (p.type == tools::parameter_type::text) {
       if (p.value) args[p.name] = *p.value;
     } else if (!args.contains(p.name)) {
-      return invalid("tool `" + t.id + "` needs `" + p.name + "` (" + std::string(tools::to_string(p.type)) + ")");
+      add(p.name, "Field required (a " + std::string(tools::to_string(p.type)) + ")", "missing");
     }
   }
+  if (!issues.empty()) return make_error(422, "INVALID_RESOLUTION", std::move(issues));
   return {};
 }
 
@@ -462,10 +496,9 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
       const auto* n = std::get_if<noul_answer>(a);
       const auto* sc = std::get_if<score_answer>(a);
       const double value = n ? n->noul : sc ? sc->score : 0;
-      why = noul ? question + ": P(true) " + number_text(value) + " is above the trigger " + number_text(trigger->threshold) +
-                       " (noul_above)"
-                 : question + " scored " + number_text(value) + ", above the trigger " +
-                       number_text(trigger->threshold) + " (score_above)";
+      const auto [value_text, threshold_text] = compared_text(value, trigger->threshold);
+      why = noul ? question + ": P(true) " + value_text + " is above the trigger " + threshold_text + " (noul_above)"
+                 : question + " scored " + value_text + ", above the trigger " + threshold_text + " (score_above)";
       ev["inputs"] = {{"question", question},
                       {noul ? "p_true" : "score", round_decimals(value, 4)},
                       {noul ? "noul_above" : "score_above", trigger->threshold}};
@@ -482,9 +515,9 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
     const std::string metric(to_string(p.metric));
     // The first pass escalates below the lane's fallback; the fallback engine's pass below its execute.
     const bool below_fallback = !second_pass && r.confidence < l.fallback;
-    why = std::string(second_pass ? "the fallback engine's " : "") + "confidence " + number_text(r.confidence) + " (" +
-          metric + ") is below the " + lane_name + " lane's " + (below_fallback ? "fallback " : "execute ") +
-          number_text(below_fallback ? l.fallback : l.execute) +
+    const auto [confidence_text, threshold_text] = compared_text(r.confidence, below_fallback ? l.fallback : l.execute);
+    why = std::string(second_pass ? "the fallback engine's " : "") + "confidence " + confidence_text + " (" + metric +
+          ") is below the " + lane_name + " lane's " + (below_fallback ? "fallback " : "execute ") + threshold_text +
           (second_pass ? ": a second unsure answer goes to a person" : "");
     ev["inputs"] = {{"confidence", round_decimals(r.confidence, 4)},
                     {"metric", metric},
@@ -493,6 +526,11 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
                     {"fallback", l.fallback}};
   }
   ev["why"] = why.empty() ? r.reason : why;
+  auto own_parameter = [&](const std::string& id) {
+    if (t == routing_.registry.tools.end()) return false;
+    return std::any_of(t->parameters.begin(), t->parameters.end(),
+                       [&](const tools::parameter& x) { return tools::parameter_question_id(*t, x) == id; });
+  };
   if (answers) {
     for (const auto& [id, a] : answers->answers) {
       if (id == tools::tool_question_id) {
@@ -506,6 +544,9 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
         }
         continue;
       }
+      // Another tool's parameters do not bear on whether this tool runs: the global questions and
+      // the escalated tool's parameters only.
+      if (!routing_.registry.questions.contains(id) && !own_parameter(id)) continue;
       ev["answers"].push_back(answer_json(routing_.registry, id, a));
     }
   }

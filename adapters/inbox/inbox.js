@@ -14,6 +14,9 @@ const $ = (selector, root = document) => root.querySelector(selector);
 const pending = new Map(); // escalation id → card entry (see make_card)
 let tools = new Map(); // tool id → {id, parameters, …} from GET /v1/tools
 let key = "";
+// Whether the server has API keys, as the server says (null until it has): a keyless server
+// takes any Authorization header, so a key the page holds proves nothing either way.
+let keyless = null;
 let socket = null;
 // Bumped by every connect and stop: events of an older socket or request are ignored.
 let generation = 0;
@@ -92,22 +95,16 @@ function show_notice(text) {
   el.hidden = !text;
 }
 
-// One line for the server's error shape {"error", "code", "detail"}.
+// One line for the server's error shape {"error", "code", "detail"}: the server words `error`
+// from `detail`'s issues ("arguments.service: Field required"), so the message says it all.
 function describe_error(status, body) {
   if (!body || typeof body !== "object") return `HTTP ${status}`;
-  let text = `${status} ${body.code ?? ""}: ${body.error ?? ""}`.trim();
-  if (Array.isArray(body.detail)) {
-    const issues = body.detail.map((d) => (d && typeof d === "object" ? d.msg ?? JSON.stringify(d) : String(d)));
-    if (issues.length) text += ` (${issues.join("; ")})`;
-  } else if (typeof body.detail === "string" && body.detail) {
-    text += ` (${body.detail})`;
-  }
-  return text;
+  return `${status} ${body.code ?? ""}: ${body.error ?? ""}`.trim();
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, with_key = true) {
   // Without a key no Authorization is sent: a server without API keys needs none.
-  const init = { method, headers: key ? { Authorization: `Bearer ${key}` } : {}, cache: "no-store" };
+  const init = { method, headers: key && with_key ? { Authorization: `Bearer ${key}` } : {}, cache: "no-store" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -151,9 +148,22 @@ function stop(state, text) {
 
 // The pending list; true when it came (the key, or no key, is accepted).
 async function load_pending(gen) {
+  const path = "/v1/escalations?status=pending";
   let result;
   try {
-    result = await api("GET", "/v1/escalations?status=pending");
+    // Asked without a key until the server has said whether it has keys: 200 means none.
+    if (keyless !== false || !key) {
+      result = await api("GET", path, undefined, false);
+      if (result.ok) keyless = true;
+      else if (result.status === 401) keyless = false;
+    }
+    if (keyless === true && key) {
+      // An old `#key=` link or the tab's key: not needed here, so not kept.
+      key = "";
+      $("#api-key").value = "";
+      store_key("");
+    }
+    if (keyless === false && key) result = await api("GET", path);
   } catch (err) {
     if (gen === generation) {
       show_notice(`cannot reach baton: ${err.message}`);
@@ -179,7 +189,7 @@ async function load_pending(gen) {
     schedule_reconnect();
     return false;
   }
-  show_auth(!key);
+  show_auth(keyless === true);
   show_notice("");
   await load_tools(gen);
   if (gen !== generation) return false;
@@ -567,7 +577,10 @@ function make_card(escalation) {
   q(".session").textContent = escalation.session;
   q(".turn").textContent = String(escalation.turn);
   q(".reason-badge").textContent = escalation.reason;
-  q(".question").textContent = escalation.question;
+  // The confidence as the bars show it, a percentage (the API's `question` has the raw number).
+  q(".question").textContent = escalation.tool
+    ? `Should ${escalation.tool} run? It was escalated by ${escalation.reason} at confidence ${percent(escalation.confidence)}.`
+    : escalation.question;
 
   const deadline = q(".deadline");
   deadline.dataset.deadlineMs = String(escalation.deadline_ms);
@@ -669,24 +682,19 @@ async function resolve(entry, outcome) {
     return;
   }
   const code = result.data?.code;
+  show_card_error(entry, describe_error(result.status, result.data));
   if (code === "ALREADY_RESOLVED") {
-    // Someone was faster (and the socket has not told us yet): say who, and lock the card. The
-    // existing resolution is in `detail` per docs/escalations.md; the message names it too.
-    const existing = result.data.detail;
-    if (existing && typeof existing === "object" && existing.reviewer) {
-      const { who, what } = resolution_text(existing);
-      show_card_error(entry, `Already resolved: ${who} ${what}.`);
-    } else {
-      show_card_error(entry, describe_error(result.status, result.data));
-    }
+    // Someone was faster (and the socket has not told us yet): the message says who and how; the
+    // card is locked.
     entry.card.classList.add("resolved");
   } else {
-    show_card_error(entry, describe_error(result.status, result.data));
     if (code === "VERSION_CHANGED") $(".force-label", entry.card).hidden = false;
-    // The field the refusal names, marked where it is.
-    for (const [name, { label }] of entry.inputs) {
-      label.classList.toggle("invalid", code === "INVALID_RESOLUTION" && String(result.data?.error ?? "").includes(`\`${name}\``));
+    // The fields the refusal names in its issues' `loc` (["arguments", NAME]), marked where they are.
+    const named = new Set();
+    for (const d of Array.isArray(result.data?.detail) ? result.data.detail : []) {
+      if (Array.isArray(d?.loc) && d.loc.length === 2 && d.loc[0] === "arguments") named.add(String(d.loc[1]));
     }
+    for (const [name, { label }] of entry.inputs) label.classList.toggle("invalid", named.has(name));
   }
   refresh_buttons(entry);
 }

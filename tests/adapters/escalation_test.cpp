@@ -152,6 +152,40 @@ TEST_F(escalation_test, bad_resolutions_get_clear_errors) {
     EXPECT_EQ(last_status_, k.status) << k.body << " " << r;
     EXPECT_EQ(r["code"], k.code) << k.body << " " << r;
   }
+  // An argument refusal names its field as the agent API does: {loc: ["arguments", NAME], msg, type}.
+  struct argument_case {
+    json arguments;
+    const char* name;
+    const char* type;
+    const char* msg;
+  };
+  const std::vector<argument_case> argument_cases = {
+      {{{"priority", "urgent"}}, "priority", "literal_error", "Input should be 'low' or 'high'"},
+      {{{"priority", 1}}, "priority", "literal_error", "Input should be 'low' or 'high'"},
+      {{{"priority", "high"}, {"colour", "red"}}, "colour", "extra_forbidden",
+       "Extra inputs are not permitted (`lookup_order` has no such parameter)"},
+      {{{"priority", "high"}, {"order_id", 5}}, "order_id", "string_type", "Input should be a valid string"},
+      {json::object(), "priority", "missing", "Field required (a choice)"},
+  };
+  for (const argument_case& k : argument_cases) {
+    const json r = resolve(id, {{"outcome", "execute"}, {"arguments", k.arguments}, {"reason", "x"}});
+    EXPECT_EQ(last_status_, 422) << r;
+    EXPECT_EQ(r["code"], "INVALID_RESOLUTION") << r;
+    ASSERT_EQ(r["detail"].size(), 1u) << k.arguments << " " << r;
+    EXPECT_EQ(r["detail"][0]["loc"], json::array({"arguments", k.name})) << r;
+    EXPECT_EQ(r["detail"][0]["type"], k.type) << r;
+    EXPECT_EQ(r["detail"][0]["msg"], k.msg) << r;
+    EXPECT_EQ(r["error"], std::string("arguments.") + k.name + ": " + k.msg) << r;
+  }
+  const json literal = resolve(id, {{"outcome", "execute"}, {"arguments", {{"priority", "urgent"}}}, {"reason", "x"}});
+  EXPECT_EQ(literal["detail"][0]["ctx"], json({{"expected", "'low' or 'high'"}})) << literal;
+  // Every bad field at once, each at its own loc.
+  const json both = resolve(id, {{"outcome", "execute"}, {"arguments", {{"colour", "red"}, {"order_id", false}}}, {"reason", "x"}});
+  ASSERT_EQ(both["detail"].size(), 3u) << both;
+  EXPECT_EQ(both["detail"][2]["loc"], json::array({"arguments", "priority"})) << both;
+  const json not_object = resolve(id, {{"outcome", "execute"}, {"arguments", "high"}, {"reason", "x"}});
+  EXPECT_EQ(not_object["detail"], json::parse(R"([{"loc":["arguments"],"msg":"Input should be a valid dictionary","type":"dict_type"}])"))
+      << not_object;
   EXPECT_EQ(resolve("e-000000000000-00000000", {{"outcome", "deny"}, {"reason", "x"}})["code"], "NOT_FOUND");
   EXPECT_EQ(last_status_, 404);
   test::http_client h(server_->port());
@@ -252,6 +286,8 @@ TEST_F(escalation_test, a_changed_policy_refuses_a_resolution_unless_forced) {
   json r = resolve(id, {{"outcome", "deny"}, {"reason", "old question"}});
   EXPECT_EQ(last_status_, 409);
   EXPECT_EQ(r["code"], "VERSION_CHANGED");
+  EXPECT_EQ(get("/v1/escalations/" + id)["evidence"]["why"],
+            "lane:default (the policy changed since this was raised: its thresholds then are not shown)");
   EXPECT_NE(r["error"].get<std::string>().find("the policy"), std::string::npos) << r;
   r = resolve(id, {{"outcome", "deny"}, {"reason", "old question"}, {"force", true}});
   ASSERT_EQ(last_status_, 200) << r;
@@ -368,9 +404,8 @@ TEST_F(evidence_test, an_escalation_says_which_rule_fired_on_which_answers) {
   ASSERT_NE(severity, nullptr) << ev;
   EXPECT_DOUBLE_EQ((*severity)["score"].get<double>(), 1.0);
   EXPECT_EQ((*severity)["level"], "major");
-  const json* priority = answer_of(ev, "lookup_order.priority");
-  ASSERT_NE(priority, nullptr) << ev;
-  EXPECT_EQ((*priority)["choice"], "high");
+  // Another tool's parameters do not bear on this one: not shown.
+  EXPECT_EQ(answer_of(ev, "lookup_order.priority"), nullptr) << ev;
   EXPECT_EQ(answer_of(ev, "tool"), nullptr);
 
   // The score trigger: its answer against its threshold.
@@ -379,6 +414,10 @@ TEST_F(evidence_test, an_escalation_says_which_rule_fired_on_which_answers) {
   EXPECT_EQ(s["evidence"]["rule"], "rule:escalate_when:severity") << s;
   EXPECT_EQ(s["evidence"]["why"], "severity scored 1, above the trigger 0.8 (score_above)");
   EXPECT_EQ(s["evidence"]["inputs"], json({{"question", "severity"}, {"score", 1.0}, {"score_above", 0.8}}));
+  // The escalated tool's own parameters are.
+  const json* priority = answer_of(s["evidence"], "lookup_order.priority");
+  ASSERT_NE(priority, nullptr) << s;
+  EXPECT_EQ((*priority)["choice"], "high");
 
   // The same evidence on the review socket and, after a restart, from the log.
   ws_client reviewer(server_->port(), "/v1/review");
@@ -410,6 +449,57 @@ TEST_F(escalation_test, a_low_confidence_lane_and_a_flat_tie_are_told_as_such) {
   ASSERT_EQ(last_status_, 200);
   EXPECT_EQ(get("/v1/escalations/" + flat["escalation"].get<std::string>())["evidence"], t["evidence"]);
   EXPECT_EQ(get("/v1/escalations?status=resolved")["escalations"][0]["evidence"], t["evidence"]);
+}
+
+// Each wording of the evidence, from the scripted engine's answers (the fixture's policy: needs_person
+// over 0.9 escalates; the default lane executes at 0.8, falls back at 0.5; engine errors escalate).
+TEST_F(escalation_test, every_evidence_wording_is_reached) {
+  ws_client agent(start());
+  auto why = [&](const std::string& session, const json& s) {
+    const json d = agent.request(decide(session, {user("order 5"), script(s)}));
+    EXPECT_EQ(d.value("action", ""), "escalate") << d;
+    return get("/v1/escalations/" + d.value("escalation", "none"))["evidence"]["why"];
+  };
+  EXPECT_EQ(why("w-noul", {{"tool", "lookup_order"}, {"needs_person", 0.95}}),
+            "needs_person: P(true) 0.95 is above the trigger 0.9 (noul_above)");
+  // Just above: as many decimals as it takes to read above.
+  EXPECT_EQ(why("w-close", {{"tool", "lookup_order"}, {"needs_person", 0.90001}}),
+            "needs_person: P(true) 0.90001 is above the trigger 0.9 (noul_above)");
+  // finish has no fallback: unsure of it between fallback and execute, a person decides.
+  EXPECT_EQ(why("w-finish", {{"tool", "finish"}, {"p", 0.6}}), "confidence 0.6 (p_max) is below the default lane's execute 0.8");
+  EXPECT_EQ(why("w-close-lane", {{"tool", "lookup_order"}, {"p", 0.49999}}),
+            "confidence 0.49999 (p_max) is below the default lane's fallback 0.5");
+  EXPECT_EQ(why("w-error", {{"fail", "ENGINE_BROKE"}}),
+            "the engine could not decide (ENGINE_BROKE) and this policy escalates engine failures (on_engine_error: escalate)");
+}
+
+// The fallback engine's pass: another baton, over SystemOne, unsure too or down.
+TEST_F(escalation_test, the_fallback_engines_pass_is_told_as_such) {
+  auto back_config = parse_config("server: {listen: 127.0.0.1:0}\nlog: {path: back.db}\nsystemone: {model_aliases: [big]}\n");
+  auto back = running_server::start(back_config, std::make_unique<scripted_engine>());
+  auto front_with = [&](const std::string& url) {
+    server_.reset();
+    config_ = parse_config("server: {listen: 127.0.0.1:0}\nlog: {path: decisions.db}\nrouting: {fallback: {name: systemone, url: \"" +
+                           url + "\", model: big, retries: 0, request_timeout_ms: 1000, timeout_ms: 2000}}\n");
+    return start();
+  };
+  {
+    ws_client agent(front_with("http://127.0.0.1:" + std::to_string(back->port())));
+    const json d = agent.request(decide("w-fallback", {user("order 5"), script({{"tool", "lookup_order"}, {"p", 0.6}})}));
+    ASSERT_EQ(d.value("lane", ""), "fallback:lane:default") << d;
+    EXPECT_EQ(get("/v1/escalations/" + d["escalation"].get<std::string>())["evidence"]["why"],
+              "the fallback engine's confidence 0.6 (p_max) is below the default lane's execute 0.8: a second unsure "
+              "answer goes to a person");
+  }
+  back.reset();
+  {
+    ws_client agent(front_with("http://127.0.0.1:1"));
+    const json d = agent.request(decide("w-down", {user("order 5"), script({{"tool", "lookup_order"}, {"p", 0.6}})}));
+    ASSERT_EQ(d.value("lane", ""), "fallback:on_engine_error") << d;
+    EXPECT_EQ(get("/v1/escalations/" + d["escalation"].get<std::string>())["evidence"]["why"],
+              "the fallback engine could not decide (UPSTREAM_UNREACHABLE) and this policy escalates engine failures "
+              "(on_engine_error: escalate)");
+  }
 }
 
 // The registry's tools with their parameters, typed, for the inbox's argument fields.

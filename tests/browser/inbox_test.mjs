@@ -302,7 +302,14 @@ inboxTest("a pending escalation is shown, with its evidence and deadline, and re
   assert.equal(await el.locator(".session").textContent(), escalation.session);
   assert.equal(await el.locator(".turn").textContent(), "1");
   assert.equal(await el.locator(".reason-badge").textContent(), "rule:always_escalate");
-  assert.equal(await el.locator(".question").textContent(), escalation.question);
+  // The question's confidence as the bars show it, a percentage; the API keeps the number.
+  const confidence = `${(escalation.confidence * 100).toFixed(1)}%`;
+  assert.equal(
+    await el.locator(".question").textContent(),
+    `Should send_payment run? It was escalated by rule:always_escalate at confidence ${confidence}.`,
+  );
+  assert.ok(escalation.question.endsWith(`at confidence ${escalation.confidence}.`), escalation.question);
+  assert.equal(await el.locator(".bar-row.proposed .pct").textContent(), confidence);
   assert.equal(await el.locator(".state .content").textContent(), MIXED_REQUEST);
 
   // The evidence, in words: the rule, every other answer, when it was raised, the decision.
@@ -342,9 +349,9 @@ inboxTest("a pending escalation is shown, with its evidence and deadline, and re
 
   // The deadline: a clock time in UTC, the configured outcome and the time left, in hours here.
   assert.equal(escalation.on_deadline, "execute");
-  assert.equal(
+  assert.match(
     await el.locator(".deadline").textContent(),
-    `send_payment runs at ${utcClock(escalation.deadline_ms)} UTC if nobody decides (in 1 h 59 min)`,
+    new RegExp(`^send_payment runs at ${utcClock(escalation.deadline_ms)} UTC if nobody decides \\(in 1 h 5[89] min\\)$`),
   );
 
   // The reason is required.
@@ -482,11 +489,11 @@ inboxTest("another tool with edited arguments: a refusal is shown inline, and to
   await el.locator("button.resolve").click();
   // The server's own rules refuse it; the page says why, next to the field.
   await el.locator(".error:visible").waitFor();
-  assert.equal(
-    await el.locator(".error").textContent(),
-    "422 INVALID_RESOLUTION: tool `restart_service` needs `service` (choice)",
-  );
+  assert.equal(await el.locator(".error").textContent(), "422 INVALID_RESOLUTION: arguments.service: Field required (a choice)");
+  // Marked from the refusal's `loc`, ["arguments", "service"]; the others not.
   assert.equal(await el.locator('.argument[data-parameter="service"]').getAttribute("class"), "argument choice invalid");
+  assert.equal(await el.locator('.argument[data-parameter="drain"]').getAttribute("class"), "argument boolean");
+  assert.equal(await el.locator('.argument[data-parameter="note"]').getAttribute("class"), "argument text");
 
   await service.selectOption("worker");
   await el.locator('.argument[data-parameter="drain"] input').check();
@@ -540,6 +547,15 @@ inboxTest("without API keys the page needs no key and lists what is pending", as
     assert.equal(await p.locator("#key-form").isVisible(), false, "no key is asked for");
     assert.match(await p.locator("#auth-note").textContent(), /^This server has no API keys/);
     assert.equal(await p.locator("#notice").isVisible(), false);
+
+    // A leftover key (an old `#key=` link): the server, not the held key, says it needs none.
+    await p.goto(`${openServer.url}/inbox#key=leftover-${randomBytes(8).toString("hex")}`);
+    await p.locator(card(decision.escalation)).waitFor();
+    await p.locator('#connection[data-state="live"]').waitFor();
+    assert.equal(await p.locator("#key-form").isVisible(), false, "no key form for a leftover key");
+    assert.match(await p.locator("#auth-note").textContent(), /^This server has no API keys/);
+    assert.equal(await p.evaluate(() => sessionStorage.getItem("baton.inbox.key")), null, "the leftover key is dropped");
+    assert.equal(await p.locator("#api-key").inputValue(), "");
   } finally {
     openAgent.close();
     await context.close();
