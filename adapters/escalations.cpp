@@ -26,6 +26,11 @@ error not_found(const std::string& id) {
 
 error invalid(std::string message) { return make_error(422, "INVALID_RESOLUTION", std::move(message)); }
 
+// A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
+error invalid_field(json loc, std::string type, std::string msg) {
+  return make_error(422, "INVALID_RESOLUTION", std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
+}
+
 // The API key a logged session belongs to: "KEY/SESSION" (a session id holds no '/', a key name
 // may), "" without keys.
 std::string_view owner_of(std::string_view session) {
@@ -272,29 +277,34 @@ result<resolve_input> parse_resolve_input(const json& body) {
   for (const auto& [key, v] : body.items()) {
     if (key != "outcome" && key != "tool" && key != "arguments" && key != "reason" && key != "force" &&
         key != "type" && key != "id" && key != "escalation") {
-      return invalid("unknown field `" + key + "` (outcome, tool, arguments, reason, force)");
+      return invalid_field(json::array({key}), "extra_forbidden",
+                           "unknown field `" + key + "` (outcome, tool, arguments, reason, force)");
     }
   }
   resolve_input in;
   const auto outcome = body.find("outcome");
-  if (outcome == body.end() || !outcome->is_string() || (*outcome != "execute" && *outcome != "deny")) {
-    return invalid("`outcome` must be \"execute\" or \"deny\"");
+  if (outcome == body.end()) return invalid_field(json::array({"outcome"}), "missing", "`outcome` is required: \"execute\" or \"deny\"");
+  if (!outcome->is_string() || (*outcome != "execute" && *outcome != "deny")) {
+    return invalid_field(json::array({"outcome"}), "literal_error", "`outcome` must be \"execute\" or \"deny\"");
   }
   in.execute = *outcome == "execute";
   if (const auto t = body.find("tool"); t != body.end() && !t->is_null()) {
-    if (!t->is_string()) return invalid("`tool` must be a tool id");
+    if (!t->is_string()) return invalid_field(json::array({"tool"}), "string_type", "`tool` must be a tool id");
     in.tool = t->get<std::string>();
   }
   if (const auto a = body.find("arguments"); a != body.end() && !a->is_null()) in.arguments = *a;
-  if (!in.execute && (in.tool || in.arguments)) return invalid("a deny takes no `tool` nor `arguments`");
+  if (!in.execute && (in.tool || in.arguments)) {
+    return invalid_field(json::array({in.tool ? "tool" : "arguments"}), "extra_forbidden", "a deny takes no `tool` nor `arguments`");
+  }
   const auto reason = body.find("reason");
-  if (reason == body.end() || !reason->is_string() || reason->get_ref<const std::string&>().empty()) {
-    return invalid("`reason` is required: say why, for the agent and the auditors");
+  if (reason == body.end()) return invalid_field(json::array({"reason"}), "missing", "`reason` is required: say why, for the agent and the auditors");
+  if (!reason->is_string() || reason->get_ref<const std::string&>().empty()) {
+    return invalid_field(json::array({"reason"}), "string_type", "`reason` is required: say why, for the agent and the auditors");
   }
   in.reason = reason->get<std::string>();
-  if (in.reason.size() > 2000) return invalid("`reason` is longer than 2000 bytes");
+  if (in.reason.size() > 2000) return invalid_field(json::array({"reason"}), "string_too_long", "`reason` is longer than 2000 bytes");
   if (const auto f = body.find("force"); f != body.end() && !f->is_null()) {
-    if (!f->is_boolean()) return invalid("`force` must be true or false");
+    if (!f->is_boolean()) return invalid_field(json::array({"force"}), "bool_type", "`force` must be true or false");
     in.force = f->get<bool>();
   }
   return in;
@@ -762,16 +772,16 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, resolve_
   res.outcome = in.execute ? "execute" : "deny";
   if (in.execute) {
     res.tool = in.tool.value_or(r.tool);
-    if (res.tool.empty()) return invalid("`tool` is required: the escalated decision names none");
+    if (res.tool.empty()) return invalid_field(json::array({"tool"}), "missing", "`tool` is required: the escalated decision names none");
     const bool finish = res.tool == tools::finish_option && routing_.registry.finish;
     const auto t = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
                                 [&](const tools::tool& x) { return x.id == res.tool; });
-    if (!finish && t == routing_.registry.tools.end()) return invalid("unknown tool `" + res.tool + "`");
+    if (!finish && t == routing_.registry.tools.end()) return invalid_field(json::array({"tool"}), "literal_error", "unknown tool `" + res.tool + "`");
     res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
     if (t != routing_.registry.tools.end()) {
       if (auto ok = complete_arguments(*t, res.arguments); !ok) return ok.error();
     } else if (!res.arguments.is_object() || !res.arguments.empty()) {
-      return invalid("`finish` takes no arguments");
+      return invalid_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
     }
   }
   const bool registry_changed = r.registry_hash != routing_.registry.hash;

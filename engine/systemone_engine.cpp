@@ -311,7 +311,13 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   auto worker = [&]() -> net::awaitable<void> {
     while (next < batch.size()) {
       const std::size_t i = next++;
-      out[i] = co_await p.call(batch[i]);
+      // call() answers errors as values; `detached` would swallow an exception and leave the slot
+      // a default (empty) decision, so one is turned into the slot's error here.
+      try {
+        out[i] = co_await p.call(batch[i]);
+      } catch (const std::exception& e) {
+        out[i] = make_error(500, "INFERENCE_FAILED", std::string("the SystemOne call failed: ") + e.what());
+      }
     }
   };
   for (std::size_t w = 0; w < std::min(batch.size(), p.options.connections); ++w) {

@@ -136,21 +136,28 @@ TEST_F(escalation_test, bad_resolutions_get_clear_errors) {
     json body;
     int status;
     const char* code;
+    json loc;  // the field the refusal names, as the agent API names a frame's
   };
   const std::vector<bad_case> cases = {
-      {{{"outcome", "deny"}}, 422, "INVALID_RESOLUTION"},                                 // no reason
-      {{{"outcome", "maybe"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},               // no such outcome
-      {{{"outcome", "execute"}, {"tool", "launch_rocket"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
-      {{{"outcome", "execute"}, {"arguments", {{"priority", "urgent"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
-      {{{"outcome", "execute"}, {"arguments", {{"colour", "red"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
-      {{{"outcome", "deny"}, {"tool", "lookup_order"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION"},
-      {{{"outcome", "deny"}, {"reason", "x"}, {"extra", 1}}, 422, "INVALID_RESOLUTION"},
-      {{{"outcome", "deny"}, {"reason", "x"}, {"force", "yes"}}, 422, "INVALID_RESOLUTION"},
+      {{{"outcome", "deny"}}, 422, "INVALID_RESOLUTION", json::array({"reason"})},
+      {{{"outcome", "maybe"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION", json::array({"outcome"})},
+      {{{"reason", "x"}}, 422, "INVALID_RESOLUTION", json::array({"outcome"})},
+      {{{"outcome", "execute"}, {"tool", "launch_rocket"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION", json::array({"tool"})},
+      {{{"outcome", "execute"}, {"arguments", {{"priority", "urgent"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION",
+       json::array({"arguments", "priority"})},
+      {{{"outcome", "execute"}, {"arguments", {{"colour", "red"}}}, {"reason", "x"}}, 422, "INVALID_RESOLUTION",
+       json::array({"arguments", "colour"})},
+      {{{"outcome", "deny"}, {"tool", "lookup_order"}, {"reason", "x"}}, 422, "INVALID_RESOLUTION", json::array({"tool"})},
+      {{{"outcome", "deny"}, {"reason", "x"}, {"extra", 1}}, 422, "INVALID_RESOLUTION", json::array({"extra"})},
+      {{{"outcome", "deny"}, {"reason", "x"}, {"force", "yes"}}, 422, "INVALID_RESOLUTION", json::array({"force"})},
+      {{{"outcome", "deny"}, {"reason", std::string(2001, 'x')}}, 422, "INVALID_RESOLUTION", json::array({"reason"})},
   };
   for (const bad_case& k : cases) {
     const json r = resolve(id, k.body);
     EXPECT_EQ(last_status_, k.status) << k.body << " " << r;
     EXPECT_EQ(r["code"], k.code) << k.body << " " << r;
+    ASSERT_FALSE(r["detail"].empty()) << k.body << " " << r;
+    EXPECT_EQ(r["detail"][0]["loc"], k.loc) << k.body << " " << r;
   }
   // An argument refusal names its field as the agent API does: {loc: ["arguments", NAME], msg, type}.
   struct argument_case {
