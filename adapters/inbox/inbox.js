@@ -194,7 +194,23 @@ async function load_pending(gen) {
   await load_tools(gen);
   if (gen !== generation) return false;
   if (!snapshot_seen) replace_all(result.data?.escalations ?? []);
+  refresh_running(gen);
   return true;
+}
+
+// Resolved items whose tool was still running when the socket went away: their `tool_run` frame
+// may have come while the page was not listening, so the escalation is read again.
+async function refresh_running(gen) {
+  for (const el of document.querySelectorAll('#resolved .tool-run[data-state="running"]')) {
+    const id = el.closest("li").dataset.escalation;
+    try {
+      const result = await api("GET", `/v1/escalations/${encodeURIComponent(id)}`);
+      const run = result.ok ? result.data?.resolution?.tool_run : null;
+      if (gen === generation && run) show_tool_run(id, run);
+    } catch {
+      // the next reconnect reads it again
+    }
+  }
 }
 
 // The registry's tools, for the argument fields; without them a resolve sends no arguments.

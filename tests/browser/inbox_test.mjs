@@ -521,6 +521,29 @@ inboxTest("another tool with edited arguments: a refusal is shown inline, and to
     `rollback_deploy: failed with EXECUTOR_UNREACHABLE (${failed.resolution.tool_run.detail})`,
   );
 
+  // A run that ends while the page is not listening (its `tool_run` frame lost with the socket)
+  // is read again when the page reconnects.
+  let drop_tool_runs = true;
+  await page.routeWebSocket(/\/v1\/review$/, (ws) => {
+    const server = ws.connectToServer();
+    server.onMessage((m) => {
+      if (!(drop_tool_runs && String(m).includes('"type":"tool_run"'))) ws.send(m);
+    });
+  });
+  await page.evaluate(() => socket.close());
+  await page.locator('#connection[data-state="live"]').waitFor();
+  const offline = await agent.escalate("inbox-rollback-3", ROLLBACK_REQUEST, "rollback_deploy");
+  const third = page.locator(card(offline.escalation));
+  await third.waitFor();
+  await third.locator("textarea.reason").fill("roll it back again");
+  await third.locator("button.resolve").click();
+  await withToolRun(offline.escalation);
+  const lost = page.locator(`#resolved li[data-escalation="${offline.escalation}"] .tool-run`);
+  assert.equal(await lost.getAttribute("data-state"), "running", "its tool_run frame was dropped");
+  drop_tool_runs = false;
+  await page.evaluate(() => socket.close());
+  await page.locator(`#resolved li[data-escalation="${offline.escalation}"] .tool-run[data-state="failed"]`).waitFor();
+
   const tie = page.locator(card(flatId));
   await tie.locator("textarea.reason").fill("unclear request");
   await tie.locator("button.deny").click();
