@@ -56,9 +56,20 @@ struct agent_service::turn {
   std::string state_text;  // the rendered state, only when the log keeps states
   clock_type::time_point log_started;
 
-  turn(std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
+  agent_service* owner = nullptr;
+  bool finished = false;  // the session was handed back (finish_part, or a refused submit)
+
+  turn(agent_service* o, std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
       : conn(std::move(c)), frame_id(std::move(id)), frame(std::move(f)), session(std::move(s)),
-        received(clock_type::now()), timer(conn->strand()) {}
+        received(clock_type::now()), timer(conn->strand()), owner(o) {}
+  turn(const turn&) = delete;
+  turn& operator=(const turn&) = delete;
+  // A turn whose handlers stopped (one threw and the last guard closed its connection) still
+  // hands its session back, as finish_part would: else the session stays busy until a restart
+  // and a graceful stop waits for it.
+  ~turn() {
+    if (!finished) owner->hand_back(*this);
+  }
 };
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
@@ -146,7 +157,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     req = std::move(*compiled);
   }
   req.state = std::move(begun->history);
-  auto t = std::make_shared<turn>(c, std::move(id), std::move(f), std::move(*begun));
+  auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
   t->compile_ms = ms_since(started);
@@ -156,6 +167,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   });
   if (!submitted) {
     t->session.history = std::move(req.state);
+    t->finished = true;
     sessions_.abort(std::move(t->session));
     --in_flight_;
     c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
@@ -550,12 +562,17 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
 
 void agent_service::finish_part(const std::shared_ptr<turn>& t) {
   if (--t->parts > 0) return;
-  if (t->delivered) {
-    sessions_.commit(std::move(t->session));
-    sessions_.release(t->session.session);
+  hand_back(*t);
+}
+
+void agent_service::hand_back(turn& t) {
+  t.finished = true;
+  if (t.delivered) {
+    sessions_.commit(std::move(t.session));
+    sessions_.release(t.session.session);
   } else {
     // Not delivered (the log refused the decision): the agent retries the same turn.
-    sessions_.abort(std::move(t->session));
+    sessions_.abort(std::move(t.session));
   }
   --in_flight_;
 }

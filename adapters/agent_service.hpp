@@ -114,6 +114,7 @@ class agent_service {
   void after_decision(const std::shared_ptr<turn>& t);
   void on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o);
   void finish_part(const std::shared_ptr<turn>& t);
+  void hand_back(turn& t);  // the turn is over: its session commits (delivered) or aborts
 
   const server_config& config_;
   decision_engine& engine_;

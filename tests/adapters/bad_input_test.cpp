@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include <stdexcept>
+#include <chrono>
 #include <thread>
 
 #include "adapters/agent_service.hpp"
@@ -307,6 +308,15 @@ TEST_F(bad_input_test, a_handler_that_throws_fails_its_own_connection_and_the_se
   EXPECT_TRUE(failed["detail"].is_array());
   EXPECT_TRUE(victim.read().is_null());
   EXPECT_EQ(victim.close_reason().code, websocket::close_code::internal_error);
+  // The victim's session is handed back when its turn's handlers are gone: it is not busy for ever.
+  ws_client again(port);
+  json next;
+  for (int i = 0; i < 100; ++i) {
+    next = again.request(decide("boom", {user("echo this"), user("and again")}, {{"id", 4}}));
+    if (next.value("code", "") != "SESSION_BUSY") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(next.value("type", ""), "decision") << next;
 
   // Every other connection goes on: one open before, one opened after.
   const json calm = decide("calm", {user("where is order 5"), script({{"tool", "lookup_order"}, {"p", 0.95}})}, {{"id", 2}});
