@@ -57,18 +57,19 @@ struct agent_service::turn {
   clock_type::time_point log_started;
 
   agent_service* owner = nullptr;
+  std::weak_ptr<const int> owner_alive;
   bool finished = false;  // the session was handed back (finish_part, or a refused submit)
 
   turn(agent_service* o, std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
       : conn(std::move(c)), frame_id(std::move(id)), frame(std::move(f)), session(std::move(s)),
-        received(clock_type::now()), timer(conn->strand()), owner(o) {}
+        received(clock_type::now()), timer(conn->strand()), owner(o), owner_alive(o->alive_) {}
   turn(const turn&) = delete;
   turn& operator=(const turn&) = delete;
   // A turn whose handlers stopped (one threw and the last guard closed its connection) still
   // hands its session back, as finish_part would: else the session stays busy until a restart
   // and a graceful stop waits for it.
   ~turn() {
-    if (!finished) owner->hand_back(*this);
+    if (!finished && !owner_alive.expired()) owner->hand_back(*this);
   }
 };
 

@@ -128,6 +128,9 @@ class agent_service {
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // Expires first when the service is destroyed (declared last): a turn that outlives it (a
+  // handler still queued on a stopped io_context) then has no session to hand back.
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);
 };
 
 }  // namespace baton
