@@ -202,13 +202,6 @@ json answer_json(const tools::registry& reg, const std::string& question, const 
   return out;
 }
 
-const answer* answer_named(const response& r, std::string_view id) {
-  for (const auto& [qid, a] : r.answers) {
-    if (qid == id) return &a;
-  }
-  return nullptr;
-}
-
 // "'low' or 'high'", as pydantic words a literal's expected values.
 std::string expected_text(const json& values) {
   std::string out;
@@ -500,7 +493,7 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
     const std::string question = rule.substr(19);
     const auto trigger = std::find_if(p.escalate_when.begin(), p.escalate_when.end(),
                                       [&](const policies::escalation_trigger& x) { return x.question == question; });
-    const answer* a = answers ? answer_named(*answers, question) : nullptr;
+    const answer* a = answers ? find_answer(*answers, question) : nullptr;
     if (trigger != p.escalate_when.end() && a) {
       const bool noul = trigger->when == policies::escalation_trigger::noul_above;
       const auto* n = std::get_if<noul_answer>(a);
@@ -514,14 +507,8 @@ json escalation_desk::evidence_of(const log::escalation_record& r, const respons
                       {noul ? "noul_above" : "score_above", trigger->threshold}};
     }
   } else if (rule.starts_with("lane:")) {
-    const bool fallback_set = second_pass && p.fallback_lanes;
-    const auto& defaults = fallback_set ? p.fallback_lanes->default_lane : p.default_lane;
-    const auto& own_lanes = fallback_set ? p.fallback_lanes->tool_lanes : p.tool_lanes;
     const std::string lane_name = rule.substr(5);
-    policies::lane l = defaults;
-    for (const auto& [id, x] : own_lanes) {
-      if (id == lane_name) l = x;
-    }
+    const policies::lane& l = policies::lane_for(p, lane_name, second_pass).thresholds;
     const std::string metric(to_string(p.metric));
     // The first pass escalates below the lane's fallback; the fallback engine's pass below its execute.
     const bool below_fallback = !second_pass && r.confidence < l.fallback;

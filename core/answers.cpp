@@ -212,6 +212,13 @@ void render_response(const response& r, std::string& out, int decimals) {
   out += "}}";
 }
 
+const answer* find_answer(const response& r, std::string_view id) {
+  for (const auto& [qid, a] : r.answers) {
+    if (qid == id) return &a;
+  }
+  return nullptr;
+}
+
 std::string render_response(const response& r, int decimals) {
   std::string out;
   render_response(r, out, decimals);

@@ -63,6 +63,9 @@ struct response {
   baton::usage usage;
 };
 
+// The answer to question `id`, or null when the response has none.
+const answer* find_answer(const response& r, std::string_view id);
+
 // What an engine found for one request: for each question (request order) a distribution over
 // its options (request order: noul true, false; choice criteria keys; score levels).
 struct decision {

@@ -218,13 +218,6 @@ json sorted(std::vector<std::string> ids) {
   return ids;
 }
 
-const answer* find_answer(const response& r, std::string_view id) {
-  for (const auto& [qid, a] : r.answers) {
-    if (qid == id) return &a;
-  }
-  return nullptr;
-}
-
 // Whether the trigger fires; nullopt when its answer is missing or of another type.
 std::optional<bool> fires(const escalation_trigger& t, const response& r) {
   const answer* a = find_answer(r, t.question);
@@ -331,28 +324,18 @@ action on_engine_failure(const policy& p) {
   return a;
 }
 
-action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
-  action a;
-  if (p.fallback_lanes) {
-    policy second = p;
-    second.default_lane = p.fallback_lanes->default_lane;
-    second.tool_lanes = p.fallback_lanes->tool_lanes;
-    a = decide_action(second, registry, answers);
-  } else {
-    a = decide_action(p, registry, answers);
-  }
-  if (a.what == action::fallback) a.what = action::escalate;
-  a.lane = "fallback:" + a.lane;
-  return a;
+lane_choice lane_for(const policy& p, std::string_view tool, bool after_fallback) {
+  const bool second = after_fallback && p.fallback_lanes;
+  const auto& lanes = second ? p.fallback_lanes->tool_lanes : p.tool_lanes;
+  const auto own = std::find_if(lanes.begin(), lanes.end(), [&](const auto& entry) { return entry.first == tool; });
+  if (own == lanes.end()) return {second ? p.fallback_lanes->default_lane : p.default_lane, "lane:default"};
+  return {own->second, "lane:" + own->first};
 }
 
-action on_fallback_failure(const policy& p) {
-  action a = on_engine_failure(p);
-  a.lane = "fallback:" + a.lane;
-  return a;
-}
+namespace {
 
-action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
+// The rules and lanes on one engine's answers; the fallback engine's lanes when `after_fallback`.
+action decide(const policy& p, const tools::registry& registry, const response& answers, bool after_fallback) {
   const answer* tool_answer = find_answer(answers, tools::tool_question_id);
   const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
   if (!choice) return on_engine_failure(p);
@@ -391,16 +374,31 @@ action decide_action(const policy& p, const tools::registry& registry, const res
     if (*fired) return decided(action::escalate, "rule:escalate_when:" + trigger.question);
   }
 
-  if (finishing) {
-    return decided(a.confidence >= p.default_lane.execute ? action::finish : action::escalate, "lane:default");
-  }
-  const auto own = std::find_if(p.tool_lanes.begin(), p.tool_lanes.end(),
-                                [&](const auto& entry) { return entry.first == a.tool; });
-  const lane& l = own == p.tool_lanes.end() ? p.default_lane : own->second;
-  const std::string name = own == p.tool_lanes.end() ? "lane:default" : "lane:" + a.tool;
-  if (a.confidence >= l.execute) return decided(action::execute, name);
-  if (a.confidence >= l.fallback) return decided(action::fallback, name);
-  return decided(action::escalate, name);
+  // `finish` has no lane of its own: the default lane's execute threshold.
+  const lane_choice l = lane_for(p, finishing ? std::string_view() : std::string_view(a.tool), after_fallback);
+  if (finishing) return decided(a.confidence >= l.thresholds.execute ? action::finish : action::escalate, l.name);
+  if (a.confidence >= l.thresholds.execute) return decided(action::execute, l.name);
+  if (a.confidence >= l.thresholds.fallback) return decided(action::fallback, l.name);
+  return decided(action::escalate, l.name);
+}
+
+}  // namespace
+
+action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
+  action a = decide(p, registry, answers, true);
+  if (a.what == action::fallback) a.what = action::escalate;
+  a.lane = "fallback:" + a.lane;
+  return a;
+}
+
+action on_fallback_failure(const policy& p) {
+  action a = on_engine_failure(p);
+  a.lane = "fallback:" + a.lane;
+  return a;
+}
+
+action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
+  return decide(p, registry, answers, false);
 }
 
 }  // namespace baton::policies

@@ -75,6 +75,15 @@ struct action {
 
 std::string_view to_string(action::kind k) noexcept;
 
+// The lane `tool`'s confidence is held against: its own, else the default; from the fallback
+// engine's lanes (`fallback_lanes`, when the policy has them) for the fallback engine's answers.
+// `name` is what a decision records: "lane:TOOL" or "lane:default".
+struct lane_choice {
+  const lane& thresholds;
+  std::string name;
+};
+lane_choice lane_for(const policy& p, std::string_view tool, bool after_fallback = false);
+
 // The terms of an escalation of `tool` ("" after an engine failure: the defaults, and deny).
 escalation_terms escalation_terms_for(const policy& p, std::string_view tool);
 
