@@ -191,7 +191,11 @@ std::optional<http_reply> handshake_refusal(const http_api::head& h) {
 
 http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
                    agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges)
-    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gauges_(std::move(gauges)) {}
+    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gauges_(std::move(gauges)) {
+  boost::system::error_code ec;
+  const auto listening = boost::asio::ip::make_address(config_.server.host, ec);
+  if (!ec) listen_address_ = listening;
+}
 
 http_api::response http_api::make(unsigned version, bool keep_alive, bool head_only, std::string_view route_name,
                                   http_reply&& r, const std::string& id) {
@@ -222,12 +226,12 @@ std::optional<error> http_api::host_refusal(const head& h) const {
     if (*host == "localhost" || host->ends_with(".localhost")) return std::nullopt;
     const std::string& listen = config_.server.host;
     if (boost::beast::iequals(*host, listen)) return std::nullopt;
-    boost::system::error_code ec, listen_ec;
+    boost::system::error_code ec;
     const auto address = boost::asio::ip::make_address(*host, ec);
-    const auto listening = boost::asio::ip::make_address(listen, listen_ec);
     // An address cannot be rebound: it names this server when the server listens on it (on
     // every address, for 0.0.0.0 or ::).
-    if (!ec && (address.is_loopback() || (!listen_ec && (listening.is_unspecified() || listening == address)))) {
+    if (!ec && (address.is_loopback() ||
+                (listen_address_ && (listen_address_->is_unspecified() || *listen_address_ == address)))) {
       return std::nullopt;
     }
     const auto& allowed = config_.server.allowed_hosts;

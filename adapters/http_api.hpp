@@ -94,6 +94,7 @@ class http_api {
   systemone_service& systemone_;
   agent_service& agents_;
   std::function<std::vector<metrics::gauge>()> gauges_;
+  std::optional<boost::asio::ip::address> listen_address_;  // server.host when it is an address
 };
 
 }  // namespace baton
