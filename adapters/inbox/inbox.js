@@ -66,10 +66,15 @@ function fragment_key() {
   }
 }
 
-function use_key(value) {
+// The key the page holds, in its field and the tab's storage.
+function set_key(value) {
   key = value;
   $("#api-key").value = value;
   store_key(value);
+}
+
+function use_key(value) {
+  set_key(value);
   backoff_ms = BACKOFF_MIN_MS;
   show_notice("");
   connect();
@@ -159,9 +164,7 @@ async function load_pending(gen) {
     }
     if (keyless === true && key) {
       // An old `#key=` link or the tab's key: not needed here, so not kept.
-      key = "";
-      $("#api-key").value = "";
-      store_key("");
+      set_key("");
     }
     if (keyless === false && key) result = await api("GET", path);
   } catch (err) {
@@ -206,7 +209,7 @@ async function refresh_running(gen) {
     try {
       const result = await api("GET", `/v1/escalations/${encodeURIComponent(id)}`);
       const run = result.ok ? result.data?.resolution?.tool_run : null;
-      if (gen === generation && run) show_tool_run(id, run);
+      if (gen === generation && run) paint_run(el, tool_run_text(null, run));
     } catch {
       // the next reconnect reads it again
     }
@@ -335,7 +338,7 @@ function settle(escalation, resolution) {
   }
   const known = entry ? entry.escalation : escalation;
   const list = $("#resolved");
-  if (![...list.children].some((li) => li.dataset.escalation === escalation.id)) {
+  if (!resolved_li(escalation.id)) {
     list.prepend(resolved_item(known, resolution));
     while (list.children.length > RESOLVED_SHOWN) list.lastElementChild.remove();
   }
@@ -363,15 +366,22 @@ function tool_run_text(resolution, run) {
   return null;
 }
 
-// The socket sends `tool_run` after the `resolved` frame that lists the item.
-function show_tool_run(escalation_id, run) {
-  const li = [...$("#resolved").children].find((x) => x.dataset.escalation === escalation_id);
-  if (!li) return;
-  const el = $(".tool-run", li);
-  const shown = tool_run_text(null, run);
+// A resolved item's line about its tool run: hidden when there is nothing to say.
+function paint_run(el, shown) {
+  el.hidden = !shown;
+  if (!shown) return;
   el.dataset.state = shown.state;
   el.textContent = shown.text;
-  el.hidden = false;
+}
+
+function resolved_li(escalation_id) {
+  return [...$("#resolved").children].find((li) => li.dataset.escalation === escalation_id);
+}
+
+// The socket sends `tool_run` after the `resolved` frame that lists the item.
+function show_tool_run(escalation_id, run) {
+  const li = resolved_li(escalation_id);
+  if (li) paint_run($(".tool-run", li), tool_run_text(null, run));
 }
 
 function resolved_item(escalation, resolution) {
@@ -398,12 +408,7 @@ function resolved_item(escalation, resolution) {
   }
   const run = document.createElement("span");
   run.className = "tool-run";
-  const shown = tool_run_text(resolution, resolution?.tool_run);
-  run.hidden = !shown;
-  if (shown) {
-    run.dataset.state = shown.state;
-    run.textContent = shown.text;
-  }
+  paint_run(run, tool_run_text(resolution, resolution?.tool_run));
   li.append(" ", run);
   return li;
 }
@@ -553,7 +558,7 @@ function fill_arguments(entry) {
       input = document.createElement("input");
       input.type = "text";
       input.spellcheck = false;
-      if (p.fixed !== null && p.fixed !== undefined) {
+      if (p.fixed != null) {
         input.value = p.fixed;
         input.readOnly = true;
         label.title = "fixed by the registry";
@@ -579,7 +584,7 @@ function edited_arguments(entry) {
     if (parameter.type === "boolean") args[name] = input.checked;
     else if (parameter.type === "choice") {
       if (input.value) args[name] = input.value;
-    } else if (parameter.fixed === null || parameter.fixed === undefined) {
+    } else if (parameter.fixed == null) {
       if (input.value !== "") args[name] = input.value;
     }
   }
