@@ -20,6 +20,7 @@
 #include "adapters/server_config.hpp"
 #include "core/answers.hpp"
 #include "http_client.hpp"
+#include "server_fixture.hpp"
 #include "support/files.hpp"
 
 extern char** environ;
@@ -36,7 +37,7 @@ const fs::path tiny = test::data_dir() / "vectors/clef-omni-tiny";
 std::pair<json, json> image_record() {
   std::ifstream records(tiny / "records.jsonl"), expected(tiny / "expected.jsonl");
   for (std::string a, b; std::getline(records, a) && std::getline(expected, b);) {
-    if (test::parse(a)["id"] == "image_basic") return {test::parse(a)["request"], test::parse(b)["response"]};
+    if (json record = test::parse(a); record["id"] == "image_basic") return {record["request"], test::parse(b)["response"]};
   }
   ADD_FAILURE() << "no image_basic record in " << tiny;
   return {};
@@ -169,17 +170,7 @@ TEST(clef_example, baton_serve_model_id_overrides_the_config) {
   EXPECT_EQ(server.stop(), 0);
 }
 
-struct cli_run {
-  int code;
-  std::string out, err;
-};
-
-cli_run cli(std::vector<std::string_view> args, const std::string& input = "") {
-  std::istringstream in(input);
-  std::ostringstream out, err;
-  const int code = run_cli(args, in, out, err);
-  return {code, out.str(), err.str()};
-}
+using test_server::cli;
 
 TEST(clef_cli, decide_model_id_names_the_responses_model) {
   const std::string release = (tiny / "release").string();

@@ -127,8 +127,9 @@ struct cli_result {
   std::string err;
 };
 
-inline cli_result cli(std::vector<std::string_view> args) {
-  std::istringstream in;
+// `baton ARGS` in this process, `input` on its standard input.
+inline cli_result cli(std::vector<std::string_view> args, const std::string& input = "") {
+  std::istringstream in(input);
   std::ostringstream out, err;
   const int code = run_cli(args, in, out, err);
   return {code, out.str(), err.str()};
