@@ -22,9 +22,9 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { baton_process } from "../support/baton_process.mjs";
+import { AgentSocket, withTimeout } from "./agent_socket.mjs";
 
 import { chromium } from "playwright-core";
-import WebSocket from "ws";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const batonBin = process.env.BATON_BIN;
@@ -89,80 +89,6 @@ let agent;
 let anyFailed = false;
 const pageErrors = [];
 const navigated = []; // every URL the main page's frames went to
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-// The agent's side of /v1/agent: every frame is kept, and a test waits for the one it expects.
-class AgentSocket {
-  constructor(url, key) {
-    this.frames = [];
-    this.waiters = [];
-    this.nextId = 1;
-    this.ws = new WebSocket(url, { headers: { Authorization: `Bearer ${key}` } });
-    this.ws.on("message", (data) => {
-      const frame = JSON.parse(String(data));
-      this.frames.push(frame);
-      for (const w of [...this.waiters]) if (w.match(frame)) w.resolve(frame);
-    });
-    this.opened = withTimeout(
-      new Promise((resolve, reject) => {
-        this.ws.once("open", resolve);
-        this.ws.once("error", reject);
-        this.ws.once("unexpected-response", (_, res) => reject(new Error(`agent upgrade answered ${res.statusCode}`)));
-      }),
-      STEP_MS,
-      "the agent's WebSocket opening",
-    );
-  }
-
-  send(frame) {
-    this.ws.send(JSON.stringify(frame));
-  }
-
-  // The first frame, received or to come, that `match` accepts.
-  next(match, what) {
-    const seen = this.frames.find(match);
-    if (seen) return Promise.resolve(seen);
-    let waiter;
-    const arrival = new Promise((resolve) => {
-      waiter = { match, resolve };
-      this.waiters.push(waiter);
-    });
-    return withTimeout(arrival, STEP_MS, what).finally(() => {
-      this.waiters.splice(this.waiters.indexOf(waiter), 1);
-    });
-  }
-
-  // Decides a fresh session whose answer must be escalate; returns the decision frame.
-  async escalate(session, request, tool = "send_payment", role = "user") {
-    const id = this.nextId++;
-    this.send({ type: "decide", id, session, history: [{ role, content: request }] });
-    const decision = await this.next((f) => f.ref === id || f.id === id, `the answer to decide ${session}`);
-    assert.equal(decision.type, "decision", `decide ${session}: ${JSON.stringify(decision)}`);
-    assert.equal(decision.action, "escalate", `decide ${session}: ${JSON.stringify(decision)}`);
-    assert.equal(decision.tool, tool);
-    assert.match(decision.escalation, /^e-/, "the decision names its escalation");
-    assert.equal(typeof decision.deadline_at, "string");
-    return decision;
-  }
-
-  resolutionOf(escalation) {
-    return this.next(
-      (f) => f.type === "resolution" && f.resolution?.escalation === escalation,
-      `the resolution frame of ${escalation}`,
-    );
-  }
-
-  close() {
-    this.ws.terminate();
-  }
-}
 
 async function reviewerGet(pathname) {
   const res = await fetch(`${baseURL}${pathname}`, { headers: { Authorization: `Bearer ${reviewerKey}` } });
@@ -235,7 +161,7 @@ before(async () => {
     { INBOX_AGENT_KEY: agentKey, INBOX_REVIEWER_KEY: reviewerKey },
     STARTUP_MS,
   );
-  agent = new AgentSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`, agentKey);
+  agent = new AgentSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`, agentKey, STEP_MS);
   await agent.opened;
   browser = await chromium.launch({ executablePath: chromiumBin, headless: true, timeout: STARTUP_MS });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -557,7 +483,7 @@ inboxTest("without API keys the page needs no key and lists what is pending", as
     {},
     STARTUP_MS,
   );
-  const openAgent = new AgentSocket(`${openServer.url.replace(/^http/, "ws")}/v1/agent`, "");
+  const openAgent = new AgentSocket(`${openServer.url.replace(/^http/, "ws")}/v1/agent`, "", STEP_MS);
   const { context, page: p } = await freshPage();
   try {
     await openAgent.opened;

@@ -20,9 +20,9 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 
 import { baton_process } from "../support/baton_process.mjs";
+import { AgentSocket, withTimeout } from "./agent_socket.mjs";
 
 import { chromium } from "playwright-core";
-import WebSocket from "ws";
 
 const batonBin = process.env.BATON_BIN;
 const chromiumBin = process.env.BATON_CHROMIUM ?? "/usr/bin/chromium";
@@ -48,40 +48,6 @@ let agent;
 let escalation;
 let anyFailed = false;
 const pageErrors = [];
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-// The agent, on /v1/agent from Node (no Origin header, as agents and SDKs send).
-function openAgent() {
-  const ws = new WebSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`);
-  const frames = [];
-  const waiters = [];
-  ws.on("message", (data) => {
-    const frame = JSON.parse(String(data));
-    frames.push(frame);
-    for (const w of [...waiters]) if (w.match(frame)) w.resolve(frame);
-  });
-  const next = (match, what) => {
-    const seen = frames.find(match);
-    if (seen) return Promise.resolve(seen);
-    return withTimeout(new Promise((resolve) => waiters.push({ match, resolve })), STEP_MS, what);
-  };
-  const opened = withTimeout(
-    new Promise((resolve, reject) => {
-      ws.once("open", resolve);
-      ws.once("error", reject);
-    }),
-    STEP_MS,
-    "the agent's WebSocket opening",
-  );
-  return { ws, next, opened };
-}
 
 // GET from Node, which sends no Origin.
 async function get(pathname) {
@@ -175,9 +141,10 @@ before(async () => {
   baseURL = await server.start(configPath, {}, STARTUP_MS);
   port = Number(new URL(baseURL).port);
 
-  agent = openAgent();
+  // The agent, on /v1/agent from Node (no Origin header, as agents and SDKs send).
+  agent = new AgentSocket(`${baseURL.replace(/^http/, "ws")}/v1/agent`, undefined, STEP_MS);
   await agent.opened;
-  agent.ws.send(JSON.stringify({ type: "decide", id: 1, session: "security", history: [{ role: "user", content: PAYMENT_REQUEST }] }));
+  agent.send({ type: "decide", id: 1, session: "security", history: [{ role: "user", content: PAYMENT_REQUEST }] });
   const decision = await agent.next((f) => f.ref === 1 || f.id === 1, "the answer to decide");
   assert.equal(decision.action, "escalate", JSON.stringify(decision));
   assert.equal(decision.tool, "send_payment");
@@ -201,7 +168,7 @@ before(async () => {
 });
 
 after(async () => {
-  agent?.ws.terminate();
+  agent?.close();
   attacker?.close();
   if (browser) await withTimeout(browser.close(), STOP_MS, "closing chromium").catch(() => browser.process()?.kill("SIGKILL"));
   try {
