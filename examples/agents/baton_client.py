@@ -191,12 +191,14 @@ class Reviewer:
         return await asyncio.to_thread(self._call, f"/v1/escalations/{escalation}/resolve", resolution)
 
 
+def call_text(tool, args):
+    """`tool(k=v, ...)`, as the examples print a tool call."""
+    return tool + "(" + ", ".join(f"{k}={v}" for k, v in (args or {}).items()) + ")"
+
+
 def describe(decision):
-    tool = decision.get("tool") or "-"
-    args = decision.get("arguments") or {}
-    shown = ", ".join(f"{k}={v}" for k, v in args.items())
     return (
-        f"{decision['action']:<8} {tool}({shown})  "
+        f"{decision['action']:<8} {call_text(decision.get('tool') or '-', decision.get('arguments'))}  "
         f"[{decision['lane']}, confidence {decision['confidence']:.2f}]"
     )
 
@@ -224,7 +226,7 @@ async def run_session(session, messages, role, run_agent_tool, out, max_turns=4,
             resumed = await session.client.acknowledge(resolution, name)
             call = ""
             if resolution["tool"]:
-                call = " " + resolution["tool"] + "(" + ", ".join(f"{k}={v}" for k, v in resolution["arguments"].items()) + ")"
+                call = " " + call_text(resolution["tool"], resolution["arguments"])
             out.append(f"{name}   resolution {resolution['id']}: {resolution['outcome']}{call} by {resolution['reviewer']} "
                        f"({resolution['by']}): \"{resolution['reason']}\"; acknowledged, "
                        f"{resumed['resolutions']} left for this {what}")

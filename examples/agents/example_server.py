@@ -41,9 +41,8 @@ def start_fresh(db):
         previous = f"{db}.prev{suffix}"
         if os.path.exists(previous):
             os.remove(previous)
-    for suffix in ("", "-wal", "-shm"):
         if os.path.exists(db + suffix):
-            os.replace(db + suffix, f"{db}.prev{suffix}")
+            os.replace(db + suffix, previous)
             moved = True
     return moved
 
