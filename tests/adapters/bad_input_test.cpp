@@ -9,13 +9,13 @@
 #include <chrono>
 #include <thread>
 
-#include "adapters/agent_service.hpp"
-#include "adapters/auth.hpp"
-#include "adapters/handler_guard.hpp"
-#include "adapters/http_api.hpp"
-#include "adapters/metrics.hpp"
-#include "adapters/systemone_service.hpp"
-#include "adapters/ws_server.hpp"
+#include "adapters/runtime/agent_service.hpp"
+#include "adapters/server/auth.hpp"
+#include "adapters/server/handler_guard.hpp"
+#include "adapters/server/http_api.hpp"
+#include "adapters/runtime/metrics.hpp"
+#include "adapters/runtime/systemone_service.hpp"
+#include "adapters/server/ws_server.hpp"
 #include "engine/scheduler.hpp"
 #include "tools/schema_compiler.hpp"
 

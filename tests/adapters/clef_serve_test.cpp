@@ -15,9 +15,9 @@
 #include <sstream>
 #include <thread>
 
-#include "adapters/cli.hpp"
-#include "adapters/serve.hpp"
-#include "adapters/server_config.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/server/serve.hpp"
+#include "adapters/runtime/server_config.hpp"
 #include "core/answers.hpp"
 #include "http_client.hpp"
 #include "server_fixture.hpp"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "adapters/cli.hpp"
+#include "adapters/cli/cli.hpp"
 #include "core/answers.hpp"
 #include "engine/keyword_engine.hpp"
 #include "support/files.hpp"

@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "adapters/cli.hpp"
-#include "adapters/decision_log.hpp"
-#include "adapters/sqlite_log.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/log/decision_log.hpp"
+#include "adapters/log/sqlite_log.hpp"
 #include "core/sha256.hpp"
 #include "support/files.hpp"
 

@@ -1,15 +1,15 @@
 #include <gtest/gtest.h>
 
-#include "adapters/inbox_assets.hpp"
+#include "adapters/server/inbox_assets.hpp"
 #include "support/files.hpp"
 
 namespace baton {
 namespace {
 
-// The embedded bytes are the files in adapters/inbox/, whole (a raw string cut short or an
+// The embedded bytes are the files in adapters/server/inbox/, whole (a raw string cut short or an
 // encoding slip would show here).
 TEST(inbox_assets, serve_the_page_files_byte_for_byte_with_their_content_types) {
-  const auto dir = test::source_dir() / "adapters" / "inbox";
+  const auto dir = test::source_dir() / "adapters" / "server" / "inbox";
   struct want {
     std::string_view path;
     std::string_view content_type;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "adapters/auth.hpp"
+#include "adapters/server/auth.hpp"
 #include "http_client.hpp"
 #include "server_fixture.hpp"
 

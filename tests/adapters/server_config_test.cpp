@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "adapters/cli.hpp"
-#include "adapters/server_config.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/runtime/server_config.hpp"
 #include "support/files.hpp"
 
 namespace baton {

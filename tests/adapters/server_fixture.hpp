@@ -14,8 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "adapters/cli.hpp"
-#include "adapters/serve.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/server/serve.hpp"
 #include "support/files.hpp"
 #include "ws_client.hpp"
 

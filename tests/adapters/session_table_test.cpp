@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "adapters/session_table.hpp"
+#include "adapters/runtime/session_table.hpp"
 #include "core/sha256.hpp"
 
 namespace baton {

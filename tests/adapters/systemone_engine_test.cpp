@@ -12,8 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include "adapters/cli.hpp"
-#include "adapters/serve.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/server/serve.hpp"
 #include "engine/systemone_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <thread>
 
-#include "adapters/cli.hpp"
-#include "adapters/serve.hpp"
+#include "adapters/cli/cli.hpp"
+#include "adapters/server/serve.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"

@@ -1,4 +1,4 @@
-// The reviewer inbox page (adapters/inbox/, served at /inbox) in headless Chromium against a real
+// The reviewer inbox page (adapters/server/inbox/, served at /inbox) in headless Chromium against a real
 // `baton serve`: the keyword engine, the repository's registry and policy (send_payment is
 // always escalated) with two tools baton runs itself added (restart_service, a command that
 // succeeds; rollback_deploy, high risk, an http call to a closed port that fails), an agent key

@@ -1,0 +1,55 @@
+#include "adapters/cli/cli.hpp"
+
+#include <ostream>
+
+#include "adapters/cli/cli_args.hpp"
+#include "adapters/cli/log_cli.hpp"
+#include "adapters/cli/serve_cli.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr const char* main_help = R"(baton: an agent-routing runtime around the Clef-Omni decision model
+
+Usage: baton <command> [options]
+
+Commands:
+  serve       run the routing server: agents over WebSocket at /v1/agent (docs/protocol.md)
+  decide      answer SystemOne requests (JSON or JSONL) with a decision engine
+  encode      show how the clef engine encodes requests (token ids and spans), without weights
+  log         read the decision log: sql queries, show a decision, tail, verify the hash chains
+  tokenize    token ids of text lines with a Hugging Face tokenizer
+
+Options:
+  -h, --help  show this help (and `baton <command> --help` for a command)
+  --version   print the version
+
+Exit status: 64 for a usage error; each command documents its own.
+)";
+
+}  // namespace
+
+int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << main_help;
+    return exit_usage;
+  }
+  const std::string_view command = args[0];
+  if (command == "-h" || command == "--help" || command == "help") {
+    out << main_help;
+    return exit_ok;
+  }
+  if (command == "--version") {
+    out << "baton " << baton_version << "\n";
+    return exit_ok;
+  }
+  if (command == "serve") return serve_main(args.subspan(1), out, err);
+  if (command == "decide") return decide_main(args.subspan(1), in, out, err);
+  if (command == "encode") return encode_main(args.subspan(1), in, out, err);
+  if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
+  if (command == "log") return log::log_main(args.subspan(1), in, out, err);
+  return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
+}
+
+}  // namespace baton

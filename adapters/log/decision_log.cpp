@@ -1,0 +1,141 @@
+// The decision log's queue and writer thread: group commits over a decision_store.
+#include "adapters/log/decision_log.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+#include "core/ids.hpp"
+#include "tools/executor.hpp"
+
+namespace baton::log {
+
+struct decision_log::impl {
+  struct entry {
+    log_row row;
+    durable_callback done;
+  };
+
+  impl(std::unique_ptr<decision_store> s, const log_options& o) : options(o), store(std::move(s)) {
+    writer = std::thread([this] { run(); });
+  }
+
+  result<void> push(entry e) {
+    {
+      std::lock_guard lock(mutex);
+      if (closing) return make_error(503, "SHUTTING_DOWN", "the decision log is closed");
+      if (queue.size() >= options.queue_capacity) {
+        return make_error(503, "LOG_BACKLOG", "the decision log cannot keep up; retry later");
+      }
+      queue.push_back(std::move(e));
+    }
+    wake.notify_one();
+    return {};
+  }
+
+  // Takes everything queued (up to max_batch), writes it in one transaction, then tells each
+  // row's caller, in queue order. Returns once closing and drained.
+  void run() {
+    std::vector<log_row> rows;
+    std::vector<durable_callback> done;
+    std::vector<std::optional<error>> refused;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return closing || !queue.empty(); });
+        if (queue.empty()) return;
+        const std::size_t n = std::min(queue.size(), std::max<std::size_t>(options.max_batch, 1));
+        for (std::size_t i = 0; i < n; ++i) {
+          rows.push_back(std::move(queue[i].row));
+          done.push_back(std::move(queue[i].done));
+        }
+        queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      const result<void> written = store->write(rows, refused);
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        if (!done[k]) continue;
+        if (!written) {
+          done[k](written.error());
+        } else if (k < refused.size() && refused[k]) {
+          done[k](*refused[k]);
+        } else {
+          done[k](result<void>());
+        }
+      }
+      rows.clear();
+      done.clear();
+    }
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mutex);
+      closing = true;
+    }
+    wake.notify_all();
+    std::lock_guard lock(join_mutex);
+    if (writer.joinable()) writer.join();
+    store.reset();  // releases the database file
+  }
+
+  const log_options options;
+  std::unique_ptr<decision_store> store;
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<entry> queue;
+  bool closing = false;
+  std::mutex join_mutex;
+  std::thread writer;
+};
+
+tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
+                            const tools::tool_outcome& o) {
+  tool_run_record run;
+  run.id = new_id('r');
+  run.decision = decision;
+  run.tool = tool;
+  run.executor = std::string(executor);
+  run.created_ms = unix_ms();
+  run.duration_ms = o.duration_ms;
+  run.ok = o.ok;
+  run.output = o.output;
+  run.error_code = o.error_code;
+  run.detail = o.detail;
+  run.attempts = o.attempts;
+  return run;
+}
+
+decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+decision_log::~decision_log() { close(); }
+
+std::unique_ptr<decision_log> decision_log::open(const log_options& options) {
+  return open(open_sqlite_store(options), options);
+}
+
+std::unique_ptr<decision_log> decision_log::open(std::unique_ptr<decision_store> store, const log_options& options) {
+  return std::unique_ptr<decision_log>(new decision_log(std::make_unique<impl>(std::move(store), options)));
+}
+
+result<void> decision_log::append(log_row r, durable_callback done) {
+  return impl_->push({std::move(r), std::move(done)});
+}
+
+void decision_log::append_unwaited(decision_record r) {
+  std::string id = r.id;
+  auto report = [id](result<void> ok) {
+    if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+  };
+  report(append(std::move(r), report));
+}
+
+void decision_log::close() { impl_->close(); }
+
+const log_options& decision_log::options() const noexcept { return impl_->options; }
+
+}  // namespace baton::log

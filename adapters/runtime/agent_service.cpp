@@ -1,0 +1,598 @@
+#include "adapters/runtime/agent_service.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/ids.hpp"
+#include "tools/schema_compiler.hpp"
+
+namespace baton {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+void put_ms(std::string& out, const char* key, double ms) {
+  out += '"';
+  out += key;
+  out += "\":";
+  render_rounded(ms, 3, out);
+}
+
+}  // namespace
+
+// One decide frame's way through the pipeline. Its session is released when both the engine has
+// handed the history back and the decision (with its tool run) is finished: parts_ counts them.
+// The turn's history becomes the session's only if the decision reached the agent (`delivered`):
+// a decision the log refused is retried by the agent with the same turn.
+struct agent_service::turn {
+  std::shared_ptr<agent_connection> conn;
+  json frame_id;
+  protocol::decide_frame frame;
+  session_turn session;
+  clock_type::time_point received;
+  std::string schema_hash;
+  boost::asio::steady_timer timer;
+  bool engine_back = false;  // the scheduler answered
+  bool timed_out = false;    // the decision was made without the engine
+  bool in_fallback = false;  // the fallback engine is deciding again
+  int phase = 0;             // which engine the timer is for: a handler of an earlier phase is stale
+  std::string first_pass;    // the first pass's decision id, once a fallback lane sent the turn on
+  bool delivered = false;    // the decision frame went out
+  int parts = 2;
+  std::unique_ptr<request> req;  // the first pass's request while its row is written, before the fallback
+  double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
+  std::optional<response> answers;
+  std::string error_code;
+  policies::action act;
+  std::string decision_id;
+  std::optional<log::escalation_record> escalation;  // when the decision escalates
+  std::string state_hash;
+  std::string state_text;  // the rendered state, only when the log keeps states
+  clock_type::time_point log_started;
+
+  agent_service* owner = nullptr;
+  std::weak_ptr<const int> owner_alive;
+  bool finished = false;  // the session was handed back (finish_part, or a refused submit)
+
+  turn(agent_service* o, std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
+      : conn(std::move(c)), frame_id(std::move(id)), frame(std::move(f)), session(std::move(s)),
+        received(clock_type::now()), timer(conn->strand()), owner(o), owner_alive(o->alive_) {}
+  turn(const turn&) = delete;
+  turn& operator=(const turn&) = delete;
+  // A turn whose handlers stopped (one threw and the last guard closed its connection) still
+  // hands its session back, as finish_part would: else the session stays busy until a restart
+  // and a graceful stop waits for it.
+  ~turn() {
+    if (!finished && !owner_alive.expired()) owner->hand_back(*this);
+  }
+};
+
+agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
+                             log::decision_log& log, metrics& m, routing_config routing,
+                             boost::asio::any_io_executor io, std::optional<fallback_engine> fallback)
+    : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
+      desk_(std::make_unique<escalation_desk>(
+          log, escalation_routing{routing_.registry, routing_.policy, routing_.executors,
+                                  config.server.max_pending_tool_results, m},
+          std::move(io))),
+      fallback_(fallback),
+      sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
+                               config.server.max_sessions, config.server.session_idle}) {}
+
+bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text) {
+  json id;
+  auto f = protocol::parse_frame(text, engine_.describe().limits.max_json_depth, id);
+  if (!f) {
+    c->send(protocol::render_error_frame(id, f.error()));
+    return false;
+  }
+  if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d));
+  if (auto* r = std::get_if<protocol::resume_frame>(&*f)) return on_resume(c, std::move(id), std::move(*r));
+  if (auto* a = std::get_if<protocol::ack_frame>(&*f)) return on_ack(c, std::move(id), std::move(*a));
+  return on_tool_result(c, std::move(id), std::move(std::get<protocol::tool_result_frame>(*f)));
+}
+
+std::string agent_service::scoped(const agent_connection& c, const std::string& session) const {
+  return c.owner_.empty() ? session : c.owner_ + "/" + session;
+}
+
+bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f) {
+  const auto a = desk_->attach(scoped(*c, f.session), c, true);
+  json pending = json::array();
+  for (const std::string& e : a.pending) pending.push_back(e);
+  c->send(render_json(json{{"type", "resumed"},
+                           {"ref", std::move(id)},
+                           {"session", f.session},
+                           {"pending", std::move(pending)},
+                           {"resolutions", a.frames.size()}},
+                      false));
+  for (const std::string& frame : a.frames) c->send(frame);
+  for (const auto& [decision, tool] : a.awaited) c->await_tool(decision, tool, config_.server.max_pending_tool_results);
+  return true;
+}
+
+bool agent_service::on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f) {
+  if (auto ok = desk_->acknowledge(f.resolution, c->owner_); !ok) {
+    c->send(protocol::render_error_frame(id, ok.error()));
+    return false;
+  }
+  return true;
+}
+
+bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
+  // Counted before draining_ is read: the drain either sees this turn or the turn sees the drain.
+  ++in_flight_;
+  if (draining_) {
+    --in_flight_;
+    c->send(protocol::render_error_frame(id, make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+    return true;
+  }
+  const auto started = clock_type::now();
+  auto begun = sessions_.begin(scoped(*c, f.session), f.turn, f.append, std::move(f.events));
+  if (!begun) {
+    --in_flight_;
+    c->send(protocol::render_error_frame(id, begun.error()));
+    // A well-formed frame the session cannot take now (busy, full, unknown after a restart) is
+    // not a protocol violation: a client retrying as told must not reach the bad-frame limit.
+    return true;
+  }
+  // Every turn asks the registry's questions, validated once at start-up; extra questions are
+  // validated with them.
+  request req;
+  if (f.questions.is_null()) {
+    req = routing_.questions;
+  } else {
+    auto compiled = tools::compile_questions(routing_.registry, engine_.describe().limits, f.questions);
+    if (!compiled) {
+      sessions_.abort(std::move(*begun));
+      --in_flight_;
+      c->send(protocol::render_error_frame(id, compiled.error()));
+      return false;
+    }
+    req = std::move(*compiled);
+  }
+  req.state = std::move(begun->history);
+  auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
+  t->received = started;
+  t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
+  t->compile_ms = ms_since(started);
+
+  auto submitted = scheduler_.submit(std::move(req), [this, t](scheduled_result r) {
+    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+  });
+  if (!submitted) {
+    t->session.history = std::move(req.state);
+    t->finished = true;
+    sessions_.abort(std::move(t->session));
+    --in_flight_;
+    c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
+    return true;
+  }
+  arm_timer(t, config_.engine.timeout);
+  return true;
+}
+
+void agent_service::capture_state(const std::shared_ptr<turn>& t) {
+  t->state_hash = t->session.state_hash();
+  if (log_.options().store_state) t->state_text = t->session.state_text();
+}
+
+void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
+  if (t->engine_back) return;
+  t->timed_out = true;
+  t->error_code = t->in_fallback ? "FALLBACK_TIMEOUT" : "ENGINE_TIMEOUT";
+  metrics_.engine_error("agent", t->error_code);
+  t->queue_ms = ms_since(t->received);
+  const auto p0 = clock_type::now();
+  t->act = t->in_fallback ? policies::on_fallback_failure(routing_.policy) : policies::on_engine_failure(routing_.policy);
+  t->policy_ms = ms_since(p0);
+  spdlog::warn("session {} turn {}: no {} answer in time; policy decides {}", t->session.session, t->session.turn,
+               t->in_fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
+  capture_state(t);
+  decide_and_log(t);
+}
+
+void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r) {
+  t->engine_back = true;
+  t->session.history = std::move(r.req.state);
+  if (t->timed_out) {
+    // The decision was made without the engine; finish_part() hands the history to the session.
+    finish_part(t);
+    return;
+  }
+  t->timer.cancel();
+  t->queue_ms = r.queue_ms;
+  t->engine_ms = r.engine_ms;
+  metrics_.stage_ms("agent", metrics::stage::queue, r.queue_ms);
+  if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
+  const auto p0 = clock_type::now();
+  const policies::policy& policy = routing_.policy;
+  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
+  if (r.outcome) {
+    auto resp = make_response(r.req, *r.outcome, policy.metric, engine.describe().model_id);
+    if (resp) {
+      t->answers = std::move(*resp);
+    } else {
+      t->error_code = resp.error().code;
+    }
+  } else {
+    t->error_code = r.outcome.error().code;
+  }
+  if (t->in_fallback) {
+    t->act = t->answers ? policies::decide_after_fallback(policy, routing_.registry, *t->answers)
+                        : policies::on_fallback_failure(policy);
+  } else {
+    t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
+                        : policies::on_engine_failure(policy);
+  }
+  t->policy_ms = ms_since(p0);
+  if (t->act.what == policies::action::fallback && fallback_) {
+    // The first pass is logged as it is, and once it is durable (the fallback's row names it) the
+    // larger engine answers the same request.
+    capture_state(t);
+    log::decision_record first = make_record(t);
+    t->first_pass = first.id;
+    r.req.state = std::move(t->session.history);
+    t->req = std::make_unique<request>(std::move(r.req));
+    auto logged = [this, t](result<void> ok) {
+      boost::asio::post(t->conn->strand(), [this, t, ok]() {
+        if (ok) {
+          start_fallback(t, std::move(*t->req));
+          t->req.reset();
+          return;
+        }
+        // Not logged, so not decided: the agent retries the turn.
+        t->session.history = std::move(t->req->state);
+        t->req.reset();
+        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+        finish_part(t);
+        finish_part(t);
+      });
+    };
+    if (auto queued = log_.append(std::move(first), logged); !queued) logged(queued.error());
+    return;
+  }
+  metrics_.stage_ms("agent", metrics::stage::policy, t->policy_ms);
+  if (!t->error_code.empty()) {
+    metrics_.engine_error("agent", t->error_code);
+    spdlog::warn("session {} turn {}: engine failed ({}); policy decides {}", t->session.session, t->session.turn,
+                 t->error_code, policies::to_string(t->act.what));
+  }
+  capture_state(t);
+  finish_part(t);
+  decide_and_log(t);
+}
+
+void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout) {
+  // A handler already queued when the timer is re-armed still runs, with success: the phase it
+  // was armed for tells it apart.
+  const int phase = ++t->phase;
+  t->timer.expires_after(timeout);
+  t->timer.async_wait([this, t, phase](boost::system::error_code ec) {
+    if (!ec && phase == t->phase) on_timeout(t);
+  });
+}
+
+void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req) {
+  t->in_fallback = true;
+  t->engine_back = false;
+  t->answers.reset();
+  t->error_code.clear();
+  auto submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
+    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+  });
+  if (!submitted) {
+    t->engine_back = true;
+    t->session.history = std::move(req.state);
+    t->error_code = submitted.error().code;
+    metrics_.engine_error("agent", t->error_code);
+    t->act = policies::on_fallback_failure(routing_.policy);
+    finish_part(t);
+    decide_and_log(t);
+    return;
+  }
+  arm_timer(t, fallback_->timeout);
+}
+
+void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
+  // Free-text parameters: the registry's static value, else the agent's proposal for this tool.
+  if (const auto it = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
+                                   [&](const tools::tool& x) { return x.id == t->act.tool; });
+      it != routing_.registry.tools.end()) {
+    const json& proposal = t->frame.proposal;
+    const json* proposed = nullptr;
+    if (proposal.is_object() && proposal.value("tool", "") == it->id) {
+      if (const auto a = proposal.find("arguments"); a != proposal.end()) proposed = &*a;
+    }
+    for (const tools::parameter& p : it->parameters) {
+      if (p.type != tools::parameter_type::text) continue;
+      if (p.value) {
+        t->act.arguments[p.name] = *p.value;
+      } else if (proposed && proposed->contains(p.name) && (*proposed)[p.name].is_string()) {
+        t->act.arguments[p.name] = (*proposed)[p.name];
+      }
+    }
+  }
+  log::decision_record rec = make_record(t);
+  t->decision_id = rec.id;
+
+  t->log_started = clock_type::now();
+  const bool escalates = t->act.what == policies::action::escalate;
+  if (!config_.durable_ack && !escalates) {
+    send_decision(t);
+    log_.append_unwaited(std::move(rec));
+    after_decision(t);
+    return;
+  }
+  // An escalation is written before anyone is told, whatever durable_ack says: the decision row,
+  // then the escalation's (one writer, in order: the escalation durable means both are).
+  log::durable_callback on_durable = [this, t, escalates](result<void> ok) {
+    boost::asio::post(t->conn->strand(), [this, t, ok, escalates]() {
+      t->log_ms = ms_since(t->log_started);
+      metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
+      if (!ok) {
+        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+        finish_part(t);
+        return;
+      }
+      if (escalates) {
+        desk_->attach(t->session.session, t->conn, false);  // its resolution comes to this connection
+        desk_->raised(*t->escalation);
+      }
+      send_decision(t);
+      after_decision(t);
+    });
+  };
+  result<void> queued;
+  if (escalates) {
+    t->escalation = desk_->make_record(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+    const std::string id = rec.id;
+    queued = log_.append(std::move(rec), [id](result<void> ok) {
+      if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
+    });
+    if (queued) queued = log_.append(*t->escalation, std::move(on_durable));
+  } else {
+    queued = log_.append(std::move(rec), std::move(on_durable));
+  }
+  if (!queued) {
+    // Not durable, so not reported: the agent retries the turn.
+    t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
+    finish_part(t);
+  }
+}
+
+log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) {
+  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
+  const engine_options& options = t->in_fallback ? *config_.fallback : config_.engine;
+  log::decision_record rec;
+  rec.id = new_id('d');
+  if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
+  rec.session = t->session.session;
+  rec.turn = t->session.turn;
+  rec.created_ms = unix_ms();
+  rec.queue_ms = t->queue_ms;
+  rec.compile_ms = t->compile_ms;
+  rec.engine_ms = t->engine_ms;
+  rec.policy_ms = t->policy_ms;
+  rec.total_ms = ms_since(t->received);
+  rec.engine = options.name;
+  rec.model = t->answers ? t->answers->model : std::string();
+  rec.fingerprint = engine.describe().fingerprint;
+  rec.registry_hash = routing_.registry.hash;
+  rec.policy_hash = routing_.policy.hash;
+  rec.schema_hash = t->schema_hash;
+  rec.state_hash = t->state_hash;
+  if (log_.options().store_state) rec.state = t->state_text;
+  if (t->answers) render_answers(*t->answers, rec.answers, -1);
+  rec.action = policies::to_string(t->act.what);
+  rec.tool = t->act.tool;
+  rec.lane = t->act.lane;
+  rec.confidence = t->act.confidence;
+  rec.arguments = t->act.arguments;
+  rec.proposal = t->frame.proposal;
+  rec.error_code = t->error_code;
+  rec.fallback_of = t->first_pass;
+  return rec;
+}
+
+void agent_service::send_decision(const std::shared_ptr<turn>& t) {
+  const policies::action& a = t->act;
+  std::string out = "{\"type\":\"decision\",\"id\":";
+  render_json(t->frame_id, out, false);
+  out += ",\"decision\":";
+  render_string(t->decision_id, out);
+  out += ",\"session\":";
+  render_string(t->frame.session, out);
+  out += ",\"turn\":";
+  out += std::to_string(t->session.turn);
+  out += ",\"action\":";
+  render_string(policies::to_string(a.what), out);
+  out += ",\"tool\":";
+  if (a.tool.empty()) {
+    out += "null";
+  } else {
+    render_string(a.tool, out);
+  }
+  out += ",\"arguments\":";
+  render_json(a.arguments, out, false);
+  out += ",\"lane\":";
+  render_string(a.lane, out);
+  out += ",\"confidence\":";
+  render_rounded(a.confidence, 4, out);
+  out += ",\"executor\":";
+  const auto ex = routing_.executors.find(a.tool);
+  if (ex == routing_.executors.end()) {
+    out += "null";
+  } else {
+    render_string(ex->second->kind(), out);
+  }
+  out += ",\"answers\":";
+  if (t->answers) {
+    render_answers(*t->answers, out, 4);
+  } else {
+    out += "null";
+  }
+  out += ",\"model\":";
+  render_string(t->answers ? t->answers->model
+                           : (t->in_fallback ? fallback_->engine : engine_).describe().model_id,
+                out);
+  if (!t->error_code.empty()) {
+    out += ",\"error_code\":";
+    render_string(t->error_code, out);
+  }
+  if (!t->first_pass.empty()) {
+    out += ",\"fallback_of\":";
+    render_string(t->first_pass, out);
+  }
+  if (t->escalation) {
+    out += ",\"escalation\":";
+    render_string(t->escalation->id, out);
+    out += ",\"deadline_at\":";
+    render_string(iso_utc(t->escalation->deadline_ms), out);
+  }
+  out += ",\"timings_ms\":{";
+  put_ms(out, "queue", t->queue_ms);
+  out += ',';
+  put_ms(out, "compile", t->compile_ms);
+  out += ',';
+  put_ms(out, "engine", t->engine_ms);
+  out += ',';
+  put_ms(out, "policy", t->policy_ms);
+  out += ',';
+  put_ms(out, "log", t->log_ms);
+  out += ',';
+  put_ms(out, "total", ms_since(t->received));
+  out += "}}";
+  metrics_.decision("agent", policies::to_string(a.what));
+  metrics_.stage_ms("agent", metrics::stage::total, ms_since(t->received));
+  t->delivered = true;
+  t->conn->send(std::move(out));
+}
+
+void agent_service::after_decision(const std::shared_ptr<turn>& t) {
+  const auto ex = routing_.executors.find(t->act.tool);
+  if (t->act.what != policies::action::execute || ex == routing_.executors.end()) {
+    finish_part(t);
+    return;
+  }
+  if (ex->second->agent_runs()) {
+    t->conn->await_tool(t->decision_id, t->act.tool, config_.server.max_pending_tool_results);
+    finish_part(t);
+    return;
+  }
+  ex->second->run(tools::tool_call{t->decision_id, t->act.tool, t->act.arguments},
+                  [this, t](tools::tool_outcome o) {
+                    boost::asio::post(t->conn->strand(),
+                                      [this, t, o = std::move(o)]() mutable { on_tool_done(t, std::move(o)); });
+                  });
+}
+
+void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o) {
+  metrics_.tool_run(t->act.tool, o.ok);
+  json event = {{"role", "tool"}, {"tool", t->act.tool}, {"ok", o.ok}, {"output", o.output}};
+  if (!o.ok) event["error_code"] = o.error_code;
+  t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
+
+  log::tool_run_record run =
+      log::tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
+  json frame = protocol::render_tool_result(t->decision_id, t->act.tool, std::move(o));
+  frame["event"] = std::move(event);
+  auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
+    boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() {
+      if (!ok) t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
+      t->conn->send(render_json(frame, false));
+      finish_part(t);
+    });
+  };
+  auto queued = log_.append(std::move(run), send);
+  if (!queued) send(queued.error());
+}
+
+bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, json id,
+                                   protocol::tool_result_frame&& f) {
+  const auto it = c->awaited_.find(f.decision);
+  if (it == c->awaited_.end()) {
+    c->send(protocol::render_error_frame(
+        id, make_error(409, "UNKNOWN_DECISION", "decision `" + f.decision +
+                                                    "` is not one of this connection's that awaits a tool_result")));
+    return false;
+  }
+  if (it->second.reported) {
+    c->send(protocol::render_error_frame(
+        id, make_error(409, "DUPLICATE_TOOL_RESULT", "decision `" + f.decision + "` already has its tool_result")));
+    return false;
+  }
+  it->second.reported = true;
+  log::tool_run_record run;
+  run.id = new_id('r');
+  run.decision = f.decision;
+  run.tool = it->second.tool;
+  run.executor = "agent";
+  run.created_ms = unix_ms();
+  run.ok = f.ok;
+  run.output = std::move(f.output);
+  run.attempts = 1;
+  ++in_flight_;
+  auto ack = [this, c, id, decision = f.decision](result<void> ok) {
+    boost::asio::post(c->strand(), [this, c, id, decision, ok]() {
+      if (ok) {
+        std::string out = "{\"type\":\"ack\",\"ref\":";
+        render_json(id, out, false);
+        out += ",\"decision\":";
+        render_string(decision, out);
+        out += '}';
+        c->send(std::move(out));
+      } else {
+        // Not in the log: the agent may report it again.
+        if (const auto again = c->awaited_.find(decision); again != c->awaited_.end()) again->second.reported = false;
+        c->send(protocol::render_error_frame(id, ok.error()));
+      }
+      --in_flight_;
+    });
+  };
+  auto queued = log_.append(std::move(run), ack);
+  if (!queued) ack(queued.error());
+  return true;
+}
+
+void agent_service::finish_part(const std::shared_ptr<turn>& t) {
+  if (--t->parts > 0) return;
+  hand_back(*t);
+}
+
+void agent_service::hand_back(turn& t) {
+  t.finished = true;
+  if (t.delivered) {
+    sessions_.commit(std::move(t.session));
+    sessions_.release(t.session.session);
+  } else {
+    // Not delivered (the log refused the decision): the agent retries the same turn.
+    sessions_.abort(std::move(t.session));
+  }
+  --in_flight_;
+}
+
+std::string agent_service::health_json() const {
+  const engine_description& d = engine_.describe();
+  json h = {{"status", draining_ ? "draining" : "ok"},
+            {"engine", config_.engine.name},
+            {"model", d.model_id},
+            {"fingerprint", d.fingerprint},
+            {"registry_hash", routing_.registry.hash},
+            {"policy_hash", routing_.policy.hash},
+            {"schema_hash", routing_.schema_hash},
+            {"sessions", sessions_.size()},
+            {"escalations_pending", desk_->pending()},
+            {"in_flight", in_flight_.load()},
+            {"queued", scheduler_.queued()},
+            {"uptime_s", round_decimals(ms_since(started_) / 1000.0, 3)}};
+  return render_json(h, false);
+}
+
+}  // namespace baton

@@ -1,0 +1,136 @@
+// One agent turn from frame to answer (DESIGN §1): session → schema compiler → engine scheduler →
+// policy → decision log → decision frame → executor → tool_result frame. Transport-free: the
+// WebSocket session hands it frames and a way back (agent_connection).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "adapters/protocol/agent_protocol.hpp"
+#include "adapters/log/decision_log.hpp"
+#include "adapters/runtime/escalations.hpp"
+#include "adapters/runtime/metrics.hpp"
+#include "adapters/runtime/server_config.hpp"
+#include "adapters/runtime/session_table.hpp"
+#include "engine/decision_engine.hpp"
+#include "engine/scheduler.hpp"
+#include "policies/policy.hpp"
+#include "tools/executor.hpp"
+#include "tools/registry.hpp"
+
+namespace baton {
+
+// What decisions are made with: loaded and checked together at start-up.
+struct routing_config {
+  tools::registry registry;
+  policies::policy policy;
+  std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
+  request questions;         // what every turn asks (compile_questions); a turn adds its history
+  std::string schema_hash;  // of those questions (every turn without extra questions)
+};
+
+// The server side of one connection as the service sees it. Every method but strand() and
+// dispatch() runs on the connection's strand.
+class agent_connection {
+ public:
+  virtual ~agent_connection() = default;
+  virtual boost::asio::any_io_executor strand() = 0;
+  virtual void send(std::string frame) = 0;
+
+  // Decisions of this connection whose agent-run tool awaits a tool_result: decision → tool.
+  struct awaited_tool {
+    std::string tool;
+    bool reported = false;
+  };
+  std::unordered_map<std::string, awaited_tool> awaited_;
+  // The API key's name when the server has keys: a key's sessions are its own, so their names are
+  // scoped by it ("KEY/SESSION" in the session table and the log). Empty without keys.
+  std::string owner_;
+  std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
+
+  // The decision's agent-run tool now awaits a tool_result; past `max` the oldest is forgotten.
+  void await_tool(const std::string& decision, const std::string& tool, std::size_t max) {
+    if (awaited_.contains(decision)) return;
+    if (awaited_order_.size() >= max && !awaited_order_.empty()) {
+      awaited_.erase(awaited_order_.front());
+      awaited_order_.pop_front();
+    }
+    awaited_.emplace(decision, awaited_tool{tool, false});
+    awaited_order_.push_back(decision);
+  }
+};
+
+class agent_service {
+ public:
+  // `fallback` (may be null): the larger engine a fallback lane asks, through its own scheduler.
+  struct fallback_engine {
+    decision_engine& engine;
+    scheduler& sched;
+    std::chrono::milliseconds timeout;
+  };
+  // `io` runs the escalations' deadlines.
+  agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
+                metrics& m, routing_config routing, boost::asio::any_io_executor io,
+                std::optional<fallback_engine> fallback = std::nullopt);
+
+  // Handles one text frame on the connection's strand. False when the frame was refused at once
+  // (an error frame went back), which the connection counts towards its bad-frame limit.
+  bool on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text);
+
+  // From now on decide frames get SHUTTING_DOWN; in_flight() counts down to 0.
+  void drain() noexcept { draining_ = true; }
+  std::size_t in_flight() const noexcept { return in_flight_.load(); }
+
+  // GET /health.
+  std::string health_json() const;
+
+  // The escalations to a person: start() it before serving.
+  escalation_desk& desk() noexcept { return *desk_; }
+
+ private:
+  struct turn;
+  bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
+  bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
+  bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
+  bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);
+  std::string scoped(const agent_connection& c, const std::string& session) const;
+  void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
+  void on_timeout(const std::shared_ptr<turn>& t);
+  void capture_state(const std::shared_ptr<turn>& t);
+  void start_fallback(const std::shared_ptr<turn>& t, request&& req);
+  void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);
+  log::decision_record make_record(const std::shared_ptr<turn>& t);
+  void decide_and_log(const std::shared_ptr<turn>& t);
+  void send_decision(const std::shared_ptr<turn>& t);
+  void after_decision(const std::shared_ptr<turn>& t);
+  void on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o);
+  void finish_part(const std::shared_ptr<turn>& t);
+  void hand_back(turn& t);  // the turn is over: its session commits (delivered) or aborts
+
+  const server_config& config_;
+  decision_engine& engine_;
+  scheduler& scheduler_;
+  log::decision_log& log_;
+  metrics& metrics_;
+  routing_config routing_;
+  std::unique_ptr<escalation_desk> desk_;
+  std::optional<fallback_engine> fallback_;
+  session_table sessions_;
+  std::atomic<bool> draining_{false};
+  std::atomic<std::size_t> in_flight_{0};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // Expires first when the service is destroyed (declared last): a turn that outlives it (a
+  // handler still queued on a stopped io_context) then has no session to hand back.
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);
+};
+
+}  // namespace baton

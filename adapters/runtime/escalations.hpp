@@ -1,0 +1,144 @@
+// Escalations to a person (DESIGN §5, docs/escalations.md): the desk keeps the pending ones and
+// the resolutions the agents have not acknowledged, arms deadlines, tells reviewers, and sends
+// resolutions to the agents' sessions. Every change is a row in the decision log first; memory
+// only mirrors the log, and start() rebuilds it from the log after a restart.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "adapters/log/decision_log.hpp"
+#include "adapters/protocol/review_protocol.hpp"
+#include "adapters/runtime/metrics.hpp"
+#include "core/answers.hpp"
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "policies/policy.hpp"
+#include "tools/executor.hpp"
+#include "tools/registry.hpp"
+
+namespace baton {
+
+class agent_connection;
+
+// A reviewer's live connection (/v1/review). send() may be called from any thread.
+class review_listener {
+ public:
+  virtual ~review_listener() = default;
+  virtual void send(std::string frame) = 0;
+};
+
+// What the desk needs of the serving configuration; it outlives the desk.
+struct escalation_routing {
+  const tools::registry& registry;
+  const policies::policy& policy;
+  const std::unordered_map<std::string, std::unique_ptr<tools::executor>>& executors;
+  std::size_t max_pending_tool_results;  // per connection (server.max_pending_tool_results)
+  metrics& counters;                     // tool runs and resolutions
+};
+
+class escalation_desk {
+ public:
+  escalation_desk(log::decision_log& log, escalation_routing routing, boost::asio::any_io_executor io);
+  ~escalation_desk();
+
+  // At start-up, before serving: reads the pending escalations and unacknowledged resolutions
+  // from the log and resolves, with their configured outcome, those whose deadline passed while
+  // baton was down (waiting until that is durable). Throws error_exception.
+  void start();
+
+  // The escalation row of an escalated decision (written right after it).
+  log::escalation_record make_record(const log::decision_record& d, const response* answers,
+                                     std::string state) const;
+  // Its row is durable: it is pending now, reviewers hear of it, its deadline runs.
+  void raised(const log::escalation_record& r);
+
+  using resolved_callback = std::function<void(result<json>)>;
+  // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409
+  // VERSION_CHANGED (unless forced), 422 INVALID_RESOLUTION, or the log's error. `done` gets the resolution object once it is
+  // durable, on an I/O thread.
+  void resolve(const std::string& id, protocol::resolve_input in, const std::string& reviewer, resolved_callback done);
+
+  // GET /v1/escalations: `status` pending | resolved | all. 422 for another status or limit.
+  result<std::string> list_json(std::string_view status, std::size_t limit) const;
+  // GET /v1/escalations/{id}.
+  result<std::string> get_json(const std::string& id) const;
+  // GET /v1/tools: the registry's tools and their parameters, for a reviewer's edited arguments.
+  std::string tools_json() const;
+
+  // The agent side, on the connection's strand. attach() (when one of the session's decisions
+  // escalates, and on `resume`): this connection takes the session's resolutions from now on.
+  // When `resend` (a `resume`), also says which of its escalations are pending and which
+  // resolutions wait for the agent's acknowledgement (the caller sends them and awaits their
+  // agent-run tools' results).
+  struct attached {
+    std::vector<std::string> pending;
+    std::vector<std::string> frames;                            // {"type":"resolution",…}
+    std::vector<std::pair<std::string, std::string>> awaited;  // decision → agent-run tool
+  };
+  attached attach(const std::string& session, const std::shared_ptr<agent_connection>& c, bool resend);
+  // The agent acknowledged a resolution of one of its sessions (`owner` scopes them, as in the
+  // session table). Acknowledging one again is no error; 404 UNKNOWN_RESOLUTION for one that is
+  // not this owner's.
+  result<void> acknowledge(const std::string& resolution, const std::string& owner);
+
+  // The most escalations a list or a snapshot holds (oldest first).
+  static constexpr std::size_t max_listed = 1000;
+
+  // A reviewer connection: gets the snapshot now, then every change.
+  void add_listener(const std::shared_ptr<review_listener>& l);
+
+  std::size_t pending() const;
+
+ private:
+  struct entry;
+  struct waiting;
+  result<log::resolution_record> prepare(const entry& e, protocol::resolve_input&& in, const std::string& reviewer,
+                                         const char* by) const;
+  void resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
+                  resolved_callback done);
+  log::resolution_record prepare_deadline(const entry& e) const;
+  void write_resolution(const std::string& id, log::resolution_record res, resolved_callback done);
+  void finish(const std::string& id, log::resolution_record r, result<void> written, resolved_callback done);
+  void arm(entry& e);
+  static protocol::resolve_input deadline_input(const log::escalation_record& r);
+  void on_deadline(const std::string& id);
+  void deliver(const waiting& w);
+  void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool, const json& arguments);
+  void broadcast_locked(const std::string& frame);  // with mutex_ held
+  // `tool_run`: the run of a resolved escalation's tool (null when none, or not yet).
+  json escalation_json(const log::escalation_record& r, const json& resolution, const json& tool_run = nullptr) const;
+  // What made the policy escalate (docs/escalations.md): the rule, its inputs, every answer.
+  json evidence_of(const log::escalation_record& r, const response* answers, std::string_view error_code) const;
+  // The evidence of a row read from the log, from its decision's logged answers and error code.
+  void add_evidence(log::escalation_record& r, std::string_view answers, std::string_view error_code) const;
+  json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
+  // The executor an `execute` resolution's tool has (null for a deny, or for finish).
+  tools::executor* executor_for(const log::resolution_record& r) const;
+  std::string executor_kind(const std::string& tool) const;  // agent | http | command
+  waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e, const json& resolution) const;
+  void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
+
+  struct reader;
+  log::decision_log& log_;
+  escalation_routing routing_;
+  boost::asio::any_io_executor io_;
+  std::unique_ptr<reader> reader_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<entry>> pending_;  // id → pending escalation (ids sort by time)
+  std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet
+  std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
+  std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections
+  std::vector<std::weak_ptr<review_listener>> listeners_;
+};
+
+}  // namespace baton

@@ -1,0 +1,522 @@
+#include "adapters/server/http_api.hpp"
+
+#include <boost/algorithm/string/case_conv.hpp>
+#include <boost/asio/post.hpp>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "adapters/server/inbox_assets.hpp"
+#include "core/ids.hpp"
+
+namespace baton {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+// A header value or path as an error message quotes it: printable ASCII only (the JSON answer stays
+// valid UTF-8 whatever bytes were sent) and at most 200 of them.
+std::string quoted(std::string_view v) {
+  constexpr std::size_t most = 200;
+  std::string out;
+  out.reserve(std::min(v.size(), most + 3));
+  for (const char c : v.substr(0, most)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (v.size() > most) out += "...";
+  return out;
+}
+
+// The routes; anything else is counted as "other" so that a scan of random paths cannot grow the
+// metrics without bound.
+struct route {
+  std::string_view path;
+  http::verb method;
+};
+constexpr route routes[] = {
+    {"/v1/systemone", http::verb::post},
+    {"/v1/decisions", http::verb::post},
+    {"/v1/models", http::verb::get},
+    {"/health", http::verb::get},
+    {"/metrics", http::verb::get},
+    {"/v1/agent", http::verb::get},
+    {"/v1/review", http::verb::get},
+    {"/v1/escalations", http::verb::get},
+    {"/v1/tools", http::verb::get},
+    // The {id} routes: matched by match_route, named by these paths in the metrics.
+    {"/v1/escalations/{id}", http::verb::get},
+    {"/v1/escalations/{id}/resolve", http::verb::post},
+};
+
+// The route of `path`, and the escalation id it names.
+const route* route_named(std::string_view path) {
+  for (const route& r : routes) {
+    if (r.path == path) return &r;
+  }
+  return nullptr;
+}
+
+const route* match_route(std::string_view path, std::string& escalation) {
+  if (path.find('{') == std::string_view::npos) {
+    if (const route* r = route_named(path)) return r;
+  }
+  constexpr std::string_view prefix = "/v1/escalations/";
+  constexpr std::string_view resolve = "/resolve";
+  if (!path.starts_with(prefix)) return nullptr;
+  std::string_view rest = path.substr(prefix.size());
+  const bool resolving = rest.ends_with(resolve);
+  if (resolving) rest.remove_suffix(resolve.size());
+  // An id is what new_id makes: letters, digits and dashes.
+  if (rest.empty() || rest.size() > 64 ||
+      !std::all_of(rest.begin(), rest.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; })) {
+    return nullptr;
+  }
+  escalation = std::string(rest);
+  return route_named(resolving ? "/v1/escalations/{id}/resolve" : "/v1/escalations/{id}");
+}
+
+// A query parameter's value (no decoding: the values read here are plain words and numbers).
+std::string_view query_param(std::string_view target, std::string_view name) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
+// The body of a `Content-Encoding: gzip` request, inflated to at most `limit` bytes (413 beyond).
+result<std::string> gunzip(std::string_view in, std::size_t limit) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return make_error(500, "INTERNAL", "zlib could not start");
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    if (out.size() > limit) break;
+    const std::size_t have = out.size();
+    out.resize(have + std::min<std::size_t>(limit + 1 - have, 1u << 16));
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + have);
+    z.avail_out = static_cast<uInt>(out.size() - have);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.resize(out.size() - z.avail_out);
+    if (rc == Z_BUF_ERROR && z.avail_in == 0) break;  // the input ended before the stream did
+  }
+  const bool ended = rc == Z_STREAM_END && z.avail_in == 0;
+  inflateEnd(&z);
+  if (out.size() > limit) {
+    return make_error(413, "REQUEST_TOO_LARGE", "the gzip body inflates to more than " + std::to_string(limit) +
+                                                    " bytes (server.max_body_bytes)");
+  }
+  if (!ended) return make_error(400, "INVALID_JSON", "the body is not valid gzip (Content-Encoding: gzip)");
+  return out;
+}
+
+std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+std::string_view bearer(const http_api::head& h) {
+  const auto it = h.find(http::field::authorization);
+  return it == h.end() ? std::string_view() : std::string_view(it->value());
+}
+
+bool all_digits(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The host a Host header value names, in lower case, without its port, an IPv6 address's
+// brackets or a final dot; none when the value is not host[:port].
+std::optional<std::string> host_of(std::string_view v) {
+  std::string_view host = v;
+  std::string_view port;
+  if (v.starts_with('[')) {
+    const auto close = v.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = v.substr(1, close - 1);
+    port = v.substr(close + 1);
+  } else if (const auto colon = v.find(':'); colon != std::string_view::npos) {
+    host = v.substr(0, colon);
+    port = v.substr(colon);
+  }
+  if (!port.empty() && (port.front() != ':' || !all_digits(port.substr(1)))) return std::nullopt;
+  if (host.ends_with('.')) host.remove_suffix(1);
+  if (host.empty()) return std::nullopt;
+  return boost::algorithm::to_lower_copy(std::string(host));
+}
+
+// Whether a request declares a JSON body (`application/json`, with or without parameters).
+bool declares_json(const http_api::head& h) {
+  const auto it = h.find(http::field::content_type);
+  if (it == h.end()) return false;
+  std::string_view type = it->value();
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  return boost::beast::iequals(type, "application/json");
+}
+
+// What Beast's accept would refuse with a plain-text body (RFC 6455 §4.2.1), refused here with
+// the one error body instead.
+std::optional<http_reply> handshake_refusal(const http_api::head& h) {
+  if (h.find(http::field::host) == h.end()) {
+    return error_reply(make_error(400, "INVALID_HANDSHAKE", "a WebSocket upgrade needs a Host header"));
+  }
+  // 16 bytes in base64: 22 characters of the alphabet, then "==".
+  const auto key = h.find(http::field::sec_websocket_key);
+  const std::string_view k = key == h.end() ? std::string_view() : std::string_view(key->value());
+  if (k.size() != 24 || !k.ends_with("==") || !std::all_of(k.begin(), k.end() - 2, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/';
+      })) {
+    return error_reply(make_error(400, "INVALID_HANDSHAKE",
+                                  "Sec-WebSocket-Key must be 16 random bytes in base64 (RFC 6455 §4.1)"));
+  }
+  const auto version = h.find(http::field::sec_websocket_version);
+  if (version == h.end() || version->value() != "13") {
+    http_reply r = error_reply(make_error(426, "UNSUPPORTED_WEBSOCKET_VERSION",
+                                          "the server speaks WebSocket version 13 (Sec-WebSocket-Version)"));
+    r.headers.emplace_back("Sec-WebSocket-Version", "13");
+    return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
+                   agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges)
+    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gauges_(std::move(gauges)) {
+  boost::system::error_code ec;
+  const auto listening = boost::asio::ip::make_address(config_.server.host, ec);
+  if (!ec) listen_address_ = listening;
+}
+
+http_api::response http_api::make(unsigned version, bool keep_alive, bool head_only, std::string_view route_name,
+                                  http_reply&& r, const std::string& id) {
+  metrics_.request(route_name, r.status);
+  response res{static_cast<http::status>(r.status), version};
+  res.set(http::field::server, "baton");
+  res.set(http::field::content_type, route_name == "/metrics" && r.status == 200
+                                         ? "text/plain; version=0.0.4; charset=utf-8"
+                                         : "application/json");
+  res.set("x-typesafe-request-id", id);
+  res.set("X-Request-Id", id);
+  // Answers are about this moment and this caller; none is read as anything but its type.
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
+  for (auto& [k, v] : r.headers) res.set(k, v);
+  // A stopping server closes each connection after its answer.
+  res.keep_alive(keep_alive && !r.close && !systemone_.draining());
+  res.body() = std::move(r.body);
+  res.prepare_payload();
+  if (head_only) res.body().clear();  // Content-Length stays; a HEAD answer has no body
+  return res;
+}
+
+std::optional<error> http_api::host_refusal(const head& h) const {
+  const auto it = h.find(http::field::host);
+  if (it == h.end()) return std::nullopt;  // browsers always send one: only HTTP/1.0 tools do not
+  if (const auto host = host_of(it->value())) {
+    if (*host == "localhost" || host->ends_with(".localhost")) return std::nullopt;
+    const std::string& listen = config_.server.host;
+    if (boost::beast::iequals(*host, listen)) return std::nullopt;
+    boost::system::error_code ec;
+    const auto address = boost::asio::ip::make_address(*host, ec);
+    // An address cannot be rebound: it names this server when the server listens on it (on
+    // every address, for 0.0.0.0 or ::).
+    if (!ec && (address.is_loopback() ||
+                (listen_address_ && (listen_address_->is_unspecified() || *listen_address_ == address)))) {
+      return std::nullopt;
+    }
+    const auto& allowed = config_.server.allowed_hosts;
+    if (std::find(allowed.begin(), allowed.end(), *host) != allowed.end()) return std::nullopt;
+  }
+  return make_error(403, "HOST_REFUSED", "Host `" + quoted(it->value()) +
+                                             "` does not name this server; list it in server.allowed_hosts");
+}
+
+std::optional<error> http_api::origin_refusal(const head& h) const {
+  const auto it = h.find(http::field::origin);
+  if (it == h.end()) return std::nullopt;  // not a browser's request (curl, the SDKs, agents)
+  const std::string origin = boost::algorithm::to_lower_copy(std::string(it->value()));
+  const auto& allowed = config_.server.allowed_origins;
+  if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) return std::nullopt;
+  // The server's own pages: the origin names the authority the request was sent to.
+  if (const auto host = h.find(http::field::host); host != h.end()) {
+    for (const std::string_view scheme : {"http://", "https://"}) {
+      if (origin.starts_with(scheme) && boost::beast::iequals(std::string_view(origin).substr(scheme.size()), host->value())) {
+        return std::nullopt;
+      }
+    }
+  }
+  return make_error(403, "ORIGIN_REFUSED", "Origin `" + quoted(it->value()) +
+                                               "` is not this server's own; list it in server.allowed_origins");
+}
+
+std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h,
+                                                                  std::optional<std::uint64_t> content_length,
+                                                                  bool keep_alive, const boost::asio::ip::address& from) {
+  const std::string_view path = path_of(h.target());
+  ticket t;
+  const route* found = match_route(path, t.escalation);
+  t.received = std::chrono::steady_clock::now();
+  t.decide = found && found->method == http::verb::post && t.escalation.empty();
+  t.id = new_id(t.decide ? 'd' : 'q');
+  t.route = found ? found->path : "other";
+  auto refuse = [&](http_reply r) {
+    return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
+  };
+
+  const inbox_asset* a = find_inbox_asset(path);
+  if (a) t.route = "/inbox";
+  // A name that is not this server's is a DNS rebinding: a page of another site, which the
+  // browser now sends here.
+  if (auto e = host_refusal(h)) return refuse(error_reply(*e));
+  // The inbox page is static and open: what it shows comes from the API, which needs a key.
+  if (a) {
+    if (h.method() != http::verb::get && h.method() != http::verb::head) {
+      http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", quoted(path) + " answers GET"));
+      r.headers.emplace_back("Allow", "GET, HEAD");
+      return refuse(std::move(r));
+    }
+    return refuse(http_reply{200,
+                             std::string(a->body),
+                             {{"Content-Type", std::string(a->content_type)},
+                              {"Cache-Control", "no-cache"},
+                              {"X-Content-Type-Options", "nosniff"},
+                              {"Content-Security-Policy",
+                               "default-src 'self'; connect-src 'self'; frame-ancestors 'none'"}},
+                             false});
+  }
+  // A page of another site may send requests here (a form, fetch in no-cors mode) without
+  // reading the answers: none is acted on.
+  if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
+  if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + quoted(path))));
+  const bool get_like = found->method == http::verb::get;
+  if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
+    http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED",
+                                          quoted(path) + " answers " + std::string(http::to_string(found->method))));
+    r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
+    return refuse(std::move(r));
+  }
+  // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
+  if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", quoted(path) + " reads at most " +
+                                                                      std::to_string(http_api::small_body_bytes) +
+                                                                      " bytes of body")));
+  }
+  if (path == "/health") return t;
+  if (path == "/v1/agent" || path == "/v1/review") {
+    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", quoted(path) + " is a WebSocket endpoint")));
+  }
+  // An address that keeps sending wrong keys waits, whatever key it sends now: answering a right
+  // one would tell a guesser which guess was right.
+  if (const auto wait = auth_.failure_wait(from)) return refuse(error_reply(too_many_failures(*wait), *wait));
+  auto who = auth_.authenticate(bearer(h), from);
+  if (!who) return refuse(error_reply(who.error()));
+  t.who = *who;
+  const endpoint e = t.decide                          ? endpoint::decide
+                     : found->method == http::verb::post ? endpoint::resolve
+                     : !t.escalation.empty() || path == "/v1/escalations" || path == "/v1/tools" ? endpoint::escalations
+                     : path == "/metrics"              ? endpoint::metrics
+                                                       : endpoint::models;
+  if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
+  // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
+  if (found->method == http::verb::post && !declares_json(h)) {
+    return refuse(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+                                         quoted(path) + " reads JSON: send `Content-Type: application/json`")));
+  }
+  if (const auto wait = auth_.admit(*t.who)) {
+    return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
+  }
+  if (content_length && *content_length > config_.server.max_body_bytes) {
+    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE",
+                                         "a body of " + std::to_string(*content_length) + " bytes; the limit is " +
+                                             std::to_string(config_.server.max_body_bytes) + " (server.max_body_bytes)")));
+  }
+  if (t.decide && systemone_.draining()) {
+    return refuse(error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+  }
+  return t;
+}
+
+void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done) {
+  const bool head_only = req.method() == http::verb::head;
+  auto answer = [&](http_reply r) { done(make(req.version(), req.keep_alive(), head_only, t.route, std::move(r), t.id)); };
+  if (t.route == "/health") {
+    answer(http_reply{200, agents_.health_json(), {}, false});
+    return;
+  }
+  if (t.route == "/v1/models") {
+    answer(http_reply{200, systemone_.models_json(), {}, false});
+    return;
+  }
+  if (t.route == "/metrics") {
+    answer(http_reply{200, metrics_.render(gauges_()), {}, false});
+    return;
+  }
+  if (t.route == "/v1/tools") {
+    answer(http_reply{200, agents_.desk().tools_json(), {}, false});
+    return;
+  }
+  if (t.route.starts_with("/v1/escalations")) {
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    const std::string id = t.id;
+    const std::string_view route = t.route;
+    handle_escalations(t, req, strand, [this, version, keep_alive, head_only, route, id, done](http_reply r) {
+      done(make(version, keep_alive, head_only, route, std::move(r), id));
+    });
+    return;
+  }
+  std::string body = std::move(req.body());
+  if (const auto enc = req.find(http::field::content_encoding); enc != req.end()) {
+    const std::string_view coding = enc->value();
+    if (boost::beast::iequals(coding, "gzip") || boost::beast::iequals(coding, "x-gzip")) {
+      auto inflated = gunzip(body, config_.server.max_body_bytes);
+      if (!inflated) {
+        answer(error_reply(inflated.error()));
+        return;
+      }
+      body = std::move(*inflated);
+    } else if (!boost::beast::iequals(coding, "identity")) {
+      answer(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+                                    "Content-Encoding " + quoted(coding) + ": only gzip and identity are read")));
+      return;
+    }
+  }
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  const std::string id = t.id;
+  const std::string_view route = t.route;
+  systemone_.decide(id, t.who->name, std::move(body), t.received, std::move(strand),
+                    [this, version, keep_alive, route, id, done = std::move(done)](http_reply r) {
+                      done(make(version, keep_alive, false, route, std::move(r), id));
+                    });
+}
+
+void http_api::handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
+                                  std::function<void(http_reply)> done) {
+  escalation_desk& desk = agents_.desk();
+  auto body_of = [](result<std::string> r) {
+    return r ? http_reply{200, std::move(*r), {}, false} : error_reply(r.error());
+  };
+  if (t.escalation.empty()) {
+    const std::string_view status = query_param(req.target(), "status");
+    const std::string_view limit_text = query_param(req.target(), "limit");
+    std::size_t limit = 100;
+    if (!limit_text.empty()) {
+      const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+      if (ec != std::errc() || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 1000) {
+        done(error_reply(make_error(422, "INVALID_REQUEST", "limit must be a whole number from 1 to 1000")));
+        return;
+      }
+    }
+    done(body_of(desk.list_json(status.empty() ? "pending" : status, limit)));
+    return;
+  }
+  if (req.method() != http::verb::post) {
+    done(body_of(desk.get_json(t.escalation)));
+    return;
+  }
+  json body;
+  json_parse_error err;
+  if (!parse_json(req.body(), body, err, json_parse_options{})) {
+    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message + " at byte " + std::to_string(err.byte))));
+    return;
+  }
+  auto in = protocol::parse_resolve_input(body);
+  if (!in) {
+    done(error_reply(in.error()));
+    return;
+  }
+  // Answered once the resolution is durable, on the connection's strand.
+  desk.resolve(t.escalation, std::move(*in), t.who->name,
+               [strand = std::move(strand), done = std::move(done)](result<json> r) {
+                 boost::asio::post(strand, [r = std::move(r), done]() {
+                   done(r ? http_reply{200, render_json(*r, false), {}, false} : error_reply(r.error()));
+                 });
+               });
+}
+
+std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive,
+                                                                            const boost::asio::ip::address& from) {
+  const std::string_view path = path_of(h.target());
+  const std::string id = new_id('q');
+  const bool review = path == "/v1/review";
+  const std::string_view route = path == "/v1/agent" ? "/v1/agent" : review ? "/v1/review" : "other";
+  const endpoint e = review ? endpoint::review_ws : endpoint::agent_ws;
+  // A browser cannot set headers on a WebSocket: the inbox offers its key as a subprotocol,
+  // `bearer.KEY`, beside `baton.review`, which the answer then names.
+  std::string authorization(bearer(h));
+  std::string subprotocol;
+  if (const auto offered = h.find(http::field::sec_websocket_protocol); review && offered != h.end()) {
+    std::string_view list = offered->value();
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      std::string_view item = list.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (item == "baton.review") subprotocol = item;
+      if (item.starts_with("bearer.") && authorization.empty()) authorization = "Bearer " + std::string(item.substr(7));
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
+    }
+  }
+  http_reply refusal;
+  if (auto host = host_refusal(h)) {
+    refusal = error_reply(*host);
+  } else if (auto origin = origin_refusal(h)) {
+    refusal = error_reply(*origin);
+  } else if (route == "other") {
+    refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + quoted(path) +
+                                                           " (the agent API is /v1/agent, reviewers' /v1/review)"));
+  } else if (auto bad = handshake_refusal(h)) {
+    refusal = std::move(*bad);
+  } else if (const auto failed = auth_.failure_wait(from)) {
+    refusal = error_reply(too_many_failures(*failed), *failed);
+  } else if (auto who = auth_.authenticate(authorization, from); !who) {
+    refusal = error_reply(who.error());
+  } else if (!may_use((*who)->role, e)) {
+    refusal = error_reply(forbidden(**who, e));
+  } else if (const auto wait = auth_.admit(**who)) {
+    refusal = error_reply(rate_limited(**who, *wait), *wait);
+  } else if (systemone_.draining()) {
+    refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
+  } else {
+    metrics_.request(route, 101);
+    return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id, review, std::move(subprotocol)};
+  }
+  return make(h.version(), keep_alive, false, route, std::move(refusal), id);
+}
+
+http_api::response http_api::unreadable(unsigned version, unreadable_reason why) {
+  error e;
+  switch (why) {
+    case unreadable_reason::body_too_large:
+      e = make_error(413, "REQUEST_TOO_LARGE", "the body is larger than " + std::to_string(config_.server.max_body_bytes) +
+                                                   " bytes (server.max_body_bytes)");
+      break;
+    case unreadable_reason::head_too_large:
+      e = make_error(431, "HEADERS_TOO_LARGE", "the request's head is larger than the server reads");
+      break;
+    case unreadable_reason::malformed:
+      e = make_error(400, "BAD_REQUEST", "the request is not readable HTTP/1.1");
+      break;
+    case unreadable_reason::busy:
+      e = make_error(503, "SERVER_BUSY", "the server holds as many connections or request bytes as it may; retry later");
+      break;
+    case unreadable_reason::internal:
+      e = make_error(500, "INTERNAL", "the server failed on this request (logged); the connection closes");
+      break;
+  }
+  return make(version, false, false, "other", error_reply(e), new_id('q'));
+}
+
+}  // namespace baton

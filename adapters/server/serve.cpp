@@ -1,0 +1,241 @@
+#include "adapters/server/serve.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "adapters/runtime/agent_service.hpp"
+#include "adapters/server/handler_guard.hpp"
+#include "adapters/server/ws_server.hpp"
+#include "engine/clef/clef_engine.hpp"
+#include "engine/engines.hpp"
+#include "engine/scheduler.hpp"
+#include "engine/systemone_engine.hpp"
+#include "tools/schema_compiler.hpp"
+
+namespace baton {
+
+namespace {
+
+[[noreturn]] void start_failure(std::string code, std::string message) {
+  throw error_exception(make_error(500, std::move(code), std::move(message)));
+}
+
+routing_config load_routing(const server_config& config, const decision_engine& engine,
+                            boost::asio::any_io_executor io) {
+  routing_config r;
+  auto registry = tools::load_registry(config.registry, engine.describe().limits);
+  if (!registry) throw error_exception(registry.error());
+  r.registry = std::move(*registry);
+  auto policy = policies::load_policy(config.policy, r.registry);
+  if (!policy) throw error_exception(policy.error());
+  r.policy = std::move(*policy);
+  for (const tools::tool& t : r.registry.tools) r.executors.emplace(t.id, tools::make_executor(t, io, config.executors));
+  auto questions = tools::compile_questions(r.registry, engine.describe().limits);
+  if (!questions) throw error_exception(questions.error());
+  r.questions = std::move(*questions);
+  r.schema_hash = tools::schema_hash(r.questions);
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<decision_engine> make_configured_engine(const engine_options& options) {
+  if (options.name == "clef") {
+    clef::clef_engine_options o;
+    o.model_dir = options.model;
+    o.model_id = options.model_id;
+    if (!options.dtype.empty()) {
+      clef::compute_dtype d{};
+      clef::parse_compute_dtype(options.dtype, d);
+      o.model.dtype = d;
+    }
+    if (!options.head_dtype.empty()) clef::parse_compute_dtype(options.head_dtype, o.model.head_dtype);
+    o.model.device = options.device;
+    o.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
+    o.max_length = options.max_length;
+    o.batch_tokens = options.batch_tokens;
+    o.media = options.media;
+    try {
+      return std::make_unique<clef::clef_engine>(o);
+    } catch (const std::exception& e) {
+      start_failure("ENGINE_LOAD_FAILED", "cannot load the model in " + options.model.string() + ": " + e.what());
+    }
+  }
+  if (options.name == "systemone") {
+    systemone_engine_options o;
+    o.url = options.url;
+    o.ca_file = options.ca_file;
+    o.model = options.remote_model;
+    o.api_key = options.api_key;
+    o.connections = options.connections;
+    o.retries = static_cast<int>(options.retries);
+    o.connect_timeout = options.connect_timeout;
+    o.timeout = options.request_timeout;
+    auto made = systemone_engine::make(std::move(o));
+    if (!made) throw error_exception(made.error());
+    return std::move(*made);
+  }
+  auto made = make_engine(options.name);
+  if (!made) throw error_exception(made.error());
+  return std::move(*made);
+}
+
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto a = boost::asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
+// Members in destruction order: the io_context goes last, so handlers it still holds (and destroys
+// with it) never outlive what they point at.
+struct running_server::impl {
+  boost::asio::io_context ioc;
+  server_config config;
+  std::unique_ptr<decision_engine> engine;
+  std::unique_ptr<log::decision_log> log;
+  baton::metrics metrics;
+  std::unique_ptr<authenticator> auth;
+  std::unique_ptr<scheduler> sched;
+  std::unique_ptr<decision_engine> fallback_engine;  // routing.fallback, with its own scheduler
+  std::unique_ptr<scheduler> fallback_sched;
+  std::unique_ptr<agent_service> service;
+  std::unique_ptr<systemone_service> systemone;
+  std::unique_ptr<http_api> api;
+  std::unique_ptr<ws_server> server;
+  std::vector<std::thread> threads;
+
+  std::mutex mutex;
+  std::condition_variable stopped_cv;
+  bool stopping = false;
+  bool stopped = false;
+
+  ~impl() {
+    // A start that failed half-way: nothing ran yet, so nothing to drain.
+    ioc.stop();
+    for (auto& t : threads) t.join();
+  }
+};
+
+running_server::running_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+running_server::~running_server() { stop(); }
+
+std::unique_ptr<running_server> running_server::start(const server_config& config,
+                                                      std::unique_ptr<decision_engine> engine) {
+  auto p = std::make_unique<impl>();
+  p->config = config;
+  if (p->config.auth.keys.empty() && !is_loopback(p->config.server.host)) {
+    const std::string loopback = p->config.server.host.find(':') == std::string::npos ? "127.0.0.1" : "::1";
+    spdlog::warn("no API keys are configured (auth.keys): listening on {} instead of {}, so that only this machine "
+                 "can call", loopback, p->config.server.host);
+    p->config.server.host = loopback;
+  }
+  // Command tools run with baton's environment, less the variables that hold API keys.
+  for (const api_key& k : p->config.auth.keys) {
+    if (!k.env.empty()) p->config.executors.withheld_env.push_back(k.env);
+  }
+  for (const engine_options* e : {&p->config.engine, p->config.fallback ? &*p->config.fallback : nullptr}) {
+    if (e && !e->key_env.empty()) p->config.executors.withheld_env.push_back(e->key_env);
+  }
+  p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
+  auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
+  p->log = log::decision_log::open(p->config.log);
+  p->auth = std::make_unique<authenticator>(p->config.auth);
+  scheduler_options so{p->config.engine.max_batch, p->config.engine.queue_capacity, {}};
+  so.on_batch = [m = &p->metrics](std::size_t n, double) { m->batch(n); };
+  p->sched = std::make_unique<scheduler>(*p->engine, std::move(so));
+  std::optional<agent_service::fallback_engine> fallback;
+  if (p->config.fallback) {
+    const engine_options& f = *p->config.fallback;
+    p->fallback_engine = make_configured_engine(f);
+    // The fallback is asked the same questions: they must fit its limits too (a remote server's
+    // are the wire's defaults), or every fallback would fail.
+    if (auto fits = tools::compile_questions(routing.registry, p->fallback_engine->describe().limits); !fits) {
+      start_failure("INVALID_REGISTRY", "the registry's questions do not fit the fallback engine (routing.fallback): " +
+                                            fits.error().message);
+    }
+    p->fallback_sched = std::make_unique<scheduler>(*p->fallback_engine, scheduler_options{f.max_batch, f.queue_capacity, {}});
+    fallback.emplace(agent_service::fallback_engine{*p->fallback_engine, *p->fallback_sched, f.timeout});
+  }
+  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing),
+                                               p->ioc.get_executor(), fallback);
+  p->service->desk().start();
+  p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
+  p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
+    return std::vector<metrics::gauge>{
+        {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
+        {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
+         double(q->service->in_flight() + q->systemone->in_flight())},
+        {"baton_escalations_pending", "Escalations waiting for a person.", double(q->service->desk().pending())},
+    };
+  });
+  try {
+    p->server = std::make_unique<ws_server>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);
+  } catch (const std::exception& e) {
+    start_failure("LISTEN_FAILED", "cannot listen on " + p->config.server.host + ":" +
+                                       std::to_string(p->config.server.port) + ": " + e.what());
+  }
+  p->server->start();
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, p->config.server.io_threads); ++i) {
+    p->threads.emplace_back([io = &p->ioc] { run_io(*io); });
+  }
+  const engine_description& d = p->engine->describe();
+  spdlog::info("baton serving ws://{0}:{1}/v1/agent and http://{0}:{1}/v1/systemone: engine {2}, model {3}, "
+               "registry {4}, policy {5}, log {6}",
+               p->config.server.host, p->server->port(), p->config.engine.name, d.model_id,
+               p->config.registry.string(), p->config.policy.string(), p->config.log.path.string());
+  if (p->auth->open()) {
+    spdlog::warn("no API keys are configured (auth.keys): every caller on this machine is served without a key");
+  } else {
+    std::string names;
+    for (const api_key& k : p->config.auth.keys) names += (names.empty() ? "" : ", ") + k.name + " (" + std::string(to_string(k.role)) + ")";
+    spdlog::info("API keys: {}", names);
+  }
+  return std::unique_ptr<running_server>(new running_server(std::move(p)));
+}
+
+unsigned short running_server::port() const noexcept { return impl_->server->port(); }
+
+const std::string& running_server::host() const noexcept { return impl_->config.server.host; }
+
+std::string running_server::health_json() const { return impl_->service->health_json(); }
+
+void running_server::stop() {
+  impl& p = *impl_;
+  {
+    std::unique_lock lock(p.mutex);
+    if (p.stopping) {
+      p.stopped_cv.wait(lock, [&] { return p.stopped; });
+      return;
+    }
+    p.stopping = true;
+  }
+  const auto drain_limit = p.config.engine.timeout + (p.config.fallback ? p.config.fallback->timeout : std::chrono::milliseconds(0)) +
+                           p.config.executors.default_timeout + std::chrono::seconds(1);
+  p.server->stop(std::chrono::duration_cast<std::chrono::milliseconds>(drain_limit), [&p] { p.ioc.stop(); });
+  for (auto& t : p.threads) t.join();
+  p.threads.clear();
+  p.sched->stop();
+  if (p.fallback_sched) p.fallback_sched->stop();
+  p.log->close();
+  p.server.reset();
+  spdlog::info("baton stopped");
+  {
+    std::lock_guard lock(p.mutex);
+    p.stopped = true;
+  }
+  p.stopped_cv.notify_all();
+}
+
+void running_server::wait() {
+  std::unique_lock lock(impl_->mutex);
+  impl_->stopped_cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+}  // namespace baton
