@@ -12,6 +12,10 @@ std::int64_t unix_ms() {
       .count();
 }
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::string iso_utc(std::int64_t ms) {
   const std::int64_t seconds = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
   const auto millis = static_cast<int>(ms - seconds * 1000);

@@ -4,8 +4,10 @@
 #include <array>
 #include <cctype>
 #include <optional>
+#include <utility>
 
 #include "core/http_url.hpp"
+#include "core/sha256.hpp"
 
 namespace baton {
 
@@ -646,6 +648,26 @@ void render_request(const request& r, std::string& out, std::string_view model) 
     out += ']';
   }
   out += '}';
+}
+
+std::string state_hash(std::string_view rendered_state, const request* media) {
+  if (!media || !media->has_media()) return sha256_hex(rendered_state);
+  sha256 h;
+  auto piece = [&](std::string_view p) {
+    h.update(std::to_string(p.size()));
+    h.update(":");
+    h.update(p);
+  };
+  piece(rendered_state);
+  for (const auto& [field, items] : {std::pair{"images", &media->images}, std::pair{"audio", &media->audio},
+                                     std::pair{"videos", &media->videos}}) {
+    for (const media_item& m : *items) {
+      piece(field);
+      piece(m.mime);
+      piece(m.data);
+    }
+  }
+  return h.digest();
 }
 
 }  // namespace baton

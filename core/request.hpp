@@ -84,6 +84,12 @@ struct request {
   bool has_raw_media() const noexcept;
 };
 
+// The decision log's `state_hash` of what was decided on: "sha256:…" of the rendered state and,
+// when `media` has any, each of its items as sent (field, content type, data; two requests that
+// differ only in their image must not share a hash), every piece length-prefixed so that no state
+// can spell another request's media.
+std::string state_hash(std::string_view rendered_state, const request* media = nullptr);
+
 // 413 REQUEST_TOO_LARGE for a body of `bytes` over the limit.
 error body_too_large(std::size_t bytes, const request_limits& limits);
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/sha256.hpp"
+#include "tools/arguments.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::policies {
@@ -15,11 +16,6 @@ namespace {
 using namespace tools::yaml;
 
 constexpr const char* invalid = "INVALID_POLICY";
-
-const tools::tool* find_tool(const tools::registry& r, std::string_view id) {
-  const auto it = std::find_if(r.tools.begin(), r.tools.end(), [&](const tools::tool& t) { return t.id == id; });
-  return it == r.tools.end() ? nullptr : &*it;
-}
 
 double read_number(const YAML::Node& v, const std::string& what) {
   const json n = to_json(v, what);
@@ -41,7 +37,7 @@ std::vector<std::string> read_tool_list(const field& f, const tools::registry& r
   std::vector<std::string> ids;
   for (const YAML::Node& n : f.value) {
     const std::string id = read_string(n, "a tool id in " + what);
-    if (!find_tool(r, id)) fail(n, "unknown tool " + ticked(id) + " in " + what);
+    if (!tools::find_tool(r, id)) fail(n, "unknown tool " + ticked(id) + " in " + what);
     if (std::find(ids.begin(), ids.end(), id) != ids.end()) fail(n, "tool " + ticked(id) + " twice in " + what);
     ids.push_back(id);
   }
@@ -142,7 +138,7 @@ void read_lanes(const YAML::Node& n, const tools::registry& r, policy::lane_set&
   if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
     for (const field& t : read_map(ts->value, ticked(key + ".tools"))) {
       // finish is not a tool: it follows the default lane.
-      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in " + ticked(key + ".tools"));
+      if (!tools::find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in " + ticked(key + ".tools"));
       out.tool_lanes.emplace_back(t.key, read_lane(t.value, "the lane of " + ticked(t.key)));
     }
   }
@@ -170,7 +166,7 @@ void read_escalation(const YAML::Node& n, const tools::registry& r, policy& p) {
   p.escalation = read_terms(fields, "`escalation`", escalation_terms{});
   if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
     for (const field& t : read_map(ts->value, "`escalation.tools`")) {
-      if (!find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in `escalation.tools`");
+      if (!tools::find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in `escalation.tools`");
       const std::string what = "the escalation of " + ticked(t.key);
       p.tool_escalation.emplace_back(t.key, read_terms(read_map(t.value, what, {"deadline_s", "on_deadline"}), what,
                                                        p.escalation));
@@ -231,25 +227,6 @@ std::optional<bool> fires(const escalation_trigger& t, const response& r) {
 }
 
 // The chosen tool's choice (argmax label) and boolean (P(true) ≥ 0.5) parameters.
-std::optional<json> arguments_of(const tools::tool& t, const response& r) {
-  json args = json::object();
-  for (const tools::parameter& p : t.parameters) {
-    if (p.type == tools::parameter_type::text) continue;
-    const answer* a = find_answer(r, tools::parameter_question_id(t, p));
-    if (!a) return std::nullopt;
-    if (p.type == tools::parameter_type::choice) {
-      const auto* c = std::get_if<choice_answer>(a);
-      if (!c) return std::nullopt;
-      args[p.name] = c->choice;
-    } else {
-      const auto* n = std::get_if<noul_answer>(a);
-      if (!n) return std::nullopt;
-      args[p.name] = n->noul >= 0.5;
-    }
-  }
-  return args;
-}
-
 }  // namespace
 
 std::string_view to_string(action::kind k) noexcept {
@@ -340,7 +317,7 @@ action decide(const policy& p, const tools::registry& registry, const response& 
   const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
   if (!choice) return on_engine_failure(p);
   const bool finishing = registry.finish && choice->choice == tools::finish_option;
-  const tools::tool* t = find_tool(registry, choice->choice);
+  const tools::tool* t = tools::find_tool(registry, choice->choice);
   if (!finishing && !t) return on_engine_failure(p);
 
   std::vector<double> probabilities;
@@ -352,7 +329,7 @@ action decide(const policy& p, const tools::registry& registry, const response& 
   // The policy's metric, not the engine's: a threshold means the same thing across engines.
   a.confidence = choice_confidence(probabilities, p.metric);
   if (t) {
-    auto args = arguments_of(*t, answers);
+    auto args = tools::arguments_from_answers(*t, answers);
     if (!args) return on_engine_failure(p);
     a.arguments = std::move(*args);
   }

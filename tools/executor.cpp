@@ -108,10 +108,6 @@ std::string valid_utf8(std::string_view s) {
   return out;
 }
 
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace detail
 
 }  // namespace baton::tools

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/ids.hpp"
 #include "tools/executor.hpp"
 
 namespace baton::tools::detail {
@@ -33,7 +34,5 @@ json output_from_text(std::string_view text);
 // `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Python's errors="replace" does:
 // outputs and details go into JSON frames and the log, which must stay valid UTF-8.
 std::string valid_utf8(std::string_view s);
-
-double ms_since(std::chrono::steady_clock::time_point start);
 
 }  // namespace baton::tools::detail

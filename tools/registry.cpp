@@ -273,6 +273,11 @@ std::string_view to_string(parameter_type t) noexcept {
   return "text";
 }
 
+const tool* find_tool(const registry& r, std::string_view id) {
+  const auto it = std::find_if(r.tools.begin(), r.tools.end(), [&](const tool& t) { return t.id == id; });
+  return it == r.tools.end() ? nullptr : &*it;
+}
+
 std::string parameter_question_id(const tool& t, const parameter& p) { return t.id + "." + p.name; }
 
 std::string registry::canonical_json() const {

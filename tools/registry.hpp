@@ -53,6 +53,9 @@ struct registry {
   std::string canonical_json() const;
 };
 
+// The tool `id`; null when the registry has none (`finish` is no tool).
+const tool* find_tool(const registry& r, std::string_view id);
+
 // The question id a choice or boolean parameter becomes: "<tool_id>.<param>".
 std::string parameter_question_id(const tool& t, const parameter& p);
 

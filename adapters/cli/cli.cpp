@@ -48,7 +48,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   if (command == "decide") return decide_main(args.subspan(1), in, out, err);
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
-  if (command == "log") return log::log_main(args.subspan(1), in, out, err);
+  if (command == "log") return log_main(args.subspan(1), in, out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 

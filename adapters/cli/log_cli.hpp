@@ -6,9 +6,9 @@
 #include <span>
 #include <string_view>
 
-namespace baton::log {
+namespace baton {
 
 // `args` excludes "log".
 int log_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err);
 
-}  // namespace baton::log
+}  // namespace baton

@@ -10,8 +10,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/ids.hpp"
-#include "tools/executor.hpp"
 
 namespace baton::log {
 
@@ -92,23 +90,6 @@ struct decision_log::impl {
   std::mutex join_mutex;
   std::thread writer;
 };
-
-tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
-                            const tools::tool_outcome& o) {
-  tool_run_record run;
-  run.id = new_id('r');
-  run.decision = decision;
-  run.tool = tool;
-  run.executor = std::string(executor);
-  run.created_ms = unix_ms();
-  run.duration_ms = o.duration_ms;
-  run.ok = o.ok;
-  run.output = o.output;
-  run.error_code = o.error_code;
-  run.detail = o.detail;
-  run.attempts = o.attempts;
-  return run;
-}
 
 decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 

@@ -1,5 +1,6 @@
-// The decision log (DESIGN §6): append-only SQLite tables for decisions and tool runs, each row
-// chained to the previous one by hash, written by one thread in group commits.
+// The decision log (DESIGN §6): append-only SQLite tables for decisions, tool runs and
+// escalations (records.hpp), each row chained to the previous one by hash, written by one thread
+// in group commits. Reading it back is log_reader.hpp's.
 #pragma once
 
 #include <cstdint>
@@ -13,103 +14,10 @@
 #include <variant>
 #include <vector>
 
+#include "adapters/log/records.hpp"
 #include "core/error.hpp"
-#include "core/json.hpp"
-
-namespace baton::tools {
-struct tool_outcome;
-}  // namespace baton::tools
 
 namespace baton::log {
-
-struct decision_record {
-  std::string id;          // the decision id the agent sees
-  std::string request_id;  // the client frame's `id` rendered as JSON ("" when it sent none); SystemOne: the request id
-  std::string session;
-  std::int64_t turn = 0;
-  std::int64_t created_ms = 0;  // unix time, milliseconds
-  // Timings, milliseconds: waiting for the engine, schema compile, engine, policy, whole turn.
-  double queue_ms = 0, compile_ms = 0, engine_ms = 0, policy_ms = 0, total_ms = 0;
-  std::string engine;       // "keyword", "clef", …
-  std::string model;        // the model id that answered ("" after an engine failure)
-  std::string fingerprint;  // the engine's fingerprint
-  std::string registry_hash, policy_hash, schema_hash;
-  std::string state_hash;            // "sha256:…" of the rendered state (always)
-  std::optional<std::string> state;  // the rendered state, only when the log is configured to keep it
-  std::string answers;               // the answers as rendered without rounding (render_answers(r, out, -1):
-                                     // every probability); "" after a failure (NULL in the log)
-  std::string action;                // execute | fallback | escalate | deny | finish
-  std::string tool;                  // "" when none
-  std::string lane;                  // what decided, e.g. "lane:default", "rule:deny", "on_engine_error"
-  double confidence = 0;
-  json arguments = json::object();
-  json proposal;            // the agent's proposal as sent, null when none
-  std::string error_code;   // the engine error code after a failure, else ""
-  std::string fallback_of;  // the first pass's decision id when the fallback engine made this one
-};
-
-struct tool_run_record {
-  std::string id;        // the run id
-  std::string decision;  // the decision it carries out
-  std::string tool;
-  std::string executor;  // agent | http | command
-  std::int64_t created_ms = 0;
-  double duration_ms = 0;
-  bool ok = false;
-  json output;             // what the tool returned (null when none)
-  std::string error_code;  // "" when ok
-  std::string detail;
-  int attempts = 0;
-};
-
-// An escalation to a person (docs/escalations.md), written before anyone is told of it.
-struct escalation_record {
-  std::string id;
-  std::string decision;  // the escalated decision, written before it
-  std::string session;   // as in the decision row
-  std::int64_t turn = 0;
-  std::int64_t created_ms = 0;
-  std::int64_t deadline_ms = 0;
-  std::string on_deadline;  // deny | execute
-  std::string reason;       // the lane that escalated
-  std::string question;     // for the reviewer
-  std::string tool;         // proposed; "" when none
-  json arguments = json::object();
-  double confidence = 0;
-  json candidates = json::array();  // [{"tool","description","probability"}], highest first
-  std::string state;                // the rendered history: the reviewer needs it
-  std::string registry_hash, policy_hash;
-  // Not a column: what made the policy escalate, derived from the decision row's answers
-  // (escalations.cpp, docs/escalations.md).
-  json evidence;
-};
-
-// How an escalation ended; at most one per escalation (the table's UNIQUE constraint).
-struct resolution_record {
-  std::string id;
-  std::string escalation;
-  std::int64_t created_ms = 0;
-  std::string outcome;  // execute | deny
-  std::string tool;     // "" for deny
-  json arguments = json::object();
-  std::string reason;
-  std::string reviewer;  // the API key's name; "baton" for a deadline
-  std::string by;        // reviewer | deadline
-  bool forced = false;   // resolved although the registry or policy changed
-  std::string registry_hash, policy_hash;  // what was serving when it was resolved
-};
-
-// The agent acknowledged a resolution: it is not sent again.
-struct delivery_record {
-  std::string resolution;
-  std::int64_t created_ms = 0;
-};
-
-// The row of a tool baton ran (an `http` or `command` executor) for `decision`.
-tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
-                            const tools::tool_outcome& o);
-
-using log_row = std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record>;
 
 struct log_options {
   std::filesystem::path path = "var/baton.db";

@@ -1,5 +1,6 @@
-// The SQLite side of the decision log, shared by its store (decision_log.cpp) and by `baton log`
-// (log_cli.cpp): handles, the cells of a row and the text its chain hash is taken over.
+// The SQLite side of the decision log, shared by its store (sqlite_store.cpp) and its reader
+// (log_reader.cpp): handles, the cells of a row and the text its chain hash is taken over.
+// Internal to adapters/log.
 #pragma once
 
 #include <sqlite3.h>
@@ -13,6 +14,8 @@
 #include <variant>
 #include <vector>
 
+#include "adapters/log/log_reader.hpp"
+
 namespace baton::log {
 
 struct sqlite_closer {
@@ -23,9 +26,6 @@ struct statement_finalizer {
 };
 using db_handle = std::unique_ptr<sqlite3, sqlite_closer>;
 using statement = std::unique_ptr<sqlite3_stmt, statement_finalizer>;
-
-// One stored value, by SQLite storage class (the log stores no BLOBs). Text is borrowed.
-using cell = std::variant<std::nullptr_t, std::int64_t, double, std::string_view>;
 
 struct column_value {
   std::string_view name;

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "core/ids.hpp"
+#include "adapters/runtime/tool_runs.hpp"
+#include "tools/arguments.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -12,10 +14,6 @@ namespace baton {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double ms_since(clock_type::time_point t) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
-}
 
 void put_ms(std::string& out, const char* key, double ms) {
   out += '"';
@@ -51,7 +49,7 @@ struct agent_service::turn {
   std::string error_code;
   policies::action act;
   std::string decision_id;
-  std::optional<log::escalation_record> escalation;  // when the decision escalates
+  std::optional<baton::escalation> escalation;  // when the decision escalates
   std::string state_hash;
   std::string state_text;  // the rendered state, only when the log keeps states
   clock_type::time_point log_started;
@@ -179,8 +177,9 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
-  t->state_hash = t->session.state_hash();
-  if (log_.options().store_state) t->state_text = t->session.state_text();
+  std::string text = t->session.state_text();
+  t->state_hash = state_hash(text);
+  if (log_.options().store_state) t->state_text = std::move(text);
 }
 
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
@@ -301,23 +300,8 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
-  // Free-text parameters: the registry's static value, else the agent's proposal for this tool.
-  if (const auto it = std::find_if(routing_.registry.tools.begin(), routing_.registry.tools.end(),
-                                   [&](const tools::tool& x) { return x.id == t->act.tool; });
-      it != routing_.registry.tools.end()) {
-    const json& proposal = t->frame.proposal;
-    const json* proposed = nullptr;
-    if (proposal.is_object() && proposal.value("tool", "") == it->id) {
-      if (const auto a = proposal.find("arguments"); a != proposal.end()) proposed = &*a;
-    }
-    for (const tools::parameter& p : it->parameters) {
-      if (p.type != tools::parameter_type::text) continue;
-      if (p.value) {
-        t->act.arguments[p.name] = *p.value;
-      } else if (proposed && proposed->contains(p.name) && (*proposed)[p.name].is_string()) {
-        t->act.arguments[p.name] = (*proposed)[p.name];
-      }
-    }
+  if (const tools::tool* tool = tools::find_tool(routing_.registry, t->act.tool)) {
+    tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
   }
   log::decision_record rec = make_record(t);
   t->decision_id = rec.id;
@@ -351,12 +335,12 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   };
   result<void> queued;
   if (escalates) {
-    t->escalation = desk_->make_record(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+    t->escalation = desk_->make_escalation(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
     const std::string id = rec.id;
     queued = log_.append(std::move(rec), [id](result<void> ok) {
       if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
     });
-    if (queued) queued = log_.append(*t->escalation, std::move(on_durable));
+    if (queued) queued = log_.append(t->escalation->row, std::move(on_durable));
   } else {
     queued = log_.append(std::move(rec), std::move(on_durable));
   }
@@ -452,9 +436,9 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   }
   if (t->escalation) {
     out += ",\"escalation\":";
-    render_string(t->escalation->id, out);
+    render_string(t->escalation->row.id, out);
     out += ",\"deadline_at\":";
-    render_string(iso_utc(t->escalation->deadline_ms), out);
+    render_string(iso_utc(t->escalation->row.deadline_ms), out);
   }
   out += ",\"timings_ms\":{";
   put_ms(out, "queue", t->queue_ms);
@@ -500,7 +484,7 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
   t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
 
   log::tool_run_record run =
-      log::tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
+      tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
   json frame = protocol::render_tool_result(t->decision_id, t->act.tool, std::move(o));
   frame["event"] = std::move(event);
   auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
@@ -529,15 +513,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
     return false;
   }
   it->second.reported = true;
-  log::tool_run_record run;
-  run.id = new_id('r');
-  run.decision = f.decision;
-  run.tool = it->second.tool;
-  run.executor = "agent";
-  run.created_ms = unix_ms();
-  run.ok = f.ok;
-  run.output = std::move(f.output);
-  run.attempts = 1;
+  log::tool_run_record run = reported_tool_run(f.decision, it->second.tool, f.ok, std::move(f.output));
   ++in_flight_;
   auto ack = [this, c, id, decision = f.decision](result<void> ok) {
     boost::asio::post(c->strand(), [this, c, id, decision, ok]() {

@@ -16,8 +16,9 @@
 #include <unordered_map>
 
 #include "adapters/protocol/agent_protocol.hpp"
+#include "adapters/runtime/agent_connection.hpp"
 #include "adapters/log/decision_log.hpp"
-#include "adapters/runtime/escalations.hpp"
+#include "adapters/runtime/escalation_desk.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "adapters/runtime/session_table.hpp"
@@ -36,37 +37,6 @@ struct routing_config {
   std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
   request questions;         // what every turn asks (compile_questions); a turn adds its history
   std::string schema_hash;  // of those questions (every turn without extra questions)
-};
-
-// The server side of one connection as the service sees it. Every method but strand() and
-// dispatch() runs on the connection's strand.
-class agent_connection {
- public:
-  virtual ~agent_connection() = default;
-  virtual boost::asio::any_io_executor strand() = 0;
-  virtual void send(std::string frame) = 0;
-
-  // Decisions of this connection whose agent-run tool awaits a tool_result: decision → tool.
-  struct awaited_tool {
-    std::string tool;
-    bool reported = false;
-  };
-  std::unordered_map<std::string, awaited_tool> awaited_;
-  // The API key's name when the server has keys: a key's sessions are its own, so their names are
-  // scoped by it ("KEY/SESSION" in the session table and the log). Empty without keys.
-  std::string owner_;
-  std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
-
-  // The decision's agent-run tool now awaits a tool_result; past `max` the oldest is forgotten.
-  void await_tool(const std::string& decision, const std::string& tool, std::size_t max) {
-    if (awaited_.contains(decision)) return;
-    if (awaited_order_.size() >= max && !awaited_order_.empty()) {
-      awaited_.erase(awaited_order_.front());
-      awaited_order_.pop_front();
-    }
-    awaited_.emplace(decision, awaited_tool{tool, false});
-    awaited_order_.push_back(decision);
-  }
 };
 
 class agent_service {

@@ -1,7 +1,6 @@
 #include "adapters/runtime/session_table.hpp"
 
 #include "adapters/protocol/agent_protocol.hpp"
-#include "core/sha256.hpp"
 
 namespace baton {
 
@@ -15,13 +14,6 @@ void session_turn::add_event(json event) {
   append_rendered(event, rendered);
   history.push_back(std::move(event));
   grown += rendered.size() - before;
-}
-
-std::string session_turn::state_hash() const {
-  sha256 h;
-  h.update(rendered);
-  h.update("]");
-  return h.digest();
 }
 
 void session_table::forget_idle(std::chrono::steady_clock::time_point now) {

@@ -41,8 +41,6 @@ struct session_turn {
   void add_event(json event);
 
   std::size_t history_bytes() const noexcept { return rendered.size() + 1; }
-  // "sha256:…" of the rendered history.
-  std::string state_hash() const;
   std::string state_text() const { return rendered + "]"; }
 };
 

@@ -7,7 +7,6 @@
 #include <variant>
 
 #include "core/ids.hpp"
-#include "core/sha256.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -15,10 +14,6 @@ namespace baton {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double ms_since(clock_type::time_point t) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
-}
 
 // The least confident answer's confidence (a noul answer's is max(p, 1 − p)): one number per
 // decision for the log's confidence views.
@@ -167,22 +162,8 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
   rec.fingerprint = d.fingerprint;
   rec.schema_hash = c->schema_hash;
   const std::string state = r.req.state.is_string() ? r.req.state.get<std::string>() : render_json(r.req.state, false);
-  // The media items as sent (data URLs, paths, URLs, with their content type) are part of what
-  // was decided on: two requests that differ only in their image must not share a state hash.
-  // Every piece is length-prefixed, so no state can spell another request's media.
-  std::string hashed = state;
-  if (r.req.has_media()) {
-    hashed = std::to_string(state.size()) + ":" + state;
-    for (const auto& [field, items] : {std::pair{"images", &r.req.images}, std::pair{"audio", &r.req.audio},
-                                       std::pair{"videos", &r.req.videos}}) {
-      for (const media_item& m : *items) {
-        for (const std::string_view piece : {std::string_view(field), std::string_view(m.mime), std::string_view(m.data)}) {
-          hashed.append(std::to_string(piece.size())).append(":").append(piece);
-        }
-      }
-    }
-  }
-  rec.state_hash = sha256_hex(hashed);
+  // The media items as sent are part of what was decided on.
+  rec.state_hash = state_hash(state, &r.req);
   if (log_.options().store_state) rec.state = state;
   render_answers(*resp, rec.answers, -1);
   rec.action = "answer";

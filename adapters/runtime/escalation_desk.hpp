@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "adapters/log/decision_log.hpp"
+#include "adapters/log/log_reader.hpp"
 #include "adapters/protocol/review_protocol.hpp"
+#include "adapters/runtime/agent_connection.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
@@ -28,7 +30,12 @@
 
 namespace baton {
 
-class agent_connection;
+// An escalation as the desk shows it: its row and what made the policy escalate (not stored:
+// derived from the decision's answers, escalation_evidence.hpp).
+struct escalation {
+  log::escalation_record row;
+  json evidence;
+};
 
 // A reviewer's live connection (/v1/review). send() may be called from any thread.
 class review_listener {
@@ -56,11 +63,10 @@ class escalation_desk {
   // baton was down (waiting until that is durable). Throws error_exception.
   void start();
 
-  // The escalation row of an escalated decision (written right after it).
-  log::escalation_record make_record(const log::decision_record& d, const response* answers,
-                                     std::string state) const;
+  // The escalation of an escalated decision (its row is written right after the decision's).
+  escalation make_escalation(const log::decision_record& d, const response* answers, std::string state) const;
   // Its row is durable: it is pending now, reviewers hear of it, its deadline runs.
-  void raised(const log::escalation_record& r);
+  void raised(const escalation& e);
 
   using resolved_callback = std::function<void(result<json>)>;
   // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409
@@ -116,11 +122,11 @@ class escalation_desk {
   void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool, const json& arguments);
   void broadcast_locked(const std::string& frame);  // with mutex_ held
   // `tool_run`: the run of a resolved escalation's tool (null when none, or not yet).
-  json escalation_json(const log::escalation_record& r, const json& resolution, const json& tool_run = nullptr) const;
-  // What made the policy escalate (docs/escalations.md): the rule, its inputs, every answer.
-  json evidence_of(const log::escalation_record& r, const response* answers, std::string_view error_code) const;
-  // The evidence of a row read from the log, from its decision's logged answers and error code.
-  void add_evidence(log::escalation_record& r, std::string_view answers, std::string_view error_code) const;
+  json escalation_json(const escalation& e, const json& resolution, const json& tool_run = nullptr) const;
+  // An escalation read from the log, with its resolution and tool run when it has them.
+  json history_json(const log::escalation_history& h) const;
+  // A row read from the log, with its evidence.
+  escalation read_back(const log::escalation_row& row) const;
   json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
   // The executor an `execute` resolution's tool has (null for a deny, or for finish).
   tools::executor* executor_for(const log::resolution_record& r) const;
@@ -128,11 +134,10 @@ class escalation_desk {
   waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e, const json& resolution) const;
   void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
 
-  struct reader;
   log::decision_log& log_;
   escalation_routing routing_;
   boost::asio::any_io_executor io_;
-  std::unique_ptr<reader> reader_;
+  std::unique_ptr<log::log_reader> reader_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<entry>> pending_;  // id → pending escalation (ids sort by time)
   std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet

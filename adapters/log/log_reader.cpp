@@ -1,0 +1,437 @@
+#include "adapters/log/log_reader.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "adapters/log/sqlite_log.hpp"
+
+namespace baton::log {
+
+namespace {
+
+// The authorizer of the read-only connection: ATTACH could create a file next to the log.
+int deny_attach(void*, int action, const char*, const char*, const char*, const char*) {
+  return action == SQLITE_ATTACH ? SQLITE_DENY : SQLITE_OK;
+}
+
+const cell* column(std::span<const column_value> row, std::string_view name) {
+  for (const column_value& c : row) {
+    if (c.name == name) return &c.value;
+  }
+  return nullptr;
+}
+
+std::string text(std::span<const column_value> row, std::string_view name) {
+  const cell* c = column(row, name);
+  const auto* t = c ? std::get_if<std::string_view>(c) : nullptr;
+  return t ? std::string(*t) : std::string();
+}
+
+std::int64_t integer(std::span<const column_value> row, std::string_view name) {
+  const cell* c = column(row, name);
+  const auto* n = c ? std::get_if<std::int64_t>(c) : nullptr;
+  return n ? *n : 0;
+}
+
+double real(std::span<const column_value> row, std::string_view name) {
+  const cell* c = column(row, name);
+  if (!c) return 0;
+  if (const auto* d = std::get_if<double>(c)) return *d;
+  if (const auto* n = std::get_if<std::int64_t>(c)) return static_cast<double>(*n);
+  return 0;
+}
+
+// A JSON text the log holds; null when it does not parse (a row written by hand).
+json parsed(std::string_view text) {
+  json out;
+  json_parse_error err;
+  return parse_json(text, out, err, json_parse_options{}) ? out : json();
+}
+
+json json_column(std::span<const column_value> row, std::string_view name) { return parsed(text(row, name)); }
+
+escalation_row escalation_from(std::span<const column_value> row) {
+  escalation_row out;
+  escalation_record& r = out.escalation;
+  r.id = text(row, "id");
+  r.decision = text(row, "decision");
+  r.session = text(row, "session");
+  r.turn = integer(row, "turn");
+  r.created_ms = integer(row, "created_ms");
+  r.deadline_ms = integer(row, "deadline_ms");
+  r.on_deadline = text(row, "on_deadline");
+  r.reason = text(row, "reason");
+  r.question = text(row, "question");
+  r.tool = text(row, "tool");
+  r.arguments = json_column(row, "arguments");
+  r.confidence = real(row, "confidence");
+  r.candidates = json_column(row, "candidates");
+  r.state = text(row, "state");
+  r.registry_hash = text(row, "registry_hash");
+  r.policy_hash = text(row, "policy_hash");
+  out.decision_answers = text(row, "decision_answers");
+  out.decision_error = text(row, "decision_error");
+  return out;
+}
+
+resolution_record resolution_from(std::span<const column_value> row) {
+  resolution_record r;
+  r.id = text(row, "id");
+  r.escalation = text(row, "escalation");
+  r.created_ms = integer(row, "created_ms");
+  r.outcome = text(row, "outcome");
+  r.tool = text(row, "tool");
+  r.arguments = json_column(row, "arguments");
+  r.reason = text(row, "reason");
+  r.reviewer = text(row, "reviewer");
+  r.by = text(row, "by");
+  r.forced = integer(row, "forced") != 0;
+  r.registry_hash = text(row, "registry_hash");
+  r.policy_hash = text(row, "policy_hash");
+  return r;
+}
+
+tool_run_record tool_run_from(std::span<const column_value> row) {
+  tool_run_record r;
+  r.id = text(row, "id");
+  r.decision = text(row, "decision");
+  r.tool = text(row, "tool");
+  r.executor = text(row, "executor");
+  r.created_ms = integer(row, "created_ms");
+  r.duration_ms = real(row, "duration_ms");
+  r.ok = integer(row, "ok") != 0;
+  r.output = json_column(row, "output");
+  r.error_code = text(row, "error_code");
+  r.detail = text(row, "detail");
+  r.attempts = static_cast<int>(integer(row, "attempts"));
+  return r;
+}
+
+// Escalation rows with what their evidence is derived from: the decision's logged answers.
+constexpr const char* with_decision =
+    "SELECT e.*, d.answers AS decision_answers, d.error_code AS decision_error FROM escalations e "
+    "LEFT JOIN decisions d ON d.id = e.decision";
+
+// Columns that hold JSON text: a decision shown as one object nests them as values.
+bool holds_json(std::string_view name) {
+  return name == "answers" || name == "arguments" || name == "proposal" || name == "output";
+}
+
+json row_object(std::span<const column_value> row) {
+  json o = json::object();
+  for (const column_value& c : row) {
+    json& v = o[std::string(c.name)];
+    if (const auto* n = std::get_if<std::int64_t>(&c.value)) {
+      v = *n;
+    } else if (const auto* d = std::get_if<double>(&c.value)) {
+      v = *d;
+    } else if (const auto* t = std::get_if<std::string_view>(&c.value)) {
+      json_parse_error unused;
+      if (!holds_json(c.name) || !parse_json(*t, v, unused)) v = std::string(*t);
+    }
+  }
+  return o;
+}
+
+std::string cell_text(const cell* v) {
+  std::string out;
+  if (!v) return out;
+  if (const auto* n = std::get_if<std::int64_t>(v)) {
+    out = std::to_string(*n);
+  } else if (const auto* d = std::get_if<double>(v)) {
+    render_double(*d, out);
+  } else if (const auto* t = std::get_if<std::string_view>(v)) {
+    render_string(*t, out);
+  } else {
+    out = "null";
+  }
+  return out;
+}
+
+// A query's `?` parameters, in order.
+using parameter = std::variant<std::string, std::int64_t>;
+
+}  // namespace
+
+struct log_reader::impl {
+  db_handle db;
+  mutable std::mutex mutex;
+
+  error failed() const {
+    return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db.get()));
+  }
+
+  statement prepare(std::string_view sql, const char** tail = nullptr) const {
+    sqlite3_stmt* raw = nullptr;
+    sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &raw, tail);
+    return statement(raw);
+  }
+
+  // Calls `each` with every row of `sql`, its `?` bound to `params`. The caller holds the mutex.
+  result<void> query(const std::string& sql, std::span<const parameter> params,
+                     const std::function<void(std::span<const column_value>)>& each) const {
+    const statement s = prepare(sql);
+    if (!s) return failed();
+    int index = 1;
+    for (const parameter& p : params) {
+      if (const auto* t = std::get_if<std::string>(&p)) {
+        sqlite3_bind_text(s.get(), index++, t->c_str(), static_cast<int>(t->size()), SQLITE_TRANSIENT);
+      } else {
+        sqlite3_bind_int64(s.get(), index++, std::get<std::int64_t>(p));
+      }
+    }
+    std::vector<column_value> row;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      read_row(s.get(), row);
+      each(row);
+    }
+    return rc == SQLITE_DONE ? result<void>() : failed();
+  }
+
+  // The resolutions `selection` picks (SQL over `resolutions r`: WHERE and ORDER BY, and `LIMIT ?`
+  // when `limit` is given), each with its escalation (and with `tool_runs`, its decision's latest
+  // tool run): two or three queries however many there are.
+  result<std::vector<escalation_history>> resolutions(const std::string& selection, std::optional<std::int64_t> limit,
+                                                      bool tool_runs) const {
+    std::vector<parameter> params;
+    if (limit) params.emplace_back(*limit);
+    std::vector<escalation_history> out;
+    auto read = query("SELECT r.* FROM resolutions r " + selection, params, [&](auto row) {
+      out.push_back({{}, resolution_from(row), std::nullopt});
+    });
+    if (!read) return read.error();
+    std::unordered_map<std::string, escalation_row> escalations;
+    read = query(std::string(with_decision) + " WHERE e.id IN (SELECT r.escalation FROM resolutions r " + selection + ")",
+                 params, [&](auto row) {
+                   escalation_row e = escalation_from(row);
+                   escalations.emplace(e.escalation.id, std::move(e));
+                 });
+    if (!read) return read.error();
+    std::map<std::string, tool_run_record> runs;  // decision → its latest run
+    if (tool_runs) {
+      read = query("SELECT * FROM tool_runs WHERE decision IN (SELECT e.decision FROM resolutions r JOIN escalations e "
+                   "ON e.id = r.escalation " + selection + ") ORDER BY seq",
+                   params, [&](auto row) {
+                     tool_run_record r = tool_run_from(row);
+                     runs[r.decision] = std::move(r);
+                   });
+      if (!read) return read.error();
+    }
+    for (escalation_history& h : out) {
+      if (const auto it = escalations.find(h.resolution->escalation); it != escalations.end()) h.row = it->second;
+      if (const auto run = runs.find(h.row.escalation.decision); run != runs.end()) h.tool_run = run->second;
+    }
+    return out;
+  }
+
+  // Walks one table's chain: its row count, or the first bad row in `report`.
+  result<std::optional<std::size_t>> verify_chain(const char* table, chain_report& report) const {
+    const statement s = prepare(std::string("SELECT * FROM ") + table + " ORDER BY seq");
+    std::vector<column_value> row;
+    std::string expected(genesis_hash), scratch;
+    std::int64_t last_seq = 0;
+    std::size_t count = 0;
+    int rc = s ? SQLITE_ROW : SQLITE_ERROR;
+    while (s && (rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      read_row(s.get(), row);
+      const cell* seq = column(row, "seq");
+      const cell* prev = column(row, "prev_hash");
+      const cell* stored = column(row, "row_hash");
+      const auto* seq_value = seq ? std::get_if<std::int64_t>(seq) : nullptr;
+      const auto* prev_text = prev ? std::get_if<std::string_view>(prev) : nullptr;
+      const auto* stored_text = stored ? std::get_if<std::string_view>(stored) : nullptr;
+      std::string problem;
+      if (!seq_value || !prev_text || !stored_text) {
+        problem = "seq, prev_hash or row_hash is missing or not of its type";
+      } else if (*prev_text != expected) {
+        problem = count == 0 ? "prev_hash is not the start of the chain: rows before it are missing or changed"
+                             : "prev_hash does not match the row_hash of the row before it (seq " +
+                                   std::to_string(last_seq) + ")";
+        if (count > 0 && *seq_value != last_seq + 1) problem += "; rows between them are missing";
+      } else if (const std::string computed = chain_hash(row, scratch); computed != *stored_text) {
+        problem = "row_hash does not match the row's columns (stored " + std::string(*stored_text) + ", computed " +
+                  computed + "): a column was changed";
+      }
+      if (!problem.empty()) {
+        report.broken = std::string(table) + " seq " + cell_text(seq) + " (id " + cell_text(column(row, "id")) +
+                        "): " + problem;
+        return std::optional<std::size_t>();
+      }
+      expected.assign(*stored_text);
+      last_seq = *seq_value;
+      ++count;
+    }
+    if (rc != SQLITE_DONE) {
+      return make_error(500, "LOG_READ_FAILED", std::string("cannot read ") + table + ": " + sqlite3_errmsg(db.get()));
+    }
+    return std::optional<std::size_t>(count);
+  }
+};
+
+log_reader::log_reader(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+log_reader::~log_reader() = default;
+
+result<std::unique_ptr<log_reader>> log_reader::open(const std::filesystem::path& path, int busy_timeout_ms) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return make_error(404, "NO_LOG", "no decision log at " + path.string());
+  }
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  auto p = std::make_unique<impl>();
+  p->db.reset(raw);
+  if (rc != SQLITE_OK) {
+    return make_error(500, "LOG_OPEN_FAILED",
+                      "cannot open " + path.string() + ": " + (raw ? sqlite3_errmsg(raw) : "out of memory"));
+  }
+  sqlite3_busy_timeout(p->db.get(), busy_timeout_ms);
+  sqlite3_exec(p->db.get(), "PRAGMA query_only = ON", nullptr, nullptr, nullptr);
+  sqlite3_set_authorizer(p->db.get(), deny_attach, nullptr);
+  return std::unique_ptr<log_reader>(new log_reader(std::move(p)));
+}
+
+result<std::vector<escalation_row>> log_reader::pending_escalations() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<escalation_row> out;
+  auto read = impl_->query(std::string(with_decision) +
+                               " WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id) ORDER BY e.seq",
+                           {}, [&](auto row) { out.push_back(escalation_from(row)); });
+  if (!read) return read.error();
+  return out;
+}
+
+result<std::vector<escalation_history>> log_reader::unacknowledged_resolutions() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->resolutions("WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) ORDER BY r.seq",
+                            std::nullopt, false);
+}
+
+result<std::vector<escalation_history>> log_reader::latest_resolutions(std::size_t limit) const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->resolutions("ORDER BY r.seq DESC LIMIT ?", static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX)),
+                            true);
+}
+
+result<std::optional<escalation_history>> log_reader::escalation(const std::string& id) const {
+  std::lock_guard lock(impl_->mutex);
+  std::optional<escalation_history> found;
+  const parameter by_id[] = {id};
+  auto read = impl_->query(std::string(with_decision) + " WHERE e.id = ?", by_id,
+                           [&](auto row) { found.emplace(escalation_history{escalation_from(row), std::nullopt, std::nullopt}); });
+  if (!read) return read.error();
+  if (!found) return found;
+  read = impl_->query("SELECT * FROM resolutions WHERE escalation = ?", by_id,
+                      [&](auto row) { found->resolution = resolution_from(row); });
+  if (!read) return read.error();
+  if (!found->resolution) return found;
+  const parameter by_decision[] = {found->row.escalation.decision};
+  read = impl_->query("SELECT * FROM tool_runs WHERE decision = ? ORDER BY seq", by_decision,
+                      [&](auto row) { found->tool_run = tool_run_from(row); });
+  if (!read) return read.error();
+  return found;
+}
+
+result<std::optional<std::string>> log_reader::acknowledged_session(const std::string& resolution) const {
+  std::lock_guard lock(impl_->mutex);
+  std::optional<std::string> session;
+  const parameter by_id[] = {resolution};
+  auto read = impl_->query("SELECT e.session FROM deliveries d JOIN resolutions r ON r.id = d.resolution "
+                           "JOIN escalations e ON e.id = r.escalation WHERE d.resolution = ?",
+                           by_id, [&](auto row) { session = text(row, "session"); });
+  if (!read) return read.error();
+  return session;
+}
+
+result<void> log_reader::sql(std::string_view query, const std::function<void(std::span<const std::string>)>& columns,
+                             const std::function<void(std::span<const cell>)>& row) const {
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  const char* tail = nullptr;
+  const statement s = impl_->prepare(query, &tail);
+  if (!s) {
+    if (sqlite3_errcode(db) == SQLITE_OK) return make_error(400, "SQL_REFUSED", "the query is empty");
+    return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+  }
+  // Whatever follows must be blank or comments, not a second statement nor garbage.
+  if (const std::string_view rest(tail, static_cast<std::size_t>(query.data() + query.size() - tail));
+      impl_->prepare(rest) || sqlite3_errcode(db) != SQLITE_OK) {
+    return make_error(400, "SQL_REFUSED", "one statement at a time");
+  }
+  if (!sqlite3_stmt_readonly(s.get())) {
+    return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
+  }
+  // Repeated column names (a join's two "id"s) get ":2", ":3", … so that no value is lost.
+  std::vector<std::string> names;
+  for (int i = 0; i < sqlite3_column_count(s.get()); ++i) {
+    std::string name = sqlite3_column_name(s.get(), i);
+    const std::string base = name;
+    for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = base + ":" + std::to_string(k);
+    names.push_back(std::move(name));
+  }
+  columns(names);
+  std::vector<column_value> values;
+  std::vector<cell> cells;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    read_row(s.get(), values);
+    cells.clear();
+    for (const column_value& v : values) cells.push_back(v.value);
+    row(cells);
+  }
+  if (rc != SQLITE_DONE) return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+  return {};
+}
+
+result<std::optional<json>> log_reader::decision(const std::string& id) const {
+  std::lock_guard lock(impl_->mutex);
+  std::optional<json> found;
+  const parameter by_id[] = {id};
+  auto read = impl_->query("SELECT * FROM decisions WHERE id = ?", by_id, [&](auto row) { found = row_object(row); });
+  if (!read) return read.error();
+  if (!found) return found;
+  json runs = json::array();
+  read = impl_->query("SELECT * FROM tool_runs WHERE decision = ? ORDER BY seq", by_id,
+                      [&](auto row) { runs.push_back(row_object(row)); });
+  if (!read) return read.error();
+  (*found)["tool_runs"] = std::move(runs);
+  return found;
+}
+
+result<void> log_reader::tail(std::size_t n, const std::function<void(std::span<const cell>)>& row) const {
+  std::lock_guard lock(impl_->mutex);
+  const parameter limit[] = {static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX))};
+  std::vector<cell> cells;
+  return impl_->query(
+      "SELECT created_at, id, session, turn, tool, action, lane, confidence FROM "
+      "(SELECT * FROM decisions ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+      limit, [&](auto values) {
+        cells.clear();
+        for (const column_value& v : values) cells.push_back(v.value);
+        row(cells);
+      });
+}
+
+result<chain_report> log_reader::verify() const {
+  std::lock_guard lock(impl_->mutex);
+  static constexpr std::pair<const char*, const char*> tables[] = {
+      {"decisions", "decisions"}, {"tool_runs", "tool runs"}, {"escalations", "escalations"},
+      {"resolutions", "resolutions"}, {"deliveries", "deliveries"}};
+  chain_report report;
+  for (const auto& [table, noun] : tables) {
+    // A log written by an older baton lacks the newer tables: they have no rows to check.
+    const statement exists =
+        impl_->prepare(std::string("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '") + table + "'");
+    if (exists && sqlite3_step(exists.get()) != SQLITE_ROW) continue;
+    auto n = impl_->verify_chain(table, report);
+    if (!n) return n.error();
+    if (!*n) return report;
+    report.counts.emplace_back(noun, **n);
+  }
+  return report;
+}
+
+}  // namespace baton::log

@@ -1,0 +1,91 @@
+// Reading the decision log back: what the escalation desk rebuilds and shows from it, and what
+// auditors ask of it (`baton log`). A read-only connection: the file is never created nor
+// changed (SQLITE_OPEN_READONLY, PRAGMA query_only, ATTACH denied). Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "adapters/log/records.hpp"
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace baton::log {
+
+// One stored value, by SQLite storage class (the log stores no BLOBs; one is read as its bytes).
+// Text is borrowed: valid until the next row.
+using cell = std::variant<std::nullptr_t, std::int64_t, double, std::string_view>;
+
+// An escalation row with what its evidence is derived from: the escalated decision's logged
+// answers and error code ("" when none).
+struct escalation_row {
+  escalation_record escalation;
+  std::string decision_answers;
+  std::string decision_error;
+};
+
+// An escalation with its resolution (none while pending) and the latest run of its decision's
+// tool (when the read asks for it and there is one).
+struct escalation_history {
+  escalation_row row;
+  std::optional<resolution_record> resolution;
+  std::optional<tool_run_record> tool_run;
+};
+
+// What `verify` found: each chain's row count (in table order, by its noun: "decisions",
+// "tool runs", …), or the first row that does not match its chain.
+struct chain_report {
+  std::vector<std::pair<std::string, std::size_t>> counts;
+  std::optional<std::string> broken;  // `TABLE seq N (id "…"): what`
+};
+
+class log_reader {
+ public:
+  // 404 NO_LOG "no decision log at PATH" when there is no such file; 500 LOG_OPEN_FAILED when
+  // SQLite cannot open it. A write in progress is waited for up to `busy_timeout_ms`.
+  static result<std::unique_ptr<log_reader>> open(const std::filesystem::path& path, int busy_timeout_ms = 5000);
+  ~log_reader();
+
+  // The escalation desk's reads. Errors: 500 LOG_READ_FAILED.
+  // Escalations without a resolution, oldest first.
+  result<std::vector<escalation_row>> pending_escalations() const;
+  // Resolutions the agent has not acknowledged (no delivery row), oldest first.
+  result<std::vector<escalation_history>> unacknowledged_resolutions() const;
+  // The `limit` most recent resolutions, newest first, with their tool runs.
+  result<std::vector<escalation_history>> latest_resolutions(std::size_t limit) const;
+  // The escalation `id`, with its resolution and tool run; none when there is no such escalation.
+  result<std::optional<escalation_history>> escalation(const std::string& id) const;
+  // The session whose resolution `resolution` the agent acknowledged; none when it was not.
+  result<std::optional<std::string>> acknowledged_session(const std::string& resolution) const;
+
+  // The auditors' reads (`baton log`).
+  // Runs one statement that only reads: `columns` gets the column names once (a repeated name as
+  // NAME:2, NAME:3, …), then `row` each row. 400 SQL_REFUSED for an empty query, more than one
+  // statement or one that would write; 400 SQL_FAILED with SQLite's reason for an SQL error.
+  result<void> sql(std::string_view query, const std::function<void(std::span<const std::string>)>& columns,
+                   const std::function<void(std::span<const cell>)>& row) const;
+  // The decision `id` as one JSON object (JSON columns as values), its tool runs under
+  // "tool_runs"; none when there is no such decision.
+  result<std::optional<json>> decision(const std::string& id) const;
+  // The last `n` decisions, oldest first, each as: created_at, id, session, turn, tool, action,
+  // lane, confidence.
+  result<void> tail(std::size_t n, const std::function<void(std::span<const cell>)>& row) const;
+  // Walks every hash chain from its first row (adapters/log/README.md, "Hash chain").
+  result<chain_report> verify() const;
+
+ private:
+  struct impl;
+  explicit log_reader(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace baton::log

@@ -1,0 +1,646 @@
+#include "adapters/runtime/escalation_desk.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <future>
+#include <unordered_map>
+
+#include "adapters/protocol/agent_protocol.hpp"
+#include "adapters/runtime/escalation_evidence.hpp"
+#include "adapters/runtime/tool_runs.hpp"
+#include "core/ids.hpp"
+#include "tools/arguments.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr const char* deadline_reviewer = "baton";
+
+error not_found(const std::string& id) {
+  return make_error(404, "NOT_FOUND", "no escalation " + id);
+}
+
+// A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
+error invalid_field(json loc, std::string type, std::string msg) {
+  return make_error(422, "INVALID_RESOLUTION", std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
+}
+
+// The API key a logged session belongs to: "KEY/SESSION" (a session id holds no '/', a key name
+// may), "" without keys.
+std::string_view owner_of(std::string_view session) {
+  const auto slash = session.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : session.substr(0, slash);
+}
+
+// A JSON text the log holds; null when it does not parse (a row written by hand).
+json parsed(std::string_view text) {
+  json out;
+  json_parse_error err;
+  return parse_json(text, out, err, json_parse_options{}) ? out : json();
+}
+
+json tool_run_json(const log::tool_run_record& r) {
+  return json{{"id", r.id},
+              {"tool", r.tool},
+              {"executor", r.executor},
+              {"ok", r.ok},
+              {"error_code", r.ok ? json() : json(r.error_code)},
+              {"detail", r.detail},
+              {"output", r.output},
+              {"attempts", r.attempts},
+              {"duration_ms", round_decimals(r.duration_ms, 3)},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms}};
+}
+
+}  // namespace
+
+// A pending escalation, with its deadline's timer.
+struct escalation_desk::entry {
+  baton::escalation escalation;
+  std::unique_ptr<boost::asio::steady_timer> timer;
+  bool resolving = false;  // its resolution row is on its way to the log
+};
+
+// A resolution the agent has not acknowledged.
+struct escalation_desk::waiting {
+  std::string session;
+  std::string frame;     // {"type":"resolution",…}
+  std::string decision;  // for an agent-run tool's tool_result
+  std::string tool;      // "" unless the agent runs it
+  bool acknowledged = false;  // its delivery row is being written
+};
+
+namespace {
+
+// A read-only connection to the log for what memory does not hold (resolved escalations).
+std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
+  auto reader = log::log_reader::open(o.path, o.busy_timeout_ms);
+  if (!reader) throw error_exception(reader.error());
+  return std::move(*reader);
+}
+
+}  // namespace
+
+escalation_desk::escalation_desk(log::decision_log& log, escalation_routing routing, boost::asio::any_io_executor io)
+    : log_(log), routing_(routing), io_(std::move(io)), reader_(open_reader(log.options())) {}
+
+escalation_desk::~escalation_desk() = default;
+
+std::string escalation_desk::executor_kind(const std::string& tool) const {
+  const auto it = routing_.executors.find(tool);
+  return it == routing_.executors.end() ? "agent" : std::string(it->second->kind());
+}
+
+tools::executor* escalation_desk::executor_for(const log::resolution_record& r) const {
+  if (r.outcome != "execute") return nullptr;
+  const auto it = routing_.executors.find(r.tool);
+  return it == routing_.executors.end() ? nullptr : it->second.get();
+}
+
+escalation_desk::waiting escalation_desk::waiting_for(const log::resolution_record& r, const log::escalation_record& e,
+                                                      const json& resolution) const {
+  waiting w;
+  w.session = e.session;
+  w.decision = e.decision;
+  w.frame = render_json(json{{"type", "resolution"}, {"resolution", resolution}}, false);
+  if (const tools::executor* ex = executor_for(r); ex && ex->agent_runs()) w.tool = r.tool;
+  return w;
+}
+
+void escalation_desk::run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e) {
+  if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
+}
+
+json escalation_desk::resolution_json(const log::resolution_record& r, const log::escalation_record& e) const {
+  const tools::executor* ex = executor_for(r);
+  return json{{"id", r.id},
+              {"escalation", r.escalation},
+              {"decision", e.decision},
+              {"session", e.session},
+              {"turn", e.turn},
+              {"outcome", r.outcome},
+              {"tool", r.tool.empty() ? json() : json(r.tool)},
+              {"arguments", r.arguments},
+              {"reason", r.reason},
+              {"reviewer", r.reviewer},
+              {"by", r.by},
+              {"forced", r.forced},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms},
+              {"executor", ex ? json(ex->kind()) : json()}};
+}
+
+escalation escalation_desk::read_back(const log::escalation_row& row) const {
+  return {row.escalation, escalation_evidence(row.escalation, row.decision_answers, row.decision_error,
+                                              routing_.registry, routing_.policy)};
+}
+
+json escalation_desk::history_json(const log::escalation_history& h) const {
+  const escalation e = read_back(h.row);
+  if (!h.resolution) return escalation_json(e, nullptr);
+  return escalation_json(e, resolution_json(*h.resolution, e.row), h.tool_run ? tool_run_json(*h.tool_run) : json());
+}
+
+json escalation_desk::escalation_json(const escalation& e, const json& resolution, const json& tool_run) const {
+  const log::escalation_record& r = e.row;
+  json shown = resolution;
+  if (shown.is_object()) shown["tool_run"] = tool_run;
+  return json{{"id", r.id},
+              {"status", resolution.is_null() ? "pending" : "resolved"},
+              {"decision", r.decision},
+              {"session", r.session},
+              {"turn", r.turn},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms},
+              {"deadline_at", iso_utc(r.deadline_ms)},
+              {"deadline_ms", r.deadline_ms},
+              {"on_deadline", r.on_deadline},
+              {"reason", r.reason},
+              {"question", r.question},
+              {"tool", r.tool.empty() ? json() : json(r.tool)},
+              {"arguments", r.arguments},
+              {"confidence", round_decimals(r.confidence, 4)},
+              {"candidates", r.candidates},
+              {"state", parsed(r.state)},
+              {"evidence", e.evidence},
+              {"registry_hash", r.registry_hash},
+              {"policy_hash", r.policy_hash},
+              {"resolution", shown}};
+}
+
+escalation escalation_desk::make_escalation(const log::decision_record& d, const response* answers,
+                                           std::string state) const {
+  log::escalation_record r;
+  r.id = new_id('e');
+  r.decision = d.id;
+  r.session = d.session;
+  r.turn = d.turn;
+  r.created_ms = unix_ms();
+  const policies::escalation_terms terms = policies::escalation_terms_for(routing_.policy, d.tool);
+  r.deadline_ms = r.created_ms + terms.deadline_s * 1000;
+  r.on_deadline = terms.execute_on_deadline ? "execute" : "deny";
+  r.reason = d.lane;
+  r.tool = d.tool;
+  r.arguments = d.arguments;
+  r.confidence = d.confidence;
+  r.state = std::move(state);
+  r.registry_hash = d.registry_hash;
+  r.policy_hash = d.policy_hash;
+  if (d.tool.empty()) {
+    r.question = "The engine could not decide (" + (d.error_code.empty() ? std::string("no answer") : d.error_code) +
+                 "). Which tool, if any, should run?";
+  } else {
+    r.question = "Should " + d.tool + " run? It was escalated by " + d.lane + " at confidence " +
+                 render_json(json(round_decimals(d.confidence, 4)), false) + ".";
+  }
+  if (answers) {
+    for (const auto& [id, a] : answers->answers) {
+      const auto* choice = std::get_if<choice_answer>(&a);
+      if (id != tools::tool_question_id || !choice) continue;
+      std::vector<std::pair<std::string, double>> sorted = choice->probabilities;
+      std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+      for (const auto& [tool, p] : sorted) {
+        std::string description;
+        if (tool == tools::finish_option && routing_.registry.finish) description = *routing_.registry.finish;
+        if (const tools::tool* t = tools::find_tool(routing_.registry, tool)) description = t->description;
+        r.candidates.push_back({{"tool", tool}, {"description", description}, {"probability", round_decimals(p, 4)}});
+      }
+    }
+  }
+  json evidence = escalation_evidence(r, answers, d.error_code, routing_.registry, routing_.policy);
+  return {std::move(r), std::move(evidence)};
+}
+
+void escalation_desk::start() {
+  const std::int64_t now = unix_ms();
+  auto pending = reader_->pending_escalations();
+  if (!pending) throw error_exception(pending.error());
+  auto unacknowledged = reader_->unacknowledged_resolutions();
+  if (!unacknowledged) throw error_exception(unacknowledged.error());
+  std::vector<std::pair<log::resolution_record, escalation>> waiting;
+  for (log::escalation_history& h : *unacknowledged) waiting.emplace_back(std::move(*h.resolution), read_back(h.row));
+
+  std::size_t expired = 0;
+  for (const log::escalation_row& row : *pending) {
+    auto owned = std::make_unique<entry>();
+    owned->escalation = read_back(row);
+    if (owned->escalation.row.deadline_ms > now) {
+      pending_.emplace(owned->escalation.row.id, std::move(owned));
+      continue;
+    }
+    // Passed while baton was down: resolved now, durably, before anything is served.
+    auto res = prepare_deadline(*owned);
+    std::promise<result<void>> written;
+    auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
+    const result<void> ok = queued ? written.get_future().get() : queued;
+    if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
+    ++expired;
+    if (!ok) continue;
+    routing_.counters.resolution(res.outcome, res.by);
+    // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
+    run_if_baton_runs(res, owned->escalation.row);
+    waiting.emplace_back(std::move(res), owned->escalation);
+  }
+  for (const auto& [res, esc] : waiting) {
+    waiting_.emplace(res.id, waiting_for(res, esc.row, resolution_json(res, esc.row)));
+  }
+  for (auto& [id, e] : pending_) arm(*e);
+  if (!pending_.empty() || !waiting_.empty() || expired) {
+    spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed), {} resolutions wait for their "
+                 "agent", pending_.size(), expired, waiting_.size());
+  }
+}
+
+void escalation_desk::arm(entry& e) {
+  e.timer = std::make_unique<boost::asio::steady_timer>(io_);
+  e.timer->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, e.escalation.row.deadline_ms - unix_ms())));
+  e.timer->async_wait([this, id = e.escalation.row.id](boost::system::error_code ec) {
+    if (!ec) on_deadline(id);
+  });
+}
+
+void escalation_desk::raised(const escalation& e) {
+  std::lock_guard lock(mutex_);
+  auto owned = std::make_unique<entry>();
+  owned->escalation = e;
+  arm(*owned);
+  pending_.emplace(e.row.id, std::move(owned));
+  broadcast_locked(render_json(json{{"type", "escalation"}, {"escalation", escalation_json(e, nullptr)}}, false));
+}
+
+protocol::resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
+  protocol::resolve_input in;
+  in.execute = r.on_deadline == "execute" && !r.tool.empty();
+  if (in.execute) {
+    in.tool = r.tool;
+    in.arguments = r.arguments;
+  }
+  in.reason = "nobody resolved it by its deadline, " + iso_utc(r.deadline_ms) + " (on_deadline: " + r.on_deadline + ")";
+  in.force = true;  // the outcome configured when it was raised applies whatever changed since
+  return in;
+}
+
+log::resolution_record escalation_desk::prepare_deadline(const entry& e) const {
+  auto res = prepare(e, deadline_input(e.escalation.row), deadline_reviewer, "deadline");
+  if (res) return std::move(*res);
+  // The configured `execute` no longer fits the registry (a tool renamed, a parameter changed):
+  // denied, saying why, rather than left pending for ever.
+  protocol::resolve_input deny = deadline_input(e.escalation.row);
+  deny.execute = false;
+  deny.tool.reset();
+  deny.arguments.reset();
+  deny.reason += "; denied: its execute no longer fits the registry (" + res.error().message + ")";
+  auto denied = prepare(e, std::move(deny), deadline_reviewer, "deadline");
+  return std::move(*denied);  // a forced deny has nothing left to refuse
+}
+
+void escalation_desk::on_deadline(const std::string& id) {
+  log::resolution_record res;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end() || it->second->resolving) return;
+    res = prepare_deadline(*it->second);
+    it->second->resolving = true;
+  }
+  write_resolution(id, std::move(res), [this, id](result<json> r) {
+    if (r) return;
+    // Not in the log (a full or failing log): the deadline is tried again in 5 s.
+    spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
+                  r.error().message);
+    std::lock_guard lock(mutex_);
+    if (const auto it = pending_.find(id); it != pending_.end() && it->second->timer) {
+      it->second->timer->expires_after(std::chrono::seconds(5));
+      it->second->timer->async_wait([this, id](boost::system::error_code ec) {
+        if (!ec) on_deadline(id);
+      });
+    }
+  });
+}
+
+void escalation_desk::resolve(const std::string& id, protocol::resolve_input in, const std::string& reviewer,
+                              resolved_callback done) {
+  resolve_as(id, std::move(in), reviewer, "reviewer", std::move(done));
+}
+
+result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol::resolve_input&& in, const std::string& reviewer,
+                                                        const char* by) const {
+  const log::escalation_record& r = e.escalation.row;
+  log::resolution_record res;
+  res.outcome = in.execute ? "execute" : "deny";
+  if (in.execute) {
+    res.tool = in.tool.value_or(r.tool);
+    if (res.tool.empty()) return invalid_field(json::array({"tool"}), "missing", "`tool` is required: the escalated decision names none");
+    const bool finish = res.tool == tools::finish_option && routing_.registry.finish;
+    const tools::tool* t = tools::find_tool(routing_.registry, res.tool);
+    if (!finish && !t) return invalid_field(json::array({"tool"}), "literal_error", "unknown tool `" + res.tool + "`");
+    res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
+    if (t) {
+      if (auto issues = tools::complete_arguments(*t, res.arguments); !issues.empty()) {
+        return make_error(422, "INVALID_RESOLUTION", std::move(issues));
+      }
+    } else if (!res.arguments.is_object() || !res.arguments.empty()) {
+      return invalid_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
+    }
+  }
+  const bool registry_changed = r.registry_hash != routing_.registry.hash;
+  const bool policy_changed = r.policy_hash != routing_.policy.hash;
+  if ((registry_changed || policy_changed) && !in.force) {
+    const std::string what = registry_changed && policy_changed ? "the registry and the policy"
+                             : registry_changed                 ? "the registry"
+                                                                : "the policy";
+    return make_error(409, "VERSION_CHANGED", what + " changed since escalation " + r.id +
+                                                  " was raised; resolve with \"force\": true to resolve it anyway");
+  }
+  res.id = new_id('v');
+  res.escalation = r.id;
+  res.created_ms = unix_ms();
+  res.reason = std::move(in.reason);
+  res.reviewer = reviewer;
+  res.by = by;
+  res.forced = in.force && (registry_changed || policy_changed);
+  res.registry_hash = routing_.registry.hash;
+  res.policy_hash = routing_.policy.hash;
+  return res;
+}
+
+void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
+                                 resolved_callback done) {
+  result<log::resolution_record> prepared = not_found(id);
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it != pending_.end()) {
+      if (it->second->resolving) {
+        prepared = make_error(409, "RESOLUTION_IN_PROGRESS",
+                              "escalation " + id + " is being resolved by another call; read it again in a moment");
+      } else {
+        prepared = prepare(*it->second, std::move(in), reviewer, by);
+        if (prepared) it->second->resolving = true;
+      }
+    }
+  }
+  if (prepared) return write_resolution(id, std::move(*prepared), std::move(done));
+  if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
+  // Not pending here: resolved already, or not (yet) an escalation at all.
+  auto found = reader_->escalation(id);
+  if (!found) return done(found.error());
+  if (!*found || !(*found)->resolution) return done(not_found(id));
+  const log::resolution_record& r = *(*found)->resolution;
+  done(make_error(409, "ALREADY_RESOLVED",
+                  "escalation " + id + " is already resolved: " + r.outcome + (r.tool.empty() ? "" : " " + r.tool) +
+                      " by " + r.reviewer + " at " + iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
+}
+
+void escalation_desk::write_resolution(const std::string& id, log::resolution_record res, resolved_callback done) {
+  log::resolution_record copy = res;
+  auto queued = log_.append(std::move(copy), [this, id, res, done](result<void> ok) mutable {
+    boost::asio::post(io_, [this, id, res = std::move(res), ok, done = std::move(done)]() mutable {
+      finish(id, std::move(res), ok, std::move(done));
+    });
+  });
+  if (!queued) finish(id, std::move(res), queued, std::move(done));
+}
+
+void escalation_desk::finish(const std::string& id, log::resolution_record r, result<void> written,
+                             resolved_callback done) {
+  std::optional<escalation> e;
+  std::optional<waiting> w;
+  json object;
+  std::optional<error> failed;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+    } else if (!written && written.error().code != "DUPLICATE_ROW") {
+      it->second->resolving = false;
+      failed = written.error();
+    } else {
+      e = std::move(it->second->escalation);
+      if (it->second->timer) it->second->timer->cancel();
+      pending_.erase(it);
+      if (!written) {
+        // Another baton on the same log resolved it first.
+        failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+      } else {
+        object = resolution_json(r, e->row);
+        w = waiting_for(r, e->row, object);
+        waiting_.emplace(r.id, *w);
+        // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
+        broadcast_locked(render_json(json{{"type", "resolved"}, {"escalation", escalation_json(*e, object)}}, false));
+      }
+    }
+  }
+  if (failed) return done(std::move(*failed));
+  routing_.counters.resolution(r.outcome, r.by);
+  spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
+  deliver(*w);
+  // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
+  run_if_baton_runs(r, e->row);
+  done(result<json>(boost::system::in_place_value, std::move(object)));
+}
+
+void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool,
+                               const json& arguments) {
+  ex.run(tools::tool_call{e.decision, tool, arguments},
+         [this, escalation = e.id, decision = e.decision, session = e.session, tool,
+          kind = std::string(ex.kind())](tools::tool_outcome o) {
+           routing_.counters.tool_run(tool, o.ok);
+           log::tool_run_record run = tool_run_of(decision, tool, kind, o);
+           // Reviewers hear of the run once it is in the log, so that GET /v1/escalations/{id} agrees.
+           const std::string frame =
+               render_json(json{{"type", "tool_run"}, {"escalation", escalation}, {"tool_run", tool_run_json(run)}}, false);
+           auto report = [this, decision, frame](result<void> ok) {
+             if (!ok) {
+               spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
+               return;
+             }
+             std::lock_guard lock(mutex_);
+             broadcast_locked(frame);
+           };
+           if (auto queued = log_.append(std::move(run), report); !queued) report(queued.error());
+           const json f = protocol::render_tool_result(decision, tool, std::move(o));
+           std::shared_ptr<agent_connection> c;
+           {
+             std::lock_guard lock(mutex_);
+             if (const auto it = sessions_.find(session); it != sessions_.end()) c = it->second.lock();
+           }
+           // Only a connected session hears of it; the run is in the log either way.
+           if (c) {
+             boost::asio::post(c->strand(), [c, frame = render_json(f, false)]() mutable { c->send(std::move(frame)); });
+           }
+         });
+}
+
+void escalation_desk::deliver(const waiting& w) {
+  std::shared_ptr<agent_connection> c;
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto s = sessions_.find(w.session); s != sessions_.end()) c = s->second.lock();
+  }
+  if (!c) return;  // sent when the agent resumes the session
+  boost::asio::post(c->strand(), [c, w, max = routing_.max_pending_tool_results] {
+    c->send(w.frame);
+    if (!w.tool.empty()) c->await_tool(w.decision, w.tool, max);
+  });
+}
+
+escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,
+                                                  bool resend) {
+  attached a;
+  std::lock_guard lock(mutex_);
+  sessions_[session] = c;
+  // Forget the connections that are gone, now and then, so the map stays the size of the live ones.
+  if (sessions_.size() > 2 * live_mark_ + 64) {
+    std::erase_if(sessions_, [](const auto& s) { return s.second.expired(); });
+    live_mark_ = sessions_.size();
+  }
+  if (resend) {
+    for (const auto& [id, e] : pending_) {
+      if (e->escalation.row.session == session) a.pending.push_back(id);
+    }
+    for (const auto& [id, w] : waiting_) {
+      if (w.session != session || w.acknowledged) continue;
+      a.frames.push_back(w.frame);
+      if (!w.tool.empty()) a.awaited.emplace_back(w.decision, w.tool);
+    }
+  }
+  return a;
+}
+
+result<void> escalation_desk::acknowledge(const std::string& resolution, const std::string& owner) {
+  bool waiting_here = false;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = waiting_.find(resolution);
+    if (it != waiting_.end() && owner_of(it->second.session) == owner) {
+      if (it->second.acknowledged) return {};  // its delivery row is on its way
+      it->second.acknowledged = true;
+      waiting_here = true;
+    }
+  }
+  if (waiting_here) {
+    auto written = [this, resolution](result<void> ok) {
+      boost::asio::post(io_, [this, resolution, ok] {
+        std::lock_guard lock(mutex_);
+        const auto it = waiting_.find(resolution);
+        if (it == waiting_.end()) return;
+        if (!ok) {
+          // Sent again on the next resume, and acknowledged again.
+          spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
+          it->second.acknowledged = false;
+          return;
+        }
+        const std::string session = it->second.session;
+        waiting_.erase(it);
+        // Nothing more to send this session: its connection need not be remembered.
+        const bool more =
+            std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
+            std::any_of(pending_.begin(), pending_.end(), [&](const auto& x) { return x.second->escalation.row.session == session; });
+        if (!more) sessions_.erase(session);
+      });
+    };
+    if (auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, written); !queued) written(queued.error());
+    return {};
+  }
+  // Delivery is at least once: acknowledging again what is acknowledged is no error.
+  const auto session = reader_->acknowledged_session(resolution);
+  if (!session) return session.error();
+  if (*session && owner_of(**session) == owner) return {};
+  return make_error(404, "UNKNOWN_RESOLUTION",
+                    "resolution `" + resolution + "` is not one of this key's sessions' resolutions");
+}
+
+void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
+  std::lock_guard lock(mutex_);
+  json list = json::array();
+  for (const auto& [id, e] : pending_) {
+    if (list.size() == max_listed) break;
+    list.push_back(escalation_json(e->escalation, nullptr));
+  }
+  // send() only queues: under the lock, nothing the desk says later can overtake the snapshot.
+  l->send(render_json(json{{"type", "snapshot"}, {"escalations", std::move(list)}}, false));
+  listeners_.push_back(l);
+}
+
+void escalation_desk::broadcast_locked(const std::string& frame) {
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    if (auto l = it->lock()) {
+      l->send(frame);
+      ++it;
+    } else {
+      it = listeners_.erase(it);
+    }
+  }
+}
+
+std::size_t escalation_desk::pending() const {
+  std::lock_guard lock(mutex_);
+  return pending_.size();
+}
+
+result<std::string> escalation_desk::list_json(std::string_view status, std::size_t limit) const {
+  if (status != "pending" && status != "resolved" && status != "all") {
+    return make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all");
+  }
+  json list = json::array();
+  if (status != "resolved") {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, e] : pending_) {
+      if (list.size() == limit) break;
+      list.push_back(escalation_json(e->escalation, nullptr));
+    }
+  }
+  if (status != "pending") {
+    auto resolved = reader_->latest_resolutions(limit);
+    if (!resolved) return resolved.error();
+    for (const log::escalation_history& h : *resolved) list.push_back(history_json(h));
+  }
+  return render_json(json{{"escalations", std::move(list)}}, false);
+}
+
+result<std::string> escalation_desk::get_json(const std::string& id) const {
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = pending_.find(id); it != pending_.end()) {
+      return render_json(escalation_json(it->second->escalation, nullptr), false);
+    }
+  }
+  auto found = reader_->escalation(id);
+  if (!found) return found.error();
+  if (!*found) return not_found(id);
+  return render_json(history_json(**found), false);
+}
+
+std::string escalation_desk::tools_json() const {
+  json list = json::array();
+  for (const tools::tool& t : routing_.registry.tools) {
+    json parameters = json::array();
+    for (const tools::parameter& p : t.parameters) {
+      json values = json::array();
+      for (const auto& [label, description] : p.values.items()) values.push_back({{"value", label}, {"description", description}});
+      parameters.push_back({{"name", p.name},
+                            {"type", tools::to_string(p.type)},
+                            {"instructions", p.instructions},
+                            {"values", std::move(values)},
+                            {"fixed", p.value ? json(*p.value) : json()}});
+    }
+    list.push_back({{"id", t.id},
+                    {"description", t.description},
+                    {"risk", tools::to_string(t.risk)},
+                    {"executor", executor_kind(t.id)},
+                    {"parameters", std::move(parameters)}});
+  }
+  json out = {{"tools", std::move(list)}, {"finish", routing_.registry.finish ? json(*routing_.registry.finish) : json()},
+              {"registry_hash", routing_.registry.hash}};
+  return render_json(out, false);
+}
+
+}  // namespace baton

@@ -1,0 +1,20 @@
+// The log row of a tool run, from what an executor reports (baton ran it) or an agent's
+// `tool_result` (the agent ran it): one builder for the turn and the escalation desk.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "adapters/log/records.hpp"
+#include "tools/executor.hpp"
+
+namespace baton {
+
+// The row of a tool baton ran (an `http` or `command` executor) for `decision`.
+log::tool_run_record tool_run_of(const std::string& decision, const std::string& tool, std::string_view executor,
+                                 const tools::tool_outcome& o);
+
+// The row of an agent-run tool, as its `tool_result` reported it.
+log::tool_run_record reported_tool_run(const std::string& decision, const std::string& tool, bool ok, json output);
+
+}  // namespace baton
