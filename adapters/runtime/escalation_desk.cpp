@@ -63,6 +63,7 @@ json tool_run_json(const log::tool_run_record& r) {
 // A pending escalation, with its deadline's timer.
 struct escalation_desk::entry {
   baton::escalation escalation;
+  std::uint64_t order = 0;  // in raised_order_
   std::unique_ptr<boost::asio::steady_timer> timer;
   bool resolving = false;  // its resolution row is on its way to the log
 };
@@ -231,7 +232,7 @@ void escalation_desk::start() {
     auto owned = std::make_unique<entry>();
     owned->escalation = read_back(row);
     if (owned->escalation.row.deadline_ms > now) {
-      pending_.emplace(owned->escalation.row.id, std::move(owned));
+      add_pending(std::move(owned));
       continue;
     }
     // Passed while baton was down: resolved now, durably, before anything is served.
@@ -257,6 +258,12 @@ void escalation_desk::start() {
   }
 }
 
+void escalation_desk::add_pending(std::unique_ptr<entry> e) {
+  e->order = ++raised_count_;
+  raised_order_.emplace(e->order, e.get());
+  pending_.emplace(e->escalation.row.id, std::move(e));
+}
+
 void escalation_desk::arm(entry& e) {
   e.timer = std::make_unique<boost::asio::steady_timer>(io_);
   e.timer->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, e.escalation.row.deadline_ms - unix_ms())));
@@ -270,7 +277,7 @@ void escalation_desk::raised(const escalation& e) {
   auto owned = std::make_unique<entry>();
   owned->escalation = e;
   arm(*owned);
-  pending_.emplace(e.row.id, std::move(owned));
+  add_pending(std::move(owned));
   broadcast_locked(render_json(json{{"type", "escalation"}, {"escalation", escalation_json(e, nullptr)}}, false));
 }
 
@@ -327,6 +334,29 @@ void escalation_desk::on_deadline(const std::string& id) {
 void escalation_desk::resolve(const std::string& id, protocol::resolve_input in, const std::string& reviewer,
                               resolved_callback done) {
   resolve_as(id, std::move(in), reviewer, "reviewer", std::move(done));
+}
+
+void escalation_desk::resolve_body(const std::string& id, std::string_view body, const std::string& reviewer,
+                                   resolved_callback done) {
+  json parsed_body;
+  json_parse_error err;
+  if (!parse_json(body, parsed_body, err, json_parse_options{})) {
+    return done(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message + " at byte " + std::to_string(err.byte)));
+  }
+  auto in = protocol::parse_resolve_input(parsed_body);
+  if (!in) return done(in.error());
+  resolve(id, std::move(*in), reviewer, std::move(done));
+}
+
+void escalation_desk::on_review_frame(const std::shared_ptr<review_listener>& l, std::string_view text,
+                                      const std::string& reviewer) {
+  json ref;
+  auto f = protocol::parse_review_frame(text, ref);
+  if (!f) return l->send(protocol::render_error_frame(ref, f.error()));
+  resolve(f->escalation, std::move(f->input), reviewer, [l, ref](result<json> r) {
+    if (!r) return l->send(protocol::render_error_frame(ref, r.error()));
+    l->send(render_json(json{{"type", "resolve_result"}, {"ref", ref}, {"resolution", *r}}, false));
+  });
 }
 
 result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol::resolve_input&& in, const std::string& reviewer,
@@ -425,6 +455,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
     } else {
       e = std::move(it->second->escalation);
       if (it->second->timer) it->second->timer->cancel();
+      raised_order_.erase(it->second->order);
       pending_.erase(it);
       if (!written) {
         // Another baton on the same log resolved it first.
@@ -503,8 +534,8 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
     live_mark_ = sessions_.size();
   }
   if (resend) {
-    for (const auto& [id, e] : pending_) {
-      if (e->escalation.row.session == session) a.pending.push_back(id);
+    for (const auto& [order, e] : raised_order_) {
+      if (e->escalation.row.session == session) a.pending.push_back(e->escalation.row.id);
     }
     for (const auto& [id, w] : waiting_) {
       if (w.session != session || w.acknowledged) continue;
@@ -561,7 +592,7 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
   std::lock_guard lock(mutex_);
   json list = json::array();
-  for (const auto& [id, e] : pending_) {
+  for (const auto& [order, e] : raised_order_) {
     if (list.size() == max_listed) break;
     list.push_back(escalation_json(e->escalation, nullptr));
   }
@@ -593,7 +624,7 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   json list = json::array();
   if (status != "resolved") {
     std::lock_guard lock(mutex_);
-    for (const auto& [id, e] : pending_) {
+    for (const auto& [order, e] : raised_order_) {
       if (list.size() == limit) break;
       list.push_back(escalation_json(e->escalation, nullptr));
     }

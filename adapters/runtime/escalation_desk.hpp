@@ -74,6 +74,13 @@ class escalation_desk {
   // durable, on an I/O thread.
   void resolve(const std::string& id, protocol::resolve_input in, const std::string& reviewer, resolved_callback done);
 
+  // POST /v1/escalations/{id}/resolve: its body read (400 INVALID_JSON, 422 INVALID_RESOLUTION),
+  // then resolve().
+  void resolve_body(const std::string& id, std::string_view body, const std::string& reviewer, resolved_callback done);
+  // A reviewer's frame on /v1/review: a `resolve` is answered on `l` with `resolve_result` once it
+  // is durable, with an error frame when it is refused (review_protocol.hpp).
+  void on_review_frame(const std::shared_ptr<review_listener>& l, std::string_view text, const std::string& reviewer);
+
   // GET /v1/escalations: `status` pending | resolved | all. 422 for another status or limit.
   result<std::string> list_json(std::string_view status, std::size_t limit) const;
   // GET /v1/escalations/{id}.
@@ -116,6 +123,7 @@ class escalation_desk {
   void write_resolution(const std::string& id, log::resolution_record res, resolved_callback done);
   void finish(const std::string& id, log::resolution_record r, result<void> written, resolved_callback done);
   void arm(entry& e);
+  void add_pending(std::unique_ptr<entry> e);  // with mutex_ held (or before serving)
   static protocol::resolve_input deadline_input(const log::escalation_record& r);
   void on_deadline(const std::string& id);
   void deliver(const waiting& w);
@@ -139,7 +147,10 @@ class escalation_desk {
   boost::asio::any_io_executor io_;
   std::unique_ptr<log::log_reader> reader_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<entry>> pending_;  // id → pending escalation (ids sort by time)
+  std::map<std::string, std::unique_ptr<entry>> pending_;  // id → pending escalation
+  // The pending ones in the order they were raised (ids sort by time only to the millisecond).
+  std::map<std::uint64_t, const entry*> raised_order_;
+  std::uint64_t raised_count_ = 0;
   std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet
   std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
   std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections

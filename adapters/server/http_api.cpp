@@ -425,24 +425,13 @@ void http_api::handle_escalations(const ticket& t, const request& req, boost::as
     done(body_of(desk.get_json(t.escalation)));
     return;
   }
-  json body;
-  json_parse_error err;
-  if (!parse_json(req.body(), body, err, json_parse_options{})) {
-    done(error_reply(make_error(400, "INVALID_JSON", "the body is not JSON: " + err.message + " at byte " + std::to_string(err.byte))));
-    return;
-  }
-  auto in = protocol::parse_resolve_input(body);
-  if (!in) {
-    done(error_reply(in.error()));
-    return;
-  }
   // Answered once the resolution is durable, on the connection's strand.
-  desk.resolve(t.escalation, std::move(*in), t.who->name,
-               [strand = std::move(strand), done = std::move(done)](result<json> r) {
-                 boost::asio::post(strand, [r = std::move(r), done]() {
-                   done(r ? http_reply{200, render_json(*r, false), {}, false} : error_reply(r.error()));
-                 });
-               });
+  desk.resolve_body(t.escalation, req.body(), t.who->name,
+                    [strand = std::move(strand), done = std::move(done)](result<json> r) {
+                      boost::asio::post(strand, [r = std::move(r), done]() {
+                        done(r ? http_reply{200, render_json(*r, false), {}, false} : error_reply(r.error()));
+                      });
+                    });
 }
 
 std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive,

@@ -3,7 +3,7 @@
 // on every response, and the count of every answer for /metrics. A request is admitted on its
 // head alone (host, origin, route, method, key, role, rate, declared size), so nothing is read
 // for a caller that would be refused. The WebSocket upgrade to /v1/agent is admitted here too;
-// ws_server owns the connections.
+// the listener and its sessions own the connections.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -74,7 +74,7 @@ class http_api {
   // The answer to a request that cannot be read (the connection closes after it): 413 for a body
   // over server.max_body_bytes, 431 for a head over the header limit, 400 for a malformed head,
   // 503 when the server's connection or buffer budget is spent, 500 INTERNAL when a handler of the
-  // request threw (ws_server's last guard).
+  // request threw (the sessions' last guard).
   enum class unreadable_reason { body_too_large, head_too_large, malformed, busy, internal };
   response unreadable(unsigned version, unreadable_reason why);
 

@@ -10,7 +10,7 @@
 
 #include "adapters/runtime/agent_service.hpp"
 #include "adapters/server/handler_guard.hpp"
-#include "adapters/server/ws_server.hpp"
+#include "adapters/server/listener.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
 #include "engine/scheduler.hpp"
@@ -107,7 +107,7 @@ struct running_server::impl {
   std::unique_ptr<agent_service> service;
   std::unique_ptr<systemone_service> systemone;
   std::unique_ptr<http_api> api;
-  std::unique_ptr<ws_server> server;
+  std::unique_ptr<listener> server;
   std::vector<std::thread> threads;
 
   std::mutex mutex;
@@ -176,7 +176,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
     };
   });
   try {
-    p->server = std::make_unique<ws_server>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);
+    p->server = std::make_unique<listener>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);
   } catch (const std::exception& e) {
     start_failure("LISTEN_FAILED", "cannot listen on " + p->config.server.host + ":" +
                                        std::to_string(p->config.server.port) + ": " + e.what());

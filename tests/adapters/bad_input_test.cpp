@@ -15,7 +15,7 @@
 #include "adapters/server/http_api.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/systemone_service.hpp"
-#include "adapters/server/ws_server.hpp"
+#include "adapters/server/listener.hpp"
 #include "engine/scheduler.hpp"
 #include "tools/schema_compiler.hpp"
 
@@ -258,7 +258,7 @@ struct throwing_server {
   std::unique_ptr<agent_service> service;
   std::unique_ptr<systemone_service> systemone;
   std::unique_ptr<http_api> api;
-  std::unique_ptr<ws_server> server;
+  std::unique_ptr<listener> server;
   std::vector<std::thread> threads;
 
   explicit throwing_server(server_config c) : config(std::move(c)) {
@@ -281,7 +281,7 @@ struct throwing_server {
     api = std::make_unique<http_api>(config, *auth, m, *systemone, *service, []() -> std::vector<metrics::gauge> {
       return {{"baton_test_gauge", "A gauge whose value is not a number.", json("five").get<double>()}};
     });
-    server = std::make_unique<ws_server>(ioc, config.server, *service, *systemone, *api);
+    server = std::make_unique<listener>(ioc, config.server, *service, *systemone, *api);
     server->start();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { run_io(ioc); });
   }
