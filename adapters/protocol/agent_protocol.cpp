@@ -1,9 +1,6 @@
 #include "adapters/protocol/agent_protocol.hpp"
 
 #include <algorithm>
-#include <array>
-
-#include "tools/executor.hpp"
 
 namespace baton::protocol {
 
@@ -199,7 +196,7 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
   return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
 }
 
-json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o) {
+json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o) {
   json frame = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
   if (!o.ok) {
     frame["error_code"] = o.error_code;
@@ -208,20 +205,6 @@ json render_tool_result(const std::string& decision, const std::string& tool, to
   frame["attempts"] = o.attempts;
   frame["output"] = std::move(o.output);
   return frame;
-}
-
-std::string render_error_frame(const json& ref, const error& e) {
-  std::string out = "{\"type\":\"error\",\"ref\":";
-  render_json(ref, out, false);
-  out += ',';
-  std::string body;
-  render_error(e, body);
-  out.append(body, 1, body.size() - 2);  // the error body without its braces
-  // DESIGN §7: a full queue or a rate limit says when to come back, never a silent wait.
-  if (e.status == 429) out += ",\"retry_after_ms\":1000";
-  if (e.status == 503 && e.code != "SHUTTING_DOWN") out += ",\"retry_after_ms\":100";
-  out += '}';
-  return out;
 }
 
 }  // namespace baton::protocol

@@ -2,18 +2,17 @@
 // structs, server frames rendered. No I/O here.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
+#include "adapters/protocol/error_frame.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
-
-namespace baton::tools {
-struct tool_outcome;
-}  // namespace baton::tools
 
 namespace baton::protocol {
 
@@ -56,13 +55,24 @@ error turn_too_large(std::string_view context);
 // (null when absent or unreadable), set as soon as the frame is a JSON object.
 result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);
 
-// {"type":"error","ref":…,"error":…,"code":…,"detail":[…]}, plus "retry_after_ms" for a 429 (1000)
-// or a 503 (100) other than SHUTTING_DOWN: rate limited, overloaded, log backlog, too many sessions.
-std::string render_error_frame(const json& ref, const error& e);
+// How a tool baton ran (http, command) went.
+struct tool_outcome {
+  bool ok = false;
+  std::string error_code;  // with `detail`, on the wire only when !ok
+  std::string detail;
+  int attempts = 0;
+  json output;
+};
 
 // {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output"} of a tool
 // baton ran (docs/protocol.md); the caller adds "event" where it appended one to the history.
-json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o);
+json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o);
+// The runtime hands a tools::tool_outcome: protocol depends on core only, so that type is not named here.
+template <class outcome_type>
+  requires(!std::same_as<std::remove_cvref_t<outcome_type>, tool_outcome>)
+json render_tool_result(const std::string& decision, const std::string& tool, outcome_type&& o) {
+  return render_tool_result(decision, tool, tool_outcome{o.ok, o.error_code, o.detail, o.attempts, std::move(o.output)});
+}
 
 // A session id: 1–128 characters of A-Za-z0-9_.:@-
 bool valid_session_id(std::string_view s) noexcept;
