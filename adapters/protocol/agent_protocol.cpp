@@ -1,9 +1,9 @@
 #include "adapters/protocol/agent_protocol.hpp"
 
 #include <algorithm>
-#include <array>
 
-#include "tools/executor.hpp"
+#include "adapters/protocol/fields.hpp"
+#include "core/ids.hpp"
 
 namespace baton::protocol {
 
@@ -199,7 +199,57 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
   return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
 }
 
-json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o) {
+namespace {
+
+// The client frames' common head: the type, then the id when there is one.
+json client_frame(const char* type, const json& id) {
+  json out = {{"type", type}};
+  if (!id.is_null()) out["id"] = id;
+  return out;
+}
+
+}  // namespace
+
+std::string render(const decide_frame& f, const json& id) {
+  json out = client_frame("decide", id);
+  out["session"] = f.session;
+  if (f.turn) out["turn"] = *f.turn;
+  out[f.append ? "append" : "history"] = f.events;
+  if (!f.proposal.is_null()) out["proposal"] = f.proposal;
+  if (!f.questions.is_null()) out["questions"] = f.questions;
+  return render_json(out, false);
+}
+
+std::string render(const tool_result_frame& f, const json& id) {
+  json out = client_frame("tool_result", id);
+  out["decision"] = f.decision;
+  out["ok"] = f.ok;
+  out["output"] = f.output;
+  return render_json(out, false);
+}
+
+std::string render(const resume_frame& f, const json& id) {
+  json out = client_frame("resume", id);
+  out["session"] = f.session;
+  return render_json(out, false);
+}
+
+std::string render(const ack_frame& f, const json& id) {
+  json out = client_frame("ack", id);
+  out["resolution"] = f.resolution;
+  return render_json(out, false);
+}
+
+namespace {
+
+void put_ms(std::string& out, const char* key, double ms) {
+  out += '"';
+  out += key;
+  out += "\":";
+  render_rounded(ms, 3, out);
+}
+
+json tool_outcome_json(const std::string& decision, const std::string& tool, tool_outcome&& o) {
   json frame = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
   if (!o.ok) {
     frame["error_code"] = o.error_code;
@@ -210,18 +260,233 @@ json render_tool_result(const std::string& decision, const std::string& tool, to
   return frame;
 }
 
-std::string render_error_frame(const json& ref, const error& e) {
-  std::string out = "{\"type\":\"error\",\"ref\":";
-  render_json(ref, out, false);
+}  // namespace
+
+// Written by hand, not through json: the numbers are Python's repr of the rounded values, and the
+// answers render_answers' text.
+std::string render(const decision_frame& f) {
+  std::string out = "{\"type\":\"decision\",\"id\":";
+  render_json(f.id, out, false);
+  out += ",\"decision\":";
+  render_string(f.decision, out);
+  out += ",\"session\":";
+  render_string(f.session, out);
+  out += ",\"turn\":";
+  out += std::to_string(f.turn);
+  out += ",\"action\":";
+  render_string(f.action, out);
+  out += ",\"tool\":";
+  if (f.tool.empty()) {
+    out += "null";
+  } else {
+    render_string(f.tool, out);
+  }
+  out += ",\"arguments\":";
+  render_json(f.arguments, out, false);
+  out += ",\"lane\":";
+  render_string(f.lane, out);
+  out += ",\"confidence\":";
+  render_rounded(f.confidence, 4, out);
+  out += ",\"executor\":";
+  if (f.executor) {
+    render_string(*f.executor, out);
+  } else {
+    out += "null";
+  }
+  out += ",\"answers\":";
+  if (f.answers) {
+    render_answers(*f.answers, out, 4);
+  } else {
+    out += "null";
+  }
+  out += ",\"model\":";
+  render_string(f.model, out);
+  if (!f.error_code.empty()) {
+    out += ",\"error_code\":";
+    render_string(f.error_code, out);
+  }
+  if (!f.fallback_of.empty()) {
+    out += ",\"fallback_of\":";
+    render_string(f.fallback_of, out);
+  }
+  if (f.escalation) {
+    out += ",\"escalation\":";
+    render_string(f.escalation->id, out);
+    out += ",\"deadline_at\":";
+    render_string(iso_utc(f.escalation->deadline_ms), out);
+  }
+  out += ",\"timings_ms\":{";
+  put_ms(out, "queue", f.timings_ms.queue);
   out += ',';
-  std::string body;
-  render_error(e, body);
-  out.append(body, 1, body.size() - 2);  // the error body without its braces
-  // DESIGN §7: a full queue or a rate limit says when to come back, never a silent wait.
-  if (e.status == 429) out += ",\"retry_after_ms\":1000";
-  if (e.status == 503 && e.code != "SHUTTING_DOWN") out += ",\"retry_after_ms\":100";
+  put_ms(out, "compile", f.timings_ms.compile);
+  out += ',';
+  put_ms(out, "engine", f.timings_ms.engine);
+  out += ',';
+  put_ms(out, "policy", f.timings_ms.policy);
+  out += ',';
+  put_ms(out, "log", f.timings_ms.log);
+  out += ',';
+  put_ms(out, "total", f.timings_ms.total);
+  out += "}}";
+  return out;
+}
+
+std::string render(const tool_outcome_frame& f) {
+  json frame = tool_outcome_json(f.decision, f.tool, tool_outcome(f.outcome));
+  if (f.event) frame["event"] = *f.event;
+  return render_json(frame, false);
+}
+
+std::string render(const resumed_frame& f) {
+  return render_json(json{{"type", "resumed"},
+                          {"ref", f.ref},
+                          {"session", f.session},
+                          {"pending", f.pending},
+                          {"resolutions", f.resolutions}},
+                     false);
+}
+
+std::string render(const tool_result_ack_frame& f) {
+  std::string out = "{\"type\":\"ack\",\"ref\":";
+  render_json(f.ref, out, false);
+  out += ",\"decision\":";
+  render_string(f.decision, out);
   out += '}';
   return out;
+}
+
+std::string render(const resolution_frame& f) {
+  return "{\"type\":\"resolution\",\"resolution\":" + render(f.resolution) + "}";
+}
+
+json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o) {
+  return tool_outcome_json(decision, tool, std::move(o));
+}
+
+namespace {
+
+result<server_frame> read_decision(const json& frame) {
+  fields f(frame, "decision frame");
+  decision_frame d;
+  d.id = f.value("id");
+  d.decision = f.text("decision");
+  d.session = f.text("session");
+  d.turn = f.integer("turn");
+  d.action = f.text("action");
+  d.tool = f.text_or_null("tool");
+  d.arguments = f.value("arguments");
+  d.lane = f.text("lane");
+  d.confidence = f.number("confidence");
+  d.executor = f.optional_text("executor");
+  const json answers = f.value("answers");
+  d.model = f.text("model");
+  if (f.find("error_code")) d.error_code = f.text("error_code");
+  if (f.find("fallback_of")) d.fallback_of = f.text("fallback_of");
+  if (f.find("escalation") || f.find("deadline_at")) {
+    d.escalation.emplace();
+    d.escalation->id = f.text("escalation");
+    d.escalation->deadline_ms = f.iso_time("deadline_at");
+  }
+  const json timings = f.value("timings_ms");
+  if (!f.ok()) return f.failure();
+  fields t(timings, "decision frame: timings_ms");
+  d.timings_ms.queue = t.number("queue");
+  d.timings_ms.compile = t.number("compile");
+  d.timings_ms.engine = t.number("engine");
+  d.timings_ms.policy = t.number("policy");
+  d.timings_ms.log = t.number("log");
+  d.timings_ms.total = t.number("total");
+  if (!t.ok()) return t.failure();
+  if (!answers.is_null()) {
+    // The wire has the answers alone: the response around them is the frame's model and no usage.
+    auto r = response_from_json(
+        json{{"model", d.model}, {"answers", answers}, {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}});
+    if (!r) return r.error();
+    d.answers = std::move(*r);
+  }
+  return server_frame(std::move(d));
+}
+
+result<server_frame> read_tool_outcome(const json& frame) {
+  fields f(frame, "tool_result frame");
+  tool_outcome_frame r;
+  r.decision = f.text("decision");
+  r.tool = f.text("tool");
+  r.outcome.ok = f.boolean("ok");
+  if (!r.outcome.ok) {
+    r.outcome.error_code = f.text("error_code");
+    r.outcome.detail = f.text("detail");
+  }
+  r.outcome.attempts = static_cast<int>(f.integer("attempts"));
+  r.outcome.output = f.value("output");
+  if (f.find("event")) r.event = f.value("event");
+  if (!f.ok()) return f.failure();
+  return server_frame(std::move(r));
+}
+
+result<server_frame> read_resumed(const json& frame) {
+  fields f(frame, "resumed frame");
+  resumed_frame r;
+  r.ref = f.value("ref");
+  r.session = f.text("session");
+  const json pending = f.value("pending");
+  const std::int64_t resolutions = f.integer("resolutions");
+  if (f.ok() && resolutions < 0) f.fail("`resolutions` is negative");
+  if (f.ok() && !pending.is_array()) f.fail("`pending` is not a list");
+  for (const json& e : f.ok() ? pending : json::array()) {
+    if (!e.is_string()) {
+      f.fail("`pending` holds something other than escalation ids");
+      break;
+    }
+    r.pending.push_back(e.get<std::string>());
+  }
+  if (!f.ok()) return f.failure();
+  r.resolutions = static_cast<std::size_t>(resolutions);
+  return server_frame(std::move(r));
+}
+
+result<server_frame> read_tool_result_ack(const json& frame) {
+  fields f(frame, "ack frame");
+  tool_result_ack_frame a;
+  a.ref = f.value("ref");
+  a.decision = f.text("decision");
+  if (!f.ok()) return f.failure();
+  return server_frame(std::move(a));
+}
+
+result<server_frame> read_resolution(const json& frame) {
+  fields f(frame, "resolution frame");
+  const json resolution = f.value("resolution");
+  if (!f.ok()) return f.failure();
+  auto r = parse_resolution(resolution);
+  if (!r) return r.error();
+  return server_frame(resolution_frame{std::move(*r)});
+}
+
+}  // namespace
+
+result<server_frame> parse_server_frame(std::string_view text, std::size_t max_json_depth) {
+  json frame;
+  json_parse_error err;
+  if (!parse_json(text, frame, err, json_parse_options{max_json_depth})) {
+    return make_error(502, "BAD_UPSTREAM_RESPONSE",
+                      "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
+  }
+  fields f(frame, "agent frame");
+  const std::string type = f.text("type");
+  if (!f.ok()) return f.failure();
+  if (type == "decision") return read_decision(frame);
+  if (type == "tool_result") return read_tool_outcome(frame);
+  if (type == "resumed") return read_resumed(frame);
+  if (type == "ack") return read_tool_result_ack(frame);
+  if (type == "resolution") return read_resolution(frame);
+  if (type == "error") {
+    auto e = parse_error_frame(frame);
+    if (!e) return e.error();
+    return server_frame(std::move(*e));
+  }
+  f.fail("unknown type \"" + type + "\"");
+  return f.failure();
 }
 
 }  // namespace baton::protocol

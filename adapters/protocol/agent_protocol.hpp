@@ -1,21 +1,26 @@
 // The agent protocol's frames (docs/protocol.md): client frames parsed and checked into plain
-// structs, server frames rendered. No I/O here.
+// structs (and rendered, for C++ clients and the tests); server frames rendered from plain structs
+// exactly as baton sends them (and read back). No I/O here.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
+#include <vector>
 
+#include "adapters/protocol/error_frame.hpp"
+#include "adapters/protocol/review_protocol.hpp"
+#include "core/answers.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 
-namespace baton::tools {
-struct tool_outcome;
-}  // namespace baton::tools
-
 namespace baton::protocol {
+
+// Client → server. A frame's `id` is beside it: parse_frame() hands it out, render() takes it.
 
 struct decide_frame {
   std::string session;
@@ -56,15 +61,121 @@ error turn_too_large(std::string_view context);
 // (null when absent or unreadable), set as soon as the frame is a JSON object.
 result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);
 
-// {"type":"error","ref":…,"error":…,"code":…,"detail":[…]}, plus "retry_after_ms" for a 429 (1000)
-// or a 503 (100) other than SHUTTING_DOWN: rate limited, overloaded, log backlog, too many sessions.
-std::string render_error_frame(const json& ref, const error& e);
-
-// {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output"} of a tool
-// baton ran (docs/protocol.md); the caller adds "event" where it appended one to the history.
-json render_tool_result(const std::string& decision, const std::string& tool, tools::tool_outcome&& o);
+// The frames as a client writes them, `id` only when not null: decide
+// {"type","id","session","turn"?,"history"|"append","proposal"?,"questions"?} (proposal and
+// questions when not null), tool_result {"type","id","decision","ok","output"}, resume
+// {"type","id","session"}, ack {"type","id","resolution"}.
+std::string render(const decide_frame& f, const json& id = nullptr);
+std::string render(const tool_result_frame& f, const json& id = nullptr);
+std::string render(const resume_frame& f, const json& id = nullptr);
+std::string render(const ack_frame& f, const json& id = nullptr);
 
 // A session id: 1–128 characters of A-Za-z0-9_.:@-
 bool valid_session_id(std::string_view s) noexcept;
+
+// Server → client.
+
+// The escalation a decision raised (with "action": "escalate").
+struct decision_escalation {
+  std::string id;
+  std::int64_t deadline_ms = 0;  // on the wire `deadline_at`, its iso_utc
+};
+
+// Milliseconds per stage, rounded to 3 decimals on the wire.
+struct decision_timings {
+  double queue = 0;    // waiting for the engine
+  double compile = 0;
+  double engine = 0;
+  double policy = 0;
+  double log = 0;      // until the row was committed
+  double total = 0;    // frame received → decision sent
+};
+
+struct decision_frame {
+  json id;  // the decide frame's `id`, null when it had none
+  std::string decision;
+  std::string session;
+  std::int64_t turn = 0;
+  std::string action;  // execute | fallback | escalate | deny | finish
+  std::string tool;    // null on the wire when empty
+  json arguments;
+  std::string lane;
+  double confidence = 0;                // rounded to 4 decimals on the wire
+  std::optional<std::string> executor;  // agent | http | command; null for no tool (or finish)
+  // The SystemOne answers, rendered as render_answers(…, 4) writes them (null without answers: an
+  // engine failure). Only `answers` is on the wire: a parsed frame's has the frame's `model` and
+  // zero usage.
+  std::optional<response> answers;
+  std::string model;
+  std::string error_code;   // absent on the wire when empty
+  std::string fallback_of;  // absent on the wire when empty
+  std::optional<decision_escalation> escalation;
+  decision_timings timings_ms;
+};
+
+// `tool_result` of a tool baton ran (http, command): how it went.
+struct tool_outcome {
+  bool ok = false;
+  std::string error_code;  // with `detail`, on the wire only when !ok
+  std::string detail;
+  int attempts = 0;
+  json output;
+};
+
+struct tool_outcome_frame {
+  std::string decision;
+  std::string tool;
+  tool_outcome outcome;
+  std::optional<json> event;  // the event baton appended to the session's history
+};
+
+// The answer to `resume`; that many `resolution` frames follow.
+struct resumed_frame {
+  json ref;
+  std::string session;
+  std::vector<std::string> pending;  // the session's pending escalations
+  std::size_t resolutions = 0;
+};
+
+// The answer to a `tool_result` once it is in the log.
+struct tool_result_ack_frame {
+  json ref;
+  std::string decision;
+};
+
+// One of the session's escalations was resolved (the review protocol's resolution object).
+struct resolution_frame {
+  resolution_object resolution;
+};
+
+// {"type":"decision","id","decision","session","turn","action","tool","arguments","lane",
+// "confidence","executor","answers","model",["error_code"],["fallback_of"],
+// ["escalation","deadline_at"],"timings_ms":{"queue","compile","engine","policy","log","total"}}
+std::string render(const decision_frame& f);
+// {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output",["event"]}
+std::string render(const tool_outcome_frame& f);
+// {"type":"resumed","ref","session","pending","resolutions"}
+std::string render(const resumed_frame& f);
+// {"type":"ack","ref","decision"}
+std::string render(const tool_result_ack_frame& f);
+// {"type":"resolution","resolution":{…}}
+std::string render(const resolution_frame& f);
+
+using server_frame = std::variant<decision_frame, tool_outcome_frame, resumed_frame, tool_result_ack_frame,
+                                  resolution_frame, error_frame>;
+
+// A frame the server sent on /v1/agent: 502 BAD_UPSTREAM_RESPONSE when it is not JSON (nested at
+// most `max_json_depth` levels), not one of these or not as render() writes it.
+result<server_frame> parse_server_frame(std::string_view text, std::size_t max_json_depth = 64);
+
+// For the call-site switch only, removed with its last caller: the runtime still hands a
+// tools::tool_outcome (protocol depends on core only, so that type is not named here) and adds
+// "event" to the json. render(tool_outcome_frame) replaces both.
+json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o);
+template <class outcome_type>
+  requires(!std::same_as<std::remove_cvref_t<outcome_type>, tool_outcome>)
+json render_tool_result(const std::string& decision, const std::string& tool, outcome_type&& o) {
+  return render_tool_result(decision, tool, tool_outcome{o.ok, o.error_code, o.detail, o.attempts, std::move(o.output)});
+}
 
 }  // namespace baton::protocol

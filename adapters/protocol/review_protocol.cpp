@@ -1,5 +1,8 @@
 #include "adapters/protocol/review_protocol.hpp"
 
+#include "adapters/protocol/fields.hpp"
+#include "core/ids.hpp"
+
 namespace baton::protocol {
 
 namespace {
@@ -78,6 +81,340 @@ result<resolve_frame> parse_review_frame(std::string_view text, json& id) {
   if (!in) return in.error();
   r.input = std::move(*in);
   return r;
+}
+
+namespace {
+
+json as_json(const resolve_input& in) {
+  json out = {{"outcome", in.execute ? "execute" : "deny"}};
+  if (in.tool) out["tool"] = *in.tool;
+  if (in.arguments) out["arguments"] = *in.arguments;
+  out["reason"] = in.reason;
+  out["force"] = in.force;
+  return out;
+}
+
+}  // namespace
+
+std::string render(const resolve_input& in) { return render_json(as_json(in), false); }
+
+std::string render(const resolve_frame& f, const json& id) {
+  json out = {{"type", "resolve"}};
+  if (!id.is_null()) out["id"] = id;
+  out["escalation"] = f.escalation;
+  out.update(as_json(f.input));
+  return render_json(out, false);
+}
+
+namespace {
+
+json as_json(const tool_run_object& r) {
+  return json{{"id", r.id},
+              {"tool", r.tool},
+              {"executor", r.executor},
+              {"ok", r.ok},
+              {"error_code", r.ok ? json() : json(r.error_code)},
+              {"detail", r.detail},
+              {"output", r.output},
+              {"attempts", r.attempts},
+              {"duration_ms", round_decimals(r.duration_ms, 3)},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms}};
+}
+
+json as_json(const resolution_object& r) {
+  return json{{"id", r.id},
+              {"escalation", r.escalation},
+              {"decision", r.decision},
+              {"session", r.session},
+              {"turn", r.turn},
+              {"outcome", r.outcome},
+              {"tool", r.tool.empty() ? json() : json(r.tool)},
+              {"arguments", r.arguments},
+              {"reason", r.reason},
+              {"reviewer", r.reviewer},
+              {"by", r.by},
+              {"forced", r.forced},
+              {"created_at", iso_utc(r.created_ms)},
+              {"created_ms", r.created_ms},
+              {"executor", r.executor ? json(*r.executor) : json()}};
+}
+
+json as_json(const escalation_object& e) {
+  json resolution;
+  if (e.resolution) {
+    resolution = as_json(*e.resolution);
+    resolution["tool_run"] = e.tool_run ? as_json(*e.tool_run) : json();
+  }
+  return json{{"id", e.id},
+              {"status", e.resolution ? "resolved" : "pending"},
+              {"decision", e.decision},
+              {"session", e.session},
+              {"turn", e.turn},
+              {"created_at", iso_utc(e.created_ms)},
+              {"created_ms", e.created_ms},
+              {"deadline_at", iso_utc(e.deadline_ms)},
+              {"deadline_ms", e.deadline_ms},
+              {"on_deadline", e.on_deadline},
+              {"reason", e.reason},
+              {"question", e.question},
+              {"tool", e.tool.empty() ? json() : json(e.tool)},
+              {"arguments", e.arguments},
+              {"confidence", round_decimals(e.confidence, 4)},
+              {"candidates", e.candidates},
+              {"state", e.state},
+              {"evidence", e.evidence},
+              {"registry_hash", e.registry_hash},
+              {"policy_hash", e.policy_hash},
+              {"resolution", std::move(resolution)}};
+}
+
+json as_json(const std::vector<escalation_object>& list) {
+  json out = json::array();
+  for (const escalation_object& e : list) out.push_back(as_json(e));
+  return out;
+}
+
+json as_json(const tools_list& t) {
+  json list = json::array();
+  for (const tool_entry& tool : t.tools) {
+    json parameters = json::array();
+    for (const tool_parameter& p : tool.parameters) {
+      json values = json::array();
+      for (const tool_parameter_value& v : p.values) values.push_back({{"value", v.value}, {"description", v.description}});
+      parameters.push_back({{"name", p.name},
+                            {"type", p.type},
+                            {"instructions", p.instructions},
+                            {"values", std::move(values)},
+                            {"fixed", p.fixed ? json(*p.fixed) : json()}});
+    }
+    list.push_back({{"id", tool.id},
+                    {"description", tool.description},
+                    {"risk", tool.risk},
+                    {"executor", tool.executor},
+                    {"parameters", std::move(parameters)}});
+  }
+  return json{{"tools", std::move(list)}, {"finish", t.finish ? json(*t.finish) : json()}, {"registry_hash", t.registry_hash}};
+}
+
+}  // namespace
+
+std::string render(const tool_run_object& r) { return render_json(as_json(r), false); }
+std::string render(const resolution_object& r) { return render_json(as_json(r), false); }
+std::string render(const escalation_object& e) { return render_json(as_json(e), false); }
+std::string render(const escalation_list& l) { return render_json(json{{"escalations", as_json(l.escalations)}}, false); }
+std::string render(const tools_list& t) { return render_json(as_json(t), false); }
+
+std::string render(const snapshot_frame& f) {
+  return render_json(json{{"type", "snapshot"}, {"escalations", as_json(f.escalations)}}, false);
+}
+std::string render(const escalation_frame& f) {
+  return render_json(json{{"type", "escalation"}, {"escalation", as_json(f.escalation)}}, false);
+}
+std::string render(const resolved_frame& f) {
+  return render_json(json{{"type", "resolved"}, {"escalation", as_json(f.escalation)}}, false);
+}
+std::string render(const tool_run_frame& f) {
+  return render_json(json{{"type", "tool_run"}, {"escalation", f.escalation}, {"tool_run", as_json(f.tool_run)}}, false);
+}
+std::string render(const resolve_result_frame& f) {
+  return render_json(json{{"type", "resolve_result"}, {"ref", f.ref}, {"resolution", as_json(f.resolution)}}, false);
+}
+
+result<tool_run_object> parse_tool_run(const json& body) {
+  fields f(body, "tool run");
+  tool_run_object r;
+  r.id = f.text("id");
+  r.tool = f.text("tool");
+  r.executor = f.text("executor");
+  r.ok = f.boolean("ok");
+  if (r.ok) {
+    if (const json* code = f.find("error_code"); !code || !code->is_null()) f.fail("`error_code` is not null, but the run is ok");
+  } else {
+    r.error_code = f.text("error_code");
+  }
+  r.detail = f.text("detail");
+  r.output = f.value("output");
+  r.attempts = static_cast<int>(f.integer("attempts"));
+  r.duration_ms = f.number("duration_ms");
+  r.created_ms = f.time("created_ms", "created_at");
+  if (!f.ok()) return f.failure();
+  return r;
+}
+
+result<resolution_object> parse_resolution(const json& body) {
+  fields f(body, "resolution");
+  resolution_object r;
+  r.id = f.text("id");
+  r.escalation = f.text("escalation");
+  r.decision = f.text("decision");
+  r.session = f.text("session");
+  r.turn = f.integer("turn");
+  r.outcome = f.text("outcome");
+  r.tool = f.text_or_null("tool");
+  r.arguments = f.value("arguments");
+  r.reason = f.text("reason");
+  r.reviewer = f.text("reviewer");
+  r.by = f.text("by");
+  r.forced = f.boolean("forced");
+  r.created_ms = f.time("created_ms", "created_at");
+  r.executor = f.optional_text("executor");
+  if (!f.ok()) return f.failure();
+  return r;
+}
+
+result<escalation_object> parse_escalation(const json& body) {
+  fields f(body, "escalation");
+  escalation_object e;
+  e.id = f.text("id");
+  const std::string status = f.text("status");
+  e.decision = f.text("decision");
+  e.session = f.text("session");
+  e.turn = f.integer("turn");
+  e.created_ms = f.time("created_ms", "created_at");
+  e.deadline_ms = f.time("deadline_ms", "deadline_at");
+  e.on_deadline = f.text("on_deadline");
+  e.reason = f.text("reason");
+  e.question = f.text("question");
+  e.tool = f.text_or_null("tool");
+  e.arguments = f.value("arguments");
+  e.confidence = f.number("confidence");
+  e.candidates = f.value("candidates");
+  e.state = f.value("state");
+  e.evidence = f.value("evidence");
+  e.registry_hash = f.text("registry_hash");
+  e.policy_hash = f.text("policy_hash");
+  const json resolution = f.value("resolution");
+  if (!f.ok()) return f.failure();
+  if (!resolution.is_null()) {
+    auto r = parse_resolution(resolution);
+    if (!r) return r.error();
+    e.resolution = std::move(*r);
+    if (const auto run = resolution.find("tool_run"); run != resolution.end() && !run->is_null()) {
+      auto t = parse_tool_run(*run);
+      if (!t) return t.error();
+      e.tool_run = std::move(*t);
+    }
+  }
+  if (status != (e.resolution ? "resolved" : "pending")) {
+    f.fail("`status` is " + status + ", but the resolution is " + (e.resolution ? "there" : "null"));
+    return f.failure();
+  }
+  return e;
+}
+
+namespace {
+
+result<std::vector<escalation_object>> parse_escalations(fields& f, const char* key) {
+  const json list = f.value(key);
+  if (f.ok() && !list.is_array()) f.fail(ticked(key) + " is not a list");
+  if (!f.ok()) return f.failure();
+  std::vector<escalation_object> out;
+  for (const json& item : list) {
+    auto e = parse_escalation(item);
+    if (!e) return e.error();
+    out.push_back(std::move(*e));
+  }
+  return out;
+}
+
+}  // namespace
+
+result<escalation_list> parse_escalation_list(const json& body) {
+  fields f(body, "escalation list");
+  auto list = parse_escalations(f, "escalations");
+  if (!list) return list.error();
+  return escalation_list{std::move(*list)};
+}
+
+result<tools_list> parse_tools_list(const json& body) {
+  fields f(body, "tools list");
+  tools_list out;
+  const json tools = f.value("tools");
+  out.finish = f.optional_text("finish");
+  out.registry_hash = f.text("registry_hash");
+  if (f.ok() && !tools.is_array()) f.fail("`tools` is not a list");
+  for (const json& t : f.ok() ? tools : json::array()) {
+    fields tf(t, "tools list: tool");
+    tool_entry entry;
+    entry.id = tf.text("id");
+    entry.description = tf.text("description");
+    entry.risk = tf.text("risk");
+    entry.executor = tf.text("executor");
+    const json parameters = tf.value("parameters");
+    if (tf.ok() && !parameters.is_array()) tf.fail("`parameters` is not a list");
+    for (const json& p : tf.ok() ? parameters : json::array()) {
+      fields pf(p, "tools list: parameter");
+      tool_parameter param;
+      param.name = pf.text("name");
+      param.type = pf.text("type");
+      param.instructions = pf.text("instructions");
+      const json values = pf.value("values");
+      param.fixed = pf.optional_text("fixed");
+      if (pf.ok() && !values.is_array()) pf.fail("`values` is not a list");
+      for (const json& v : pf.ok() ? values : json::array()) {
+        fields vf(v, "tools list: value");
+        tool_parameter_value value{vf.text("value"), vf.text("description")};
+        if (!vf.ok()) return vf.failure();
+        param.values.push_back(std::move(value));
+      }
+      if (!pf.ok()) return pf.failure();
+      entry.parameters.push_back(std::move(param));
+    }
+    if (!tf.ok()) return tf.failure();
+    out.tools.push_back(std::move(entry));
+  }
+  if (!f.ok()) return f.failure();
+  return out;
+}
+
+result<review_server_frame> parse_review_server_frame(std::string_view text, std::size_t max_json_depth) {
+  json frame;
+  json_parse_error err;
+  if (!parse_json(text, frame, err, json_parse_options{max_json_depth})) {
+    return make_error(502, "BAD_UPSTREAM_RESPONSE", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
+  }
+  fields f(frame, "review frame");
+  const std::string type = f.text("type");
+  if (!f.ok()) return f.failure();
+  if (type == "snapshot") {
+    auto list = parse_escalations(f, "escalations");
+    if (!list) return list.error();
+    return review_server_frame(snapshot_frame{std::move(*list)});
+  }
+  if (type == "escalation" || type == "resolved") {
+    auto e = parse_escalation(f.value("escalation"));
+    if (!e) return e.error();
+    if (type == "resolved") return review_server_frame(resolved_frame{std::move(*e)});
+    return review_server_frame(escalation_frame{std::move(*e)});
+  }
+  if (type == "tool_run") {
+    tool_run_frame out;
+    out.escalation = f.text("escalation");
+    const json run = f.value("tool_run");
+    if (!f.ok()) return f.failure();
+    auto r = parse_tool_run(run);
+    if (!r) return r.error();
+    out.tool_run = std::move(*r);
+    return review_server_frame(std::move(out));
+  }
+  if (type == "resolve_result") {
+    resolve_result_frame out;
+    out.ref = f.value("ref");
+    const json resolution = f.value("resolution");
+    if (!f.ok()) return f.failure();
+    auto r = parse_resolution(resolution);
+    if (!r) return r.error();
+    out.resolution = std::move(*r);
+    return review_server_frame(std::move(out));
+  }
+  if (type == "error") {
+    auto e = parse_error_frame(frame);
+    if (!e) return e.error();
+    return review_server_frame(std::move(*e));
+  }
+  f.fail("unknown type \"" + type + "\"");
+  return f.failure();
 }
 
 }  // namespace baton::protocol
