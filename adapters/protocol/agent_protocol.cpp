@@ -249,17 +249,6 @@ void put_ms(std::string& out, const char* key, double ms) {
   render_rounded(ms, 3, out);
 }
 
-json tool_outcome_json(const std::string& decision, const std::string& tool, tool_outcome&& o) {
-  json frame = {{"type", "tool_result"}, {"decision", decision}, {"tool", tool}, {"ok", o.ok}};
-  if (!o.ok) {
-    frame["error_code"] = o.error_code;
-    frame["detail"] = o.detail;
-  }
-  frame["attempts"] = o.attempts;
-  frame["output"] = std::move(o.output);
-  return frame;
-}
-
 }  // namespace
 
 // Written by hand, not through json: the numbers are Python's repr of the rounded values, and the
@@ -332,7 +321,14 @@ std::string render(const decision_frame& f) {
 }
 
 std::string render(const tool_outcome_frame& f) {
-  json frame = tool_outcome_json(f.decision, f.tool, tool_outcome(f.outcome));
+  const tool_outcome& o = f.outcome;
+  json frame = {{"type", "tool_result"}, {"decision", f.decision}, {"tool", f.tool}, {"ok", o.ok}};
+  if (!o.ok) {
+    frame["error_code"] = o.error_code;
+    frame["detail"] = o.detail;
+  }
+  frame["attempts"] = o.attempts;
+  frame["output"] = o.output;
   if (f.event) frame["event"] = *f.event;
   return render_json(frame, false);
 }
@@ -357,10 +353,6 @@ std::string render(const tool_result_ack_frame& f) {
 
 std::string render(const resolution_frame& f) {
   return "{\"type\":\"resolution\",\"resolution\":" + render(f.resolution) + "}";
-}
-
-json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o) {
-  return tool_outcome_json(decision, tool, std::move(o));
 }
 
 namespace {

@@ -3,12 +3,10 @@
 // exactly as baton sends them (and read back). No I/O here.
 #pragma once
 
-#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -167,15 +165,5 @@ using server_frame = std::variant<decision_frame, tool_outcome_frame, resumed_fr
 // A frame the server sent on /v1/agent: 502 BAD_UPSTREAM_RESPONSE when it is not JSON (nested at
 // most `max_json_depth` levels), not one of these or not as render() writes it.
 result<server_frame> parse_server_frame(std::string_view text, std::size_t max_json_depth = 64);
-
-// For the call-site switch only, removed with its last caller: the runtime still hands a
-// tools::tool_outcome (protocol depends on core only, so that type is not named here) and adds
-// "event" to the json. render(tool_outcome_frame) replaces both.
-json render_tool_result(const std::string& decision, const std::string& tool, tool_outcome&& o);
-template <class outcome_type>
-  requires(!std::same_as<std::remove_cvref_t<outcome_type>, tool_outcome>)
-json render_tool_result(const std::string& decision, const std::string& tool, outcome_type&& o) {
-  return render_tool_result(decision, tool, tool_outcome{o.ok, o.error_code, o.detail, o.attempts, std::move(o.output)});
-}
 
 }  // namespace baton::protocol

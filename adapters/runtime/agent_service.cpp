@@ -15,13 +15,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-void put_ms(std::string& out, const char* key, double ms) {
-  out += '"';
-  out += key;
-  out += "\":";
-  render_rounded(ms, 3, out);
-}
-
 }  // namespace
 
 // One decide frame's way through the pipeline. Its session is released when both the engine has
@@ -101,15 +94,8 @@ std::string agent_service::scoped(const agent_connection& c, const std::string& 
 }
 
 bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f) {
-  const auto a = desk_->attach(scoped(*c, f.session), c, true);
-  json pending = json::array();
-  for (const std::string& e : a.pending) pending.push_back(e);
-  c->send(render_json(json{{"type", "resumed"},
-                           {"ref", std::move(id)},
-                           {"session", f.session},
-                           {"pending", std::move(pending)},
-                           {"resolutions", a.frames.size()}},
-                      false));
+  auto a = desk_->attach(scoped(*c, f.session), c, true);
+  c->send(protocol::render(protocol::resumed_frame{std::move(id), f.session, std::move(a.pending), a.frames.size()}));
   for (const std::string& frame : a.frames) c->send(frame);
   for (const auto& [decision, tool] : a.awaited) c->await_tool(decision, tool, config_.server.max_pending_tool_results);
   return true;
@@ -387,76 +373,28 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) 
 
 void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   const policies::action& a = t->act;
-  std::string out = "{\"type\":\"decision\",\"id\":";
-  render_json(t->frame_id, out, false);
-  out += ",\"decision\":";
-  render_string(t->decision_id, out);
-  out += ",\"session\":";
-  render_string(t->frame.session, out);
-  out += ",\"turn\":";
-  out += std::to_string(t->session.turn);
-  out += ",\"action\":";
-  render_string(policies::to_string(a.what), out);
-  out += ",\"tool\":";
-  if (a.tool.empty()) {
-    out += "null";
-  } else {
-    render_string(a.tool, out);
-  }
-  out += ",\"arguments\":";
-  render_json(a.arguments, out, false);
-  out += ",\"lane\":";
-  render_string(a.lane, out);
-  out += ",\"confidence\":";
-  render_rounded(a.confidence, 4, out);
-  out += ",\"executor\":";
-  const auto ex = routing_.executors.find(a.tool);
-  if (ex == routing_.executors.end()) {
-    out += "null";
-  } else {
-    render_string(ex->second->kind(), out);
-  }
-  out += ",\"answers\":";
-  if (t->answers) {
-    render_answers(*t->answers, out, 4);
-  } else {
-    out += "null";
-  }
-  out += ",\"model\":";
-  render_string(t->answers ? t->answers->model
-                           : (t->in_fallback ? fallback_->engine : engine_).describe().model_id,
-                out);
-  if (!t->error_code.empty()) {
-    out += ",\"error_code\":";
-    render_string(t->error_code, out);
-  }
-  if (!t->first_pass.empty()) {
-    out += ",\"fallback_of\":";
-    render_string(t->first_pass, out);
-  }
-  if (t->escalation) {
-    out += ",\"escalation\":";
-    render_string(t->escalation->row.id, out);
-    out += ",\"deadline_at\":";
-    render_string(iso_utc(t->escalation->row.deadline_ms), out);
-  }
-  out += ",\"timings_ms\":{";
-  put_ms(out, "queue", t->queue_ms);
-  out += ',';
-  put_ms(out, "compile", t->compile_ms);
-  out += ',';
-  put_ms(out, "engine", t->engine_ms);
-  out += ',';
-  put_ms(out, "policy", t->policy_ms);
-  out += ',';
-  put_ms(out, "log", t->log_ms);
-  out += ',';
-  put_ms(out, "total", ms_since(t->received));
-  out += "}}";
+  protocol::decision_frame f;
+  f.id = t->frame_id;
+  f.decision = t->decision_id;
+  f.session = t->frame.session;
+  f.turn = t->session.turn;
+  f.action = policies::to_string(a.what);
+  f.tool = a.tool;
+  f.arguments = a.arguments;
+  f.lane = a.lane;
+  f.confidence = a.confidence;
+  if (const auto ex = routing_.executors.find(a.tool); ex != routing_.executors.end()) f.executor = ex->second->kind();
+  f.answers = t->answers;
+  f.model = t->answers ? t->answers->model : (t->in_fallback ? fallback_->engine : engine_).describe().model_id;
+  f.error_code = t->error_code;
+  f.fallback_of = t->first_pass;
+  if (t->escalation) f.escalation = protocol::decision_escalation{t->escalation->row.id, t->escalation->row.deadline_ms};
+  const double total = ms_since(t->received);
+  f.timings_ms = {t->queue_ms, t->compile_ms, t->engine_ms, t->policy_ms, t->log_ms, total};
   metrics_.decision("agent", policies::to_string(a.what));
-  metrics_.stage_ms("agent", metrics::stage::total, ms_since(t->received));
+  metrics_.stage_ms("agent", metrics::stage::total, total);
   t->delivered = true;
-  t->conn->send(std::move(out));
+  t->conn->send(protocol::render(f));
 }
 
 void agent_service::after_decision(const std::shared_ptr<turn>& t) {
@@ -485,12 +423,12 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
 
   log::tool_run_record run =
       tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
-  json frame = protocol::render_tool_result(t->decision_id, t->act.tool, std::move(o));
-  frame["event"] = std::move(event);
+  std::string frame =
+      protocol::render(protocol::tool_outcome_frame{t->decision_id, t->act.tool, wire_outcome(std::move(o)), std::move(event)});
   auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
-    boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() {
+    boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() mutable {
       if (!ok) t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
-      t->conn->send(render_json(frame, false));
+      t->conn->send(std::move(frame));
       finish_part(t);
     });
   };
@@ -518,12 +456,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   auto ack = [this, c, id, decision = f.decision](result<void> ok) {
     boost::asio::post(c->strand(), [this, c, id, decision, ok]() {
       if (ok) {
-        std::string out = "{\"type\":\"ack\",\"ref\":";
-        render_json(id, out, false);
-        out += ",\"decision\":";
-        render_string(decision, out);
-        out += '}';
-        c->send(std::move(out));
+        c->send(protocol::render(protocol::tool_result_ack_frame{id, decision}));
       } else {
         // Not in the log: the agent may report it again.
         if (const auto again = c->awaited_.find(decision); again != c->awaited_.end()) again->second.reported = false;

@@ -44,18 +44,8 @@ json parsed(std::string_view text) {
   return parse_json(text, out, err, json_parse_options{}) ? out : json();
 }
 
-json tool_run_json(const log::tool_run_record& r) {
-  return json{{"id", r.id},
-              {"tool", r.tool},
-              {"executor", r.executor},
-              {"ok", r.ok},
-              {"error_code", r.ok ? json() : json(r.error_code)},
-              {"detail", r.detail},
-              {"output", r.output},
-              {"attempts", r.attempts},
-              {"duration_ms", round_decimals(r.duration_ms, 3)},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms}};
+protocol::tool_run_object tool_run_object_of(const log::tool_run_record& r) {
+  return {r.id, r.tool, r.executor, r.ok, r.error_code, r.detail, r.output, r.attempts, r.duration_ms, r.created_ms};
 }
 
 }  // namespace
@@ -105,11 +95,11 @@ tools::executor* escalation_desk::executor_for(const log::resolution_record& r) 
 }
 
 escalation_desk::waiting escalation_desk::waiting_for(const log::resolution_record& r, const log::escalation_record& e,
-                                                      const json& resolution) const {
+                                                      const protocol::resolution_object& resolution) const {
   waiting w;
   w.session = e.session;
   w.decision = e.decision;
-  w.frame = render_json(json{{"type", "resolution"}, {"resolution", resolution}}, false);
+  w.frame = protocol::render(protocol::resolution_frame{resolution});
   if (const tools::executor* ex = executor_for(r); ex && ex->agent_runs()) w.tool = r.tool;
   return w;
 }
@@ -118,23 +108,12 @@ void escalation_desk::run_if_baton_runs(const log::resolution_record& r, const l
   if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
 }
 
-json escalation_desk::resolution_json(const log::resolution_record& r, const log::escalation_record& e) const {
+protocol::resolution_object escalation_desk::resolution_object_of(const log::resolution_record& r,
+                                                                   const log::escalation_record& e) const {
   const tools::executor* ex = executor_for(r);
-  return json{{"id", r.id},
-              {"escalation", r.escalation},
-              {"decision", e.decision},
-              {"session", e.session},
-              {"turn", e.turn},
-              {"outcome", r.outcome},
-              {"tool", r.tool.empty() ? json() : json(r.tool)},
-              {"arguments", r.arguments},
-              {"reason", r.reason},
-              {"reviewer", r.reviewer},
-              {"by", r.by},
-              {"forced", r.forced},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms},
-              {"executor", ex ? json(ex->kind()) : json()}};
+  return {r.id,        r.escalation, e.decision, e.session, e.turn,   r.outcome,    r.tool,
+          r.arguments, r.reason,     r.reviewer, r.by,      r.forced, r.created_ms,
+          ex ? std::optional<std::string>(ex->kind()) : std::nullopt};
 }
 
 escalation escalation_desk::read_back(const log::escalation_row& row) const {
@@ -142,37 +121,21 @@ escalation escalation_desk::read_back(const log::escalation_row& row) const {
                                               routing_.registry, routing_.policy)};
 }
 
-json escalation_desk::history_json(const log::escalation_history& h) const {
+protocol::escalation_object escalation_desk::history_object(const log::escalation_history& h) const {
   const escalation e = read_back(h.row);
-  if (!h.resolution) return escalation_json(e, nullptr);
-  return escalation_json(e, resolution_json(*h.resolution, e.row), h.tool_run ? tool_run_json(*h.tool_run) : json());
+  if (!h.resolution) return escalation_object_of(e);
+  return escalation_object_of(e, resolution_object_of(*h.resolution, e.row),
+                              h.tool_run ? std::optional(tool_run_object_of(*h.tool_run)) : std::nullopt);
 }
 
-json escalation_desk::escalation_json(const escalation& e, const json& resolution, const json& tool_run) const {
+protocol::escalation_object escalation_desk::escalation_object_of(const escalation& e,
+                                                                  std::optional<protocol::resolution_object> resolution,
+                                                                  std::optional<protocol::tool_run_object> tool_run) {
   const log::escalation_record& r = e.row;
-  json shown = resolution;
-  if (shown.is_object()) shown["tool_run"] = tool_run;
-  return json{{"id", r.id},
-              {"status", resolution.is_null() ? "pending" : "resolved"},
-              {"decision", r.decision},
-              {"session", r.session},
-              {"turn", r.turn},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms},
-              {"deadline_at", iso_utc(r.deadline_ms)},
-              {"deadline_ms", r.deadline_ms},
-              {"on_deadline", r.on_deadline},
-              {"reason", r.reason},
-              {"question", r.question},
-              {"tool", r.tool.empty() ? json() : json(r.tool)},
-              {"arguments", r.arguments},
-              {"confidence", round_decimals(r.confidence, 4)},
-              {"candidates", r.candidates},
-              {"state", parsed(r.state)},
-              {"evidence", e.evidence},
-              {"registry_hash", r.registry_hash},
-              {"policy_hash", r.policy_hash},
-              {"resolution", shown}};
+  return {r.id,          r.decision,      r.session,   r.turn,          r.created_ms,  r.deadline_ms,
+          r.on_deadline, r.reason,        r.question,  r.tool,          r.arguments,   r.confidence,
+          r.candidates,  parsed(r.state), e.evidence,  r.registry_hash, r.policy_hash, std::move(resolution),
+          std::move(tool_run)};
 }
 
 escalation escalation_desk::make_escalation(const log::decision_record& d, const response* answers,
@@ -249,7 +212,7 @@ void escalation_desk::start() {
     waiting.emplace_back(std::move(res), owned->escalation);
   }
   for (const auto& [res, esc] : waiting) {
-    waiting_.emplace(res.id, waiting_for(res, esc.row, resolution_json(res, esc.row)));
+    waiting_.emplace(res.id, waiting_for(res, esc.row, resolution_object_of(res, esc.row)));
   }
   for (auto& [id, e] : pending_) arm(*e);
   if (!pending_.empty() || !waiting_.empty() || expired) {
@@ -278,7 +241,7 @@ void escalation_desk::raised(const escalation& e) {
   owned->escalation = e;
   arm(*owned);
   add_pending(std::move(owned));
-  broadcast_locked(render_json(json{{"type", "escalation"}, {"escalation", escalation_json(e, nullptr)}}, false));
+  broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(e)}));
 }
 
 protocol::resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
@@ -316,7 +279,7 @@ void escalation_desk::on_deadline(const std::string& id) {
     res = prepare_deadline(*it->second);
     it->second->resolving = true;
   }
-  write_resolution(id, std::move(res), [this, id](result<json> r) {
+  write_resolution(id, std::move(res), [this, id](result<protocol::resolution_object> r) {
     if (r) return;
     // Not in the log (a full or failing log): the deadline is tried again in 5 s.
     spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
@@ -353,9 +316,9 @@ void escalation_desk::on_review_frame(const std::shared_ptr<review_listener>& l,
   json ref;
   auto f = protocol::parse_review_frame(text, ref);
   if (!f) return l->send(protocol::render_error_frame(ref, f.error()));
-  resolve(f->escalation, std::move(f->input), reviewer, [l, ref](result<json> r) {
+  resolve(f->escalation, std::move(f->input), reviewer, [l, ref](result<protocol::resolution_object> r) {
     if (!r) return l->send(protocol::render_error_frame(ref, r.error()));
-    l->send(render_json(json{{"type", "resolve_result"}, {"ref", ref}, {"resolution", *r}}, false));
+    l->send(protocol::render(protocol::resolve_result_frame{ref, std::move(*r)}));
   });
 }
 
@@ -442,7 +405,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
                              resolved_callback done) {
   std::optional<escalation> e;
   std::optional<waiting> w;
-  json object;
+  protocol::resolution_object object;
   std::optional<error> failed;
   {
     std::lock_guard lock(mutex_);
@@ -461,11 +424,11 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
         // Another baton on the same log resolved it first.
         failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
       } else {
-        object = resolution_json(r, e->row);
+        object = resolution_object_of(r, e->row);
         w = waiting_for(r, e->row, object);
         waiting_.emplace(r.id, *w);
         // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
-        broadcast_locked(render_json(json{{"type", "resolved"}, {"escalation", escalation_json(*e, object)}}, false));
+        broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(*e, object)}));
       }
     }
   }
@@ -475,7 +438,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
   deliver(*w);
   // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
   run_if_baton_runs(r, e->row);
-  done(result<json>(boost::system::in_place_value, std::move(object)));
+  done(result<protocol::resolution_object>(boost::system::in_place_value, std::move(object)));
 }
 
 void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool,
@@ -486,8 +449,7 @@ void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record
            routing_.counters.tool_run(tool, o.ok);
            log::tool_run_record run = tool_run_of(decision, tool, kind, o);
            // Reviewers hear of the run once it is in the log, so that GET /v1/escalations/{id} agrees.
-           const std::string frame =
-               render_json(json{{"type", "tool_run"}, {"escalation", escalation}, {"tool_run", tool_run_json(run)}}, false);
+           const std::string frame = protocol::render(protocol::tool_run_frame{escalation, tool_run_object_of(run)});
            auto report = [this, decision, frame](result<void> ok) {
              if (!ok) {
                spdlog::error("the tool run of decision {} is not in the log: {}", decision, ok.error().message);
@@ -497,7 +459,7 @@ void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record
              broadcast_locked(frame);
            };
            if (auto queued = log_.append(std::move(run), report); !queued) report(queued.error());
-           const json f = protocol::render_tool_result(decision, tool, std::move(o));
+           std::string result = protocol::render(protocol::tool_outcome_frame{decision, tool, wire_outcome(std::move(o)), {}});
            std::shared_ptr<agent_connection> c;
            {
              std::lock_guard lock(mutex_);
@@ -505,7 +467,7 @@ void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record
            }
            // Only a connected session hears of it; the run is in the log either way.
            if (c) {
-             boost::asio::post(c->strand(), [c, frame = render_json(f, false)]() mutable { c->send(std::move(frame)); });
+             boost::asio::post(c->strand(), [c, result = std::move(result)]() mutable { c->send(std::move(result)); });
            }
          });
 }
@@ -591,13 +553,13 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
   std::lock_guard lock(mutex_);
-  json list = json::array();
+  protocol::snapshot_frame snapshot;
   for (const auto& [order, e] : raised_order_) {
-    if (list.size() == max_listed) break;
-    list.push_back(escalation_json(e->escalation, nullptr));
+    if (snapshot.escalations.size() == max_listed) break;
+    snapshot.escalations.push_back(escalation_object_of(e->escalation));
   }
   // send() only queues: under the lock, nothing the desk says later can overtake the snapshot.
-  l->send(render_json(json{{"type", "snapshot"}, {"escalations", std::move(list)}}, false));
+  l->send(protocol::render(snapshot));
   listeners_.push_back(l);
 }
 
@@ -621,57 +583,57 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   if (status != "pending" && status != "resolved" && status != "all") {
     return make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all");
   }
-  json list = json::array();
+  protocol::escalation_list list;
   if (status != "resolved") {
     std::lock_guard lock(mutex_);
     for (const auto& [order, e] : raised_order_) {
-      if (list.size() == limit) break;
-      list.push_back(escalation_json(e->escalation, nullptr));
+      if (list.escalations.size() == limit) break;
+      list.escalations.push_back(escalation_object_of(e->escalation));
     }
   }
   if (status != "pending") {
     auto resolved = reader_->latest_resolutions(limit);
     if (!resolved) return resolved.error();
-    for (const log::escalation_history& h : *resolved) list.push_back(history_json(h));
+    for (const log::escalation_history& h : *resolved) list.escalations.push_back(history_object(h));
   }
-  return render_json(json{{"escalations", std::move(list)}}, false);
+  return protocol::render(list);
 }
 
 result<std::string> escalation_desk::get_json(const std::string& id) const {
   {
     std::lock_guard lock(mutex_);
     if (const auto it = pending_.find(id); it != pending_.end()) {
-      return render_json(escalation_json(it->second->escalation, nullptr), false);
+      return protocol::render(escalation_object_of(it->second->escalation));
     }
   }
   auto found = reader_->escalation(id);
   if (!found) return found.error();
   if (!*found) return not_found(id);
-  return render_json(history_json(**found), false);
+  return protocol::render(history_object(**found));
 }
 
 std::string escalation_desk::tools_json() const {
-  json list = json::array();
+  protocol::tools_list list;
   for (const tools::tool& t : routing_.registry.tools) {
-    json parameters = json::array();
+    protocol::tool_entry& entry = list.tools.emplace_back();
+    entry.id = t.id;
+    entry.description = t.description;
+    entry.risk = tools::to_string(t.risk);
+    entry.executor = executor_kind(t.id);
     for (const tools::parameter& p : t.parameters) {
-      json values = json::array();
-      for (const auto& [label, description] : p.values.items()) values.push_back({{"value", label}, {"description", description}});
-      parameters.push_back({{"name", p.name},
-                            {"type", tools::to_string(p.type)},
-                            {"instructions", p.instructions},
-                            {"values", std::move(values)},
-                            {"fixed", p.value ? json(*p.value) : json()}});
+      protocol::tool_parameter& param = entry.parameters.emplace_back();
+      param.name = p.name;
+      param.type = tools::to_string(p.type);
+      param.instructions = p.instructions;
+      for (const auto& [label, description] : p.values.items()) {
+        param.values.push_back({label, description.get<std::string>()});
+      }
+      param.fixed = p.value;
     }
-    list.push_back({{"id", t.id},
-                    {"description", t.description},
-                    {"risk", tools::to_string(t.risk)},
-                    {"executor", executor_kind(t.id)},
-                    {"parameters", std::move(parameters)}});
   }
-  json out = {{"tools", std::move(list)}, {"finish", routing_.registry.finish ? json(*routing_.registry.finish) : json()},
-              {"registry_hash", routing_.registry.hash}};
-  return render_json(out, false);
+  list.finish = routing_.registry.finish;
+  list.registry_hash = routing_.registry.hash;
+  return protocol::render(list);
 }
 
 }  // namespace baton

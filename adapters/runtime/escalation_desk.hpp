@@ -68,7 +68,7 @@ class escalation_desk {
   // Its row is durable: it is pending now, reviewers hear of it, its deadline runs.
   void raised(const escalation& e);
 
-  using resolved_callback = std::function<void(result<json>)>;
+  using resolved_callback = std::function<void(result<protocol::resolution_object>)>;
   // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409
   // VERSION_CHANGED (unless forced), 422 INVALID_RESOLUTION, or the log's error. `done` gets the resolution object once it is
   // durable, on an I/O thread.
@@ -129,17 +129,21 @@ class escalation_desk {
   void deliver(const waiting& w);
   void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool, const json& arguments);
   void broadcast_locked(const std::string& frame);  // with mutex_ held
-  // `tool_run`: the run of a resolved escalation's tool (null when none, or not yet).
-  json escalation_json(const escalation& e, const json& resolution, const json& tool_run = nullptr) const;
+  // The wire view of an escalation; `tool_run`: the run of a resolved escalation's tool (none when
+  // there is none, or not yet).
+  static protocol::escalation_object escalation_object_of(const escalation& e,
+                                                          std::optional<protocol::resolution_object> resolution = {},
+                                                          std::optional<protocol::tool_run_object> tool_run = {});
   // An escalation read from the log, with its resolution and tool run when it has them.
-  json history_json(const log::escalation_history& h) const;
+  protocol::escalation_object history_object(const log::escalation_history& h) const;
   // A row read from the log, with its evidence.
   escalation read_back(const log::escalation_row& row) const;
-  json resolution_json(const log::resolution_record& r, const log::escalation_record& e) const;
+  protocol::resolution_object resolution_object_of(const log::resolution_record& r, const log::escalation_record& e) const;
   // The executor an `execute` resolution's tool has (null for a deny, or for finish).
   tools::executor* executor_for(const log::resolution_record& r) const;
   std::string executor_kind(const std::string& tool) const;  // agent | http | command
-  waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e, const json& resolution) const;
+  waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e,
+                      const protocol::resolution_object& resolution) const;
   void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
 
   log::decision_log& log_;

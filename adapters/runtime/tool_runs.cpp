@@ -34,4 +34,8 @@ log::tool_run_record reported_tool_run(const std::string& decision, const std::s
   return run;
 }
 
+protocol::tool_outcome wire_outcome(tools::tool_outcome&& o) {
+  return {o.ok, std::move(o.error_code), std::move(o.detail), o.attempts, std::move(o.output)};
+}
+
 }  // namespace baton

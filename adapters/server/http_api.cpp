@@ -427,9 +427,9 @@ void http_api::handle_escalations(const ticket& t, const request& req, boost::as
   }
   // Answered once the resolution is durable, on the connection's strand.
   desk.resolve_body(t.escalation, req.body(), t.who->name,
-                    [strand = std::move(strand), done = std::move(done)](result<json> r) {
+                    [strand = std::move(strand), done = std::move(done)](result<protocol::resolution_object> r) {
                       boost::asio::post(strand, [r = std::move(r), done]() {
-                        done(r ? http_reply{200, render_json(*r, false), {}, false} : error_reply(r.error()));
+                        done(r ? http_reply{200, protocol::render(*r), {}, false} : error_reply(r.error()));
                       });
                     });
 }

@@ -254,22 +254,6 @@ TEST(agent_protocol, the_tool_result_of_a_tool_baton_ran) {
   EXPECT_EQ(render(as<tool_outcome_frame>(read_server(text))), text);
 }
 
-// The runtime's call until the call-site switch: a tools::tool_outcome look-alike, "event" added.
-TEST(agent_protocol, render_tool_result_keeps_the_runtime_s_call_working) {
-  struct outcome_like {
-    bool ok = false;
-    json output;
-    std::string error_code;
-    std::string detail;
-    int attempts = 0;
-    double duration_ms = 0;
-  };
-  json frame = render_tool_result("d-1", "restart", outcome_like{false, nullptr, "EXECUTOR_EXIT_STATUS", "exit 3", 1, 12.5});
-  frame["event"] = json{{"role", "tool"}};
-  tool_outcome_frame f{"d-1", "restart", {false, "EXECUTOR_EXIT_STATUS", "exit 3", 1, nullptr}, json{{"role", "tool"}}};
-  EXPECT_EQ(render_json(frame, false), render(f));
-}
-
 TEST(agent_protocol, resumed_ack_and_resolution_frames) {
   const resumed_frame resumed{9, "ticket-4411", {"e-1", "e-2"}, 1};
   EXPECT_EQ(render(resumed), R"({"type":"resumed","ref":9,"session":"ticket-4411","pending":["e-1","e-2"],"resolutions":1})");
