@@ -30,7 +30,7 @@ constexpr const char* log_help = R"(Usage: baton log sql [--db PATH] "SELECT ...
        baton log verify [--db PATH]
 
 Reads the decision log, the SQLite file `baton serve` appends decisions and tool runs to
-(adapters/README.md, "Decision log"). The file is opened read-only and never created.
+(adapters/log/README.md). The file is opened read-only and never created.
 
 Commands:
   sql QUERY    runs one SQL statement that only reads; writes each row as a JSON object

@@ -22,7 +22,7 @@ Runs the routing server: agents connect to ws://HOST:PORT/v1/agent (docs/protoco
 SystemOne/Jev clients POST to http://HOST:PORT/v1/systemone (docs/systemone.md) and list
 GET /v1/models; GET /health says which engine, model, registry and policy it serves and
 GET /metrics counts what it did (Prometheus). Everything else comes from the config file
-(default config/baton.yaml; format in adapters/README.md). With no API keys in the config
+(default config/baton.yaml; format in adapters/runtime/README.md). With no API keys in the config
 (auth.keys) it listens on loopback only.
 
 Options:

@@ -36,7 +36,7 @@ struct column_value {
 inline constexpr std::string_view genesis_hash =
     "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
-// The text a row's row_hash is the sha256 of (adapters/README.md, "Hash chain"): a JSON object of
+// The text a row's row_hash is the sha256 of (adapters/log/README.md, "Hash chain"): a JSON object of
 // the row's columns except row_hash, keys sorted, NULL columns left out, written as Python's
 // json.dumps(row, ensure_ascii=False, separators=(",", ":"), sort_keys=True) writes it.
 // Sorted keys and skipped NULLs keep old rows valid when a migration adds a nullable column.
