@@ -1,6 +1,6 @@
 #include "engine/engines.hpp"
 
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 
 namespace baton {
 

@@ -14,7 +14,7 @@
 #include "engine/clef/clef_engine.hpp"
 #include "engine/engines.hpp"
 #include "engine/scheduler.hpp"
-#include "engine/systemone_engine.hpp"
+#include "engine/systemone/systemone_engine.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {

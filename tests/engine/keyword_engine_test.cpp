@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "engine/engines.hpp"
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 
 namespace baton {
 namespace {

@@ -1,13 +1,13 @@
 // Qwen3-Omni's vision tower (qwen3-omni-thinker.md §5.3): Conv3d patch embedding, the learned
 // position table interpolated to the grid, 2-D rotary attention blocks confined to each frame
 // pair, the 2 x 2 merger, and the deepstack mergers fed by intermediate blocks (§5.4).
-// Engine-internal (ATen): only engine/clef/core .cpp files include it.
+// Engine-internal (ATen): only engine/clef/model .cpp files include it.
 #pragma once
 
 #include <vector>
 
-#include "engine/clef/core/tensors.hpp"
-#include "engine/clef/core/vision_preprocess.hpp"
+#include "engine/clef/model/tensors.hpp"
+#include "engine/clef/model/vision_preprocess.hpp"
 
 namespace baton::clef::detail {
 

@@ -10,8 +10,8 @@
 #include <variant>
 #include <vector>
 
-#include "engine/clef/core/model.hpp"
-#include "engine/clef/core/release.hpp"
+#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/release.hpp"
 
 namespace baton::clef {
 

@@ -1,4 +1,4 @@
-#include "engine/systemone_engine.hpp"
+#include "engine/systemone/systemone_engine.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -19,7 +19,7 @@
 
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
-#include "engine/tls_client.hpp"
+#include "core/tls_client.hpp"
 
 namespace baton {
 

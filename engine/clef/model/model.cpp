@@ -1,4 +1,4 @@
-#include "engine/clef/core/model.hpp"
+#include "engine/clef/model/model.hpp"
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -7,11 +7,11 @@
 #include <optional>
 #include <thread>
 
-#include "engine/clef/core/audio_encoder.hpp"
-#include "engine/clef/core/joint_head.hpp"
-#include "engine/clef/core/rope_index.hpp"
-#include "engine/clef/core/thinker.hpp"
-#include "engine/clef/core/vision_encoder.hpp"
+#include "engine/clef/model/audio_encoder.hpp"
+#include "engine/clef/model/joint_head.hpp"
+#include "engine/clef/model/rope_index.hpp"
+#include "engine/clef/model/thinker.hpp"
+#include "engine/clef/model/vision_encoder.hpp"
 
 namespace baton::clef {
 

@@ -1,4 +1,4 @@
-#include "engine/clef/core/blas_cpu.hpp"
+#include "engine/clef/model/blas_cpu.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "engine/clef/core/audio_encoder.hpp"
+#include "engine/clef/model/audio_encoder.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// ATen helpers shared by the thinker and the joint head (engine-internal: only engine/clef/core
+// ATen helpers shared by the thinker and the joint head (engine-internal: only engine/clef/model
 // .cpp files include this, so the rest of baton never parses ATen).
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <chrono>
 #include <vector>
 
-#include "engine/clef/core/model.hpp"
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef::detail {
 

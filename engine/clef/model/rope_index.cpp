@@ -1,4 +1,4 @@
-#include "engine/clef/core/rope_index.hpp"
+#include "engine/clef/model/rope_index.hpp"
 
 #include <algorithm>
 #include <array>

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "engine/clef/core/tensors.hpp"
+#include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
 

@@ -1,4 +1,4 @@
-#include "engine/clef/core/vision_preprocess.hpp"
+#include "engine/clef/model/vision_preprocess.hpp"
 
 #include <ATen/ATen.h>
 

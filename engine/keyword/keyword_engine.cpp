@@ -1,10 +1,10 @@
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "engine/words.hpp"
+#include "engine/keyword/words.hpp"
 
 namespace baton {
 

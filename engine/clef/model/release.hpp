@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef {
 

@@ -1,4 +1,4 @@
-#include "engine/clef/core/vision_encoder.hpp"
+#include "engine/clef/model/vision_encoder.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/clef/core/audio_features.hpp"
+#include "engine/clef/model/audio_features.hpp"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "engine/words.hpp"
+#include "engine/keyword/words.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,9 +1,9 @@
-#include "engine/clef/core/joint_head.hpp"
+#include "engine/clef/model/joint_head.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/clef/core/thinker.hpp"
+#include "engine/clef/model/thinker.hpp"
 
 namespace baton::clef::detail {
 

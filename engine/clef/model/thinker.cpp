@@ -1,4 +1,4 @@
-#include "engine/clef/core/thinker.hpp"
+#include "engine/clef/model/thinker.hpp"
 
 #include <ATen/Parallel.h>
 

@@ -1,4 +1,4 @@
-#include "engine/clef/core/tensors.hpp"
+#include "engine/clef/model/tensors.hpp"
 
 #include <cstdint>
 

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/clef/core/audio_features.hpp"
-#include "engine/clef/core/release.hpp"
-#include "engine/clef/core/vision_preprocess.hpp"
+#include "engine/clef/model/audio_features.hpp"
+#include "engine/clef/model/release.hpp"
+#include "engine/clef/model/vision_preprocess.hpp"
 
 namespace baton::clef {
 

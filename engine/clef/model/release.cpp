@@ -1,4 +1,4 @@
-#include "engine/clef/core/release.hpp"
+#include "engine/clef/model/release.hpp"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
