@@ -1,5 +1,6 @@
 // The client side of TLS for baton's outgoing HTTPS calls (the systemone engine, media URLs): TLS
 // 1.2 or newer, the server's certificate chained to the given CAs and naming the URL's host.
+// Header-only, so that baton_core needs no libssl: its users link OpenSSL::SSL themselves.
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
