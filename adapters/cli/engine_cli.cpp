@@ -422,7 +422,7 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   if (!read_count(a, "--threads", threads)) {
     return usage_error(err, "--threads needs a positive number", "decide");
   }
-  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));
+  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));  // the config's bound
   if (!read_count(a, "--batch-tokens", clef_options.batch_tokens)) {
     return usage_error(err, "--batch-tokens needs a positive number", "decide");
   }
