@@ -1,6 +1,7 @@
 // The Clef forward pass on a random mid-size release: load time, RSS and page faults, time per
 // forward with its split by part, and the MoE and attention throughput against the machine's
-// matmul ceiling. Needs only libtorch and the core, so it also builds against another libtorch.
+// matmul ceiling. Needs only libtorch and engine/clef/model, so it also builds against another
+// libtorch.
 //
 //   clef_forward [--dtype f32|bf16] [--threads 2] [--tokens 512,2048] [--warmup 1] [--runs 5]
 //                [--dir build/bench-release-<dtype>] [--json]
@@ -20,9 +21,9 @@
 #include <vector>
 
 #include "bench/random_release.hpp"
-#include "engine/clef/core/blas_cpu.hpp"
-#include "engine/clef/core/model.hpp"
-#include "engine/clef/core/release.hpp"
+#include "engine/clef/model/blas_cpu.hpp"
+#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/release.hpp"
 
 namespace {
 

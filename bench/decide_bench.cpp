@@ -6,7 +6,7 @@
 #include "bench/request_mix.hpp"
 #include "core/answers.hpp"
 #include "core/request.hpp"
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 
 namespace {
 

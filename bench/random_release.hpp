@@ -1,6 +1,6 @@
 // A random "mid-size" Clef release for the benches: Qwen3-Omni's layout (thinker text part, vision
 // and audio towers, joint head) at about 1/30 of the 30B thinker's size, written as safetensors
-// shards with their index. Needs only the core and nlohmann_json (clef_forward builds standalone).
+// shards with their index. Needs only engine/clef/model and nlohmann_json (clef_forward builds standalone).
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/clef/core/release.hpp"
+#include "engine/clef/model/release.hpp"
 
 namespace baton::clef::bench {
 

@@ -14,10 +14,9 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
-#include "adapters/server/serve.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
-#include "engine/engines.hpp"
+#include "engine/factory/make_engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 
 namespace baton {
@@ -241,7 +240,7 @@ class jsonl_decider {
     if (parsed) {
       slots_.emplace_back(requests_.size());
       requests_.push_back(std::move(*parsed));
-      max_lengths_.push_back(meta.max_length.value_or(options_.max_length));
+      max_lengths_.push_back(meta.max_length.value_or(options_.engine.clef.max_length));
     } else {
       slots_.emplace_back(std::move(parsed.error()));
     }
@@ -388,74 +387,62 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   }
   decide_options options;
   options.jsonl = a.has("--jsonl");
-  if (auto v = a.get("--engine")) options.engine = std::string(*v);
+  clef::clef_engine_options& clef_options = options.engine.clef;
+  if (auto v = a.get("--engine")) options.engine.name = std::string(*v);
   if (auto v = a.get("--confidence")) {
     auto metric = parse_confidence_metric(*v);
     if (!metric) return usage_error(err, "--confidence takes p_max or margin", "decide");
     options.confidence = *metric;
   }
-  if (auto v = a.get("--model")) options.model_dir = std::string(*v);
+  if (auto v = a.get("--model")) clef_options.model_dir = std::string(*v);
   if (auto v = a.get("--model-id")) {
     if (v->empty()) return usage_error(err, "--model-id needs a name", "decide");
-    options.model_id = std::string(*v);
+    clef_options.model_id = std::string(*v);
   }
-  for (auto [flag, field] : {std::pair{"--dtype", &options.dtype}, std::pair{"--head-dtype", &options.head_dtype}}) {
-    if (auto v = a.get(flag)) {
-      clef::compute_dtype unused;
-      if (!clef::parse_compute_dtype(*v, unused)) {
-        return usage_error(err, std::string(flag) + " takes f32 or bf16", "decide");
-      }
-      *field = std::string(*v);
+  if (auto v = a.get("--dtype")) {
+    clef::compute_dtype d{};
+    if (!clef::parse_compute_dtype(*v, d)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
+    clef_options.model.dtype = d;
+  }
+  if (auto v = a.get("--head-dtype")) {
+    if (!clef::parse_compute_dtype(*v, clef_options.model.head_dtype)) {
+      return usage_error(err, "--head-dtype takes f32 or bf16", "decide");
     }
   }
-  if (auto v = a.get("--device")) options.device = std::string(*v);
+  if (auto v = a.get("--device")) clef_options.model.device = std::string(*v);
   if (auto v = a.get("--dump")) options.dump = std::string(*v);
   if (auto v = a.get("--media-root")) {
-    options.media_root = std::string(*v);
-    if (!std::filesystem::is_directory(options.media_root)) {
-      return usage_error(err, "--media-root needs a directory", "decide");
-    }
+    if (!std::filesystem::is_directory(*v)) return usage_error(err, "--media-root needs a directory", "decide");
+    clef_options.media.sources.roots = {std::string(*v)};
   }
-  if (!read_count(a, "--max-length", options.max_length)) {
+  if (!read_count(a, "--max-length", clef_options.max_length)) {
     return usage_error(err, "--max-length needs a positive number of tokens", "decide");
   }
-  if (!read_count(a, "--threads", options.threads)) {
+  std::size_t threads = 0;
+  if (!read_count(a, "--threads", threads)) {
     return usage_error(err, "--threads needs a positive number", "decide");
   }
-  if (!read_count(a, "--batch-tokens", options.batch_tokens)) {
+  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));  // the config's bound
+  if (!read_count(a, "--batch-tokens", clef_options.batch_tokens)) {
     return usage_error(err, "--batch-tokens needs a positive number", "decide");
   }
   const std::optional<std::string>& file = a.file;
 
-  std::unique_ptr<decision_engine> engine;
-  if (options.engine == "clef") {
-    if (options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
-    engine_options clef_options;
-    clef_options.name = "clef";
-    clef_options.model = options.model_dir;
-    clef_options.model_id = options.model_id;
-    clef_options.dtype = options.dtype;
-    clef_options.head_dtype = options.head_dtype;
-    clef_options.device = options.device;
-    clef_options.threads = options.threads;
-    clef_options.max_length = options.max_length;
-    clef_options.batch_tokens = options.batch_tokens;
-    if (!options.media_root.empty()) clef_options.media.sources.roots = {options.media_root};
-    try {
-      engine = make_configured_engine(clef_options);
-    } catch (const error_exception& e) {
-      err << "baton decide: " << e.err().message << "\n";
-      return exit_engine_failed;
-    }
-  } else if (std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
+  const bool is_clef = options.engine.name == "clef";
+  if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
+  if (!is_clef && std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
     return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
                        "--batch-tokens, --media-root and --dump need --engine clef",
                        "decide");
-  } else {
-    auto made = make_engine(options.engine);
-    if (!made) return usage_error(err, made.error().message, "decide");
-    engine = std::move(*made);
   }
+  auto made = make_engine(options.engine);
+  if (!made) {
+    // A 400 is the options' fault (an unknown engine); a release that does not load is not.
+    if (made.error().status < 500) return usage_error(err, made.error().message, "decide");
+    err << "baton decide: " << made.error().message << "\n";
+    return exit_engine_failed;
+  }
+  const std::unique_ptr<decision_engine> engine = std::move(*made);
 
   std::ofstream dump_file;
   if (!options.dump.empty()) {

@@ -9,21 +9,13 @@
 
 #include "core/answers.hpp"
 #include "engine/decision_engine.hpp"
+#include "engine/factory/engine_options.hpp"
 
 namespace baton {
 
 struct decide_options {
-  std::string engine = "keyword";
-  std::string model_dir;              // clef: the release directory
-  std::string model_id;               // clef: the responses' model; empty: from the release's path
-  std::string dtype;                  // clef: f32 or bf16; empty: the weights' own dtype
-  std::string head_dtype;             // clef: f32 or bf16; empty: f32
-  std::string device = "cpu";         // clef: cpu, cuda, cuda:N
-  std::size_t max_length = 64000;     // clef: tokens per record
-  std::size_t threads = 0;            // clef: CPU threads (0: every core)
-  std::size_t batch_tokens = 16384;   // clef: tokens packed into one forward
-  std::string dump;                   // clef: file for the per-record trace (ids, spans, logits)
-  std::string media_root;             // clef: local media paths resolve under this directory only
+  engine_options engine;  // --engine and the clef flags (clef.max_length: a record's default window)
+  std::string dump;       // clef: file for the per-record trace (ids, spans, logits)
   confidence_metric confidence = confidence_metric::p_max;
   std::string input = "-";
   bool jsonl = false;  // force JSONL; otherwise detected

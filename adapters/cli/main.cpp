@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "adapters/cli/cli.hpp"
-#include "engine/clef/core/blas_cpu.hpp"
+#include "engine/clef/model/blas_cpu.hpp"
 
 int main(int argc, char** argv) {
   baton::clef::reexec_with_better_blas_core(argv);

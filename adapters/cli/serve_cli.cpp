@@ -70,7 +70,7 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
     if (config->engine.name != "clef") {
       return usage_error(err, "--model-id names the clef engine's model (engine.name: clef)", "serve");
     }
-    config->engine.model_id = std::string(*id);
+    config->engine.clef.model_id = std::string(*id);
   }
 
   // Standard output carries the listening line only; the server's log lines go to standard error.

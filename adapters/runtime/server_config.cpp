@@ -246,27 +246,33 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
     if (f.key == "name") {
       continue;
     } else if (f.key == "model") {
+      // systemone: the name sent; otherwise the release directory.
       if (remote) {
-        e.remote_model = read_string(f.value, what);
+        e.systemone.model = read_string(f.value, what);
       } else {
-        e.model = read_path(f.value, what, base);
+        e.clef.model_dir = read_path(f.value, what, base);
       }
     } else if (f.key == "model_id") {
       if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
-      e.model_id = read_string(f.value, what);
-      if (e.model_id.empty()) fail(f.value, what + " must not be empty");
+      e.clef.model_id = read_string(f.value, what);
+      if (e.clef.model_id.empty()) fail(f.value, what + " must not be empty");
     } else if (f.key == "dtype" || f.key == "head_dtype") {
-      std::string& d = f.key == "dtype" ? e.dtype : e.head_dtype;
-      d = read_string(f.value, what);
+      const std::string d = read_string(f.value, what);
       if (d != "f32" && d != "bf16") fail(f.value, what + " must be f32 or bf16");
+      const clef::compute_dtype dtype = d == "bf16" ? clef::compute_dtype::bf16 : clef::compute_dtype::f32;
+      if (f.key == "dtype") {
+        e.clef.model.dtype = dtype;
+      } else {
+        e.clef.model.head_dtype = dtype;
+      }
     } else if (f.key == "device") {
-      e.device = read_string(f.value, what);
+      e.clef.model.device = read_string(f.value, what);
     } else if (f.key == "threads") {
-      e.threads = static_cast<std::size_t>(read_integer(f.value, what, 0, 4096));
+      e.clef.model.threads = static_cast<int>(read_integer(f.value, what, 0, 4096));
     } else if (f.key == "max_length") {
-      e.max_length = read_count(f.value, what);
+      e.clef.max_length = read_count(f.value, what);
     } else if (f.key == "batch_tokens") {
-      e.batch_tokens = read_count(f.value, what);
+      e.clef.batch_tokens = read_count(f.value, what);
     } else if (f.key == "max_batch") {
       e.max_batch = read_count(f.value, what, 65536);
     } else if (f.key == "queue_capacity") {
@@ -275,28 +281,28 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       e.timeout = std::chrono::milliseconds(read_count(f.value, what));
     } else if (f.key == "media") {
       if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
-      read_media(f.value, e.media, base, section + ".media");
+      read_media(f.value, e.clef.media, base, section + ".media");
     } else if (!remote) {
       fail(f.value, what + " is read only by the systemone engine");
     } else if (f.key == "url") {
-      e.url = read_string(f.value, what);
+      e.systemone.url = read_string(f.value, what);
     } else if (f.key == "ca_file") {
-      e.ca_file = read_path(f.value, what, base);
+      e.systemone.ca_file = read_path(f.value, what, base);
     } else if (f.key == "key_env") {
-      e.api_key = read_env(f.value, what, what, e.key_env);
+      e.systemone.api_key = read_env(f.value, what, what, e.key_env);
     } else if (f.key == "connections") {
-      e.connections = read_count(f.value, what, 1024);
+      e.systemone.connections = read_count(f.value, what, 1024);
     } else if (f.key == "retries") {
-      e.retries = static_cast<std::size_t>(read_integer(f.value, what, 0, 10));
+      e.systemone.retries = static_cast<int>(read_integer(f.value, what, 0, 10));
     } else if (f.key == "connect_timeout_ms") {
-      e.connect_timeout = std::chrono::milliseconds(read_count(f.value, what));
+      e.systemone.connect_timeout = std::chrono::milliseconds(read_count(f.value, what));
     } else {
-      e.request_timeout = std::chrono::milliseconds(read_count(f.value, what));
+      e.systemone.timeout = std::chrono::milliseconds(read_count(f.value, what));
     }
   }
-  if (e.name == "clef" && e.model.empty()) fail(n, ticked(section + ".name: clef") + " needs " + ticked(section + ".model") + ", a release directory");
-  if (e.name == "keyword" && !e.model.empty()) fail(n, ticked(section + ".model") + " is read only by the clef and systemone engines");
-  if (remote && e.url.empty()) fail(n, ticked(section + ".name: systemone") + " needs " + ticked(section + ".url") + ", the server's base URL");
+  if (e.name == "clef" && e.clef.model_dir.empty()) fail(n, ticked(section + ".name: clef") + " needs " + ticked(section + ".model") + ", a release directory");
+  if (e.name == "keyword" && !e.clef.model_dir.empty()) fail(n, ticked(section + ".model") + " is read only by the clef and systemone engines");
+  if (remote && e.systemone.url.empty()) fail(n, ticked(section + ".name: systemone") + " needs " + ticked(section + ".url") + ", the server's base URL");
 }
 
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {

@@ -13,7 +13,7 @@
 #include "adapters/runtime/api_keys.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
-#include "engine/clef/media_input.hpp"
+#include "engine/factory/engine_options.hpp"
 #include "tools/executor.hpp"
 
 namespace baton {
@@ -45,35 +45,6 @@ struct server_options {
 struct systemone_options {
   std::vector<std::string> model_aliases{"jev-latest"};  // names the served model also answers to
   confidence_metric confidence = confidence_metric::p_max;
-};
-
-struct engine_options {
-  std::string name = "keyword";  // keyword | clef | systemone
-  std::filesystem::path model;   // clef: the release directory
-  std::string model_id;          // clef: the served model's name; empty: clef::served_model_id(model)
-  // systemone: another SystemOne server (engine/systemone_engine.hpp). `model` is then the name
-  // sent; the bearer key comes from the environment variable `key_env`; `ca_file` is the CAs an
-  // https server's certificate must chain to (empty: the system's).
-  std::string url;
-  std::filesystem::path ca_file;
-  std::string remote_model;
-  std::string key_env;
-  std::string api_key;
-  std::size_t connections = 8;
-  std::size_t retries = 2;
-  std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::milliseconds request_timeout{10000};
-  std::string dtype;             // clef: f32 | bf16; empty: the weights' own
-  std::string head_dtype;        // clef: f32 | bf16 for the joint head; empty: f32
-  std::string device = "cpu";
-  std::size_t threads = 0;       // clef: CPU threads; 0: every core
-  std::size_t max_length = 64000;
-  std::size_t batch_tokens = 16384;
-  std::size_t max_batch = 64;
-  std::size_t queue_capacity = 4096;
-  std::chrono::milliseconds timeout{30000};  // past it, the policy's on_engine_error decides
-  // clef: where media may come from (local roots, allow-listed URLs) and the decode limits.
-  clef::media_settings media;
 };
 
 struct server_config {

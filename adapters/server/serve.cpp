@@ -11,10 +11,8 @@
 #include "adapters/runtime/agent_service.hpp"
 #include "adapters/server/handler_guard.hpp"
 #include "adapters/server/listener.hpp"
-#include "engine/clef/clef_engine.hpp"
-#include "engine/engines.hpp"
+#include "engine/factory/make_engine.hpp"
 #include "engine/scheduler.hpp"
-#include "engine/systemone_engine.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -42,48 +40,14 @@ routing_config load_routing(const server_config& config, const decision_engine& 
   return r;
 }
 
-}  // namespace
-
-std::unique_ptr<decision_engine> make_configured_engine(const engine_options& options) {
-  if (options.name == "clef") {
-    clef::clef_engine_options o;
-    o.model_dir = options.model;
-    o.model_id = options.model_id;
-    if (!options.dtype.empty()) {
-      clef::compute_dtype d{};
-      clef::parse_compute_dtype(options.dtype, d);
-      o.model.dtype = d;
-    }
-    if (!options.head_dtype.empty()) clef::parse_compute_dtype(options.head_dtype, o.model.head_dtype);
-    o.model.device = options.device;
-    o.model.threads = static_cast<int>(std::min<std::size_t>(options.threads, 4096));
-    o.max_length = options.max_length;
-    o.batch_tokens = options.batch_tokens;
-    o.media = options.media;
-    try {
-      return std::make_unique<clef::clef_engine>(o);
-    } catch (const std::exception& e) {
-      start_failure("ENGINE_LOAD_FAILED", "cannot load the model in " + options.model.string() + ": " + e.what());
-    }
-  }
-  if (options.name == "systemone") {
-    systemone_engine_options o;
-    o.url = options.url;
-    o.ca_file = options.ca_file;
-    o.model = options.remote_model;
-    o.api_key = options.api_key;
-    o.connections = options.connections;
-    o.retries = static_cast<int>(options.retries);
-    o.connect_timeout = options.connect_timeout;
-    o.timeout = options.request_timeout;
-    auto made = systemone_engine::make(std::move(o));
-    if (!made) throw error_exception(made.error());
-    return std::move(*made);
-  }
-  auto made = make_engine(options.name);
+// The engine the config names; one that cannot be made stops the start.
+std::unique_ptr<decision_engine> start_engine(const engine_options& options) {
+  auto made = make_engine(options);
   if (!made) throw error_exception(made.error());
   return std::move(*made);
 }
+
+}  // namespace
 
 bool is_loopback(const std::string& host) {
   if (host == "localhost") return true;
@@ -143,7 +107,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   for (const engine_options* e : {&p->config.engine, p->config.fallback ? &*p->config.fallback : nullptr}) {
     if (e && !e->key_env.empty()) p->config.executors.withheld_env.push_back(e->key_env);
   }
-  p->engine = engine ? std::move(engine) : make_configured_engine(config.engine);
+  p->engine = engine ? std::move(engine) : start_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
   p->log = log::decision_log::open(p->config.log);
   p->auth = std::make_unique<authenticator>(p->config.auth);
@@ -153,7 +117,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   std::optional<agent_service::fallback_engine> fallback;
   if (p->config.fallback) {
     const engine_options& f = *p->config.fallback;
-    p->fallback_engine = make_configured_engine(f);
+    p->fallback_engine = start_engine(f);
     // The fallback is asked the same questions: they must fit its limits too (a remote server's
     // are the wire's defaults), or every fallback would fail.
     if (auto fits = tools::compile_questions(routing.registry, p->fallback_engine->describe().limits); !fits) {

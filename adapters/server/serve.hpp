@@ -37,7 +37,4 @@ class running_server {
   std::unique_ptr<impl> impl_;
 };
 
-// Builds the engine the config names (keyword, or clef from its release directory).
-std::unique_ptr<decision_engine> make_configured_engine(const engine_options& options);
-
 }  // namespace baton

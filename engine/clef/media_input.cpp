@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/clef/core/rope_index.hpp"
+#include "engine/clef/model/rope_index.hpp"
 
 namespace baton::clef {
 

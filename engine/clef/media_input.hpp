@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/request.hpp"
-#include "engine/clef/core/model.hpp"
+#include "engine/clef/model/model.hpp"
 #include "engine/media/decode.hpp"
 #include "engine/media/source.hpp"
 

@@ -24,7 +24,7 @@
 
 #include "core/base64.hpp"
 #include "core/http_url.hpp"
-#include "engine/tls_client.hpp"
+#include "core/tls_client.hpp"
 
 namespace baton::media {
 

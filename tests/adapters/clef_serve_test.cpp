@@ -19,6 +19,7 @@
 #include "adapters/server/serve.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "core/answers.hpp"
+#include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"
 #include "server_fixture.hpp"
 #include "support/files.hpp"
@@ -47,17 +48,18 @@ TEST(clef_example, loads_through_the_server_configuration_loader) {
   auto c = load_server_config(example);
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->engine.name, "clef");
-  EXPECT_EQ(fs::weakly_canonical(c->engine.model), fs::weakly_canonical(tiny / "release"));
-  EXPECT_EQ(c->engine.model_id, "clef-omni-tiny");
-  EXPECT_EQ(c->engine.dtype, "f32");
-  ASSERT_EQ(c->engine.media.sources.roots.size(), 1u);
-  EXPECT_EQ(fs::weakly_canonical(c->engine.media.sources.roots[0]), fs::weakly_canonical(tiny));
-  EXPECT_FALSE(c->engine.media.sources.urls);
+  EXPECT_EQ(fs::weakly_canonical(c->engine.clef.model_dir), fs::weakly_canonical(tiny / "release"));
+  EXPECT_EQ(c->engine.clef.model_id, "clef-omni-tiny");
+  EXPECT_EQ(c->engine.clef.model.dtype, clef::compute_dtype::f32);
+  ASSERT_EQ(c->engine.clef.media.sources.roots.size(), 1u);
+  EXPECT_EQ(fs::weakly_canonical(c->engine.clef.media.sources.roots[0]), fs::weakly_canonical(tiny));
+  EXPECT_FALSE(c->engine.clef.media.sources.urls);
   EXPECT_TRUE(fs::is_regular_file(c->registry)) << c->registry;
   EXPECT_TRUE(fs::is_regular_file(c->policy)) << c->policy;
-  const auto engine = make_configured_engine(c->engine);
-  EXPECT_EQ(engine->describe().model_id, "clef-omni-tiny");
-  EXPECT_EQ(engine->describe().limits.images.max_items, 4u);  // the tiny release has both towers
+  const auto engine = make_engine(c->engine);
+  ASSERT_TRUE(engine) << engine.error().message;
+  EXPECT_EQ((*engine)->describe().model_id, "clef-omni-tiny");
+  EXPECT_EQ((*engine)->describe().limits.images.max_items, 4u);  // the tiny release has both towers
 }
 
 // `baton serve ARGS` as a child process; its standard output is read for the listening line,

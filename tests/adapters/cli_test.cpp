@@ -10,7 +10,7 @@
 
 #include "adapters/cli/cli.hpp"
 #include "core/answers.hpp"
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 #include "support/files.hpp"
 
 namespace baton {

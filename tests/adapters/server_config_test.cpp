@@ -36,7 +36,7 @@ executors: {timeout_ms: 250, max_output_bytes: 4096}
   EXPECT_EQ(c->server.port, 9000);
   EXPECT_EQ(c->server.io_threads, 4u);
   EXPECT_EQ(c->server.max_frame_bytes, 2048u);
-  EXPECT_EQ(c->engine.model, "/etc/baton/release");
+  EXPECT_EQ(c->engine.clef.model_dir, "/etc/baton/release");
   EXPECT_EQ(c->engine.timeout, std::chrono::milliseconds(500));
   EXPECT_EQ(c->registry, "/srv/tools.yaml");
   EXPECT_EQ(c->log.path, "/etc/baton/db/decisions.db");
@@ -141,20 +141,20 @@ TEST(server_config, the_systemone_engine) {
 )",
                                "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_EQ(c->engine.remote_model, "jev-latest");  // a name, not a path, whatever the key order
-  EXPECT_TRUE(c->engine.model.empty());
-  EXPECT_EQ(c->engine.api_key, "upstream-key-0123456789");
-  EXPECT_EQ(c->engine.connections, 4u);
-  EXPECT_EQ(c->engine.retries, 0u);
-  EXPECT_EQ(c->engine.request_timeout, std::chrono::milliseconds(3000));
-  EXPECT_TRUE(c->engine.ca_file.empty());  // https: the system's CAs
+  EXPECT_EQ(c->engine.systemone.model, "jev-latest");  // a name, not a path, whatever the key order
+  EXPECT_TRUE(c->engine.clef.model_dir.empty());
+  EXPECT_EQ(c->engine.systemone.api_key, "upstream-key-0123456789");
+  EXPECT_EQ(c->engine.systemone.connections, 4u);
+  EXPECT_EQ(c->engine.systemone.retries, 0);
+  EXPECT_EQ(c->engine.systemone.timeout, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(c->engine.systemone.ca_file.empty());  // https: the system's CAs
   // A private CA, relative to the config file as every path.
   c = parse_server_config("engine: {name: systemone, url: \"https://models.internal\", ca_file: certs/ca.pem}\n"
                           "routing: {fallback: {name: systemone, url: \"https://big.internal\", ca_file: /etc/ssl/big.pem}}\n",
                           "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_EQ(c->engine.ca_file, "/etc/baton/certs/ca.pem");
-  EXPECT_EQ(c->fallback->ca_file, "/etc/ssl/big.pem");
+  EXPECT_EQ(c->engine.systemone.ca_file, "/etc/baton/certs/ca.pem");
+  EXPECT_EQ(c->fallback->systemone.ca_file, "/etc/ssl/big.pem");
   EXPECT_EQ(problem("engine: {name: keyword, ca_file: ca.pem}\n"),
             "/etc/baton/baton.yaml:1: `engine.ca_file` is read only by the systemone engine");
   EXPECT_EQ(problem("engine: {name: systemone}\n"),
@@ -182,7 +182,7 @@ TEST(server_config, the_clef_engines_media_section) {
 )",
                                "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  const auto& m = c->engine.media;
+  const auto& m = c->engine.clef.media;
   ASSERT_EQ(m.sources.roots.size(), 2u);
   EXPECT_EQ(m.sources.roots[0], "/etc/baton/media");
   EXPECT_EQ(m.sources.roots[1], "/srv/clips");
@@ -203,10 +203,10 @@ TEST(server_config, the_clef_engines_media_section) {
   // Defaults: no local paths, no URLs, Workers AI's durations.
   c = parse_server_config("engine: {name: clef, model: release}\n", "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_TRUE(c->engine.media.sources.roots.empty());
-  EXPECT_FALSE(c->engine.media.sources.urls);
-  EXPECT_EQ(c->engine.media.audio.max_seconds, 300);
-  EXPECT_EQ(c->engine.media.videos.max_seconds, 60);
+  EXPECT_TRUE(c->engine.clef.media.sources.roots.empty());
+  EXPECT_FALSE(c->engine.clef.media.sources.urls);
+  EXPECT_EQ(c->engine.clef.media.audio.max_seconds, 300);
+  EXPECT_EQ(c->engine.clef.media.videos.max_seconds, 60);
 
   EXPECT_EQ(problem("engine: {name: keyword, media: {roots: [x]}}\n"),
             "/etc/baton/baton.yaml:1: `engine.media` is read only by the clef engine");
@@ -222,10 +222,10 @@ TEST(server_config, the_clef_model_id) {
   auto c = parse_server_config("engine: {name: clef, model: release, model_id: Cloudflare/clef-omni}\n",
                                "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_EQ(c->engine.model_id, "Cloudflare/clef-omni");
+  EXPECT_EQ(c->engine.clef.model_id, "Cloudflare/clef-omni");
   c = parse_server_config("engine: {name: clef, model: release}\n", "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_EQ(c->engine.model_id, "");
+  EXPECT_EQ(c->engine.clef.model_id, "");
   EXPECT_EQ(problem("engine: {name: clef, model: release, model_id: \"\"}\n"),
             "/etc/baton/baton.yaml:1: `engine.model_id` must not be empty");
   EXPECT_EQ(problem("engine: {name: keyword, model_id: mine}\n"),

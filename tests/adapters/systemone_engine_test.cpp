@@ -14,7 +14,7 @@
 
 #include "adapters/cli/cli.hpp"
 #include "adapters/server/serve.hpp"
-#include "engine/systemone_engine.hpp"
+#include "engine/systemone/systemone_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
 #include "test_certificates.hpp"

@@ -16,6 +16,7 @@
 #include "adapters/cli/cli.hpp"
 #include "adapters/server/serve.hpp"
 #include "engine/clef/clef_engine.hpp"
+#include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
 #include "ws_client.hpp"
@@ -845,8 +846,10 @@ class clef_model_id_test : public systemone_test {
     if (!model_id.empty()) yaml += ", model_id: \"" + model_id + "\"";
     auto c = parse_server_config(yaml + "}\n", dir_ / "baton.yaml");
     ASSERT_TRUE(c) << c.error().message;
-    EXPECT_EQ(c->engine.model_id, model_id);
-    test::http_client client(start({}, {}, make_configured_engine(c->engine)));
+    EXPECT_EQ(c->engine.clef.model_id, model_id);
+    auto engine = make_engine(c->engine);
+    ASSERT_TRUE(engine) << engine.error().message;
+    test::http_client client(start({}, {}, std::move(*engine)));
     const auto models = client.get("/v1/models");
     ASSERT_EQ(models.status, 200) << models.body;
     EXPECT_EQ(models.body_json()["models"][0]["name"], want);

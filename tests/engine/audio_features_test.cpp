@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/clef/core/audio_features.hpp"
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/audio_features.hpp"
+#include "engine/clef/model/safetensors.hpp"
 #include "support/files.hpp"
 
 namespace baton::clef {

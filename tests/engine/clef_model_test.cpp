@@ -5,7 +5,7 @@
 #include <cstring>
 #include <map>
 
-#include "engine/clef/core/model.hpp"
+#include "engine/clef/model/model.hpp"
 #include "support/files.hpp"
 #include "support/tensor_values.hpp"
 

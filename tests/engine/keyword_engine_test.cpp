@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "engine/engines.hpp"
-#include "engine/keyword_engine.hpp"
+#include "engine/factory/make_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 
 namespace baton {
 namespace {
@@ -116,10 +116,13 @@ TEST(keyword_engine, describes_itself_and_reads_no_media) {
 }
 
 TEST(engines, by_name) {
-  auto k = make_engine("keyword");
+  engine_options options;
+  options.name = "keyword";
+  auto k = make_engine(options);
   ASSERT_TRUE(k);
   EXPECT_EQ((*k)->describe().model_id, "baton-keyword-1");
-  auto unknown = make_engine("gpt");
+  options.name = "gpt";
+  auto unknown = make_engine(options);
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("keyword"), std::string::npos);
 }

@@ -18,7 +18,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/safetensors.hpp"
 #include "engine/media/decode.hpp"
 #include "support/av_encode.hpp"
 #include "support/files.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clef/core/model.hpp"
+#include "engine/clef/model/model.hpp"
 
 namespace baton::clef {
 namespace {

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/clef/core/audio_features.hpp"
-#include "engine/clef/core/release.hpp"
-#include "engine/clef/core/rope_index.hpp"
+#include "engine/clef/model/audio_features.hpp"
+#include "engine/clef/model/release.hpp"
+#include "engine/clef/model/rope_index.hpp"
 #include "support/files.hpp"
 #include "support/tensor_values.hpp"
 

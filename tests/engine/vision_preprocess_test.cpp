@@ -7,8 +7,8 @@
 #include <iostream>
 #include <variant>
 
-#include "engine/clef/core/safetensors.hpp"
-#include "engine/clef/core/vision_preprocess.hpp"
+#include "engine/clef/model/safetensors.hpp"
+#include "engine/clef/model/vision_preprocess.hpp"
 #include "support/files.hpp"
 
 namespace baton::clef {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "engine/words.hpp"
+#include "engine/keyword/words.hpp"
 
 namespace baton::words {
 namespace {

@@ -34,7 +34,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const batonBin = process.env.BATON_BIN ?? process.argv[2];
 const sourceDir = path.resolve(process.env.BATON_SOURCE_DIR ?? process.argv[3] ?? path.join(here, "..", ".."));
 
-// The keyword engine's model name (engine/keyword_engine.hpp); the SDK asks for its own default,
+// The keyword engine's model name (engine/keyword/keyword_engine.hpp); the SDK asks for its own default,
 // `jev-latest`, which the config below makes an alias of it.
 const SERVED_MODEL = "baton-keyword-1";
 const SDK_DEFAULT_MODEL = "jev-latest";

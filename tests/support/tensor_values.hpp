@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clef/core/safetensors.hpp"
+#include "engine/clef/model/safetensors.hpp"
 
 namespace baton::test {
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "engine/keyword_engine.hpp"
+#include "engine/keyword/keyword_engine.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton::tools {

@@ -1,0 +1,282 @@
+#include "engine/clef/model/model.hpp"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "engine/clef/model/audio_encoder.hpp"
+#include "engine/clef/model/joint_head.hpp"
+#include "engine/clef/model/rope_index.hpp"
+#include "engine/clef/model/thinker.hpp"
+#include "engine/clef/model/vision_encoder.hpp"
+
+namespace baton::clef {
+
+bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept {
+  if (text == "f32" || text == "fp32" || text == "float32") {
+    out = compute_dtype::f32;
+    return true;
+  }
+  if (text == "bf16" || text == "bfloat16") {
+    out = compute_dtype::bf16;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+at::Device parse_device(const std::string& text) {
+  std::optional<at::Device> device;
+  try {
+    device.emplace(text);
+  } catch (const std::exception&) {
+    throw load_error("unknown device `" + text + "` (cpu, cuda or cuda:N)");
+  }
+  if (!device->is_cpu() && !device->is_cuda()) {
+    throw load_error("unsupported device `" + text + "` (cpu, cuda or cuda:N)");
+  }
+  if (device->is_cuda() && !at::hasCUDA()) {
+    throw load_error("device `" + text + "`: this libtorch was built without CUDA or sees no GPU");
+  }
+  return *device;
+}
+
+// The options with every default decided: the compute dtype is the file's when none is asked for
+// (bf16 stays bf16, so nothing is converted or copied; f16 files compute in f32), the score budget
+// 4 MiB on the CPU (blocks that stay in cache and come from the allocator's free lists; 64 MiB
+// blocks were mapped afresh and page-faulted for every chunk) and 1 GiB on a GPU.
+model_options resolved(model_options options, const release& files, const at::Device& device) {
+  if (!options.dtype) {
+    const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
+    options.dtype = v.type == dtype::bf16 ? compute_dtype::bf16 : compute_dtype::f32;
+  }
+  if (options.score_budget_bytes <= 0) options.score_budget_bytes = device.is_cuda() ? (1ll << 30) : (4ll << 20);
+  return options;
+}
+
+class model_impl final : public model {
+ public:
+  model_impl(const std::filesystem::path& dir, const model_options& options)
+      : files_(dir, options.head),
+        device_(parse_device(options.device)),
+        options_(resolved(options, files_, device_)),
+        thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes) {
+    const int threads = options.threads > 0
+                            ? options.threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);
+    if (options.head) {
+      head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
+    }
+    const media_tokens& t = files_.tokens();
+    if (files_.vision() && t.image && t.video && t.vision_start && t.vision_end) {
+      vision_.emplace(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes);
+    }
+    if (files_.audio() && t.audio && t.audio_start && t.audio_end) {
+      audio_.emplace(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes);
+    }
+  }
+
+  const release& files() const noexcept override { return files_; }
+  const model_options& options() const noexcept override { return options_; }
+
+  std::vector<record_logits> forward(std::span<const record_input> batch) override {
+    if (!head_) throw std::logic_error("this model was loaded without its joint head");
+    try {
+      return run(batch);
+    } catch (const c10::Error& e) {
+      // Callers see the message, not libtorch's C++ backtrace.
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  }
+
+  void trace(std::span<const std::int32_t> ids, const record_media* media,
+             const stage_observer& observe) override {
+    c10::InferenceMode guard;
+    const record_input one{ids, {}, media};
+    at::Tensor id_tensor;
+    std::vector<std::int64_t> lengths;
+    const detail::thinker_input input = prepare({&one, 1}, id_tensor, lengths, &observe, nullptr);
+    thinker_.forward(input, lengths, &observe, nullptr);
+  }
+
+  bool reads_images() const noexcept override { return vision_.has_value(); }
+  bool reads_audio() const noexcept override { return audio_.has_value(); }
+
+  void set_profiling(bool on) noexcept override { profiling_ = on; }
+  const forward_profile& last_profile() const noexcept override { return profile_; }
+
+ private:
+  std::vector<record_logits> run(std::span<const record_input> batch) {
+    c10::InferenceMode guard;
+    profile_ = {};
+    forward_profile* profile = profiling_ ? &profile_ : nullptr;
+    const auto start = std::chrono::steady_clock::now();
+
+    at::Tensor id_tensor;
+    std::vector<std::int64_t> lengths;
+    const detail::thinker_input input = prepare(batch, id_tensor, lengths, nullptr, profile);
+    const at::Tensor hidden = thinker_.forward(input, lengths, nullptr, profile);
+
+    std::vector<record_logits> out;
+    out.reserve(batch.size());
+    {
+      detail::scoped_timer t(profile ? &profile_.head_ms : nullptr);
+      std::int64_t offset = 0;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        out.push_back(head_->forward(hidden.narrow(0, offset, lengths[i]),
+                                     id_tensor.narrow(0, offset, lengths[i]), batch[i].questions,
+                                     thinker_));
+        offset += lengths[i];
+      }
+    }
+    profile_.tokens = id_tensor.size(0);
+    profile_.total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
+
+  // The thinker's input for `batch`: token embeddings with the media encoders' rows placed at their
+  // pads, MRoPE positions and deepstack rows when any record has media.
+  detail::thinker_input prepare(std::span<const record_input> batch, at::Tensor& id_tensor,
+                                std::vector<std::int64_t>& lengths, const stage_observer* observe,
+                                forward_profile* profile) const {
+    std::vector<std::int64_t> ids;
+    lengths.clear();
+    bool media = false;
+    for (const auto& r : batch) {
+      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+      lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
+      media = media || (r.media && !r.media->empty());
+    }
+    id_tensor = detail::long_tensor(ids, device_);
+    detail::thinker_input input;
+    {
+      detail::scoped_timer t(profile ? &profile->embed_ms : nullptr);
+      input.embeds = thinker_.embed(id_tensor);
+    }
+    if (!media) return input;
+
+    detail::scoped_timer t(profile ? &profile->media_ms : nullptr);
+    const std::size_t n = ids.size();
+    std::vector<float> positions(3 * n);
+    const std::size_t deepstack = vision_ ? files_.vision()->deepstack_layers.size() : 0;
+    placed images(deepstack), videos(deepstack), audio(0);
+    std::size_t offset = 0;
+    for (const auto& r : batch) {
+      const record_media none;
+      place_record(r.ids, r.media ? *r.media : none, offset, n, positions, images, videos, audio);
+      offset += r.ids.size();
+    }
+    input.positions = at::from_blob(positions.data(), {3, static_cast<std::int64_t>(n)}, at::kFloat).to(device_, at::kFloat, false, /*copy=*/true);
+    auto place = [&](const placed& p, const char* stage) {
+      if (p.rows.empty()) return;
+      const at::Tensor features = at::cat(p.embeds);
+      detail::report(observe, stage, features);
+      input.embeds.index_copy_(0, at::cat(p.rows), features.to(input.embeds.scalar_type()));
+    };
+    place(audio, "audio_features");
+    place(images, "image_embeds");
+    place(videos, "video_embeds");
+    if (!images.rows.empty() || !videos.rows.empty()) {
+      std::vector<at::Tensor> rows = images.rows;
+      rows.insert(rows.end(), videos.rows.begin(), videos.rows.end());
+      input.visual_rows = at::cat(rows);
+      for (std::size_t l = 0; l < deepstack; ++l) {
+        if (observe && !images.deep[l].empty()) detail::report(observe, "image_deepstack." + std::to_string(l), at::cat(images.deep[l]));
+        if (observe && !videos.deep[l].empty()) detail::report(observe, "video_deepstack." + std::to_string(l), at::cat(videos.deep[l]));
+        std::vector<at::Tensor> parts = images.deep[l];
+        parts.insert(parts.end(), videos.deep[l].begin(), videos.deep[l].end());
+        input.deepstack.push_back(at::cat(parts).to(input.embeds.scalar_type()));
+      }
+    }
+    return input;
+  }
+
+  // One kind of media over a batch: the rows its pads occupy and the encoders' outputs for them.
+  struct placed {
+    explicit placed(std::size_t deepstack) : deep(deepstack) {}
+    std::vector<at::Tensor> rows, embeds;
+    std::vector<std::vector<at::Tensor>> deep;  // per deepstack layer (vision only)
+  };
+
+  // One record's positions (into `positions`, [3, n] at `offset`), its media encoded and the rows
+  // of its pads. Throws when the release cannot read the media or the pads do not match it.
+  void place_record(std::span<const std::int32_t> ids, const record_media& m, std::size_t offset,
+                    std::size_t n, std::vector<float>& positions, placed& images, placed& videos,
+                    placed& audio) const {
+    if ((!m.images.empty() || !m.videos.empty()) && !vision_) {
+      throw std::runtime_error("this release has no vision tower (or no image and video token ids)");
+    }
+    if (!m.audio.empty() && !audio_) {
+      throw std::runtime_error("this release has no audio tower (or no audio token ids)");
+    }
+    const std::int64_t merge = vision_ ? files_.vision()->spatial_merge_size : 2;
+    const media_tokens& tok = files_.tokens();
+    const media_shape shape = shape_of(m);
+    auto rope = rope_positions(ids, tok, merge, shape.view());
+    if (const auto* e = std::get_if<rope_error>(&rope)) throw std::runtime_error(e->message);
+    const auto& pos = std::get<std::vector<float>>(rope);
+    const std::size_t len = ids.size();
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+      std::copy_n(pos.begin() + static_cast<std::ptrdiff_t>(axis * len), len,
+                  positions.begin() + static_cast<std::ptrdiff_t>(axis * n + offset));
+    }
+
+    // The pads of one kind, in sequence order, take the encoders' rows in item order.
+    auto rows_of = [&](const std::optional<std::int64_t>& token, std::int64_t expected, const char* kind) {
+      std::vector<std::int64_t> rows;
+      for (std::size_t i = 0; i < len && token; ++i) {
+        if (ids[i] == *token) rows.push_back(static_cast<std::int64_t>(offset + i));
+      }
+      if (static_cast<std::int64_t>(rows.size()) != expected) {
+        throw std::runtime_error(std::string("the prompt has ") + std::to_string(rows.size()) + " " + kind +
+                                 " pads for " + std::to_string(expected) + " " + kind + " tokens");
+      }
+      return detail::long_tensor(rows, device_);
+    };
+    auto encode_vision = [&](std::span<const vision_patches> items, const std::optional<std::int64_t>& token,
+                             const char* kind, placed& out) {
+      if (items.empty()) return;
+      std::int64_t count = 0;
+      for (const auto& p : items) {
+        detail::vision_features f = vision_->encode(p);
+        count += f.embeds.size(0);
+        out.embeds.push_back(std::move(f.embeds));
+        for (std::size_t l = 0; l < out.deep.size(); ++l) out.deep[l].push_back(std::move(f.deepstack[l]));
+      }
+      out.rows.push_back(rows_of(token, count, kind));
+    };
+    encode_vision(m.images, tok.image, "image", images);
+    encode_vision(m.videos, tok.video, "video", videos);
+    if (m.audio.empty()) return;
+    std::int64_t count = 0;
+    for (const auto& a : m.audio) {
+      audio.embeds.push_back(audio_->encode(a));
+      count += audio.embeds.back().size(0);
+    }
+    audio.rows.push_back(rows_of(tok.audio, count, "audio"));
+  }
+
+  release files_;
+  at::Device device_;
+  model_options options_;
+  detail::thinker thinker_;
+  std::optional<detail::joint_head> head_;
+  std::optional<detail::vision_encoder> vision_;
+  std::optional<detail::audio_encoder> audio_;
+  bool profiling_ = false;
+  forward_profile profile_;
+};
+
+}  // namespace
+
+std::unique_ptr<model> model::load(const std::filesystem::path& dir, const model_options& options) {
+  return std::make_unique<model_impl>(dir, options);
+}
+
+}  // namespace baton::clef

@@ -1,0 +1,112 @@
+// The Clef-Omni model on token ids: the Qwen3-Omni thinker's text backbone and the joint schema
+// head, reimplemented on libtorch (ATen) from Cloudflare's reference joint_schema_model.py.
+// This header is torch-free so that the rest of baton compiles without ATen.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/clef/model/audio_features.hpp"
+#include "engine/clef/model/release.hpp"
+#include "engine/clef/model/vision_preprocess.hpp"
+
+namespace baton::clef {
+
+enum class compute_dtype { f32, bf16 };
+
+struct model_options {
+  std::optional<compute_dtype> dtype;             // thinker weights and activations; none: the file's
+  compute_dtype head_dtype = compute_dtype::f32;  // the reference runs the head in the model dtype
+  std::string device = "cpu";                     // "cpu", "cuda", "cuda:N"
+  int threads = 0;                                // CPU threads; 0 = every core
+  bool head = true;                               // false: a bare thinker checkpoint
+  // Bytes of fp32 attention scores per chunk of query rows (at least 16 rows); 0: 4 MiB on the
+  // CPU (cache-sized, no fresh pages per chunk), 1 GiB on a GPU (fewer, larger kernels).
+  std::int64_t score_budget_bytes = 0;
+};
+
+// Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; false on anything else.
+bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept;
+
+struct token_span {
+  std::int32_t begin = 0;
+  std::int32_t end = 0;
+};
+
+struct question_layout {
+  std::uint8_t type = 0;  // 0 noul, 1 choice, 2 score (the head's type embedding rows)
+  token_span question;
+  std::vector<token_span> options;
+};
+
+// One record's media, preprocessed, each kind in prompt order (clef-engine.md §2.7). The ids hold
+// their pads: the model puts the encoders' rows there and positions them with the MRoPE index.
+struct record_media {
+  std::span<const vision_patches> images;
+  // The clips, then (with audio_in_video) each video's soundtrack, as the prompt's audio blocks.
+  std::span<const log_mel> audio;
+  std::span<const vision_patches> videos;
+  bool audio_in_video = false;  // each video's pads interleave with its soundtrack's
+
+  bool empty() const noexcept { return images.empty() && audio.empty() && videos.empty(); }
+};
+
+struct record_input {
+  std::span<const std::int32_t> ids;
+  std::span<const question_layout> questions;
+  const record_media* media = nullptr;
+};
+
+// Logits per question, per option, in the encoded option order.
+using record_logits = std::vector<std::vector<float>>;
+
+// Wall time per part of the last forward, when profiling is on (bench/).
+struct forward_profile {
+  double media_ms = 0;  // the vision and audio towers, and placing their rows
+  double embed_ms = 0, attention_ms = 0, moe_ms = 0, norms_ms = 0, head_ms = 0, total_ms = 0;
+  std::int64_t tokens = 0;
+};
+
+// Observes the model's intermediate results (tests), fp32 on the CPU, row-major [rows, width]:
+// "audio_features", "image_embeds", "image_deepstack.<i>", "video_embeds", "video_deepstack.<i>"
+// (every item of the kind, concatenated), "position_ids" ([3, tokens], only with media),
+// "inputs_embeds", "layer_out.<l>" (before any deepstack add) and "final_hidden".
+using stage_observer =
+    std::function<void(std::string_view stage, std::span<const float> values, std::int64_t rows)>;
+
+class model {
+ public:
+  // Maps the release and prepares every weight (zero-copy where the file's dtype is the compute
+  // dtype on the CPU; copied once to the device otherwise). Throws load_error.
+  static std::unique_ptr<model> load(const std::filesystem::path& dir, const model_options& options);
+  virtual ~model() = default;
+
+  virtual const release& files() const noexcept = 0;
+  virtual const model_options& options() const noexcept = 0;
+
+  // Scores a batch of records in one backbone pass (records packed end to end; each attends only
+  // to itself, so a record's logits do not depend on its batch). Spans must be validated: non-empty
+  // question and option spans inside the record. Throws std::exception on device failures and on
+  // media the release cannot read or whose pads do not match.
+  virtual std::vector<record_logits> forward(std::span<const record_input> batch) = 0;
+
+  // The media encoders and the thinker on one sequence, reporting each stage (no head).
+  virtual void trace(std::span<const std::int32_t> ids, const record_media* media,
+                     const stage_observer& observe) = 0;
+
+  // Whether the release has the tower that reads this kind of media and the token ids to place it.
+  virtual bool reads_images() const noexcept = 0;
+  virtual bool reads_audio() const noexcept = 0;
+
+  virtual void set_profiling(bool on) noexcept = 0;
+  virtual const forward_profile& last_profile() const noexcept = 0;
+};
+
+}  // namespace baton::clef

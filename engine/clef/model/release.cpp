@@ -1,0 +1,581 @@
+#include "engine/clef/model/release.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace baton::clef {
+
+namespace {
+
+using shape_t = std::vector<std::int64_t>;
+
+std::string shape_text(const shape_t& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw load_error(p.string() + ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw load_error(p.string() + ": not valid JSON");
+  if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
+  return j;
+}
+
+// Sizes far beyond any real model (2^24 = 16.7M) are refused, so that a corrupt config fails
+// with a message instead of an allocation failure or an hour-long loop.
+constexpr std::int64_t max_config_value = std::int64_t{1} << 24;
+
+std::int64_t positive_int(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
+      it->get<std::int64_t>() > max_config_value) {
+    throw load_error(where + ": `" + key + "` must be a positive integer up to " + std::to_string(max_config_value));
+  }
+  return it->get<std::int64_t>();
+}
+
+double positive_number(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number() || !(it->get<double>() > 0)) {
+    throw load_error(where + ": `" + key + "` must be a positive number");
+  }
+  return it->get<double>();
+}
+
+}  // namespace
+
+text_config parse_text_config(const std::filesystem::path& config_json) {
+  return parse_text_config(read_json_file(config_json), config_json);
+}
+
+text_config parse_text_config(const nlohmann::json& root, const std::filesystem::path& config_json) {
+  // A full Qwen3-Omni config nests the text model twice; a thinker config once; accept the bare
+  // text config too.
+  const nlohmann::json* tc = &root;
+  std::string where = config_json.string();
+  if (auto th = root.find("thinker_config"); th != root.end() && th->is_object()) {
+    tc = &*th;
+    where += ": thinker_config";
+  }
+  if (auto t = tc->find("text_config"); t != tc->end()) {
+    if (!t->is_object()) throw load_error(where + ".text_config: not an object");
+    tc = &*t;
+    where += ".text_config";
+  }
+  text_config c;
+  c.vocab_size = positive_int(*tc, "vocab_size", where);
+  c.hidden_size = positive_int(*tc, "hidden_size", where);
+  c.num_layers = positive_int(*tc, "num_hidden_layers", where);
+  c.num_heads = positive_int(*tc, "num_attention_heads", where);
+  c.num_kv_heads = positive_int(*tc, "num_key_value_heads", where);
+  c.head_dim = tc->contains("head_dim") ? positive_int(*tc, "head_dim", where)
+                                        : c.hidden_size / c.num_heads;
+  c.moe_intermediate_size = positive_int(*tc, "moe_intermediate_size", where);
+  c.num_experts = positive_int(*tc, "num_experts", where);
+  c.experts_per_token = positive_int(*tc, "num_experts_per_tok", where);
+  if (auto it = tc->find("norm_topk_prob"); it != tc->end()) {
+    if (!it->is_boolean()) throw load_error(where + ": `norm_topk_prob` must be a boolean");
+    c.norm_topk_prob = it->get<bool>();
+  }
+  c.rms_norm_eps = positive_number(*tc, "rms_norm_eps", where);
+  c.max_position_embeddings = positive_int(*tc, "max_position_embeddings", where);
+
+  // transformers 4.57 writes rope_scaling + rope_theta; transformers 5 writes rope_parameters
+  // (holding rope_theta too).
+  const nlohmann::json* rope = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (auto it = tc->find(key); it != tc->end() && it->is_object()) {
+      rope = &*it;
+      break;
+    }
+  }
+  if (rope == nullptr) throw load_error(where + ": needs `rope_scaling` or `rope_parameters`");
+  if (auto type = rope->find("rope_type"); type != rope->end() && *type != "default") {
+    throw load_error(where + ": unsupported rope_type " + type->dump());
+  }
+  if (rope->contains("rope_theta")) {
+    c.rope_theta = positive_number(*rope, "rope_theta", where + " rope");
+  } else {
+    c.rope_theta = positive_number(*tc, "rope_theta", where);
+  }
+  const auto sec = rope->find("mrope_section");
+  if (sec == rope->end() || !sec->is_array() || sec->size() != 3) {
+    throw load_error(where + ": rope `mrope_section` must be a list of 3 integers");
+  }
+  std::int64_t slots = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!(*sec)[i].is_number_integer() || (*sec)[i].get<std::int64_t>() < 0) {
+      throw load_error(where + ": rope `mrope_section` must be a list of 3 integers");
+    }
+    c.mrope_section[i] = (*sec)[i].get<std::int64_t>();
+    slots += c.mrope_section[i];
+  }
+  if (c.head_dim % 2 != 0 || slots != c.head_dim / 2) {
+    throw load_error(where + ": mrope_section sums to " + std::to_string(slots) +
+                     " but head_dim / 2 is " + std::to_string(c.head_dim / 2));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    throw load_error(where + ": num_attention_heads must be a multiple of num_key_value_heads");
+  }
+  // Layers x experts is the number of tensors to look up; a real thinker has 48 x 128.
+  if (c.num_layers * c.num_experts > (1 << 20)) {
+    throw load_error(where + ": num_hidden_layers x num_experts is implausibly large");
+  }
+  if (c.experts_per_token > c.num_experts) {
+    throw load_error(where + ": num_experts_per_tok exceeds num_experts");
+  }
+  for (const char* key : {"shared_expert_intermediate_size"}) {
+    if (auto it = tc->find(key); it != tc->end() && it->is_number() && it->get<double>() != 0) {
+      throw load_error(where + ": shared experts are not supported");
+    }
+  }
+  if (auto it = tc->find("mlp_only_layers"); it != tc->end() && it->is_array() && !it->empty()) {
+    throw load_error(where + ": dense (mlp_only_layers) layers are not supported");
+  }
+  if (auto it = tc->find("decoder_sparse_step"); it != tc->end() && *it != 1) {
+    throw load_error(where + ": decoder_sparse_step other than 1 is not supported");
+  }
+  if (auto it = tc->find("attention_bias"); it != tc->end() && *it == true) {
+    throw load_error(where + ": attention_bias is not supported");
+  }
+  return c;
+}
+
+namespace {
+
+// thinker_config.<key> (or <key> at the top of a thinker-only config), if present.
+const nlohmann::json* media_section(const nlohmann::json& root, const char* key) {
+  const nlohmann::json* tc = &root;
+  if (auto th = root.find("thinker_config"); th != root.end() && th->is_object()) tc = &*th;
+  const auto it = tc->find(key);
+  return it != tc->end() && it->is_object() ? &*it : nullptr;
+}
+
+}  // namespace
+
+std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json) {
+  return parse_vision_config(read_json_file(config_json), config_json);
+}
+
+std::optional<vision_config> parse_vision_config(const nlohmann::json& root,
+                                                 const std::filesystem::path& config_json) {
+  const nlohmann::json* v = media_section(root, "vision_config");
+  if (v == nullptr) return std::nullopt;
+  const std::string where = config_json.string() + ": vision_config";
+  vision_config c;
+  c.depth = positive_int(*v, "depth", where);
+  c.hidden_size = positive_int(*v, "hidden_size", where);
+  c.num_heads = positive_int(*v, "num_heads", where);
+  if (c.hidden_size % c.num_heads != 0 || (c.hidden_size / c.num_heads) % 4 != 0) {
+    throw load_error(where + ": hidden_size / num_heads must be a multiple of 4 (2-D rotary)");
+  }
+  c.intermediate_size = positive_int(*v, "intermediate_size", where);
+  c.in_channels = positive_int(*v, "in_channels", where);
+  c.patch_size = positive_int(*v, "patch_size", where);
+  c.temporal_patch_size = positive_int(*v, "temporal_patch_size", where);
+  c.spatial_merge_size = positive_int(*v, "spatial_merge_size", where);
+  c.out_hidden_size = positive_int(*v, "out_hidden_size", where);
+  c.num_position_embeddings = positive_int(*v, "num_position_embeddings", where);
+  const auto deepstack = v->find("deepstack_visual_indexes");
+  if (deepstack != v->end()) {
+    if (!deepstack->is_array() || deepstack->size() > 1024) {
+      throw load_error(where + ": `deepstack_visual_indexes` must be a list of layer numbers");
+    }
+    for (const auto& l : *deepstack) {
+      if (!l.is_number_integer() || l.get<std::int64_t>() < 0) {
+        throw load_error(where + ": `deepstack_visual_indexes` must be a list of layer numbers");
+      }
+      c.deepstack_layers.push_back(l.get<std::int64_t>());
+    }
+  }
+  if (c.depth > 1024) throw load_error(where + ": implausibly many layers");
+  for (const auto l : c.deepstack_layers) {
+    if (l >= c.depth) throw load_error(where + ": deepstack layer " + std::to_string(l) + " is past the last block");
+  }
+  return c;
+}
+
+std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json) {
+  return parse_audio_config(read_json_file(config_json), config_json);
+}
+
+std::optional<audio_config> parse_audio_config(const nlohmann::json& root,
+                                               const std::filesystem::path& config_json) {
+  const nlohmann::json* a = media_section(root, "audio_config");
+  if (a == nullptr) return std::nullopt;
+  const std::string where = config_json.string() + ": audio_config";
+  audio_config c;
+  c.num_mel_bins = positive_int(*a, "num_mel_bins", where);
+  c.d_model = positive_int(*a, "d_model", where);
+  c.encoder_layers = positive_int(*a, "encoder_layers", where);
+  c.encoder_attention_heads = positive_int(*a, "encoder_attention_heads", where);
+  if (c.d_model % c.encoder_attention_heads != 0 || c.d_model % 2 != 0) {
+    throw load_error(where + ": d_model must be even and a multiple of encoder_attention_heads");
+  }
+  c.encoder_ffn_dim = positive_int(*a, "encoder_ffn_dim", where);
+  c.downsample_hidden_size = positive_int(*a, "downsample_hidden_size", where);
+  c.output_dim = positive_int(*a, "output_dim", where);
+  if (a->contains("n_window")) c.n_window = positive_int(*a, "n_window", where);
+  if (a->contains("n_window_infer")) c.n_window_infer = positive_int(*a, "n_window_infer", where);
+  if (a->contains("max_source_positions")) {
+    c.max_source_positions = positive_int(*a, "max_source_positions", where);
+  }
+  if (c.n_window_infer % (2 * c.n_window) != 0) {
+    throw load_error(where + ": n_window_infer must be a multiple of 2 * n_window");
+  }
+  if (c.encoder_layers > 1024) throw load_error(where + ": implausibly many layers");
+  return c;
+}
+
+media_tokens parse_media_tokens(const nlohmann::json& root, const std::filesystem::path& config_json) {
+  const nlohmann::json* tc = &root;
+  std::string where = config_json.string();
+  if (auto th = root.find("thinker_config"); th != root.end() && th->is_object()) {
+    tc = &*th;
+    where += ": thinker_config";
+  }
+  media_tokens t;
+  auto id = [&](const char* key, std::optional<std::int64_t>& out) {
+    const auto it = tc->find(key);
+    if (it == tc->end()) return;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0) {
+      throw load_error(where + ": `" + key + "` must be a token id");
+    }
+    out = it->get<std::int64_t>();
+  };
+  id("image_token_id", t.image);
+  id("video_token_id", t.video);
+  id("audio_token_id", t.audio);
+  id("vision_start_token_id", t.vision_start);
+  id("vision_end_token_id", t.vision_end);
+  id("audio_start_token_id", t.audio_start);
+  id("audio_end_token_id", t.audio_end);
+  if (tc->contains("position_id_per_seconds")) {
+    t.position_id_per_seconds = positive_number(*tc, "position_id_per_seconds", where);
+  }
+  if (tc->contains("seconds_per_chunk")) t.seconds_per_chunk = positive_number(*tc, "seconds_per_chunk", where);
+  return t;
+}
+
+head_config parse_head_config(const std::filesystem::path& head_config_json) {
+  const nlohmann::json j = read_json_file(head_config_json);
+  const std::string where = head_config_json.string();
+  static const std::set<std::string> known = {"hidden_size", "width",  "routing_layers", "layers",
+                                              "heads",       "feedforward", "dropout"};
+  for (const auto& [key, value] : j.items()) {
+    if (!known.contains(key)) throw load_error(where + ": unknown key `" + key + "`");
+  }
+  head_config c;
+  c.hidden_size = positive_int(j, "hidden_size", where);
+  c.width = positive_int(j, "width", where);
+  c.routing_layers = positive_int(j, "routing_layers", where);
+  c.layers = positive_int(j, "layers", where);
+  c.heads = positive_int(j, "heads", where);
+  c.feedforward = positive_int(j, "feedforward", where);
+  if (c.width % c.heads != 0) throw load_error(where + ": width must be a multiple of heads");
+  if (c.routing_layers + c.layers > 1024) throw load_error(where + ": implausibly many layers");
+  return c;
+}
+
+std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_config& c) {
+  const std::int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
+                     kv = c.num_kv_heads * c.head_dim, i = c.moe_intermediate_size;
+  std::vector<std::pair<std::string, shape_t>> out;
+  out.reserve(static_cast<std::size_t>(3 + c.num_layers * (9 + 3 * c.num_experts)));
+  out.emplace_back("thinker.model.embed_tokens.weight", shape_t{c.vocab_size, h});
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
+    out.emplace_back(p + "input_layernorm.weight", shape_t{h});
+    out.emplace_back(p + "self_attn.q_proj.weight", shape_t{q, h});
+    out.emplace_back(p + "self_attn.k_proj.weight", shape_t{kv, h});
+    out.emplace_back(p + "self_attn.v_proj.weight", shape_t{kv, h});
+    out.emplace_back(p + "self_attn.o_proj.weight", shape_t{h, q});
+    out.emplace_back(p + "self_attn.q_norm.weight", shape_t{c.head_dim});
+    out.emplace_back(p + "self_attn.k_norm.weight", shape_t{c.head_dim});
+    out.emplace_back(p + "post_attention_layernorm.weight", shape_t{h});
+    out.emplace_back(p + "mlp.gate.weight", shape_t{c.num_experts, h});
+    for (std::int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      out.emplace_back(x + "gate_proj.weight", shape_t{i, h});
+      out.emplace_back(x + "up_proj.weight", shape_t{i, h});
+      out.emplace_back(x + "down_proj.weight", shape_t{h, i});
+    }
+  }
+  out.emplace_back("thinker.model.norm.weight", shape_t{h});
+  out.emplace_back("thinker.lm_head.weight", shape_t{c.vocab_size, h});
+  return out;
+}
+
+std::vector<std::pair<std::string, shape_t>> expected_media_tensors(
+    const std::optional<vision_config>& vision, const std::optional<audio_config>& audio) {
+  std::vector<std::pair<std::string, shape_t>> out;
+  auto linear = [&](const std::string& n, std::int64_t o, std::int64_t in) {
+    out.emplace_back(n + ".weight", shape_t{o, in});
+    out.emplace_back(n + ".bias", shape_t{o});
+  };
+  auto norm = [&](const std::string& n, std::int64_t width) {
+    out.emplace_back(n + ".weight", shape_t{width});
+    out.emplace_back(n + ".bias", shape_t{width});
+  };
+  if (vision) {
+    const auto& v = *vision;
+    const std::int64_t h = v.hidden_size, merged = h * v.spatial_merge_size * v.spatial_merge_size;
+    const std::string p = "thinker.visual.";
+    out.emplace_back(p + "patch_embed.proj.weight",
+                     shape_t{h, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+    out.emplace_back(p + "patch_embed.proj.bias", shape_t{h});
+    out.emplace_back(p + "pos_embed.weight", shape_t{v.num_position_embeddings, h});
+    for (std::int64_t b = 0; b < v.depth; ++b) {
+      const std::string x = p + "blocks." + std::to_string(b) + ".";
+      norm(x + "norm1", h);
+      norm(x + "norm2", h);
+      linear(x + "attn.qkv", 3 * h, h);
+      linear(x + "attn.proj", h, h);
+      linear(x + "mlp.linear_fc1", v.intermediate_size, h);
+      linear(x + "mlp.linear_fc2", h, v.intermediate_size);
+    }
+    norm(p + "merger.ln_q", h);  // before the 2x2 merge
+    linear(p + "merger.mlp.0", merged, merged);
+    linear(p + "merger.mlp.2", v.out_hidden_size, merged);
+    for (std::size_t m = 0; m < v.deepstack_layers.size(); ++m) {
+      const std::string x = p + "merger_list." + std::to_string(m) + ".";
+      norm(x + "ln_q", merged);  // after the merge
+      linear(x + "mlp.0", merged, merged);
+      linear(x + "mlp.2", v.out_hidden_size, merged);
+    }
+  }
+  if (audio) {
+    const auto& a = *audio;
+    const std::int64_t d = a.d_model, dh = a.downsample_hidden_size;
+    const std::string p = "thinker.audio_tower.";
+    out.emplace_back(p + "conv2d1.weight", shape_t{dh, 1, 3, 3});
+    out.emplace_back(p + "conv2d1.bias", shape_t{dh});
+    for (const char* conv : {"conv2d2", "conv2d3"}) {
+      out.emplace_back(p + conv + ".weight", shape_t{dh, dh, 3, 3});
+      out.emplace_back(p + conv + ".bias", shape_t{dh});
+    }
+    // Three stride-2 convolutions (kernel 3, padding 1) halve the mel bins, rounding up.
+    std::int64_t bins = a.num_mel_bins;
+    for (int i = 0; i < 3; ++i) bins = (bins - 1) / 2 + 1;
+    out.emplace_back(p + "conv_out.weight", shape_t{d, dh * bins});
+    for (std::int64_t l = 0; l < a.encoder_layers; ++l) {
+      const std::string x = p + "layers." + std::to_string(l) + ".";
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+        linear(x + "self_attn." + proj, d, d);
+      }
+      norm(x + "self_attn_layer_norm", d);
+      linear(x + "fc1", a.encoder_ffn_dim, d);
+      linear(x + "fc2", d, a.encoder_ffn_dim);
+      norm(x + "final_layer_norm", d);
+    }
+    norm(p + "ln_post", d);
+    linear(p + "proj1", d, d);
+    linear(p + "proj2", a.output_dim, d);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, shape_t>> expected_head_tensors(const head_config& c) {
+  const std::int64_t h = c.hidden_size, w = c.width, f = c.feedforward;
+  std::vector<std::pair<std::string, shape_t>> out;
+  auto norm = [&](const std::string& n) {
+    out.emplace_back(n + ".weight", shape_t{w});
+    out.emplace_back(n + ".bias", shape_t{w});
+  };
+  auto mha = [&](const std::string& n) {
+    out.emplace_back(n + ".in_proj_weight", shape_t{3 * w, w});
+    out.emplace_back(n + ".in_proj_bias", shape_t{3 * w});
+    out.emplace_back(n + ".out_proj.weight", shape_t{w, w});
+    out.emplace_back(n + ".out_proj.bias", shape_t{w});
+  };
+  auto linear = [&](const std::string& n, std::int64_t o, std::int64_t in) {
+    out.emplace_back(n + ".weight", shape_t{o, in});
+    out.emplace_back(n + ".bias", shape_t{o});
+  };
+  out.emplace_back("hidden_norm.weight", shape_t{h});
+  out.emplace_back("hidden_norm.bias", shape_t{h});
+  for (const char* p : {"memory_projection", "question_projection", "option_question_projection",
+                        "global_projection", "option_context_projection",
+                        "option_lexical_projection"}) {
+    out.emplace_back(std::string(p) + ".weight", shape_t{w, h});
+  }
+  out.emplace_back("type_embedding.weight", shape_t{3, w});
+  for (std::int64_t r = 0; r < c.routing_layers; ++r) {
+    const std::string p = "evidence_layers." + std::to_string(r) + ".";
+    norm(p + "query_norm");
+    norm(p + "memory_norm");
+    mha(p + "attention");
+    norm(p + "feedforward_norm");
+    linear(p + "feedforward.0", f, w);
+    linear(p + "feedforward.3", w, f);
+  }
+  norm("option_summary_norm");
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    mha(p + "self_attn");
+    mha(p + "multihead_attn");
+    linear(p + "linear1", f, w);
+    linear(p + "linear2", w, f);
+    norm(p + "norm1");
+    norm(p + "norm2");
+    norm(p + "norm3");
+  }
+  norm("field_norm");
+  norm("option_norm");
+  linear("residual_scorer.0", w, 4 * w);
+  linear("residual_scorer.3", 1, w);
+  for (const char* s : {"prior_logit_scale", "joint_logit_scale", "residual_gate"}) {
+    out.emplace_back(s, shape_t{});
+  }
+  return out;
+}
+
+namespace {
+
+bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+void check_tensor(const tensor_view& v, const shape_t& shape, const std::string& name,
+                  const std::filesystem::path& file) {
+  if (v.shape != shape) {
+    throw load_error(file.string() + ": tensor " + name + " has shape " + shape_text(v.shape) +
+                     ", expected " + shape_text(shape));
+  }
+  if (!is_float(v.type)) {
+    throw load_error(file.string() + ": tensor " + name + " has dtype " + dtype_name(v.type) +
+                     "; F32, F16 or BF16 expected");
+  }
+}
+
+bool skipped(const std::string& name) {
+  return name.starts_with("talker.") || name.starts_with("code2wav.");
+}
+
+}  // namespace
+
+void check_model_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(dir, ec);
+  const std::string what = "model directory " + dir.string() + ": ";
+  if (status.type() == std::filesystem::file_type::not_found) throw load_error(what + "does not exist");
+  if (ec) throw load_error(what + ec.message());  // e.g. a parent without search permission
+  if (!std::filesystem::is_directory(status)) throw load_error(what + "is not a directory");
+}
+
+release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
+  check_model_dir(dir);
+  const auto config_path = dir / "config.json";
+  config_ = read_json_file(config_path);
+  const nlohmann::json& config = config_;
+  text_ = parse_text_config(config, config_path);
+
+  // Resolve every tensor to its shard through the index; a single-file checkpoint has none.
+  std::vector<std::pair<std::string, std::string>> placement;  // tensor -> shard file name
+  const auto index_path = dir / "model.safetensors.index.json";
+  if (std::filesystem::exists(index_path)) {
+    const nlohmann::json index = read_json_file(index_path);
+    const auto map = index.find("weight_map");
+    if (map == index.end() || !map->is_object()) {
+      throw load_error(index_path.string() + ": needs a `weight_map` object");
+    }
+    for (const auto& [name, file] : map->items()) {
+      if (!file.is_string()) throw load_error(index_path.string() + ": " + name + " maps to a non-string");
+      const std::string shard = file.get<std::string>();
+      if (shard.empty() || shard.find('/') != std::string::npos || shard.starts_with(".")) {
+        throw load_error(index_path.string() + ": " + name + " maps to an invalid file name " + shard);
+      }
+      placement.emplace_back(name, shard);
+    }
+  } else if (std::filesystem::exists(dir / "model.safetensors")) {
+    shards_.push_back(std::make_unique<safetensors_file>(dir / "model.safetensors"));
+    for (const auto& [name, view] : shards_.back()->tensors()) {
+      placement.emplace_back(name, "model.safetensors");
+    }
+  } else {
+    throw load_error(dir.string() + ": neither model.safetensors.index.json nor model.safetensors");
+  }
+
+  vision_ = parse_vision_config(config, config_path);
+  audio_ = parse_audio_config(config, config_path);
+  tokens_ = parse_media_tokens(config, config_path);
+  auto expected = expected_text_tensors(text_);
+  for (auto& t : expected_media_tensors(vision_, audio_)) {
+    expected.push_back(std::move(t));
+  }
+  std::unordered_map<std::string, const shape_t*> wanted;
+  wanted.reserve(expected.size());
+  for (const auto& [name, shape] : expected) wanted.emplace(name, &shape);
+
+  std::unordered_map<std::string, safetensors_file*> opened;
+  for (const auto& s : shards_) opened.emplace(s->path().filename().string(), s.get());
+  thinker_.reserve(placement.size());
+  for (const auto& [name, shard] : placement) {
+    if (skipped(name)) continue;  // never opened, never read
+    const auto want = wanted.find(name);
+    if (want == wanted.end()) {
+      throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")");
+    }
+    auto& file = opened[shard];
+    if (file == nullptr) {
+      if (!std::filesystem::exists(dir / shard)) {
+        throw load_error(dir.string() + ": tensor " + name + " is in " + shard + ", which is missing");
+      }
+      shards_.push_back(std::make_unique<safetensors_file>(dir / shard));
+      file = shards_.back().get();
+    }
+    const tensor_view* view = file->find(name);
+    if (view == nullptr) {
+      throw load_error(file->path().string() + ": tensor " + name + " is listed in the index but not in the shard");
+    }
+    check_tensor(*view, *want->second, name, file->path());
+    thinker_.emplace(name, view);
+  }
+  for (const auto& [name, shape] : expected) {
+    if (!thinker_.contains(name)) throw load_error(dir.string() + ": missing tensor " + name);
+  }
+
+  if (!head) return;
+  head_ = parse_head_config(dir / "joint_head_config.json");
+  if (head_.hidden_size != text_.hidden_size) {
+    throw load_error((dir / "joint_head_config.json").string() + ": hidden_size " +
+                     std::to_string(head_.hidden_size) + " differs from the thinker's " +
+                     std::to_string(text_.hidden_size));
+  }
+  head_file_ = std::make_unique<safetensors_file>(dir / "joint_head.safetensors");
+  const auto head_expected = expected_head_tensors(head_);
+  std::set<std::string, std::less<>> head_names;
+  for (const auto& [name, shape] : head_expected) {
+    const tensor_view* v = head_file_->find(name);
+    if (v == nullptr) throw load_error(head_file_->path().string() + ": missing tensor " + name);
+    check_tensor(*v, shape, name, head_file_->path());
+    head_names.insert(name);
+  }
+  for (const auto& [name, view] : head_file_->tensors()) {
+    if (!head_names.contains(name)) {
+      throw load_error(head_file_->path().string() + ": unexpected tensor " + name);
+    }
+  }
+}
+
+const tensor_view& release::thinker_tensor(const std::string& name) const {
+  const auto it = thinker_.find(name);
+  if (it == thinker_.end()) throw load_error(dir_.string() + ": missing tensor " + name);
+  return *it->second;
+}
+
+const tensor_view& release::head_tensor(const std::string& name) const {
+  const tensor_view* v = head_file_ ? head_file_->find(name) : nullptr;
+  if (v == nullptr) throw load_error(dir_.string() + ": missing head tensor " + name);
+  return *v;
+}
+
+}  // namespace baton::clef

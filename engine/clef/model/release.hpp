@@ -1,0 +1,137 @@
+// A Clef-Omni release directory: config.json (nested as Qwen3-Omni's), sharded safetensors with
+// model.safetensors.index.json, joint_head_config.json and joint_head.safetensors. Everything is
+// memory-mapped; nothing here copies or converts tensor data. Start-up code: throws load_error.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/clef/model/safetensors.hpp"
+
+namespace baton::clef {
+
+// thinker_config.text_config (qwen3-omni-thinker.md §2.1).
+struct text_config {
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t moe_intermediate_size = 0;
+  std::int64_t num_experts = 0;
+  std::int64_t experts_per_token = 0;
+  bool norm_topk_prob = true;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  std::array<std::int64_t, 3> mrope_section{};  // frequency slots on the T, H, W axes
+  std::int64_t max_position_embeddings = 0;
+};
+
+// thinker_config.vision_config and .audio_config: the media encoders' shapes and settings
+// (qwen3-omni-thinker.md §1.5, §1.6, §2.2, §2.3).
+struct vision_config {
+  std::int64_t depth = 0, hidden_size = 0, num_heads = 0, intermediate_size = 0, in_channels = 0,
+               patch_size = 0, temporal_patch_size = 0, spatial_merge_size = 0, out_hidden_size = 0,
+               num_position_embeddings = 0;
+  std::vector<std::int64_t> deepstack_layers;  // blocks whose output feeds merger_list[i]
+};
+struct audio_config {
+  std::int64_t num_mel_bins = 0, d_model = 0, encoder_layers = 0, encoder_attention_heads = 0,
+               encoder_ffn_dim = 0, downsample_hidden_size = 0, output_dim = 0;
+  // Absent keys take transformers' class defaults (the real release sets 50 / 800 / 1500).
+  std::int64_t n_window = 100;          // the convolutions' chunk is 2 * n_window mel frames
+  std::int64_t n_window_infer = 400;    // attention window in mel frames
+  std::int64_t max_source_positions = 1500;
+};
+
+// thinker_config's media token ids and timing (qwen3-omni-thinker.md §2.4): absent ids leave that
+// kind of media unusable; the HF class defaults are stale, so none are assumed.
+struct media_tokens {
+  std::optional<std::int64_t> image, video, audio, vision_start, vision_end, audio_start, audio_end;
+  double position_id_per_seconds = 13;  // temporal MRoPE units per second
+  double seconds_per_chunk = 2;         // audio-in-video interleaving
+};
+
+// joint_head_config.json: the head's constructor arguments (clef-engine.md §3.1).
+struct head_config {
+  std::int64_t hidden_size = 0;
+  std::int64_t width = 0;
+  std::int64_t routing_layers = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t feedforward = 0;
+};
+
+// From config.json, or from its already parsed contents (`config_json` then names it in errors).
+text_config parse_text_config(const std::filesystem::path& config_json);
+text_config parse_text_config(const nlohmann::json& config, const std::filesystem::path& config_json);
+// Absent when the config has no vision_config / audio_config (a text-only thinker).
+std::optional<vision_config> parse_vision_config(const std::filesystem::path& config_json);
+std::optional<vision_config> parse_vision_config(const nlohmann::json& config,
+                                                 const std::filesystem::path& config_json);
+std::optional<audio_config> parse_audio_config(const std::filesystem::path& config_json);
+std::optional<audio_config> parse_audio_config(const nlohmann::json& config,
+                                               const std::filesystem::path& config_json);
+media_tokens parse_media_tokens(const nlohmann::json& config, const std::filesystem::path& config_json);
+head_config parse_head_config(const std::filesystem::path& head_config_json);
+
+// The thinker text tensors a configuration requires, with their shapes, in load order.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_text_tensors(
+    const text_config& c);
+// The vision and audio encoder tensors, for the media configs present.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_media_tensors(
+    const std::optional<vision_config>& vision, const std::optional<audio_config>& audio);
+// The joint head tensors (clef-engine.md §3.3).
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_head_tensors(
+    const head_config& c);
+
+// Throws load_error naming `dir` ("model directory DIR: does not exist", "…: is not a directory")
+// unless it is a directory: checked before any file in it is looked for.
+void check_model_dir(const std::filesystem::path& dir);
+
+class release {
+ public:
+  // Opens `dir`. Thinker tensors (text, and vision / audio when the config has them) must match
+  // the configuration exactly (names and shapes); `talker.*` and `code2wav.*` are skipped without
+  // being read; anything else is an error.
+  // With `head` false the joint head files are not needed (a bare thinker checkpoint).
+  explicit release(const std::filesystem::path& dir, bool head = true);
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  const text_config& text() const noexcept { return text_; }
+  const head_config& head() const noexcept { return head_; }
+  const std::optional<vision_config>& vision() const noexcept { return vision_; }
+  const std::optional<audio_config>& audio() const noexcept { return audio_; }
+  const media_tokens& tokens() const noexcept { return tokens_; }
+  // config.json as read (token ids and the media settings live there too).
+  const nlohmann::json& config() const noexcept { return config_; }
+  bool has_head() const noexcept { return head_file_ != nullptr; }
+
+  // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
+  const tensor_view& thinker_tensor(const std::string& name) const;
+  const tensor_view& head_tensor(const std::string& name) const;
+  std::size_t thinker_tensor_count() const noexcept { return thinker_.size(); }
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json config_;
+  text_config text_;
+  head_config head_;
+  std::optional<vision_config> vision_;
+  std::optional<audio_config> audio_;
+  media_tokens tokens_;
+  std::vector<std::unique_ptr<safetensors_file>> shards_;
+  std::unique_ptr<safetensors_file> head_file_;
+  std::unordered_map<std::string, const tensor_view*> thinker_;
+};
+
+}  // namespace baton::clef

@@ -1,0 +1,76 @@
+// ATen helpers shared by the thinker and the joint head (engine-internal: only engine/clef/model
+// .cpp files include this, so the rest of baton never parses ATen).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/safetensors.hpp"
+
+namespace baton::clef::detail {
+
+at::ScalarType scalar_type(dtype t);
+at::ScalarType scalar_type(compute_dtype t);
+
+// A tensor over the mapped bytes (no copy); copied only when misaligned for its element type.
+at::Tensor view_tensor(const tensor_view& v);
+
+// The weight in `type` on `device`: the mapping itself when nothing needs converting.
+at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device);
+
+// A copy of `v` as an int64 tensor on `device` (indices, spans).
+at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device);
+
+// Query rows per attention chunk, so that the fp32 score block [heads, rows, keys] stays within
+// `budget_bytes`; at least 16 rows (smaller chunks make the matmuls inefficient), at most `rows`.
+inline std::int64_t chunk_rows(std::int64_t budget_bytes, std::int64_t heads, std::int64_t keys,
+                               std::int64_t rows) {
+  return std::min(std::max<std::int64_t>(rows, 1),
+                  std::max<std::int64_t>(16, budget_bytes / (4 * heads * std::max<std::int64_t>(keys, 1))));
+}
+
+// Hands `x` to `observe` (when given) as fp32 on the CPU, row-major, with its first dimension as
+// the row count.
+inline void report(const stage_observer* observe, std::string_view stage, const at::Tensor& x) {
+  if (observe == nullptr) return;
+  const at::Tensor f = x.to(at::kCPU, at::kFloat).contiguous();
+  (*observe)(stage, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())}, f.size(0));
+}
+
+// [-x2, x1] for x = [x1, x2] halved on the last dimension: rotary embeddings' partner values.
+inline at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Rows of x @ w.T for w [out, in] (nn.Linear without bias).
+inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }
+inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return at::addmm(b, x, w.t());
+}
+
+// Milliseconds added to a counter when the scope ends (nullptr: not profiling).
+class scoped_timer {
+ public:
+  explicit scoped_timer(double* sink) : sink_(sink) {
+    if (sink_) start_ = std::chrono::steady_clock::now();
+  }
+  ~scoped_timer() {
+    if (sink_) {
+      *sink_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+                    .count();
+    }
+  }
+  scoped_timer(const scoped_timer&) = delete;
+  scoped_timer& operator=(const scoped_timer&) = delete;
+
+ private:
+  double* sink_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace baton::clef::detail

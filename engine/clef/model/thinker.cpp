@@ -1,0 +1,263 @@
+#include "engine/clef/model/thinker.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <tuple>
+
+namespace baton::clef::detail {
+
+namespace {
+
+// RMSNorm as the reference computes it: statistics in fp32, normalised value cast back to the
+// activation dtype before the weight multiplies it (qwen3-omni-thinker.md §3).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+}  // namespace
+
+thinker::thinker(const release& files, at::ScalarType type, at::Device device,
+                 std::int64_t score_budget_bytes)
+    : config_(files.text()), type_(type), device_(device), score_budget_bytes_(score_budget_bytes) {
+  auto w = [&](const std::string& name) {
+    return weight_tensor(files.thinker_tensor(name), type_, device_);
+  };
+  auto raw = [&](const std::string& name) {
+    at::Tensor t = view_tensor(files.thinker_tensor(name));
+    return device_.is_cpu() ? t : t.to(device_);
+  };
+  embed_ = raw("thinker.model.embed_tokens.weight");
+  lm_head_ = raw("thinker.lm_head.weight");
+  final_norm_ = w("thinker.model.norm.weight");
+  layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
+    layer& y = layers_[static_cast<std::size_t>(l)];
+    y.input_norm = w(p + "input_layernorm.weight");
+    y.q = w(p + "self_attn.q_proj.weight");
+    y.k = w(p + "self_attn.k_proj.weight");
+    y.v = w(p + "self_attn.v_proj.weight");
+    y.o = w(p + "self_attn.o_proj.weight");
+    y.q_norm = w(p + "self_attn.q_norm.weight");
+    y.k_norm = w(p + "self_attn.k_norm.weight");
+    y.post_norm = w(p + "post_attention_layernorm.weight");
+    y.router = w(p + "mlp.gate.weight");
+    for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      y.gate.push_back(w(x + "gate_proj.weight"));
+      y.up.push_back(w(x + "up_proj.weight"));
+      y.down.push_back(w(x + "down_proj.weight"));
+    }
+  }
+  // inv_freq exactly as the reference builds it: fp32 from an int64 arange.
+  const auto dim = config_.head_dim;
+  inv_freq_ = at::reciprocal(at::pow(config_.rope_theta,
+                                     at::arange(0, dim, 2, at::kLong).to(at::kFloat) /
+                                         static_cast<double>(dim)))
+                  .to(device_);
+  // Slot i rotates by the H position when i % 3 == 1 and i < 3 * section[1], by W when
+  // i % 3 == 2 and i < 3 * section[2], by T otherwise (transformers' apply_interleaved_mrope).
+  std::vector<std::int64_t> axis(static_cast<std::size_t>(dim / 2), 0);
+  for (std::size_t i = 0; i < axis.size(); ++i) {
+    const auto s = static_cast<std::int64_t>(i);
+    if (s % 3 == 1 && s < 3 * config_.mrope_section[1]) axis[i] = 1;
+    if (s % 3 == 2 && s < 3 * config_.mrope_section[2]) axis[i] = 2;
+  }
+  mrope_axis_ = long_tensor(axis, device_).view({1, 1, -1});
+}
+
+at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
+  return lm_head_.index_select(0, ids).to(type);
+}
+
+at::Tensor thinker::embed(const at::Tensor& ids) const { return embed_.index_select(0, ids).to(type_); }
+
+std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions,
+                                                  const std::vector<std::int64_t>& lengths) const {
+  at::Tensor freqs;
+  if (!positions.defined()) {
+    // Text-only positions are 0..len-1 on all three MRoPE axes, so every frequency slot sees the
+    // same position and the interleaving reduces to plain RoPE.
+    std::vector<at::Tensor> pieces;
+    pieces.reserve(lengths.size());
+    for (const auto n : lengths) {
+      pieces.push_back(at::arange(n, at::TensorOptions().dtype(at::kFloat).device(device_)));
+    }
+    freqs = at::cat(pieces).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  } else {
+    // Interleaved MRoPE (§3.1): each frequency slot takes the angle of its own axis.
+    const at::Tensor all = positions.unsqueeze(2) * inv_freq_.view({1, 1, -1});  // [3, N, half]
+    freqs = all.gather(0, mrope_axis_.expand({1, all.size(1), all.size(2)})).squeeze(0);
+  }
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos().to(type_).unsqueeze(1), emb.sin().to(type_).unsqueeze(1)};  // broadcast over heads
+}
+
+at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
+                            const stage_observer* observe, forward_profile* profile) const {
+  at::Tensor x = input.embeds;
+  if (input.positions.defined()) report(observe, "position_ids", input.positions);
+  report(observe, "inputs_embeds", x);
+
+  at::Tensor cos, sin;
+  {
+    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    std::tie(cos, sin) = rotary(input.positions, lengths);
+  }
+
+  const double eps = config_.rms_norm_eps;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const layer& w = layers_[l];
+    at::Tensor a;
+    {
+      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      a = rms_norm(x, w.input_norm, eps);
+    }
+    {
+      scoped_timer t(profile ? &profile->attention_ms : nullptr);
+      x = x + attention(w, a, cos, sin, lengths);
+    }
+    at::Tensor b;
+    {
+      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      b = rms_norm(x, w.post_norm, eps);
+    }
+    {
+      scoped_timer t(profile ? &profile->moe_ms : nullptr);
+      x = x + moe(w, b);
+    }
+    if (observe) report(observe, "layer_out." + std::to_string(l), x);
+    if (l < input.deepstack.size()) x.index_add_(0, input.visual_rows, input.deepstack[l]);
+  }
+  {
+    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    x = rms_norm(x, final_norm_, eps);
+  }
+  report(observe, "final_hidden", x);
+  return x;
+}
+
+at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
+                              const at::Tensor& sin,
+                              const std::vector<std::int64_t>& lengths) const {
+  const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
+                     kv_heads = config_.num_kv_heads, dim = config_.head_dim,
+                     group = heads / kv_heads;
+  const double eps = config_.rms_norm_eps;
+  at::Tensor q = rms_norm(dense(a, w.q).view({n_tokens, heads, dim}), w.q_norm, eps);
+  at::Tensor k = rms_norm(dense(a, w.k).view({n_tokens, kv_heads, dim}), w.k_norm, eps);
+  const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+
+  // Per KV head, its `group` query heads share one matmul: q rows ordered (head in group, token).
+  const at::Tensor qg = q.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
+  const at::Tensor kt = k.permute({1, 2, 0});  // [kv, dim, N]
+  const at::Tensor vt = v.permute({1, 0, 2});  // [kv, N, dim]
+  at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
+  const at::Tensor out_heads = out.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  std::int64_t offset = 0;
+  for (const auto len : lengths) {
+    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
+    // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
+    const at::Tensor causal = at::ones({rows_per_chunk, rows_per_chunk},
+                                       at::TensorOptions().dtype(at::kBool).device(a.device()))
+                                  .triu(1);
+    for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
+      const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
+      // [kv, group, rows, dim] -> [kv, group*rows, dim]
+      const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
+      at::Tensor scores = at::bmm(qc, kt.narrow(2, offset, keys));
+      scores.mul_(scale);
+      scores = scores.view({kv_heads, group, rows, keys});
+      if (rows > 1) {
+        scores.narrow(3, r0, rows)
+            .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
+      }
+      const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(a.scalar_type());
+      const at::Tensor ctx =
+          at::bmm(probs.view({kv_heads, group * rows, keys}), vt.narrow(1, offset, keys));
+      out_heads.narrow(2, offset + r0, rows).copy_(ctx.view({kv_heads, group, rows, dim}));
+    }
+    offset += len;
+  }
+  return dense(out, w.o);
+}
+
+at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
+  // Tokens are routed independently, so long inputs go through in blocks: the experts' outputs
+  // for one block are all held until they are summed (8192 tokens x top-8 x 2048 x 4 bytes = 512
+  // MiB on the real thinker in fp32).
+  constexpr std::int64_t block = 8192;
+  if (b.size(0) <= block) return moe_block(w, b);
+  std::vector<at::Tensor> parts;
+  for (std::int64_t t = 0; t < b.size(0); t += block) {
+    parts.push_back(moe_block(w, b.narrow(0, t, std::min(block, b.size(0) - t))));
+  }
+  return at::cat(parts);
+}
+
+at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
+  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
+  const auto n_experts = static_cast<std::size_t>(config_.num_experts);
+  const at::Tensor router_logits = dense(b, w.router);
+  const at::Tensor probs = at::softmax(router_logits, 1, at::kFloat);
+  auto [weights, experts] = at::topk(probs, top_k, -1);
+  if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(b.scalar_type());
+
+  // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
+  const at::Tensor flat = experts.reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
+  const at::Tensor token_of = at::floor_divide(order, top_k);
+  const at::Tensor counts = at::bincount(flat, {}, config_.num_experts).to(at::kCPU);
+  const at::Tensor sorted_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  const auto* count = counts.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> start(n_experts + 1, 0);
+  std::vector<std::size_t> busy;  // active experts, most tokens first
+  for (std::size_t e = 0; e < n_experts; ++e) {
+    start[e + 1] = start[e] + count[e];
+    if (count[e] > 0) busy.push_back(e);
+  }
+  std::stable_sort(busy.begin(), busy.end(),
+                   [&](std::size_t x, std::size_t y) { return count[x] > count[y]; });
+
+  // Each expert gathers its own rows and keeps its weighted output: no [N * top_k, hidden]
+  // staging buffers (64 MB each at 2048 tokens, mapped afresh and page-faulted every layer).
+  std::vector<at::Tensor> results(n_experts);
+  auto run_expert = [&](std::size_t e) {
+    const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
+    at::Tensor h = dense(x, w.gate[e]);
+    at::silu_(h).mul_(dense(x, w.up[e]));
+    results[e] = dense(h, w.down[e]).mul_(sorted_weights.narrow(0, start[e], count[e]));
+  };
+  if (device_.is_cpu()) {
+    // Whole experts per thread, largest first: inside a parallel region each matmul runs on one
+    // thread, which beats splitting these few-row matmuls (weight packing and thread hand-offs
+    // are paid per call). Threads take the next expert as they finish, so one held up by the
+    // machine does not hold up the layer. Each row's arithmetic is the same either way.
+    std::atomic<std::size_t> next{0};
+    at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+      for (std::size_t i = next++; i < busy.size(); i = next++) run_expert(busy[i]);
+    });
+  } else {
+    for (const auto e : busy) run_expert(e);
+  }
+
+  // Summed in expert order, as transformers' per-expert index_add_ loop does.
+  at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
+  for (std::size_t e = 0; e < n_experts; ++e) {
+    if (count[e] > 0) out.index_add_(0, token_of.narrow(0, start[e], count[e]), results[e]);
+  }
+  return out;
+}
+
+}  // namespace baton::clef::detail

@@ -1,0 +1,66 @@
+// The Qwen3-Omni thinker's text backbone (qwen3-omni-thinker.md §3): embeddings, decoder layers
+// with GQA attention, q/k RMSNorm and interleaved MRoPE, sparse MoE, final RMSNorm. Hidden states
+// out; the lm_head matmul is never run.
+#pragma once
+
+#include <vector>
+
+#include "engine/clef/model/tensors.hpp"
+
+namespace baton::clef::detail {
+
+// The backbone's input for records packed end to end.
+struct thinker_input {
+  at::Tensor embeds;                  // [N, hidden] in the compute dtype, media rows already placed
+  at::Tensor positions;               // [3, N] fp32 MRoPE ids; undefined: 0..len-1 per record
+  at::Tensor visual_rows;             // int64 [V]: the image and video rows, in sequence order
+  std::vector<at::Tensor> deepstack;  // added to visual_rows after layers 0, 1, …: [V, hidden] each
+};
+
+class thinker {
+ public:
+  // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
+  thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes);
+
+  // Token embeddings [N, hidden] in the compute dtype for `ids` [N] int64 on the device.
+  at::Tensor embed(const at::Tensor& ids) const;
+
+  // Final hidden states [N, hidden] for records packed end to end (`lengths` sum to N). Attention
+  // never crosses records. Reports "position_ids" (when given), "inputs_embeds", "layer_out.<l>"
+  // (before the deepstack add, as transformers' layer outputs) and "final_hidden".
+  at::Tensor forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
+                     const stage_observer* observe, forward_profile* profile) const;
+
+  // Rows of the output embedding (lm_head) for `ids` [n] int64, in `type`.
+  at::Tensor output_rows(const at::Tensor& ids, at::ScalarType type) const;
+
+  at::ScalarType type() const noexcept { return type_; }
+  at::Device device() const noexcept { return device_; }
+
+ private:
+  struct layer {
+    at::Tensor input_norm, q, k, v, o, q_norm, k_norm, post_norm, router;
+    std::vector<at::Tensor> gate, up, down;
+  };
+
+  // cos and sin [N, 1, head_dim] in the compute dtype.
+  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
+                                           const std::vector<std::int64_t>& lengths) const;
+  at::Tensor attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
+                       const at::Tensor& sin, const std::vector<std::int64_t>& lengths) const;
+  at::Tensor moe(const layer& w, const at::Tensor& b) const;
+  at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
+
+  text_config config_;
+  at::ScalarType type_;
+  at::Device device_;
+  std::int64_t score_budget_bytes_;
+  at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
+  at::Tensor lm_head_;  // idem, for the head's lexical rows
+  at::Tensor final_norm_;
+  at::Tensor inv_freq_;  // [head_dim / 2] fp32
+  at::Tensor mrope_axis_;  // int64 [1, 1, head_dim / 2]: the axis (0 T, 1 H, 2 W) of each frequency slot
+  std::vector<layer> layers_;
+};
+
+}  // namespace baton::clef::detail

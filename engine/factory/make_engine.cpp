@@ -1,0 +1,33 @@
+#include "engine/factory/make_engine.hpp"
+
+#include <exception>
+#include <string>
+
+#include "engine/keyword/keyword_engine.hpp"
+
+namespace baton {
+
+result<std::unique_ptr<decision_engine>> make_engine(const engine_options& options) {
+  if (options.name == "keyword") return std::unique_ptr<decision_engine>(std::make_unique<keyword_engine>());
+  if (options.name == "clef") {
+    if (options.clef.model_dir.empty()) {
+      return make_error(400, "ENGINE_NEEDS_MODEL", "the clef engine needs a release directory (--model DIR)");
+    }
+    // Loading throws (clef::load_error, or torch's own): this is the boundary where it becomes a value.
+    try {
+      return std::unique_ptr<decision_engine>(std::make_unique<clef::clef_engine>(options.clef));
+    } catch (const std::exception& e) {
+      return make_error(500, "ENGINE_LOAD_FAILED",
+                        "cannot load the model in " + options.clef.model_dir.string() + ": " + e.what());
+    }
+  }
+  if (options.name == "systemone") {
+    auto made = systemone_engine::make(options.systemone);
+    if (!made) return made.error();
+    return std::unique_ptr<decision_engine>(std::move(*made));
+  }
+  return make_error(400, "UNKNOWN_ENGINE",
+                    "unknown engine '" + options.name + "'; known engines: keyword, clef, systemone");
+}
+
+}  // namespace baton
