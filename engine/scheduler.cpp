@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/ids.hpp"
+
 namespace baton {
 
 namespace {
@@ -73,7 +75,7 @@ void scheduler::work() {
       }
     }
     for (job& j : expired) {
-      const double waited = ms_between(j.queued_at, std::chrono::steady_clock::now());
+      const double waited = ms_since(j.queued_at);
       j.done(scheduled_result{std::move(j.req),
                               make_error(504, "DEADLINE_EXCEEDED",
                                          "the request waited " + std::to_string(static_cast<long>(waited)) +

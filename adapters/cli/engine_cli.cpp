@@ -435,6 +435,11 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
                        "--batch-tokens, --media-root and --dump need --engine clef",
                        "decide");
   }
+  // Another SystemOne server is reached with `baton serve` (engine.url in its configuration), not here.
+  if (options.engine.name == "systemone") {
+    return usage_error(err, "decide answers with the keyword or the clef engine; the systemone engine is "
+                            "configured for baton serve (engine.url in config/baton.yaml)", "decide");
+  }
   auto made = make_engine(options.engine);
   if (!made) {
     // A 400 is the options' fault (an unknown engine); a release that does not load is not.

@@ -9,7 +9,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 
 namespace baton {
 

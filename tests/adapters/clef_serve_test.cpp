@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "adapters/cli/cli.hpp"
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "core/answers.hpp"
 #include "engine/factory/make_engine.hpp"

@@ -1,5 +1,5 @@
 // adapters/protocol: every frame and wire object renders byte for byte what the server sent before
-// the frames moved here (the references below are the runtime's former code, kept verbatim), and
+// the frames moved here (the literal texts below were written by the runtime's former code), and
 // reads back into the struct it came from.
 #include <gtest/gtest.h>
 
@@ -49,81 +49,6 @@ decision_frame escalated_decision() {
   return d;
 }
 
-// agent_service::send_decision before the frames moved to adapters/protocol, verbatim but for its
-// inputs: the turn's fields are the frame's.
-std::string old_send_decision(const decision_frame& f) {
-  auto put_ms = [](std::string& out, const char* key, double ms) {
-    out += '"';
-    out += key;
-    out += "\":";
-    render_rounded(ms, 3, out);
-  };
-  std::string out = "{\"type\":\"decision\",\"id\":";
-  render_json(f.id, out, false);
-  out += ",\"decision\":";
-  render_string(f.decision, out);
-  out += ",\"session\":";
-  render_string(f.session, out);
-  out += ",\"turn\":";
-  out += std::to_string(f.turn);
-  out += ",\"action\":";
-  render_string(f.action, out);
-  out += ",\"tool\":";
-  if (f.tool.empty()) {
-    out += "null";
-  } else {
-    render_string(f.tool, out);
-  }
-  out += ",\"arguments\":";
-  render_json(f.arguments, out, false);
-  out += ",\"lane\":";
-  render_string(f.lane, out);
-  out += ",\"confidence\":";
-  render_rounded(f.confidence, 4, out);
-  out += ",\"executor\":";
-  if (!f.executor) {
-    out += "null";
-  } else {
-    render_string(*f.executor, out);
-  }
-  out += ",\"answers\":";
-  if (f.answers) {
-    render_answers(*f.answers, out, 4);
-  } else {
-    out += "null";
-  }
-  out += ",\"model\":";
-  render_string(f.model, out);
-  if (!f.error_code.empty()) {
-    out += ",\"error_code\":";
-    render_string(f.error_code, out);
-  }
-  if (!f.fallback_of.empty()) {
-    out += ",\"fallback_of\":";
-    render_string(f.fallback_of, out);
-  }
-  if (f.escalation) {
-    out += ",\"escalation\":";
-    render_string(f.escalation->id, out);
-    out += ",\"deadline_at\":";
-    render_string(iso_utc(f.escalation->deadline_ms), out);
-  }
-  out += ",\"timings_ms\":{";
-  put_ms(out, "queue", f.timings_ms.queue);
-  out += ',';
-  put_ms(out, "compile", f.timings_ms.compile);
-  out += ',';
-  put_ms(out, "engine", f.timings_ms.engine);
-  out += ',';
-  put_ms(out, "policy", f.timings_ms.policy);
-  out += ',';
-  put_ms(out, "log", f.timings_ms.log);
-  out += ',';
-  put_ms(out, "total", f.timings_ms.total);
-  out += "}}";
-  return out;
-}
-
 template <class T, class V>
 T as(const V& v) {
   const T* t = std::get_if<T>(&v);
@@ -156,7 +81,6 @@ TEST(agent_protocol, the_decision_frame_is_the_text_the_server_sent) {
             R"("probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1",)"
             R"("escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)"
             R"("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})");
-  EXPECT_EQ(render(d), old_send_decision(d));
 }
 
 TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
@@ -187,9 +111,32 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
   second.confidence = 0.99995;
   second.timings_ms = {1e-9, 1234567.8915, 0.0005, 2.5e-4, 100, 3e+16};
   frames.push_back(second);
-  for (const decision_frame& d : frames) {
+  // What the server sent for each before the frames moved to adapters/protocol.
+  const std::vector<std::string> sent = {
+      R"json({"type":"decision","id":7,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
+      R"json("action":"escalate","tool":"refund_payment","arguments":{"reason":"duplicate","notify":true,"note":"duplicate charge on order 1182"},)json"
+      R"json("lane":"rule:always_escalate","confidence":0.6132,"executor":"http","answers":{"tool":{"type":"choice",)json"
+      R"json("choice":"refund_payment","confidence":0.6132,"probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},)json"
+      R"json("refund_payment.notify":{"type":"noul","noul":0.8127},"urgency":{"type":"score","score":1.3521,)json"
+      R"json("confidence":0.4516,"legend":{"0":"Can wait","1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},)json"
+      R"json("model":"baton-keyword-1","escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)json"
+      R"json("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
+      R"json({"type":"decision","id":null,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
+      R"json("action":"deny","tool":null,"arguments":{},"lane":"on_engine_error","confidence":0.0,"executor":null,)json"
+      R"json("answers":null,"model":"baton-keyword-1","error_code":"ENGINE_TIMEOUT","timings_ms":{"queue":0.02,)json"
+      R"json("compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
+      R"json({"type":"decision","id":{"n":1.5,"s":"é\n\"x\""},"decision":"d-0192b7c5a3e1-4f2a9c01","session":"a:b@c",)json"
+      R"json("turn":9007199254740992,"action":"execute","tool":"refund_payment","arguments":{"reason":"duplicate",)json"
+      R"json("notify":true,"note":"duplicate charge on order 1182"},"lane":"fallback:lane:default","confidence":1.0,)json"
+      R"json("executor":"http","answers":{"tool":{"type":"choice","choice":"refund_payment","confidence":0.6132,)json"
+      R"json("probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},"refund_payment.notify":{"type":"noul",)json"
+      R"json("noul":0.8127},"urgency":{"type":"score","score":1.3521,"confidence":0.4516,"legend":{"0":"Can wait",)json"
+      R"json("1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1","fallback_of":"d-0192b7c5a3e1-00000001",)json"
+      R"json("timings_ms":{"queue":0.0,"compile":1234567.891,"engine":0.001,"policy":0.0,"log":100.0,"total":3e+16}})json"};
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const decision_frame& d = frames[i];
     const std::string text = render(d);
-    EXPECT_EQ(text, old_send_decision(d));
+    EXPECT_EQ(text, sent[i]);
     // Read back, the frame renders the same text.
     EXPECT_EQ(render(as<decision_frame>(read_server(text))), text);
   }
@@ -327,71 +274,6 @@ TEST(agent_protocol, client_frames_render_what_parse_frame_reads) {
   }
 }
 
-// escalation_desk's json construction before the objects moved to adapters/protocol, verbatim but
-// for its inputs: the records' fields are the objects'.
-json old_tool_run_json(const tool_run_object& r) {
-  return json{{"id", r.id},
-              {"tool", r.tool},
-              {"executor", r.executor},
-              {"ok", r.ok},
-              {"error_code", r.ok ? json() : json(r.error_code)},
-              {"detail", r.detail},
-              {"output", r.output},
-              {"attempts", r.attempts},
-              {"duration_ms", round_decimals(r.duration_ms, 3)},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms}};
-}
-
-json old_resolution_json(const resolution_object& r) {
-  return json{{"id", r.id},
-              {"escalation", r.escalation},
-              {"decision", r.decision},
-              {"session", r.session},
-              {"turn", r.turn},
-              {"outcome", r.outcome},
-              {"tool", r.tool.empty() ? json() : json(r.tool)},
-              {"arguments", r.arguments},
-              {"reason", r.reason},
-              {"reviewer", r.reviewer},
-              {"by", r.by},
-              {"forced", r.forced},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms},
-              {"executor", r.executor ? json(*r.executor) : json()}};
-}
-
-json old_escalation_json(const escalation_object& r, const json& resolution, const json& tool_run) {
-  json shown = resolution;
-  if (shown.is_object()) shown["tool_run"] = tool_run;
-  return json{{"id", r.id},
-              {"status", resolution.is_null() ? "pending" : "resolved"},
-              {"decision", r.decision},
-              {"session", r.session},
-              {"turn", r.turn},
-              {"created_at", iso_utc(r.created_ms)},
-              {"created_ms", r.created_ms},
-              {"deadline_at", iso_utc(r.deadline_ms)},
-              {"deadline_ms", r.deadline_ms},
-              {"on_deadline", r.on_deadline},
-              {"reason", r.reason},
-              {"question", r.question},
-              {"tool", r.tool.empty() ? json() : json(r.tool)},
-              {"arguments", r.arguments},
-              {"confidence", round_decimals(r.confidence, 4)},
-              {"candidates", r.candidates},
-              {"state", r.state},
-              {"evidence", r.evidence},
-              {"registry_hash", r.registry_hash},
-              {"policy_hash", r.policy_hash},
-              {"resolution", shown}};
-}
-
-json old_escalation_json(const escalation_object& e) {
-  return old_escalation_json(e, e.resolution ? old_resolution_json(*e.resolution) : json(),
-                             e.tool_run ? old_tool_run_json(*e.tool_run) : json());
-}
-
 tool_run_object sample_run(bool ok) {
   tool_run_object r;
   r.id = "r-0192b7c5a3e1-5d6e7f80";
@@ -465,16 +347,62 @@ TEST(review_protocol, objects_are_the_json_the_desk_built) {
   failed.resolution->tool.clear();
   failed.resolution->executor.reset();
   shapes.push_back(failed);
-  for (const escalation_object& e : shapes) {
+  // What the desk built for each before the objects moved to adapters/protocol.
+  const std::vector<std::string> built = {
+      R"json({"id":"e-0192b7c5a3e1-4f2a9c01","status":"pending","decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411",)json"
+      R"json("turn":3,"created_at":"2026-12-03T14:00:00.000Z","created_ms":1796306400000,"deadline_at":"2026-12-03T14:15:00.000Z",)json"
+      R"json("deadline_ms":1796307300000,"on_deadline":"deny","reason":"lane:default","question":"Should restart_service run?",)json"
+      R"json("tool":"restart_service","arguments":{"service":"api"},"confidence":0.41,"candidates":[{"tool":"restart_service",)json"
+      R"json("description":"Restart","probability":0.41}],"state":[{"role":"user","content":"the api hangs"}],)json"
+      R"json("evidence":{"rule":"lane:default","why":"low","inputs":null,"answers":[],"tie":false},"registry_hash":"sha256:01",)json"
+      R"json("policy_hash":"sha256:02","resolution":null})json",
+      R"json({"id":"e-0192b7c5a3e1-4f2a9c01","status":"resolved","decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411",)json"
+      R"json("turn":3,"created_at":"2026-12-03T14:00:00.000Z","created_ms":1796306400000,"deadline_at":"2026-12-03T14:15:00.000Z",)json"
+      R"json("deadline_ms":1796307300000,"on_deadline":"deny","reason":"lane:default","question":"Should restart_service run?",)json"
+      R"json("tool":"restart_service","arguments":{"service":"api"},"confidence":0.41,"candidates":[{"tool":"restart_service",)json"
+      R"json("description":"Restart","probability":0.41}],"state":[{"role":"user","content":"the api hangs"}],)json"
+      R"json("evidence":{"rule":"lane:default","why":"low","inputs":null,"answers":[],"tie":false},"registry_hash":"sha256:01",)json"
+      R"json("policy_hash":"sha256:02","resolution":{"id":"v-0192b7c5a3e1-0c1d2e3f","escalation":"e-0192b7c5a3e1-4f2a9c01",)json"
+      R"json("decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411","turn":3,"outcome":"execute","tool":"restart_service",)json"
+      R"json("arguments":{"service":"api"},"reason":"it hangs","reviewer":"alice","by":"reviewer","forced":false,)json"
+      R"json("created_at":"2026-12-03T14:03:10.000Z","created_ms":1796306590000,"executor":"command","tool_run":null}})json",
+      R"json({"id":"e-0192b7c5a3e1-4f2a9c01","status":"resolved","decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411",)json"
+      R"json("turn":3,"created_at":"2026-12-03T14:00:00.000Z","created_ms":1796306400000,"deadline_at":"2026-12-03T14:15:00.000Z",)json"
+      R"json("deadline_ms":1796307300000,"on_deadline":"deny","reason":"lane:default","question":"Should restart_service run?",)json"
+      R"json("tool":"restart_service","arguments":{"service":"api"},"confidence":0.41,"candidates":[{"tool":"restart_service",)json"
+      R"json("description":"Restart","probability":0.41}],"state":[{"role":"user","content":"the api hangs"}],)json"
+      R"json("evidence":{"rule":"lane:default","why":"low","inputs":null,"answers":[],"tie":false},"registry_hash":"sha256:01",)json"
+      R"json("policy_hash":"sha256:02","resolution":{"id":"v-0192b7c5a3e1-0c1d2e3f","escalation":"e-0192b7c5a3e1-4f2a9c01",)json"
+      R"json("decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411","turn":3,"outcome":"execute","tool":"restart_service",)json"
+      R"json("arguments":{"service":"api"},"reason":"it hangs","reviewer":"alice","by":"reviewer","forced":false,)json"
+      R"json("created_at":"2026-12-03T14:03:10.000Z","created_ms":1796306590000,"executor":"command","tool_run":{"id":"r-0192b7c5a3e1-5d6e7f80",)json"
+      R"json("tool":"restart_service","executor":"command","ok":false,"error_code":"EXECUTOR_TIMEOUT","detail":"the command ran past its 5000 ms",)json"
+      R"json("output":null,"attempts":1,"duration_ms":5003.25,"created_at":"2026-12-03T14:03:15.000Z","created_ms":1796306595000}}})json",
+      R"json({"id":"e-0192b7c5a3e1-4f2a9c01","status":"resolved","decision":"d-0192b7c5a3e1-77aa0b12","session":"ticket-4411",)json"
+      R"json("turn":3,"created_at":"2026-12-03T14:00:00.000Z","created_ms":1796306400000,"deadline_at":"2026-12-03T14:15:00.000Z",)json"
+      R"json("deadline_ms":1796307300000,"on_deadline":"deny","reason":"lane:default","question":"Should restart_service run?",)json"
+      R"json("tool":null,"arguments":{},"confidence":0.41,"candidates":[],"state":null,"evidence":{"rule":"lane:default",)json"
+      R"json("why":"low","inputs":null,"answers":[],"tie":false},"registry_hash":"sha256:01","policy_hash":"sha256:02",)json"
+      R"json("resolution":{"id":"v-0192b7c5a3e1-0c1d2e3f","escalation":"e-0192b7c5a3e1-4f2a9c01","decision":"d-0192b7c5a3e1-77aa0b12",)json"
+      R"json("session":"ticket-4411","turn":3,"outcome":"deny","tool":null,"arguments":{"service":"api"},"reason":"it hangs",)json"
+      R"json("reviewer":"alice","by":"reviewer","forced":false,"created_at":"2026-12-03T14:03:10.000Z","created_ms":1796306590000,)json"
+      R"json("executor":null,"tool_run":null}})json"};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const escalation_object& e = shapes[i];
     const std::string text = render(e);
-    EXPECT_EQ(text, render_json(old_escalation_json(e), false));
+    EXPECT_EQ(text, built[i]);
     auto back = parse_escalation(test::parse(text));
     ASSERT_TRUE(back) << back.error().message;
     EXPECT_EQ(render(*back), text);
   }
   for (const bool ok : {true, false}) {
     const std::string text = render(sample_run(ok));
-    EXPECT_EQ(text, render_json(old_tool_run_json(sample_run(ok)), false));
+    EXPECT_EQ(text, ok ? R"json({"id":"r-0192b7c5a3e1-5d6e7f80","tool":"restart_service","executor":"command","ok":true,"error_code":null,)json"
+                        R"json("detail":"","output":{"restarted":true},"attempts":1,"duration_ms":5003.25,"created_at":"2026-12-03T14:03:15.000Z",)json"
+                        R"json("created_ms":1796306595000})json"
+                       : R"json({"id":"r-0192b7c5a3e1-5d6e7f80","tool":"restart_service","executor":"command","ok":false,"error_code":"EXECUTOR_TIMEOUT",)json"
+                        R"json("detail":"the command ran past its 5000 ms","output":null,"attempts":1,"duration_ms":5003.25,"created_at":"2026-12-03T14:03:15.000Z",)json"
+                        R"json("created_ms":1796306595000})json");
     auto back = parse_tool_run(test::parse(text));
     ASSERT_TRUE(back) << back.error().message;
     EXPECT_EQ(render(*back), text);
@@ -483,12 +411,12 @@ TEST(review_protocol, objects_are_the_json_the_desk_built) {
             R"({"id":"r-0192b7c5a3e1-5d6e7f80","tool":"restart_service","executor":"command","ok":false,)"
             R"("error_code":"EXECUTOR_TIMEOUT","detail":"the command ran past its 5000 ms","output":null,"attempts":1,)"
             R"("duration_ms":5003.25,"created_at":"2026-12-03T14:03:15.000Z","created_ms":1796306595000})");
-  EXPECT_EQ(render(sample_resolution()), render_json(old_resolution_json(sample_resolution()), false));
-  EXPECT_EQ(render(escalation_list{shapes}), render_json(json{{"escalations", json::array({old_escalation_json(shapes[0]),
-                                                                                          old_escalation_json(shapes[1]),
-                                                                                          old_escalation_json(shapes[2]),
-                                                                                          old_escalation_json(shapes[3])})}},
-                                                         false));
+  EXPECT_EQ(render(sample_resolution()),
+            R"json({"id":"v-0192b7c5a3e1-0c1d2e3f","escalation":"e-0192b7c5a3e1-4f2a9c01","decision":"d-0192b7c5a3e1-77aa0b12",)json"
+            R"json("session":"ticket-4411","turn":3,"outcome":"execute","tool":"restart_service","arguments":{"service":"api"},)json"
+            R"json("reason":"it hangs","reviewer":"alice","by":"reviewer","forced":false,"created_at":"2026-12-03T14:03:10.000Z",)json"
+            R"json("created_ms":1796306590000,"executor":"command"})json");
+  EXPECT_EQ(render(escalation_list{shapes}), "{\"escalations\":[" + built[0] + "," + built[1] + "," + built[2] + "," + built[3] + "]}");
   EXPECT_EQ(render(escalation_list{}), R"({"escalations":[]})");
   auto list = parse_escalation_list(test::parse(render(escalation_list{shapes})));
   ASSERT_TRUE(list) << list.error().message;

@@ -15,7 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "adapters/cli/cli.hpp"
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 #include "support/files.hpp"
 #include "ws_client.hpp"
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "adapters/cli/cli.hpp"
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 #include "engine/systemone/systemone_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "adapters/cli/cli.hpp"
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"

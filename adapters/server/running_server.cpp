@@ -1,4 +1,4 @@
-#include "adapters/server/serve.hpp"
+#include "adapters/server/running_server.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <spdlog/spdlog.h>
