@@ -10,12 +10,6 @@
 
 namespace baton {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace websocket = beast::websocket;
-using tcp = net::ip::tcp;
-
 listener::listener(net::io_context& ioc, const server_options& options, agent_service& service,
                      systemone_service& systemone, http_api& api)
     : ioc_(ioc), hub_(std::make_shared<session_hub>(options, service, systemone, api)), acceptor_(net::make_strand(ioc)),

@@ -3,6 +3,10 @@
 // the server stops) and the counts its budgets are held against.
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -15,6 +19,12 @@
 #include "adapters/server/http_api.hpp"
 
 namespace baton {
+
+// The names the server's files use for Asio and Beast.
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
 
 // A WebSocket connection the server closes with 1001 when it stops (agent or reviewer).
 class closable_session {

@@ -22,11 +22,7 @@
 
 namespace baton {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 namespace websocket = beast::websocket;
-using tcp = net::ip::tcp;
 
 inline constexpr std::size_t max_queued_frames = 4096;  // a peer that stops reading is closed past this
 inline constexpr std::size_t max_queued_bytes = 64u << 20;  // … or past this many bytes (frames echo ids, carry tool output)
