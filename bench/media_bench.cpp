@@ -31,9 +31,9 @@ extern "C" {
 }
 
 #include "bench/random_release.hpp"
+#include "engine/clef/media_input.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
-#include "engine/clef/media_input.hpp"
 #include "engine/media/decode.hpp"
 #include "support/av_encode.hpp"
 

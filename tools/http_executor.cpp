@@ -9,8 +9,8 @@
 
 #include <optional>
 
-#include "tools/executor_kinds.hpp"
 #include "core/http_url.hpp"
+#include "tools/executor_kinds.hpp"
 
 namespace baton::tools::detail {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "core/http_url.hpp"
 #include "core/request.hpp"
 #include "core/sha256.hpp"
-#include "core/http_url.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::tools {

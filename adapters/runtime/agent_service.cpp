@@ -4,8 +4,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
-#include "core/ids.hpp"
 #include "adapters/runtime/tool_runs.hpp"
+#include "core/ids.hpp"
 #include "tools/arguments.hpp"
 #include "tools/schema_compiler.hpp"
 

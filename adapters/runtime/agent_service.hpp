@@ -15,9 +15,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "adapters/log/decision_log.hpp"
 #include "adapters/protocol/agent_protocol.hpp"
 #include "adapters/runtime/agent_connection.hpp"
-#include "adapters/log/decision_log.hpp"
 #include "adapters/runtime/escalation_desk.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/server_config.hpp"

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "adapters/runtime/agent_service.hpp"
-#include "adapters/server/auth.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/systemone_service.hpp"
+#include "adapters/server/auth.hpp"
 
 namespace baton {
 

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "engine/clef/model/model.hpp"
 #include "engine/clef/media_input.hpp"
+#include "engine/clef/model/model.hpp"
 #include "engine/clef/record_encoder.hpp"
 #include "engine/decision_engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"

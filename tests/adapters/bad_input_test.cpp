@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "adapters/runtime/agent_service.hpp"
+#include "adapters/runtime/metrics.hpp"
+#include "adapters/runtime/systemone_service.hpp"
 #include "adapters/server/auth.hpp"
 #include "adapters/server/handler_guard.hpp"
 #include "adapters/server/http_api.hpp"
-#include "adapters/runtime/metrics.hpp"
-#include "adapters/runtime/systemone_service.hpp"
 #include "adapters/server/listener.hpp"
 #include "engine/scheduler.hpp"
 #include "tools/schema_compiler.hpp"

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "adapters/cli/cli.hpp"
-#include "adapters/server/running_server.hpp"
 #include "adapters/runtime/server_config.hpp"
+#include "adapters/server/running_server.hpp"
 #include "core/answers.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"

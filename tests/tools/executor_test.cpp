@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/http_url.hpp"
 #include "tools/executor.hpp"
 #include "tools/executor_kinds.hpp"
-#include "core/http_url.hpp"
 
 namespace baton::tools {
 namespace {
