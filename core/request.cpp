@@ -670,4 +670,10 @@ std::string state_hash(std::string_view rendered_state, const request* media) {
   return h.digest();
 }
 
+std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces) {
+  sha256 h;
+  for (const std::string_view p : rendered_state_pieces) h.update(p);
+  return h.digest();
+}
+
 }  // namespace baton

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,9 @@ struct request {
 // differ only in their image must not share a hash), every piece length-prefixed so that no state
 // can spell another request's media.
 std::string state_hash(std::string_view rendered_state, const request* media = nullptr);
+// The same hash of a state with no media given as consecutive pieces, so that a caller holding
+// it in parts does not join them first.
+std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces);
 
 // 413 REQUEST_TOO_LARGE for a body of `bytes` over the limit.
 error body_too_large(std::size_t bytes, const request_limits& limits);

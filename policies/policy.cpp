@@ -225,8 +225,6 @@ std::optional<bool> fires(const escalation_trigger& t, const response& r) {
   if (const auto* s = std::get_if<score_answer>(a)) return s->score > t.threshold;
   return std::nullopt;
 }
-
-// The chosen tool's choice (argmax label) and boolean (P(true) ≥ 0.5) parameters.
 }  // namespace
 
 std::string_view to_string(action::kind k) noexcept {

@@ -10,7 +10,6 @@
 
 #include <spdlog/spdlog.h>
 
-
 namespace baton::log {
 
 struct decision_log::impl {

@@ -11,8 +11,8 @@
 
 namespace baton {
 
-// The server side of one connection as the service sees it. Every method but strand() and
-// dispatch() runs on the connection's strand.
+// The server side of one connection as the service sees it. Every method but strand() runs on
+// the connection's strand.
 class agent_connection {
  public:
   virtual ~agent_connection() = default;

@@ -163,9 +163,8 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
-  std::string text = t->session.state_text();
-  t->state_hash = state_hash(text);
-  if (log_.options().store_state) t->state_text = std::move(text);
+  t->state_hash = t->session.state_hash();
+  if (log_.options().store_state) t->state_text = t->session.state_text();
 }
 
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {

@@ -4,10 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <future>
-#include <unordered_map>
 
 #include "adapters/protocol/agent_protocol.hpp"
 #include "adapters/runtime/escalation_evidence.hpp"

@@ -1,6 +1,7 @@
 #include "adapters/runtime/session_table.hpp"
 
 #include "adapters/protocol/agent_protocol.hpp"
+#include "core/request.hpp"
 
 namespace baton {
 
@@ -8,6 +9,8 @@ void append_rendered(const json& event, std::string& rendered) {
   if (rendered.size() > 1) rendered.push_back(',');
   render_json(event, rendered, true);
 }
+
+std::string session_turn::state_hash() const { return state_hash_of_parts({rendered, "]"}); }
 
 void session_turn::add_event(json event) {
   const std::size_t before = rendered.size();

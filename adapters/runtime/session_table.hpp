@@ -42,6 +42,7 @@ struct session_turn {
 
   std::size_t history_bytes() const noexcept { return rendered.size() + 1; }
   std::string state_text() const { return rendered + "]"; }
+  std::string state_hash() const;  // state_hash(state_text()) without building the text
 };
 
 class session_table {

@@ -61,7 +61,7 @@ class http_api {
                                        const boost::asio::ip::address& from);
 
   // Answers an admitted request whose body has been read. `done` runs once, on `strand` (inline
-  // for everything but a decision).
+  // for everything but a decision and an escalation's resolve).
   void handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
 
   // Decides on a WebSocket upgrade's head, and checks the handshake itself, so that every

@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/ids.hpp"
 
@@ -127,6 +129,34 @@ TEST_F(escalation_test, an_escalation_is_durable_listed_resolved_once_and_sent_t
   EXPECT_EQ(sql("SELECT count(*) AS n FROM deliveries")[0]["n"], 1);
   EXPECT_EQ(cli({"log", "verify", "--db", db()}).out,
             "ok: 1 decisions, 1 tool runs, 1 escalations, 1 resolutions, 1 deliveries\n");
+}
+
+// Escalations raised within the same millisecond keep the order they were raised in: in the
+// list, the reviewer's snapshot, and after a restart (from the log's row order).
+TEST_F(escalation_test, pending_escalations_are_listed_in_the_order_they_were_raised) {
+  ws_client agent(start());
+  std::vector<std::string> raised;
+  for (int i = 0; i < 12; ++i) {
+    const json d = agent.request(unsure("order-" + std::to_string(i)));
+    ASSERT_EQ(d.value("action", ""), "escalate") << d;
+    raised.push_back(d["escalation"].get<std::string>());
+  }
+  auto ids_of = [](const json& escalations) {
+    std::vector<std::string> ids;
+    for (const json& e : escalations) ids.push_back(e["id"].get<std::string>());
+    return ids;
+  };
+  EXPECT_EQ(ids_of(get("/v1/escalations")["escalations"]), raised);
+  {
+    ws_client reviewer(server_->port(), "/v1/review");
+    EXPECT_EQ(ids_of(reviewer.read()["escalations"]), raised);
+    reviewer.close();
+  }
+  agent.close();
+  restart();
+  EXPECT_EQ(ids_of(get("/v1/escalations?status=pending")["escalations"]), raised);
+  ws_client reviewer(server_->port(), "/v1/review");
+  EXPECT_EQ(ids_of(reviewer.read()["escalations"]), raised);
 }
 
 TEST_F(escalation_test, bad_resolutions_get_clear_errors) {

@@ -212,5 +212,11 @@ TEST(request, all_issues_are_reported_at_once) {
             "'choice', 'score', 'noul'; questions.b.choice.criteria: Field required");
 }
 
+TEST(request, state_hash_of_pieces_is_the_hash_of_the_joined_text) {
+  EXPECT_EQ(state_hash_of_parts({"[{\"a\":1}", "]"}), state_hash("[{\"a\":1}]"));
+  EXPECT_EQ(state_hash_of_parts({"ab", "", "c"}), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_NE(state_hash_of_parts({"[]"}), state_hash_of_parts({"[", "}"}));
+}
+
 }  // namespace
 }  // namespace baton
