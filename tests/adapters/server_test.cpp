@@ -425,6 +425,24 @@ TEST_F(server_test, a_client_that_never_reads_is_dropped_by_queued_bytes) {
     frames.push_back(render_json(decide(session, {user("hi")}, {{"id", big_id}}), false));
   }
   const std::size_t sent = c.send_without_reading(std::move(frames), std::chrono::seconds(3));
+  // Reading before the server has decided what it read would drain the queue: on a loaded machine
+  // the decisions lag the writes. Wait until the agent decisions stop growing (or are all made).
+  auto agent_decisions = [&] {
+    const std::string text = test::http_get(server_->port(), "/metrics").second;
+    double n = 0;
+    for (std::size_t at = text.find("baton_decisions_total{source=\"agent\""); at != std::string::npos;
+         at = text.find("baton_decisions_total{source=\"agent\"", at + 1)) {
+      n += std::stod(text.substr(text.find("} ", at) + 2));
+    }
+    return n;
+  };
+  double made = -1;
+  for (int still = 0, polls = 0; made < 80 && still < 20 && polls < 300; ++polls) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const double now = agent_decisions();
+    still = now == made ? still + 1 : 0;
+    made = now;
+  }
   int decisions = 0;
   for (json f = c.read(); !f.is_null(); f = c.read()) decisions += f.value("type", "") == "decision";
   EXPECT_LT(decisions, 80) << "sent " << sent << " frames, read " << decisions << " decisions of ~1 MB each, then "
