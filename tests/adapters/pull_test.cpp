@@ -4,6 +4,7 @@
 // require, a body it may cut and a file it may corrupt.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/asio/connect.hpp>
@@ -13,6 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/cli/cli.hpp"
+#include "adapters/cli/hub_cli.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "core/sha256.hpp"
 #include "engine/clef/clef_engine.hpp"
@@ -151,6 +154,7 @@ class fake_hub {
 
   std::string token;                        // required when set
   std::map<std::string, std::size_t> cut;   // file → bytes sent before the connection drops (once)
+  std::map<std::string, std::size_t> sigint;  // file → bytes sent before a SIGINT, as Ctrl-C would (once)
   std::set<std::string> corrupt;            // files whose bytes are served wrong
 
  private:
@@ -261,6 +265,21 @@ class fake_hub {
       net::write(s, net::buffer(res.body().data(), c->second), ec);
       cut.erase(c);
       s.shutdown(tcp::socket::shutdown_both, ec);
+      return;
+    }
+    if (const auto c = sigint.find(name); c != sigint.end()) {
+      // The pull is inside its transfer, so its signal_set takes the signal; the connection
+      // stays open until the client gives up on it.
+      http::response<http::empty_body> head(res.result(), 11);
+      for (const auto& field : res.base()) head.set(field.name_string(), field.value());
+      http::response_serializer<http::empty_body> sr(head);
+      http::write_header(s, sr, ec);
+      net::write(s, net::buffer(res.body().data(), c->second), ec);
+      sigint.erase(c);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the bytes are read first
+      ::raise(SIGINT);
+      char byte;
+      s.read_some(net::buffer(&byte, 1), ec);
       return;
     }
     http::write(s, res, ec);
@@ -512,6 +531,33 @@ TEST_F(pull, a_cached_release_is_named_by_repo_in_the_config_and_on_the_command_
   const auto decide = cli({"decide", "--engine", "clef", "--model", "Cloudflare/other"}, "{}");
   EXPECT_EQ(decide.code, exit_no_input);
   EXPECT_NE(decide.err.find("`baton pull Cloudflare/other` downloads it"), std::string::npos) << decide.err;
+}
+
+TEST_F(pull, ctrl_c_keeps_the_part_and_says_how_to_resume) {
+  const std::string shard = "model-00003-of-00003.safetensors";
+  hub_->sigint[shard] = 200000;
+  const auto r = run_pull();
+  EXPECT_EQ(r.code, exit_interrupted) << r.err;
+  EXPECT_NE(r.err.find("baton pull: " + shard + ": interrupted; run the same command again to resume"), std::string::npos)
+      << r.err;
+  const auto kept = parts();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(fs::file_size(kept[0]), 200000u);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+  ASSERT_EQ(run_pull().code, exit_ok);
+  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+}
+
+TEST_F(pull, a_terminal_gets_a_progress_bar) {
+  const std::vector<std::string_view> args = {"--endpoint", endpoint_, "--dir", cache_arg_};
+  std::ostringstream out, err;
+  ASSERT_EQ(pull_main(args, out, err, true), exit_ok) << err.str();
+  // Redrawn in place: bar, bytes of the size, rate, time left; then the file's own line.
+  const std::string e = err.str();
+  EXPECT_NE(e.find("\r\033[K  model-00001-of-00003.safetensors  ["), std::string::npos) << e;
+  EXPECT_NE(e.find(" / 806.22 kB  "), std::string::npos) << e;
+  EXPECT_NE(e.find(" left"), std::string::npos) << e;
+  EXPECT_NE(e.find("\r\033[K  model-00001-of-00003.safetensors  806.22 kB  verified"), std::string::npos) << e;
 }
 
 }  // namespace
