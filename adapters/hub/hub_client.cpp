@@ -149,7 +149,7 @@ class getter {
       if (u->tls && !tls_) {
         tls_.emplace(ssl::context::tls_client);
         boost::system::error_code ec;
-        tls_client::configure(*tls_, options_.ca_file, ec);
+        tls_client::configure(*tls_, {}, ec);
         if (ec) {
           tls_.reset();
           out.failed = make_error(502, "HUB_UNAVAILABLE", "the CA certificates for https do not load: " + ec.message());

@@ -23,9 +23,9 @@ struct hub_options {
   std::string endpoint = std::string(default_endpoint);  // http:// or https://host[:port][/prefix]
   std::string token;      // sent as a bearer token to the endpoint's host only, never to a CDN
   std::string token_env = "HF_TOKEN";  // where the token came from: the 401 message names it
-  std::filesystem::path ca_file;       // https peers: the system's CAs when empty
   std::chrono::seconds timeout{60};    // for each connect and each read: a stalled transfer fails
   bool stop_on_sigint = false;         // SIGINT and SIGTERM end a transfer, keeping its .part
+  // https peers are verified against the system's CAs (core/tls_client.hpp).
 };
 
 // One file of a revision, as the listing gives it.
@@ -72,8 +72,6 @@ class hub_client {
   // refs/REVISION holding the commit, as huggingface_hub writes it (no newline); nothing for a
   // revision that is the commit itself.
   static result<void> write_ref(const std::filesystem::path& cache_root, const hub_revision& revision);
-
-  const hub_options& options() const noexcept { return options_; }
 
  private:
   explicit hub_client(hub_options options) : options_(std::move(options)) {}
