@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -127,7 +127,8 @@ class progress_view {
       if (bar_) err_ << "\r\033[K";
       err_ << "  " << f.path << "  " << hub::format_bytes(f.size) << "  verified";
       if (resumed_from_ > 0) err_ << ", resumed at " << hub::format_bytes(resumed_from_);
-      err_ << " (" << hub::format_bytes(static_cast<std::uint64_t>(rate)) << "/s)\n";
+      if (rate > 0) err_ << " (" << hub::format_bytes(static_cast<std::uint64_t>(rate)) << "/s)";
+      err_ << "\n";
       current_.clear();
       return;
     }
