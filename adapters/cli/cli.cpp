@@ -1,8 +1,12 @@
 #include "adapters/cli/cli.hpp"
 
+#include <unistd.h>
+
+#include <iostream>
 #include <ostream>
 
 #include "adapters/cli/cli_args.hpp"
+#include "adapters/cli/hub_cli.hpp"
 #include "adapters/cli/log_cli.hpp"
 #include "adapters/cli/serve_cli.hpp"
 
@@ -19,6 +23,8 @@ Commands:
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
   log         read the decision log: sql queries, show a decision, tail, verify the hash chains
+  pull        download a Clef-Omni release from the Hugging Face hub (only what the engine reads)
+  models      list the models in the Hugging Face cache: size, revision, fingerprint
   tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:
@@ -49,6 +55,9 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
   if (command == "log") return log_main(args.subspan(1), in, out, err);
+  // A bar redrawn in place only where a person watches it: the process's own terminal.
+  if (command == "pull") return pull_main(args.subspan(1), out, err, &err == &std::cerr && ::isatty(STDERR_FILENO));
+  if (command == "models") return models_main(args.subspan(1), out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 

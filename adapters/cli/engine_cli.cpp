@@ -14,6 +14,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "core/hf_cache.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/factory/make_engine.hpp"
@@ -24,7 +25,7 @@ namespace baton {
 namespace {
 
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
-       baton decide --engine clef --model DIR [--model-id NAME] [--dtype f32|bf16] [--device cpu|cuda[:N]]
+       baton decide --engine clef --model DIR|ORG/NAME[@REV] [--model-id NAME] [--dtype f32|bf16] [--device cpu|cuda[:N]]
                     [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
                     [--media-root DIR] [--dump FILE] [FILE|-]
 
@@ -38,7 +39,9 @@ Options:
   --engine NAME         the decision engine: keyword (default; no weights, word overlap) or
                         clef (the Clef-Omni model of --model)
   --model DIR           clef: a release directory (config.json, *.safetensors + index,
-                        joint_head_config.json, joint_head.safetensors, tokenizer files)
+                        joint_head_config.json, joint_head.safetensors, tokenizer files), or
+                        ORG/NAME[@REV] (revision main by default) in the Hugging Face cache
+                        where `baton pull` and huggingface-cli put it
   --model-id NAME       clef: the responses' "model" (default: ORG/NAME for a Hugging Face
                         cache snapshot models--ORG--NAME/snapshots/REV, else the name of DIR)
   --dtype TYPE          clef: f32 or bf16 for the thinker (default: the weights' own dtype)
@@ -71,11 +74,11 @@ Exit status:
   1   the engine failed (on at least one request), or the model cannot be loaded
   2   the single request was refused; its error body is on standard output
   64  usage error
-  66  FILE cannot be read
+  66  FILE cannot be read, or --model ORG/NAME is not in the cache
   73  the --dump FILE cannot be written
 )";
 
-constexpr const char* encode_help = R"(Usage: baton encode --model DIR [--max-length N] [FILE|-]
+constexpr const char* encode_help = R"(Usage: baton encode --model DIR|ORG/NAME[@REV] [--max-length N] [FILE|-]
 
 Encodes SystemOne requests (JSONL: one request, or one record {"id","request","max_length"}, per
 line) as the clef engine would, and writes one line per input: {"id","ok":true,"num_tokens",
@@ -83,12 +86,13 @@ line) as the clef engine would, and writes one line per input: {"id","ok":true,"
 {"id","ok":false,"error","code"}. Only the release's tokenizer files are read.
 
 Options:
-  --model DIR       the release directory (or any directory with the tokenizer files)
+  --model DIR       the release directory (or any directory with the tokenizer files), or
+                    ORG/NAME[@REV] in the Hugging Face cache
   --max-length N    tokens per record (default 64000)
   -h, --help        show this help
 
 Exit status: 0 every line was written; 1 the tokenizer cannot be loaded; 64 usage; 66 FILE
-cannot be read.
+cannot be read, or --model ORG/NAME is not in the cache.
 )";
 
 constexpr const char* tokenize_help = R"(Usage: baton tokenize --tokenizer PATH [--jsonl] [FILE|-]
@@ -394,7 +398,14 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     if (!metric) return usage_error(err, "--confidence takes p_max or margin", "decide");
     options.confidence = *metric;
   }
-  if (auto v = a.get("--model")) clef_options.model_dir = std::string(*v);
+  if (auto v = a.get("--model")) {
+    auto dir = hf_cache::resolve_model_dir(*v, {}, hf_cache::default_root());
+    if (!dir) {
+      err << "baton decide: " << dir.error().message << "\n";
+      return exit_no_input;
+    }
+    clef_options.model_dir = std::move(*dir);
+  }
   if (auto v = a.get("--model-id")) {
     if (v->empty()) return usage_error(err, "--model-id needs a name", "decide");
     clef_options.model_id = std::string(*v);
@@ -498,9 +509,14 @@ int encode_main(std::span<const std::string_view> args, std::istream& in, std::o
   const auto model_dir = a.get("--model");
   const std::optional<std::string>& file = a.file;
   if (!model_dir) return usage_error(err, "--model DIR is required", "encode");
+  const auto dir = hf_cache::resolve_model_dir(*model_dir, {}, hf_cache::default_root());
+  if (!dir) {
+    err << "baton encode: " << dir.error().message << "\n";
+    return exit_no_input;
+  }
   std::optional<clef::clef_encoder> encoder;
   try {
-    encoder.emplace(std::string(*model_dir));
+    encoder.emplace(*dir);
   } catch (const std::exception& e) {
     err << "baton encode: cannot load the tokenizer: " << e.what() << "\n";
     return exit_engine_failed;

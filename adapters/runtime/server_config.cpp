@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/hf_cache.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton {
@@ -246,11 +247,16 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
     if (f.key == "name") {
       continue;
     } else if (f.key == "model") {
-      // systemone: the name sent; otherwise the release directory.
+      // systemone: the name sent; otherwise the release directory, or ORG/NAME[@REV] in the
+      // Hugging Face cache (`baton pull`).
       if (remote) {
         e.systemone.model = read_string(f.value, what);
       } else {
-        e.clef.model_dir = read_path(f.value, what, base);
+        const std::string s = read_string(f.value, what);
+        if (s.empty()) fail(f.value, what + " must not be empty");
+        auto dir = hf_cache::resolve_model_dir(s, base, hf_cache::default_root());
+        if (!dir) fail(f.value, what + ": " + dir.error().message);
+        e.clef.model_dir = std::move(*dir);
       }
     } else if (f.key == "model_id") {
       if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");

@@ -9,6 +9,7 @@
 
 #include "core/answers.hpp"
 #include "core/sha256.hpp"
+#include "engine/clef/model/release_files.hpp"
 
 namespace baton::clef {
 
@@ -284,12 +285,20 @@ std::string release_fingerprint(const std::filesystem::path& model_dir) {
   // Shards are tens of GB: their size, header and 16 windows of 64 KiB spread over the data tell
   // apart releases with the same tensor layout (a merged thinker from the stock one) without
   // reading them whole.
+  // Only the shards the loader reads: a release downloaded whole and one `baton pull` fetched
+  // without its talker / code2wav shards serve the same weights, and share a fingerprint.
   std::vector<std::filesystem::path> shards;
-  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.ends_with(".safetensors") && name != "joint_head.safetensors") shards.push_back(entry.path());
+  std::ifstream index_file(model_dir / release_files::index_json, std::ios::binary);
+  const auto index = index_file ? nlohmann::json::parse(index_file, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  if (index.is_object()) {
+    for (const auto& name : release_files::shards_read(index)) shards.push_back(model_dir / name);  // sorted
+  } else {
+    for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.ends_with(".safetensors") && name != release_files::head_weights) shards.push_back(entry.path());
+    }
+    std::sort(shards.begin(), shards.end());
   }
-  std::sort(shards.begin(), shards.end());
   constexpr std::size_t windows = 16, window_bytes = 64 << 10;
   for (const auto& shard : shards) {
     const mapped_file file(shard);

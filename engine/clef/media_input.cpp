@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/clef/model/rope_index.hpp"
+#include "engine/clef/release_reads.hpp"
 
 namespace baton::clef {
 
@@ -44,7 +45,7 @@ result<vision_patches> patches(const rgb_frames& frames, const std::string& wher
 
 pixel_bounds read_pixel_bounds(const std::filesystem::path& model_dir) {
   pixel_bounds b;
-  const auto path = model_dir / "preprocessor_config.json";
+  const auto path = model_dir / preprocessor_config_json;
   std::ifstream in(path);
   if (!in) return b;
   const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

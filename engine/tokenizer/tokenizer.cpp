@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "engine/tokenizer/tokenizer_files.hpp"
+
 namespace baton {
 
 namespace {
@@ -805,7 +807,7 @@ void check_tokenizer_json(const json& j) {
 std::unique_ptr<tokenizer> tokenizer::load(const fs::path& path) {
   auto m = std::make_unique<model>();
   const bool directory = fs::is_directory(path);
-  const fs::path file = directory ? path / "tokenizer.json" : path;
+  const fs::path file = directory ? path / tokenizer_files::tokenizer_json : path;
   if (!directory || fs::exists(file)) {
     about_file(file, [&] {
       const json j = parse_json(read_file(file));
@@ -833,9 +835,10 @@ std::unique_ptr<tokenizer> tokenizer::load(const fs::path& path) {
   // vocab.json + merges.txt, as Qwen2Tokenizer reads them.
   m->nfc = true;
   m->set_split(qwen2_pattern);
-  about_file(path / "vocab.json", [&] { m->set_vocab(parse_json(read_file(path / "vocab.json"))); });
-  about_file(path / "merges.txt", [&] {
-    const std::string text = read_file(path / "merges.txt");
+  const fs::path vocab = path / tokenizer_files::vocab_json, merges = path / tokenizer_files::merges_txt;
+  about_file(vocab, [&] { m->set_vocab(parse_json(read_file(vocab))); });
+  about_file(merges, [&] {
+    const std::string text = read_file(merges);
     std::string_view rest = text;
     std::int32_t rank = 0;
     for (bool first = true; !rest.empty(); first = false) {
@@ -847,8 +850,8 @@ std::unique_ptr<tokenizer> tokenizer::load(const fs::path& path) {
       m->add_merge(line, rank++);
     }
   });
-  const fs::path config = path / "tokenizer_config.json";
-  const fs::path added = path / "added_tokens.json";
+  const fs::path config = path / tokenizer_files::tokenizer_config_json;
+  const fs::path added = path / tokenizer_files::added_tokens_json;
   const bool from_config = fs::exists(config) && about_file(config, [&] {
     const json j = parse_json(read_file(config));
     const auto decoder = j.find("added_tokens_decoder");

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "engine/clef/model/release_files.hpp"
+
 namespace baton::clef {
 
 namespace {
@@ -456,10 +458,6 @@ void check_tensor(const tensor_view& v, const shape_t& shape, const std::string&
   }
 }
 
-bool skipped(const std::string& name) {
-  return name.starts_with("talker.") || name.starts_with("code2wav.");
-}
-
 }  // namespace
 
 void check_model_dir(const std::filesystem::path& dir) {
@@ -473,14 +471,14 @@ void check_model_dir(const std::filesystem::path& dir) {
 
 release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   check_model_dir(dir);
-  const auto config_path = dir / "config.json";
+  const auto config_path = dir / release_files::config_json;
   config_ = read_json_file(config_path);
   const nlohmann::json& config = config_;
   text_ = parse_text_config(config, config_path);
 
   // Resolve every tensor to its shard through the index; a single-file checkpoint has none.
   std::vector<std::pair<std::string, std::string>> placement;  // tensor -> shard file name
-  const auto index_path = dir / "model.safetensors.index.json";
+  const auto index_path = dir / release_files::index_json;
   if (std::filesystem::exists(index_path)) {
     const nlohmann::json index = read_json_file(index_path);
     const auto map = index.find("weight_map");
@@ -495,10 +493,10 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
       }
       placement.emplace_back(name, shard);
     }
-  } else if (std::filesystem::exists(dir / "model.safetensors")) {
-    shards_.push_back(std::make_unique<safetensors_file>(dir / "model.safetensors"));
+  } else if (std::filesystem::exists(dir / release_files::single_shard)) {
+    shards_.push_back(std::make_unique<safetensors_file>(dir / release_files::single_shard));
     for (const auto& [name, view] : shards_.back()->tensors()) {
-      placement.emplace_back(name, "model.safetensors");
+      placement.emplace_back(name, std::string(release_files::single_shard));
     }
   } else {
     throw load_error(dir.string() + ": neither model.safetensors.index.json nor model.safetensors");
@@ -519,7 +517,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   for (const auto& s : shards_) opened.emplace(s->path().filename().string(), s.get());
   thinker_.reserve(placement.size());
   for (const auto& [name, shard] : placement) {
-    if (skipped(name)) continue;  // never opened, never read
+    if (release_files::skipped_tensor(name)) continue;  // never opened, never read
     const auto want = wanted.find(name);
     if (want == wanted.end()) {
       throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")");
@@ -544,13 +542,13 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   }
 
   if (!head) return;
-  head_ = parse_head_config(dir / "joint_head_config.json");
+  head_ = parse_head_config(dir / release_files::head_config_json);
   if (head_.hidden_size != text_.hidden_size) {
-    throw load_error((dir / "joint_head_config.json").string() + ": hidden_size " +
+    throw load_error((dir / release_files::head_config_json).string() + ": hidden_size " +
                      std::to_string(head_.hidden_size) + " differs from the thinker's " +
                      std::to_string(text_.hidden_size));
   }
-  head_file_ = std::make_unique<safetensors_file>(dir / "joint_head.safetensors");
+  head_file_ = std::make_unique<safetensors_file>(dir / release_files::head_weights);
   const auto head_expected = expected_head_tensors(head_);
   std::set<std::string, std::less<>> head_names;
   for (const auto& [name, shape] : head_expected) {

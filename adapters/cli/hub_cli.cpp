@@ -1,0 +1,303 @@
+#include "adapters/cli/hub_cli.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "adapters/cli/cli_args.hpp"
+#include "adapters/cli/exit_codes.hpp"
+#include "adapters/hub/hub_client.hpp"
+#include "core/hf_cache.hpp"
+#include "engine/clef/clef_engine.hpp"
+#include "engine/clef/release_reads.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr std::string_view default_repo = "Cloudflare/clef-omni";
+
+constexpr const char* pull_help = R"(Usage: baton pull [--endpoint URL] [--revision REV] [--dir DIR] [--token-env NAME] [REPO]
+
+Downloads a Clef-Omni release (REPO, default Cloudflare/clef-omni; ORG/NAME[@REV] also names the
+revision) from the Hugging Face hub into the Hugging Face cache, as huggingface-cli lays it out:
+DIR/models--ORG--NAME/snapshots/COMMIT/FILE. Only what the clef engine reads is fetched: the
+config, the index, the joint head, the tokenizer and preprocessor files, and the shards that hold
+thinker tensors; shards holding only talker or code2wav tensors (speech output) are skipped.
+Files already in the cache (from an earlier pull or from huggingface-cli) are reused; a cut
+transfer resumes where it stopped (HTTP Range on a .part file); every file is verified (sha256
+for LFS files, size for the others) before it appears under its name. Afterwards the release is
+`--model ORG/NAME` for `baton decide`, and `engine.model: ORG/NAME` in config/baton.yaml.
+
+Options:
+  --endpoint URL    the hub (default: $HF_ENDPOINT, else https://huggingface.co); http:// too
+  --revision REV    a branch, tag or commit (default main)
+  --dir DIR         the cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else
+                    ~/.cache/huggingface/hub)
+  --token-env NAME  the environment variable holding the hub token (default HF_TOKEN); gated
+                    and private repositories need one
+  -h, --help        show this help
+
+Standard output: the snapshot directory. Standard error: what is fetched and skipped, then a
+progress bar on a terminal, else one line per file.
+
+Exit status:
+  0   the release is complete in the cache
+  64  usage error
+  65  a file's checksum does not match (it was deleted; the message names it)
+  66  no such repository, revision or file (404), or not a release (no config.json)
+  69  the hub cannot be reached or answers something unexpected
+  74  the disk is full, or the cache cannot be written
+  75  a transfer was cut short: run the same command again to resume
+  77  401 or 403: a gated or private repository, or a wrong token
+  130 interrupted (SIGINT): run the same command again to resume
+)";
+
+constexpr const char* models_help = R"(Usage: baton models [--dir DIR]
+
+Lists the models in the Hugging Face cache (the one `baton pull` writes; default: $HF_HUB_CACHE,
+else $HF_HOME/hub, else ~/.cache/huggingface/hub), one line per snapshot: the repository, the
+revisions naming it (refs/), its commit, its size on disk, and the release fingerprint the clef
+engine logs with every decision ("-" when the snapshot is not a loadable release). Use one as
+`--model ORG/NAME[@REV]`.
+
+Options:
+  --dir DIR   the cache
+  -h, --help  show this help
+
+Exit status: 0; 64 usage error.
+)";
+
+int exit_for(const error& e) {
+  if (e.code == "HUB_UNAUTHORIZED") return exit_no_perm;
+  if (e.code == "HUB_NOT_FOUND" || e.code == "NOT_A_RELEASE") return exit_no_input;
+  if (e.code == "CHECKSUM_MISMATCH") return exit_data_error;
+  if (e.code == "DISK_FULL" || e.code == "CANNOT_WRITE") return exit_io_error;
+  if (e.code == "TRANSFER_INCOMPLETE") return exit_temp_fail;
+  if (e.code == "INTERRUPTED") return exit_interrupted;
+  if (e.code == "BAD_ENDPOINT" || e.code == "BAD_REVISION") return exit_usage;
+  return exit_unavailable;
+}
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+std::string seconds_text(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char text[32];
+  if (t >= 3600) std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(text, sizeof text, "%ld:%02ld", t / 60, t % 60);
+  return text;
+}
+
+// Progress on standard error: a bar redrawn in place on a terminal (bytes, rate, time left), else
+// one line per file when it is verified or found in the cache.
+class progress_view {
+ public:
+  progress_view(std::ostream& err, bool bar) : err_(err), bar_(bar) {}
+
+  void operator()(const hub::hub_file& f, hub::fetch_stage stage, std::uint64_t done, std::uint64_t resumed_from) {
+    using clock = std::chrono::steady_clock;
+    const auto now = clock::now();
+    if (stage == hub::fetch_stage::reused) {
+      err_ << "  " << f.path << "  " << hub::format_bytes(f.size) << "  in the cache\n";
+      return;
+    }
+    if (f.path != current_) {
+      current_ = f.path;
+      started_ = now;
+      drawn_ = {};
+      resumed_from_ = resumed_from;
+    }
+    const double elapsed = std::chrono::duration<double>(now - started_).count();
+    const double rate = elapsed > 0 ? static_cast<double>(done - resumed_from_) / elapsed : 0;
+    if (stage == hub::fetch_stage::verified) {
+      if (bar_) err_ << "\r\033[K";
+      err_ << "  " << f.path << "  " << hub::format_bytes(f.size) << "  verified";
+      if (resumed_from_ > 0) err_ << ", resumed at " << hub::format_bytes(resumed_from_);
+      if (rate > 0) err_ << " (" << hub::format_bytes(static_cast<std::uint64_t>(rate)) << "/s)";
+      err_ << "\n";
+      current_.clear();
+      return;
+    }
+    if (!bar_ || now - drawn_ < std::chrono::milliseconds(100)) return;
+    drawn_ = now;
+    constexpr int width = 30;
+    const int filled = f.size == 0 ? width : static_cast<int>(width * static_cast<double>(done) / static_cast<double>(f.size));
+    const std::string left = rate > 0 ? seconds_text(static_cast<double>(f.size - done) / rate) : "?";
+    err_ << "\r\033[K  " << f.path << "  [" << std::string(filled, '#') << std::string(width - filled, '.') << "] "
+         << hub::format_bytes(done) << " / " << hub::format_bytes(f.size) << "  "
+         << hub::format_bytes(static_cast<std::uint64_t>(rate)) << "/s  " << left << " left" << std::flush;
+  }
+
+ private:
+  std::ostream& err_;
+  bool bar_;
+  std::string current_;
+  std::chrono::steady_clock::time_point started_, drawn_;
+  std::uint64_t resumed_from_ = 0;
+};
+
+// What a pull fetches: the files the clef engine reads, the index's thinker shards among them.
+struct pull_plan {
+  std::vector<const hub::hub_file*> fetch;
+  std::vector<const hub::hub_file*> skipped_shards;  // only talker / code2wav tensors
+  std::uint64_t fetch_bytes = 0, skipped_bytes = 0;
+};
+
+result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::string>& shards) {
+  pull_plan plan;
+  std::set<std::string> listed;
+  for (const auto& f : rev.files) {
+    listed.insert(f.path);
+    if (clef::engine_reads(f.path) || shards.contains(f.path)) {
+      plan.fetch.push_back(&f);
+      plan.fetch_bytes += f.size;
+    } else if (f.path.ends_with(".safetensors")) {
+      plan.skipped_shards.push_back(&f);
+      plan.skipped_bytes += f.size;
+    }
+  }
+  const std::string what = rev.repo + "@" + rev.revision;
+  if (!listed.contains(std::string(clef::release_files::config_json))) {
+    return make_error(404, "NOT_A_RELEASE", what + " has no config.json: it is not a Clef-Omni release");
+  }
+  for (const auto& shard : shards) {
+    if (!listed.contains(shard)) {
+      return make_error(404, "NOT_A_RELEASE", what + ": the index names " + shard + ", which the revision does not have");
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+int pull_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err, bool progress_bar) {
+  command_args a;
+  if (auto problem = parse_args(args, {"--endpoint", "--revision", "--dir", "--token-env"}, {}, a)) {
+    return usage_error(err, *problem, "pull");
+  }
+  if (a.help) {
+    out << pull_help;
+    return exit_ok;
+  }
+  const std::string repo_arg = a.file.value_or(std::string(default_repo));
+  auto ref = hf_cache::parse_model_ref(repo_arg);
+  if (!ref) return usage_error(err, "`" + repo_arg + "` is not a repository ORG/NAME[@REV]", "pull");
+  if (auto rev = a.get("--revision")) {
+    if (repo_arg.find('@') != std::string::npos) return usage_error(err, "give the revision once: @REV or --revision", "pull");
+    if (rev->empty()) return usage_error(err, "--revision needs a branch, tag or commit", "pull");
+    ref->revision = std::string(*rev);
+  }
+  hub::hub_options options;
+  options.endpoint = a.get("--endpoint") ? std::string(*a.get("--endpoint")) : env_or("HF_ENDPOINT", options.endpoint);
+  options.token_env = a.get("--token-env") ? std::string(*a.get("--token-env")) : options.token_env;
+  if (options.token_env.empty()) return usage_error(err, "--token-env needs a variable name", "pull");
+  options.token = env_or(options.token_env.c_str(), "");
+  options.stop_on_sigint = true;
+  const std::filesystem::path root = a.get("--dir") ? std::filesystem::path(*a.get("--dir")) : hf_cache::default_root();
+  auto client = hub::hub_client::make(std::move(options));
+  auto fail = [&](const error& e) {
+    err << "baton pull: " << e.message << "\n";
+    return exit_for(e);
+  };
+  if (!client) return fail(client.error());
+
+  const auto rev = client->list(ref->repo, ref->revision);
+  if (!rev) return fail(rev.error());
+  err << "pulling " << rev->repo << "@" << rev->revision << " (commit " << rev->commit.substr(0, 12) << ") into "
+      << root.string() << "\n";
+  progress_view view(err, progress_bar);
+  const hub::progress_fn progress = std::ref(view);
+
+  // The index first: which shards hold thinker tensors is in it.
+  std::set<std::string> shards;
+  for (const auto& f : rev->files) {
+    if (f.path != clef::release_files::index_json) continue;
+    const auto index_path = client->fetch(root, *rev, f, progress);
+    if (!index_path) return fail(index_path.error());
+    std::ifstream in(*index_path, std::ios::binary);
+    const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!index.is_object()) {
+      return fail(make_error(404, "NOT_A_RELEASE", rev->repo + ": " + f.path + " is not a JSON object"));
+    }
+    shards = clef::release_files::shards_read(index);
+  }
+  const auto plan = plan_pull(*rev, shards);
+  if (!plan) return fail(plan.error());
+
+  err << plan->fetch.size() << " files the clef engine reads: " << hub::format_bytes(plan->fetch_bytes) << "\n";
+  if (!plan->skipped_shards.empty()) {
+    err << "skipping " << plan->skipped_shards.size() << (plan->skipped_shards.size() == 1 ? " shard" : " shards")
+        << " holding only talker and code2wav tensors (speech output, never read): "
+        << hub::format_bytes(plan->skipped_bytes) << " saved\n";
+  }
+  for (const hub::hub_file* f : plan->fetch) {
+    if (f->path == clef::release_files::index_json) continue;  // fetched above
+    const auto got = client->fetch(root, *rev, *f, progress);
+    if (!got) return fail(got.error());
+  }
+  if (auto r = hub::hub_client::write_ref(root, *rev); !r) return fail(r.error());
+  const auto snapshot = hf_cache::repo_dir(root, rev->repo) / "snapshots" / rev->commit;
+  out << snapshot.string() << "\n";
+  const std::string model = rev->repo + (rev->revision == "main" ? "" : "@" + rev->revision);
+  err << "done: " << rev->repo << "@" << rev->revision << " is in " << snapshot.string()
+      << "; use it as `baton decide --engine clef --model " << model << "`\n";
+  return exit_ok;
+}
+
+int models_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
+  command_args a;
+  if (auto problem = parse_args(args, {"--dir"}, {}, a)) return usage_error(err, *problem, "models");
+  if (a.help) {
+    out << models_help;
+    return exit_ok;
+  }
+  if (a.file) return usage_error(err, "unexpected argument `" + *a.file + "`", "models");
+  const std::filesystem::path root = a.get("--dir") ? std::filesystem::path(*a.get("--dir")) : hf_cache::default_root();
+  const auto snapshots = hf_cache::list_snapshots(root);
+  if (snapshots.empty()) {
+    err << "no models in " << root.string() << " (`baton pull` downloads Cloudflare/clef-omni)\n";
+    return exit_ok;
+  }
+  std::vector<std::array<std::string, 5>> rows = {{"REPO", "REVISION", "COMMIT", "SIZE", "FINGERPRINT"}};
+  for (const auto& s : snapshots) {
+    std::string refs;
+    for (const auto& r : s.refs) refs += (refs.empty() ? "" : ",") + r;
+    std::string fingerprint = "-";
+    // Only a directory the engine could load has a fingerprint worth logging against.
+    try {
+      if (std::filesystem::exists(s.dir / clef::release_files::config_json)) fingerprint = clef::release_fingerprint(s.dir);
+    } catch (const std::exception&) {
+      fingerprint = "-";
+    }
+    rows.push_back({s.repo, refs.empty() ? "-" : refs, s.commit.substr(0, 12), hub::format_bytes(s.bytes), fingerprint});
+  }
+  std::array<std::size_t, 5> width{};
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+  return exit_ok;
+}
+
+}  // namespace baton

@@ -1,0 +1,165 @@
+#include "core/hf_cache.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <tuple>
+
+namespace baton::hf_cache {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view folder_prefix = "models--";
+
+bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+         c == '.';
+}
+
+// One half of ORG/NAME as the hub allows it.
+bool hub_name(std::string_view s) {
+  return !s.empty() && s.size() <= 96 && std::all_of(s.begin(), s.end(), name_char) && s.front() != '.' &&
+         s.front() != '-' && s.back() != '.' && s.back() != '-' && s.find("--") == std::string_view::npos &&
+         s.find("..") == std::string_view::npos;
+}
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::string read_ref(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::string commit;
+  in >> commit;  // huggingface_hub writes the sha without a newline; a hand-made one may have one
+  return commit;
+}
+
+}  // namespace
+
+fs::path default_root() {
+  if (auto v = env("HF_HUB_CACHE")) return *v;
+  if (auto v = env("HF_HOME")) return fs::path(*v) / "hub";
+  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface" / "hub";
+  return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface" / "hub";
+}
+
+std::optional<model_ref> parse_model_ref(std::string_view text) {
+  model_ref ref;
+  if (const auto at = text.find('@'); at != std::string_view::npos) {
+    const std::string_view rev = text.substr(at + 1);
+    if (rev.empty() || std::any_of(rev.begin(), rev.end(), [](char c) { return c <= ' ' || c == '@'; })) {
+      return std::nullopt;
+    }
+    ref.revision = std::string(rev);
+    text = text.substr(0, at);
+  }
+  const auto slash = text.find('/');
+  if (slash == std::string_view::npos || !hub_name(text.substr(0, slash)) || !hub_name(text.substr(slash + 1))) {
+    return std::nullopt;
+  }
+  ref.repo = std::string(text);
+  return ref;
+}
+
+bool is_commit(std::string_view revision) {
+  return revision.size() == 40 &&
+         std::all_of(revision.begin(), revision.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+fs::path repo_dir(const fs::path& root, std::string_view repo) {
+  std::string folder(folder_prefix);
+  for (char c : repo) {
+    if (c == '/') folder += "--";
+    else folder += c;
+  }
+  return root / folder;
+}
+
+std::optional<fs::path> ref_file(const fs::path& repo_folder, std::string_view revision) {
+  const fs::path rev(revision);
+  if (rev.empty() || rev.is_absolute()) return std::nullopt;
+  for (const auto& part : rev) {
+    if (part == ".." || part == ".") return std::nullopt;
+  }
+  return repo_folder / "refs" / rev;
+}
+
+result<fs::path> find_snapshot(const fs::path& root, const model_ref& ref) {
+  const fs::path repo = repo_dir(root, ref.repo);
+  std::error_code ec;
+  const std::string pull = "; `baton pull " + ref.repo + (ref.revision == "main" ? "" : " --revision " + ref.revision) +
+                           "` downloads it";
+  if (!fs::is_directory(repo, ec)) {
+    return make_error(404, "MODEL_NOT_CACHED", ref.repo + " is not in the model cache " + root.string() + pull);
+  }
+  std::string commit;
+  if (const auto file = ref_file(repo, ref.revision); file && fs::is_regular_file(*file, ec)) {
+    commit = read_ref(*file);
+  } else if (is_commit(ref.revision)) {
+    commit = ref.revision;
+  }
+  if (!commit.empty() && commit.find('/') == std::string::npos && fs::is_directory(repo / "snapshots" / commit, ec)) {
+    return repo / "snapshots" / commit;
+  }
+  return make_error(404, "MODEL_NOT_CACHED",
+                    ref.repo + " has no snapshot of revision " + ref.revision + " in " + repo.string() + pull);
+}
+
+result<fs::path> resolve_model_dir(std::string_view arg, const fs::path& base, const fs::path& root) {
+  const fs::path p(arg);
+  const fs::path path = (p.is_absolute() || base.empty() ? p : base / p).lexically_normal();
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  const auto ref = parse_model_ref(arg);
+  if (!ref) return path;  // the loader says that it does not exist
+  return find_snapshot(root, *ref);
+}
+
+std::vector<cached_snapshot> list_snapshots(const fs::path& root) {
+  std::vector<cached_snapshot> out;
+  std::error_code ec;
+  for (const auto& repo : fs::directory_iterator(root, ec)) {
+    const std::string folder = repo.path().filename().string();
+    if (!folder.starts_with(folder_prefix) || !repo.is_directory(ec)) continue;
+    std::string id = folder.substr(folder_prefix.size());
+    const auto split = id.find("--");
+    if (split == std::string::npos) continue;
+    id = id.substr(0, split) + "/" + id.substr(split + 2);
+    // Every refs/ file, nested ones (refs/pr/1) included: revision → commit.
+    std::vector<std::pair<std::string, std::string>> refs;
+    const fs::path refs_dir = repo.path() / "refs";
+    for (auto it = fs::recursive_directory_iterator(refs_dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->is_regular_file(ec)) refs.emplace_back(fs::relative(it->path(), refs_dir).generic_string(), read_ref(it->path()));
+    }
+    for (const auto& snap : fs::directory_iterator(repo.path() / "snapshots", ec)) {
+      if (!snap.is_directory(ec)) continue;
+      cached_snapshot s{id, snap.path().filename().string(), {}, snap.path(), 0, 0};
+      for (const auto& [rev, commit] : refs) {
+        if (commit == s.commit) s.refs.push_back(rev);
+      }
+      std::sort(s.refs.begin(), s.refs.end());
+      for (auto it = fs::recursive_directory_iterator(snap.path(), ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        std::error_code size_ec;
+        const auto size = fs::file_size(it->path(), size_ec);  // follows the link to its blob
+        if (size_ec) continue;  // a folder, or a link whose blob is gone
+        s.bytes += size;
+        ++s.files;
+      }
+      ec.clear();
+      out.push_back(std::move(s));
+    }
+    ec.clear();
+  }
+  std::sort(out.begin(), out.end(), [](const cached_snapshot& a, const cached_snapshot& b) {
+    return std::tie(a.repo, a.commit) < std::tie(b.repo, b.commit);
+  });
+  return out;
+}
+
+}  // namespace baton::hf_cache

@@ -1,0 +1,564 @@
+// `baton pull` and `baton models` against a hub of the test's own on 127.0.0.1: the tiny release
+// in the hub's URL layout (API listing with LFS sha256s, resolve/REV/FILE with ETag and
+// X-Repo-Commit, LFS files redirected to a "CDN" on another port, Range), with a token it may
+// require, a body it may cut and a file it may corrupt.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "adapters/cli/cli.hpp"
+#include "adapters/cli/hub_cli.hpp"
+#include "adapters/runtime/server_config.hpp"
+#include "core/sha256.hpp"
+#include "engine/clef/clef_engine.hpp"
+#include "support/files.hpp"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+const std::string repo = "Cloudflare/clef-omni";
+const std::string commit = "c0ffee0123456789abcdef0123456789abcdef01";
+const std::string talker_shard = "model-00004-of-00004.safetensors";
+
+struct run_result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+run_result cli(std::vector<std::string_view> args, const std::string& input = "") {
+  std::istringstream in(input);
+  std::ostringstream out, err;
+  const int code = run_cli(args, in, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string hex_sha256(const std::string& bytes) { return sha256_hex(bytes).substr(7); }
+
+// Sets an environment variable for one scope and puts the old value back.
+struct env_var {
+  std::string name;
+  std::optional<std::string> old;
+  env_var(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~env_var() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+// The release the hub serves: the tiny test release copied, plus a shard holding only talker
+// tensors (named in the index), a README the engine does not read.
+fs::path make_release(const fs::path& dir) {
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(test::data_dir() / "vectors/clef-omni-tiny/release")) {
+    fs::copy_file(e.path(), dir / e.path().filename());
+  }
+  nlohmann::json index = nlohmann::json::parse(read(dir / "model.safetensors.index.json"));
+  index["weight_map"]["talker.model.norm.weight"] = talker_shard;
+  index["weight_map"]["talker.codec_head.weight"] = talker_shard;
+  std::ofstream(dir / "model.safetensors.index.json", std::ios::binary) << index.dump(2);
+  std::ofstream(dir / talker_shard, std::ios::binary) << std::string(300000, 't');
+  std::ofstream(dir / "README.md", std::ios::binary) << "# clef-omni tiny\n";
+  return dir;
+}
+
+struct hub_file {
+  std::string content;
+  bool lfs = false;
+  std::string etag;  // sha256 for LFS files, a 40-hex blob id for the others
+};
+
+struct seen_request {
+  std::string target;
+  std::string range;
+  std::string authorization;
+  unsigned port;
+};
+
+class fake_hub {
+ public:
+  explicit fake_hub(const fs::path& release) {
+    for (const auto& e : fs::directory_iterator(release)) {
+      hub_file f;
+      f.content = read(e.path());
+      f.lfs = e.path().extension() == ".safetensors";
+      f.etag = f.lfs ? hex_sha256(f.content) : hex_sha256("blob " + f.content).substr(0, 40);
+      files_[e.path().filename().string()] = std::move(f);
+    }
+    for (auto* a : {&hub_, &cdn_}) {
+      a->open(tcp::v4());
+      a->bind({net::ip::make_address("127.0.0.1"), 0});
+      a->listen();
+    }
+    threads_.emplace_back([this] { serve(hub_); });
+    threads_.emplace_back([this] { serve(cdn_); });
+  }
+
+  ~fake_hub() {
+    stopping_ = true;
+    for (auto* a : {&hub_, &cdn_}) {  // one connection each wakes the blocked accept
+      tcp::socket s(io_);
+      boost::system::error_code ec;
+      s.connect(a->local_endpoint(), ec);
+    }
+    for (auto& t : threads_) t.join();
+  }
+
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(hub_.local_endpoint().port()); }
+  unsigned cdn_port() const { return cdn_.local_endpoint().port(); }
+
+  std::vector<seen_request> seen() {
+    std::lock_guard lock(m_);
+    return seen_;
+  }
+
+  std::string token;                        // required when set
+  std::map<std::string, std::size_t> cut;   // file → bytes sent before the connection drops (once)
+  std::map<std::string, std::size_t> sigint;  // file → bytes sent before a SIGINT, as Ctrl-C would (once)
+  std::set<std::string> corrupt;            // files whose bytes are served wrong
+
+ private:
+  void serve(tcp::acceptor& acceptor) {
+    while (true) {
+      tcp::socket s(io_);
+      boost::system::error_code ec;
+      acceptor.accept(s, ec);
+      if (stopping_) return;
+      if (!ec) handle(s, acceptor.local_endpoint().port());
+    }
+  }
+
+  void handle(tcp::socket& s, unsigned port) {
+    beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    boost::system::error_code ec;
+    http::read(s, buffer, req, ec);
+    if (ec) return;
+    const std::string target(req.target());
+    {
+      std::lock_guard lock(m_);
+      seen_.push_back({target, std::string(req[http::field::range]), std::string(req[http::field::authorization]), port});
+    }
+    http::response<http::string_body> res(http::status::ok, 11);
+    res.keep_alive(false);
+    res.set("X-Repo-Commit", commit);
+    const auto send = [&] {
+      res.prepare_payload();
+      http::write(s, res, ec);
+    };
+    const auto status = [&](http::status st, const std::string& error_code) {
+      res.result(st);
+      if (!error_code.empty()) res.set("X-Error-Code", error_code);
+      res.body() = R"({"error":")" + error_code + R"("})";
+      send();
+    };
+    const bool on_hub = port != cdn_port();
+    if (on_hub && !token.empty() && req[http::field::authorization] != "Bearer " + token) {
+      return status(http::status::unauthorized, "");
+    }
+    const std::string api = "/api/models/" + repo + "/revision/";
+    const std::string resolve = "/" + repo + "/resolve/";
+    if (on_hub && target.starts_with("/api/models/")) {
+      if (!target.starts_with(api)) return status(http::status::not_found, "RepoNotFound");
+      const std::string rev = target.substr(api.size(), target.find('?') - api.size());
+      if (rev != "main" && rev != commit) return status(http::status::not_found, "RevisionNotFound");
+      nlohmann::json siblings = nlohmann::json::array();
+      for (const auto& [name, f] : files_) {
+        // An LFS file's blobId is its pointer's: the blob is named by the sha256.
+        nlohmann::json entry = {{"rfilename", name}, {"size", f.content.size()}, {"blobId", hex_sha256(name).substr(0, 40)}};
+        if (f.lfs) entry["lfs"] = {{"sha256", f.etag}, {"size", f.content.size()}, {"pointerSize", 134}};
+        else entry["blobId"] = f.etag;
+        siblings.push_back(std::move(entry));
+      }
+      res.set(http::field::content_type, "application/json");
+      res.body() = nlohmann::json{{"id", repo}, {"sha", commit}, {"siblings", siblings}}.dump();
+      return send();
+    }
+    if (on_hub && target.starts_with(resolve)) {
+      const std::string rest = target.substr(resolve.size());
+      const std::string rev = rest.substr(0, rest.find('/'));
+      const auto f = files_.find(rest.substr(rev.size() + 1));
+      if (rev != commit && rev != "main") return status(http::status::not_found, "RevisionNotFound");
+      if (f == files_.end()) return status(http::status::not_found, "EntryNotFound");
+      if (f->second.lfs) {
+        // As the hub does: LFS files are on the CDN, another host (here another port).
+        res.result(http::status::found);
+        res.set(http::field::location, "http://127.0.0.1:" + std::to_string(cdn_port()) + "/cdn/" + f->second.etag);
+        res.set("X-Linked-Etag", "\"" + f->second.etag + "\"");
+        res.set("X-Linked-Size", std::to_string(f->second.content.size()));
+        res.set(http::field::etag, "\"pointer-etag\"");
+        return send();
+      }
+      res.set(http::field::etag, "\"" + f->second.etag + "\"");
+      return send_content(s, res, req, f->first);
+    }
+    if (!on_hub && target.starts_with("/cdn/")) {
+      for (const auto& [name, f] : files_) {
+        if (f.lfs && target == "/cdn/" + f.etag) return send_content(s, res, req, name);
+      }
+    }
+    status(http::status::not_found, "EntryNotFound");
+  }
+
+  void send_content(tcp::socket& s, http::response<http::string_body>& res, const http::request<http::string_body>& req,
+                    const std::string& name) {
+    std::string body = files_.at(name).content;
+    if (corrupt.contains(name)) body[body.size() / 2] ^= 1;
+    std::size_t from = 0;
+    const std::string range(req[http::field::range]);
+    if (range.starts_with("bytes=") && range.ends_with("-")) {
+      from = std::stoull(range.substr(6));
+      res.result(http::status::partial_content);
+      res.set(http::field::content_range, "bytes " + std::to_string(from) + "-" + std::to_string(body.size() - 1) + "/" +
+                                              std::to_string(body.size()));
+    }
+    res.set(http::field::accept_ranges, "bytes");
+    res.body() = body.substr(from);
+    res.prepare_payload();
+    boost::system::error_code ec;
+    if (const auto c = cut.find(name); c != cut.end()) {
+      // The whole length announced, part of it sent, then the connection drops.
+      http::response<http::empty_body> head(res.result(), 11);
+      for (const auto& field : res.base()) head.set(field.name_string(), field.value());
+      http::response_serializer<http::empty_body> sr(head);
+      http::write_header(s, sr, ec);
+      net::write(s, net::buffer(res.body().data(), c->second), ec);
+      cut.erase(c);
+      s.shutdown(tcp::socket::shutdown_both, ec);
+      return;
+    }
+    if (const auto c = sigint.find(name); c != sigint.end()) {
+      // The pull is inside its transfer, so its signal_set takes the signal; the connection
+      // stays open until the client gives up on it.
+      http::response<http::empty_body> head(res.result(), 11);
+      for (const auto& field : res.base()) head.set(field.name_string(), field.value());
+      http::response_serializer<http::empty_body> sr(head);
+      http::write_header(s, sr, ec);
+      net::write(s, net::buffer(res.body().data(), c->second), ec);
+      sigint.erase(c);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the bytes are read first
+      ::raise(SIGINT);
+      char byte;
+      s.read_some(net::buffer(&byte, 1), ec);
+      return;
+    }
+    http::write(s, res, ec);
+  }
+
+  net::io_context io_;
+  tcp::acceptor hub_{io_}, cdn_{io_};
+  std::map<std::string, hub_file> files_;
+  std::mutex m_;
+  std::vector<seen_request> seen_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;
+};
+
+class pull : public ::testing::Test {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() / ("baton_pull_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path release_;
+  fs::path cache_;
+  std::optional<fake_hub> hub_;
+  std::string endpoint_, cache_arg_;
+
+  void SetUp() override {
+    fs::remove_all(dir_);
+    release_ = make_release(dir_ / "release");
+    cache_ = dir_ / "cache";
+    hub_.emplace(release_);
+    endpoint_ = hub_->endpoint();
+    cache_arg_ = cache_.string();
+  }
+  void TearDown() override {
+    hub_.reset();
+    fs::remove_all(dir_);
+  }
+
+  run_result run_pull(std::vector<std::string_view> extra = {}) {
+    std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_,
+                                          "--token-env", "BATON_TEST_HUB_TOKEN"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli(args);
+  }
+
+  fs::path repo_dir() const { return cache_ / "models--Cloudflare--clef-omni"; }
+  fs::path snapshot() const { return repo_dir() / "snapshots" / commit; }
+
+  std::vector<fs::path> parts() const {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(repo_dir() / "blobs", ec)) {
+      if (e.path().extension() == ".part") out.push_back(e.path());
+    }
+    return out;
+  }
+};
+
+const std::vector<std::string> engine_files = {
+    "config.json",           "joint_head.safetensors",          "joint_head_config.json",
+    "merges.txt",            "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+    "model-00003-of-00003.safetensors", "model.safetensors.index.json", "preprocessor_config.json",
+    "tokenizer.json",        "tokenizer_config.json",           "vocab.json"};
+
+TEST_F(pull, fetches_what_the_engine_reads_into_the_hub_cache_and_the_model_loads_by_name) {
+  const auto r = run_pull();
+  ASSERT_EQ(r.code, exit_ok) << r.err;
+  EXPECT_EQ(r.out, snapshot().string() + "\n");
+  EXPECT_NE(r.err.find("skipping 1 shard holding only talker and code2wav tensors (speech output, never read): 300.00 kB saved"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("12 files the clef engine reads"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("  model-00002-of-00003.safetensors  803.74 kB  verified"), std::string::npos) << r.err;
+
+  // The layout huggingface-cli makes: refs/main, blobs by ETag, relative links in the snapshot.
+  EXPECT_EQ(read(repo_dir() / "refs" / "main"), commit);
+  std::set<std::string> got;
+  for (const auto& e : fs::directory_iterator(snapshot())) {
+    const std::string name = e.path().filename().string();
+    got.insert(name);
+    ASSERT_TRUE(fs::is_symlink(e.symlink_status())) << name;
+    const std::string content = read(release_ / name);
+    const bool lfs = name.ends_with(".safetensors");
+    const std::string blob = lfs ? hex_sha256(content) : hex_sha256("blob " + content).substr(0, 40);
+    EXPECT_EQ(fs::read_symlink(e.path()), fs::path("../../blobs") / blob) << name;
+    EXPECT_EQ(read(e.path()), content) << name;
+  }
+  EXPECT_EQ(got, std::set<std::string>(engine_files.begin(), engine_files.end()));
+  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / talker_shard))));
+  EXPECT_TRUE(parts().empty());
+  // The talker shard was never asked for.
+  for (const auto& s : hub_->seen()) EXPECT_EQ(s.target.find(talker_shard), std::string::npos) << s.target;
+
+  // --model ORG/NAME finds the snapshot through HF_HUB_CACHE; the served name is the repo's.
+  env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
+  const std::string request =
+      R"({"state":"please reset my password","questions":{"tool":{"type":"choice","criteria":{"reset_password":"Send a reset link","refund":"Refund a charge"}}}})";
+  const auto decided = cli({"decide", "--engine", "clef", "--model", "Cloudflare/clef-omni", "--threads", "1"}, request);
+  ASSERT_EQ(decided.code, exit_ok) << decided.err << decided.out;
+  EXPECT_EQ(test::parse(decided.out)["model"], "Cloudflare/clef-omni") << decided.out;
+
+  // baton models: the snapshot, its ref, its size and the fingerprint the engine logs.
+  const auto models = cli({"models", "--dir", cache_arg_});
+  ASSERT_EQ(models.code, exit_ok) << models.err;
+  std::uint64_t bytes = 0;
+  for (const auto& name : engine_files) bytes += fs::file_size(release_ / name);
+  std::istringstream lines(models.out);
+  std::string header, row, extra;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  EXPECT_FALSE(std::getline(lines, extra)) << models.out;
+  EXPECT_TRUE(header.starts_with("REPO")) << header;
+  std::istringstream cols(row);
+  std::string c_repo, c_rev, c_commit, c_size, c_unit, c_fp;
+  cols >> c_repo >> c_rev >> c_commit >> c_size >> c_unit >> c_fp;
+  EXPECT_EQ(c_repo, repo);
+  EXPECT_EQ(c_rev, "main");
+  EXPECT_EQ(c_commit, commit.substr(0, 12));
+  char size[32];
+  std::snprintf(size, sizeof size, "%.2f MB", static_cast<double>(bytes) / 1e6);
+  EXPECT_EQ(c_size + " " + c_unit, size) << row;
+  EXPECT_EQ(c_fp, clef::release_fingerprint(snapshot()));
+  // The same weights as the whole release, talker shard and all: the same fingerprint.
+  EXPECT_EQ(c_fp, clef::release_fingerprint(release_));
+  EXPECT_TRUE(c_fp.starts_with("sha256:")) << row;
+}
+
+TEST_F(pull, resumes_a_cut_transfer_with_range) {
+  const std::string shard = "model-00001-of-00003.safetensors";
+  hub_->cut[shard] = 100000;
+  const auto first = run_pull();
+  EXPECT_EQ(first.code, exit_temp_fail) << first.err;
+  EXPECT_NE(first.err.find(shard + ": the transfer stopped"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("run the same command again to resume"), std::string::npos) << first.err;
+  const auto kept = parts();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(fs::file_size(kept[0]), 100000u);
+  EXPECT_FALSE(fs::exists(snapshot() / shard));
+
+  const auto second = run_pull();
+  ASSERT_EQ(second.code, exit_ok) << second.err;
+  EXPECT_NE(second.err.find(shard + "  806.22 kB  verified, resumed at 100.00 kB"), std::string::npos) << second.err;
+  EXPECT_TRUE(parts().empty());
+  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+  std::vector<std::string> ranges;
+  for (const auto& s : hub_->seen()) {
+    if (!s.range.empty()) ranges.push_back(s.target + " " + s.range);
+  }
+  // Asked of the hub and again of the CDN it redirects to.
+  const std::vector<std::string> want = {"/" + repo + "/resolve/" + commit + "/" + shard + " bytes=100000-",
+                                         "/cdn/" + hex_sha256(read(release_ / shard)) + " bytes=100000-"};
+  EXPECT_EQ(ranges, want);
+  // Files finished by the first run were not fetched again.
+  std::size_t config_gets = 0;
+  for (const auto& s : hub_->seen()) config_gets += s.target.ends_with("/config.json");
+  EXPECT_EQ(config_gets, 1u);
+}
+
+TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
+  hub_->token = "hf_secret";
+  env_var none("BATON_TEST_HUB_TOKEN", nullptr);
+  const auto refused = run_pull();
+  EXPECT_EQ(refused.code, exit_no_perm);
+  EXPECT_NE(refused.err.find("the hub answered 401"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("no token was sent: set BATON_TEST_HUB_TOKEN (or name another variable with --token-env)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
+
+  env_var wrong("BATON_TEST_HUB_TOKEN", "hf_wrong");
+  const auto bad = run_pull();
+  EXPECT_EQ(bad.code, exit_no_perm);
+  EXPECT_NE(bad.err.find("the token in BATON_TEST_HUB_TOKEN was refused"), std::string::npos) << bad.err;
+
+  env_var good("BATON_TEST_HUB_TOKEN", "hf_secret");
+  const auto ok = run_pull();
+  ASSERT_EQ(ok.code, exit_ok) << ok.err;
+  std::size_t cdn = 0;
+  for (const auto& s : hub_->seen()) {
+    if (s.port == hub_->cdn_port()) {
+      ++cdn;
+      EXPECT_EQ(s.authorization, "") << s.target;  // another host: the token is not sent
+    }
+  }
+  EXPECT_EQ(cdn, 4u);  // three thinker shards and the head; not the talker shard
+}
+
+TEST_F(pull, unknown_repositories_and_revisions_are_404s) {
+  const auto repo_missing = cli({"pull", "--endpoint", endpoint_, "--dir", cache_arg_, "Nobody/nothing"});
+  EXPECT_EQ(repo_missing.code, exit_no_input);
+  EXPECT_NE(repo_missing.err.find("Nobody/nothing@main: no repository Nobody/nothing"), std::string::npos) << repo_missing.err;
+  const auto rev_missing = run_pull({"--revision", "v9"});
+  EXPECT_EQ(rev_missing.code, exit_no_input);
+  EXPECT_NE(rev_missing.err.find("no revision v9 in Cloudflare/clef-omni"), std::string::npos) << rev_missing.err;
+  EXPECT_FALSE(fs::exists(cache_));
+}
+
+TEST_F(pull, a_wrong_checksum_deletes_the_download_and_names_the_file) {
+  const std::string shard = "model-00002-of-00003.safetensors";
+  hub_->corrupt.insert(shard);
+  const auto r = run_pull();
+  EXPECT_EQ(r.code, exit_data_error);
+  EXPECT_NE(r.err.find("baton pull: " + shard + ": its sha256 is "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the download was deleted"), std::string::npos) << r.err;
+  EXPECT_TRUE(parts().empty());
+  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / shard))));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+}
+
+TEST_F(pull, a_cache_huggingface_cli_made_is_reused_without_a_download) {
+  // Laid out by hand as huggingface-cli does: every file of the revision, talker shard included.
+  for (const auto& e : fs::directory_iterator(release_)) {
+    const std::string name = e.path().filename().string();
+    const std::string content = read(e.path());
+    const std::string blob = name.ends_with(".safetensors") ? hex_sha256(content) : hex_sha256("blob " + content).substr(0, 40);
+    fs::create_directories(repo_dir() / "blobs");
+    fs::create_directories(snapshot());
+    fs::copy_file(e.path(), repo_dir() / "blobs" / blob);
+    fs::create_symlink(fs::path("../../blobs") / blob, snapshot() / name);
+  }
+  fs::create_directories(repo_dir() / "refs");
+  std::ofstream(repo_dir() / "refs" / "main") << commit;
+
+  const auto r = run_pull();
+  ASSERT_EQ(r.code, exit_ok) << r.err;
+  const auto seen = hub_->seen();
+  ASSERT_EQ(seen.size(), 1u);  // the listing, nothing else
+  EXPECT_TRUE(seen[0].target.starts_with("/api/models/Cloudflare/clef-omni/revision/main")) << seen[0].target;
+  for (const auto& name : engine_files) {
+    EXPECT_NE(r.err.find("  " + name + "  "), std::string::npos) << name;
+  }
+  EXPECT_NE(r.err.find("config.json  3.34 kB  in the cache"), std::string::npos) << r.err;
+}
+
+TEST_F(pull, a_cached_release_is_named_by_repo_in_the_config_and_on_the_command_line) {
+  ASSERT_EQ(run_pull().code, exit_ok);
+  env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
+  const auto c = parse_server_config("engine: {name: clef, model: Cloudflare/clef-omni}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.clef.model_dir, snapshot());
+  const auto pinned = parse_server_config("engine: {name: clef, model: Cloudflare/clef-omni@" + commit + "}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(pinned) << pinned.error().message;
+  EXPECT_EQ(pinned->engine.clef.model_dir, snapshot());
+
+  const auto missing = parse_server_config("engine: {name: clef, model: Cloudflare/other@v2}\n", "/etc/baton/baton.yaml");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("Cloudflare/other is not in the model cache " + cache_arg_ +
+                                         "; `baton pull Cloudflare/other --revision v2` downloads it"),
+            std::string::npos)
+      << missing.error().message;
+  const auto decide = cli({"decide", "--engine", "clef", "--model", "Cloudflare/other"}, "{}");
+  EXPECT_EQ(decide.code, exit_no_input);
+  EXPECT_NE(decide.err.find("`baton pull Cloudflare/other` downloads it"), std::string::npos) << decide.err;
+}
+
+TEST_F(pull, ctrl_c_keeps_the_part_and_says_how_to_resume) {
+  const std::string shard = "model-00003-of-00003.safetensors";
+  hub_->sigint[shard] = 200000;
+  const auto r = run_pull();
+  EXPECT_EQ(r.code, exit_interrupted) << r.err;
+  EXPECT_NE(r.err.find("baton pull: " + shard + ": interrupted; run the same command again to resume"), std::string::npos)
+      << r.err;
+  const auto kept = parts();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(fs::file_size(kept[0]), 200000u);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+  ASSERT_EQ(run_pull().code, exit_ok);
+  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+}
+
+TEST_F(pull, a_terminal_gets_a_progress_bar) {
+  const std::vector<std::string_view> args = {"--endpoint", endpoint_, "--dir", cache_arg_};
+  std::ostringstream out, err;
+  ASSERT_EQ(pull_main(args, out, err, true), exit_ok) << err.str();
+  // Redrawn in place: bar, bytes of the size, rate, time left; then the file's own line.
+  const std::string e = err.str();
+  EXPECT_NE(e.find("\r\033[K  model-00001-of-00003.safetensors  ["), std::string::npos) << e;
+  EXPECT_NE(e.find(" / 806.22 kB  "), std::string::npos) << e;
+  EXPECT_NE(e.find(" left"), std::string::npos) << e;
+  EXPECT_NE(e.find("\r\033[K  model-00001-of-00003.safetensors  806.22 kB  verified"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace baton

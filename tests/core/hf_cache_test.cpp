@@ -1,0 +1,152 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "core/hf_cache.hpp"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+
+// A fresh folder per test, removed after it.
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() / ("baton_hf_cache_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  temp_dir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// A snapshot laid out as huggingface-cli leaves it: blobs, relative links, refs/main.
+fs::path make_snapshot(const fs::path& root) {
+  const fs::path repo = root / "models--Cloudflare--clef-omni";
+  write(repo / "blobs" / "aaaa", "{\"a\":1}");
+  write(repo / "blobs" / "bbbb", std::string(1000, 'x'));
+  fs::create_directories(repo / "snapshots" / commit / "sub");
+  fs::create_symlink("../../blobs/aaaa", repo / "snapshots" / commit / "config.json");
+  fs::create_symlink("../../../blobs/bbbb", repo / "snapshots" / commit / "sub" / "weights.bin");
+  write(repo / "refs" / "main", commit);
+  return repo / "snapshots" / commit;
+}
+
+// Sets an environment variable for one scope and puts the old value back.
+struct env_var {
+  std::string name;
+  std::optional<std::string> old;
+  env_var(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~env_var() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+TEST(hf_cache, model_references_are_hub_names) {
+  const auto plain = hf_cache::parse_model_ref("Cloudflare/clef-omni");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->repo, "Cloudflare/clef-omni");
+  EXPECT_EQ(plain->revision, "main");
+  const auto pinned = hf_cache::parse_model_ref("Qwen/Qwen3-Omni_30B.A3B@refs/pr/1");
+  ASSERT_TRUE(pinned);
+  EXPECT_EQ(pinned->repo, "Qwen/Qwen3-Omni_30B.A3B");
+  EXPECT_EQ(pinned->revision, "refs/pr/1");
+  for (const char* bad : {"clef-omni", "a/b/c", "/abs/dir", "./a/b", "a--b/c", "a/..", "a/b@", "a/b@x@y", "", "a/"}) {
+    EXPECT_FALSE(hf_cache::parse_model_ref(bad)) << bad;
+  }
+  EXPECT_TRUE(hf_cache::is_commit(commit));
+  EXPECT_FALSE(hf_cache::is_commit("main"));
+  EXPECT_EQ(hf_cache::repo_dir("/c", "Cloudflare/clef-omni"), fs::path("/c/models--Cloudflare--clef-omni"));
+  EXPECT_FALSE(hf_cache::ref_file("/c/r", "../../etc"));
+  EXPECT_EQ(*hf_cache::ref_file("/c/r", "refs/pr/1"), fs::path("/c/r/refs/refs/pr/1"));
+}
+
+TEST(hf_cache, root_follows_huggingface_hub) {
+  env_var cache("HF_HUB_CACHE", "/x/hub-cache"), home("HF_HOME", "/x/hf-home"), xdg("XDG_CACHE_HOME", "/x/xdg");
+  EXPECT_EQ(hf_cache::default_root(), fs::path("/x/hub-cache"));
+  {
+    env_var unset("HF_HUB_CACHE", nullptr);
+    EXPECT_EQ(hf_cache::default_root(), fs::path("/x/hf-home/hub"));
+    env_var unset_home("HF_HOME", nullptr);
+    EXPECT_EQ(hf_cache::default_root(), fs::path("/x/xdg/huggingface/hub"));
+    env_var unset_xdg("XDG_CACHE_HOME", nullptr), user("HOME", "/home/u");
+    EXPECT_EQ(hf_cache::default_root(), fs::path("/home/u/.cache/huggingface/hub"));
+  }
+}
+
+TEST(hf_cache, finds_a_snapshot_by_ref_or_commit) {
+  temp_dir t;
+  const fs::path snap = make_snapshot(t.path);
+  const auto by_ref = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", "main"});
+  ASSERT_TRUE(by_ref) << by_ref.error().message;
+  EXPECT_EQ(*by_ref, snap);
+  const auto by_commit = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", commit});
+  ASSERT_TRUE(by_commit);
+  EXPECT_EQ(*by_commit, snap);
+
+  const auto no_repo = hf_cache::find_snapshot(t.path, {"Other/model", "main"});
+  ASSERT_FALSE(no_repo);
+  EXPECT_EQ(no_repo.error().code, "MODEL_NOT_CACHED");
+  EXPECT_NE(no_repo.error().message.find("`baton pull Other/model` downloads it"), std::string::npos)
+      << no_repo.error().message;
+  const auto no_rev = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", "v2"});
+  ASSERT_FALSE(no_rev);
+  EXPECT_NE(no_rev.error().message.find("no snapshot of revision v2"), std::string::npos) << no_rev.error().message;
+  EXPECT_NE(no_rev.error().message.find("--revision v2"), std::string::npos) << no_rev.error().message;
+}
+
+TEST(hf_cache, a_model_argument_is_a_path_first_then_a_cached_model) {
+  temp_dir t;
+  const fs::path snap = make_snapshot(t.path / "cache");
+  // A folder that exists wins, even when it is spelled like ORG/NAME.
+  fs::create_directories(t.path / "Cloudflare" / "clef-omni");
+  const auto local = hf_cache::resolve_model_dir("Cloudflare/clef-omni", t.path, t.path / "cache");
+  ASSERT_TRUE(local);
+  EXPECT_EQ(*local, t.path / "Cloudflare" / "clef-omni");
+  const auto cached = hf_cache::resolve_model_dir("Cloudflare/clef-omni@main", t.path / "elsewhere", t.path / "cache");
+  ASSERT_TRUE(cached) << cached.error().message;
+  EXPECT_EQ(*cached, snap);
+  // Not a model reference: the path as given, for the loader to report.
+  const auto missing = hf_cache::resolve_model_dir("no-such-dir", t.path, t.path / "cache");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(*missing, t.path / "no-such-dir");
+  EXPECT_FALSE(hf_cache::resolve_model_dir("Other/model", t.path, t.path / "cache"));
+}
+
+TEST(hf_cache, lists_snapshots_with_their_refs_and_sizes) {
+  temp_dir t;
+  make_snapshot(t.path);
+  fs::create_directories(t.path / "models--Cloudflare--clef-omni" / "snapshots" / std::string(40, 'f'));
+  fs::create_directories(t.path / "datasets--a--b" / "snapshots" / commit);  // not a model
+  const auto list = hf_cache::list_snapshots(t.path);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].repo, "Cloudflare/clef-omni");
+  EXPECT_EQ(list[0].commit, commit);
+  EXPECT_EQ(list[0].refs, std::vector<std::string>{"main"});
+  EXPECT_EQ(list[0].files, 2u);
+  EXPECT_EQ(list[0].bytes, 7u + 1000u);  // the blobs behind the links
+  EXPECT_TRUE(list[1].refs.empty());
+  EXPECT_EQ(list[1].bytes, 0u);
+  EXPECT_TRUE(hf_cache::list_snapshots(t.path / "none").empty());
+}
+
+}  // namespace
+}  // namespace baton
