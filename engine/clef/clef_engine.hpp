@@ -91,8 +91,9 @@ class clef_engine final : public decision_engine {
 // directory's name.
 std::string served_model_id(const std::filesystem::path& model_dir);
 
-// sha256 ("sha256:<hex>") over the release's index, config and head files, and each shard's size,
-// header and 16 sampled windows: identifies the weights without reading tens of GB.
+// sha256 ("sha256:<hex>") over the release's index, config and head files, and the size, header
+// and 16 sampled windows of each shard the loader reads (talker-only shards are not): identifies
+// the weights without reading tens of GB.
 std::string release_fingerprint(const std::filesystem::path& model_dir);
 
 }  // namespace baton::clef
