@@ -232,8 +232,8 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
                                {"name", "model", "model_id", "dtype", "head_dtype", "device", "threads", "max_length",
-                                "batch_tokens", "max_batch", "queue_capacity", "timeout_ms", "url", "ca_file", "key_env",
-                                "connections", "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
+                                "batch_tokens", "max_batch", "queue_capacity", "timeout_ms", "flavor", "url", "ca_file", "key_env",
+                                "account_env", "connections", "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
   const field* name = find(fields, "name");
   if (name) {
     e.name = read_string(name->value, ticked(section + ".name"));
@@ -242,6 +242,19 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
     }
   }
   const bool remote = e.name == "systemone";
+  // Read first: which keys apply, and their defaults, depend on it.
+  const field* flavor = find(fields, "flavor");
+  if (remote && flavor) {
+    const std::string f = read_string(flavor->value, ticked(section + ".flavor"));
+    if (f == "workers-ai") {
+      e.systemone.flavor = systemone_flavor::workers_ai;
+    } else if (f != "systemone") {
+      fail(flavor->value, ticked(section + ".flavor") + " must be systemone or workers-ai");
+    }
+  }
+  const bool cloudflare = e.systemone.flavor == systemone_flavor::workers_ai;
+  const field* key_env = nullptr;
+  const field* account_env = nullptr;
   for (const field& f : fields) {
     const std::string what = ticked(section + "." + f.key);
     if (f.key == "name") {
@@ -290,12 +303,17 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
       read_media(f.value, e.clef.media, base, section + ".media");
     } else if (!remote) {
       fail(f.value, what + " is read only by the systemone engine");
+    } else if (f.key == "flavor") {
+      continue;
     } else if (f.key == "url") {
       e.systemone.url = read_string(f.value, what);
     } else if (f.key == "ca_file") {
       e.systemone.ca_file = read_path(f.value, what, base);
     } else if (f.key == "key_env") {
-      e.systemone.api_key = read_env(f.value, what, what, e.key_env);
+      key_env = &f;
+    } else if (f.key == "account_env") {
+      if (!cloudflare) fail(f.value, what + " is read only by the workers-ai flavor (" + ticked(section + ".flavor: workers-ai") + ")");
+      account_env = &f;
     } else if (f.key == "connections") {
       e.systemone.connections = read_count(f.value, what, 1024);
     } else if (f.key == "retries") {
@@ -308,7 +326,27 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
   }
   if (e.name == "clef" && e.clef.model_dir.empty()) fail(n, ticked(section + ".name: clef") + " needs " + ticked(section + ".model") + ", a release directory");
   if (e.name == "keyword" && !e.clef.model_dir.empty()) fail(n, ticked(section + ".model") + " is read only by the clef and systemone engines");
-  if (remote && e.systemone.url.empty()) fail(n, ticked(section + ".name: systemone") + " needs " + ticked(section + ".url") + ", the server's base URL");
+  if (remote && cloudflare) {
+    // The account and the token from the environment (Cloudflare's names unless told others),
+    // refused here rather than on the first call.
+    auto needed = [&](const field* named, std::string_view fallback, const std::string& key, const std::string& what_for,
+                      std::string& env_name) {
+      env_name = named ? read_string(named->value, ticked(section + "." + key)) : std::string(fallback);
+      const char* value = env_name.empty() ? nullptr : std::getenv(env_name.c_str());
+      if (value == nullptr || *value == '\0') {
+        fail(named ? named->value : flavor->value,
+             ticked(section + ".flavor: workers-ai") + " needs " + what_for + " in the environment variable " + ticked(env_name) +
+                 " (" + ticked(section + "." + key) + " names another), which is unset or empty");
+      }
+      return std::string(value);
+    };
+    e.systemone.api_key = needed(key_env, workers_ai_defaults::key_env, "key_env", "a Cloudflare API token", e.systemone.key_env);
+    e.systemone.account = needed(account_env, workers_ai_defaults::account_env, "account_env", "the Cloudflare account id",
+                                 e.systemone.account_env);
+  } else if (remote) {
+    if (key_env) e.systemone.api_key = read_env(key_env->value, ticked(section + ".key_env"), ticked(section + ".key_env"), e.systemone.key_env);
+    if (e.systemone.url.empty()) fail(n, ticked(section + ".name: systemone") + " needs " + ticked(section + ".url") + ", the server's base URL");
+  }
 }
 
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {

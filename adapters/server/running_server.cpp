@@ -105,7 +105,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
     if (!k.env.empty()) p->config.executors.withheld_env.push_back(k.env);
   }
   for (const engine_options* e : {&p->config.engine, p->config.fallback ? &*p->config.fallback : nullptr}) {
-    if (e && !e->key_env.empty()) p->config.executors.withheld_env.push_back(e->key_env);
+    if (e && !e->systemone.key_env.empty()) p->config.executors.withheld_env.push_back(e->systemone.key_env);
   }
   p->engine = engine ? std::move(engine) : start_engine(config.engine);
   auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());

@@ -18,9 +18,6 @@ struct engine_options {
   std::size_t max_batch = 64;
   std::size_t queue_capacity = 4096;
   std::chrono::milliseconds timeout{30000};  // past it, the policy's on_engine_error decides
-  // systemone: the environment variable systemone.api_key was read from; command tools run
-  // without it.
-  std::string key_env;
   clef::clef_engine_options clef;      // read only when name is clef
   systemone_engine_options systemone;  // read only when name is systemone
 };

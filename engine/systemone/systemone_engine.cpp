@@ -11,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -20,6 +21,7 @@
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
 #include "core/tls_client.hpp"
+#include "engine/systemone/workers_ai.hpp"
 
 namespace baton {
 
@@ -67,6 +69,38 @@ bool stale(const beast::error_code& ec) {
 
 beast::tcp_stream& tcp_of(connection& c) {
   return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); }, c);
+}
+
+// Cloudflare's id of the call, which its support asks for: cf-ai-req-id, else the edge's cf-ray.
+std::string request_id_of(const http::response<http::string_body>& res) {
+  for (const char* name : {"cf-ai-req-id", "cf-ray"}) {
+    if (const auto it = res.find(name); it != res.end() && !it->value().empty()) return std::string(it->value());
+  }
+  return {};
+}
+
+// The decision in a SystemOne server's reply that is not retried, or its refusal.
+result<decision> systemone_answer(const request& req, int status, const std::string& body) {
+  json parsed;
+  json_parse_error perr;
+  const bool is_json = parse_json(body, parsed, perr);
+  if (status != 200) {
+    std::optional<error> refused;
+    if (is_json) {
+      if (auto e = error_from_json(parsed, status)) refused = std::move(*e);
+    }
+    const std::string what = refused ? refused->message : body.substr(0, 200);
+    if (status == 400 || status == 404 || status == 413 || status == 422) {
+      // The server refused this request: the caller's to know, with the server's issues.
+      if (refused) return *refused;
+      return make_error(status, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+    }
+    return make_error(502, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+  }
+  if (!is_json) return bad_response("the answer is not JSON: " + perr.message);
+  auto answered = response_from_json(parsed);
+  if (!answered) return answered.error();
+  return decision_from_response(req, *answered);
 }
 
 template <class Stream>
@@ -136,6 +170,20 @@ struct systemone_engine::impl {
   int failures_in_row = 0;
   clock_type::time_point open_until{};
 
+  bool cloudflare() const { return options.flavor == systemone_flavor::workers_ai; }
+
+  // Workers AI: the outcome goes to the log with Cloudflare's request id (in the message of a
+  // failure), which is what its support asks for.
+  result<decision> logged(result<decision> r, const std::string& request_id) const {
+    if (!cloudflare()) return r;
+    if (r) {
+      spdlog::debug("Workers AI {} answered (request id {})", options.model, request_id.empty() ? "none" : request_id);
+    } else {
+      spdlog::warn("Workers AI {} failed: {} {}", options.model, r.error().code, r.error().message);
+    }
+    return r;
+  }
+
   // SNI and the certificate checked for the URL's host; the caller bounds it in time.
   net::awaitable<void> handshake(tls_stream& s, beast::error_code& ec) {
     tls_client::expect_host(s, url.host, ec);
@@ -161,6 +209,7 @@ struct systemone_engine::impl {
     msg.prepare_payload();
 
     std::string last = "no attempt";
+    std::string request_id;  // Workers AI: the last reply's
     auto delay = options.backoff;
     bool wait = false;
     for (int attempt = 0; attempt <= options.retries; ++attempt) {
@@ -199,7 +248,7 @@ struct systemone_engine::impl {
                                                          : ec.message();
             last = "TLS handshake with " + url.host_header + " failed: " + why;
             // A certificate this client does not trust will not become trusted by trying again.
-            if (!untrusted.empty()) co_return make_error(502, "UPSTREAM_UNREACHABLE", last);
+            if (!untrusted.empty()) co_return logged(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
             continue;
           }
         }
@@ -222,34 +271,20 @@ struct systemone_engine::impl {
       http::response<http::string_body> res = parser.release();
       if (res.keep_alive() && idle.size() < options.connections) idle.push_back(std::move(conn));
       const int status = static_cast<int>(res.result_int());
+      if (cloudflare()) request_id = request_id_of(res);
       if (status == 408 || status == 429 || status >= 500) {
-        last = "the server answered " + std::to_string(status);
+        last = cloudflare() ? workers_ai::retried_reply(status, res.body(), request_id)
+                            : "the server answered " + std::to_string(status);
         if (const auto asked = retry_after(res, options.backoff_max)) delay = *asked;
         continue;
       }
-      json parsed;
-      json_parse_error perr;
-      const bool is_json = parse_json(res.body(), parsed, perr);
-      if (status != 200) {
-        std::optional<error> refused;
-        if (is_json) {
-          if (auto e = error_from_json(parsed, status)) refused = std::move(*e);
-        }
-        const std::string what = refused ? refused->message : res.body().substr(0, 200);
-        if (status == 400 || status == 404 || status == 413 || status == 422) {
-          // The server refused this request: the caller's to know, with the server's issues.
-          if (refused) co_return *refused;
-          co_return make_error(status, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
-        }
-        co_return make_error(502, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
-      }
-      if (!is_json) co_return bad_response("the answer is not JSON: " + perr.message);
-      auto answered = response_from_json(parsed);
-      if (!answered) co_return answered.error();
-      co_return decision_from_response(req, *answered);
+      if (!cloudflare()) co_return systemone_answer(req, status, res.body());
+      co_return logged(workers_ai::answer(req, status, res.body(), {request_id, options.model, options.key_env, options.account_env}),
+                       request_id);
     }
-    co_return make_error(502, "UPSTREAM_UNREACHABLE",
-                         url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)");
+    co_return logged(make_error(502, "UPSTREAM_UNREACHABLE",
+                                url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
+                     request_id);
   }
 };
 
@@ -257,10 +292,25 @@ systemone_engine::systemone_engine(std::unique_ptr<impl> p) : impl_(std::move(p)
 systemone_engine::~systemone_engine() = default;
 
 result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engine_options options) {
+  const bool cloudflare = options.flavor == systemone_flavor::workers_ai;
+  std::string path = "/v1/systemone";
+  if (cloudflare) {
+    if (options.url.empty()) options.url = workers_ai_defaults::url;
+    if (options.model.empty()) options.model = workers_ai_defaults::model;
+    if (options.account.empty() || options.api_key.empty()) {
+      return make_error(400, "ENGINE_NEEDS_CREDENTIALS", "the systemone engine's workers-ai flavor needs a Cloudflare account id and an API token");
+    }
+    auto run = workers_ai::run_path(options.account, options.model);
+    if (!run) {
+      return make_error(400, "INVALID_ENGINE_URL", "the workers-ai account id or the model `" + options.model +
+                                                       "` holds characters a URL path cannot take as they are");
+    }
+    path = std::move(*run);
+  }
   std::string reason;
   auto base = options.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  auto url = parse_http_url(base + "/v1/systemone", reason, true);
+  auto url = parse_http_url(base + path, reason, true);
   if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
@@ -286,9 +336,9 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   p->options = std::move(options);
   engine_description& d = p->description;
   d.model_id = p->options.model.empty() ? "systemone" : p->options.model;
-  d.fingerprint = sha256_hex("systemone " + base + " " + p->options.model);
+  d.fingerprint = sha256_hex((cloudflare ? "workers-ai " : "systemone ") + base + " " + p->options.model);
   d.limits = request_limits{};  // the server checks its own; baton only bounds what it forwards
-  d.description = "the SystemOne server at " + base;
+  d.description = cloudflare ? "Workers AI's " + p->options.model + " at " + base : "the SystemOne server at " + base;
   d.release_date = "1970-01-01";  // unknown: another server's model
   return std::unique_ptr<systemone_engine>(new systemone_engine(std::move(p)));
 }

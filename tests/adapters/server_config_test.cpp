@@ -165,6 +165,88 @@ TEST(server_config, the_systemone_engine) {
             "/etc/baton/baton.yaml:1: `engine.key_env`: the environment variable `BATON_CONFIG_NOT_SET` is not set");
 }
 
+TEST(server_config, the_workers_ai_flavor) {
+  // Cloudflare's variables unless told others; the URL and the model are the engine's defaults.
+  ::setenv("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef", 1);
+  ::setenv("CLOUDFLARE_API_TOKEN", "cf-token-0123456789", 1);
+  auto c = parse_server_config("engine: {name: systemone, flavor: workers-ai}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  const systemone_engine_options& o = c->engine.systemone;
+  EXPECT_EQ(o.flavor, systemone_flavor::workers_ai);
+  EXPECT_EQ(o.account, "0123456789abcdef");
+  EXPECT_EQ(o.api_key, "cf-token-0123456789");
+  EXPECT_EQ(o.account_env, "CLOUDFLARE_ACCOUNT_ID");
+  EXPECT_EQ(o.key_env, "CLOUDFLARE_API_TOKEN");
+  EXPECT_TRUE(o.url.empty());
+  EXPECT_TRUE(o.model.empty());
+  ::unsetenv("CLOUDFLARE_API_TOKEN");
+  EXPECT_EQ(problem("engine:\n  name: systemone\n  flavor: workers-ai\n"),
+            "/etc/baton/baton.yaml:3: `engine.flavor: workers-ai` needs a Cloudflare API token in the environment variable "
+            "`CLOUDFLARE_API_TOKEN` (`engine.key_env` names another), which is unset or empty");
+  ::unsetenv("CLOUDFLARE_ACCOUNT_ID");
+
+  // As the larger model, with variables of its own, another base URL and model.
+  ::setenv("BATON_CONFIG_CF_ACCOUNT", "fedcba9876543210", 1);
+  ::setenv("BATON_CONFIG_CF_TOKEN", "cf-token-9876543210", 1);
+  ::setenv("BATON_CONFIG_EMPTY", "", 1);
+  c = parse_server_config(R"(routing:
+  fallback: {name: systemone, flavor: workers-ai, url: "http://127.0.0.1:8788", model: "@cf/cloudflare/clef-omni",
+             account_env: BATON_CONFIG_CF_ACCOUNT, key_env: BATON_CONFIG_CF_TOKEN, retries: 3}
+)",
+                          "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.name, "keyword");
+  const systemone_engine_options& f = c->fallback->systemone;
+  EXPECT_EQ(f.flavor, systemone_flavor::workers_ai);
+  EXPECT_EQ(f.url, "http://127.0.0.1:8788");
+  EXPECT_EQ(f.model, "@cf/cloudflare/clef-omni");
+  EXPECT_EQ(f.account, "fedcba9876543210");
+  EXPECT_EQ(f.api_key, "cf-token-9876543210");
+  EXPECT_EQ(f.key_env, "BATON_CONFIG_CF_TOKEN");
+  EXPECT_EQ(f.retries, 3);
+  EXPECT_EQ(problem("routing: {fallback: {name: systemone, flavor: workers-ai, key_env: BATON_CONFIG_CF_TOKEN, "
+                    "account_env: BATON_CONFIG_EMPTY}}\n"),
+            "/etc/baton/baton.yaml:1: `routing.fallback.flavor: workers-ai` needs the Cloudflare account id in the environment "
+            "variable `BATON_CONFIG_EMPTY` (`routing.fallback.account_env` names another), which is unset or empty");
+  EXPECT_EQ(problem("engine: {name: systemone, flavor: openai}\n"),
+            "/etc/baton/baton.yaml:1: `engine.flavor` must be systemone or workers-ai");
+  EXPECT_EQ(problem("engine: {name: keyword, flavor: workers-ai}\n"),
+            "/etc/baton/baton.yaml:1: `engine.flavor` is read only by the systemone engine");
+  EXPECT_EQ(problem("engine: {name: systemone, url: \"http://x\", account_env: BATON_CONFIG_CF_ACCOUNT}\n"),
+            "/etc/baton/baton.yaml:1: `engine.account_env` is read only by the workers-ai flavor (`engine.flavor: workers-ai`)");
+  // The plain flavor keeps its own: a URL is needed, and its key's variable is named.
+  c = parse_server_config("engine: {name: systemone, flavor: systemone, url: \"http://x\", key_env: BATON_CONFIG_CF_TOKEN}\n",
+                          "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.systemone.flavor, systemone_flavor::systemone);
+  EXPECT_EQ(c->engine.systemone.key_env, "BATON_CONFIG_CF_TOKEN");
+  EXPECT_EQ(c->engine.systemone.api_key, "cf-token-9876543210");
+}
+
+// config/examples/workers-ai/baton.yaml as README's commands use it.
+TEST(server_config, the_workers_ai_example) {
+  const auto example = test::source_dir() / "config/examples/workers-ai/baton.yaml";
+  ::setenv("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef", 1);
+  ::setenv("CLOUDFLARE_API_TOKEN", "cf-token-0123456789", 1);
+  auto c = load_server_config(example);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.name, "systemone");
+  EXPECT_EQ(c->engine.systemone.flavor, systemone_flavor::workers_ai);
+  EXPECT_EQ(c->engine.systemone.account, "0123456789abcdef");
+  EXPECT_EQ(c->engine.systemone.api_key, "cf-token-0123456789");
+  EXPECT_TRUE(std::filesystem::exists(c->registry)) << c->registry;
+  EXPECT_TRUE(std::filesystem::exists(c->policy)) << c->policy;
+  // Without the account, `baton serve` stops before it starts, saying which variable to set.
+  ::unsetenv("CLOUDFLARE_ACCOUNT_ID");
+  std::istringstream in;
+  std::ostringstream out, err;
+  const std::vector<std::string_view> args = {"serve", "--config", example.c_str()};
+  EXPECT_EQ(run_cli(args, in, out, err), 78);
+  EXPECT_NE(err.str().find("needs the Cloudflare account id in the environment variable `CLOUDFLARE_ACCOUNT_ID`"), std::string::npos)
+      << err.str();
+  ::unsetenv("CLOUDFLARE_API_TOKEN");
+}
+
 TEST(server_config, the_clef_engines_media_section) {
   auto c = parse_server_config(R"(engine:
   name: clef

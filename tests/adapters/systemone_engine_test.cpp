@@ -15,6 +15,7 @@
 #include "adapters/cli/cli.hpp"
 #include "adapters/server/running_server.hpp"
 #include "engine/systemone/systemone_engine.hpp"
+#include "engine/systemone/workers_ai.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
 #include "test_certificates.hpp"
@@ -72,6 +73,7 @@ class scripted_server {
     std::vector<std::pair<std::string, std::string>> headers;
     std::chrono::milliseconds sleep{0};
     bool close_after = false;  // closes the connection without saying so (a kept-alive timeout)
+    std::function<std::string(const std::string&)> body_of{};  // when set: the body, from the request's
   };
 
   explicit scripted_server(std::vector<reply> script, net::ssl::context* tls = nullptr)
@@ -100,6 +102,14 @@ class scripted_server {
   std::string last_body() const {
     std::lock_guard lock(mutex_);
     return last_body_;
+  }
+  std::string last_target() const {
+    std::lock_guard lock(mutex_);
+    return last_target_;
+  }
+  std::string last_authorization() const {
+    std::lock_guard lock(mutex_);
+    return last_authorization_;
   }
 
  private:
@@ -138,12 +148,14 @@ class scripted_server {
         std::lock_guard lock(mutex_);
         last_retry_ = std::string(req["X-TypeSafe-Retry-Count"]);
         last_body_ = req.body();
+        last_target_ = std::string(req.target());
+        last_authorization_ = std::string(req[http::field::authorization]);
       }
       const reply r = script_[std::min<std::size_t>(requests_++, script_.size() - 1)];
       std::this_thread::sleep_for(r.sleep);
       http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
       for (const auto& [k, v] : r.headers) res.set(k, v);
-      res.body() = r.body;
+      res.body() = r.body_of ? r.body_of(req.body()) : r.body;
       res.prepare_payload();
       http::write(s, res, ec);
       if (ec || r.close_after) return;
@@ -162,6 +174,8 @@ class scripted_server {
   std::string server_name_;
   std::string last_retry_;
   std::string last_body_;
+  std::string last_target_;
+  std::string last_authorization_;
 };
 
 request sample_request() {
@@ -401,6 +415,214 @@ TEST(systemone_engine, urls_it_cannot_call_are_refused_at_once) {
   }
 }
 
+// Workers AI (the workers-ai flavor): Cloudflare's hosted Clef-Omni, played by a local server
+// that answers in Cloudflare's envelope.
+json spec_example(const std::string& file) { return test::read_json(test::data_dir() / "spec-examples" / file); }
+
+std::string envelope_of(const std::string& result) {
+  return R"({"result":)" + result + R"(,"success":true,"errors":[],"messages":[]})";
+}
+
+std::string error_envelope(int code, const std::string& message) {
+  return R"({"result":null,"success":false,"errors":[{"code":)" + std::to_string(code) + R"(,"message":")" + message +
+         R"("}],"messages":[]})";
+}
+
+const std::string cf_path = "/client/v4/accounts/0123456789abcdef/ai/run/@cf/cloudflare/clef-omni";
+
+std::unique_ptr<systemone_engine> workers_ai_engine(const scripted_server& server,
+                                                    std::function<void(systemone_engine_options&)> tune = {}) {
+  return engine_for(server.url(), [&](auto& o) {
+    o.flavor = systemone_flavor::workers_ai;
+    o.model.clear();  // Cloudflare's Clef-Omni
+    o.account = "0123456789abcdef";
+    o.api_key = "cf-token-0123456789";
+    o.key_env = "CLOUDFLARE_API_TOKEN";
+    o.account_env = "CLOUDFLARE_ACCOUNT_ID";
+    if (tune) tune(o);
+  });
+}
+
+TEST(workers_ai, the_documented_envelope_answers_as_its_result) {
+  const json ex = spec_example("neurolink-cloudflare-clef__workers-ai-envelope.json");
+  // Through baton's types: the result is the SystemOne answer, and nothing went wrong.
+  const auto env = workers_ai::envelope_from_json(ex["response"]);
+  ASSERT_TRUE(env) << env.error().message;
+  EXPECT_TRUE(env->success);
+  EXPECT_TRUE(env->errors.empty());
+  EXPECT_EQ(env->result, ex["response"]["result"]);
+
+  scripted_server server({{200, render_json(ex["response"], false), {{"cf-ai-req-id", "req-0001"}, {"cf-ray", "ray-0001"}}}});
+  auto engine = workers_ai_engine(server);
+  EXPECT_EQ(engine->describe().model_id, "@cf/cloudflare/clef-omni");
+  auto req = parse_request(render_json(ex["request"], false), request_limits{});
+  ASSERT_TRUE(req) << req.error().message;
+  const auto out = engine->decide(std::vector<request>{*req});
+  ASSERT_TRUE(out[0]) << out[0].error().message;
+  EXPECT_EQ(server.last_target(), cf_path);
+  EXPECT_EQ(server.last_authorization(), "Bearer cf-token-0123456789");
+  // The body is the SystemOne request, with the model as the systemone flavor sends it.
+  std::string sent;
+  render_request(*req, sent, "@cf/cloudflare/clef-omni");
+  EXPECT_EQ(server.last_body(), sent);
+  // The decision answers as the vector's result does.
+  EXPECT_EQ(out[0]->input_tokens, 346);
+  const auto back = make_response(*req, *out[0], confidence_metric::p_max, "clef");
+  ASSERT_TRUE(back);
+  std::string answers;
+  render_answers(*back, answers);
+  EXPECT_EQ(test::parse(answers), ex["response"]["result"]["answers"]);
+}
+
+TEST(workers_ai, error_envelopes_map_to_batons_codes_with_the_request_id) {
+  const json unauthorized = spec_example("neurolink-cloudflare-clef__401-envelope.json");
+  const auto env = workers_ai::envelope_from_json(unauthorized["response"]);
+  ASSERT_TRUE(env) << env.error().message;
+  EXPECT_FALSE(env->success);
+  ASSERT_EQ(env->errors.size(), 1u);
+  ASSERT_TRUE(env->errors[0].code);
+  EXPECT_EQ(*env->errors[0].code, 10000);
+  EXPECT_EQ(env->errors[0].message, "Authentication error");
+
+  struct expected {
+    scripted_server::reply reply;
+    int status;
+    std::string code;
+    std::vector<std::string> said;
+  };
+  const std::vector<expected> cases = {
+      {{unauthorized["status"].get<int>(), render_json(unauthorized["response"], false), {{"cf-ray", "8f3a-LHR"}}},
+       502, "UPSTREAM_AUTH_FAILED",
+       {"10000 \"Authentication error\"", "HTTP 401, request id 8f3a-LHR", "set `CLOUDFLARE_API_TOKEN`"}},
+      // A proxy's page: the status still says what is wrong.
+      {{403, "<html>forbidden</html>", {}}, 502, "UPSTREAM_AUTH_FAILED", {"HTTP 403, no request id", "`CLOUDFLARE_API_TOKEN`"}},
+      {{404, error_envelope(7003, "Could not route to /client/v4/accounts/0123456789abcdef/ai/run, perhaps your object identifier is invalid?"),
+        {{"cf-ai-req-id", "req-404"}, {"cf-ray", "ray-404"}}},
+       502, "UPSTREAM_NOT_FOUND",
+       {"7003 \"Could not route", "request id req-404", "`CLOUDFLARE_ACCOUNT_ID`", "@cf/cloudflare/clef-omni"}},
+      {{400, error_envelope(5006, "Error: required properties at '/' are 'state'"), {{"cf-ai-req-id", "req-400"}}},
+       400, "UPSTREAM_REFUSED", {"5006 \"Error: required properties at '/' are 'state'\"", "request id req-400"}},
+      // An HTTP 200 that says success: false is an error too.
+      {{200, error_envelope(3043, "Internal server error"), {{"cf-ai-req-id", "req-200"}}},
+       502, "UPSTREAM_REFUSED", {"success: false", "3043 \"Internal server error\"", "request id req-200"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.reply.body);
+    scripted_server server({c.reply});
+    auto engine = workers_ai_engine(server);
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_FALSE(out[0]);
+    EXPECT_EQ(out[0].error().status, c.status);
+    EXPECT_EQ(out[0].error().code, c.code) << out[0].error().message;
+    for (const auto& s : c.said) EXPECT_NE(out[0].error().message.find(s), std::string::npos) << s << " in " << out[0].error().message;
+    EXPECT_EQ(out[0].error().message.find("cf-token-0123456789"), std::string::npos);  // never the token
+    EXPECT_EQ(server.requests(), 1);  // not retried
+  }
+}
+
+TEST(workers_ai, rate_limits_are_retried_after_retry_after_and_quoted_when_they_last) {
+  const std::string busy = error_envelope(3040, "Capacity temporarily exceeded, please try again.");
+  {
+    scripted_server server({{429, busy, {{"Retry-After", "0.1"}, {"cf-ai-req-id", "req-429"}}}, {200, envelope_of(good_answer), {}}});
+    auto engine = workers_ai_engine(server);  // backoff 10 ms: only Retry-After waits 100
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << out[0].error().message;
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);
+    EXPECT_EQ(server.requests(), 2);
+    EXPECT_EQ(server.last_target(), cf_path);
+    EXPECT_EQ(out[0]->probabilities[0], (std::vector<double>{0.9, 0.1}));
+    EXPECT_EQ(out[0]->probabilities[1], (std::vector<double>{0.25, 0.75}));
+  }
+  // Still limited (then down) after the retries: unreachable, with what Cloudflare said last.
+  scripted_server server({{429, busy, {{"cf-ai-req-id", "req-a"}}},
+                          {503, error_envelope(3001, "Unknown internal error"), {{"cf-ray", "ray-b"}}}});
+  auto engine = workers_ai_engine(server, [](auto& o) { o.retries = 1; });
+  const auto out = engine->decide(std::vector<request>{sample_request()});
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code, "UPSTREAM_UNREACHABLE");
+  EXPECT_NE(out[0].error().message.find("the server answered 503: 3001 \"Unknown internal error\" (request id ray-b) (2 attempts)"),
+            std::string::npos)
+      << out[0].error().message;
+}
+
+TEST(workers_ai, garbled_answers_are_bad_upstream_responses) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"<html>502 Bad Gateway</html>", "not a Workers AI envelope: not JSON"},
+      {good_answer, "not a Workers AI envelope: no boolean `success`"},  // a bare SystemOne answer
+      {R"({"result":{},"success":true,"errors":[{"code":1}],"messages":[]})", "an `errors` item without a string `message`"},
+      {R"({"result":null,"success":true,"errors":[],"messages":[]})", "not a SystemOne response"},
+      // An answer, but not to this request: checked as every SystemOne answer is.
+      {envelope_of(R"({"model":"m","answers":{},"usage":{"input_tokens":1,"output_tokens":0}})"), "answered 0 questions of 3"},
+  };
+  for (const auto& [body, said] : cases) {
+    SCOPED_TRACE(body);
+    scripted_server server({{200, body, {{"cf-ai-req-id", "req-garbled"}}}});
+    auto engine = workers_ai_engine(server);
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_FALSE(out[0]);
+    EXPECT_EQ(out[0].error().status, 502);
+    EXPECT_EQ(out[0].error().code, "BAD_UPSTREAM_RESPONSE");
+    EXPECT_NE(out[0].error().message.find(said), std::string::npos) << out[0].error().message;
+    EXPECT_NE(out[0].error().message.find("(HTTP 200, request id req-garbled)"), std::string::npos) << out[0].error().message;
+    EXPECT_EQ(server.requests(), 1);
+  }
+}
+
+TEST(workers_ai, accounts_models_and_credentials_are_checked_when_made) {
+  EXPECT_EQ(workers_ai::run_path("0123abc", "@cf/cloudflare/clef-omni").value_or(""),
+            "/client/v4/accounts/0123abc/ai/run/@cf/cloudflare/clef-omni");
+  for (const auto& [account, model] : std::vector<std::pair<std::string, std::string>>{
+           {"", "@cf/x"}, {"a/b", "@cf/x"}, {"a?b", "@cf/x"}, {"abc", ""}, {"abc", "../admin"}, {"abc", "@cf/x?y=1"}, {"abc", "/x"}}) {
+    EXPECT_FALSE(workers_ai::run_path(account, model)) << account << " " << model;
+  }
+  const std::vector<std::pair<std::function<void(systemone_engine_options&)>, std::string>> cases = {
+      {[](auto& o) { o.account.clear(); }, "ENGINE_NEEDS_CREDENTIALS"},
+      {[](auto& o) { o.api_key.clear(); }, "ENGINE_NEEDS_CREDENTIALS"},
+      {[](auto& o) { o.account = "../../zones"; }, "INVALID_ENGINE_URL"},
+      {[](auto& o) { o.model = "@cf/x y"; }, "INVALID_ENGINE_URL"},
+  };
+  for (const auto& [tune, code] : cases) {
+    systemone_engine_options o;
+    o.flavor = systemone_flavor::workers_ai;
+    o.url = "http://127.0.0.1:9";
+    o.account = "0123456789abcdef";
+    o.api_key = "cf-token-0123456789";
+    tune(o);
+    const auto e = systemone_engine::make(o);
+    ASSERT_FALSE(e) << code;
+    EXPECT_EQ(e.error().code, code) << e.error().message;
+  }
+}
+
+TEST(workers_ai, a_baton_serves_it_as_its_engine) {
+  spdlog::set_level(spdlog::level::err);
+  scripted_server server({{200, envelope_of(good_answer), {{"cf-ai-req-id", "req-front"}}}});
+  const auto dir = std::filesystem::temp_directory_path() / ("baton-workers-ai-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("BATON_TEST_CF_ACCOUNT", "0123456789abcdef", 1);
+  ::setenv("BATON_TEST_CF_TOKEN", "cf-token-0123456789", 1);
+  auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
+                                   "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
+                                   "\nlog: {path: front.db}\n"
+                                   "engine: {name: systemone, flavor: workers-ai, url: \"" + server.url() + "\", "
+                                   "account_env: BATON_TEST_CF_ACCOUNT, key_env: BATON_TEST_CF_TOKEN, retries: 0}\n",
+                               dir / "front.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  auto front = running_server::start(*c);
+  test::http_client client(front->port());
+  const auto res = client.post("/v1/systemone", R"({"state":"please refund my charge","questions":{
+      "tool":{"type":"choice","criteria":{"refund":"Refund a charge","search":null}},
+      "person":{"type":"noul"},"urgency":{"type":"score","criteria":["low","high"]}}})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["model"], "@cf/cloudflare/clef-omni");
+  EXPECT_EQ(res.body_json()["answers"]["person"]["noul"], 0.25);
+  EXPECT_EQ(server.last_target(), cf_path);
+  EXPECT_EQ(server.last_authorization(), "Bearer cf-token-0123456789");
+  front.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // https: a server with a certificate from a CA made for the test, which the engine trusts only
 // through ca_file().
 class tls_test : public ::testing::Test {
@@ -631,10 +853,11 @@ class fallback_test : public ::testing::Test {
     return "http://127.0.0.1:" + std::to_string(back_->port());
   }
 
-  unsigned short start_front(const std::string& fallback_url, int timeout_ms = 2000) {
+  // `keys`: more of the fallback's keys (", flavor: workers-ai, …").
+  unsigned short start_front(const std::string& fallback_url, int timeout_ms = 2000, const std::string& keys = "") {
     auto c = parse_server_config(base_yaml("front.db") + "routing: {fallback: {name: systemone, url: \"" + fallback_url +
                                      "\", model: big, retries: 0, request_timeout_ms: 1000, timeout_ms: " +
-                                     std::to_string(timeout_ms) + "}}\n",
+                                     std::to_string(timeout_ms) + keys + "}}\n",
                                  dir_ / "front.yaml");
     EXPECT_TRUE(c) << c.error().message;
     front_ = running_server::start(*c, std::make_unique<tool_engine>("small-1", "run_query", 0.6));
@@ -691,6 +914,41 @@ TEST_F(fallback_test, the_larger_model_is_unsure_too_and_a_person_decides) {
   const auto r = rows();
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[1]["action"], "escalate");
+  EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
+}
+
+// The larger model on Workers AI: Cloudflare's envelope around the answers of a sure engine.
+TEST_F(fallback_test, the_larger_model_on_workers_ai_is_sure_and_the_tool_executes) {
+  ::setenv("BATON_TEST_CF_ACCOUNT", "0123456789abcdef", 1);
+  ::setenv("BATON_TEST_CF_TOKEN", "cf-token-0123456789", 1);
+  scripted_server::reply sure{200, "", {{"cf-ai-req-id", "req-fallback"}}};
+  sure.body_of = [](const std::string& sent) {
+    tool_engine big("big-1", "run_query", 0.95);
+    auto req = parse_request(sent, request_limits{});
+    EXPECT_TRUE(req) << req.error().message;
+    const request r = std::move(*req);
+    auto d = big.decide(std::span<const request>(&r, 1));
+    auto res = make_response(r, *d[0], confidence_metric::p_max, "big");
+    return envelope_of(render_response(*res));
+  };
+  scripted_server server({sure});
+  // The front, and its kept-alive connection, go before the server, which serves one connection at
+  // a time and would wait on it for ever, however the test ends.
+  struct front_first {
+    std::unique_ptr<running_server>& front;
+    ~front_first() { front.reset(); }
+  } order{front_};
+  const json d = decide(start_front(server.url(), 2000,
+                                    ", flavor: workers-ai, account_env: BATON_TEST_CF_ACCOUNT, key_env: BATON_TEST_CF_TOKEN"));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "execute");
+  EXPECT_EQ(d["tool"], "run_query");
+  EXPECT_EQ(d["lane"], "fallback:lane:default");
+  EXPECT_EQ(d["model"], "big");
+  EXPECT_EQ(server.last_target(), "/client/v4/accounts/0123456789abcdef/ai/run/big");
+  EXPECT_EQ(server.last_authorization(), "Bearer cf-token-0123456789");
+  const auto r = rows();
+  ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
 }
 
