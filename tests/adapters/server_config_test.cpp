@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "adapters/cli/cli.hpp"
@@ -332,6 +337,36 @@ TEST(server_config, the_shipped_configs_load) {
     auto c = load_server_config(test::source_dir() / f);
     EXPECT_TRUE(c) << f << ": " << c.error().message;
   }
+}
+
+// The real model's example names it by repository: found in the Hugging Face cache `baton pull`
+// fills, and when it is not there the error says which command fetches it.
+TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
+  namespace fs = std::filesystem;
+  const fs::path cache = fs::temp_directory_path() / ("baton_real_model_" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const char* old = std::getenv("HF_HUB_CACHE");
+  const std::string saved = old ? old : "";
+  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  const auto example = test::source_dir() / "config/examples/clef/real-model.yaml";
+  auto missing = load_server_config(example);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("`baton pull Cloudflare/clef-omni` downloads it"), std::string::npos)
+      << missing.error().message;
+
+  const std::string commit(40, 'c');
+  const fs::path snapshot = cache / "models--Cloudflare--clef-omni" / "snapshots" / commit;
+  fs::create_directories(snapshot);
+  std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
+  auto c = load_server_config(example);
+  if (old) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");
+  fs::remove_all(cache);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->engine.name, "clef");
+  EXPECT_EQ(c->engine.clef.model_dir, snapshot);
+  ASSERT_TRUE(c->engine.clef.model.dtype.has_value());
+  EXPECT_EQ(*c->engine.clef.model.dtype, clef::compute_dtype::bf16);
+  EXPECT_TRUE(fs::exists(c->registry)) << c->registry;
 }
 
 TEST(serve_cli, usage_and_configuration_errors) {
