@@ -4,6 +4,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/log_cli.hpp"
+#include "adapters/cli/quantize_cli.hpp"
 #include "adapters/cli/serve_cli.hpp"
 
 namespace baton {
@@ -19,6 +20,7 @@ Commands:
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
   log         read the decision log: sql queries, show a decision, tail, verify the hash chains
+  quantize    write a copy of a Clef release with int8 experts (--int8 SRC DST)
   tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:
@@ -49,6 +51,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
   if (command == "log") return log_main(args.subspan(1), in, out, err);
+  if (command == "quantize") return quantize_main(args.subspan(1), out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 
