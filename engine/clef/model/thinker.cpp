@@ -248,16 +248,15 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   const bool int8 = !w.gate_scale.empty();
   // An int8 weight is converted to the activations' dtype for its one matmul (exact: |q| <= 127
   // fits bf16's mantissa) and its fp32 per-channel scale applied to the output columns.
-  auto expert_dense = [&](const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale) {
-    return int8 ? dense(x, weight.to(x.scalar_type())).mul_(scale) : dense(x, weight);
+  auto expert_dense = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                          const std::vector<at::Tensor>& scales, std::size_t e) {
+    return int8 ? dense(x, weights[e].to(x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
   };
   auto run_expert = [&](std::size_t e) {
     const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
-    const at::Tensor none;
-    at::Tensor h = expert_dense(x, w.gate[e], int8 ? w.gate_scale[e] : none);
-    at::silu_(h).mul_(expert_dense(x, w.up[e], int8 ? w.up_scale[e] : none));
-    results[e] = expert_dense(h, w.down[e], int8 ? w.down_scale[e] : none)
-                     .mul_(sorted_weights.narrow(0, start[e], count[e]));
+    at::Tensor h = expert_dense(x, w.gate, w.gate_scale, e);
+    at::silu_(h).mul_(expert_dense(x, w.up, w.up_scale, e));
+    results[e] = expert_dense(h, w.down, w.down_scale, e).mul_(sorted_weights.narrow(0, start[e], count[e]));
   };
   if (device_.is_cpu()) {
     // Whole experts per thread, largest first: inside a parallel region each matmul runs on one
