@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -291,6 +292,41 @@ TEST_F(quantize_int8_test, refuses_a_non_release_an_int8_release_and_a_destinati
   quantize_int8(tiny_release(), out);
   EXPECT_TRUE(release(out).int8_experts());
   EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+}
+
+// The loader tests' valid release (bf16 experts, mixed dtypes, a talker/code2wav shard that is not
+// even a safetensors file): quantized without opening that shard, which is copied as it is.
+TEST_F(quantize_int8_test, a_bf16_release_is_quantized_and_its_talker_shard_copied_unread) {
+  const fs::path src = fs::path(BATON_TEST_RELEASES) / "valid";
+  ASSERT_TRUE(fs::is_directory(src)) << src << " missing: run the make_test_releases test";
+  const fs::path dst = *tmp_ / "valid-int8";
+  quantize_int8(src, dst);
+  const release a(src), b(dst);
+  ASSERT_TRUE(b.int8_experts());
+  const char* talker = "model-00003-of-00003.safetensors";
+  EXPECT_EQ(test::read_file(dst / talker), test::read_file(src / talker));
+  const std::string down = "thinker.model.layers.1.mlp.experts.3.down_proj.weight";
+  const tensor_view& w = a.thinker_tensor(down);
+  const tensor_view& q = b.thinker_tensor(down);
+  const tensor_view& s = b.thinker_tensor(down + "_scale");
+  ASSERT_EQ(w.type, dtype::bf16);
+  ASSERT_EQ(q.type, dtype::i8);
+  const auto* wb = reinterpret_cast<const std::uint16_t*>(w.data);
+  const auto* qi = reinterpret_cast<const std::int8_t*>(q.data);
+  const auto* sf = reinterpret_cast<const float*>(s.data);
+  for (std::int64_t i = 0; i < w.numel(); ++i) {
+    const float weight = std::bit_cast<float>(std::uint32_t{wb[i]} << 16);
+    const float scale = sf[i / w.shape[1]];
+    ASSERT_LE(std::abs(qi[i] * scale - weight), 0.5f * scale * (1 + 1e-4f)) << i;
+  }
+  model_options options;
+  options.threads = 1;
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299};
+  const std::vector<question_layout> questions = {{1, {1, 4}, {{5, 7}, {8, 11}}}};
+  const record_input record{ids, questions};
+  const auto out = model::load(dst, options)->forward({&record, 1});
+  ASSERT_EQ(out[0][0].size(), 2u);
+  for (const float logit : out[0][0]) EXPECT_TRUE(std::isfinite(logit)) << logit;
 }
 
 TEST_F(quantize_int8_test, half_quantized_copies_are_refused_naming_the_fault) {
