@@ -3,8 +3,13 @@
 // matmul ceiling. Needs only libtorch and engine/clef/model, so it also builds against another
 // libtorch.
 //
-//   clef_forward [--dtype f32|bf16] [--threads 2] [--tokens 512,2048] [--warmup 1] [--runs 5]
-//                [--dir build/bench-release-<dtype>] [--json]
+//   clef_forward [--dtype f32|bf16|int8] [--threads 2] [--tokens 512,2048] [--warmup 1] [--runs 5]
+//                [--dir build/bench-release-<dtype>] [--from build/bench-release-bf16]
+//                [--device cpu|cuda] [--json]
+//
+// int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
+// bf16 with its int8 experts. --device cuda runs the forwards on a GPU (the matmul ceiling is
+// still the CPU's).
 #include <ATen/ATen.h>
 #include <sys/resource.h>
 
@@ -23,6 +28,7 @@
 #include "bench/random_release.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
+#include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/release.hpp"
 
 namespace {
@@ -121,50 +127,13 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
   return out;
 }
 
-// ---- the record ----------------------------------------------------------------------------
-
-struct record {
-  std::vector<std::int32_t> ids;
-  std::vector<question_layout> questions;
-};
-
-// Random ids; three questions (choice of 4, noul, score of 8) with ~10-token options, packed
-// just before the last few tokens, where a real prompt puts the schema.
-record make_record(std::int64_t tokens, std::int64_t vocab) {
-  record r;
-  xorshift rng{static_cast<std::uint64_t>(tokens) * 7919 + 1};
-  for (std::int64_t i = 0; i < tokens; ++i) {
-    r.ids.push_back(static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(vocab)));
-  }
-  const std::uint8_t types[] = {1, 0, 2};
-  const int option_counts[] = {4, 2, 8};
-  std::int32_t length = 0;
-  for (int q = 0; q < 3; ++q) {
-    length += 12;
-    for (int o = 0; o < option_counts[q]; ++o) length += 8 + (o * 3) % 5;
-  }
-  std::int32_t at = static_cast<std::int32_t>(tokens) - 4 - length;
-  if (at < 0) throw std::runtime_error("--tokens must be at least " + std::to_string(length + 4));
-  for (int q = 0; q < 3; ++q) {
-    question_layout layout;
-    layout.type = types[q];
-    layout.question = {at, at + 12};
-    at += 12;
-    for (int o = 0; o < option_counts[q]; ++o) {
-      const std::int32_t n = 8 + (o * 3) % 5;
-      layout.options.push_back({at, at + n});
-      at += n;
-    }
-    r.questions.push_back(std::move(layout));
-  }
-  return r;
-}
-
 // ---- driver --------------------------------------------------------------------------------
 
 struct arguments {
   fs::path dir;
+  fs::path from = "build/bench-release-bf16";  // int8: the release to quantize
   std::string dtype = "f32";
+  std::string device = "cpu";
   int threads = 2;
   std::vector<std::int64_t> tokens = {512, 2048};
   int warmup = 1, runs = 5;
@@ -181,6 +150,10 @@ arguments parse_arguments(int argc, char** argv) {
     };
     if (key == "--dir") {
       a.dir = value();
+    } else if (key == "--from") {
+      a.from = value();
+    } else if (key == "--device") {
+      a.device = value();
     } else if (key == "--dtype") {
       a.dtype = value();
     } else if (key == "--threads") {
@@ -197,11 +170,13 @@ arguments parse_arguments(int argc, char** argv) {
       a.json = true;
     } else {
       throw std::runtime_error(
-          "usage: clef_forward [--dtype f32|bf16] [--threads N] [--tokens 512,2048] [--warmup N] "
-          "[--runs N] [--dir PATH] [--json]");
+          "usage: clef_forward [--dtype f32|bf16|int8] [--threads N] [--tokens 512,2048] [--warmup N] "
+          "[--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
     }
   }
-  if (a.dtype != "f32" && a.dtype != "bf16") throw std::runtime_error("--dtype is f32 or bf16");
+  if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
+    throw std::runtime_error("--dtype is f32, bf16 or int8");
+  }
   if (a.runs < 1 || a.warmup < 0 || a.threads < 1 || a.tokens.empty()) {
     throw std::runtime_error("--runs and --threads must be positive, --warmup non-negative");
   }
@@ -237,7 +212,8 @@ struct forward_figures {
 forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& args,
                               bool first_of_process) {
   const text_config& c = m.files().text();
-  const record r = make_record(tokens, c.vocab_size);
+  // Seeded by the length, as always: the logits stay comparable across builds.
+  const bench_record r = make_bench_record(tokens, c.vocab_size, static_cast<std::uint64_t>(tokens) * 7919 + 1);
   const record_input input{r.ids, r.questions};
   forward_figures f;
   f.tokens = tokens;
@@ -349,13 +325,19 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
 }
 
 int run(const arguments& args) {
-  const bool bf16 = args.dtype == "bf16";
+  const bool int8 = args.dtype == "int8", bf16 = args.dtype == "bf16" || int8;
   if (!release_is_current(args.dir)) {
     if (!args.json) {
       std::printf("writing a random %s release to %s ...\n", args.dtype.c_str(), args.dir.c_str());
     }
     const auto start = clock_type::now();
-    write_release(args.dir, bf16);
+    if (int8) {
+      if (!release_is_current(args.from)) write_release(args.from, true);
+      fs::remove_all(args.dir);
+      quantize_int8(args.from, args.dir);
+    } else {
+      write_release(args.dir, bf16);
+    }
     if (!args.json) std::printf("  written in %.1f s\n", ms_since(start) / 1e3);
   }
   std::uintmax_t disk_bytes = 0;
@@ -364,11 +346,11 @@ int run(const arguments& args) {
   }
 
   model_options options;
-  compute_dtype dtype = compute_dtype::f32;
-  parse_compute_dtype(args.dtype, dtype);
+  const compute_dtype dtype = bf16 ? compute_dtype::bf16 : compute_dtype::f32;
   options.dtype = dtype;
   options.head_dtype = dtype;  // the reference runs the head in the model dtype
   options.threads = args.threads;
+  options.device = args.device;
   const memory_snapshot before_load = read_memory();
   const faults f0 = read_faults();
   const auto load_start = clock_type::now();

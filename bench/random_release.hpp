@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/clef/model/model.hpp"
 #include "engine/clef/model/release.hpp"
 
 namespace baton::clef::bench {
@@ -187,13 +188,18 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 }
 
 // Writes the release into `<dir>.partial` and renames it over `dir`: a present `dir` is always
-// complete.
-inline void write_release(const std::filesystem::path& dir, bool bf16) {
+// complete. `c` is the thinker's text part (the real shape's, say); the head and both towers
+// take its hidden size, and its vocabulary must hold the media token ids.
+inline void write_release(const std::filesystem::path& dir, bool bf16,
+                          const text_config& c = bench_text_config()) {
   namespace fs = std::filesystem;
-  const text_config c = bench_text_config();
-  const head_config h = bench_head_config();
-  const vision_config v = bench_vision_config();
-  const audio_config a = bench_audio_config();
+  if (c.vocab_size <= bench_first_media_token + 6) {
+    throw std::runtime_error("the vocabulary must hold the media token ids (31990-31996)");
+  }
+  head_config h = bench_head_config();
+  vision_config v = bench_vision_config();
+  audio_config a = bench_audio_config();
+  h.hidden_size = v.out_hidden_size = a.output_dim = c.hidden_size;
   const fs::path tmp = dir.string() + ".partial";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -292,6 +298,44 @@ inline void write_release(const std::filesystem::path& dir, bool bf16) {
   write_safetensors(tmp / "joint_head.safetensors", expected_head_tensors(h), bf16);
   fs::remove_all(dir);
   fs::rename(tmp, dir);
+}
+
+// A benchmark record: `tokens` random ids of the vocabulary, and three questions (choice of
+// 4, noul, score of 8) with ~10-token options packed just before the last few tokens, where a
+// real prompt puts the schema. The same `seed` gives the same record.
+struct bench_record {
+  std::vector<std::int32_t> ids;
+  std::vector<question_layout> questions;
+};
+
+inline bench_record make_bench_record(std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
+  bench_record r;
+  xorshift rng{seed};
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    r.ids.push_back(static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(vocab)));
+  }
+  const std::uint8_t types[] = {1, 0, 2};
+  const int option_counts[] = {4, 2, 8};
+  std::int32_t length = 0;
+  for (int q = 0; q < 3; ++q) {
+    length += 12;
+    for (int o = 0; o < option_counts[q]; ++o) length += 8 + (o * 3) % 5;
+  }
+  std::int32_t at = static_cast<std::int32_t>(tokens) - 4 - length;
+  if (at < 0) throw std::runtime_error("records need at least " + std::to_string(length + 4) + " tokens");
+  for (int q = 0; q < 3; ++q) {
+    question_layout layout;
+    layout.type = types[q];
+    layout.question = {at, at + 12};
+    at += 12;
+    for (int o = 0; o < option_counts[q]; ++o) {
+      const std::int32_t n = 8 + (o * 3) % 5;
+      layout.options.push_back({at, at + n});
+      at += n;
+    }
+    r.questions.push_back(std::move(layout));
+  }
+  return r;
 }
 
 // Whether `dir` holds a complete release with both towers (one written before the towers, text

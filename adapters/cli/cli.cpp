@@ -8,6 +8,7 @@
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/hub_cli.hpp"
 #include "adapters/cli/log_cli.hpp"
+#include "adapters/cli/quantize_cli.hpp"
 #include "adapters/cli/serve_cli.hpp"
 
 namespace baton {
@@ -25,6 +26,7 @@ Commands:
   log         read the decision log: sql queries, show a decision, tail, verify the hash chains
   pull        download a Clef-Omni release from the Hugging Face hub (only what the engine reads)
   models      list the models in the Hugging Face cache: size, revision, fingerprint
+  quantize    write a copy of a Clef release with int8 experts (--int8 SRC DST)
   tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:
@@ -58,6 +60,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   // A bar redrawn in place only where a person watches it: the process's own terminal.
   if (command == "pull") return pull_main(args.subspan(1), out, err, &err == &std::cerr && ::isatty(STDERR_FILENO));
   if (command == "models") return models_main(args.subspan(1), out, err);
+  if (command == "quantize") return quantize_main(args.subspan(1), out, err);
   return usage_error(err, "unknown command '" + std::string(command) + "'", nullptr);
 }
 

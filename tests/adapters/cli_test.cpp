@@ -460,5 +460,43 @@ TEST(cli_clef, usage_errors) {
   EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", model_arg, "--device", "tpu"}).code, exit_engine_failed);
 }
 
+// `baton quantize --int8 SRC DST` on the tiny release: DST is an int8 release `baton decide`
+// loads; each refusal has its exit status and names what is wrong.
+TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
+  const auto dir = std::filesystem::temp_directory_path() / ("baton_quantize_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string src = (tiny / "release").string(), dst = (dir / "int8").string();
+  const auto r = cli({"quantize", "--int8", src, dst});
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  EXPECT_NE(r.out.find(dst + ": int8 release written"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("100 %"), std::string::npos) << r.err;
+  const auto decided = cli({"decide", "--engine", "clef", "--model", dst, "--threads", "1"}, good);
+  EXPECT_EQ(decided.code, exit_ok) << decided.err;
+  EXPECT_TRUE(response_from_json(test::parse(decided.out))) << decided.out;
+
+  const auto again = cli({"quantize", "--int8", src, dst});
+  EXPECT_EQ(again.code, exit_cant_create);
+  EXPECT_NE(again.err.find("exists and is not an empty directory"), std::string::npos) << again.err;
+  const auto twice = cli({"quantize", "--int8", dst, (dir / "twice").string()});
+  EXPECT_EQ(twice.code, exit_no_input);
+  EXPECT_NE(twice.err.find("already int8"), std::string::npos) << twice.err;
+  const auto missing = cli({"quantize", "--int8", "/nonexistent", (dir / "x").string()});
+  EXPECT_EQ(missing.code, exit_no_input);
+  EXPECT_NE(missing.err.find("model directory /nonexistent: does not exist"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(cli_quantize, usage_errors) {
+  EXPECT_EQ(cli({"quantize", "a", "b"}).code, exit_usage);  // --int8 is required
+  EXPECT_EQ(cli({"quantize", "--int8", "a"}).code, exit_usage);
+  EXPECT_EQ(cli({"quantize", "--int8", "a", "b", "c"}).code, exit_usage);
+  EXPECT_EQ(cli({"quantize", "--int4", "a", "b"}).code, exit_usage);
+  const auto help = cli({"quantize", "--help"});
+  EXPECT_EQ(help.code, exit_ok);
+  EXPECT_NE(help.out.find("Usage: baton quantize --int8 SRC DST"), std::string::npos);
+  EXPECT_NE(cli({"--help"}).out.find("quantize"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace baton

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "engine/clef/model/release_files.hpp"
 
@@ -289,11 +290,46 @@ head_config parse_head_config(const std::filesystem::path& head_config_json) {
   return c;
 }
 
-std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_config& c) {
+nlohmann::json int8_quantization_config() {
+  return {{"quant_method", int8_quant_method},
+          {"bits", 8},
+          {"scheme", "symmetric-per-channel"},
+          {"modules", "experts"}};
+}
+
+bool parse_int8_experts(const nlohmann::json& config, const std::filesystem::path& config_json) {
+  const auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return false;
+  const std::string where = config_json.string() + ": quantization_config";
+  if (!it->is_object()) throw load_error(where + ": not an object");
+  const auto method = it->find("quant_method");
+  if (method == it->end() || *method != int8_quant_method) {
+    throw load_error(where + ": unsupported quant_method " +
+                     (method == it->end() ? std::string("(none)") : method->dump()) + " (only " +
+                     int8_quant_method + ", written by `baton quantize --int8`)");
+  }
+  const nlohmann::json want = int8_quantization_config();
+  for (const auto& [key, value] : want.items()) {
+    const auto got = it->find(key);
+    if (got == it->end() || *got != value) {
+      throw load_error(where + ": `" + key + "` must be " + value.dump() + " for " + int8_quant_method);
+    }
+  }
+  return true;
+}
+
+bool is_expert_weight(std::string_view name) {
+  if (!name.starts_with("thinker.model.layers.") || !name.ends_with("_proj.weight")) return false;
+  if (name.find(".mlp.experts.") == std::string_view::npos) return false;
+  const std::string_view proj = name.substr(name.rfind('.', name.size() - 8) + 1);
+  return proj == "gate_proj.weight" || proj == "up_proj.weight" || proj == "down_proj.weight";
+}
+
+std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_config& c, bool int8_experts) {
   const std::int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
                      kv = c.num_kv_heads * c.head_dim, i = c.moe_intermediate_size;
   std::vector<std::pair<std::string, shape_t>> out;
-  out.reserve(static_cast<std::size_t>(3 + c.num_layers * (9 + 3 * c.num_experts)));
+  out.reserve(static_cast<std::size_t>(3 + c.num_layers * (9 + (int8_experts ? 6 : 3) * c.num_experts)));
   out.emplace_back("thinker.model.embed_tokens.weight", shape_t{c.vocab_size, h});
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
@@ -308,9 +344,11 @@ std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_co
     out.emplace_back(p + "mlp.gate.weight", shape_t{c.num_experts, h});
     for (std::int64_t e = 0; e < c.num_experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-      out.emplace_back(x + "gate_proj.weight", shape_t{i, h});
-      out.emplace_back(x + "up_proj.weight", shape_t{i, h});
-      out.emplace_back(x + "down_proj.weight", shape_t{h, i});
+      for (const auto& [proj, rows, cols] : {std::tuple{"gate_proj", i, h}, std::tuple{"up_proj", i, h},
+                                             std::tuple{"down_proj", h, i}}) {
+        out.emplace_back(x + proj + ".weight", shape_t{rows, cols});
+        if (int8_experts) out.emplace_back(x + proj + ".weight_scale", shape_t{rows});
+      }
     }
   }
   out.emplace_back("thinker.model.norm.weight", shape_t{h});
@@ -446,15 +484,24 @@ namespace {
 
 bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 
+// `int8_experts`: the release's config declares int8 experts, whose weights must then be I8 and
+// their scales F32 (a half-quantized release is refused here).
 void check_tensor(const tensor_view& v, const shape_t& shape, const std::string& name,
-                  const std::filesystem::path& file) {
+                  const std::filesystem::path& file, bool int8_experts = false) {
   if (v.shape != shape) {
     throw load_error(file.string() + ": tensor " + name + " has shape " + shape_text(v.shape) +
                      ", expected " + shape_text(shape));
   }
-  if (!is_float(v.type)) {
-    throw load_error(file.string() + ": tensor " + name + " has dtype " + dtype_name(v.type) +
-                     "; F32, F16 or BF16 expected");
+  const auto wrong = [&](const std::string& expected) {
+    return load_error(file.string() + ": tensor " + name + " has dtype " + dtype_name(v.type) + "; " +
+                      expected + " expected");
+  };
+  if (int8_experts && is_expert_weight(name)) {
+    if (v.type != dtype::i8) throw wrong("I8 (config.json declares int8 experts)");
+  } else if (int8_experts && name.ends_with(".weight_scale")) {
+    if (v.type != dtype::f32) throw wrong("F32");
+  } else if (!is_float(v.type)) {
+    throw wrong("F32, F16 or BF16");
   }
 }
 
@@ -475,6 +522,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   config_ = read_json_file(config_path);
   const nlohmann::json& config = config_;
   text_ = parse_text_config(config, config_path);
+  int8_experts_ = parse_int8_experts(config, config_path);
 
   // Resolve every tensor to its shard through the index; a single-file checkpoint has none.
   std::vector<std::pair<std::string, std::string>> placement;  // tensor -> shard file name
@@ -505,7 +553,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   vision_ = parse_vision_config(config, config_path);
   audio_ = parse_audio_config(config, config_path);
   tokens_ = parse_media_tokens(config, config_path);
-  auto expected = expected_text_tensors(text_);
+  auto expected = expected_text_tensors(text_, int8_experts_);
   for (auto& t : expected_media_tensors(vision_, audio_)) {
     expected.push_back(std::move(t));
   }
@@ -534,7 +582,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     if (view == nullptr) {
       throw load_error(file->path().string() + ": tensor " + name + " is listed in the index but not in the shard");
     }
-    check_tensor(*view, *want->second, name, file->path());
+    check_tensor(*view, *want->second, name, file->path(), int8_experts_);
     thinker_.emplace(name, view);
   }
   for (const auto& [name, shape] : expected) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -84,9 +85,22 @@ std::optional<audio_config> parse_audio_config(const nlohmann::json& config,
 media_tokens parse_media_tokens(const nlohmann::json& config, const std::filesystem::path& config_json);
 head_config parse_head_config(const std::filesystem::path& head_config_json);
 
-// The thinker text tensors a configuration requires, with their shapes, in load order.
+// config.json's `quantization_config` as `baton quantize --int8` writes it: expert projections
+// stored as I8 with one F32 scale per output channel (w = q * scale[row], q in [-127, 127]).
+inline constexpr const char* int8_quant_method = "baton-int8";
+nlohmann::json int8_quantization_config();
+
+// Whether config.json declares int8 experts; throws load_error on any other quantization_config.
+bool parse_int8_experts(const nlohmann::json& config, const std::filesystem::path& config_json);
+
+// Whether `name` is an expert projection weight ("thinker.model.layers.L.mlp.experts.E.
+// {gate,up,down}_proj.weight"): what the int8 format quantizes.
+bool is_expert_weight(std::string_view name);
+
+// The thinker text tensors a configuration requires, with their shapes, in load order. With
+// `int8_experts`, each expert weight is followed by its "<name>_scale" ([out_features]).
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_text_tensors(
-    const text_config& c);
+    const text_config& c, bool int8_experts = false);
 // The vision and audio encoder tensors, for the media configs present.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_media_tensors(
     const std::optional<vision_config>& vision, const std::optional<audio_config>& audio);
@@ -102,7 +116,8 @@ class release {
  public:
   // Opens `dir`. Thinker tensors (text, and vision / audio when the config has them) must match
   // the configuration exactly (names and shapes); `talker.*` and `code2wav.*` are skipped without
-  // being read; anything else is an error.
+  // being read; anything else is an error. A release whose config declares int8 experts must have
+  // every expert weight in I8 with its F32 scale; any other one has float tensors only.
   // With `head` false the joint head files are not needed (a bare thinker checkpoint).
   explicit release(const std::filesystem::path& dir, bool head = true);
 
@@ -115,6 +130,8 @@ class release {
   // config.json as read (token ids and the media settings live there too).
   const nlohmann::json& config() const noexcept { return config_; }
   bool has_head() const noexcept { return head_file_ != nullptr; }
+  // Expert weights are I8 with "<name>_scale" F32 tensors (config.json's quantization_config).
+  bool int8_experts() const noexcept { return int8_experts_; }
 
   // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
   const tensor_view& thinker_tensor(const std::string& name) const;
@@ -129,6 +146,7 @@ class release {
   std::optional<vision_config> vision_;
   std::optional<audio_config> audio_;
   media_tokens tokens_;
+  bool int8_experts_ = false;
   std::vector<std::unique_ptr<safetensors_file>> shards_;
   std::unique_ptr<safetensors_file> head_file_;
   std::unordered_map<std::string, const tensor_view*> thinker_;

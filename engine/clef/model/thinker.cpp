@@ -49,9 +49,20 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     y.router = w(p + "mlp.gate.weight");
     for (std::int64_t e = 0; e < config_.num_experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-      y.gate.push_back(w(x + "gate_proj.weight"));
-      y.up.push_back(w(x + "up_proj.weight"));
-      y.down.push_back(w(x + "down_proj.weight"));
+      if (!files.int8_experts()) {
+        y.gate.push_back(w(x + "gate_proj.weight"));
+        y.up.push_back(w(x + "up_proj.weight"));
+        y.down.push_back(w(x + "down_proj.weight"));
+        continue;
+      }
+      // int8 weights stay int8 (a view of the mapping on the CPU) and are converted per matmul;
+      // the scales stay fp32, so the output is scaled with one rounding.
+      y.gate.push_back(raw(x + "gate_proj.weight"));
+      y.up.push_back(raw(x + "up_proj.weight"));
+      y.down.push_back(raw(x + "down_proj.weight"));
+      y.gate_scale.push_back(raw(x + "gate_proj.weight_scale"));
+      y.up_scale.push_back(raw(x + "up_proj.weight_scale"));
+      y.down_scale.push_back(raw(x + "down_proj.weight_scale"));
     }
   }
   // inv_freq exactly as the reference builds it: fp32 from an int64 arange.
@@ -127,6 +138,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
       scoped_timer t(profile ? &profile->norms_ms : nullptr);
       b = rms_norm(x, w.post_norm, eps);
     }
+    if (observe) report(observe, "router_logits." + std::to_string(l), dense(b, w.router));
     {
       scoped_timer t(profile ? &profile->moe_ms : nullptr);
       x = x + moe(w, b);
@@ -233,11 +245,18 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   // Each expert gathers its own rows and keeps its weighted output: no [N * top_k, hidden]
   // staging buffers (64 MB each at 2048 tokens, mapped afresh and page-faulted every layer).
   std::vector<at::Tensor> results(n_experts);
+  const bool int8 = !w.gate_scale.empty();
+  // An int8 weight is converted to the activations' dtype for its one matmul (exact: |q| <= 127
+  // fits bf16's mantissa) and its fp32 per-channel scale applied to the output columns.
+  auto expert_dense = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                          const std::vector<at::Tensor>& scales, std::size_t e) {
+    return int8 ? dense(x, weights[e].to(x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
+  };
   auto run_expert = [&](std::size_t e) {
     const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
-    at::Tensor h = dense(x, w.gate[e]);
-    at::silu_(h).mul_(dense(x, w.up[e]));
-    results[e] = dense(h, w.down[e]).mul_(sorted_weights.narrow(0, start[e], count[e]));
+    at::Tensor h = expert_dense(x, w.gate, w.gate_scale, e);
+    at::silu_(h).mul_(expert_dense(x, w.up, w.up_scale, e));
+    results[e] = expert_dense(h, w.down, w.down_scale, e).mul_(sorted_weights.narrow(0, start[e], count[e]));
   };
   if (device_.is_cpu()) {
     // Whole experts per thread, largest first: inside a parallel region each matmul runs on one

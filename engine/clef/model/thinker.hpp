@@ -26,8 +26,9 @@ class thinker {
   at::Tensor embed(const at::Tensor& ids) const;
 
   // Final hidden states [N, hidden] for records packed end to end (`lengths` sum to N). Attention
-  // never crosses records. Reports "position_ids" (when given), "inputs_embeds", "layer_out.<l>"
-  // (before the deepstack add, as transformers' layer outputs) and "final_hidden".
+  // never crosses records. Reports "position_ids" (when given), "inputs_embeds", "router_logits.<l>"
+  // (fp32 [N, experts]), "layer_out.<l>" (before the deepstack add, as transformers' layer
+  // outputs) and "final_hidden".
   at::Tensor forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
                      const stage_observer* observe, forward_profile* profile) const;
 
@@ -41,6 +42,8 @@ class thinker {
   struct layer {
     at::Tensor input_norm, q, k, v, o, q_norm, k_norm, post_norm, router;
     std::vector<at::Tensor> gate, up, down;
+    // int8 experts: fp32 scale per output channel of each weight above (empty otherwise).
+    std::vector<at::Tensor> gate_scale, up_scale, down_scale;
   };
 
   // cos and sin [N, 1, head_dim] in the compute dtype.

@@ -1,0 +1,83 @@
+#include "adapters/cli/quantize_cli.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "adapters/cli/cli_args.hpp"
+#include "adapters/cli/exit_codes.hpp"
+#include "engine/clef/model/quantize.hpp"
+#include "engine/clef/model/safetensors.hpp"
+
+namespace baton {
+
+namespace {
+
+constexpr const char* quantize_help = R"(Usage: baton quantize --int8 SRC DST
+
+Writes a copy of the Clef release SRC to DST whose expert weights (every
+thinker.model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight) are int8 with one fp32 scale per
+output channel (symmetric), and everything else as it was: the other tensors, the joint head, the
+tokenizer and processor files. config.json records the quantization, so `baton decide` and
+`baton serve` load DST like any release (its fingerprint is its own); expert weights then take
+half the memory of bf16. SRC is read, never written; DST is written as DST.partial, checked by
+loading it, then renamed, so a DST that exists is complete.
+
+Options:
+  --int8      int8 experts (the only scheme; required)
+  -h, --help  show this help
+
+Exit status:
+  0   DST was written
+  64  usage error
+  66  SRC cannot be read, is not a release, or is already int8
+  73  DST exists and is not an empty directory, or cannot be written
+)";
+
+}  // namespace
+
+int quantize_main(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
+  // Two positional arguments, which the shared parser does not take.
+  bool int8 = false;
+  std::vector<std::string> paths;
+  for (const std::string_view a : args) {
+    if (a == "-h" || a == "--help") {
+      out << quantize_help;
+      return exit_ok;
+    }
+    if (a == "--int8") {
+      int8 = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error(err, "unknown option " + std::string(a), "quantize");
+    } else {
+      paths.emplace_back(a);
+    }
+  }
+  if (!int8) return usage_error(err, "--int8 is required (the only scheme)", "quantize");
+  if (paths.size() != 2) return usage_error(err, "needs SRC and DST", "quantize");
+  const std::filesystem::path src = paths[0], dst = paths[1];
+
+  int reported = -1;  // the last tenth reported
+  const auto progress = [&](std::string_view, std::uint64_t done, std::uint64_t total) {
+    const int tenth = total == 0 ? 10 : static_cast<int>(done * 10 / total);
+    if (tenth == reported) return;
+    reported = tenth;
+    err << "baton quantize: " << tenth * 10 << " %\n";
+  };
+  try {
+    clef::quantize_int8(src, dst, progress);
+  } catch (const clef::load_error& e) {
+    err << "baton quantize: " << e.what() << "\n";
+    return exit_no_input;
+  } catch (const std::exception& e) {
+    err << "baton quantize: " << e.what() << "\n";
+    return exit_cant_create;
+  }
+  out << dst.string() << ": int8 release written\n";
+  return exit_ok;
+}
+
+}  // namespace baton

@@ -1,0 +1,297 @@
+#include "engine/clef/model/quantize.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/clef/model/release.hpp"
+#include "engine/clef/model/release_files.hpp"
+
+namespace baton::clef {
+
+namespace {
+
+namespace fs = std::filesystem;
+using ordered_json = nlohmann::ordered_json;
+
+// Key order is kept so that the copy's config and index read like the source's.
+ordered_json read_ordered_json(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw load_error(p.string() + ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  ordered_json j = ordered_json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
+  return j;
+}
+
+[[noreturn]] void write_failed(const fs::path& p) {
+  throw std::runtime_error(p.string() + ": write failed: " + std::strerror(errno));
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  if (!out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush()) write_failed(p);
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  const float subnormal = std::ldexp(static_cast<float>(mantissa), -24);  // 2^-14 * m / 2^10
+  return sign ? -subnormal : subnormal;
+}
+
+// Element i of a float tensor as fp32.
+float element(const tensor_view& v, std::int64_t i) {
+  switch (v.type) {
+    case dtype::f32: {
+      float f;
+      std::memcpy(&f, v.data + 4 * i, 4);
+      return f;
+    }
+    case dtype::bf16: {
+      std::uint16_t b;
+      std::memcpy(&b, v.data + 2 * i, 2);
+      return std::bit_cast<float>(std::uint32_t{b} << 16);
+    }
+    default: {
+      std::uint16_t b;
+      std::memcpy(&b, v.data + 2 * i, 2);
+      return half_to_float(b);
+    }
+  }
+}
+
+// One tensor of an output shard: `source` copied, or its int8 values, or the per-row scales of
+// the weight it follows.
+struct output_tensor {
+  std::string name;
+  const tensor_view* source = nullptr;
+  enum { copy, quantized, scale } kind = copy;
+};
+
+std::uint64_t output_bytes(const output_tensor& t) {
+  switch (t.kind) {
+    case output_tensor::quantized: return static_cast<std::uint64_t>(t.source->numel());
+    case output_tensor::scale: return static_cast<std::uint64_t>(t.source->shape[0]) * 4;
+    default: return t.source->bytes;
+  }
+}
+
+// q and scale of an expert weight [out, in], row by row.
+void quantize_rows(const tensor_view& w, const std::string& name, std::vector<std::int8_t>& q,
+                   std::vector<float>& scales) {
+  const std::int64_t rows = w.shape[0], cols = w.shape[1];
+  q.resize(static_cast<std::size_t>(rows * cols));
+  scales.resize(static_cast<std::size_t>(rows));
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      row[c] = element(w, r * cols + c);
+      amax = std::max(amax, std::abs(row[c]));
+    }
+    if (!std::isfinite(amax)) throw std::runtime_error("tensor " + name + ": non-finite weights in row " + std::to_string(r));
+    const float scale = amax / 127.0f;
+    scales[r] = scale;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float v = scale > 0 ? std::nearbyint(row[c] / scale) : 0.0f;
+      q[r * cols + c] = static_cast<std::int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+}
+
+// The shard's own __metadata__ (the loader skips it), or {"format": "pt"}.
+ordered_json shard_metadata(const fs::path& shard) {
+  std::ifstream in(shard, std::ios::binary);
+  std::uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  const ordered_json h = ordered_json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (h.is_object() && h.contains("__metadata__") && h["__metadata__"].is_object()) return h["__metadata__"];
+  return {{"format", "pt"}};
+}
+
+// Rewrites `src_shard` into `dst_shard` with its expert weights quantized; returns the names of
+// the expert weights it holds (for the index).
+std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path& dst_shard,
+                                       std::uint64_t& done, std::uint64_t total,
+                                       const quantize_progress& progress) {
+  const safetensors_file in(src_shard);
+  const std::uint64_t start = done;
+  std::vector<const std::pair<const std::string, tensor_view>*> by_offset;
+  for (const auto& entry : in.tensors()) by_offset.push_back(&entry);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->second.data < b->second.data; });
+
+  std::vector<output_tensor> tensors;
+  std::vector<std::string> experts;
+  for (const auto* entry : by_offset) {
+    const auto& [name, view] = *entry;
+    if (!is_expert_weight(name)) {
+      tensors.push_back({name, &view, output_tensor::copy});
+      continue;
+    }
+    if (view.shape.size() != 2 || !(view.type == dtype::f32 || view.type == dtype::bf16 || view.type == dtype::f16)) {
+      throw load_error(src_shard.string() + ": tensor " + name + " is not a 2-D F32, F16 or BF16 weight");
+    }
+    tensors.push_back({name, &view, output_tensor::quantized});
+    tensors.push_back({name + "_scale", &view, output_tensor::scale});
+    experts.push_back(name);
+  }
+
+  ordered_json header;
+  header["__metadata__"] = shard_metadata(src_shard);
+  header["__metadata__"]["quantization"] = int8_quant_method;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    const std::uint64_t bytes = output_bytes(t);
+    const char* type = t.kind == output_tensor::quantized ? "I8"
+                       : t.kind == output_tensor::scale   ? "F32"
+                                                          : dtype_name(t.source->type);
+    const std::vector<std::int64_t> shape =
+        t.kind == output_tensor::scale ? std::vector<std::int64_t>{t.source->shape[0]} : t.source->shape;
+    header[t.name] = {{"dtype", type}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // data 8-byte aligned, as the writers pad it
+
+  std::ofstream out(dst_shard, std::ios::binary);
+  const std::uint64_t length = text.size();
+  if (!out.write(reinterpret_cast<const char*>(&length), 8) ||
+      !out.write(text.data(), static_cast<std::streamsize>(text.size()))) {
+    write_failed(dst_shard);
+  }
+  std::vector<std::int8_t> q;
+  std::vector<float> scales;
+  for (const auto& t : tensors) {
+    const tensor_view& v = *t.source;
+    if (t.kind == output_tensor::quantized) {
+      quantize_rows(v, t.name, q, scales);
+      out.write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
+    } else if (t.kind == output_tensor::scale) {
+      out.write(reinterpret_cast<const char*>(scales.data()), static_cast<std::streamsize>(scales.size() * 4));
+    } else {
+      out.write(reinterpret_cast<const char*>(v.data), static_cast<std::streamsize>(v.bytes));
+    }
+    if (!out) write_failed(dst_shard);
+    if (t.kind != output_tensor::scale) {
+      done += v.bytes;
+      if (progress) progress(t.name, done, total);
+    }
+  }
+  if (!out.flush()) write_failed(dst_shard);
+  done = start + fs::file_size(src_shard);  // the header too
+  if (progress) progress(src_shard.filename().string(), done, total);
+  return experts;
+}
+
+std::uint64_t tree_bytes(const fs::path& p) {
+  if (!fs::is_directory(p)) return fs::file_size(p);
+  std::uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(p)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+// Everything but the removal of a failed partial copy.
+void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progress& progress) {
+  fs::create_directories(tmp);
+  ordered_json config = read_ordered_json(src / release_files::config_json);
+  config["quantization_config"] = int8_quantization_config();
+  write_text(tmp / release_files::config_json, config.dump(2) + "\n");
+
+  // Which shards hold experts: those are rewritten, every other file is copied.
+  const fs::path index_path = src / release_files::index_json;
+  const bool indexed = fs::exists(index_path);
+  ordered_json index;
+  std::set<std::string> rewritten;
+  if (indexed) {
+    index = read_ordered_json(index_path);
+    for (const auto& [name, shard] : index["weight_map"].items()) {
+      if (is_expert_weight(name)) rewritten.insert(shard.get<std::string>());
+    }
+  } else {
+    rewritten.insert("model.safetensors");
+  }
+
+  std::uint64_t total = 0, done = 0;
+  std::vector<fs::path> copies;
+  for (const auto& e : fs::directory_iterator(src)) {
+    const std::string name = e.path().filename().string();
+    if (rewritten.contains(name)) {
+      total += fs::file_size(e.path());
+    } else if (name != release_files::config_json && name != release_files::index_json) {
+      total += tree_bytes(e.path());
+      copies.push_back(e.path());
+    }
+  }
+  for (const auto& p : copies) {
+    // Files are copied with their contents (a hub snapshot's symbolic links are followed).
+    fs::copy(p, tmp / p.filename(), fs::copy_options::recursive);
+    done += tree_bytes(p);
+    if (progress) progress(p.filename().string(), done, total);
+  }
+
+  std::set<std::string> experts;
+  for (const auto& shard : rewritten) {
+    for (auto& name : rewrite_shard(src / shard, tmp / shard, done, total, progress)) {
+      experts.insert(std::move(name));
+    }
+  }
+  if (!indexed) return;
+  // The scales follow their weights in the weight map; total_size counts the new bytes.
+  ordered_json weight_map = ordered_json::object();
+  std::int64_t delta = 0;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    weight_map[name] = shard;
+    if (experts.contains(name)) weight_map[name + "_scale"] = shard;
+  }
+  for (const auto& shard : rewritten) {
+    delta += static_cast<std::int64_t>(fs::file_size(tmp / shard)) - static_cast<std::int64_t>(fs::file_size(src / shard));
+  }
+  index["weight_map"] = std::move(weight_map);
+  if (index.contains("metadata") && index["metadata"].is_object() && index["metadata"].contains("total_size") &&
+      index["metadata"]["total_size"].is_number_integer()) {
+    index["metadata"]["total_size"] = index["metadata"]["total_size"].get<std::int64_t>() + delta;
+  }
+  write_text(tmp / release_files::index_json, index.dump(2) + "\n");
+}
+
+}  // namespace
+
+void quantize_int8(const fs::path& src, const fs::path& dst, const quantize_progress& progress) {
+  const release source(src);  // refuses what is not a release, with the loader's message
+  if (source.int8_experts()) throw load_error(src.string() + ": the release's experts are already int8");
+  std::error_code ec;
+  if (fs::exists(dst, ec) && !(fs::is_directory(dst, ec) && fs::is_empty(dst, ec))) {
+    throw std::runtime_error(dst.string() + ": exists and is not an empty directory");
+  }
+  const fs::path tmp = dst.string() + ".partial";
+  fs::remove_all(tmp);
+  try {
+    write_copy(src, tmp, progress);
+    const release check(tmp);  // the copy loads, with every scale in place
+    if (!check.int8_experts()) throw std::runtime_error(tmp.string() + ": the copy is not int8");
+    fs::remove(dst, ec);  // an empty directory
+    fs::rename(tmp, dst);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace baton::clef
