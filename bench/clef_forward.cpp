@@ -131,7 +131,9 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
 
 struct arguments {
   fs::path dir;
-  fs::path from = "build/bench-release-bf16";  // int8: the release to quantize
+  fs::path from;  // int8: the release to quantize (default: the bf16 release of the shape)
+  bool real = false;  // --shape real: Clef-Omni's widths (real_text_config), `layers` of its 48
+  std::int64_t layers = 2;
   std::string dtype = "f32";
   std::string device = "cpu";
   int threads = 2;
@@ -150,6 +152,12 @@ arguments parse_arguments(int argc, char** argv) {
     };
     if (key == "--dir") {
       a.dir = value();
+    } else if (key == "--shape") {
+      const std::string shape = value();
+      if (shape != "mid" && shape != "real") throw std::runtime_error("--shape is mid or real");
+      a.real = shape == "real";
+    } else if (key == "--layers") {
+      a.layers = std::stoll(value());
     } else if (key == "--from") {
       a.from = value();
     } else if (key == "--device") {
@@ -170,8 +178,8 @@ arguments parse_arguments(int argc, char** argv) {
       a.json = true;
     } else {
       throw std::runtime_error(
-          "usage: clef_forward [--dtype f32|bf16|int8] [--threads N] [--tokens 512,2048] [--warmup N] "
-          "[--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
+          "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
+          "[--tokens 512,2048] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
@@ -180,7 +188,10 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.runs < 1 || a.warmup < 0 || a.threads < 1 || a.tokens.empty()) {
     throw std::runtime_error("--runs and --threads must be positive, --warmup non-negative");
   }
-  if (a.dir.empty()) a.dir = "build/bench-release-" + a.dtype;
+  if (a.layers < 1 || a.layers > 48) throw std::runtime_error("--layers is 1 to 48");
+  const std::string shape = a.real ? "real-" : "";
+  if (a.dir.empty()) a.dir = "build/bench-release-" + shape + a.dtype;
+  if (a.from.empty()) a.from = "build/bench-release-" + shape + "bf16";
   return a;
 }
 
@@ -207,6 +218,12 @@ struct forward_figures {
   memory_snapshot after_first, after_runs;
   std::vector<float> logits;  // equal across builds that compute the same thing
   double moe_flops = 0, attention_flops = 0;
+  std::int64_t layers = 0;
+
+  // The thinker layers' share of the median forward, per layer, and the forward of Clef-Omni's 48
+  // layers it implies (the embedding and the head are paid once either way).
+  double per_layer_ms() const { return (total.median - embed.median - head.median) / static_cast<double>(layers); }
+  double implied_48_layers_ms() const { return total.median + static_cast<double>(48 - layers) * per_layer_ms(); }
 };
 
 forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& args,
@@ -249,6 +266,7 @@ forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& ar
   f.norms = summarise(norms);
   f.head = summarise(head);
   f.minor_median = summarise(minor).median;
+  f.layers = c.num_layers;
 
   const double n = static_cast<double>(tokens), h = static_cast<double>(c.hidden_size),
                layers = static_cast<double>(c.num_layers);
@@ -277,6 +295,8 @@ void print_forward(const forward_figures& f, const arguments& args, double peak)
   row("embed", f.embed);
   row("head", f.head);
   std::printf("    %.0f tokens/s\n", static_cast<double>(f.tokens) / (f.total.median / 1e3));
+  std::printf("    per layer %.1f ms; %lld layers here, 48 would take %.1f ms\n", f.per_layer_ms(),
+              static_cast<long long>(f.layers), f.implied_48_layers_ms());
   const double moe = f.moe_flops / (f.moe.median / 1e3) / 1e9;
   const double attention = f.attention_flops / (f.attention.median / 1e3) / 1e9;
   std::printf("    MoE       %7.1f GFLOP/s = %4.1f %% of the ceiling\n", moe, 100 * moe / peak);
@@ -308,6 +328,9 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"moe_ms", stats_json(f.moe)},
           {"norms_ms", stats_json(f.norms)},
           {"head_ms", stats_json(f.head)},
+          {"layers", f.layers},
+          {"per_layer_ms", f.per_layer_ms()},
+          {"implied_48_layers_ms", f.implied_48_layers_ms()},
           {"moe_gflops", moe},
           {"attention_gflops", attention},
           {"ceiling_gflops", peak},
@@ -326,17 +349,19 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
 
 int run(const arguments& args) {
   const bool int8 = args.dtype == "int8", bf16 = args.dtype == "bf16" || int8;
-  if (!release_is_current(args.dir)) {
+  const text_config shape = args.real ? real_text_config(args.layers) : bench_text_config();
+  const head_config head = args.real ? real_head_config() : bench_head_config();
+  if (!release_is_current(args.dir, shape)) {
     if (!args.json) {
       std::printf("writing a random %s release to %s ...\n", args.dtype.c_str(), args.dir.c_str());
     }
     const auto start = clock_type::now();
     if (int8) {
-      if (!release_is_current(args.from)) write_release(args.from, true);
+      if (!release_is_current(args.from, shape)) write_release(args.from, true, shape, head);
       fs::remove_all(args.dir);
       quantize_int8(args.from, args.dir);
     } else {
-      write_release(args.dir, bf16);
+      write_release(args.dir, bf16, shape, head);
     }
     if (!args.json) std::printf("  written in %.1f s\n", ms_since(start) / 1e3);
   }
@@ -380,6 +405,7 @@ int run(const arguments& args) {
   if (args.json) {
     std::cout << nlohmann::json{{"kind", "load"},
                                 {"dtype", args.dtype},
+                                {"shape", args.real ? "real" : "mid"},
                                 {"dir", args.dir.string()},
                                 {"disk_mib", static_cast<double>(disk_bytes) / (1 << 20)},
                                 {"load_ms", load_ms},

@@ -39,6 +39,36 @@ inline text_config bench_text_config() {
   return c;
 }
 
+// Clef-Omni's thinker text part at its real widths (spec/qwen3-omni-thinker.md §2.1: hidden 2048,
+// 32 query / 4 KV heads of 128, 128 experts of width 768, top 8, vocabulary 152,064 rows, MRoPE
+// sections [24, 20, 20]) with `layers` of its 48 layers: a forward's per-layer cost is the real
+// one, and a few layers fit in this machine's memory.
+inline text_config real_text_config(std::int64_t layers) {
+  text_config c;
+  c.vocab_size = 152064;
+  c.hidden_size = 2048;
+  c.num_layers = layers;
+  c.num_heads = 32;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.moe_intermediate_size = 768;
+  c.num_experts = 128;
+  c.experts_per_token = 8;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.mrope_section = {24, 20, 20};
+  c.max_position_embeddings = 65536;
+  return c;
+}
+
+// Clef-Omni's head is not published (spec/clef-engine.md §3.2): the shape Clef and Clef-Flash
+// publish (width 1024, 2 routing and 4 decoder layers, 16 heads, feed-forward 4096), the largest
+// plausible, on the thinker's 2048-wide states.
+inline head_config real_head_config() {
+  return head_config{.hidden_size = 2048, .width = 1024, .routing_layers = 2, .layers = 4,
+                     .heads = 16, .feedforward = 4096};
+}
+
 inline head_config bench_head_config() {
   return head_config{.hidden_size = 1024, .width = 256, .routing_layers = 2, .layers = 2,
                      .heads = 4, .feedforward = 512};
@@ -191,12 +221,12 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 // complete. `c` is the thinker's text part (the real shape's, say); the head and both towers
 // take its hidden size, and its vocabulary must hold the media token ids.
 inline void write_release(const std::filesystem::path& dir, bool bf16,
-                          const text_config& c = bench_text_config()) {
+                          const text_config& c = bench_text_config(),
+                          head_config h = bench_head_config()) {
   namespace fs = std::filesystem;
   if (c.vocab_size <= bench_first_media_token + 6) {
     throw std::runtime_error("the vocabulary must hold the media token ids (31990-31996)");
   }
-  head_config h = bench_head_config();
   vision_config v = bench_vision_config();
   audio_config a = bench_audio_config();
   h.hidden_size = v.out_hidden_size = a.output_dim = c.hidden_size;
@@ -339,10 +369,13 @@ inline bench_record make_bench_record(std::int64_t tokens, std::int64_t vocab, s
 }
 
 // Whether `dir` holds a complete release with both towers (one written before the towers, text
-// only, is not: write_release replaces it).
-inline bool release_is_current(const std::filesystem::path& dir) {
+// only, is not: write_release replaces it) and the text part's shape of `c`.
+inline bool release_is_current(const std::filesystem::path& dir, const text_config& c = bench_text_config()) {
   const std::filesystem::path config = dir / "config.json";
-  return std::filesystem::exists(config) && parse_vision_config(config) && parse_audio_config(config);
+  if (!std::filesystem::exists(config) || !parse_vision_config(config) || !parse_audio_config(config)) return false;
+  const text_config on_disk = parse_text_config(config);
+  return on_disk.hidden_size == c.hidden_size && on_disk.num_layers == c.num_layers &&
+         on_disk.num_experts == c.num_experts && on_disk.vocab_size == c.vocab_size;
 }
 
 }  // namespace baton::clef::bench

@@ -52,7 +52,7 @@ if ((real_shape)); then
   for dtype in bf16 int8; do
     stage "real-shape release, $dtype, 1k tokens on $device"
     "$build/clef_forward" --shape real --layers 2 --dtype "$dtype" --device "$device" --tokens 1024 \
-      --warmup 2 --runs 5 --dir "$build/real-release-$dtype"
+      --warmup 2 --runs 5 --dir "$build/real-release-$dtype" --from "$build/real-release-bf16"
   done
 fi
 stage "done"

@@ -357,6 +357,7 @@ TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   const std::string commit(40, 'c');
   const fs::path snapshot = cache / "models--Cloudflare--clef-omni" / "snapshots" / commit;
   fs::create_directories(snapshot);
+  fs::create_directories(cache / "models--Cloudflare--clef-omni" / "refs");
   std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
   auto c = load_server_config(example);
   if (old) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");

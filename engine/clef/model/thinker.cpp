@@ -183,20 +183,33 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     const at::Tensor causal = at::ones({rows_per_chunk, rows_per_chunk},
                                        at::TensorOptions().dtype(at::kBool).device(a.device()))
                                   .triu(1);
+    // One buffer each for the chunks' scores, probabilities and context, sized for the last (widest)
+    // chunk: fresh tensors that grow by a chunk's keys each time are never reused by malloc, which
+    // kept ~128 bytes per token² (2 GB at 4,096 tokens) resident, and fresh pages cost faults.
+    const std::int64_t most = heads * rows_per_chunk * len;
+    const at::Tensor scores_buffer = at::empty({most}, a.options());
+    const at::Tensor probs_f32_buffer = at::empty({most}, a.options().dtype(at::kFloat));
+    const at::Tensor probs_buffer = a.scalar_type() == at::kFloat ? probs_f32_buffer : at::empty({most}, a.options());
+    const at::Tensor ctx_buffer = at::empty({heads * rows_per_chunk * dim}, a.options());
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
       const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
+      const std::int64_t n = heads * rows * keys;
       // [kv, group, rows, dim] -> [kv, group*rows, dim]
       const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
-      at::Tensor scores = at::bmm(qc, kt.narrow(2, offset, keys));
+      at::Tensor scores = scores_buffer.narrow(0, 0, n).view({kv_heads, group * rows, keys});
+      at::bmm_out(scores, qc, kt.narrow(2, offset, keys));
       scores.mul_(scale);
       scores = scores.view({kv_heads, group, rows, keys});
       if (rows > 1) {
         scores.narrow(3, r0, rows)
             .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
       }
-      const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(a.scalar_type());
-      const at::Tensor ctx =
-          at::bmm(probs.view({kv_heads, group * rows, keys}), vt.narrow(1, offset, keys));
+      at::Tensor probs_f32 = probs_f32_buffer.narrow(0, 0, n).view({kv_heads, group, rows, keys});
+      at::softmax_out(probs_f32, scores, -1, at::kFloat);
+      at::Tensor probs = probs_buffer.narrow(0, 0, n).view({kv_heads, group * rows, keys});
+      if (probs.data_ptr() != probs_f32.data_ptr()) probs.copy_(probs_f32.view({kv_heads, group * rows, keys}));
+      at::Tensor ctx = ctx_buffer.narrow(0, 0, heads * rows * dim).view({kv_heads, group * rows, dim});
+      at::bmm_out(ctx, probs, vt.narrow(1, offset, keys));
       out_heads.narrow(2, offset + r0, rows).copy_(ctx.view({kv_heads, group, rows, dim}));
     }
     offset += len;
