@@ -1,11 +1,12 @@
-// The Clef forward pass on a random mid-size release: load time, RSS and page faults, time per
-// forward with its split by part, and the MoE and attention throughput against the machine's
-// matmul ceiling. Needs only libtorch and engine/clef/model, so it also builds against another
-// libtorch.
+// The Clef forward pass on a random release, mid-size or at Clef-Omni's real widths with a few
+// layers (--shape real): load time, RSS and page faults, time per forward with its split by part
+// (per layer, and the 48-layer forward it implies), and the MoE and attention throughput against
+// the machine's matmul ceiling. Needs only libtorch and engine/clef/model, so it also builds
+// against another libtorch. On a GPU only the totals are timed exactly (the parts are not synced).
 //
-//   clef_forward [--dtype f32|bf16|int8] [--threads 2] [--tokens 512,2048] [--warmup 1] [--runs 5]
-//                [--dir build/bench-release-<dtype>] [--from build/bench-release-bf16]
-//                [--device cpu|cuda] [--json]
+//   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
+//                [--tokens 512,2048] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
+//                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--json]
 //
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
 // bf16 with its int8 experts. --device cuda runs the forwards on a GPU (the matmul ceiling is
@@ -133,7 +134,7 @@ struct arguments {
   fs::path dir;
   fs::path from;  // int8: the release to quantize (default: the bf16 release of the shape)
   bool real = false;  // --shape real: Clef-Omni's widths (real_text_config), `layers` of its 48
-  std::int64_t layers = 2;
+  std::int64_t layers = 0;  // 0: not given (2 with --shape real)
   std::string dtype = "f32";
   std::string device = "cpu";
   int threads = 2;
@@ -188,7 +189,9 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.runs < 1 || a.warmup < 0 || a.threads < 1 || a.tokens.empty()) {
     throw std::runtime_error("--runs and --threads must be positive, --warmup non-negative");
   }
-  if (a.layers < 1 || a.layers > 48) throw std::runtime_error("--layers is 1 to 48");
+  if (!a.real && a.layers != 0) throw std::runtime_error("--layers needs --shape real");
+  if (a.real && a.layers == 0) a.layers = 2;
+  if (a.real && (a.layers < 1 || a.layers > 48)) throw std::runtime_error("--layers is 1 to 48");
   const std::string shape = a.real ? "real-" : "";
   if (a.dir.empty()) a.dir = "build/bench-release-" + shape + a.dtype;
   if (a.from.empty()) a.from = "build/bench-release-" + shape + "bf16";

@@ -122,7 +122,9 @@ result<fs::path> resolve_model_dir(std::string_view arg, const fs::path& base, c
 std::vector<cached_snapshot> list_snapshots(const fs::path& root) {
   std::vector<cached_snapshot> out;
   std::error_code ec;
-  for (const auto& repo : fs::directory_iterator(root, ec)) {
+  // increment(ec), not range-for: a folder that cannot be read ends that listing, never the process.
+  for (auto repos = fs::directory_iterator(root, ec); !ec && repos != fs::directory_iterator(); repos.increment(ec)) {
+    const fs::directory_entry& repo = *repos;
     const std::string folder = repo.path().filename().string();
     if (!folder.starts_with(folder_prefix) || !repo.is_directory(ec)) continue;
     std::string id = folder.substr(folder_prefix.size());
@@ -136,7 +138,10 @@ std::vector<cached_snapshot> list_snapshots(const fs::path& root) {
          it.increment(ec)) {
       if (it->is_regular_file(ec)) refs.emplace_back(fs::relative(it->path(), refs_dir).generic_string(), read_ref(it->path()));
     }
-    for (const auto& snap : fs::directory_iterator(repo.path() / "snapshots", ec)) {
+    std::error_code snaps_ec;
+    for (auto snaps = fs::directory_iterator(repo.path() / "snapshots", snaps_ec);
+         !snaps_ec && snaps != fs::directory_iterator(); snaps.increment(snaps_ec)) {
+      const fs::directory_entry& snap = *snaps;
       if (!snap.is_directory(ec)) continue;
       cached_snapshot s{id, snap.path().filename().string(), {}, snap.path(), 0, 0};
       for (const auto& [rev, commit] : refs) {

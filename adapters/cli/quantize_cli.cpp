@@ -9,6 +9,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "core/hf_cache.hpp"
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
@@ -23,8 +24,9 @@ thinker.model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight) are int8 with o
 output channel (symmetric), and everything else as it was: the other tensors, the joint head, the
 tokenizer and processor files. config.json records the quantization, so `baton decide` and
 `baton serve` load DST like any release (its fingerprint is its own); expert weights then take
-half the memory of bf16. SRC is read, never written; DST is written as DST.partial, checked by
-loading it, then renamed, so a DST that exists is complete.
+half the memory of bf16. SRC is a release directory or ORG/NAME[@REV] in the Hugging Face cache
+(`baton pull`). SRC is read, never written; DST is written as DST.partial, checked by loading it,
+then renamed, so a DST that exists is complete.
 
 Options:
   --int8      int8 experts (the only scheme; required)
@@ -58,7 +60,13 @@ int quantize_main(std::span<const std::string_view> args, std::ostream& out, std
   }
   if (!int8) return usage_error(err, "--int8 is required (the only scheme)", "quantize");
   if (paths.size() != 2) return usage_error(err, "needs SRC and DST", "quantize");
-  const std::filesystem::path src = paths[0], dst = paths[1];
+  // SRC as every --model takes it: a directory, or ORG/NAME[@REV] in the Hugging Face cache.
+  const auto resolved = hf_cache::resolve_model_dir(paths[0], {}, hf_cache::default_root());
+  if (!resolved) {
+    err << "baton quantize: " << resolved.error().message << "\n";
+    return exit_no_input;
+  }
+  const std::filesystem::path src = *resolved, dst = paths[1];
 
   int reported = -1;  // the last tenth reported
   const auto progress = [&](std::string_view, std::uint64_t done, std::uint64_t total) {

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "adapters/cli/cli.hpp"
@@ -484,6 +486,32 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
   EXPECT_EQ(missing.code, exit_no_input);
   EXPECT_NE(missing.err.find("model directory /nonexistent: does not exist"), std::string::npos) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+
+  // A destination inside the source would be copied into itself.
+  std::filesystem::copy(tiny / "release", dir / "fp32");
+  const auto inside = cli({"quantize", "--int8", (dir / "fp32").string(), (dir / "fp32" / "int8").string()});
+  EXPECT_EQ(inside.code, exit_cant_create);
+  EXPECT_NE(inside.err.find("is inside the source release"), std::string::npos) << inside.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "fp32" / "int8.partial"));
+
+  // SRC by repository name, from the Hugging Face cache as every --model takes it.
+  const auto cache = dir / "hub";
+  const std::string commit(40, 'e');
+  std::filesystem::create_directories(cache / "models--Cloudflare--clef-omni" / "snapshots");
+  std::filesystem::create_directories(cache / "models--Cloudflare--clef-omni" / "refs");
+  std::filesystem::create_directory_symlink(std::filesystem::absolute(tiny / "release"),
+                                            cache / "models--Cloudflare--clef-omni" / "snapshots" / commit);
+  std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
+  const char* old_cache = std::getenv("HF_HUB_CACHE");
+  const std::string saved = old_cache ? old_cache : "";
+  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  const auto named = cli({"quantize", "--int8", "Cloudflare/clef-omni", (dir / "named").string()});
+  const auto unknown = cli({"quantize", "--int8", "Cloudflare/other", (dir / "other").string()});
+  if (old_cache) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");
+  EXPECT_EQ(named.code, exit_ok) << named.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "named" / "config.json"));
+  EXPECT_EQ(unknown.code, exit_no_input);
+  EXPECT_NE(unknown.err.find("baton pull Cloudflare/other"), std::string::npos) << unknown.err;
   std::filesystem::remove_all(dir);
 }
 

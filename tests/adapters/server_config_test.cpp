@@ -349,19 +349,19 @@ TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   const std::string saved = old ? old : "";
   ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
   const auto example = test::source_dir() / "config/examples/clef/real-model.yaml";
-  auto missing = load_server_config(example);
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.error().message.find("`baton pull Cloudflare/clef-omni` downloads it"), std::string::npos)
-      << missing.error().message;
+  const auto missing = load_server_config(example);
 
   const std::string commit(40, 'c');
   const fs::path snapshot = cache / "models--Cloudflare--clef-omni" / "snapshots" / commit;
   fs::create_directories(snapshot);
   fs::create_directories(cache / "models--Cloudflare--clef-omni" / "refs");
   std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
-  auto c = load_server_config(example);
+  const auto c = load_server_config(example);
   if (old) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");
   fs::remove_all(cache);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("`baton pull Cloudflare/clef-omni` downloads it"), std::string::npos)
+      << missing.error().message;
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->engine.name, "clef");
   EXPECT_EQ(c->engine.clef.model_dir, snapshot);

@@ -99,7 +99,8 @@ void quantize_rows(const tensor_view& w, const std::string& name, std::vector<st
     float amax = 0;
     for (std::int64_t c = 0; c < cols; ++c) {
       row[c] = element(w, r * cols + c);
-      amax = std::max(amax, std::abs(row[c]));
+      // NaN never wins std::max: taken as infinite, so the row is refused below.
+      amax = std::isnan(row[c]) ? INFINITY : std::max(amax, std::abs(row[c]));
     }
     if (!std::isfinite(amax)) throw std::runtime_error("tensor " + name + ": non-finite weights in row " + std::to_string(r));
     const float scale = amax / 127.0f;
@@ -279,6 +280,12 @@ void quantize_int8(const fs::path& src, const fs::path& dst, const quantize_prog
   std::error_code ec;
   if (fs::exists(dst, ec) && !(fs::is_directory(dst, ec) && fs::is_empty(dst, ec))) {
     throw std::runtime_error(dst.string() + ": exists and is not an empty directory");
+  }
+  // DST inside SRC would be copied into itself while SRC is listed.
+  const fs::path src_abs = fs::weakly_canonical(src, ec), dst_abs = fs::weakly_canonical(dst, ec);
+  if (const auto [s_end, d_it] = std::mismatch(src_abs.begin(), src_abs.end(), dst_abs.begin(), dst_abs.end());
+      s_end == src_abs.end()) {
+    throw std::runtime_error(dst.string() + ": is inside the source release " + src.string());
   }
   const fs::path tmp = dst.string() + ".partial";
   fs::remove_all(tmp);
