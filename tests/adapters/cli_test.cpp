@@ -13,6 +13,7 @@
 #include "adapters/cli/cli.hpp"
 #include "core/answers.hpp"
 #include "engine/keyword/keyword_engine.hpp"
+#include "support/env_var.hpp"
 #include "support/files.hpp"
 
 namespace baton {
@@ -502,12 +503,9 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
   std::filesystem::create_directory_symlink(std::filesystem::absolute(tiny / "release"),
                                             cache / "models--Cloudflare--clef-omni" / "snapshots" / commit);
   std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
-  const char* old_cache = std::getenv("HF_HUB_CACHE");
-  const std::string saved = old_cache ? old_cache : "";
-  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  const test::env_var hub_cache("HF_HUB_CACHE", cache.c_str());
   const auto named = cli({"quantize", "--int8", "Cloudflare/clef-omni", (dir / "named").string()});
   const auto unknown = cli({"quantize", "--int8", "Cloudflare/other", (dir / "other").string()});
-  if (old_cache) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");
   EXPECT_EQ(named.code, exit_ok) << named.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "named" / "config.json"));
   EXPECT_EQ(unknown.code, exit_no_input);

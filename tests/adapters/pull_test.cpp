@@ -34,6 +34,7 @@
 #include "adapters/runtime/server_config.hpp"
 #include "core/sha256.hpp"
 #include "engine/clef/clef_engine.hpp"
+#include "support/env_var.hpp"
 #include "support/files.hpp"
 
 namespace baton {
@@ -70,21 +71,6 @@ std::string read(const fs::path& p) {
 }
 
 std::string hex_sha256(const std::string& bytes) { return sha256_hex(bytes).substr(7); }
-
-// Sets an environment variable for one scope and puts the old value back.
-struct env_var {
-  std::string name;
-  std::optional<std::string> old;
-  env_var(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    if (value) ::setenv(name.c_str(), value, 1);
-    else ::unsetenv(name.c_str());
-  }
-  ~env_var() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
 
 // The release the hub serves: the tiny test release copied, plus a shard holding only talker
 // tensors (named in the index), a README the engine does not read.
@@ -372,7 +358,7 @@ TEST_F(pull, fetches_what_the_engine_reads_into_the_hub_cache_and_the_model_load
   for (const auto& s : hub_->seen()) EXPECT_EQ(s.target.find(talker_shard), std::string::npos) << s.target;
 
   // --model ORG/NAME finds the snapshot through HF_HUB_CACHE; the served name is the repo's.
-  env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
+  test::env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
   const std::string request =
       R"({"state":"please reset my password","questions":{"tool":{"type":"choice","criteria":{"reset_password":"Send a reset link","refund":"Refund a charge"}}}})";
   const auto decided = cli({"decide", "--engine", "clef", "--model", "Cloudflare/clef-omni", "--threads", "1"}, request);
@@ -438,7 +424,7 @@ TEST_F(pull, resumes_a_cut_transfer_with_range) {
 
 TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
   hub_->token = "hf_secret";
-  env_var none("BATON_TEST_HUB_TOKEN", nullptr);
+  test::env_var none("BATON_TEST_HUB_TOKEN", nullptr);
   const auto refused = run_pull();
   EXPECT_EQ(refused.code, exit_no_perm);
   EXPECT_NE(refused.err.find("the hub answered 401"), std::string::npos) << refused.err;
@@ -447,12 +433,12 @@ TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
       << refused.err;
   EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
 
-  env_var wrong("BATON_TEST_HUB_TOKEN", "hf_wrong");
+  test::env_var wrong("BATON_TEST_HUB_TOKEN", "hf_wrong");
   const auto bad = run_pull();
   EXPECT_EQ(bad.code, exit_no_perm);
   EXPECT_NE(bad.err.find("the token in BATON_TEST_HUB_TOKEN was refused"), std::string::npos) << bad.err;
 
-  env_var good("BATON_TEST_HUB_TOKEN", "hf_secret");
+  test::env_var good("BATON_TEST_HUB_TOKEN", "hf_secret");
   const auto ok = run_pull();
   ASSERT_EQ(ok.code, exit_ok) << ok.err;
   std::size_t cdn = 0;
@@ -514,7 +500,7 @@ TEST_F(pull, a_cache_huggingface_cli_made_is_reused_without_a_download) {
 
 TEST_F(pull, a_cached_release_is_named_by_repo_in_the_config_and_on_the_command_line) {
   ASSERT_EQ(run_pull().code, exit_ok);
-  env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
+  test::env_var cache("HF_HUB_CACHE", cache_arg_.c_str());
   const auto c = parse_server_config("engine: {name: clef, model: Cloudflare/clef-omni}\n", "/etc/baton/baton.yaml");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->engine.clef.model_dir, snapshot());

@@ -9,6 +9,7 @@
 
 #include "adapters/cli/cli.hpp"
 #include "adapters/runtime/server_config.hpp"
+#include "support/env_var.hpp"
 #include "support/files.hpp"
 
 namespace baton {
@@ -345,9 +346,7 @@ TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   namespace fs = std::filesystem;
   const fs::path cache = fs::temp_directory_path() / ("baton_real_model_" + std::to_string(::getpid()));
   fs::remove_all(cache);
-  const char* old = std::getenv("HF_HUB_CACHE");
-  const std::string saved = old ? old : "";
-  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  const test::env_var hub_cache("HF_HUB_CACHE", cache.c_str());
   const auto example = test::source_dir() / "config/examples/clef/real-model.yaml";
   const auto missing = load_server_config(example);
 
@@ -357,7 +356,6 @@ TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   fs::create_directories(cache / "models--Cloudflare--clef-omni" / "refs");
   std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
   const auto c = load_server_config(example);
-  if (old) ::setenv("HF_HUB_CACHE", saved.c_str(), 1); else ::unsetenv("HF_HUB_CACHE");
   fs::remove_all(cache);
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message.find("`baton pull Cloudflare/clef-omni` downloads it"), std::string::npos)

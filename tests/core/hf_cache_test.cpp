@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/hf_cache.hpp"
+#include "support/env_var.hpp"
 
 namespace baton {
 namespace {
@@ -45,21 +46,6 @@ fs::path make_snapshot(const fs::path& root) {
   return repo / "snapshots" / commit;
 }
 
-// Sets an environment variable for one scope and puts the old value back.
-struct env_var {
-  std::string name;
-  std::optional<std::string> old;
-  env_var(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    if (value) ::setenv(name.c_str(), value, 1);
-    else ::unsetenv(name.c_str());
-  }
-  ~env_var() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
-
 TEST(hf_cache, model_references_are_hub_names) {
   const auto plain = hf_cache::parse_model_ref("Cloudflare/clef-omni");
   ASSERT_TRUE(plain);
@@ -80,14 +66,14 @@ TEST(hf_cache, model_references_are_hub_names) {
 }
 
 TEST(hf_cache, root_follows_huggingface_hub) {
-  env_var cache("HF_HUB_CACHE", "/x/hub-cache"), home("HF_HOME", "/x/hf-home"), xdg("XDG_CACHE_HOME", "/x/xdg");
+  test::env_var cache("HF_HUB_CACHE", "/x/hub-cache"), home("HF_HOME", "/x/hf-home"), xdg("XDG_CACHE_HOME", "/x/xdg");
   EXPECT_EQ(hf_cache::default_root(), fs::path("/x/hub-cache"));
   {
-    env_var unset("HF_HUB_CACHE", nullptr);
+    test::env_var unset("HF_HUB_CACHE", nullptr);
     EXPECT_EQ(hf_cache::default_root(), fs::path("/x/hf-home/hub"));
-    env_var unset_home("HF_HOME", nullptr);
+    test::env_var unset_home("HF_HOME", nullptr);
     EXPECT_EQ(hf_cache::default_root(), fs::path("/x/xdg/huggingface/hub"));
-    env_var unset_xdg("XDG_CACHE_HOME", nullptr), user("HOME", "/home/u");
+    test::env_var unset_xdg("XDG_CACHE_HOME", nullptr), user("HOME", "/home/u");
     EXPECT_EQ(hf_cache::default_root(), fs::path("/home/u/.cache/huggingface/hub"));
   }
 }
