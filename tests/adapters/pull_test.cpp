@@ -142,6 +142,7 @@ class fake_hub {
   std::map<std::string, std::size_t> cut;   // file → bytes sent before the connection drops (once)
   std::map<std::string, std::size_t> sigint;  // file → bytes sent before a SIGINT, as Ctrl-C would (once)
   std::set<std::string> corrupt;            // files whose bytes are served wrong
+  bool gated = false;                       // files answer 403 GatedRepo (terms not accepted)
 
  private:
   void serve(tcp::acceptor& acceptor) {
@@ -184,6 +185,7 @@ class fake_hub {
     }
     const std::string api = "/api/models/" + repo + "/revision/";
     const std::string resolve = "/" + repo + "/resolve/";
+    if (on_hub && gated && target.starts_with(resolve)) return status(http::status::forbidden, "GatedRepo");
     if (on_hub && target.starts_with("/api/models/")) {
       if (!target.starts_with(api)) return status(http::status::not_found, "RepoNotFound");
       const std::string rev = target.substr(api.size(), target.find('?') - api.size());
@@ -420,6 +422,19 @@ TEST_F(pull, resumes_a_cut_transfer_with_range) {
   std::size_t config_gets = 0;
   for (const auto& s : hub_->seen()) config_gets += s.target.ends_with("/config.json");
   EXPECT_EQ(config_gets, 1u);
+}
+
+// A gated repository whose terms the token's user has not accepted: 403 GatedRepo on its files.
+TEST_F(pull, a_gated_repository_says_to_accept_its_terms) {
+  hub_->gated = true;
+  test::env_var token("BATON_TEST_HUB_TOKEN", "hf_reader");
+  const auto refused = run_pull();
+  EXPECT_EQ(refused.code, exit_no_perm);
+  EXPECT_NE(refused.err.find("the hub answered 403 (a gated repository: accept its terms on its page first)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("the token in BATON_TEST_HUB_TOKEN was refused"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
 }
 
 TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
