@@ -143,6 +143,7 @@ class fake_hub {
   std::map<std::string, std::size_t> sigint;  // file → bytes sent before a SIGINT, as Ctrl-C would (once)
   std::set<std::string> corrupt;            // files whose bytes are served wrong
   bool gated = false;                       // files answer 403 GatedRepo (terms not accepted)
+  std::set<std::string> moved;              // files whose ETag is not the listing's (the revision moved)
 
  private:
   void serve(tcp::acceptor& acceptor) {
@@ -208,16 +209,17 @@ class fake_hub {
       const auto f = files_.find(rest.substr(rev.size() + 1));
       if (rev != commit && rev != "main") return status(http::status::not_found, "RevisionNotFound");
       if (f == files_.end()) return status(http::status::not_found, "EntryNotFound");
+      const std::string etag = moved.contains(f->first) ? std::string(64, '0') : f->second.etag;
       if (f->second.lfs) {
         // As the hub does: LFS files are on the CDN, another host (here another port).
         res.result(http::status::found);
         res.set(http::field::location, "http://127.0.0.1:" + std::to_string(cdn_port()) + "/cdn/" + f->second.etag);
-        res.set("X-Linked-Etag", "\"" + f->second.etag + "\"");
+        res.set("X-Linked-Etag", "\"" + etag + "\"");
         res.set("X-Linked-Size", std::to_string(f->second.content.size()));
         res.set(http::field::etag, "\"pointer-etag\"");
         return send();
       }
-      res.set(http::field::etag, "\"" + f->second.etag + "\"");
+      res.set(http::field::etag, "\"" + etag + "\"");
       return send_content(s, res, req, f->first);
     }
     if (!on_hub && target.starts_with("/cdn/")) {
@@ -485,6 +487,18 @@ TEST_F(pull, a_wrong_checksum_deletes_the_download_and_names_the_file) {
   EXPECT_NE(r.err.find("the download was deleted"), std::string::npos) << r.err;
   EXPECT_TRUE(parts().empty());
   EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / shard))));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+}
+
+// The hub's ETag for a file is not the one its listing gave: the revision moved under the pull.
+TEST_F(pull, an_etag_that_is_not_the_listings_keeps_nothing) {
+  const std::string shard = "model-00002-of-00003.safetensors";
+  hub_->moved.insert(shard);
+  const auto r = run_pull();
+  EXPECT_EQ(r.code, exit_data_error);
+  EXPECT_NE(r.err.find(shard + ": the hub's ETag " + std::string(64, '0') + " is not the listing's"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(parts().empty());
   EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
 }
 
