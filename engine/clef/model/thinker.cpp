@@ -121,6 +121,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     std::tie(cos, sin) = rotary(input.positions, lengths);
   }
 
+  const attention_scratch scratch = make_attention_scratch(lengths);
   const double eps = config_.rms_norm_eps;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const layer& w = layers_[l];
@@ -131,7 +132,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     }
     {
       scoped_timer t(profile ? &profile->attention_ms : nullptr);
-      x = x + attention(w, a, cos, sin, lengths);
+      x = x + attention(w, a, cos, sin, lengths, scratch);
     }
     at::Tensor b;
     {
@@ -154,9 +155,27 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
   return x;
 }
 
+thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths) const {
+  const std::int64_t heads = config_.num_heads;
+  std::int64_t rows = 1, most = 1;
+  for (const auto len : lengths) {
+    const std::int64_t r = chunk_rows(score_budget_bytes_, heads, len, len);
+    rows = std::max(rows, r);
+    most = std::max(most, heads * r * len);
+  }
+  const auto options = at::TensorOptions().dtype(type_).device(device_);
+  attention_scratch s;
+  s.causal = at::ones({rows, rows}, options.dtype(at::kBool)).triu(1);
+  s.scores = at::empty({most}, options);
+  s.probs_f32 = at::empty({most}, options.dtype(at::kFloat));
+  s.probs = type_ == at::kFloat ? s.probs_f32 : at::empty({most}, options);
+  s.ctx = at::empty({heads * rows * config_.head_dim}, options);
+  return s;
+}
+
 at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
-                              const at::Tensor& sin,
-                              const std::vector<std::int64_t>& lengths) const {
+                              const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
+                              const attention_scratch& scratch) const {
   const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
                      kv_heads = config_.num_kv_heads, dim = config_.head_dim,
                      group = heads / kv_heads;
@@ -179,36 +198,25 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
   std::int64_t offset = 0;
   for (const auto len : lengths) {
     const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
-    // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
-    const at::Tensor causal = at::ones({rows_per_chunk, rows_per_chunk},
-                                       at::TensorOptions().dtype(at::kBool).device(a.device()))
-                                  .triu(1);
-    // One buffer each for the chunks' scores, probabilities and context, sized for the last (widest)
-    // chunk: fresh tensors that grow by a chunk's keys each time are never reused by malloc, which
-    // kept ~128 bytes per token² (2 GB at 4,096 tokens) resident, and fresh pages cost faults.
-    const std::int64_t most = heads * rows_per_chunk * len;
-    const at::Tensor scores_buffer = at::empty({most}, a.options());
-    const at::Tensor probs_f32_buffer = at::empty({most}, a.options().dtype(at::kFloat));
-    const at::Tensor probs_buffer = a.scalar_type() == at::kFloat ? probs_f32_buffer : at::empty({most}, a.options());
-    const at::Tensor ctx_buffer = at::empty({heads * rows_per_chunk * dim}, a.options());
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
       const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
       const std::int64_t n = heads * rows * keys;
       // [kv, group, rows, dim] -> [kv, group*rows, dim]
       const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
-      at::Tensor scores = scores_buffer.narrow(0, 0, n).view({kv_heads, group * rows, keys});
+      at::Tensor scores = scratch.scores.narrow(0, 0, n).view({kv_heads, group * rows, keys});
       at::bmm_out(scores, qc, kt.narrow(2, offset, keys));
       scores.mul_(scale);
       scores = scores.view({kv_heads, group, rows, keys});
+      // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
       if (rows > 1) {
         scores.narrow(3, r0, rows)
-            .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
+            .masked_fill_(scratch.causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
       }
-      at::Tensor probs_f32 = probs_f32_buffer.narrow(0, 0, n).view({kv_heads, group, rows, keys});
+      at::Tensor probs_f32 = scratch.probs_f32.narrow(0, 0, n).view({kv_heads, group, rows, keys});
       at::softmax_out(probs_f32, scores, -1, at::kFloat);
-      at::Tensor probs = probs_buffer.narrow(0, 0, n).view({kv_heads, group * rows, keys});
+      at::Tensor probs = scratch.probs.narrow(0, 0, n).view({kv_heads, group * rows, keys});
       if (probs.data_ptr() != probs_f32.data_ptr()) probs.copy_(probs_f32.view({kv_heads, group * rows, keys}));
-      at::Tensor ctx = ctx_buffer.narrow(0, 0, heads * rows * dim).view({kv_heads, group * rows, dim});
+      at::Tensor ctx = scratch.ctx.narrow(0, 0, heads * rows * dim).view({kv_heads, group * rows, dim});
       at::bmm_out(ctx, probs, vt.narrow(1, offset, keys));
       out_heads.narrow(2, offset + r0, rows).copy_(ctx.view({kv_heads, group, rows, dim}));
     }

@@ -49,8 +49,17 @@ class thinker {
   // cos and sin [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
                                            const std::vector<std::int64_t>& lengths) const;
+  // Attention's per-chunk buffers and causal mask, made once per forward for its widest chunk:
+  // tensors made afresh per chunk (each wider by its keys) were never reused by malloc, which kept
+  // ~128 bytes per token² resident (2 GB at 4,096 tokens), and fresh pages cost faults.
+  struct attention_scratch {
+    at::Tensor causal;                 // [rows, rows] bool, strictly upper triangle
+    at::Tensor scores, probs_f32, probs, ctx;  // flat; probs is probs_f32 when computing in fp32
+  };
+  attention_scratch make_attention_scratch(const std::vector<std::int64_t>& lengths) const;
   at::Tensor attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
-                       const at::Tensor& sin, const std::vector<std::int64_t>& lengths) const;
+                       const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
+                       const attention_scratch& scratch) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
 
