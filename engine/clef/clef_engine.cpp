@@ -271,15 +271,19 @@ std::string served_model_id(const std::filesystem::path& model_dir) {
 std::string release_fingerprint(const std::filesystem::path& model_dir) {
   sha256 hash;
   std::vector<char> buffer(1 << 20);
-  // The small files whole, named so that moving bytes between files changes the fingerprint.
-  for (const char* name : {"model.safetensors.index.json", "config.json", "joint_head_config.json",
-                           "joint_head.safetensors"}) {
+  // The small files whole, named so that moving bytes between files changes the fingerprint. The
+  // index is kept: it names the shards below.
+  std::string index_text;
+  for (const std::string_view file : {release_files::index_json, release_files::config_json,
+                                      release_files::head_config_json, release_files::head_weights}) {
+    const std::string name(file);
     std::ifstream in(model_dir / name, std::ios::binary);
     if (!in) continue;  // a single-file checkpoint has no index
-    hash.update(name, std::char_traits<char>::length(name) + 1);
+    hash.update(name.c_str(), name.size() + 1);
     while (in) {
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
       hash.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+      if (name == release_files::index_json) index_text.append(buffer.data(), static_cast<std::size_t>(in.gcount()));
     }
   }
   // Shards are tens of GB: their size, header and 16 windows of 64 KiB spread over the data tell
@@ -288,8 +292,8 @@ std::string release_fingerprint(const std::filesystem::path& model_dir) {
   // Only the shards the loader reads: a release downloaded whole and one `baton pull` fetched
   // without its talker / code2wav shards serve the same weights, and share a fingerprint.
   std::vector<std::filesystem::path> shards;
-  std::ifstream index_file(model_dir / release_files::index_json, std::ios::binary);
-  const auto index = index_file ? nlohmann::json::parse(index_file, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  const auto index = index_text.empty() ? nlohmann::json()
+                                         : nlohmann::json::parse(index_text, nullptr, /*allow_exceptions=*/false);
   if (index.is_object()) {
     for (const auto& name : release_files::shards_read(index)) shards.push_back(model_dir / name);  // sorted
   } else {
