@@ -65,10 +65,12 @@ std::optional<model_ref> parse_model_ref(std::string_view text) {
   return ref;
 }
 
-bool is_commit(std::string_view revision) {
-  return revision.size() == 40 &&
-         std::all_of(revision.begin(), revision.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+bool is_lower_hex(std::string_view text, std::size_t size) {
+  return text.size() == size &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
+
+bool is_commit(std::string_view revision) { return is_lower_hex(revision, 40); }
 
 fs::path repo_dir(const fs::path& root, std::string_view repo) {
   std::string folder(folder_prefix);

@@ -31,6 +31,8 @@ std::optional<model_ref> parse_model_ref(std::string_view text);
 
 // A 40-hex-digit git commit sha, which names a snapshot folder directly.
 bool is_commit(std::string_view revision);
+// `text` is `size` lowercase hex digits (a commit, a git blob id, a sha256).
+bool is_lower_hex(std::string_view text, std::size_t size);
 
 // ROOT/models--ORG--NAME.
 std::filesystem::path repo_dir(const std::filesystem::path& root, std::string_view repo);

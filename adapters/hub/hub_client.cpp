@@ -63,11 +63,6 @@ struct string_sink : body_sink {
   }
 };
 
-bool hex_string(std::string_view s, std::size_t size) {
-  return s.size() == size &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 // A path segment or a whole path (`keep_slash`) for a URL: unreserved characters as they are.
 std::string percent_encode(std::string_view s, bool keep_slash) {
   static constexpr char hex[] = "0123456789ABCDEF";
@@ -440,16 +435,13 @@ std::string format_bytes(std::uint64_t bytes) {
 result<hub_client> hub_client::make(hub_options options) {
   while (options.endpoint.ends_with("/")) options.endpoint.pop_back();
   std::string reason;
-  if (!parse_http_url(options.endpoint, reason, true)) {
-    return make_error(400, "BAD_ENDPOINT", "the hub endpoint `" + options.endpoint + "` " + reason);
-  }
-  return hub_client(std::move(options));
+  auto endpoint = parse_http_url(options.endpoint, reason, true);
+  if (!endpoint) return make_error(400, "BAD_ENDPOINT", "the hub endpoint `" + options.endpoint + "` " + reason);
+  return hub_client(std::move(options), std::move(*endpoint));
 }
 
 result<hub_revision> hub_client::list(std::string_view repo, std::string_view revision) const {
-  std::string reason;
-  const auto endpoint = parse_http_url(options_.endpoint, reason, true);
-  getter get(options_, *endpoint);
+  getter get(options_, endpoint_);
   string_sink body(max_listing_bytes), error_body(64 << 10);
   const std::string what = std::string(repo) + "@" + std::string(revision);
   const get_outcome g = get.run(options_.endpoint + "/api/models/" + percent_encode(repo, true) + "/revision/" +
@@ -477,12 +469,12 @@ result<hub_revision> hub_client::list(std::string_view repo, std::string_view re
     f.blob_id = string_field(s, "blobId");
     if (const auto lfs = s.find("lfs"); lfs != s.end() && lfs->is_object()) {
       f.sha256 = string_field(*lfs, "sha256");
-      if (!hex_string(f.sha256, 64)) return bad("has no sha256 for the LFS file " + f.path);
+      if (!hf_cache::is_lower_hex(f.sha256, 64)) return bad("has no sha256 for the LFS file " + f.path);
       const auto size = lfs->find("size");
       if (size == lfs->end() || !size->is_number_unsigned()) return bad("has no size for " + f.path);
       f.size = size->get<std::uint64_t>();
     } else {
-      if (!hex_string(f.blob_id, 40)) return bad("has no blobId for " + f.path + " (is ?blobs=true supported?)");
+      if (!hf_cache::is_lower_hex(f.blob_id, 40)) return bad("has no blobId for " + f.path + " (is ?blobs=true supported?)");
       if (!s.contains("size") || !s["size"].is_number_unsigned()) return bad("has no size for " + f.path);
       f.size = s["size"].get<std::uint64_t>();
     }
@@ -529,9 +521,7 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
   part_sink sink(part, file, have, progress);
   if (auto r = sink.open_and_hash(); !r) return r.error();
   if (have < file.size) {
-    std::string reason;
-    const auto endpoint = parse_http_url(options_.endpoint, reason, true);
-    getter get(options_, *endpoint);
+    getter get(options_, endpoint_);
     string_sink error_body(64 << 10);
     // By commit, not branch: every file of one pull comes from the same revision.
     const get_outcome g = get.run(options_.endpoint + "/" + percent_encode(rev.repo, true) + "/resolve/" + rev.commit +

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/http_url.hpp"
 
 namespace baton::hub {
 
@@ -74,8 +75,9 @@ class hub_client {
   static result<void> write_ref(const std::filesystem::path& cache_root, const hub_revision& revision);
 
  private:
-  explicit hub_client(hub_options options) : options_(std::move(options)) {}
+  hub_client(hub_options options, http_url endpoint) : options_(std::move(options)), endpoint_(std::move(endpoint)) {}
   hub_options options_;
+  http_url endpoint_;  // options_.endpoint, checked and parsed once by make()
 };
 
 // "1.23 GB": decimal units, as the hub shows sizes.
