@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -51,24 +52,23 @@ float half_to_float(std::uint16_t h) {
   return sign ? -subnormal : subnormal;
 }
 
-// Element i of a float tensor as fp32.
-float element(const tensor_view& v, std::int64_t i) {
-  switch (v.type) {
-    case dtype::f32: {
-      float f;
-      std::memcpy(&f, v.data + 4 * i, 4);
-      return f;
-    }
-    case dtype::bf16: {
-      std::uint16_t b;
-      std::memcpy(&b, v.data + 2 * i, 2);
-      return std::bit_cast<float>(std::uint32_t{b} << 16);
-    }
-    default: {
-      std::uint16_t b;
-      std::memcpy(&b, v.data + 2 * i, 2);
-      return half_to_float(b);
-    }
+// Row r of a float tensor [rows, row.size()] as fp32: the dtype is looked at once per row, not
+// once per value (the experts are most of a release's bytes).
+void read_row(const tensor_view& v, std::int64_t r, std::span<float> row) {
+  const std::size_t cols = row.size(), first = static_cast<std::size_t>(r) * cols;
+  if (v.type == dtype::f32) {
+    std::memcpy(row.data(), v.data + 4 * first, 4 * cols);
+    return;
+  }
+  const auto bits = [&](std::size_t c) {
+    std::uint16_t b;
+    std::memcpy(&b, v.data + 2 * (first + c), 2);
+    return b;
+  };
+  if (v.type == dtype::bf16) {
+    for (std::size_t c = 0; c < cols; ++c) row[c] = std::bit_cast<float>(std::uint32_t{bits(c)} << 16);
+  } else {  // f16
+    for (std::size_t c = 0; c < cols; ++c) row[c] = half_to_float(bits(c));
   }
 }
 
@@ -97,8 +97,8 @@ void quantize_rows(const tensor_view& w, const std::string& name, std::vector<st
   std::vector<float> row(static_cast<std::size_t>(cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     float amax = 0;
+    read_row(w, r, row);
     for (std::int64_t c = 0; c < cols; ++c) {
-      row[c] = element(w, r * cols + c);
       // NaN never wins std::max: taken as infinite, so the row is refused below.
       amax = std::isnan(row[c]) ? INFINITY : std::max(amax, std::abs(row[c]));
     }
