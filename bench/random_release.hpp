@@ -22,21 +22,9 @@
 namespace baton::clef::bench {
 
 inline text_config bench_text_config() {
-  text_config c;
-  c.vocab_size = 32000;
-  c.hidden_size = 1024;
-  c.num_layers = 8;
-  c.num_heads = 16;
-  c.num_kv_heads = 4;
-  c.head_dim = 64;
-  c.moe_intermediate_size = 512;
-  c.num_experts = 64;
-  c.experts_per_token = 8;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.mrope_section = {16, 8, 8};
-  c.max_position_embeddings = 65536;
-  return c;
+  return text_config{.vocab_size = 32000, .hidden_size = 1024, .num_layers = 8, .num_heads = 16,
+                     .num_kv_heads = 4, .head_dim = 64, .moe_intermediate_size = 512, .num_experts = 64,
+                     .experts_per_token = 8, .mrope_section = {16, 8, 8}, .max_position_embeddings = 65536};
 }
 
 // Clef-Omni's thinker text part at its real widths (spec/qwen3-omni-thinker.md §2.1: hidden 2048,
@@ -44,21 +32,9 @@ inline text_config bench_text_config() {
 // sections [24, 20, 20]) with `layers` of its 48 layers: a forward's per-layer cost is the real
 // one, and a few layers fit in this machine's memory.
 inline text_config real_text_config(std::int64_t layers) {
-  text_config c;
-  c.vocab_size = 152064;
-  c.hidden_size = 2048;
-  c.num_layers = layers;
-  c.num_heads = 32;
-  c.num_kv_heads = 4;
-  c.head_dim = 128;
-  c.moe_intermediate_size = 768;
-  c.num_experts = 128;
-  c.experts_per_token = 8;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.mrope_section = {24, 20, 20};
-  c.max_position_embeddings = 65536;
-  return c;
+  return text_config{.vocab_size = 152064, .hidden_size = 2048, .num_layers = layers, .num_heads = 32,
+                     .num_kv_heads = 4, .head_dim = 128, .moe_intermediate_size = 768, .num_experts = 128,
+                     .experts_per_token = 8, .mrope_section = {24, 20, 20}, .max_position_embeddings = 65536};
 }
 
 // Clef-Omni's head is not published (spec/clef-engine.md §3.2): the shape Clef and Clef-Flash
