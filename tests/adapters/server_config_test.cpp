@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "adapters/cli/cli.hpp"
@@ -173,29 +174,31 @@ TEST(server_config, the_systemone_engine) {
 
 TEST(server_config, the_workers_ai_flavor) {
   // Cloudflare's variables unless told others; the URL and the model are the engine's defaults.
-  ::setenv("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef", 1);
-  ::setenv("CLOUDFLARE_API_TOKEN", "cf-token-0123456789", 1);
-  auto c = parse_server_config("engine: {name: systemone, flavor: workers-ai}\n", "/etc/baton/baton.yaml");
-  ASSERT_TRUE(c) << c.error().message;
-  const systemone_engine_options& o = c->engine.systemone;
-  EXPECT_EQ(o.flavor, systemone_flavor::workers_ai);
-  EXPECT_EQ(o.account, "0123456789abcdef");
-  EXPECT_EQ(o.api_key, "cf-token-0123456789");
-  EXPECT_EQ(o.account_env, "CLOUDFLARE_ACCOUNT_ID");
-  EXPECT_EQ(o.key_env, "CLOUDFLARE_API_TOKEN");
-  EXPECT_TRUE(o.url.empty());
-  EXPECT_TRUE(o.model.empty());
-  ::unsetenv("CLOUDFLARE_API_TOKEN");
-  EXPECT_EQ(problem("engine:\n  name: systemone\n  flavor: workers-ai\n"),
-            "/etc/baton/baton.yaml:3: `engine.flavor: workers-ai` needs a Cloudflare API token in the environment variable "
-            "`CLOUDFLARE_API_TOKEN` (`engine.key_env` names another), which is unset or empty");
-  ::unsetenv("CLOUDFLARE_ACCOUNT_ID");
+  {
+    const test::env_var account("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef");
+    auto c = [] {
+      const test::env_var token("CLOUDFLARE_API_TOKEN", "cf-token-0123456789");
+      return parse_server_config("engine: {name: systemone, flavor: workers-ai}\n", "/etc/baton/baton.yaml");
+    }();
+    ASSERT_TRUE(c) << c.error().message;
+    const systemone_engine_options& o = c->engine.systemone;
+    EXPECT_EQ(o.flavor, systemone_flavor::workers_ai);
+    EXPECT_EQ(o.account, "0123456789abcdef");
+    EXPECT_EQ(o.api_key, "cf-token-0123456789");
+    EXPECT_EQ(o.account_env, "CLOUDFLARE_ACCOUNT_ID");
+    EXPECT_EQ(o.key_env, "CLOUDFLARE_API_TOKEN");
+    EXPECT_TRUE(o.url.empty());
+    EXPECT_TRUE(o.model.empty());
+    const test::env_var no_token("CLOUDFLARE_API_TOKEN", nullptr);
+    EXPECT_EQ(problem("engine:\n  name: systemone\n  flavor: workers-ai\n"),
+              "/etc/baton/baton.yaml:3: `engine.flavor: workers-ai` needs a Cloudflare API token in the environment variable "
+              "`CLOUDFLARE_API_TOKEN` (`engine.key_env` names another), which is unset or empty");
+  }
 
   // As the larger model, with variables of its own, another base URL and model.
-  ::setenv("BATON_CONFIG_CF_ACCOUNT", "fedcba9876543210", 1);
-  ::setenv("BATON_CONFIG_CF_TOKEN", "cf-token-9876543210", 1);
-  ::setenv("BATON_CONFIG_EMPTY", "", 1);
-  c = parse_server_config(R"(routing:
+  const test::env_var account("BATON_CONFIG_CF_ACCOUNT", "fedcba9876543210"),
+      token("BATON_CONFIG_CF_TOKEN", "cf-token-9876543210"), empty("BATON_CONFIG_EMPTY", "");
+  auto c = parse_server_config(R"(routing:
   fallback: {name: systemone, flavor: workers-ai, url: "http://127.0.0.1:8788", model: "@cf/cloudflare/clef-omni",
              account_env: BATON_CONFIG_CF_ACCOUNT, key_env: BATON_CONFIG_CF_TOKEN, retries: 3}
 )",
@@ -232,8 +235,8 @@ TEST(server_config, the_workers_ai_flavor) {
 // config/examples/workers-ai/baton.yaml as README's commands use it.
 TEST(server_config, the_workers_ai_example) {
   const auto example = test::source_dir() / "config/examples/workers-ai/baton.yaml";
-  ::setenv("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef", 1);
-  ::setenv("CLOUDFLARE_API_TOKEN", "cf-token-0123456789", 1);
+  const test::env_var token("CLOUDFLARE_API_TOKEN", "cf-token-0123456789");
+  auto account = std::make_optional<test::env_var>("CLOUDFLARE_ACCOUNT_ID", "0123456789abcdef");
   auto c = load_server_config(example);
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->engine.name, "systemone");
@@ -243,14 +246,13 @@ TEST(server_config, the_workers_ai_example) {
   EXPECT_TRUE(std::filesystem::exists(c->registry)) << c->registry;
   EXPECT_TRUE(std::filesystem::exists(c->policy)) << c->policy;
   // Without the account, `baton serve` stops before it starts, saying which variable to set.
-  ::unsetenv("CLOUDFLARE_ACCOUNT_ID");
+  account.emplace("CLOUDFLARE_ACCOUNT_ID", nullptr);
   std::istringstream in;
   std::ostringstream out, err;
   const std::vector<std::string_view> args = {"serve", "--config", example.c_str()};
   EXPECT_EQ(run_cli(args, in, out, err), 78);
   EXPECT_NE(err.str().find("needs the Cloudflare account id in the environment variable `CLOUDFLARE_ACCOUNT_ID`"), std::string::npos)
       << err.str();
-  ::unsetenv("CLOUDFLARE_API_TOKEN");
 }
 
 TEST(server_config, the_clef_engines_media_section) {

@@ -17,6 +17,7 @@
 #include "engine/systemone/systemone_engine.hpp"
 #include "engine/systemone/workers_ai.hpp"
 #include "http_client.hpp"
+#include "support/env_var.hpp"
 #include "support/files.hpp"
 #include "test_certificates.hpp"
 #include "ws_client.hpp"
@@ -600,8 +601,7 @@ TEST(workers_ai, a_baton_serves_it_as_its_engine) {
   scripted_server server({{200, envelope_of(good_answer), {{"cf-ai-req-id", "req-front"}}}});
   const auto dir = std::filesystem::temp_directory_path() / ("baton-workers-ai-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  ::setenv("BATON_TEST_CF_ACCOUNT", "0123456789abcdef", 1);
-  ::setenv("BATON_TEST_CF_TOKEN", "cf-token-0123456789", 1);
+  const test::env_var account("BATON_TEST_CF_ACCOUNT", "0123456789abcdef"), token("BATON_TEST_CF_TOKEN", "cf-token-0123456789");
   auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
                                    "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
                                    "\nlog: {path: front.db}\n"
@@ -919,8 +919,7 @@ TEST_F(fallback_test, the_larger_model_is_unsure_too_and_a_person_decides) {
 
 // The larger model on Workers AI: Cloudflare's envelope around the answers of a sure engine.
 TEST_F(fallback_test, the_larger_model_on_workers_ai_is_sure_and_the_tool_executes) {
-  ::setenv("BATON_TEST_CF_ACCOUNT", "0123456789abcdef", 1);
-  ::setenv("BATON_TEST_CF_TOKEN", "cf-token-0123456789", 1);
+  const test::env_var account("BATON_TEST_CF_ACCOUNT", "0123456789abcdef"), token("BATON_TEST_CF_TOKEN", "cf-token-0123456789");
   scripted_server::reply sure{200, "", {{"cf-ai-req-id", "req-fallback"}}};
   sure.body_of = [](const std::string& sent) {
     tool_engine big("big-1", "run_query", 0.95);
