@@ -3,7 +3,8 @@
 # bench/clef_forward against the machine's CUDA libtorch (Torch_DIR, else the one Python's torch
 # ships), then
 #   1. runs the tiny release's reference records on the GPU in fp32 (logits within 1e-4);
-#   2. times bf16 and int8 forwards of the real-shape release at 1k tokens (skipped with --reference-only).
+#   2. times bf16 and int8 forwards of the real-shape release at 1k, 4k and 16k tokens, with the
+#      peak device memory in use (skipped with --reference-only).
 # Needs CMake, Ninja, a C++20 compiler, the CUDA toolkit libtorch was built with, and
 # nlohmann/json (CMAKE_PREFIX_PATH may point at a copy). Logs go to $OUT when set.
 #
@@ -37,8 +38,10 @@ nproc
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 stage "configure and build against $torch_dir"
 start=$SECONDS
+cuda_root=()
+if command -v nvcc >/dev/null; then cuda_root=(-DCUDAToolkit_ROOT="$(dirname "$(dirname "$(command -v nvcc)")")"); fi
 cmake -S engine/clef/model -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
-  -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-}" >"$out/configure.log" 2>&1 ||
+  "${cuda_root[@]}" -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-}" >"$out/configure.log" 2>&1 ||
   { tail -40 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target clef_reference clef_forward >"$out/build.log" 2>&1 ||
   { grep -m 20 -B2 -A8 'error' "$out/build.log" || tail -40 "$out/build.log"; exit 1; }
@@ -50,9 +53,21 @@ stage "reference records on $device (fp32)"
 
 if ((real_shape)); then
   for dtype in bf16 int8; do
-    stage "real-shape release, $dtype, 1k tokens on $device"
-    "$build/clef_forward" --shape real --layers 2 --dtype "$dtype" --device "$device" --tokens 1024 \
+    stage "real-shape release, $dtype, 1k, 4k and 16k tokens on $device"
+    # The device's memory in use, sampled every 100 ms while the bench runs (the weights, libtorch's
+    # cache and the longest forward's activations; not a figure of one allocation).
+    sampler=""
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$out/memory-$dtype.log" &
+      sampler=$!
+    fi
+    "$build/clef_forward" --shape real --layers 2 --dtype "$dtype" --device "$device" \
+      --tokens 1024,4096,16384 --threads "$(nproc)" \
       --warmup 2 --runs 5 --dir "$build/real-release-$dtype" --from "$build/real-release-bf16"
+    if [[ -n "$sampler" ]]; then
+      kill "$sampler" && wait "$sampler" 2>/dev/null || true
+      sort -n "$out/memory-$dtype.log" | tail -1 | awk '{print "  peak device memory in use: " $1 " MiB"}'
+    fi
   done
 fi
 stage "done"

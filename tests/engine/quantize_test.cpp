@@ -171,7 +171,9 @@ double answer_difference(const json& a, const json& b) {
     SCOPED_TRACE(id);
     const json& y = b[id];
     EXPECT_EQ(x["type"], y["type"]);
-    if (x.contains("choice")) EXPECT_EQ(x["choice"], y["choice"]);
+    if (x.contains("choice")) {
+      EXPECT_EQ(x["choice"], y["choice"]);
+    }
     for (const char* field : {"noul", "confidence"}) {
       if (x.contains(field)) worst = std::max(worst, std::abs(x[field].get<double>() - y[field].get<double>()));
     }

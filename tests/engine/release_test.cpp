@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -50,6 +51,31 @@ TEST(release_loader, valid_release_loads_keeps_media_and_skips_talker_and_code2w
   EXPECT_EQ(r.head_tensor("residual_gate").type, dtype::f32);
   EXPECT_THROW((void)r.thinker_tensor("talker.model.norm.weight"), load_error);
   EXPECT_THROW((void)r.thinker_tensor("code2wav.code_embedding.weight"), load_error);
+}
+
+namespace {
+// How many of this process's mappings are of files under `dir`.
+int mappings_under(const std::filesystem::path& dir) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string prefix = std::filesystem::canonical(dir).string() + "/";
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find(prefix) != std::string::npos;
+  return n;
+}
+}  // namespace
+
+// A model on a GPU unmaps the release after its copy: the configuration stays, the files go.
+TEST(release_loader, unmap_drops_the_mappings_and_keeps_the_configuration) {
+  release r(release_dir("valid"));
+  ASSERT_GT(mappings_under(release_dir("valid")), 0);
+  r.unmap();
+  EXPECT_EQ(mappings_under(release_dir("valid")), 0);
+  EXPECT_EQ(r.text().hidden_size, 32);
+  EXPECT_EQ(r.head().width, 16);
+  EXPECT_TRUE(r.has_head());
+  EXPECT_TRUE(r.vision().has_value());
+  EXPECT_THROW((void)r.thinker_tensor("thinker.model.norm.weight"), load_error);
+  EXPECT_THROW((void)r.head_tensor("residual_gate"), load_error);
 }
 
 // The skip test above proves something only if the skipped shard cannot be read.

@@ -79,6 +79,8 @@ class model_impl final : public model {
     if (files_.audio() && t.audio && t.audio_start && t.audio_end) {
       audio_.emplace(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes);
     }
+    // On the CPU weights are used in place from the mapping; elsewhere each one is a copy now.
+    if (!device_.is_cpu()) files_.unmap();
   }
 
   const release& files() const noexcept override { return files_; }

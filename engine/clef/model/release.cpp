@@ -597,6 +597,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
                      std::to_string(text_.hidden_size));
   }
   head_file_ = std::make_unique<safetensors_file>(dir / release_files::head_weights);
+  has_head_ = true;
   const auto head_expected = expected_head_tensors(head_);
   std::set<std::string, std::less<>> head_names;
   for (const auto& [name, shape] : head_expected) {
@@ -612,13 +613,22 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   }
 }
 
+void release::unmap() noexcept {
+  thinker_.clear();
+  shards_.clear();
+  head_file_.reset();
+  unmapped_ = true;
+}
+
 const tensor_view& release::thinker_tensor(const std::string& name) const {
+  if (unmapped_) throw load_error(dir_.string() + ": the weight files were unmapped after the copy to the device");
   const auto it = thinker_.find(name);
   if (it == thinker_.end()) throw load_error(dir_.string() + ": missing tensor " + name);
   return *it->second;
 }
 
 const tensor_view& release::head_tensor(const std::string& name) const {
+  if (unmapped_) throw load_error(dir_.string() + ": the weight files were unmapped after the copy to the device");
   const tensor_view* v = head_file_ ? head_file_->find(name) : nullptr;
   if (v == nullptr) throw load_error(dir_.string() + ": missing head tensor " + name);
   return *v;

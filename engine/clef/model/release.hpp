@@ -129,7 +129,7 @@ class release {
   const media_tokens& tokens() const noexcept { return tokens_; }
   // config.json as read (token ids and the media settings live there too).
   const nlohmann::json& config() const noexcept { return config_; }
-  bool has_head() const noexcept { return head_file_ != nullptr; }
+  bool has_head() const noexcept { return has_head_; }
   // Expert weights are I8 with "<name>_scale" F32 tensors (config.json's quantization_config).
   bool int8_experts() const noexcept { return int8_experts_; }
 
@@ -137,6 +137,11 @@ class release {
   const tensor_view& thinker_tensor(const std::string& name) const;
   const tensor_view& head_tensor(const std::string& name) const;
   std::size_t thinker_tensor_count() const noexcept { return thinker_.size(); }
+
+  // Unmaps the weight files once every weight has been copied elsewhere (a model on a GPU), so
+  // the host does not keep the whole release mapped: the configuration stays, and thinker_tensor
+  // and head_tensor throw from then on.
+  void unmap() noexcept;
 
  private:
   std::filesystem::path dir_;
@@ -147,6 +152,8 @@ class release {
   std::optional<audio_config> audio_;
   media_tokens tokens_;
   bool int8_experts_ = false;
+  bool has_head_ = false;
+  bool unmapped_ = false;
   std::vector<std::unique_ptr<safetensors_file>> shards_;
   std::unique_ptr<safetensors_file> head_file_;
   std::unordered_map<std::string, const tensor_view*> thinker_;
