@@ -15,6 +15,7 @@
 #include "core/answers.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/clef/model/quantize.hpp"
+#include "engine/clef/model/tensors.hpp"
 #include "support/files.hpp"
 
 namespace baton::clef {
@@ -375,6 +376,27 @@ TEST_F(quantize_int8_test, half_quantized_copies_are_refused_naming_the_fault) {
     const std::string m = load_message(dir);
     EXPECT_NE(m.find("unsupported quant_method \"gptq\""), std::string::npos) << m;
   }
+}
+
+// The CPU widens int8 experts in its own loop, not ATen's: every int8 value, both dtypes, a
+// weight of the real expert shape, and the fallbacks must give exactly what to() gives.
+TEST(quantize_int8, widening_equals_aten_for_every_value_and_reuses_the_thread_buffer) {
+  const at::Tensor all = at::arange(-128, 128, at::TensorOptions().dtype(at::kChar)).view({16, 16});
+  const at::Tensor expert = at::randint(-127, 128, {768, 2048}, at::TensorOptions().dtype(at::kChar));
+  for (const auto type : {at::kBFloat16, at::kFloat}) {
+    for (const auto& q : {all, expert, all.t()}) {
+      const at::Tensor w = detail::widen_int8(q, type);
+      EXPECT_EQ(w.scalar_type(), type);
+      EXPECT_EQ(w.sizes(), q.sizes());
+      EXPECT_TRUE(at::equal(w, q.to(type)));
+    }
+  }
+  // One buffer per thread: the next call overwrites the last result (one matmul each).
+  const at::Tensor first = detail::widen_int8(all, at::kBFloat16);
+  const void* at_first = first.data_ptr();
+  const at::Tensor second = detail::widen_int8(at::ones({4, 4}, at::TensorOptions().dtype(at::kChar)), at::kBFloat16);
+  EXPECT_EQ(second.data_ptr(), at_first);
+  EXPECT_EQ(first.view(-1)[0].item<float>(), 1.0f);
 }
 
 }  // namespace

@@ -22,6 +22,11 @@ at::Tensor view_tensor(const tensor_view& v);
 // The weight in `type` on `device`: the mapping itself when nothing needs converting.
 at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device);
 
+// The int8 tensor `q` as `type` (exact for bf16 and fp32), for one matmul: on the CPU it lives in
+// a buffer of the calling thread that the thread's next call overwrites (experts run side by side,
+// and a fresh 3 MiB tensor per matmul costs more than the conversion); elsewhere a new tensor.
+at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type);
+
 // A copy of `v` as an int64 tensor on `device` (indices, spans).
 at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device);
 

@@ -271,7 +271,7 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   // fits bf16's mantissa) and its fp32 per-channel scale applied to the output columns.
   auto expert_dense = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights,
                           const std::vector<at::Tensor>& scales, std::size_t e) {
-    return int8 ? dense(x, weights[e].to(x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
+    return int8 ? dense(x, widen_int8(weights[e], x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
   };
   auto run_expert = [&](std::size_t e) {
     const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
