@@ -47,6 +47,20 @@ fs::path default_root() {
   return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface" / "hub";
 }
 
+fs::path default_token_file() {
+  if (auto v = env("HF_TOKEN_PATH")) return *v;
+  if (auto v = env("HF_HOME")) return fs::path(*v) / "token";
+  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface" / "token";
+  return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface" / "token";
+}
+
+std::optional<std::string> read_token(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string token;
+  if (!(in >> token)) return std::nullopt;  // >> skips the whitespace around it
+  return token;
+}
+
 std::optional<model_ref> parse_model_ref(std::string_view text) {
   model_ref ref;
   if (const auto at = text.find('@'); at != std::string_view::npos) {

@@ -19,6 +19,14 @@ namespace baton::hf_cache {
 // ~/.cache/huggingface/hub: where huggingface-cli looks, so both share one cache.
 std::filesystem::path default_root();
 
+// HF_TOKEN_PATH, else HF_HOME/token, else XDG_CACHE_HOME/huggingface/token, else
+// ~/.cache/huggingface/token: where `huggingface-cli login` keeps the token.
+std::filesystem::path default_token_file();
+
+// The token in `file` without surrounding whitespace; nullopt when the file is absent, unreadable
+// or blank.
+std::optional<std::string> read_token(const std::filesystem::path& file);
+
 // A model as the hub names it: "ORG/NAME", with "@REV" for a branch, tag or commit.
 struct model_ref {
   std::string repo;

@@ -44,8 +44,9 @@ Options:
   --revision REV    a branch, tag or commit (default main)
   --dir DIR         the cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else
                     ~/.cache/huggingface/hub)
-  --token-env NAME  the environment variable holding the hub token (default HF_TOKEN); gated
-                    and private repositories need one
+  --token-env NAME  the environment variable holding the hub token (default HF_TOKEN, else the
+                    token `huggingface-cli login` saved: $HF_TOKEN_PATH, else $HF_HOME/token,
+                    else ~/.cache/huggingface/token); gated and private repositories need one
   -h, --help        show this help
 
 Standard output: the snapshot directory. Standard error: what is fetched and skipped, then a
@@ -111,6 +112,10 @@ class progress_view {
   void operator()(const hub::hub_file& f, hub::fetch_stage stage, std::uint64_t done, std::uint64_t resumed_from) {
     using clock = std::chrono::steady_clock;
     const auto now = clock::now();
+    if (stage == hub::fetch_stage::waiting) {
+      err_ << "  " << f.path << "  waiting: another process is downloading it into this cache\n" << std::flush;
+      return;
+    }
     if (stage == hub::fetch_stage::reused) {
       err_ << "  " << f.path << "  " << hub::format_bytes(f.size) << "  in the cache\n";
       return;
@@ -206,6 +211,15 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   options.token_env = a.get("--token-env") ? std::string(*a.get("--token-env")) : options.token_env;
   if (options.token_env.empty()) return usage_error(err, "--token-env needs a variable name", "pull");
   options.token = env_or(options.token_env.c_str(), "");
+  // As huggingface_hub: without HF_TOKEN, the token `huggingface-cli login` saved. A variable
+  // named with --token-env is the only source asked for.
+  if (options.token.empty() && !a.get("--token-env")) {
+    const auto file = hf_cache::default_token_file();
+    if (auto token = hf_cache::read_token(file)) {
+      options.token = std::move(*token);
+      options.token_file = file.string();
+    }
+  }
   options.stop_on_sigint = true;
   const std::filesystem::path root = a.get("--dir") ? std::filesystem::path(*a.get("--dir")) : hf_cache::default_root();
   auto client = hub::hub_client::make(std::move(options));

@@ -1,6 +1,7 @@
 #include "adapters/hub/hub_client.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -276,7 +277,11 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
     const std::string gated = g.error_code == "GatedRepo" ? " (a gated repository: accept its terms on its page first)" : "";
     const std::string fix =
         o.token.empty()
-            ? "no token was sent: set " + o.token_env + " (or name another variable with --token-env) to a hub token that may read it"
+            ? "no token was sent: set " + o.token_env +
+                  " (or name another variable with --token-env) to a hub token that may read it, or log in with `huggingface-cli login`"
+        : !o.token_file.empty()
+            ? "the token in " + o.token_file + " (huggingface-cli login's) was refused: check that it is valid and may read this repository (or set " +
+                  o.token_env + " to another)"
             : "the token in " + o.token_env + " was refused: check that it is valid and may read this repository (or name another variable with --token-env)";
     return make_error(static_cast<int>(g.status), "HUB_UNAUTHORIZED",
                       what + ": the hub answered " + std::to_string(g.status) + gated +
@@ -332,7 +337,9 @@ class part_sink : public body_sink {
       if (range.starts_with("bytes " + std::to_string(have_) + "-")) return {};
     }
     // A whole body (the server ignored Range, or answered another one): start over.
-    if (::ftruncate(fd_, 0) != 0) return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+    if (have_ > 0 && ::ftruncate(fd_, 0) != 0) {
+      return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+    }
     have_ = resumed_from_ = 0;
     hash_.emplace();
     return {};
@@ -384,6 +391,38 @@ class part_sink : public body_sink {
   const progress_fn& progress_;
   int fd_ = -1;
   std::optional<sha256> hash_{std::in_place};
+};
+
+// An exclusive flock(2) on CACHE/.locks/models--ORG--NAME/BLOB.lock while a blob is checked and
+// written: the lock huggingface_hub takes for the same blob (filelock uses flock), so two pulls,
+// or a pull and huggingface-cli, never append to one .part. The file stays, as the hub's do.
+class blob_lock {
+ public:
+  blob_lock() = default;
+  blob_lock(const blob_lock&) = delete;
+  blob_lock& operator=(const blob_lock&) = delete;
+  ~blob_lock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+
+  // Blocks while another process holds it, after `on_wait` once.
+  result<void> acquire(const fs::path& path, const std::function<void()>& on_wait) {
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) return make_error(500, "CANNOT_WRITE", path.parent_path().string() + ": " + ec.message());
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return {};
+    if (errno != EWOULDBLOCK) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+    if (on_wait) on_wait();
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+    }
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
 };
 
 // snapshots/COMMIT/FILE → ../../blobs/HASH (one more ../ per folder in FILE), replaced atomically.
@@ -490,6 +529,13 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
   const fs::path blob = blobs / file.blob_name();
   const fs::path link = repo / "snapshots" / rev.commit / file.path;
   std::error_code ec;
+  blob_lock lock;
+  if (auto r = lock.acquire(cache_root / ".locks" / repo.filename() / (file.blob_name() + ".lock"), [&] {
+        if (progress) progress(file, fetch_stage::waiting, 0, 0);
+      });
+      !r) {
+    return r.error();
+  }
   // Reused as huggingface_hub reuses it: a blob of the right size is trusted (it was verified
   // when it was written).
   if (fs::is_regular_file(link, ec) && size_or_zero(link) == file.size) {

@@ -23,7 +23,8 @@ inline constexpr std::string_view default_endpoint = "https://huggingface.co";
 struct hub_options {
   std::string endpoint = std::string(default_endpoint);  // http:// or https://host[:port][/prefix]
   std::string token;      // sent as a bearer token to the endpoint's host only, never to a CDN
-  std::string token_env = "HF_TOKEN";  // where the token came from: the 401 message names it
+  std::string token_env = "HF_TOKEN";  // the variable for it: the 401 message names it
+  std::string token_file;              // set when the token came from huggingface-cli's token file
   std::chrono::seconds timeout{60};    // for each connect and each read: a stalled transfer fails
   bool stop_on_sigint = false;         // SIGINT and SIGTERM end a transfer, keeping its .part
   // https peers are verified against the system's CAs (core/tls_client.hpp).
@@ -46,9 +47,10 @@ struct hub_revision {
   std::vector<hub_file> files;
 };
 
-// What a fetch reports as it goes: a file reused from the cache, its bytes arriving (`done` of
-// `file.size`, `resumed_from` bytes were already on disk), or its end.
-enum class fetch_stage { reused, transferring, verified };
+// What a fetch reports as it goes: a wait for another process downloading the same blob (a
+// pull or huggingface_hub: both lock it), a file reused from the cache, its bytes arriving
+// (`done` of `file.size`, `resumed_from` bytes were already on disk), or its end.
+enum class fetch_stage { waiting, reused, transferring, verified };
 using progress_fn = std::function<void(const hub_file& file, fetch_stage stage, std::uint64_t done,
                                        std::uint64_t resumed_from)>;
 

@@ -4,7 +4,10 @@
 // require, a body it may cut and a file it may corrupt.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/connect.hpp>
@@ -144,6 +147,7 @@ class fake_hub {
   std::set<std::string> corrupt;            // files whose bytes are served wrong
   bool gated = false;                       // files answer 403 GatedRepo (terms not accepted)
   std::set<std::string> moved;              // files whose ETag is not the listing's (the revision moved)
+  std::map<std::string, long> listed_off;   // file → bytes its listed size is off by (non-LFS files)
 
  private:
   void serve(tcp::acceptor& acceptor) {
@@ -194,7 +198,10 @@ class fake_hub {
       nlohmann::json siblings = nlohmann::json::array();
       for (const auto& [name, f] : files_) {
         // An LFS file's blobId is its pointer's: the blob is named by the sha256.
-        nlohmann::json entry = {{"rfilename", name}, {"size", f.content.size()}, {"blobId", hex_sha256(name).substr(0, 40)}};
+        const long off = listed_off.contains(name) ? listed_off.at(name) : 0;
+        nlohmann::json entry = {{"rfilename", name},
+                                {"size", static_cast<long>(f.content.size()) + off},
+                                {"blobId", hex_sha256(name).substr(0, 40)}};
         if (f.lfs) entry["lfs"] = {{"sha256", f.etag}, {"size", f.content.size()}, {"pointerSize", 134}};
         else entry["blobId"] = f.etag;
         siblings.push_back(std::move(entry));
@@ -292,6 +299,9 @@ class pull : public ::testing::Test {
   fs::path cache_;
   std::optional<fake_hub> hub_;
   std::string endpoint_, cache_arg_;
+  // No token from the machine running the tests: neither HF_TOKEN nor a huggingface-cli login.
+  test::env_var hf_token_{"HF_TOKEN", nullptr};
+  test::env_var token_file_{"HF_TOKEN_PATH", (dir_ / "no-token").c_str()};
 
   void SetUp() override {
     fs::remove_all(dir_);
@@ -468,6 +478,30 @@ TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
   EXPECT_EQ(cdn, 4u);  // three thinker shards and the head; not the talker shard
 }
 
+// Without HF_TOKEN, the token huggingface-cli login saved; a refused one is named by its file.
+TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
+  hub_->token = "hf_saved";
+  const fs::path file = dir_ / "hf-home" / "token";
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << "hf_wrong\n";
+  test::env_var path("HF_TOKEN_PATH", file.c_str());
+  const std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_};
+  const auto refused = cli(args);
+  EXPECT_EQ(refused.code, exit_no_perm);
+  EXPECT_NE(refused.err.find("the token in " + file.string() + " (huggingface-cli login's) was refused"), std::string::npos)
+      << refused.err;
+
+  std::ofstream(file) << "hf_saved\n";
+  const auto ok = cli(args);
+  ASSERT_EQ(ok.code, exit_ok) << ok.err;
+  // A variable named with --token-env is the only source: unset, no token is sent.
+  test::env_var none("BATON_TEST_HUB_TOKEN", nullptr);
+  fs::remove_all(cache_);
+  const auto named = run_pull();
+  EXPECT_EQ(named.code, exit_no_perm);
+  EXPECT_NE(named.err.find("no token was sent: set BATON_TEST_HUB_TOKEN"), std::string::npos) << named.err;
+}
+
 TEST_F(pull, unknown_repositories_and_revisions_are_404s) {
   const auto repo_missing = cli({"pull", "--endpoint", endpoint_, "--dir", cache_arg_, "Nobody/nothing"});
   EXPECT_EQ(repo_missing.code, exit_no_input);
@@ -488,6 +522,94 @@ TEST_F(pull, a_wrong_checksum_deletes_the_download_and_names_the_file) {
   EXPECT_TRUE(parts().empty());
   EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / shard))));
   EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+}
+
+// A disk that fills during a transfer: /dev/full answers every write with ENOSPC, as a full disk
+// does. The error says so and how to resume, and the partial download is left where it was.
+TEST_F(pull, a_full_disk_says_so_and_how_to_resume) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string shard = "model-00001-of-00003.safetensors";
+  const fs::path part = repo_dir() / "blobs" / (hex_sha256(read(release_ / shard)) + ".part");
+  fs::create_directories(part.parent_path());
+  fs::create_symlink("/dev/full", part);
+  const auto r = run_pull();
+  EXPECT_EQ(r.code, exit_io_error) << r.err;
+  EXPECT_NE(r.err.find("no space left on the device of " + part.parent_path().string() + " while writing " + shard),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("run the same command: it resumes"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_symlink(part));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
+}
+
+// A file the listing gives without LFS metadata is checked by its size: one of another size is
+// refused, and nothing is kept under its name.
+TEST_F(pull, a_plain_file_of_another_size_than_listed_is_refused) {
+  const std::string name = "tokenizer_config.json";
+  const auto size = static_cast<long>(fs::file_size(release_ / name));
+  hub_->listed_off[name] = -5;  // the hub sends more than the listing said
+  const auto more = run_pull();
+  EXPECT_EQ(more.code, exit_data_error) << more.err;
+  EXPECT_NE(more.err.find(name + ": the hub sent more than its " + std::to_string(size - 5) + " bytes"), std::string::npos)
+      << more.err;
+  EXPECT_TRUE(parts().empty());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / name)));
+
+  hub_->listed_off[name] = 5;  // the hub sends fewer
+  const auto fewer = run_pull();
+  EXPECT_EQ(fewer.code, exit_temp_fail) << fewer.err;
+  EXPECT_NE(fewer.err.find(name + ": the transfer ended early"), std::string::npos) << fewer.err;
+  EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / name)));
+}
+
+// Whether a process waits for the flock on the file with inode `ino` (/proc/locks lists
+// waiters with "->").
+bool someone_waits_for(ino_t ino) {
+  std::ifstream locks("/proc/locks");
+  const std::string tail = ":" + std::to_string(ino) + " ";
+  for (std::string line; std::getline(locks, line);) {
+    if (line.find("->") != std::string::npos && line.find(tail) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Another process downloading the same blob holds its lock (huggingface_hub takes the same one):
+// the pull waits, says so, and then reuses the blob that process finished.
+TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
+  const std::string shard = "model-00002-of-00003.safetensors";
+  const std::string blob = hex_sha256(read(release_ / shard));
+  const fs::path lock = cache_ / ".locks" / "models--Cloudflare--clef-omni" / (blob + ".lock");
+  fs::create_directories(lock.parent_path());
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  std::optional<run_result> r;
+  std::thread t([&] { r = run_pull(); });
+  bool waited = false;
+  for (int i = 0; i < 200 && !waited; ++i) {
+    waited = someone_waits_for(st.st_ino);
+    if (!waited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const bool linked_while_locked = fs::exists(fs::symlink_status(snapshot() / shard));
+  // The other process finishes the blob, then lets go.
+  fs::create_directories(repo_dir() / "blobs");
+  fs::copy_file(release_ / shard, repo_dir() / "blobs" / blob);
+  ::close(fd);
+  t.join();
+  EXPECT_TRUE(waited);
+  EXPECT_FALSE(linked_while_locked);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->code, exit_ok) << r->err;
+  const auto wait_line = r->err.find(shard + "  waiting: another process is downloading it into this cache");
+  ASSERT_NE(wait_line, std::string::npos) << r->err;
+  EXPECT_NE(r->err.find(shard + "  803.74 kB  in the cache", wait_line), std::string::npos) << r->err;
+  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+  for (const auto& s : hub_->seen()) {
+    EXPECT_EQ(s.target.find(shard), std::string::npos) << s.target;
+    EXPECT_FALSE(s.target.ends_with(blob)) << s.target;
+  }
 }
 
 // The hub's ETag for a file is not the one its listing gave: the revision moved under the pull.

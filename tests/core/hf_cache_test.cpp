@@ -78,6 +78,28 @@ TEST(hf_cache, root_follows_huggingface_hub) {
   }
 }
 
+TEST(hf_cache, the_token_file_is_where_huggingface_cli_login_saves_it) {
+  test::env_var path("HF_TOKEN_PATH", "/x/token-path"), home("HF_HOME", "/x/hf-home"), xdg("XDG_CACHE_HOME", "/x/xdg");
+  EXPECT_EQ(hf_cache::default_token_file(), fs::path("/x/token-path"));
+  test::env_var unset_path("HF_TOKEN_PATH", nullptr);
+  EXPECT_EQ(hf_cache::default_token_file(), fs::path("/x/hf-home/token"));
+  test::env_var unset_home("HF_HOME", nullptr);
+  EXPECT_EQ(hf_cache::default_token_file(), fs::path("/x/xdg/huggingface/token"));
+  test::env_var unset_xdg("XDG_CACHE_HOME", nullptr), user("HOME", "/home/u");
+  EXPECT_EQ(hf_cache::default_token_file(), fs::path("/home/u/.cache/huggingface/token"));
+}
+
+TEST(hf_cache, a_token_file_is_read_without_its_whitespace) {
+  const fs::path dir = fs::temp_directory_path() / ("baton_hf_token_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "token") << "hf_abc123\n";
+  std::ofstream(dir / "blank") << "  \n";
+  EXPECT_EQ(hf_cache::read_token(dir / "token"), std::optional<std::string>("hf_abc123"));
+  EXPECT_EQ(hf_cache::read_token(dir / "blank"), std::nullopt);
+  EXPECT_EQ(hf_cache::read_token(dir / "absent"), std::nullopt);
+  fs::remove_all(dir);
+}
+
 TEST(hf_cache, finds_a_snapshot_by_ref_or_commit) {
   temp_dir t;
   const fs::path snap = make_snapshot(t.path);
