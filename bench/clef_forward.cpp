@@ -2,7 +2,8 @@
 // layers (--shape real): load time, RSS and page faults, time per forward with its split by part
 // (per layer, and the 48-layer forward it implies), and the MoE and attention throughput against
 // the machine's matmul ceiling. Needs only libtorch and engine/clef/model, so it also builds
-// against another libtorch. On a GPU only the totals are timed exactly (the parts are not synced).
+// against another libtorch. On a GPU the parts' timers synchronise the device (the ceiling is
+// still the CPU's).
 //
 //   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
 //                [--tokens 512,2048] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
@@ -222,6 +223,7 @@ struct forward_figures {
   std::vector<float> logits;  // equal across builds that compute the same thing
   double moe_flops = 0, attention_flops = 0;
   std::int64_t layers = 0;
+  std::int64_t attention_ops = 0, moe_ops = 0;  // ATen operations per layer, the last timed forward
 
   // The thinker layers' share of the median forward, per layer, and the forward of Clef-Omni's 48
   // layers it implies (the embedding and the head are paid once either way).
@@ -260,6 +262,8 @@ forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& ar
     head.push_back(p.head_ms);
     minor.push_back(static_cast<double>(used.minor));
     f.major += used.major;
+    f.attention_ops = p.attention_ops / c.num_layers;
+    f.moe_ops = p.moe_ops / c.num_layers;
   }
   f.after_runs = read_memory();
   f.total = summarise(total);
@@ -300,6 +304,8 @@ void print_forward(const forward_figures& f, const arguments& args, double peak)
   std::printf("    %.0f tokens/s\n", static_cast<double>(f.tokens) / (f.total.median / 1e3));
   std::printf("    per layer %.1f ms; %lld layers here, 48 would take %.1f ms\n", f.per_layer_ms(),
               static_cast<long long>(f.layers), f.implied_48_layers_ms());
+  std::printf("    ATen operations per layer: attention %lld, MoE %lld\n", static_cast<long long>(f.attention_ops),
+              static_cast<long long>(f.moe_ops));
   const double moe = f.moe_flops / (f.moe.median / 1e3) / 1e9;
   const double attention = f.attention_flops / (f.attention.median / 1e3) / 1e9;
   std::printf("    MoE       %7.1f GFLOP/s = %4.1f %% of the ceiling\n", moe, 100 * moe / peak);
@@ -339,6 +345,9 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"ceiling_gflops", peak},
           {"moe_of_ceiling", moe / peak},
           {"attention_of_ceiling", attention / peak},
+          {"logits", f.logits},
+          {"attention_ops_per_layer", f.attention_ops},
+          {"moe_ops_per_layer", f.moe_ops},
           {"first_forward",
            {{"first_of_process", f.first_of_process},
             {"minor_faults", f.first.minor},

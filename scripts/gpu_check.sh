@@ -51,6 +51,12 @@ stage "reference records on $device (fp32)"
 "$build/clef_reference" --device "$device" --release tests/data/vectors/clef-omni-tiny/release \
   --expected tests/data/vectors/clef-omni-tiny/expected.jsonl
 
+stage "reference records in bf16 on the CPU and on $device (grouped experts and fused attention on libtorch >= 2.8)"
+for d in cpu "$device"; do
+  "$build/clef_reference" --device "$d" --dtype bf16 --tolerance 1 --release tests/data/vectors/clef-omni-tiny/release \
+    --expected tests/data/vectors/clef-omni-tiny/expected.jsonl | tail -1
+done
+
 if ((real_shape)); then
   for dtype in bf16 int8; do
     stage "real-shape release, $dtype, 1k, 4k and 16k tokens on $device"
@@ -68,6 +74,16 @@ if ((real_shape)); then
       kill "$sampler" && wait "$sampler" 2>/dev/null || true
       sort -n "$out/memory-$dtype.log" | tail -1 | awk '{print "  peak device memory in use: " $1 " MiB"}'
     fi
+    # The same record on the CPU (the per-expert path): the logits' largest difference.
+    for d in cpu "$device"; do
+      "$build/clef_forward" --shape real --layers 2 --dtype "$dtype" --device "$d" --tokens 1024 --threads "$(nproc)" \
+        --warmup 0 --runs 1 --json --dir "$build/real-release-$dtype" | grep '"kind":"forward"' >"$out/logits-$dtype-${d%%:*}.json"
+    done
+    python3 - "$out/logits-$dtype-cpu.json" "$out/logits-$dtype-${device%%:*}.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["logits"] for p in sys.argv[1:])
+print(f"  1,024 tokens, {len(a)} logits: max |cpu - gpu| {max(abs(x - y) for x, y in zip(a, b)):.3g}, max |logit| {max(map(abs, a)):.3g}")
+PY
   done
 fi
 stage "done"

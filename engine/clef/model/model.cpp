@@ -109,7 +109,14 @@ class model_impl final : public model {
   bool reads_images() const noexcept override { return vision_.has_value(); }
   bool reads_audio() const noexcept override { return audio_.has_value(); }
 
-  void set_profiling(bool on) noexcept override { profiling_ = on; }
+  ~model_impl() override {
+    if (profiling_) detail::count_ops(false);
+  }
+
+  void set_profiling(bool on) noexcept override {
+    if (on != profiling_) detail::count_ops(on);
+    profiling_ = on;
+  }
   const forward_profile& last_profile() const noexcept override { return profile_; }
 
  private:
@@ -127,7 +134,7 @@ class model_impl final : public model {
     std::vector<record_logits> out;
     out.reserve(batch.size());
     {
-      detail::scoped_timer t(profile ? &profile_.head_ms : nullptr);
+      detail::scoped_timer t(profile ? &profile_.head_ms : nullptr, device_);
       std::int64_t offset = 0;
       for (std::size_t i = 0; i < batch.size(); ++i) {
         out.push_back(head_->forward(hidden.narrow(0, offset, lengths[i]),
@@ -158,12 +165,12 @@ class model_impl final : public model {
     id_tensor = detail::long_tensor(ids, device_);
     detail::thinker_input input;
     {
-      detail::scoped_timer t(profile ? &profile->embed_ms : nullptr);
+      detail::scoped_timer t(profile ? &profile->embed_ms : nullptr, device_);
       input.embeds = thinker_.embed(id_tensor);
     }
     if (!media) return input;
 
-    detail::scoped_timer t(profile ? &profile->media_ms : nullptr);
+    detail::scoped_timer t(profile ? &profile->media_ms : nullptr, device_);
     const std::size_t n = ids.size();
     std::vector<float> positions(3 * n);
     const std::size_t deepstack = vision_ ? files_.vision()->deepstack_layers.size() : 0;

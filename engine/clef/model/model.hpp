@@ -72,6 +72,9 @@ struct forward_profile {
   double media_ms = 0;  // the vision and audio towers, and placing their rows
   double embed_ms = 0, attention_ms = 0, moe_ms = 0, norms_ms = 0, head_ms = 0, total_ms = 0;
   std::int64_t tokens = 0;
+  // ATen operations started in attention and in the MoE, all layers (views included; an
+  // operation's own inner calls are not counted): what a GPU pays a launch for.
+  std::int64_t attention_ops = 0, moe_ops = 0;
 };
 
 // Observes the model's intermediate results (tests), fp32 on the CPU, row-major [rows, width]:

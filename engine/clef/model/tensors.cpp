@@ -1,7 +1,11 @@
 #include "engine/clef/model/tensors.hpp"
 
+#include <ATen/record_function.h>
+
+#include <atomic>
 #include <bit>
 #include <cstdint>
+#include <mutex>
 
 namespace baton::clef::detail {
 
@@ -23,7 +27,34 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void widen_to_f32(
   for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
 }
 
+std::atomic<std::int64_t> ops_started{0};
+thread_local int op_depth = 0;  // an operation's inner calls are not counted
+std::mutex counting_mutex;
+int counting_users = 0;
+at::CallbackHandle counting_handle = 0;
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction&) {
+  if (op_depth++ == 0) ops_started.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void on_op_end(const at::RecordFunction&, at::ObserverContext*) {
+  if (op_depth > 0) --op_depth;  // not below 0 when the callback came in mid-operation
+}
+
 }  // namespace
+
+void count_ops(bool on) {
+  const std::lock_guard lock(counting_mutex);
+  if (on && counting_users++ == 0) {
+    counting_handle =
+        at::addGlobalCallback(at::RecordFunctionCallback(on_op_start, on_op_end).scopes({at::RecordScope::FUNCTION}));
+  } else if (!on && counting_users > 0 && --counting_users == 0) {
+    at::removeCallback(counting_handle);
+  }
+}
+
+std::int64_t ops_counted() noexcept { return ops_started.load(std::memory_order_relaxed); }
 
 at::ScalarType scalar_type(dtype t) {
   switch (t) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,22 +60,41 @@ inline at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tens
 }
 
 // Milliseconds added to a counter when the scope ends (nullptr: not profiling).
+// Counting ATen operations on every thread (a RecordFunction callback), while at least one
+// caller asked for it: count_ops(true) / count_ops(false) in pairs.
+void count_ops(bool on);
+std::int64_t ops_counted() noexcept;
+
+// On a GPU, where kernels run after their launch returns, the device is synchronised at both
+// ends, so the time is the part's own (only while profiling). `ops`, when given, gets the
+// operations started meanwhile (count_ops must be on).
 class scoped_timer {
  public:
-  explicit scoped_timer(double* sink) : sink_(sink) {
-    if (sink_) start_ = std::chrono::steady_clock::now();
+  explicit scoped_timer(double* sink, at::Device device = at::kCPU, std::int64_t* ops = nullptr)
+      : sink_(sink), ops_(ops), device_(device) {
+    if (!sink_) return;
+    synchronize();
+    if (ops_) ops_start_ = ops_counted();
+    start_ = std::chrono::steady_clock::now();
   }
   ~scoped_timer() {
-    if (sink_) {
-      *sink_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-                    .count();
-    }
+    if (!sink_) return;
+    synchronize();
+    *sink_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (ops_) *ops_ += ops_counted() - ops_start_;
   }
   scoped_timer(const scoped_timer&) = delete;
   scoped_timer& operator=(const scoped_timer&) = delete;
 
  private:
+  void synchronize() const {
+    if (!device_.is_cpu()) c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_).synchronize();
+  }
+
   double* sink_;
+  std::int64_t* ops_;
+  std::int64_t ops_start_ = 0;
+  at::Device device_;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -1,11 +1,26 @@
 #include "engine/clef/model/thinker.hpp"
 
 #include <ATen/Parallel.h>
+#include <torch/version.h>  // the version macros only
 
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <stdexcept>
 #include <tuple>
+
+// at::_grouped_mm (bf16 on CUDA) is libtorch 2.8's; scaled_dot_product_attention takes
+// enable_gqa from 2.5. Debian's 1.13 has neither: the per-expert loop and the chunked attention.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define BATON_GROUPED_MM 1
+#else
+#define BATON_GROUPED_MM 0
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define BATON_SDPA_GQA 1
+#else
+#define BATON_SDPA_GQA 0
+#endif
 
 namespace baton::clef::detail {
 
@@ -23,7 +38,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                  std::int64_t score_budget_bytes)
-    : config_(files.text()), type_(type), device_(device), score_budget_bytes_(score_budget_bytes) {
+    : config_(files.text()),
+      type_(type),
+      device_(device),
+      score_budget_bytes_(score_budget_bytes),
+      // On the CPU the per-expert loop and the chunked attention stay: they are what CI tests,
+      // and the CPU's fused kernels are another matter (docs/performance.md).
+      // _grouped_mm wants rows of 16-byte multiples.
+      grouped_(BATON_GROUPED_MM && device.is_cuda() && type == at::kBFloat16 && config_.hidden_size % 8 == 0 &&
+               config_.moe_intermediate_size % 8 == 0),
+      fused_attention_(BATON_SDPA_GQA && !device.is_cpu()) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -35,6 +59,19 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  expert_staging staging;
+  if (grouped_) {
+    const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size,
+                       hidden = config_.hidden_size;
+    // Pageable: a pinned buffer would stay in libtorch's host cache (1.2 GB) for the process's life.
+    const auto host = at::TensorOptions().dtype(files.int8_experts() ? at::kChar : type_);
+    staging.gate_up = at::empty({experts, 2 * inter, hidden}, host);
+    staging.down = at::empty({experts, hidden, inter}, host);
+    if (files.int8_experts()) {
+      staging.gate_up_scale = at::empty({experts, 2 * inter}, host.dtype(at::kFloat));
+      staging.down_scale = at::empty({experts, hidden}, host.dtype(at::kFloat));
+    }
+  }
   for (std::int64_t l = 0; l < config_.num_layers; ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
     layer& y = layers_[static_cast<std::size_t>(l)];
@@ -47,6 +84,10 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
+    if (grouped_) {
+      stack_experts(files, p, y, staging);
+      continue;
+    }
     for (std::int64_t e = 0; e < config_.num_experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
       if (!files.int8_experts()) {
@@ -80,6 +121,32 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     if (s % 3 == 2 && s < 3 * config_.mrope_section[2]) axis[i] = 2;
   }
   mrope_axis_ = long_tensor(axis, device_).view({1, 1, -1});
+}
+
+void thinker::stack_experts(const release& files, const std::string& prefix, layer& y,
+                            expert_staging& staging) const {
+  const std::int64_t inter = config_.moe_intermediate_size;
+  auto put = [&](const at::Tensor& into, const std::string& name) {
+    into.copy_(view_tensor(files.thinker_tensor(name)));  // converted here when the file's dtype differs
+  };
+  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+    const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+    put(staging.gate_up[e].narrow(0, 0, inter), x + "gate_proj.weight");
+    put(staging.gate_up[e].narrow(0, inter, inter), x + "up_proj.weight");
+    put(staging.down[e], x + "down_proj.weight");
+    if (staging.gate_up_scale.defined()) {
+      put(staging.gate_up_scale[e].narrow(0, 0, inter), x + "gate_proj.weight_scale");
+      put(staging.gate_up_scale[e].narrow(0, inter, inter), x + "up_proj.weight_scale");
+      put(staging.down_scale[e], x + "down_proj.weight_scale");
+    }
+  }
+  // Blocking copies: the buffer is free for the next layer on return.
+  y.gate_up_all = staging.gate_up.to(device_);
+  y.down_all = staging.down.to(device_);
+  if (staging.gate_up_scale.defined()) {
+    y.gate_up_scale_all = staging.gate_up_scale.to(device_);
+    y.down_scale_all = staging.down_scale.to(device_);
+  }
 }
 
 at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
@@ -117,7 +184,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
 
   at::Tensor cos, sin;
   {
-    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
     std::tie(cos, sin) = rotary(input.positions, lengths);
   }
 
@@ -127,28 +194,28 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     const layer& w = layers_[l];
     at::Tensor a;
     {
-      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
       a = rms_norm(x, w.input_norm, eps);
     }
     {
-      scoped_timer t(profile ? &profile->attention_ms : nullptr);
+      scoped_timer t(profile ? &profile->attention_ms : nullptr, device_, profile ? &profile->attention_ops : nullptr);
       x = x + attention(w, a, cos, sin, lengths, scratch);
     }
     at::Tensor b;
     {
-      scoped_timer t(profile ? &profile->norms_ms : nullptr);
+      scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
       b = rms_norm(x, w.post_norm, eps);
     }
     if (observe) report(observe, "router_logits." + std::to_string(l), dense(b, w.router));
     {
-      scoped_timer t(profile ? &profile->moe_ms : nullptr);
+      scoped_timer t(profile ? &profile->moe_ms : nullptr, device_, profile ? &profile->moe_ops : nullptr);
       x = x + moe(w, b);
     }
     if (observe) report(observe, "layer_out." + std::to_string(l), x);
     if (l < input.deepstack.size()) x.index_add_(0, input.visual_rows, input.deepstack[l]);
   }
   {
-    scoped_timer t(profile ? &profile->norms_ms : nullptr);
+    scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
     x = rms_norm(x, final_norm_, eps);
   }
   report(observe, "final_hidden", x);
@@ -156,6 +223,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
 }
 
 thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths) const {
+  if (fused_attention_) return {};  // the fused kernel keeps its own
   const std::int64_t heads = config_.num_heads;
   std::int64_t rows = 1, most = 1;
   for (const auto len : lengths) {
@@ -185,6 +253,22 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
   const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
+#if BATON_SDPA_GQA
+  if (fused_attention_) {
+    // One fused causal kernel per record (flash or memory-efficient attention on a GPU): the
+    // scores are never written out, and the KV heads are shared by their query groups in it.
+    at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
+    std::int64_t offset = 0;
+    for (const auto len : lengths) {
+      auto heads_first = [&](const at::Tensor& t) { return t.narrow(0, offset, len).transpose(0, 1).unsqueeze(0); };
+      const at::Tensor o = at::scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), {}, 0.0,
+                                                            /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true);
+      out.narrow(0, offset, len).view({len, heads, dim}).copy_(o.squeeze(0).transpose(0, 1));
+      offset += len;
+    }
+    return dense(out, w.o);
+  }
+#endif
 
   // Per KV head, its `group` query heads share one matmul: q rows ordered (head in group, token).
   const at::Tensor qg = q.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
@@ -230,12 +314,49 @@ at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
   // for one block are all held until they are summed (8192 tokens x top-8 x 2048 x 4 bytes = 512
   // MiB on the real thinker in fp32).
   constexpr std::int64_t block = 8192;
-  if (b.size(0) <= block) return moe_block(w, b);
+  auto run = [&](const at::Tensor& part) { return grouped_ ? moe_grouped(w, part) : moe_block(w, part); };
+  if (b.size(0) <= block) return run(b);
   std::vector<at::Tensor> parts;
   for (std::int64_t t = 0; t < b.size(0); t += block) {
-    parts.push_back(moe_block(w, b.narrow(0, t, std::min(block, b.size(0) - t))));
+    parts.push_back(run(b.narrow(0, t, std::min(block, b.size(0) - t))));
   }
   return at::cat(parts);
+}
+
+at::Tensor thinker::moe_grouped([[maybe_unused]] const layer& w, [[maybe_unused]] const at::Tensor& b) const {
+#if BATON_GROUPED_MM
+  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token,
+                     inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  const at::Tensor probs = at::softmax(dense(b, w.router), 1, at::kFloat);
+  auto [weights, experts] = at::topk(probs, top_k, -1);
+  if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  const at::Tensor flat = experts.reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
+  const at::Tensor token_of = at::floor_divide(order, top_k);
+  // Group ends as int32 on the device. Not bincount: on CUDA it reads the input's maximum back
+  // to the host.
+  const at::Tensor offs =
+      at::zeros({config_.num_experts}, flat.options()).scatter_add_(0, flat, at::ones_like(flat)).cumsum(0, at::kInt);
+  const at::Tensor x = b.index_select(0, token_of);  // rows grouped by expert
+  const bool int8 = w.gate_up_scale_all.defined();
+  // int8 weights widened for the layer (exact), their scales applied to each row's outputs
+  // by its expert, as the per-expert path does.
+  const at::Tensor expert_of_row = int8 ? flat.index_select(0, order) : at::Tensor();
+  const at::Tensor gate_up = int8 ? w.gate_up_all.to(b.scalar_type()) : w.gate_up_all;
+  at::Tensor gu = at::_grouped_mm(x, gate_up.transpose(1, 2), offs);  // [rows, 2 * inter]
+  if (int8) gu.mul_(w.gate_up_scale_all.index_select(0, expert_of_row));
+  const at::Tensor h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
+  const at::Tensor down = int8 ? w.down_all.to(b.scalar_type()) : w.down_all;
+  at::Tensor y = at::_grouped_mm(h, down.transpose(1, 2), offs);  // [rows, hidden]
+  if (int8) y.mul_(w.down_scale_all.index_select(0, expert_of_row));
+  y.mul_(weights.to(b.scalar_type()).reshape({-1}).index_select(0, order).unsqueeze(1));
+  // Back to (token, slot) order and summed per token in fp32: deterministic, where one
+  // index_add_ would add a token's eight rows in bf16 by atomics in any order.
+  const at::Tensor by_token = at::empty_like(y).index_copy_(0, order, y);
+  return by_token.view({n_tokens, top_k, hidden}).sum(1, /*keepdim=*/false, at::kFloat).to(b.scalar_type());
+#else
+  throw std::logic_error("the grouped expert path needs libtorch 2.8 or newer");
+#endif
 }
 
 at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {

@@ -44,7 +44,18 @@ class thinker {
     std::vector<at::Tensor> gate, up, down;
     // int8 experts: fp32 scale per output channel of each weight above (empty otherwise).
     std::vector<at::Tensor> gate_scale, up_scale, down_scale;
+    // The grouped path instead of the lists above: every expert's gate and up rows stacked
+    // [experts, 2 * moe_inter, hidden] and down [experts, hidden, moe_inter], int8 or in the
+    // compute dtype; with int8, the scales [experts, 2 * moe_inter] and [experts, hidden].
+    at::Tensor gate_up_all, down_all, gate_up_scale_all, down_scale_all;
   };
+
+  // The experts of a layer stacked on the device for the grouped path, through a host buffer
+  // reused by every layer: a few hundred copies for the model, not one per weight.
+  struct expert_staging {
+    at::Tensor gate_up, down, gate_up_scale, down_scale;
+  };
+  void stack_experts(const release& files, const std::string& prefix, layer& y, expert_staging& staging) const;
 
   // cos and sin [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
@@ -62,11 +73,16 @@ class thinker {
                        const attention_scratch& scratch) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
+  // Every expert in two grouped matmuls, the group offsets computed on the device: no host sync
+  // and ~20 operations per layer (libtorch >= 2.8, CUDA, bf16; see grouped_).
+  at::Tensor moe_grouped(const layer& w, const at::Tensor& b) const;
 
   text_config config_;
   at::ScalarType type_;
   at::Device device_;
   std::int64_t score_budget_bytes_;
+  bool grouped_ = false;  // the MoE runs through at::_grouped_mm (moe_grouped)
+  bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
   at::Tensor final_norm_;
