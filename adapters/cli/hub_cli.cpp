@@ -214,6 +214,7 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   // As huggingface_hub: without HF_TOKEN, the token `huggingface-cli login` saved. A variable
   // named with --token-env is the only source asked for.
   if (options.token.empty() && !a.get("--token-env")) {
+    options.token_file_read = true;
     const auto file = hf_cache::default_token_file();
     if (auto token = hf_cache::read_token(file)) {
       options.token = std::move(*token);

@@ -278,7 +278,8 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
     const std::string fix =
         o.token.empty()
             ? "no token was sent: set " + o.token_env +
-                  " (or name another variable with --token-env) to a hub token that may read it, or log in with `huggingface-cli login`"
+                  " (or name another variable with --token-env) to a hub token that may read it" +
+                  (o.token_file_read ? ", or log in with `huggingface-cli login`" : "")
         : !o.token_file.empty()
             ? "the token in " + o.token_file + " (huggingface-cli login's) was refused: check that it is valid and may read this repository (or set " +
                   o.token_env + " to another)"
@@ -529,18 +530,18 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
   const fs::path blob = blobs / file.blob_name();
   const fs::path link = repo / "snapshots" / rev.commit / file.path;
   std::error_code ec;
+  // Reused as huggingface_hub reuses it: a blob of the right size is trusted (it was verified
+  // when it was written). Without the lock, as there: a complete cache may be read-only.
+  if (fs::is_regular_file(link, ec) && size_or_zero(link) == file.size) {
+    if (progress) progress(file, fetch_stage::reused, file.size, file.size);
+    return link;
+  }
   blob_lock lock;
   if (auto r = lock.acquire(cache_root / ".locks" / repo.filename() / (file.blob_name() + ".lock"), [&] {
         if (progress) progress(file, fetch_stage::waiting, 0, 0);
       });
       !r) {
     return r.error();
-  }
-  // Reused as huggingface_hub reuses it: a blob of the right size is trusted (it was verified
-  // when it was written).
-  if (fs::is_regular_file(link, ec) && size_or_zero(link) == file.size) {
-    if (progress) progress(file, fetch_stage::reused, file.size, file.size);
-    return link;
   }
   if (fs::is_regular_file(blob, ec) && size_or_zero(blob) == file.size) {
     if (auto r = link_snapshot(blob, link); !r) return r.error();

@@ -458,6 +458,8 @@ TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
   EXPECT_NE(refused.err.find("no token was sent: set BATON_TEST_HUB_TOKEN (or name another variable with --token-env)"),
             std::string::npos)
       << refused.err;
+  // --token-env named the only source: no advice to log in, whose token would not be read.
+  EXPECT_EQ(refused.err.find("huggingface-cli login"), std::string::npos) << refused.err;
   EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
 
   test::env_var wrong("BATON_TEST_HUB_TOKEN", "hf_wrong");
@@ -481,11 +483,19 @@ TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
 // Without HF_TOKEN, the token huggingface-cli login saved; a refused one is named by its file.
 TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
   hub_->token = "hf_saved";
+  const std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_};
+  // No HF_TOKEN and no saved token (the fixture points HF_TOKEN_PATH at no file): both are named.
+  const auto none = cli(args);
+  EXPECT_EQ(none.code, exit_no_perm);
+  EXPECT_NE(none.err.find("no token was sent: set HF_TOKEN (or name another variable with --token-env) to a hub "
+                          "token that may read it, or log in with `huggingface-cli login`"),
+            std::string::npos)
+      << none.err;
+
   const fs::path file = dir_ / "hf-home" / "token";
   fs::create_directories(file.parent_path());
   std::ofstream(file) << "hf_wrong\n";
   test::env_var path("HF_TOKEN_PATH", file.c_str());
-  const std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_};
   const auto refused = cli(args);
   EXPECT_EQ(refused.code, exit_no_perm);
   EXPECT_NE(refused.err.find("the token in " + file.string() + " (huggingface-cli login's) was refused"), std::string::npos)
@@ -495,7 +505,7 @@ TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
   const auto ok = cli(args);
   ASSERT_EQ(ok.code, exit_ok) << ok.err;
   // A variable named with --token-env is the only source: unset, no token is sent.
-  test::env_var none("BATON_TEST_HUB_TOKEN", nullptr);
+  test::env_var unset_named("BATON_TEST_HUB_TOKEN", nullptr);
   fs::remove_all(cache_);
   const auto named = run_pull();
   EXPECT_EQ(named.code, exit_no_perm);
@@ -576,12 +586,19 @@ bool someone_waits_for(ino_t ino) {
 // Another process downloading the same blob holds its lock (huggingface_hub takes the same one):
 // the pull waits, says so, and then reuses the blob that process finished.
 TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
+  if (!fs::exists("/proc/locks")) GTEST_SKIP() << "no /proc/locks to see the pull wait";
   const std::string shard = "model-00002-of-00003.safetensors";
   const std::string blob = hex_sha256(read(release_ / shard));
   const fs::path lock = cache_ / ".locks" / "models--Cloudflare--clef-omni" / (blob + ".lock");
   fs::create_directories(lock.parent_path());
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
+  struct closer {
+    int& fd;
+    ~closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_on_exit{fd};
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
   struct stat st {};
   ASSERT_EQ(::fstat(fd, &st), 0);
@@ -597,6 +614,7 @@ TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
   fs::create_directories(repo_dir() / "blobs");
   fs::copy_file(release_ / shard, repo_dir() / "blobs" / blob);
   ::close(fd);
+  fd = -1;
   t.join();
   EXPECT_TRUE(waited);
   EXPECT_FALSE(linked_while_locked);

@@ -34,6 +34,24 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
 }
 
+// Whether at::_grouped_mm runs on `device`: libtorch 2.8 has it for compute capability 9.x only,
+// and says so by throwing; elsewhere the per-expert loop serves. Asked once, at load.
+bool grouped_mm_runs([[maybe_unused]] at::Device device) {
+#if BATON_GROUPED_MM
+  try {
+    const auto options = at::TensorOptions().dtype(at::kBFloat16).device(device);
+    const at::Tensor a = at::zeros({8, 8}, options), b = at::zeros({1, 8, 8}, options);
+    const at::Tensor offs = at::full({1}, 8, options.dtype(at::kInt));
+    (void)at::_grouped_mm(a, b.transpose(1, 2), offs);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
@@ -44,10 +62,12 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       score_budget_bytes_(score_budget_bytes),
       // On the CPU the per-expert loop and the chunked attention stay: they are what CI tests,
       // and the CPU's fused kernels are another matter (docs/performance.md).
-      // _grouped_mm wants rows of 16-byte multiples.
+      // _grouped_mm wants rows of 16-byte multiples, and (2.8) a Hopper-class GPU: probed.
       grouped_(BATON_GROUPED_MM && device.is_cuda() && type == at::kBFloat16 && config_.hidden_size % 8 == 0 &&
-               config_.moe_intermediate_size % 8 == 0),
-      fused_attention_(BATON_SDPA_GQA && !device.is_cpu()) {
+               config_.moe_intermediate_size % 8 == 0 && grouped_mm_runs(device)),
+      // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
+      // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
+      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
