@@ -6,7 +6,7 @@
 // still the CPU's).
 //
 //   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
-//                [--tokens 512,2048] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
+//                [--tokens 512,2048,8192] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
 //                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--json]
 //
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
@@ -139,7 +139,7 @@ struct arguments {
   std::string dtype = "f32";
   std::string device = "cpu";
   int threads = 2;
-  std::vector<std::int64_t> tokens = {512, 2048};
+  std::vector<std::int64_t> tokens = {512, 2048, 8192};  // long histories are the normal case
   int warmup = 1, runs = 5;
   bool json = false;
 };
@@ -181,7 +181,7 @@ arguments parse_arguments(int argc, char** argv) {
     } else {
       throw std::runtime_error(
           "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
-          "[--tokens 512,2048] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
+          "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
