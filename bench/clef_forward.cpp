@@ -139,6 +139,7 @@ struct arguments {
   std::string dtype = "f32";
   std::string device = "cpu";
   int threads = 2;
+  std::int64_t score_budget_mib = 0;  // 0: the engine's default
   std::vector<std::int64_t> tokens = {512, 2048, 8192};  // long histories are the normal case
   int warmup = 1, runs = 5;
   bool json = false;
@@ -176,12 +177,15 @@ arguments parse_arguments(int argc, char** argv) {
       a.tokens.clear();
       std::stringstream list(value());
       for (std::string item; std::getline(list, item, ',');) a.tokens.push_back(std::stoll(item));
+    } else if (key == "--score-budget-mib") {
+      a.score_budget_mib = std::stoll(value());
     } else if (key == "--json") {
       a.json = true;
     } else {
       throw std::runtime_error(
           "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
-          "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] [--json]");
+          "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] "
+          "[--score-budget-mib N] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
@@ -388,6 +392,7 @@ int run(const arguments& args) {
   options.head_dtype = dtype;  // the reference runs the head in the model dtype
   options.threads = args.threads;
   options.device = args.device;
+  options.score_budget_bytes = args.score_budget_mib << 20;
   const memory_snapshot before_load = read_memory();
   const faults f0 = read_faults();
   const auto load_start = clock_type::now();
