@@ -6,9 +6,11 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "core/answers.hpp"
 #include "core/sha256.hpp"
+#include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/release_files.hpp"
 
 namespace baton::clef {
@@ -130,6 +132,16 @@ clef_engine::clef_engine(const clef_engine_options& options)
     newline_id_ = newline[0];
   }
   description_.description = "Clef-Omni decision model (release " + description_.model_id + ")";
+  // Which dtype runs, and why: a bf16 release on a CPU without bf16 arithmetic is slow in bf16.
+  const model_options& used = model_->options();
+  const bool bf16 = used.dtype == compute_dtype::bf16;
+  spdlog::info("clef engine: {} on {}, {} ({}), joint head {}", description_.model_id, used.device, bf16 ? "bf16" : "f32",
+               options.model.dtype ? "engine.dtype" : "the release's dtype",
+               used.head_dtype == compute_dtype::bf16 ? "bf16" : "f32");
+  if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
+    spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated; "
+                 "engine.dtype: f32 is usually faster here, at twice the memory (docs/performance.md)");
+  }
   description_.release_date = file_date(options.model_dir / "config.json");
   check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());
   if (encoder_.text_tokenizer().size() > static_cast<std::size_t>(model_->files().text().vocab_size)) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
 
 namespace baton::clef {
@@ -76,6 +77,18 @@ TEST(release_loader, unmap_drops_the_mappings_and_keeps_the_configuration) {
   EXPECT_TRUE(r.vision().has_value());
   EXPECT_THROW((void)r.thinker_tensor("thinker.model.norm.weight"), load_error);
   EXPECT_THROW((void)r.head_tensor("residual_gate"), load_error);
+}
+
+// The start-up warning about emulated bf16 rests on this: it must agree with the kernel's flags.
+TEST(cpu_features, native_bf16_is_what_proc_cpuinfo_lists) {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(info, line) && !line.starts_with("flags")) {
+  }
+  if (!line.starts_with("flags")) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  line += " ";
+  const bool listed = line.find(" avx512_bf16 ") != std::string::npos || line.find(" amx_bf16 ") != std::string::npos;
+  EXPECT_EQ(cpu_has_native_bf16(), listed) << line;
 }
 
 // The skip test above proves something only if the skipped shard cannot be read.

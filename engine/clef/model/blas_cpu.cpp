@@ -32,6 +32,11 @@ std::string better_blas_core() {
   return {};
 }
 
+bool cpu_has_native_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+}
+
 void reexec_with_better_blas_core(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice, or our re-exec
   const std::string core = better_blas_core();

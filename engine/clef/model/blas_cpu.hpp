@@ -15,6 +15,10 @@ std::string blas_core_name();
 // ("SkylakeX" with AVX-512, "Haswell" with AVX2 and FMA); "" when nothing needs changing.
 std::string better_blas_core();
 
+// Whether this CPU multiplies bf16 natively (avx512_bf16 or AMX-BF16). Without either, libtorch's
+// bf16 matmuls are emulated and fp32 is the faster dtype (docs/performance.md).
+bool cpu_has_native_bf16();
+
 // When better_blas_core() names a kernel set and OPENBLAS_CORETYPE is unset, sets it and
 // re-executes this program with the same arguments (/proc/self/exe). Returns only when no
 // re-exec was needed or it failed.

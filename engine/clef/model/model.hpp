@@ -27,7 +27,7 @@ struct model_options {
   std::string device = "cpu";                     // "cpu", "cuda", "cuda:N"
   int threads = 0;                                // CPU threads; 0 = every core
   bool head = true;                               // false: a bare thinker checkpoint
-  // Bytes of fp32 attention scores per chunk of query rows (at least 16 rows); 0: 4 MiB on the
+  // Bytes of fp32 attention scores per chunk of query rows (at least 32 rows); 0: 4 MiB on the
   // CPU (cache-sized, no fresh pages per chunk), 1 GiB on a GPU (fewer, larger kernels).
   std::int64_t score_budget_bytes = 0;
 };
