@@ -14,23 +14,14 @@
 #include "core/answers.hpp"
 #include "engine/keyword/keyword_engine.hpp"
 #include "support/env_var.hpp"
+#include "cli_run.hpp"
 #include "support/files.hpp"
 
 namespace baton {
 namespace {
 
-struct run_result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-run_result cli(std::vector<std::string_view> args, const std::string& input = "") {
-  std::istringstream in(input);
-  std::ostringstream out, err;
-  const int code = run_cli(args, in, out, err);
-  return {code, out.str(), err.str()};
-}
+using test::cli;
+using test::cli_result;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

@@ -17,6 +17,7 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/sqlite_log.hpp"
 #include "core/sha256.hpp"
+#include "cli_run.hpp"
 #include "support/files.hpp"
 
 namespace baton::log {
@@ -102,18 +103,8 @@ class outcomes {
   std::vector<error> errors_;
 };
 
-struct run_result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-run_result cli(std::vector<std::string_view> args) {
-  std::istringstream in;
-  std::ostringstream out, err;
-  const int code = run_cli(args, in, out, err);
-  return {code, out.str(), err.str()};
-}
+using test::cli;
+using test::cli_result;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

@@ -38,6 +38,7 @@
 #include "core/sha256.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "support/env_var.hpp"
+#include "cli_run.hpp"
 #include "support/files.hpp"
 
 namespace baton {
@@ -53,25 +54,10 @@ const std::string repo = "Cloudflare/clef-omni";
 const std::string commit = "c0ffee0123456789abcdef0123456789abcdef01";
 const std::string talker_shard = "model-00004-of-00004.safetensors";
 
-struct run_result {
-  int code;
-  std::string out;
-  std::string err;
-};
+using test::cli;
+using test::cli_result;
 
-run_result cli(std::vector<std::string_view> args, const std::string& input = "") {
-  std::istringstream in(input);
-  std::ostringstream out, err;
-  const int code = run_cli(args, in, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_file;
 
 std::string hex_sha256(const std::string& bytes) { return sha256_hex(bytes).substr(7); }
 
@@ -82,7 +68,7 @@ fs::path make_release(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(test::data_dir() / "vectors/clef-omni-tiny/release")) {
     fs::copy_file(e.path(), dir / e.path().filename());
   }
-  nlohmann::json index = nlohmann::json::parse(read(dir / "model.safetensors.index.json"));
+  nlohmann::json index = nlohmann::json::parse(read_file(dir / "model.safetensors.index.json"));
   index["weight_map"]["talker.model.norm.weight"] = talker_shard;
   index["weight_map"]["talker.codec_head.weight"] = talker_shard;
   std::ofstream(dir / "model.safetensors.index.json", std::ios::binary) << index.dump(2);
@@ -109,7 +95,7 @@ class fake_hub {
   explicit fake_hub(const fs::path& release) {
     for (const auto& e : fs::directory_iterator(release)) {
       hub_file f;
-      f.content = read(e.path());
+      f.content = read_file(e.path());
       f.lfs = e.path().extension() == ".safetensors";
       f.etag = f.lfs ? hex_sha256(f.content) : hex_sha256("blob " + f.content).substr(0, 40);
       files_[e.path().filename().string()] = std::move(f);
@@ -316,7 +302,7 @@ class pull : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  run_result run_pull(std::vector<std::string_view> extra = {}) {
+  cli_result run_pull(std::vector<std::string_view> extra = {}) {
     std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_,
                                           "--token-env", "BATON_TEST_HUB_TOKEN"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -353,20 +339,20 @@ TEST_F(pull, fetches_what_the_engine_reads_into_the_hub_cache_and_the_model_load
   EXPECT_NE(r.err.find("  model-00002-of-00003.safetensors  803.74 kB  verified"), std::string::npos) << r.err;
 
   // The layout huggingface-cli makes: refs/main, blobs by ETag, relative links in the snapshot.
-  EXPECT_EQ(read(repo_dir() / "refs" / "main"), commit);
+  EXPECT_EQ(read_file(repo_dir() / "refs" / "main"), commit);
   std::set<std::string> got;
   for (const auto& e : fs::directory_iterator(snapshot())) {
     const std::string name = e.path().filename().string();
     got.insert(name);
     ASSERT_TRUE(fs::is_symlink(e.symlink_status())) << name;
-    const std::string content = read(release_ / name);
+    const std::string content = read_file(release_ / name);
     const bool lfs = name.ends_with(".safetensors");
     const std::string blob = lfs ? hex_sha256(content) : hex_sha256("blob " + content).substr(0, 40);
     EXPECT_EQ(fs::read_symlink(e.path()), fs::path("../../blobs") / blob) << name;
-    EXPECT_EQ(read(e.path()), content) << name;
+    EXPECT_EQ(read_file(e.path()), content) << name;
   }
   EXPECT_EQ(got, std::set<std::string>(engine_files.begin(), engine_files.end()));
-  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / talker_shard))));
+  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read_file(release_ / talker_shard))));
   EXPECT_TRUE(parts().empty());
   // The talker shard was never asked for.
   for (const auto& s : hub_->seen()) EXPECT_EQ(s.target.find(talker_shard), std::string::npos) << s.target;
@@ -421,14 +407,14 @@ TEST_F(pull, resumes_a_cut_transfer_with_range) {
   ASSERT_EQ(second.code, exit_ok) << second.err;
   EXPECT_NE(second.err.find(shard + "  806.22 kB  verified, resumed at 100.00 kB"), std::string::npos) << second.err;
   EXPECT_TRUE(parts().empty());
-  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+  EXPECT_EQ(read_file(snapshot() / shard), read_file(release_ / shard));
   std::vector<std::string> ranges;
   for (const auto& s : hub_->seen()) {
     if (!s.range.empty()) ranges.push_back(s.target + " " + s.range);
   }
   // Asked of the hub and again of the CDN it redirects to.
   const std::vector<std::string> want = {"/" + repo + "/resolve/" + commit + "/" + shard + " bytes=100000-",
-                                         "/cdn/" + hex_sha256(read(release_ / shard)) + " bytes=100000-"};
+                                         "/cdn/" + hex_sha256(read_file(release_ / shard)) + " bytes=100000-"};
   EXPECT_EQ(ranges, want);
   // Files finished by the first run were not fetched again.
   std::size_t config_gets = 0;
@@ -530,7 +516,7 @@ TEST_F(pull, a_wrong_checksum_deletes_the_download_and_names_the_file) {
   EXPECT_NE(r.err.find("baton pull: " + shard + ": its sha256 is "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("the download was deleted"), std::string::npos) << r.err;
   EXPECT_TRUE(parts().empty());
-  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read(release_ / shard))));
+  EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / hex_sha256(read_file(release_ / shard))));
   EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
 }
 
@@ -539,7 +525,7 @@ TEST_F(pull, a_wrong_checksum_deletes_the_download_and_names_the_file) {
 TEST_F(pull, a_full_disk_says_so_and_how_to_resume) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const std::string shard = "model-00001-of-00003.safetensors";
-  const fs::path part = repo_dir() / "blobs" / (hex_sha256(read(release_ / shard)) + ".part");
+  const fs::path part = repo_dir() / "blobs" / (hex_sha256(read_file(release_ / shard)) + ".part");
   fs::create_directories(part.parent_path());
   fs::create_symlink("/dev/full", part);
   const auto r = run_pull();
@@ -588,7 +574,7 @@ bool someone_waits_for(ino_t ino) {
 TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
   if (!fs::exists("/proc/locks")) GTEST_SKIP() << "no /proc/locks to see the pull wait";
   const std::string shard = "model-00002-of-00003.safetensors";
-  const std::string blob = hex_sha256(read(release_ / shard));
+  const std::string blob = hex_sha256(read_file(release_ / shard));
   const fs::path lock = cache_ / ".locks" / "models--Cloudflare--clef-omni" / (blob + ".lock");
   fs::create_directories(lock.parent_path());
   int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -602,7 +588,7 @@ TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
   struct stat st {};
   ASSERT_EQ(::fstat(fd, &st), 0);
-  std::optional<run_result> r;
+  std::optional<cli_result> r;
   std::thread t([&] { r = run_pull(); });
   bool waited = false;
   for (int i = 0; i < 200 && !waited; ++i) {
@@ -623,7 +609,7 @@ TEST_F(pull, waits_for_another_download_of_the_same_blob_and_reuses_it) {
   const auto wait_line = r->err.find(shard + "  waiting: another process is downloading it into this cache");
   ASSERT_NE(wait_line, std::string::npos) << r->err;
   EXPECT_NE(r->err.find(shard + "  803.74 kB  in the cache", wait_line), std::string::npos) << r->err;
-  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+  EXPECT_EQ(read_file(snapshot() / shard), read_file(release_ / shard));
   for (const auto& s : hub_->seen()) {
     EXPECT_EQ(s.target.find(shard), std::string::npos) << s.target;
     EXPECT_FALSE(s.target.ends_with(blob)) << s.target;
@@ -646,7 +632,7 @@ TEST_F(pull, a_cache_huggingface_cli_made_is_reused_without_a_download) {
   // Laid out by hand as huggingface-cli does: every file of the revision, talker shard included.
   for (const auto& e : fs::directory_iterator(release_)) {
     const std::string name = e.path().filename().string();
-    const std::string content = read(e.path());
+    const std::string content = read_file(e.path());
     const std::string blob = name.ends_with(".safetensors") ? hex_sha256(content) : hex_sha256("blob " + content).substr(0, 40);
     fs::create_directories(repo_dir() / "blobs");
     fs::create_directories(snapshot());
@@ -700,7 +686,7 @@ TEST_F(pull, ctrl_c_keeps_the_part_and_says_how_to_resume) {
   EXPECT_EQ(fs::file_size(kept[0]), 200000u);
   EXPECT_FALSE(fs::exists(fs::symlink_status(snapshot() / shard)));
   ASSERT_EQ(run_pull().code, exit_ok);
-  EXPECT_EQ(read(snapshot() / shard), read(release_ / shard));
+  EXPECT_EQ(read_file(snapshot() / shard), read_file(release_ / shard));
 }
 
 TEST_F(pull, a_terminal_gets_a_progress_bar) {

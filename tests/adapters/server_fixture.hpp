@@ -16,6 +16,7 @@
 
 #include "adapters/cli/cli.hpp"
 #include "adapters/server/running_server.hpp"
+#include "cli_run.hpp"
 #include "support/files.hpp"
 #include "ws_client.hpp"
 
@@ -121,19 +122,8 @@ lanes:
 on_engine_error: escalate
 )";
 
-struct cli_result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-// `baton ARGS` in this process, `input` on its standard input.
-inline cli_result cli(std::vector<std::string_view> args, const std::string& input = "") {
-  std::istringstream in(input);
-  std::ostringstream out, err;
-  const int code = run_cli(args, in, out, err);
-  return {code, out.str(), err.str()};
-}
+using test::cli;
+using test::cli_result;
 
 class server_test : public ::testing::Test {
  protected:
