@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/clef/model/model.hpp"
+#include "engine/clef/model/json_file.hpp"
 #include "engine/clef/model/release.hpp"
 
 namespace baton::clef::bench {
@@ -348,8 +349,10 @@ inline bench_record make_bench_record(std::int64_t tokens, std::int64_t vocab, s
 // only, is not: write_release replaces it) and the text part's shape of `c`.
 inline bool release_is_current(const std::filesystem::path& dir, const text_config& c = bench_text_config()) {
   const std::filesystem::path config = dir / "config.json";
-  if (!std::filesystem::exists(config) || !parse_vision_config(config) || !parse_audio_config(config)) return false;
-  const text_config on_disk = parse_text_config(config);
+  if (!std::filesystem::exists(config)) return false;
+  const nlohmann::json root = read_json_file(config);  // once, for the three parts
+  if (!parse_vision_config(root, config) || !parse_audio_config(root, config)) return false;
+  const text_config on_disk = parse_text_config(root, config);
   return on_disk.hidden_size == c.hidden_size && on_disk.num_layers == c.num_layers &&
          on_disk.num_experts == c.num_experts && on_disk.vocab_size == c.vocab_size;
 }

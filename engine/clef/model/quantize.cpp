@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/clef/model/json_file.hpp"
 #include "engine/clef/model/release.hpp"
 #include "engine/clef/model/release_files.hpp"
 
@@ -23,17 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using ordered_json = nlohmann::ordered_json;
-
-// Key order is kept so that the copy's config and index read like the source's.
-ordered_json read_ordered_json(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw load_error(p.string() + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  ordered_json j = ordered_json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
-  return j;
-}
 
 [[noreturn]] void write_failed(const fs::path& p) {
   throw std::runtime_error(p.string() + ": write failed: " + std::strerror(errno));
@@ -211,7 +201,8 @@ std::uint64_t tree_bytes(const fs::path& p) {
 // Everything but the removal of a failed partial copy.
 void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progress& progress) {
   fs::create_directories(tmp);
-  ordered_json config = read_ordered_json(src / release_files::config_json);
+  // Key order is kept so that the copy's config and index read like the source's.
+  ordered_json config = read_json_file<ordered_json>(src / release_files::config_json);
   config["quantization_config"] = int8_quantization_config();
   write_text(tmp / release_files::config_json, config.dump(2) + "\n");
 
@@ -221,29 +212,29 @@ void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progres
   ordered_json index;
   std::set<std::string> rewritten;
   if (indexed) {
-    index = read_ordered_json(index_path);
+    index = read_json_file<ordered_json>(index_path);
     for (const auto& [name, shard] : index["weight_map"].items()) {
       if (is_expert_weight(name)) rewritten.insert(shard.get<std::string>());
     }
   } else {
-    rewritten.insert("model.safetensors");
+    rewritten.insert(std::string(release_files::single_shard));
   }
 
   std::uint64_t total = 0, done = 0;
-  std::vector<fs::path> copies;
+  std::vector<std::pair<fs::path, std::uint64_t>> copies;  // with their sizes
   for (const auto& e : fs::directory_iterator(src)) {
     const std::string name = e.path().filename().string();
     if (rewritten.contains(name)) {
       total += fs::file_size(e.path());
     } else if (name != release_files::config_json && name != release_files::index_json) {
-      total += tree_bytes(e.path());
-      copies.push_back(e.path());
+      copies.emplace_back(e.path(), tree_bytes(e.path()));
+      total += copies.back().second;
     }
   }
-  for (const auto& p : copies) {
+  for (const auto& [p, bytes] : copies) {
     // Files are copied with their contents (a hub snapshot's symbolic links are followed).
     fs::copy(p, tmp / p.filename(), fs::copy_options::recursive);
-    done += tree_bytes(p);
+    done += bytes;
     if (progress) progress(p.filename().string(), done, total);
   }
 

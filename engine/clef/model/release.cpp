@@ -6,6 +6,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "engine/clef/model/json_file.hpp"
 #include "engine/clef/model/release_files.hpp"
 
 namespace baton::clef {
@@ -21,17 +22,6 @@ std::string shape_text(const shape_t& s) {
     out += std::to_string(s[i]);
   }
   return out + "]";
-}
-
-nlohmann::json read_json_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw load_error(p.string() + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw load_error(p.string() + ": not valid JSON");
-  if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
-  return j;
 }
 
 // Sizes far beyond any real model (2^24 = 16.7M) are refused, so that a corrupt config fails
