@@ -25,33 +25,33 @@ bool hub_name(std::string_view s) {
          s.find("..") == std::string_view::npos;
 }
 
+// huggingface_hub's HF_HOME: HF_HOME, else XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
+fs::path hf_home() {
+  if (auto v = env("HF_HOME")) return *v;
+  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface";
+  return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface";
+}
+
+// A refs/ file's commit: huggingface_hub writes the sha without a newline; a hand-made one may
+// have one.
+std::string read_ref(const fs::path& p) { return read_token(p).value_or(""); }
+
+}  // namespace
+
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);
 }
 
-std::string read_ref(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::string commit;
-  in >> commit;  // huggingface_hub writes the sha without a newline; a hand-made one may have one
-  return commit;
-}
-
-}  // namespace
-
 fs::path default_root() {
   if (auto v = env("HF_HUB_CACHE")) return *v;
-  if (auto v = env("HF_HOME")) return fs::path(*v) / "hub";
-  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface" / "hub";
-  return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface" / "hub";
+  return hf_home() / "hub";
 }
 
 fs::path default_token_file() {
   if (auto v = env("HF_TOKEN_PATH")) return *v;
-  if (auto v = env("HF_HOME")) return fs::path(*v) / "token";
-  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface" / "token";
-  return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface" / "token";
+  return hf_home() / "token";
 }
 
 std::optional<std::string> read_token(const fs::path& file) {

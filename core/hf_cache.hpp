@@ -15,6 +15,9 @@
 
 namespace baton::hf_cache {
 
+// An environment variable; nullopt when unset or empty, as huggingface_hub reads its own.
+std::optional<std::string> env(const char* name);
+
 // HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
 // ~/.cache/huggingface/hub: where huggingface-cli looks, so both share one cache.
 std::filesystem::path default_root();

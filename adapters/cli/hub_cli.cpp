@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <ostream>
@@ -88,11 +87,6 @@ int exit_for(const error& e) {
   if (e.code == "INTERRUPTED") return exit_interrupted;
   if (e.code == "BAD_ENDPOINT" || e.code == "BAD_REVISION") return exit_usage;
   return exit_unavailable;
-}
-
-std::string env_or(const char* name, std::string fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
 std::string seconds_text(double s) {
@@ -207,10 +201,10 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
     ref->revision = std::string(*rev);
   }
   hub::hub_options options;
-  options.endpoint = a.get("--endpoint") ? std::string(*a.get("--endpoint")) : env_or("HF_ENDPOINT", options.endpoint);
+  options.endpoint = a.get("--endpoint") ? std::string(*a.get("--endpoint")) : hf_cache::env("HF_ENDPOINT").value_or(options.endpoint);
   options.token_env = a.get("--token-env") ? std::string(*a.get("--token-env")) : options.token_env;
   if (options.token_env.empty()) return usage_error(err, "--token-env needs a variable name", "pull");
-  options.token = env_or(options.token_env.c_str(), "");
+  options.token = hf_cache::env(options.token_env.c_str()).value_or("");
   // As huggingface_hub: without HF_TOKEN, the token `huggingface-cli login` saved. A variable
   // named with --token-env is the only source asked for.
   if (options.token.empty() && !a.get("--token-env")) {
