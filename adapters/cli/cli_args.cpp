@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "adapters/cli/exit_codes.hpp"
+#include "core/hf_cache.hpp"
 
 namespace baton {
 
@@ -59,6 +60,15 @@ bool read_count(const command_args& args, std::string_view flag, std::size_t& ou
   const auto n = positive_number(*v);
   if (n) out = *n;
   return n.has_value();
+}
+
+std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const char* command, std::ostream& err) {
+  auto dir = hf_cache::resolve_model_dir(arg, {}, hf_cache::default_root());
+  if (!dir) {
+    err << "baton " << command << ": " << dir.error().message << "\n";
+    return std::nullopt;
+  }
+  return std::move(*dir);
 }
 
 }  // namespace baton

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <initializer_list>
 #include <iosfwd>
 #include <map>
@@ -38,5 +39,9 @@ bool read_count(const command_args& args, std::string_view flag, std::size_t& ou
 
 // Writes "baton COMMAND: what" and a hint to `err`; returns exit_usage (64).
 int usage_error(std::ostream& err, const std::string& what, const char* command);
+
+// A --model argument as every command takes it (a directory, or ORG/NAME[@REV] in the Hugging
+// Face cache) resolved to a directory; nullopt once "baton COMMAND: why" is on `err` (exit 66).
+std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const char* command, std::ostream& err);
 
 }  // namespace baton

@@ -14,7 +14,6 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
-#include "core/hf_cache.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/factory/make_engine.hpp"
@@ -399,11 +398,8 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     options.confidence = *metric;
   }
   if (auto v = a.get("--model")) {
-    auto dir = hf_cache::resolve_model_dir(*v, {}, hf_cache::default_root());
-    if (!dir) {
-      err << "baton decide: " << dir.error().message << "\n";
-      return exit_no_input;
-    }
+    auto dir = model_dir_arg(*v, "decide", err);
+    if (!dir) return exit_no_input;
     clef_options.model_dir = std::move(*dir);
   }
   if (auto v = a.get("--model-id")) {
@@ -509,11 +505,8 @@ int encode_main(std::span<const std::string_view> args, std::istream& in, std::o
   const auto model_dir = a.get("--model");
   const std::optional<std::string>& file = a.file;
   if (!model_dir) return usage_error(err, "--model DIR is required", "encode");
-  const auto dir = hf_cache::resolve_model_dir(*model_dir, {}, hf_cache::default_root());
-  if (!dir) {
-    err << "baton encode: " << dir.error().message << "\n";
-    return exit_no_input;
-  }
+  const auto dir = model_dir_arg(*model_dir, "encode", err);
+  if (!dir) return exit_no_input;
   std::optional<clef::clef_encoder> encoder;
   try {
     encoder.emplace(*dir);

@@ -9,7 +9,6 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
-#include "core/hf_cache.hpp"
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
@@ -61,11 +60,8 @@ int quantize_main(std::span<const std::string_view> args, std::ostream& out, std
   if (!int8) return usage_error(err, "--int8 is required (the only scheme)", "quantize");
   if (paths.size() != 2) return usage_error(err, "needs SRC and DST", "quantize");
   // SRC as every --model takes it: a directory, or ORG/NAME[@REV] in the Hugging Face cache.
-  const auto resolved = hf_cache::resolve_model_dir(paths[0], {}, hf_cache::default_root());
-  if (!resolved) {
-    err << "baton quantize: " << resolved.error().message << "\n";
-    return exit_no_input;
-  }
+  const auto resolved = model_dir_arg(paths[0], "quantize", err);
+  if (!resolved) return exit_no_input;
   const std::filesystem::path src = *resolved, dst = paths[1];
 
   int reported = -1;  // the last tenth reported
