@@ -1,5 +1,7 @@
 #include "engine/clef/model/audio_encoder.hpp"
 
+#include "engine/clef/model/cpu_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -188,6 +190,14 @@ at::Tensor audio_encoder::attention(const layer& w, const at::Tensor& a) const {
   const at::Tensor q = dense(a, w.q_w, w.q_b), k = dense(a, w.k_w, w.k_b),
                    v = dense(a, w.v_w, w.v_b);
   at::Tensor out = at::empty({n_tokens, config_.d_model}, a.options());
+  const std::int64_t full = n_tokens / window_tokens_, rest = n_tokens % window_tokens_;
+  if (device_.is_cpu() && attention_cpu_built() && (type_ == at::kFloat || type_ == at::kBFloat16)) {
+    std::vector<std::int64_t> windows(static_cast<std::size_t>(full), window_tokens_);
+    if (rest > 0) windows.push_back(rest);
+    attention_cpu(q.view({n_tokens, heads, dim}), k.view({n_tokens, heads, dim}), v.view({n_tokens, heads, dim}),
+                  windows, scale, /*causal=*/false, out, {});
+    return dense(out, w.out_w, w.out_b);
+  }
 
   // `count` windows of `len` tokens from token `t0`, batched as [count * heads, len, dim].
   auto windows = [&](std::int64_t t0, std::int64_t count, std::int64_t len) {
@@ -204,7 +214,6 @@ at::Tensor audio_encoder::attention(const layer& w, const at::Tensor& a) const {
         .view({count, len, heads, dim})
         .copy_(at::bmm(probs, split(v)).view({count, heads, len, dim}).permute({0, 2, 1, 3}));
   };
-  const std::int64_t full = n_tokens / window_tokens_, rest = n_tokens % window_tokens_;
   const std::int64_t per_batch = std::max<std::int64_t>(
       1, budget_bytes_ / (4 * heads * window_tokens_ * window_tokens_));
   for (std::int64_t w0 = 0; w0 < full; w0 += per_batch) {

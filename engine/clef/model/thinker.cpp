@@ -1,5 +1,7 @@
 #include "engine/clef/model/thinker.hpp"
 
+#include "engine/clef/model/cpu_kernels.hpp"
+
 #include <ATen/Parallel.h>
 #include <torch/version.h>  // the version macros only
 
@@ -67,7 +69,9 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                config_.moe_intermediate_size % 8 == 0 && grouped_mm_runs(device)),
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
-      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16) {
+      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
+      cpu_kernels_(device.is_cpu() && (type == at::kFloat || type == at::kBFloat16)),
+      cpu_attention_(cpu_kernels_ && attention_cpu_built()) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -169,6 +173,10 @@ void thinker::stack_experts(const release& files, const std::string& prefix, lay
   }
 }
 
+at::Tensor thinker::norm(const at::Tensor& x, const at::Tensor& w) const {
+  return cpu_kernels_ ? rms_norm_cpu(x, w, config_.rms_norm_eps) : rms_norm(x, w, config_.rms_norm_eps);
+}
+
 at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
   return lm_head_.index_select(0, ids).to(type);
 }
@@ -209,13 +217,12 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
   }
 
   const attention_scratch scratch = make_attention_scratch(lengths);
-  const double eps = config_.rms_norm_eps;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const layer& w = layers_[l];
     at::Tensor a;
     {
       scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
-      a = rms_norm(x, w.input_norm, eps);
+      a = norm(x, w.input_norm);
     }
     {
       scoped_timer t(profile ? &profile->attention_ms : nullptr, device_, profile ? &profile->attention_ops : nullptr);
@@ -224,7 +231,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     at::Tensor b;
     {
       scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
-      b = rms_norm(x, w.post_norm, eps);
+      b = norm(x, w.post_norm);
     }
     if (observe) report(observe, "router_logits." + std::to_string(l), dense(b, w.router));
     {
@@ -236,14 +243,14 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
   }
   {
     scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
-    x = rms_norm(x, final_norm_, eps);
+    x = norm(x, final_norm_);
   }
   report(observe, "final_hidden", x);
   return x;
 }
 
 thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths) const {
-  if (fused_attention_) return {};  // the fused kernel keeps its own
+  if (fused_attention_ || cpu_attention_) return {};  // the fused kernels keep their own
   const std::int64_t heads = config_.num_heads;
   std::int64_t rows = 1, most = 1;
   for (const auto len : lengths) {
@@ -265,9 +272,23 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
                               const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
                               const attention_scratch& scratch) const {
   const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
-                     kv_heads = config_.num_kv_heads, dim = config_.head_dim,
-                     group = heads / kv_heads;
+                     kv_heads = config_.num_kv_heads, dim = config_.head_dim;
   const double eps = config_.rms_norm_eps;
+  if (cpu_kernels_) {
+    // Norm and rotary in one pass over the projections.
+    at::Tensor q = dense(a, w.q).view({n_tokens, heads, dim});
+    at::Tensor k = dense(a, w.k).view({n_tokens, kv_heads, dim});
+    const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
+    rms_norm_rope_cpu(q, w.q_norm, eps, cos, sin);
+    rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
+    if (cpu_attention_) {
+      at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
+      attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out,
+                    attention_blocks_);
+      return dense(out, w.o);
+    }
+    return chunked_attention(w, q, k, v, lengths, scratch);
+  }
   at::Tensor q = rms_norm(dense(a, w.q).view({n_tokens, heads, dim}), w.q_norm, eps);
   at::Tensor k = rms_norm(dense(a, w.k).view({n_tokens, kv_heads, dim}), w.k_norm, eps);
   const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
@@ -289,12 +310,19 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     return dense(out, w.o);
   }
 #endif
+  return chunked_attention(w, q, k, v, lengths, scratch);
+}
 
+at::Tensor thinker::chunked_attention(const layer& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const std::vector<std::int64_t>& lengths,
+                                      const attention_scratch& scratch) const {
+  const std::int64_t n_tokens = q.size(0), heads = config_.num_heads, kv_heads = config_.num_kv_heads,
+                     dim = config_.head_dim, group = heads / kv_heads;
   // Per KV head, its `group` query heads share one matmul: q rows ordered (head in group, token).
   const at::Tensor qg = q.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
   const at::Tensor kt = k.permute({1, 2, 0});  // [kv, dim, N]
   const at::Tensor vt = v.permute({1, 0, 2});  // [kv, N, dim]
-  at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
+  at::Tensor out = at::empty({n_tokens, heads * dim}, q.options());
   const at::Tensor out_heads = out.view({n_tokens, kv_heads, group, dim}).permute({1, 2, 0, 3});
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   const float neg_inf = -std::numeric_limits<float>::infinity();

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
@@ -57,6 +58,8 @@ class thinker {
   };
   void stack_experts(const release& files, const std::string& prefix, layer& y, expert_staging& staging) const;
 
+  // RMSNorm of hidden states [N, hidden] with the weight w.
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const;
   // cos and sin [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
                                            const std::vector<std::int64_t>& lengths) const;
@@ -71,6 +74,11 @@ class thinker {
   at::Tensor attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
                        const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
                        const attention_scratch& scratch) const;
+  // Attention in chunks of query rows through ATen (scores written out per chunk): where neither
+  // fused kernel runs (fp32 on a GPU, a CPU build without oneDNN). q [N, heads, dim] after norm
+  // and rotary, k and v [N, kv_heads, dim]; returns the layer's attention output (o_proj applied).
+  at::Tensor chunked_attention(const layer& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::vector<std::int64_t>& lengths, const attention_scratch& scratch) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
   // Every expert in two grouped matmuls, the group offsets computed on the device: no host sync
@@ -83,6 +91,9 @@ class thinker {
   std::int64_t score_budget_bytes_;
   bool grouped_ = false;  // the MoE runs through at::_grouped_mm (moe_grouped)
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
+  bool cpu_kernels_ = false;      // norms, q/k norm and rotary through cpu_kernels.hpp
+  bool cpu_attention_ = false;    // and attention (attention_cpu)
+  attention_blocks attention_blocks_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
   at::Tensor final_norm_;

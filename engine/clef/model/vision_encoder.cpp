@@ -1,5 +1,7 @@
 #include "engine/clef/model/vision_encoder.hpp"
 
+#include "engine/clef/model/cpu_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -114,12 +116,21 @@ at::Tensor vision_encoder::attention(const block& b, const at::Tensor& a, const 
     const at::Tensor f = x.to(at::kFloat);
     return (f * cos + rotate_half(f) * sin).to(type_);
   };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  if (device_.is_cpu() && attention_cpu_built() && (type_ == at::kFloat || type_ == at::kBFloat16)) {
+    // Each frame pair's patches see each other (the reference's cu_seqlens): one fused call.
+    const at::Tensor q = rotate(qkv.select(2, 0)).view({n, heads, dim});
+    const at::Tensor k = rotate(qkv.select(2, 1)).view({n, heads, dim});
+    at::Tensor out = at::empty({n, heads * dim}, a.options());
+    attention_cpu(q, k, qkv.select(2, 2).reshape({n, heads, dim}), std::vector<std::int64_t>(frames, len), scale,
+                  /*causal=*/false, out, {});
+    return dense(out, b.proj.weight, b.proj.bias);
+  }
   // q and v [t, heads, len, dim], k transposed [t, heads, dim, len].
   const at::Tensor q = rotate(qkv.select(2, 0)).permute({0, 2, 1, 3}).contiguous();
   const at::Tensor kt = rotate(qkv.select(2, 1)).permute({0, 2, 3, 1}).contiguous();
   const at::Tensor v = qkv.select(2, 2).permute({0, 2, 1, 3}).contiguous();
   at::Tensor out = at::empty({frames, len, heads, dim}, a.options());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
   // Attention stays within each frame pair (the reference's cu_seqlens).
   for (std::int64_t f = 0; f < frames; ++f) {

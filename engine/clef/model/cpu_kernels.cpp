@@ -1,0 +1,324 @@
+#include "engine/clef/model/cpu_kernels.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#if BATON_CPU_FUSED_ATTENTION
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#ifndef BATON_CPU_FUSED_ATTENTION
+#define BATON_CPU_FUSED_ATTENTION 0
+#endif
+
+#if BATON_CPU_FUSED_ATTENTION
+// oneDNN's bf16 GEMM (bf16 inputs, fp32 accumulation and output, row-major like dnnl_sgemm). It is
+// exported by every oneDNN 2.x and 3.x library (its gemm-based matmul and benchdnn call it) but
+// declared only in an internal header, hence here; bfloat16 is 16 bits either way.
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                               dnnl_dim_t K, float alpha, const std::uint16_t* A,
+                                               dnnl_dim_t lda, const std::uint16_t* B, dnnl_dim_t ldb,
+                                               float beta, float* C, dnnl_dim_t ldc);
+#endif
+
+namespace baton::clef::detail {
+
+namespace {
+
+// Below every score the softmax meets, and finite: this file is built with -ffast-math (for the
+// vectorised expf of glibc's libmvec), which assumes no infinities.
+constexpr float lowest_score = -1e30F;
+
+#if BATON_CPU_FUSED_ATTENTION
+void check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) {
+    throw std::runtime_error(std::string("attention: oneDNN ") + what + " failed with status " +
+                             std::to_string(static_cast<int>(status)));
+  }
+}
+
+// C = alpha · op(A) · op(B) + beta · C, row-major, fp32 accumulation.
+void gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  check(dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), "sgemm");
+}
+void gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const c10::BFloat16* a, std::int64_t lda, const c10::BFloat16* b, std::int64_t ldb, float beta,
+          float* c, std::int64_t ldc) {
+  check(dnnl_gemm_bf16bf16f32(ta, tb, m, n, k, alpha, reinterpret_cast<const std::uint16_t*>(a), lda,
+                              reinterpret_cast<const std::uint16_t*>(b), ldb, beta, c, ldc),
+        "gemm_bf16bf16f32");
+}
+
+#endif
+
+// The row loops, cloned per instruction set so that GCC calls libmvec's 16- or 8-wide expf.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float row_max(const float* s, std::int64_t n) {
+  float m = lowest_score;
+  for (std::int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+// s[j] = exp(s[j] - shift); returns their sum.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float exp_shifted(float* s, std::int64_t n, float shift) {
+  float sum = 0.F;
+  for (std::int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - shift);
+    sum += s[j];
+  }
+  return sum;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void scale_row(float* o, std::int64_t n, float by) {
+  for (std::int64_t j = 0; j < n; ++j) o[j] *= by;
+}
+
+// The probabilities as the second GEMM's input: in place for fp32, rounded to bf16 otherwise.
+void store_probs(const float* s, float* p, std::int64_t n) {
+  if (p != s) std::memcpy(p, s, static_cast<std::size_t>(n) * sizeof(float));
+}
+// Round to nearest even, as c10::BFloat16(float) does for the finite values these are, in a loop
+// the compiler vectorises (the constructor's NaN branch keeps it scalar).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void store_probs(const float* s, c10::BFloat16* p,
+                                                                               std::int64_t n) {
+  auto* out = reinterpret_cast<std::uint16_t*>(p);
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::uint32_t bits;
+    std::memcpy(&bits, s + j, sizeof bits);
+    out[j] = static_cast<std::uint16_t>((bits + 0x7fffU + ((bits >> 16) & 1U)) >> 16);
+  }
+}
+
+template <typename T>
+struct block_scratch {
+  std::vector<T> q;       // [group · rows, dim]: the block's query rows, head by head
+  std::vector<float> s;   // [group · rows, keys]: scores, then their exponentials
+  std::vector<T> p;       // the exponentials as T (bf16 only; fp32 uses s)
+  std::vector<float> o;   // [group · rows, dim]: unnormalised output
+  std::vector<float> m;   // running row maxima
+  std::vector<float> l;   // running row sums
+};
+
+#if BATON_CPU_FUSED_ATTENTION
+template <typename T>
+void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<std::int64_t>& lengths,
+         float scale, bool causal, at::Tensor& out, attention_blocks blocks) {
+  const std::int64_t heads = q.size(1), kv_heads = k.size(1), dim = q.size(2), group = heads / kv_heads;
+  const std::int64_t bq = blocks.query_rows, bk = blocks.keys;
+  const T* qd = q.data_ptr<T>();
+  const T* kd = k.data_ptr<T>();
+  const T* vd = v.data_ptr<T>();
+  T* od = out.data_ptr<T>();
+
+  // One work item per (record, KV head, query block); the costliest (latest) blocks first.
+  struct item {
+    std::int64_t offset, len, kv, t0;
+  };
+  std::vector<item> items;
+  std::int64_t offset = 0;
+  for (const auto len : lengths) {
+    for (std::int64_t t0 = 0; t0 < len; t0 += bq) {
+      for (std::int64_t g = 0; g < kv_heads; ++g) items.push_back({offset, len, g, t0});
+    }
+    offset += len;
+  }
+  std::stable_sort(items.begin(), items.end(), [](const item& a, const item& b) { return a.t0 > b.t0; });
+
+  const std::int64_t rows_max = group * bq;
+  std::vector<block_scratch<T>> scratch(static_cast<std::size_t>(at::get_num_threads()));
+  std::atomic<std::size_t> next{0};
+  at::parallel_for(0, static_cast<std::int64_t>(scratch.size()), 1, [&](std::int64_t, std::int64_t) {
+    block_scratch<T>& b = scratch[static_cast<std::size_t>(at::get_thread_num())];
+    b.q.resize(static_cast<std::size_t>(rows_max * dim));
+    b.s.resize(static_cast<std::size_t>(rows_max * bk));
+    if constexpr (!std::is_same_v<T, float>) b.p.resize(static_cast<std::size_t>(rows_max * bk));
+    b.o.resize(static_cast<std::size_t>(rows_max * dim));
+    b.m.resize(static_cast<std::size_t>(rows_max));
+    b.l.resize(static_cast<std::size_t>(rows_max));
+    T* p_base;
+    if constexpr (std::is_same_v<T, float>) {
+      p_base = b.s.data();
+    } else {
+      p_base = b.p.data();
+    }
+    const std::int64_t ld_kv = kv_heads * dim;  // K and V rows of one KV head are this far apart
+
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const item& it = items[i];
+      const std::int64_t n = std::min(bq, it.len - it.t0), rows = group * n;
+      // Query rows ordered (head of the group, token): each head's n rows are contiguous in q.
+      for (std::int64_t h = 0; h < group; ++h) {
+        for (std::int64_t r = 0; r < n; ++r) {
+          std::memcpy(b.q.data() + (h * n + r) * dim, qd + ((it.offset + it.t0 + r) * heads + it.kv * group + h) * dim,
+                      static_cast<std::size_t>(dim) * sizeof(T));
+        }
+      }
+      std::fill_n(b.m.begin(), rows, lowest_score);
+      std::fill_n(b.l.begin(), rows, 0.F);
+      std::fill_n(b.o.begin(), rows * dim, 0.F);
+      const T* k0 = kd + (it.offset * kv_heads + it.kv) * dim;
+      const T* v0 = vd + (it.offset * kv_heads + it.kv) * dim;
+      const std::int64_t end = causal ? it.t0 + n : it.len;  // keys [0, end) are seen by some row of the block
+      for (std::int64_t j0 = 0; j0 < end; j0 += bk) {
+        const std::int64_t keys = std::min(bk, end - j0);
+        gemm('N', 'T', rows, keys, dim, scale, b.q.data(), dim, k0 + j0 * ld_kv, ld_kv, 0.F, b.s.data(), bk);
+        const bool diagonal = causal && j0 + keys > it.t0 + 1;  // some row sees only part of these keys
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t t = it.t0 + r % n;  // the row's position in its record
+          const std::int64_t seen = diagonal ? std::clamp<std::int64_t>(t - j0 + 1, 0, keys) : keys;
+          float* s = b.s.data() + r * bk;
+          T* p = p_base + r * bk;
+          if (seen > 0) {
+            const float m = std::max(b.m[r], row_max(s, seen));
+            const float correction = std::exp(b.m[r] - m);
+            b.l[r] = b.l[r] * correction + exp_shifted(s, seen, m);
+            b.m[r] = m;
+            if (correction != 1.F) scale_row(b.o.data() + r * dim, dim, correction);
+            store_probs(s, p, seen);
+          }
+          std::fill(p + seen, p + keys, T(0));
+        }
+        gemm('N', 'N', rows, dim, keys, 1.F, p_base, bk, v0 + j0 * ld_kv, ld_kv, 1.F, b.o.data(), dim);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t h = r / n, t = it.t0 + r % n;
+        const float inv = 1.F / b.l[r];
+        const float* o = b.o.data() + r * dim;
+        T* dst = od + ((it.offset + t) * heads + it.kv * group + h) * dim;
+        for (std::int64_t c = 0; c < dim; ++c) dst[c] = static_cast<T>(o[c] * inv);
+      }
+    }
+  });
+}
+
+#endif
+
+// x rounded to bf16 and back: the rounding every bf16 ATen operation applies to its result.
+inline float round_bf16(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits = (bits + 0x7fffU + ((bits >> 16) & 1U)) & 0xffff0000U;
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+}
+
+template <typename T>
+inline float rounded(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return round_bf16(x);
+  }
+}
+
+// One row's RMSNorm as rms_norm in thinker.cpp computes it: statistics in fp32, the normalised
+// value rounded to T, times the weight in T.
+template <typename T>
+void norm_row(const T* row, const T* w, std::int64_t dim, float eps, float* n) {
+  float squares = 0.F;
+  for (std::int64_t j = 0; j < dim; ++j) squares += static_cast<float>(row[j]) * static_cast<float>(row[j]);
+  const float inv = 1.F / std::sqrt(squares / static_cast<float>(dim) + eps);
+  for (std::int64_t j = 0; j < dim; ++j) n[j] = rounded<T>(static_cast<float>(w[j]) * rounded<T>(static_cast<float>(row[j]) * inv));
+}
+
+template <typename T>
+void norm_rope(at::Tensor& x, const at::Tensor& weight, float eps, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!x.is_contiguous()) x = x.contiguous();
+  const std::int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2), half = dim / 2;
+  T* xd = x.data_ptr<T>();
+  const at::Tensor wc = weight.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();
+  const T* w = wc.data_ptr<T>();
+  const T* cd = cc.data_ptr<T>();
+  const T* sd = sc.data_ptr<T>();
+  at::parallel_for(0, tokens, 16, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> n(static_cast<std::size_t>(dim));
+    for (std::int64_t t = begin; t < end; ++t) {
+      const T* c = cd + t * dim;
+      const T* s = sd + t * dim;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        T* row = xd + (t * heads + h) * dim;
+        norm_row(row, w, dim, eps, n.data());
+        // x·cos + rotate_half(x)·sin, each product and the sum rounded to T.
+        for (std::int64_t j = 0; j < dim; ++j) {
+          const float partner = j < half ? -n[j + half] : n[j - half];
+          row[j] = static_cast<T>(rounded<T>(n[j] * static_cast<float>(c[j])) +
+                                  rounded<T>(partner * static_cast<float>(s[j])));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+at::Tensor norm_rows(const at::Tensor& x, const at::Tensor& weight, float eps) {
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const std::int64_t dim = xc.size(-1), rows = xc.numel() / std::max<std::int64_t>(dim, 1);
+  const T* xd = xc.data_ptr<T>();
+  const T* w = wc.data_ptr<T>();
+  T* od = out.data_ptr<T>();
+  at::parallel_for(0, rows, 8, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> n(static_cast<std::size_t>(dim));
+    for (std::int64_t r = begin; r < end; ++r) {
+      norm_row(xd + r * dim, w, dim, eps, n.data());
+      for (std::int64_t j = 0; j < dim; ++j) od[r * dim + j] = static_cast<T>(n[j]);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
+                       const at::Tensor& sin) {
+  if (x.scalar_type() == at::kFloat) {
+    norm_rope<float>(x, weight, static_cast<float>(eps), cos, sin);
+  } else if (x.scalar_type() == at::kBFloat16) {
+    norm_rope<c10::BFloat16>(x, weight, static_cast<float>(eps), cos, sin);
+  } else {
+    throw std::invalid_argument("attention: the CPU kernel takes fp32 or bf16");
+  }
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.scalar_type() == at::kFloat) return norm_rows<float>(x, weight, static_cast<float>(eps));
+  if (x.scalar_type() == at::kBFloat16) return norm_rows<c10::BFloat16>(x, weight, static_cast<float>(eps));
+  throw std::invalid_argument("rms_norm: the CPU kernel takes fp32 or bf16");
+}
+
+attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t group) {
+  // ~256 GEMM rows per block (the group's heads share their keys) and 256 keys: the scores, 256
+  // KiB of fp32, stay in the core's L2. Measured in docs/performance.md.
+  if (blocks.query_rows <= 0) blocks.query_rows = std::max<std::int64_t>(16, 256 / std::max<std::int64_t>(group, 1));
+  if (blocks.keys <= 0) blocks.keys = 256;
+  return blocks;
+}
+
+bool attention_cpu_built() noexcept { return BATON_CPU_FUSED_ATTENTION != 0; }
+
+void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
+                   attention_blocks blocks) {
+#if !BATON_CPU_FUSED_ATTENTION
+  throw std::logic_error("attention: built without oneDNN, so without the fused CPU kernel");
+#else
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  blocks = resolve_attention_blocks(blocks, q.size(1) / k.size(1));
+  if (q.scalar_type() == at::kFloat) {
+    run<float>(qc, kc, vc, lengths, static_cast<float>(scale), causal, out, blocks);
+  } else if (q.scalar_type() == at::kBFloat16) {
+    run<c10::BFloat16>(qc, kc, vc, lengths, static_cast<float>(scale), causal, out, blocks);
+  } else {
+    throw std::invalid_argument("attention: the CPU kernel takes fp32 or bf16");
+  }
+#endif
+}
+
+}  // namespace baton::clef::detail

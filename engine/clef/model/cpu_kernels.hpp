@@ -1,0 +1,48 @@
+// The thinker's CPU kernels where ATen's separate operations cost more than the arithmetic: each
+// writes and re-reads whole activations, and fresh ones are page-faulted in.
+//
+// Grouped-query attention, fused: per block of query rows, an online softmax over blocks of keys
+// (flash attention's recurrence), so the scores live only in a block-sized buffer of the thread
+// and, when causal, key blocks past the diagonal are never computed. The two matmuls of a
+// block go to oneDNN's GEMMs (fp32, or bf16 with fp32 accumulation); the softmax stays in fp32.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace baton::clef::detail {
+
+// Block sizes; 0 chooses (attention_cpu.cpp, docs/performance.md).
+struct attention_blocks {
+  std::int64_t query_rows = 0;  // query tokens per block (times the group's heads: the GEMM's rows)
+  std::int64_t keys = 0;        // keys per block
+};
+
+// The block sizes `blocks` asks for, with its zeros replaced by the chosen ones for `group`
+// query heads per KV head.
+attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t group);
+
+// Whether this build has attention_cpu (it needs oneDNN); the norm kernels are always there.
+bool attention_cpu_built() noexcept;
+
+// softmax(q kᵀ · scale) v within each of the records laid end to end (`lengths` sum to N), each
+// query seeing the keys up to its own position when `causal`, all of its record's otherwise: q
+// [N, heads, dim], k and v [N, kv_heads, dim], fp32 or bf16, on the CPU; writes [N, heads * dim]
+// into `out` (same dtype, contiguous). Query head h reads KV head h / (heads / kv_heads).
+void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
+                   attention_blocks blocks);
+
+// RMSNorm of the rows of x [..., dim] (fp32 or bf16) with `weight` [dim], in one pass, the same
+// values as rms_norm in thinker.cpp.
+at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// In place on x [N, heads, dim] (contiguous, fp32 or bf16): the heads' RMSNorm with `weight`
+// [dim], then the rotary embedding with cos and sin [N, 1, dim] (x·cos + rotate_half(x)·sin), in
+// one pass, rounding to x's dtype wherever the separate ATen operations do.
+void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
+                       const at::Tensor& sin);
+
+}  // namespace baton::clef::detail

@@ -1,0 +1,134 @@
+// The thinker's fused CPU kernels against the ATen operations they replace: fp32 to 1e-5, bf16
+// to its rounding, over records packed end to end, block sizes that cut every record mid-block,
+// and grouped and ungrouped KV heads.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/clef/model/cpu_kernels.hpp"
+
+namespace baton::clef::detail {
+namespace {
+
+// softmax(q kᵀ · scale) v per record and head in fp32, the causal mask as -inf: the chunked path's
+// arithmetic without its chunks.
+at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::vector<std::int64_t>& lengths, double scale, bool causal) {
+  const std::int64_t heads = q.size(1), group = heads / k.size(1), dim = q.size(2);
+  std::vector<at::Tensor> records;
+  std::int64_t offset = 0;
+  for (const auto len : lengths) {
+    const at::Tensor qr = q.narrow(0, offset, len).to(at::kFloat).transpose(0, 1);  // [heads, len, dim]
+    const at::Tensor kr = k.narrow(0, offset, len).to(at::kFloat).transpose(0, 1).repeat_interleave(group, 0);
+    const at::Tensor vr = v.narrow(0, offset, len).to(at::kFloat).transpose(0, 1).repeat_interleave(group, 0);
+    const at::Tensor mask = at::ones({len, len}, at::TensorOptions().dtype(at::kBool)).triu(causal ? 1 : len);
+    const at::Tensor scores =
+        at::bmm(qr, kr.transpose(1, 2)).mul(scale).masked_fill(mask, -std::numeric_limits<float>::infinity());
+    records.push_back(at::bmm(at::softmax(scores, -1), vr).transpose(0, 1).reshape({len, heads * dim}));
+    offset += len;
+  }
+  return at::cat(records);
+}
+
+at::Tensor aten_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);
+  return w * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+struct attention_case {
+  std::int64_t heads, kv_heads, dim;
+  std::vector<std::int64_t> lengths;
+  attention_blocks blocks;
+};
+
+class cpu_attention : public testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(cpu_attention, equals_the_unfused_softmax_for_every_record_block_size_and_mask) {
+  const at::ScalarType type = GetParam();
+  const double tolerance = type == at::kFloat ? 1e-5 : 2e-2;  // bf16: the probabilities' rounding
+  const std::vector<attention_case> cases = {
+      {8, 2, 16, {1, 37, 130}, {}},         // the chosen blocks
+      {8, 2, 16, {1, 37, 130}, {5, 7}},     // blocks that end mid-record, keys not a multiple of rows
+      {8, 2, 16, {64, 3}, {64, 3}},         // one query block per record, many key blocks
+      {4, 4, 32, {200}, {16, 64}},          // no grouping
+      {16, 2, 64, {300, 45}, {}},           // the real model's group of 8
+  };
+  at::manual_seed(7);
+  for (const auto& c : cases) for (const bool causal : {true, false}) {
+    std::int64_t n = 0;
+    for (const auto len : c.lengths) n += len;
+    const at::Tensor q = at::randn({n, c.heads, c.dim}).mul(2).to(type);
+    const at::Tensor k = at::randn({n, c.kv_heads, c.dim}).mul(2).to(type);
+    const at::Tensor v = at::randn({n, c.kv_heads, c.dim}).to(type);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+    at::Tensor out = at::full({n, c.heads * c.dim}, std::nan(""), q.options());
+    attention_cpu(q, k, v, c.lengths, scale, causal, out, c.blocks);
+    const at::Tensor expected = reference_attention(q, k, v, c.lengths, scale, causal);
+    const double error = (out.to(at::kFloat) - expected).abs().max().item<double>();
+    EXPECT_LE(error, tolerance) << "heads " << c.heads << "/" << c.kv_heads << " dim " << c.dim << " blocks "
+                                << c.blocks.query_rows << "x" << c.blocks.keys << (causal ? " causal" : " full");
+  }
+}
+
+TEST_P(cpu_attention, norm_and_rotary_in_one_pass_equal_the_aten_operations) {
+  const at::ScalarType type = GetParam();
+  at::manual_seed(11);
+  const std::int64_t n = 77, heads = 6, dim = 32;
+  const double eps = 1e-6;
+  const at::Tensor x = at::randn({n, heads, dim}).mul(3).to(type);
+  const at::Tensor w = (1 + 0.1 * at::randn({dim})).to(type);
+  const at::Tensor angles = at::randn({n, 1, dim / 2}).mul(4);
+  const at::Tensor emb = at::cat({angles, angles}, -1);
+  const at::Tensor cos = emb.cos().to(type), sin = emb.sin().to(type);
+
+  const at::Tensor normed = aten_rms_norm(x, w, eps);
+  const at::Tensor expected = normed * cos + rotate_half(normed) * sin;
+  at::Tensor fused = x.clone();
+  rms_norm_rope_cpu(fused, w, eps, cos, sin);
+  ASSERT_EQ(fused.scalar_type(), type);
+  const at::Tensor diff = (fused.to(at::kFloat) - expected.to(at::kFloat)).abs();
+  if (type == at::kFloat) {
+    EXPECT_LE(diff.max().item<double>(), 1e-5);
+  } else {
+    // Every rounding of the separate operations is reproduced; a different order of the sum of
+    // squares may move a value by one bf16 step now and then.
+    EXPECT_GE(diff.eq(0).to(at::kFloat).mean().item<double>(), 0.99);
+    EXPECT_LE(diff.max().item<double>(), 0.05);
+  }
+
+  const at::Tensor rows = at::randn({n, 96}).mul(5).to(type);
+  const at::Tensor rw = (1 + 0.1 * at::randn({96})).to(type);
+  const at::Tensor norm_diff = (rms_norm_cpu(rows, rw, eps).to(at::kFloat) - aten_rms_norm(rows, rw, eps).to(at::kFloat)).abs();
+  if (type == at::kFloat) {
+    EXPECT_LE(norm_diff.max().item<double>(), 1e-5);
+  } else {
+    EXPECT_GE(norm_diff.eq(0).to(at::kFloat).mean().item<double>(), 0.99);
+  }
+}
+
+TEST(cpu_attention_blocks, zeros_choose_about_256_gemm_rows_and_256_keys) {
+  const attention_blocks real = resolve_attention_blocks({}, 8);
+  EXPECT_EQ(real.query_rows, 32);
+  EXPECT_EQ(real.keys, 256);
+  EXPECT_EQ(resolve_attention_blocks({}, 32).query_rows, 16);
+  const attention_blocks asked = resolve_attention_blocks({48, 96}, 8);
+  EXPECT_EQ(asked.query_rows, 48);
+  EXPECT_EQ(asked.keys, 96);
+}
+
+INSTANTIATE_TEST_SUITE_P(dtypes, cpu_attention, testing::Values(at::kFloat, at::kBFloat16),
+                         [](const testing::TestParamInfo<at::ScalarType>& info) {
+                           return std::string(info.param == at::kFloat ? "f32" : "bf16");
+                         });
+
+}  // namespace
+}  // namespace baton::clef::detail
