@@ -7,8 +7,10 @@
 //
 //   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
 //                [--tokens 512,2048,8192] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
-//                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--json]
+//                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--init bench|transformers] [--json]
 //
+// --init transformers draws the weights as transformers initialises a model (bench/random_release.hpp),
+// into build/bench-release-...-transformers: a second kind of random release, routed less evenly.
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
 // bf16 with its int8 experts. --device cuda runs the forwards on a GPU (the matmul ceiling is
 // still the CPU's).
@@ -138,6 +140,7 @@ struct arguments {
   std::int64_t layers = 0;  // 0: not given (2 with --shape real)
   std::string dtype = "f32";
   std::string device = "cpu";
+  weight_init init = weight_init::bench;  // --init: how the random weights are drawn
   int threads = 2;
   std::int64_t score_budget_mib = 0;  // 0: the engine's default
   std::vector<std::int64_t> tokens = {512, 2048, 8192};  // long histories are the normal case
@@ -179,13 +182,17 @@ arguments parse_arguments(int argc, char** argv) {
       for (std::string item; std::getline(list, item, ',');) a.tokens.push_back(std::stoll(item));
     } else if (key == "--score-budget-mib") {
       a.score_budget_mib = std::stoll(value());
+    } else if (key == "--init") {
+      const std::string init = value();
+      if (init != "bench" && init != "transformers") throw std::runtime_error("--init is bench or transformers");
+      a.init = init == "bench" ? weight_init::bench : weight_init::transformers;
     } else if (key == "--json") {
       a.json = true;
     } else {
       throw std::runtime_error(
           "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
           "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] "
-          "[--score-budget-mib N] [--json]");
+          "[--score-budget-mib N] [--init bench|transformers] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
@@ -198,8 +205,9 @@ arguments parse_arguments(int argc, char** argv) {
   if (a.real && a.layers == 0) a.layers = 2;
   if (a.real && (a.layers < 1 || a.layers > 48)) throw std::runtime_error("--layers is 1 to 48");
   const std::string shape = a.real ? "real-" : "";
-  if (a.dir.empty()) a.dir = "build/bench-release-" + shape + a.dtype;
-  if (a.from.empty()) a.from = "build/bench-release-" + shape + "bf16";
+  const std::string init = a.init == weight_init::bench ? "" : "-transformers";
+  if (a.dir.empty()) a.dir = "build/bench-release-" + shape + a.dtype + init;
+  if (a.from.empty()) a.from = "build/bench-release-" + shape + "bf16" + init;
   return a;
 }
 
@@ -228,12 +236,35 @@ struct forward_figures {
   double moe_flops = 0, attention_flops = 0;
   std::int64_t layers = 0;
   std::int64_t attention_ops = 0, moe_ops = 0;  // ATen operations per layer, the last timed forward
+  // Routing of the record (medians over layers): experts with rows, rows of the busiest, and the
+  // share of (token, slot) rows that land in experts with fewer than 16 rows (few-row matmuls).
+  double active_experts = 0, busiest_rows = 0, few_row_share = 0;
 
   // The thinker layers' share of the median forward, per layer, and the forward of Clef-Omni's 48
   // layers it implies (the embedding and the head are paid once either way).
   double per_layer_ms() const { return (total.median - embed.median - head.median) / static_cast<double>(layers); }
   double implied_48_layers_ms() const { return total.median + static_cast<double>(48 - layers) * per_layer_ms(); }
 };
+
+double median_of(std::vector<double> v) { return summarise(std::move(v)).median; }
+
+// How the router spreads the record's tokens over the experts, from the traced router logits.
+void measure_routing(model& m, const bench_record& r, forward_figures& f) {
+  const text_config& c = m.files().text();
+  std::vector<double> active, busiest, few;
+  m.trace(r.ids, nullptr, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
+    if (!stage.starts_with("router_logits.")) return;
+    const at::Tensor logits = at::from_blob(const_cast<float*>(values.data()), {rows, c.num_experts});
+    const at::Tensor chosen = std::get<1>(at::topk(logits, c.experts_per_token, -1)).reshape({-1});
+    const at::Tensor counts = at::bincount(chosen, {}, c.num_experts);
+    active.push_back(counts.gt(0).sum().item<double>());
+    busiest.push_back(counts.max().item<double>());
+    few.push_back(counts.masked_select(counts.lt(16)).sum().item<double>() / static_cast<double>(chosen.numel()));
+  });
+  f.active_experts = median_of(active);
+  f.busiest_rows = median_of(busiest);
+  f.few_row_share = median_of(few);
+}
 
 forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& args,
                               bool first_of_process) {
@@ -278,6 +309,7 @@ forward_figures time_forwards(model& m, std::int64_t tokens, const arguments& ar
   f.head = summarise(head);
   f.minor_median = summarise(minor).median;
   f.layers = c.num_layers;
+  measure_routing(m, r, f);
 
   const double n = static_cast<double>(tokens), h = static_cast<double>(c.hidden_size),
                layers = static_cast<double>(c.num_layers);
@@ -319,6 +351,11 @@ void print_forward(const forward_figures& f, const arguments& args, double peak)
               "minor, %ld major in all\n",
               f.first_of_process ? " of the process" : "", f.first.minor, f.first.major,
               f.minor_median, f.major);
+  if (f.active_experts > 0) {
+    std::printf("    routing (median of layers): %.0f experts with rows, the busiest %.0f rows, %.1f %% of rows in "
+                "experts with < 16\n",
+                f.active_experts, f.busiest_rows, 100 * f.few_row_share);
+  }
   print_memory("after first forward", f.after_first);
   print_memory("after the timed runs", f.after_runs);
   std::printf("    logits:");
@@ -360,24 +397,24 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"minor_faults_median", f.minor_median},
           {"major_faults", f.major},
           {"memory_after_runs", memory_json(f.after_runs)},
-          {"logits", f.logits}};
+          {"routing", {{"active_experts", f.active_experts}, {"busiest_rows", f.busiest_rows}, {"few_row_share", f.few_row_share}}}};
 }
 
 int run(const arguments& args) {
   const bool int8 = args.dtype == "int8", bf16 = args.dtype == "bf16" || int8;
   const text_config shape = args.real ? real_text_config(args.layers) : bench_text_config();
   const head_config head = args.real ? real_head_config() : bench_head_config();
-  if (!release_is_current(args.dir, shape)) {
+  if (!release_is_current(args.dir, shape, args.init)) {
     if (!args.json) {
       std::printf("writing a random %s release to %s ...\n", args.dtype.c_str(), args.dir.c_str());
     }
     const auto start = clock_type::now();
     if (int8) {
-      if (!release_is_current(args.from, shape)) write_release(args.from, true, shape, head);
+      if (!release_is_current(args.from, shape, args.init)) write_release(args.from, true, shape, head, args.init);
       fs::remove_all(args.dir);
       quantize_int8(args.from, args.dir);
     } else {
-      write_release(args.dir, bf16, shape, head);
+      write_release(args.dir, bf16, shape, head, args.init);
     }
     if (!args.json) std::printf("  written in %.1f s\n", ms_since(start) / 1e3);
   }

@@ -120,15 +120,38 @@ inline std::uint16_t to_bf16(float f) {
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// Norm weights 1 and biases 0 as a fresh model has them; the rest uniform with std 0.02, except
-// the input embeddings at std 1: with random weights, attention averages every token's values
-// into a shared component that soon swamps 0.02-sized embeddings, and the router then sends
-// nearly every token to the same few experts; a trained router spreads them.
-inline float std_of(const std::string& name) {
+// How the weights are drawn.
+//  - bench: norm weights 1 and biases 0 as a fresh model has them; the rest uniform with std 0.02,
+//    except the input embeddings at std 1: with random weights, attention averages every token's
+//    values into a shared component that soon swamps 0.02-sized embeddings, and the router then
+//    sends nearly every token to the same few experts; a trained router spreads them.
+//  - transformers: what issue 18 measured the reference on: matrices N(0, 1)/sqrt(fan_in),
+//    embeddings 0.5·N(0, 1), norm weights 1 + 0.1·N(0, 1), biases 0. Its routing is less even.
+enum class weight_init { bench, transformers };
+
+inline const char* init_name(weight_init init) { return init == weight_init::bench ? "bench" : "transformers"; }
+
+struct draw {
+  float mean = 0;   // the value when sigma is 0
+  float sigma = 0;  // 0: every element is `mean`
+  bool normal = false;
+};
+
+inline draw draw_of(const std::string& name, const std::vector<std::int64_t>& shape, weight_init init) {
   const bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
-  if (norm && name.ends_with(".weight")) return -1;
-  if (name.ends_with("bias") || name.find('.') == std::string::npos) return 0;
-  return name.ends_with("embed_tokens.weight") ? 1.0f : 0.02f;
+  const bool bias = name.ends_with("bias") || name.find('.') == std::string::npos;
+  const bool embedding = name.ends_with("embed_tokens.weight");
+  if (init == weight_init::bench) {
+    if (norm && name.ends_with(".weight")) return {1, 0};
+    if (bias) return {0, 0};
+    return {0, embedding ? 1.0f : 0.02f};
+  }
+  if (norm && name.ends_with(".weight")) return {1, 0.1f, true};
+  if (bias) return {0, 0};
+  if (embedding || shape.size() < 2) return {0, 0.5f, true};
+  std::int64_t fan_in = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
+  return {0, 1.0f / std::sqrt(static_cast<float>(fan_in)), true};
 }
 
 using tensor_list = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
@@ -141,7 +164,8 @@ inline std::int64_t numel(const std::vector<std::int64_t>& shape) {
 
 // One safetensors file: 8-byte LE header length, JSON header padded to 8 bytes, raw data.
 // Data is generated and written in 4 MiB pieces: nothing close to a tensor is held in memory.
-inline void write_safetensors(const std::filesystem::path& path, const tensor_list& tensors, bool bf16) {
+inline void write_safetensors(const std::filesystem::path& path, const tensor_list& tensors, bool bf16,
+                              weight_init init = weight_init::bench) {
   const std::size_t elem = bf16 ? 2 : 4;
   nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
   std::uint64_t offset = 0;
@@ -163,17 +187,23 @@ inline void write_safetensors(const std::filesystem::path& path, const tensor_li
   std::vector<float> f32(piece);
   std::vector<std::uint16_t> b16(bf16 ? piece : 0);
   for (const auto& [name, shape] : tensors) {
-    const float sigma = std_of(name);  // -1: all ones
-    const float half_range = sigma * std::sqrt(3.0f);  // uniform [-a, a) has std a / sqrt(3)
+    const draw d = draw_of(name, shape, init);
+    const float half_range = d.sigma * std::sqrt(3.0f);  // uniform [-a, a) has std a / sqrt(3)
     xorshift rng{name_seed(name)};
+    auto unit = [&rng] {  // uniform in (0, 1]
+      return (static_cast<float>(rng.next() >> 40) + 1.0f) * (1.0f / 16777216.0f);
+    };
     for (std::int64_t left = numel(shape); left > 0;) {
       const std::int64_t n = std::min(left, piece);
       for (std::int64_t i = 0; i < n; ++i) {
-        if (sigma > 0) {
-          const auto bits = static_cast<std::uint32_t>(rng.next() >> 40);  // 24 bits
-          f32[i] = (static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f) * half_range;
+        if (d.sigma == 0) {
+          f32[i] = d.mean;
+        } else if (d.normal) {  // Box-Muller, one value per pair
+          const float radius = std::sqrt(-2.0f * std::log(unit()));
+          f32[i] = d.mean + d.sigma * radius * std::cos(6.2831853f * unit());
         } else {
-          f32[i] = sigma < 0 ? 1.0f : 0.0f;
+          const auto bits = static_cast<std::uint32_t>(rng.next() >> 40);  // 24 bits
+          f32[i] = d.mean + (static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f) * half_range;
         }
       }
       if (bf16) {
@@ -199,7 +229,7 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 // take its hidden size, and its vocabulary must hold the media token ids.
 inline void write_release(const std::filesystem::path& dir, bool bf16,
                           const text_config& c = bench_text_config(),
-                          head_config h = bench_head_config()) {
+                          head_config h = bench_head_config(), weight_init init = weight_init::bench) {
   namespace fs = std::filesystem;
   if (c.vocab_size <= bench_first_media_token + 6) {
     throw std::runtime_error("the vocabulary must hold the media token ids (31990-31996)");
@@ -269,7 +299,8 @@ inline void write_release(const std::filesystem::path& dir, bool bf16,
       {"model_type", "qwen3_omni_moe"},
       {"thinker_config", thinker},
       {"torch_dtype", bf16 ? "bfloat16" : "float32"},
-      {"note", "RANDOM BENCH MODEL written by baton's bench/ (not Clef-Omni weights)"}};
+      {"note", "RANDOM BENCH MODEL written by baton's bench/ (not Clef-Omni weights)"},
+      {"bench_init", init_name(init)}};
   write_text(tmp / "config.json", config.dump(2));
   write_text(tmp / "joint_head_config.json",
              nlohmann::json{{"hidden_size", h.hidden_size}, {"width", h.width},
@@ -296,13 +327,13 @@ inline void write_release(const std::filesystem::path& dir, bool bf16,
     char file[64];
     std::snprintf(file, sizeof file, "model-%05zu-of-%05lld.safetensors", s + 1,
                   static_cast<long long>(shard_count));
-    write_safetensors(tmp / file, shards[s], bf16);
+    write_safetensors(tmp / file, shards[s], bf16, init);
     for (const auto& [name, shape] : shards[s]) weight_map[name] = file;
   }
   write_text(tmp / "model.safetensors.index.json",
              nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}
                  .dump(2));
-  write_safetensors(tmp / "joint_head.safetensors", expected_head_tensors(h), bf16);
+  write_safetensors(tmp / "joint_head.safetensors", expected_head_tensors(h), bf16, init);
   fs::remove_all(dir);
   fs::rename(tmp, dir);
 }
@@ -347,10 +378,12 @@ inline bench_record make_bench_record(std::int64_t tokens, std::int64_t vocab, s
 
 // Whether `dir` holds a complete release with both towers (one written before the towers, text
 // only, is not: write_release replaces it) and the text part's shape of `c`.
-inline bool release_is_current(const std::filesystem::path& dir, const text_config& c = bench_text_config()) {
+inline bool release_is_current(const std::filesystem::path& dir, const text_config& c = bench_text_config(),
+                               weight_init init = weight_init::bench) {
   const std::filesystem::path config = dir / "config.json";
   if (!std::filesystem::exists(config)) return false;
   const nlohmann::json root = read_json_file(config);  // once, for the three parts
+  if (root.value("bench_init", std::string("bench")) != init_name(init)) return false;
   if (!parse_vision_config(root, config) || !parse_audio_config(root, config)) return false;
   const text_config on_disk = parse_text_config(root, config);
   return on_disk.hidden_size == c.hidden_size && on_disk.num_layers == c.num_layers &&

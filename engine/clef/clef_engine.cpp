@@ -136,11 +136,11 @@ clef_engine::clef_engine(const clef_engine_options& options)
   const model_options& used = model_->options();
   const bool bf16 = used.dtype == compute_dtype::bf16;
   spdlog::info("clef engine: {} on {}, {} ({}), joint head {}", description_.model_id, used.device, bf16 ? "bf16" : "f32",
-               options.model.dtype ? "engine.dtype" : "the release's dtype",
+               options.model.dtype ? "engine.dtype" : used.dtype_reason,
                used.head_dtype == compute_dtype::bf16 ? "bf16" : "f32");
   if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
-    spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated; "
-                 "engine.dtype: f32 is usually faster here, at twice the memory (docs/performance.md)");
+    spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated "
+                 "and slower than f32 (docs/performance.md)");
   }
   description_.release_date = file_date(options.model_dir / "config.json");
   check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());

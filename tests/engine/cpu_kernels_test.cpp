@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 
 namespace baton::clef::detail {
 namespace {
@@ -50,9 +51,9 @@ struct attention_case {
   attention_blocks blocks;
 };
 
-class cpu_attention : public testing::TestWithParam<at::ScalarType> {};
+class cpu_kernels : public testing::TestWithParam<at::ScalarType> {};
 
-TEST_P(cpu_attention, equals_the_unfused_softmax_for_every_record_block_size_and_mask) {
+TEST_P(cpu_kernels, equals_the_unfused_softmax_for_every_record_block_size_and_mask) {
   const at::ScalarType type = GetParam();
   const double tolerance = type == at::kFloat ? 1e-5 : 2e-2;  // bf16: the probabilities' rounding
   const std::vector<attention_case> cases = {
@@ -79,7 +80,7 @@ TEST_P(cpu_attention, equals_the_unfused_softmax_for_every_record_block_size_and
   }
 }
 
-TEST_P(cpu_attention, norm_and_rotary_in_one_pass_equal_the_aten_operations) {
+TEST_P(cpu_kernels, norm_and_rotary_in_one_pass_equal_the_aten_operations) {
   const at::ScalarType type = GetParam();
   at::manual_seed(11);
   const std::int64_t n = 77, heads = 6, dim = 32;
@@ -125,7 +126,31 @@ TEST(cpu_attention_blocks, zeros_choose_about_256_gemm_rows_and_256_keys) {
   EXPECT_EQ(asked.keys, 96);
 }
 
-INSTANTIATE_TEST_SUITE_P(dtypes, cpu_attention, testing::Values(at::kFloat, at::kBFloat16),
+// Every way the row count is split (multiples of 256 and 16, the rest) and a weight read through
+// strides, against ATen's matmul of the unpacked weight.
+TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
+  if (!packed_linear::available()) GTEST_SKIP() << "built without oneDNN";
+  const at::ScalarType type = GetParam();
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({96, 80}).to(type);
+  const at::Tensor strided = at::randn({80, 96}).to(type).t();  // [96, 80], not contiguous
+  for (const auto& weight : {w, strided}) {
+    const packed_linear packed(weight);
+    EXPECT_GE(packed.bytes(), weight.numel() * static_cast<std::int64_t>(weight.element_size()));
+    for (const std::int64_t rows : {1, 15, 16, 17, 255, 256, 300, 600}) {
+      const at::Tensor x = at::randn({rows, 80}).to(type);
+      const at::Tensor y = packed(x);
+      ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{rows, 96}));
+      ASSERT_EQ(y.scalar_type(), type);
+      const at::Tensor expected = at::matmul(x.to(at::kFloat), weight.to(at::kFloat).t());
+      const double error = (y.to(at::kFloat) - expected).abs().max().item<double>();
+      // bf16: the output's rounding (values up to ~40, 8 bits of mantissa).
+      EXPECT_LE(error, type == at::kFloat ? 1e-4 : 0.25) << rows << " rows";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(dtypes, cpu_kernels, testing::Values(at::kFloat, at::kBFloat16),
                          [](const testing::TestParamInfo<at::ScalarType>& info) {
                            return std::string(info.param == at::kFloat ? "f32" : "bf16");
                          });

@@ -91,6 +91,28 @@ TEST(cpu_features, native_bf16_is_what_proc_cpuinfo_lists) {
   EXPECT_EQ(cpu_has_native_bf16(), listed) << line;
 }
 
+// The dtype a model runs when none is configured: the release's, except bf16 on a CPU that would
+// emulate it, which runs in f32 while the copy fits in four fifths of the free memory.
+TEST(cpu_features, default_dtype_is_f32_only_where_bf16_is_emulated_and_the_copy_fits) {
+  const std::int64_t gib = 1ll << 30;
+  EXPECT_EQ(choose_dtype(false, false, 0, 0).dtype, compute_dtype::f32);
+  EXPECT_EQ(choose_dtype(false, true, 0, 0).dtype, compute_dtype::f32);
+  const dtype_choice native = choose_dtype(true, true, 100 * gib, gib);
+  EXPECT_EQ(native.dtype, compute_dtype::bf16);
+  EXPECT_EQ(native.reason, "the release's dtype");
+  const dtype_choice emulated = choose_dtype(true, false, 2 * gib, 10 * gib);
+  EXPECT_EQ(emulated.dtype, compute_dtype::f32);
+  EXPECT_NE(emulated.reason.find("neither avx512_bf16 nor AMX-BF16"), std::string::npos) << emulated.reason;
+  EXPECT_NE(emulated.reason.find("2 GiB"), std::string::npos) << emulated.reason;
+  EXPECT_EQ(choose_dtype(true, false, 8 * gib, 10 * gib).dtype, compute_dtype::f32);  // exactly four fifths
+  // The full model's experts in f32 (~116 GB) on a 64 GB machine: bf16, and the log says why.
+  const dtype_choice big = choose_dtype(true, false, 116 * gib, 64 * gib);
+  EXPECT_EQ(big.dtype, compute_dtype::bf16);
+  EXPECT_NE(big.reason.find("116 GiB"), std::string::npos) << big.reason;
+  EXPECT_NE(big.reason.find("64 GiB available"), std::string::npos) << big.reason;
+  EXPECT_EQ(choose_dtype(true, false, gib, 0).dtype, compute_dtype::bf16);  // free memory unknown
+}
+
 // The skip test above proves something only if the skipped shard cannot be read.
 TEST(release_loader, skipped_shard_of_the_fixture_is_not_a_safetensors_file) {
   EXPECT_THROW(safetensors_file(release_dir("valid") / "model-00003-of-00003.safetensors"), load_error);

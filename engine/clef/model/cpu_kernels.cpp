@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#if BATON_CPU_FUSED_ATTENTION
+#if BATON_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
@@ -14,11 +14,11 @@
 #include <stdexcept>
 #include <string>
 
-#ifndef BATON_CPU_FUSED_ATTENTION
-#define BATON_CPU_FUSED_ATTENTION 0
+#ifndef BATON_ONEDNN
+#define BATON_ONEDNN 0
 #endif
 
-#if BATON_CPU_FUSED_ATTENTION
+#if BATON_ONEDNN
 // oneDNN's bf16 GEMM (bf16 inputs, fp32 accumulation and output, row-major like dnnl_sgemm). It is
 // exported by every oneDNN 2.x and 3.x library (its gemm-based matmul and benchdnn call it) but
 // declared only in an internal header, hence here; bfloat16 is 16 bits either way.
@@ -36,7 +36,7 @@ namespace {
 // vectorised expf of glibc's libmvec), which assumes no infinities.
 constexpr float lowest_score = -1e30F;
 
-#if BATON_CPU_FUSED_ATTENTION
+#if BATON_ONEDNN
 void check(dnnl_status_t status, const char* what) {
   if (status != dnnl_success) {
     throw std::runtime_error(std::string("attention: oneDNN ") + what + " failed with status " +
@@ -106,7 +106,7 @@ struct block_scratch {
   std::vector<float> l;   // running row sums
 };
 
-#if BATON_CPU_FUSED_ATTENTION
+#if BATON_ONEDNN
 template <typename T>
 void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<std::int64_t>& lengths,
          float scale, bool causal, at::Tensor& out, attention_blocks blocks) {
@@ -301,12 +301,12 @@ attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t 
   return blocks;
 }
 
-bool attention_cpu_built() noexcept { return BATON_CPU_FUSED_ATTENTION != 0; }
+bool attention_cpu_built() noexcept { return BATON_ONEDNN != 0; }
 
 void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
                    attention_blocks blocks) {
-#if !BATON_CPU_FUSED_ATTENTION
+#if !BATON_ONEDNN
   throw std::logic_error("attention: built without oneDNN, so without the fused CPU kernel");
 #else
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();

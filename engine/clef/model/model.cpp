@@ -4,16 +4,34 @@
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <thread>
 
 #include "engine/clef/model/audio_encoder.hpp"
+#include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/joint_head.hpp"
 #include "engine/clef/model/rope_index.hpp"
 #include "engine/clef/model/thinker.hpp"
 #include "engine/clef/model/vision_encoder.hpp"
 
 namespace baton::clef {
+
+dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes,
+                          std::int64_t available_bytes) {
+  if (!file_bf16) return {compute_dtype::f32, "the release's dtype"};
+  if (native_bf16) return {compute_dtype::bf16, "the release's dtype"};
+  // Emulated bf16 is slower than f32 (docs/performance.md), but f32 doubles the converted weights:
+  // f32 only while the copy leaves a fifth of the free memory.
+  const std::int64_t gib = 1ll << 30;
+  if (available_bytes > 0 && f32_copy_bytes <= available_bytes / 5 * 4) {
+    return {compute_dtype::f32, "this CPU has neither avx512_bf16 nor AMX-BF16, where f32 is faster; the f32 copy takes " +
+                                    std::to_string((f32_copy_bytes + gib - 1) / gib) + " GiB"};
+  }
+  return {compute_dtype::bf16, "the release's dtype: this CPU has no bf16 arithmetic, but an f32 copy (" +
+                                   std::to_string((f32_copy_bytes + gib - 1) / gib) + " GiB) would not fit in the " +
+                                   std::to_string(available_bytes / gib) + " GiB available"};
+}
 
 bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept {
   if (text == "f32" || text == "fp32" || text == "float32") {
@@ -45,14 +63,40 @@ at::Device parse_device(const std::string& text) {
   return *device;
 }
 
-// The options with every default decided: the compute dtype is the file's when none is asked for
-// (bf16 stays bf16, so nothing is converted or copied; f16 files compute in f32), the score budget
+// MemAvailable from /proc/meminfo in bytes; 0 when it cannot be read.
+std::int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// Bytes of the thinker's text weights in f32 when its bf16 matrices are converted (int8 experts
+// stay int8; embeddings and lm_head stay in the file's dtype, converted by the row).
+std::int64_t f32_copy_bytes(const release& files) {
+  const text_config& c = files.text();
+  const std::int64_t attention = 2 * c.hidden_size * c.num_heads * c.head_dim + 2 * c.hidden_size * c.num_kv_heads * c.head_dim;
+  const std::int64_t experts = files.int8_experts() ? 0 : 3 * c.num_experts * c.moe_intermediate_size * c.hidden_size;
+  return 4 * c.num_layers * (attention + experts + c.num_experts * c.hidden_size);
+}
+
+// The options with every default decided: the compute dtype (choose_dtype), the score budget
 // 4 MiB on the CPU (blocks that stay in cache and come from the allocator's free lists; 64 MiB
 // blocks were mapped afresh and page-faulted for every chunk) and 1 GiB on a GPU.
 model_options resolved(model_options options, const release& files, const at::Device& device) {
   if (!options.dtype) {
     const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
-    options.dtype = v.type == dtype::bf16 ? compute_dtype::bf16 : compute_dtype::f32;
+    const bool file_bf16 = v.type == dtype::bf16;
+    const bool native = !device.is_cpu() || cpu_has_native_bf16();
+    dtype_choice choice = file_bf16 && !native
+                              ? choose_dtype(true, false, f32_copy_bytes(files), available_memory())
+                              : choose_dtype(file_bf16, native, 0, 0);
+    options.dtype = choice.dtype;
+    options.dtype_reason = std::move(choice.reason);
   }
   if (options.score_budget_bytes <= 0) options.score_budget_bytes = device.is_cuda() ? (1ll << 30) : (4ll << 20);
   return options;

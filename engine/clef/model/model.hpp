@@ -22,7 +22,10 @@ namespace baton::clef {
 enum class compute_dtype { f32, bf16 };
 
 struct model_options {
-  std::optional<compute_dtype> dtype;             // thinker weights and activations; none: the file's
+  // Thinker weights and activations. None: the file's (bf16 stays bf16, nothing is converted),
+  // except a bf16 release on a CPU without bf16 arithmetic, which runs in f32 where the copy fits
+  // (choose_dtype).
+  std::optional<compute_dtype> dtype;
   compute_dtype head_dtype = compute_dtype::f32;  // the reference runs the head in the model dtype
   std::string device = "cpu";                     // "cpu", "cuda", "cuda:N"
   int threads = 0;                                // CPU threads; 0 = every core
@@ -30,7 +33,18 @@ struct model_options {
   // Bytes of fp32 attention scores per chunk of query rows (at least 32 rows); 0: 4 MiB on the
   // CPU (cache-sized, no fresh pages per chunk), 1 GiB on a GPU (fewer, larger kernels).
   std::int64_t score_budget_bytes = 0;
+  // Set at load when `dtype` was not given: why the model runs the dtype it does.
+  std::string dtype_reason;
 };
+
+// The dtype a model runs when none is asked for. `file_bf16`: the thinker's weights are bf16 in the
+// release; `native_bf16`: the device multiplies bf16 natively (always on a GPU); `f32_copy_bytes`:
+// what converting the thinker's bf16 weights to f32 would cost; `available_bytes`: free memory.
+struct dtype_choice {
+  compute_dtype dtype;
+  std::string reason;
+};
+dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes, std::int64_t available_bytes);
 
 // Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; false on anything else.
 bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept;

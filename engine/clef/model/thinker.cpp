@@ -3,6 +3,8 @@
 #include "engine/clef/model/cpu_kernels.hpp"
 
 #include <ATen/Parallel.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <torch/version.h>  // the version macros only
 
 #include <algorithm>
@@ -34,6 +36,15 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
   return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+// Hands the pages of a mapped weight that is no longer read back to the kernel (whole pages
+// inside it only): they were read once to pack it, and would otherwise count as resident.
+void release_pages(const tensor_view& v) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(v.data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(v.data) + v.bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 // Whether at::_grouped_mm runs on `device`: libtorch 2.8 has it for compute capability 9.x only,
@@ -71,7 +82,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_kernels_(device.is_cpu() && (type == at::kFloat || type == at::kBFloat16)),
-      cpu_attention_(cpu_kernels_ && attention_cpu_built()) {
+      cpu_attention_(cpu_kernels_ && attention_cpu_built()),
+      packed_experts_(cpu_kernels_ && packed_linear::available() && !files.int8_experts()) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -112,6 +124,10 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       stack_experts(files, p, y, staging);
       continue;
     }
+    if (packed_experts_) {
+      pack_experts(files, p, y);
+      continue;
+    }
     for (std::int64_t e = 0; e < config_.num_experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
       if (!files.int8_experts()) {
@@ -145,6 +161,34 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     if (s % 3 == 2 && s < 3 * config_.mrope_section[2]) axis[i] = 2;
   }
   mrope_axis_ = long_tensor(axis, device_).view({1, 1, -1});
+}
+
+void thinker::pack_experts(const release& files, const std::string& prefix, layer& y) {
+  const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  const std::int64_t gate_up_bytes = packed_linear::bytes_for(2 * inter, hidden, type_),
+                     down_bytes = packed_linear::bytes_for(hidden, inter, type_);
+  // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
+  const auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
+  const std::int64_t per_expert = aligned(gate_up_bytes) + aligned(down_bytes);
+  const at::Tensor arena = packed_linear::arena(per_expert * experts);
+  y.gate_up_packed.resize(static_cast<std::size_t>(experts));
+  y.down_packed.resize(static_cast<std::size_t>(experts));
+  // Experts packed side by side; the mapped weights' pages are handed back once packed.
+  at::parallel_for(0, experts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t e = begin; e < end; ++e) {
+      const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+      auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
+      const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
+      y.gate_up_packed[static_cast<std::size_t>(e)] =
+          packed_linear(at::cat({w("gate_proj.weight"), w("up_proj.weight")}), slot.narrow(0, 0, gate_up_bytes));
+      y.down_packed[static_cast<std::size_t>(e)] =
+          packed_linear(w("down_proj.weight"), slot.narrow(0, aligned(gate_up_bytes), down_bytes));
+      for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
+        release_pages(files.thinker_tensor(x + name));
+      }
+    }
+  });
+  packed_bytes_ += per_expert * experts;
 }
 
 void thinker::stack_experts(const release& files, const std::string& prefix, layer& y,
@@ -442,9 +486,17 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
                           const std::vector<at::Tensor>& scales, std::size_t e) {
     return int8 ? dense(x, widen_int8(weights[e], x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
   };
+  const std::int64_t inter = config_.moe_intermediate_size;
   auto run_expert = [&](std::size_t e) {
     const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
-    at::Tensor h = expert_dense(x, w.gate, w.gate_scale, e);
+    at::Tensor h;
+    if (packed_experts_) {
+      const at::Tensor gu = w.gate_up_packed[e](x);
+      h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
+      results[e] = w.down_packed[e](h).mul_(sorted_weights.narrow(0, start[e], count[e]));
+      return;
+    }
+    h = expert_dense(x, w.gate, w.gate_scale, e);
     at::silu_(h).mul_(expert_dense(x, w.up, w.up_scale, e));
     results[e] = expert_dense(h, w.down, w.down_scale, e).mul_(sorted_weights.narrow(0, start[e], count[e]));
   };

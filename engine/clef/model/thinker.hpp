@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
@@ -49,6 +50,9 @@ class thinker {
     // [experts, 2 * moe_inter, hidden] and down [experts, hidden, moe_inter], int8 or in the
     // compute dtype; with int8, the scales [experts, 2 * moe_inter] and [experts, hidden].
     at::Tensor gate_up_all, down_all, gate_up_scale_all, down_scale_all;
+    // The CPU with oneDNN, fp32 or bf16 experts: each expert's gate and up rows as one packed
+    // weight [2 * moe_inter, hidden], and down packed, instead of the lists above.
+    std::vector<packed_linear> gate_up_packed, down_packed;
   };
 
   // The experts of a layer stacked on the device for the grouped path, through a host buffer
@@ -57,9 +61,14 @@ class thinker {
     at::Tensor gate_up, down, gate_up_scale, down_scale;
   };
   void stack_experts(const release& files, const std::string& prefix, layer& y, expert_staging& staging) const;
+  // The experts of a layer packed for the CPU (packed_experts_), into one arena per layer.
+  void pack_experts(const release& files, const std::string& prefix, layer& y);
 
   // RMSNorm of hidden states [N, hidden] with the weight w.
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const;
+  // Bytes of the packed expert weights (0 when the experts are not packed).
+  std::int64_t packed_bytes() const noexcept { return packed_bytes_; }
+
   // cos and sin [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
                                            const std::vector<std::int64_t>& lengths) const;
@@ -93,6 +102,8 @@ class thinker {
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
   bool cpu_kernels_ = false;      // norms, q/k norm and rotary through cpu_kernels.hpp
   bool cpu_attention_ = false;    // and attention (attention_cpu)
+  bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
+  std::int64_t packed_bytes_ = 0;
   attention_blocks attention_blocks_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows

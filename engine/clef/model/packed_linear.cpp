@@ -1,0 +1,251 @@
+#include "engine/clef/model/packed_linear.hpp"
+
+#include <ATen/ATen.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#ifndef BATON_ONEDNN
+#define BATON_ONEDNN 0
+#endif
+#if BATON_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_version.h>
+// The C API of oneDNN 2.x (Debian 12 ships 2.6); 3.x replaced its memory and matmul descriptors.
+static_assert(DNNL_VERSION_MAJOR == 2, "packed_linear is written against oneDNN 2.x");
+#endif
+
+namespace baton::clef::detail {
+
+#if BATON_ONEDNN
+namespace {
+
+void check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) {
+    throw std::runtime_error(std::string("packed matmul: oneDNN ") + what + " failed with status " +
+                             std::to_string(static_cast<int>(status)));
+  }
+}
+
+dnnl_engine_t cpu_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    check(dnnl_engine_create(&e, dnnl_cpu, 0), "engine_create");
+    return e;
+  }();
+  return engine;
+}
+
+// One stream per thread: the experts run side by side.
+dnnl_stream_t thread_stream() {
+  thread_local struct holder {
+    dnnl_stream_t stream = nullptr;
+    ~holder() {
+      if (stream != nullptr) dnnl_stream_destroy(stream);
+    }
+  } h;
+  if (h.stream == nullptr) check(dnnl_stream_create(&h.stream, cpu_engine(), dnnl_stream_default_flags), "stream_create");
+  return h.stream;
+}
+
+dnnl_data_type_t data_type(at::ScalarType t) {
+  if (t == at::kFloat) return dnnl_f32;
+  if (t == at::kBFloat16) return dnnl_bf16;
+  throw std::invalid_argument("packed matmul: fp32 or bf16 weights only");
+}
+
+dnnl_memory_desc_t plain(std::int64_t rows, std::int64_t cols, dnnl_data_type_t type) {
+  dnnl_memory_desc_t md;
+  const dnnl_dims_t dims = {rows, cols};
+  check(dnnl_memory_desc_init_by_tag(&md, 2, dims, type, dnnl_ab), "memory_desc_init");
+  return md;
+}
+
+// The matmul of `rows` rows for a weight [in -> out]; the packed layout is the one oneDNN picks
+// for 64 rows, and every row count's primitive is made for that layout.
+struct kernel {
+  dnnl_primitive_t primitive = nullptr;
+  dnnl_memory_desc_t src, dst;
+  std::size_t scratch_bytes = 0;
+};
+
+struct shape_key {
+  std::int64_t in, out;
+  dnnl_data_type_t type;
+  auto operator<=>(const shape_key&) const = default;
+};
+
+std::mutex cache_mutex;
+std::map<shape_key, dnnl_memory_desc_t> packed_layouts;
+std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, kernel> kernels;
+
+dnnl_primitive_desc_t make_desc(std::int64_t rows, const shape_key& s, const dnnl_memory_desc_t& weights) {
+  const dnnl_memory_desc_t src = plain(rows, s.in, s.type), dst = plain(rows, s.out, s.type);
+  dnnl_matmul_desc_t desc;
+  check(dnnl_matmul_desc_init(&desc, &src, &weights, nullptr, &dst), "matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+  // Our own scratchpad per call: the library's is shared between threads.
+  check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t status = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine(), nullptr);
+  dnnl_primitive_attr_destroy(attr);
+  check(status, "primitive_desc_create");
+  return pd;
+}
+
+dnnl_memory_desc_t packed_layout(const shape_key& s) {
+  const std::lock_guard lock(cache_mutex);
+  if (const auto it = packed_layouts.find(s); it != packed_layouts.end()) return it->second;
+  dnnl_memory_desc_t any;
+  const dnnl_dims_t dims = {s.in, s.out};
+  check(dnnl_memory_desc_init_by_tag(&any, 2, dims, s.type, dnnl_format_tag_any), "memory_desc_init");
+  const dnnl_primitive_desc_t pd = make_desc(64, s, any);
+  const dnnl_memory_desc_t layout = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  dnnl_primitive_desc_destroy(pd);
+  return packed_layouts.emplace(s, layout).first->second;
+}
+
+const kernel& kernel_for(std::int64_t rows, const shape_key& s, const dnnl_memory_desc_t& layout) {
+  const std::lock_guard lock(cache_mutex);
+  const auto key = std::make_tuple(rows, s.in, s.out, static_cast<int>(s.type));
+  if (const auto it = kernels.find(key); it != kernels.end()) return it->second;
+  const dnnl_primitive_desc_t pd = make_desc(rows, s, layout);
+  kernel k;
+  k.src = plain(rows, s.in, s.type);
+  k.dst = plain(rows, s.out, s.type);
+  k.scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  const dnnl_status_t status = dnnl_primitive_create(&k.primitive, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check(status, "primitive_create");
+  return kernels.emplace(key, k).first->second;  // kept for the process's life, as oneDNN's own cache
+}
+
+struct memory {
+  dnnl_memory_t m = nullptr;
+  memory(const dnnl_memory_desc_t& md, void* data) { check(dnnl_memory_create(&m, &md, cpu_engine(), data), "memory_create"); }
+  ~memory() { dnnl_memory_destroy(m); }
+  memory(const memory&) = delete;
+  memory& operator=(const memory&) = delete;
+};
+
+}  // namespace
+
+struct packed_linear::impl {
+  shape_key shape;
+  dnnl_memory_desc_t layout;
+  at::Tensor data;  // the packed weight
+  at::ScalarType type;
+};
+
+bool packed_linear::available() noexcept { return true; }
+
+std::int64_t packed_linear::bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type) {
+  const dnnl_memory_desc_t layout = packed_layout({in, out, data_type(type)});
+  return static_cast<std::int64_t>(dnnl_memory_desc_get_size(&layout));
+}
+
+packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(std::make_unique<impl>()) {
+  impl_->type = w.scalar_type();
+  impl_->shape = {w.size(1), w.size(0), data_type(w.scalar_type())};
+  impl_->layout = packed_layout(impl_->shape);
+  const auto size = static_cast<std::int64_t>(dnnl_memory_desc_get_size(&impl_->layout));
+  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(size)) {
+    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
+  }
+  impl_->data = storage.defined() ? storage.narrow(0, 0, size) : at::empty({size}, at::TensorOptions().dtype(at::kByte));
+  // w [out, in] read as the matmul's [in, out] weights through its strides.
+  dnnl_memory_desc_t from;
+  const dnnl_dims_t dims = {w.size(1), w.size(0)}, strides = {w.stride(1), w.stride(0)};
+  check(dnnl_memory_desc_init_by_strides(&from, 2, dims, impl_->shape.type, strides), "memory_desc_init");
+  dnnl_primitive_desc_t pd = nullptr;
+  check(dnnl_reorder_primitive_desc_create(&pd, &from, cpu_engine(), &impl_->layout, cpu_engine(), nullptr),
+        "reorder_desc_create");
+  dnnl_primitive_t reorder = nullptr;
+  const dnnl_status_t status = dnnl_primitive_create(&reorder, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check(status, "reorder_create");
+  {
+    memory src(from, w.data_ptr()), dst(impl_->layout, impl_->data.data_ptr());
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.m}, {DNNL_ARG_TO, dst.m}};
+    const dnnl_status_t run = dnnl_primitive_execute(reorder, thread_stream(), 2, args);
+    dnnl_stream_wait(thread_stream());
+    dnnl_primitive_destroy(reorder);
+    check(run, "reorder");
+  }
+}
+
+std::int64_t packed_linear::bytes() const noexcept { return impl_ ? impl_->data.numel() : 0; }
+
+at::Tensor packed_linear::operator()(const at::Tensor& x) const {
+  const at::Tensor xc = x.contiguous();
+  const std::int64_t rows = xc.size(0);
+  at::Tensor y = at::empty({rows, impl_->shape.out}, xc.options());
+  const std::int64_t elem = static_cast<std::int64_t>(xc.element_size());
+  auto* src = static_cast<char*>(xc.data_ptr());
+  auto* dst = static_cast<char*>(y.data_ptr());
+  // Row counts in at most three calls (a multiple of 256, of 16, and the rest), so a layer's
+  // experts share ~31 primitives per weight shape instead of one per row count.
+  for (std::int64_t done = 0; done < rows;) {
+    const std::int64_t left = rows - done;
+    const std::int64_t n = left >= 256 ? 256 : left >= 16 ? left / 16 * 16 : left;
+    const kernel& k = kernel_for(n, impl_->shape, impl_->layout);
+    at::Tensor scratch;
+    if (k.scratch_bytes > 0) scratch = at::empty({static_cast<std::int64_t>(k.scratch_bytes)}, at::TensorOptions().dtype(at::kByte));
+    const dnnl_memory_desc_t scratch_md = [&] {
+      dnnl_memory_desc_t md;
+      const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(k.scratch_bytes)};
+      check(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), "memory_desc_init");
+      return md;
+    }();
+    memory s(k.src, src + done * impl_->shape.in * elem), w(impl_->layout, impl_->data.data_ptr()),
+        d(k.dst, dst + done * impl_->shape.out * elem), pad(scratch_md, scratch.defined() ? scratch.data_ptr() : nullptr);
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, s.m}, {DNNL_ARG_WEIGHTS, w.m}, {DNNL_ARG_DST, d.m}, {DNNL_ARG_SCRATCHPAD, pad.m}};
+    check(dnnl_primitive_execute(k.primitive, thread_stream(), 4, args), "matmul");
+    dnnl_stream_wait(thread_stream());
+    done += n;
+  }
+  return y;
+}
+
+#else
+
+struct packed_linear::impl {};
+bool packed_linear::available() noexcept { return false; }
+std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+packed_linear::packed_linear(const at::Tensor&, at::Tensor) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+std::int64_t packed_linear::bytes() const noexcept { return 0; }
+at::Tensor packed_linear::operator()(const at::Tensor&) const {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+
+#endif
+
+at::Tensor packed_linear::arena(std::int64_t bytes) {
+  constexpr std::size_t huge = 2u << 20;
+  const std::size_t size = (static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)) + huge - 1) / huge * huge;
+  void* p = nullptr;
+  if (::posix_memalign(&p, huge, size) != 0) throw std::bad_alloc();
+  ::madvise(p, size, MADV_HUGEPAGE);  // advice only: without THP the pages are simply 4 KiB
+  return at::from_blob(p, {bytes}, [](void* q) { std::free(q); }, at::TensorOptions().dtype(at::kByte));
+}
+
+packed_linear::packed_linear() noexcept = default;
+packed_linear::packed_linear(packed_linear&&) noexcept = default;
+packed_linear& packed_linear::operator=(packed_linear&&) noexcept = default;
+packed_linear::~packed_linear() = default;
+
+}  // namespace baton::clef::detail

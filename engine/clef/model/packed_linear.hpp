@@ -1,0 +1,44 @@
+// A weight packed once, at load, into oneDNN's blocked layout for its matmul, so the expert
+// matmuls of a few rows each no longer pack their weight on every call (a fifth of the MoE's time
+// at 512 tokens, docs/performance.md). Only in builds with oneDNN (packed_linear::available()).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace baton::clef::detail {
+
+class packed_linear {
+ public:
+  // Whether this build has oneDNN; without it nothing may be packed.
+  static bool available() noexcept;
+
+  // Bytes the packed copy of a weight [out, in] of `type` takes.
+  static std::int64_t bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type);
+  // Bytes for packed weights, 2 MiB-aligned and backed by transparent huge pages where the kernel
+  // allows: one page fault per 2 MiB instead of per 4 KiB when they are first written.
+  static at::Tensor arena(std::int64_t bytes);
+
+  packed_linear() noexcept;
+  // Packs w [out, in] (fp32 or bf16, on the CPU, any strides) into `storage` (bytes, at least
+  // bytes_for; a fresh buffer when undefined); w is not read afterwards.
+  explicit packed_linear(const at::Tensor& w, at::Tensor storage = {});
+  packed_linear(packed_linear&&) noexcept;
+  packed_linear& operator=(packed_linear&&) noexcept;
+  ~packed_linear();
+
+  bool packed() const noexcept { return impl_ != nullptr; }
+  std::int64_t bytes() const noexcept;  // the packed copy's size
+
+  // x [rows, in] (contiguous, the weight's dtype) @ wᵀ: [rows, out]. Runs on the calling thread
+  // (inside a parallel region, as the MoE calls it, or alone).
+  at::Tensor operator()(const at::Tensor& x) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace baton::clef::detail
