@@ -15,6 +15,7 @@
 // bf16 with its int8 experts. --device cuda runs the forwards on a GPU (the matmul ceiling is
 // still the CPU's).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include "bench/random_release.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/release.hpp"
 
@@ -40,6 +42,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace baton::clef;
 using namespace baton::clef::bench;
+using baton::clef::detail::packed_linear;
 using clock_type = std::chrono::steady_clock;
 
 // ---- process counters ----------------------------------------------------------------------
@@ -97,6 +100,7 @@ std::string blas_core() {
 struct mm_figure {
   std::int64_t m, k, n;
   double gflops;  // median over the calls of one measurement
+  bool packed = false;  // oneDNN on a packed weight, one matmul per thread, as the CPU experts run
 };
 
 // x [m, k] @ w.T for w [n, k], as the model's dense() lays its weights out; output preallocated.
@@ -116,6 +120,33 @@ mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarT
   return {m, k, n, flops / summarise(seconds).median / 1e9};
 }
 
+// The same shape as the CPU's experts run it: the weight packed once (packed_linear), every thread
+// multiplying its own rows at once; GFLOP/s of all threads together.
+mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type) {
+  const packed_linear w(at::randn({n, k}).to(type));
+  const int threads = at::get_num_threads();
+  std::vector<at::Tensor> xs;
+  for (int i = 0; i < threads; ++i) xs.push_back(at::randn({m, k}).to(type));
+  constexpr int calls = 4;
+  auto round = [&] {
+    at::parallel_for(0, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        for (int c = 0; c < calls; ++c) (void)w(xs[static_cast<std::size_t>(i)]);
+      }
+    });
+  };
+  round();
+  std::vector<double> seconds;
+  const auto start = clock_type::now();
+  while (seconds.size() < 5 || (ms_since(start) < 500 && seconds.size() < 1000)) {
+    const auto t = clock_type::now();
+    round();
+    seconds.push_back(ms_since(t) / 1e3);
+  }
+  const double flops = 2.0 * calls * threads * static_cast<double>(m * k) * static_cast<double>(n);
+  return {m, k, n, flops / summarise(seconds).median / 1e9, true};
+}
+
 // The MoE's per-expert shape at each length (gate/up: tokens * top_k / experts rows), a 512-row
 // block of it, and a big square.
 std::vector<mm_figure> measure_ceiling(const text_config& c,
@@ -128,6 +159,11 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
   }
   out.push_back(measure_mm(512, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(2048, 2048, 2048, type));
+  if (packed_linear::available()) {
+    for (const std::int64_t rows : {std::int64_t{256}, std::int64_t{1024}}) {
+      out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
+    }
+  }
   return out;
 }
 
@@ -472,7 +508,8 @@ int run(const arguments& args) {
     for (const auto& f : ceiling) {
       std::cout << nlohmann::json{{"kind", "matmul"}, {"dtype", args.dtype},
                                   {"threads", args.threads}, {"blas", blas},
-                                  {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops}}
+                                  {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops},
+                                  {"packed", f.packed}}
                        .dump()
                 << "\n";
     }
@@ -485,11 +522,12 @@ int run(const arguments& args) {
               load_faults.major);
   print_memory("before load", before_load);
   print_memory("after load", after_load);
-  std::printf("\n  at::mm ceiling (x @ w.T, %s, %d threads; fp32 BLAS: %s)\n", args.dtype.c_str(),
-              args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
+  std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
+              "packed once, a matmul per thread)\n",
+              args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
   for (const auto& f : ceiling) {
-    std::printf("    %5lld x %4lld x %4lld %8.1f GFLOP/s\n", static_cast<long long>(f.m),
-                static_cast<long long>(f.k), static_cast<long long>(f.n), f.gflops);
+    std::printf("    %-7s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", f.packed ? "packed" : "at::mm",
+                static_cast<long long>(f.m), static_cast<long long>(f.k), static_cast<long long>(f.n), f.gflops);
   }
   std::printf("    ceiling: %.1f GFLOP/s\n", peak);
   for (const auto& f : forwards) print_forward(f, args, peak);
