@@ -160,6 +160,11 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
   out.push_back(measure_mm(512, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(2048, 2048, 2048, type));
   if (packed_linear::available()) {
+    // The experts' own row counts (what the MoE can reach at each length), then wider blocks.
+    for (const auto t : lengths) {
+      const std::int64_t rows = std::max<std::int64_t>(1, t * c.experts_per_token / c.num_experts);
+      out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
+    }
     for (const std::int64_t rows : {std::int64_t{256}, std::int64_t{1024}}) {
       out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
     }
