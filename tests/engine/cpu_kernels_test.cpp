@@ -11,6 +11,7 @@
 
 #include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/packed_linear.hpp"
+#include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
 namespace {
@@ -148,6 +149,33 @@ TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
       EXPECT_LE(error, type == at::kFloat ? 1e-4 : 0.25) << rows << " rows";
     }
   }
+}
+
+// The per-token sum must be bit for bit the index_add_ loop it replaces (the reference's order),
+// with an expert that gets no rows.
+TEST_P(cpu_kernels, expert_outputs_sum_per_token_exactly_as_the_index_add_loop) {
+  const at::ScalarType type = GetParam();
+  at::manual_seed(5);
+  const std::int64_t tokens = 53, top_k = 3, experts = 8, hidden = 40;
+  std::vector<at::Tensor> picks;
+  for (std::int64_t t = 0; t < tokens; ++t) picks.push_back(at::randperm(experts - 1, at::kLong).narrow(0, 0, top_k));
+  const at::Tensor flat = at::stack(picks).reshape({-1});  // expert 7 never chosen
+  const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
+  const at::Tensor counts = at::bincount(flat, {}, experts);
+  std::vector<std::int64_t> start(static_cast<std::size_t>(experts) + 1, 0);
+  std::vector<at::Tensor> results(static_cast<std::size_t>(experts));
+  at::Tensor expected = at::zeros({tokens, hidden}, at::TensorOptions().dtype(type));
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const std::int64_t n = counts[e].item<std::int64_t>();
+    start[static_cast<std::size_t>(e) + 1] = start[static_cast<std::size_t>(e)] + n;
+    if (n == 0) continue;
+    results[static_cast<std::size_t>(e)] = at::randn({n, hidden}).mul(3).to(type);
+    const at::Tensor rows = at::floor_divide(order.narrow(0, start[static_cast<std::size_t>(e)], n), top_k);
+    expected.index_add_(0, rows, results[static_cast<std::size_t>(e)]);
+  }
+  const at::Tensor summed = sum_in_expert_order(results, flat, order, start, tokens, top_k);
+  ASSERT_EQ(summed.scalar_type(), type);
+  EXPECT_TRUE(at::equal(summed, expected)) << (summed.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>();
 }
 
 INSTANTIATE_TEST_SUITE_P(dtypes, cpu_kernels, testing::Values(at::kFloat, at::kBFloat16),

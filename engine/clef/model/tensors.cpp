@@ -1,11 +1,15 @@
 #include "engine/clef/model/tensors.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
+#include <utility>
 
 namespace baton::clef::detail {
 
@@ -119,6 +123,61 @@ at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type) {
     widen_to_f32(in, buffer.data_ptr<float>(), n);
   }
   return buffer.narrow(0, 0, n).view(q.sizes());
+}
+
+namespace {
+
+template <typename T>
+at::Tensor sum_ordered(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
+                       const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k) {
+  std::vector<at::Tensor> rows(results.size());
+  std::int64_t hidden = 0;
+  at::TensorOptions options;
+  for (std::size_t e = 0; e < results.size(); ++e) {
+    if (!results[e].defined()) continue;
+    rows[e] = results[e].contiguous();
+    hidden = rows[e].size(1);
+    options = rows[e].options();
+  }
+  const at::Tensor experts = flat.contiguous(), sorted = order.contiguous();
+  const auto* expert_of = experts.data_ptr<std::int64_t>();
+  const auto* by_expert = sorted.data_ptr<std::int64_t>();
+  const std::int64_t pairs = tokens * top_k;
+  std::vector<std::int64_t> rank(static_cast<std::size_t>(pairs));  // a pair's place in `order`
+  for (std::int64_t j = 0; j < pairs; ++j) rank[static_cast<std::size_t>(by_expert[j])] = j;
+  at::Tensor out = at::empty({tokens, hidden}, options);
+  T* od = out.data_ptr<T>();
+  at::parallel_for(0, tokens, 16, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::pair<std::int64_t, const T*>> slots(static_cast<std::size_t>(top_k));
+    for (std::int64_t t = begin; t < end; ++t) {
+      for (std::int64_t k = 0; k < top_k; ++k) {
+        const auto pair = static_cast<std::size_t>(t * top_k + k);
+        const std::int64_t e = expert_of[pair];
+        const std::int64_t row = rank[pair] - start[static_cast<std::size_t>(e)];
+        slots[static_cast<std::size_t>(k)] = {e, rows[static_cast<std::size_t>(e)].template data_ptr<T>() + row * hidden};
+      }
+      std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      T* acc = od + t * hidden;
+      std::fill_n(acc, hidden, T(0));
+      for (const auto& [e, src] : slots) {
+        for (std::int64_t j = 0; j < hidden; ++j) acc[j] = static_cast<T>(static_cast<float>(acc[j]) + static_cast<float>(src[j]));
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+at::Tensor sum_in_expert_order(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
+                               const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k) {
+  at::ScalarType type = at::kFloat;
+  for (const auto& r : results) {
+    if (r.defined()) type = r.scalar_type();
+  }
+  if (type == at::kBFloat16) return sum_ordered<c10::BFloat16>(results, flat, order, start, tokens, top_k);
+  if (type == at::kFloat) return sum_ordered<float>(results, flat, order, start, tokens, top_k);
+  throw std::invalid_argument("sum_in_expert_order: fp32 or bf16 outputs only");
 }
 
 }  // namespace baton::clef::detail

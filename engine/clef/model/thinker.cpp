@@ -514,6 +514,7 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   }
 
   // Summed in expert order, as transformers' per-expert index_add_ loop does.
+  if (cpu_kernels_ && n_tokens > 0) return sum_in_expert_order(results, flat, order, start, n_tokens, top_k);
   at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
   for (std::size_t e = 0; e < n_experts; ++e) {
     if (count[e] > 0) out.index_add_(0, token_of.narrow(0, start[e], count[e]), results[e]);
