@@ -1,6 +1,7 @@
 #include "engine/clef/model/packed_linear.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <sys/mman.h>
 
@@ -185,17 +186,15 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
 
 std::int64_t packed_linear::bytes() const noexcept { return impl_ ? impl_->data.numel() : 0; }
 
-at::Tensor packed_linear::operator()(const at::Tensor& x) const {
-  const at::Tensor xc = x.contiguous();
-  const std::int64_t rows = xc.size(0);
-  at::Tensor y = at::empty({rows, impl_->shape.out}, xc.options());
-  const std::int64_t elem = static_cast<std::int64_t>(xc.element_size());
-  auto* src = static_cast<char*>(xc.data_ptr());
+// Rows [begin, end) of x times the weight into y, on the calling thread. Row counts go in at most
+// three calls (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives
+// per weight shape instead of one per row count.
+void packed_linear::multiply_rows(const at::Tensor& x, at::Tensor& y, std::int64_t begin, std::int64_t end) const {
+  const std::int64_t elem = static_cast<std::int64_t>(x.element_size());
+  auto* src = static_cast<char*>(x.data_ptr());
   auto* dst = static_cast<char*>(y.data_ptr());
-  // Row counts in at most three calls (a multiple of 256, of 16, and the rest), so a layer's
-  // experts share ~31 primitives per weight shape instead of one per row count.
-  for (std::int64_t done = 0; done < rows;) {
-    const std::int64_t left = rows - done;
+  for (std::int64_t done = begin; done < end;) {
+    const std::int64_t left = end - done;
     const std::int64_t n = left >= 256 ? 256 : left >= 16 ? left / 16 * 16 : left;
     const kernel& k = kernel_for(n, impl_->shape, impl_->layout);
     at::Tensor scratch;
@@ -214,6 +213,22 @@ at::Tensor packed_linear::operator()(const at::Tensor& x) const {
     dnnl_stream_wait(thread_stream());
     done += n;
   }
+}
+
+at::Tensor packed_linear::operator()(const at::Tensor& x) const {
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty({xc.size(0), impl_->shape.out}, xc.options());
+  multiply_rows(xc, y, 0, xc.size(0));
+  return y;
+}
+
+at::Tensor packed_linear::parallel(const at::Tensor& x) const {
+  const at::Tensor xc = x.contiguous();
+  const std::int64_t rows = xc.size(0), blocks = (rows + 255) / 256;
+  at::Tensor y = at::empty({rows, impl_->shape.out}, xc.options());
+  at::parallel_for(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    multiply_rows(xc, y, begin * 256, std::min(rows, end * 256));
+  });
   return y;
 }
 
@@ -229,6 +244,12 @@ packed_linear::packed_linear(const at::Tensor&, at::Tensor) {
 }
 std::int64_t packed_linear::bytes() const noexcept { return 0; }
 at::Tensor packed_linear::operator()(const at::Tensor&) const {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+at::Tensor packed_linear::parallel(const at::Tensor&) const {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+void packed_linear::multiply_rows(const at::Tensor&, at::Tensor&, std::int64_t, std::int64_t) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 

@@ -35,8 +35,11 @@ class packed_linear {
   // x [rows, in] (contiguous, the weight's dtype) @ wᵀ: [rows, out]. Runs on the calling thread
   // (inside a parallel region, as the MoE calls it, or alone).
   at::Tensor operator()(const at::Tensor& x) const;
+  // The same with blocks of 256 rows spread over the threads: for a whole batch's tokens.
+  at::Tensor parallel(const at::Tensor& x) const;
 
  private:
+  void multiply_rows(const at::Tensor& x, at::Tensor& y, std::int64_t begin, std::int64_t end) const;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

@@ -83,7 +83,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_kernels_(device.is_cpu() && (type == at::kFloat || type == at::kBFloat16)),
       cpu_attention_(cpu_kernels_ && attention_cpu_built()),
-      packed_experts_(cpu_kernels_ && packed_linear::available() && !files.int8_experts()) {
+      packed_experts_(cpu_kernels_ && packed_linear::available() && !files.int8_experts()),
+      packed_attention_(cpu_kernels_ && packed_linear::available() && type == at::kFloat) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -120,6 +121,15 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
+    if (packed_attention_) {
+      for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
+                                          std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
+        *packed = packed_linear(*weight);
+        packed_bytes_ += packed->bytes();
+        *weight = at::Tensor();
+        release_pages(files.thinker_tensor(p + "self_attn." + name + ".weight"));
+      }
+    }
     if (grouped_) {
       stack_experts(files, p, y, staging);
       continue;
@@ -318,18 +328,21 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
   const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
                      kv_heads = config_.num_kv_heads, dim = config_.head_dim;
   const double eps = config_.rms_norm_eps;
+  auto project = [&](const at::Tensor& x, const at::Tensor& weight, const packed_linear& packed) {
+    return packed.packed() ? packed.parallel(x) : dense(x, weight);
+  };
   if (cpu_kernels_) {
     // Norm and rotary in one pass over the projections.
-    at::Tensor q = dense(a, w.q).view({n_tokens, heads, dim});
-    at::Tensor k = dense(a, w.k).view({n_tokens, kv_heads, dim});
-    const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
+    at::Tensor q = project(a, w.q, w.q_packed).view({n_tokens, heads, dim});
+    at::Tensor k = project(a, w.k, w.k_packed).view({n_tokens, kv_heads, dim});
+    const at::Tensor v = project(a, w.v, w.v_packed).view({n_tokens, kv_heads, dim});
     rms_norm_rope_cpu(q, w.q_norm, eps, cos, sin);
     rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
     if (cpu_attention_) {
       at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
       attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out,
                     attention_blocks_);
-      return dense(out, w.o);
+      return project(out, w.o, w.o_packed);
     }
     return chunked_attention(w, q, k, v, lengths, scratch);
   }

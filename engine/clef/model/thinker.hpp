@@ -53,6 +53,9 @@ class thinker {
     // The CPU with oneDNN, fp32 or bf16 experts: each expert's gate and up rows as one packed
     // weight [2 * moe_inter, hidden], and down packed, instead of the lists above.
     std::vector<packed_linear> gate_up_packed, down_packed;
+    // fp32 on the CPU with oneDNN: q, k, v and o packed (the tensors above then undefined), since
+    // OpenBLAS may run fp32 on older kernels than the CPU has (OPENBLAS_CORETYPE).
+    packed_linear q_packed, k_packed, v_packed, o_packed;
   };
 
   // The experts of a layer stacked on the device for the grouped path, through a host buffer
@@ -103,6 +106,7 @@ class thinker {
   bool cpu_kernels_ = false;      // norms, q/k norm and rotary through cpu_kernels.hpp
   bool cpu_attention_ = false;    // and attention (attention_cpu)
   bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
+  bool packed_attention_ = false; // q, k, v and o packed at load (fp32 only)
   std::int64_t packed_bytes_ = 0;
   attention_blocks attention_blocks_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
