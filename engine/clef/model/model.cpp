@@ -106,14 +106,16 @@ model_options resolved(model_options options, const release& files, const at::De
 }
 
 // Keeps the activations' memory in the process between forwards. glibc hands blocks above its
-// mmap threshold, and freed memory above its trim threshold (per thread arena too), back to the
-// kernel, and every forward then page-faults them in afresh: 127,000 faults (~1.3 s) per fp32
-// forward of 2,048 tokens on the mid-size release, 1.07 M at 8,192 (docs/performance.md). With a
-// 32 MiB mmap threshold (glibc's largest) and trimming only past 2 GiB, freed blocks are reused;
-// the process keeps its high-water mark of activations instead. Once per process, on the CPU.
+// mmap threshold (32 MiB at most), and freed memory above its trim threshold (per thread arena
+// too), back to the kernel, and every forward then page-faults them in afresh: 127,000 faults
+// (~1.3 s) per fp32 forward of 2,048 tokens on the mid-size release, 197,000 per bf16 forward of
+// 8,192 tokens on two real-shape layers, whose [8,192 x 4,096] activations are 64 MiB
+// (docs/performance.md). So no block is mmapped (it comes from the heap, where freed blocks are
+// reused) and the heap is trimmed only past 2 GiB free: the process keeps its high-water mark of
+// activations instead. Once per process, on the CPU.
 void keep_freed_memory() {
   static const bool done = [] {
-    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    ::mallopt(M_MMAP_MAX, 0);
     ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // mallopt takes an int
     return true;
   }();
