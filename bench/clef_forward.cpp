@@ -504,6 +504,7 @@ int run(const arguments& args) {
                                 {"dir", args.dir.string()},
                                 {"disk_mib", static_cast<double>(disk_bytes) / (1 << 20)},
                                 {"load_ms", load_ms},
+                                {"packed_mib", static_cast<double>(m->packed_bytes()) / (1 << 20)},
                                 {"minor_faults", load_faults.minor},
                                 {"major_faults", load_faults.major},
                                 {"before", memory_json(before_load)},
@@ -527,6 +528,7 @@ int run(const arguments& args) {
               load_faults.major);
   print_memory("before load", before_load);
   print_memory("after load", after_load);
+  std::printf("  packed at load for oneDNN: %.1f MiB\n", static_cast<double>(m->packed_bytes()) / (1 << 20));
   std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
               "packed once, a matmul per thread)\n",
               args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());

@@ -138,6 +138,10 @@ clef_engine::clef_engine(const clef_engine_options& options)
   spdlog::info("clef engine: {} on {}, {} ({}), joint head {}", description_.model_id, used.device, bf16 ? "bf16" : "f32",
                options.model.dtype ? "engine.dtype" : used.dtype_reason,
                used.head_dtype == compute_dtype::bf16 ? "bf16" : "f32");
+  if (model_->packed_bytes() > 0) {
+    spdlog::info("clef engine: {} MiB of weights packed at load for oneDNN's matmul (their mapped pages handed back)",
+                 model_->packed_bytes() >> 20);
+  }
   if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
     spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated "
                  "and slower than f32 (docs/performance.md)");

@@ -14,6 +14,7 @@
 
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 
 namespace baton::clef {
 namespace {
@@ -133,6 +134,14 @@ TEST_P(valid_model, loads_and_scores_a_one_question_record) {
   ASSERT_EQ(out[0].size(), 1u);
   ASSERT_EQ(out[0][0].size(), 2u);
   for (float logit : out[0][0]) EXPECT_TRUE(std::isfinite(logit)) << logit;
+  // On the CPU with oneDNN the experts are packed at load (at least their own size in the dtype).
+  const text_config& c = m->files().text();
+  const std::int64_t elem = GetParam() == compute_dtype::f32 ? 4 : 2;
+  if (detail::packed_linear::available()) {
+    EXPECT_GE(m->packed_bytes(), c.num_layers * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size * elem);
+  } else {
+    EXPECT_EQ(m->packed_bytes(), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(dtypes, valid_model, testing::Values(compute_dtype::f32, compute_dtype::bf16),

@@ -149,6 +149,7 @@ class model_impl final : public model {
   }
 
   const release& files() const noexcept override { return files_; }
+  std::int64_t packed_bytes() const noexcept override { return thinker_.packed_bytes(); }
   const model_options& options() const noexcept override { return options_; }
 
   std::vector<record_logits> forward(std::span<const record_input> batch) override {

@@ -119,6 +119,9 @@ class model {
                      const stage_observer& observe) = 0;
 
   // Whether the release has the tower that reads this kind of media and the token ids to place it.
+  // Bytes of the weights packed at load for oneDNN's matmul (the CPU's experts, and in fp32 its
+  // attention projections); their mapped pages were handed back. 0 when nothing was packed.
+  virtual std::int64_t packed_bytes() const noexcept = 0;
   virtual bool reads_images() const noexcept = 0;
   virtual bool reads_audio() const noexcept = 0;
 

@@ -1,11 +1,9 @@
 #include "engine/clef/model/thinker.hpp"
 
-#include "engine/clef/model/cpu_kernels.hpp"
-
 #include <ATen/Parallel.h>
 #include <sys/mman.h>
-#include <unistd.h>
 #include <torch/version.h>  // the version macros only
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>

@@ -37,6 +37,9 @@ class thinker {
   // Rows of the output embedding (lm_head) for `ids` [n] int64, in `type`.
   at::Tensor output_rows(const at::Tensor& ids, at::ScalarType type) const;
 
+  // Bytes of the weights packed at load (packed_linear); 0 when nothing is packed.
+  std::int64_t packed_bytes() const noexcept { return packed_bytes_; }
+
   at::ScalarType type() const noexcept { return type_; }
   at::Device device() const noexcept { return device_; }
 
@@ -69,9 +72,6 @@ class thinker {
 
   // RMSNorm of hidden states [N, hidden] with the weight w.
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const;
-  // Bytes of the packed expert weights (0 when the experts are not packed).
-  std::int64_t packed_bytes() const noexcept { return packed_bytes_; }
-
   // cos and sin [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
                                            const std::vector<std::int64_t>& lengths) const;
