@@ -122,18 +122,24 @@ void keep_freed_memory() {
   (void)done;
 }
 
+// The device, with the process set up for it before any weight is touched: libtorch's threads
+// (packing the CPU's weights at load runs on them) and, on the CPU, glibc keeping freed memory
+// (packing frees a 2-4 MiB staging copy per expert, which would be mapped and zeroed afresh).
+at::Device prepared_device(const model_options& options) {
+  const at::Device device = parse_device(options.device);
+  at::set_num_threads(options.threads > 0 ? options.threads
+                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (device.is_cpu()) keep_freed_memory();
+  return device;
+}
+
 class model_impl final : public model {
  public:
   model_impl(const std::filesystem::path& dir, const model_options& options)
       : files_(dir, options.head),
-        device_(parse_device(options.device)),
+        device_(prepared_device(options)),
         options_(resolved(options, files_, device_)),
         thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes) {
-    if (device_.is_cpu()) keep_freed_memory();
-    const int threads = options.threads > 0
-                            ? options.threads
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(threads);
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }
