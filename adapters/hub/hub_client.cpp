@@ -99,10 +99,12 @@ struct get_outcome {
 };
 
 // One GET with redirects over a private io_context, the body streamed to a sink for 200 and 206
-// (and kept, small, for error statuses). The token goes to the endpoint's host only.
+// (and kept, small, for error statuses). The token goes to the endpoint's host only. `tls` is the
+// client's context, made here on the first https hop (a CDN may be https behind an http hub).
 class getter {
  public:
-  getter(const hub_options& options, const http_url& endpoint) : options_(options), endpoint_(endpoint) {}
+  getter(const hub_options& options, const http_url& endpoint, std::optional<ssl::context>& tls)
+      : options_(options), endpoint_(endpoint), tls_(tls) {}
 
   get_outcome run(std::string url, std::uint64_t range_from, body_sink& sink, string_sink& error_body) {
     get_outcome out;
@@ -265,8 +267,8 @@ class getter {
 
   const hub_options& options_;
   const http_url& endpoint_;
-  std::optional<ssl::context> tls_;  // made on the first https hop (a CDN may be https behind an http hub)
-  beast::tcp_stream* link_ = nullptr;      // the connection a signal cancels
+  std::optional<ssl::context>& tls_;
+  beast::tcp_stream* link_ = nullptr;  // the connection a signal cancels
 };
 
 // What a status other than 200 / 206 means for `what` (the repository, or one of its files).
@@ -472,6 +474,13 @@ std::string format_bytes(std::uint64_t bytes) {
   return text;
 }
 
+struct hub_client::tls_context {
+  std::optional<ssl::context> context;
+};
+
+hub_client::hub_client(hub_options options, http_url endpoint)
+    : options_(std::move(options)), endpoint_(std::move(endpoint)), tls_(std::make_shared<tls_context>()) {}
+
 result<hub_client> hub_client::make(hub_options options) {
   while (options.endpoint.ends_with("/")) options.endpoint.pop_back();
   std::string reason;
@@ -481,7 +490,7 @@ result<hub_client> hub_client::make(hub_options options) {
 }
 
 result<hub_revision> hub_client::list(std::string_view repo, std::string_view revision) const {
-  getter get(options_, endpoint_);
+  getter get(options_, endpoint_, tls_->context);
   string_sink body(max_listing_bytes), error_body(64 << 10);
   const std::string what = std::string(repo) + "@" + std::string(revision);
   const get_outcome g = get.run(options_.endpoint + "/api/models/" + percent_encode(repo, true) + "/revision/" +
@@ -568,7 +577,7 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
   part_sink sink(part, file, have, progress);
   if (auto r = sink.open_and_hash(); !r) return r.error();
   if (have < file.size) {
-    getter get(options_, endpoint_);
+    getter get(options_, endpoint_, tls_->context);
     string_sink error_body(64 << 10);
     // By commit, not branch: every file of one pull comes from the same revision.
     const get_outcome g = get.run(options_.endpoint + "/" + percent_encode(rev.repo, true) + "/resolve/" + rev.commit +

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,9 +79,13 @@ class hub_client {
   static result<void> write_ref(const std::filesystem::path& cache_root, const hub_revision& revision);
 
  private:
-  hub_client(hub_options options, http_url endpoint) : options_(std::move(options)), endpoint_(std::move(endpoint)) {}
+  hub_client(hub_options options, http_url endpoint);
   hub_options options_;
   http_url endpoint_;  // options_.endpoint, checked and parsed once by make()
+  // The TLS context, made on the first https hop and kept for every request of this client: the
+  // system's CA bundle is read once per pull, not once per file.
+  struct tls_context;
+  std::shared_ptr<tls_context> tls_;
 };
 
 // "1.23 GB": decimal units, as the hub shows sizes.
