@@ -130,7 +130,7 @@ TEST(cpu_attention_blocks, zeros_choose_about_256_gemm_rows_and_256_keys) {
 // Every way the row count is split (multiples of 256 and 16, the rest) and a weight read through
 // strides, against ATen's matmul of the unpacked weight.
 TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
-  if (!packed_linear::available()) GTEST_SKIP() << "built without oneDNN";
+  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
   const at::ScalarType type = GetParam();
   at::manual_seed(3);
   const at::Tensor w = at::randn({96, 80}).to(type);

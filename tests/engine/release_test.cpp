@@ -14,7 +14,7 @@
 
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
-#include "engine/clef/model/packed_linear.hpp"
+#include "engine/clef/model/cpu_kernels.hpp"
 
 namespace baton::clef {
 namespace {
@@ -137,7 +137,7 @@ TEST_P(valid_model, loads_and_scores_a_one_question_record) {
   // On the CPU with oneDNN the experts are packed at load (at least their own size in the dtype).
   const text_config& c = m->files().text();
   const std::int64_t elem = GetParam() == compute_dtype::f32 ? 4 : 2;
-  if (detail::packed_linear::available()) {
+  if (detail::onednn_built()) {
     EXPECT_GE(m->packed_bytes(), c.num_layers * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size * elem);
   } else {
     EXPECT_EQ(m->packed_bytes(), 0);

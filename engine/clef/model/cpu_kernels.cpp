@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -59,6 +60,13 @@ void gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, floa
 
 #endif
 
+// x's bf16 bits, rounded to nearest even as c10::BFloat16(float) rounds the finite values these
+// kernels produce (without the constructor's NaN branch, which keeps its loops scalar).
+inline std::uint16_t bf16_bits(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  return static_cast<std::uint16_t>((bits + 0x7fffU + ((bits >> 16) & 1U)) >> 16);
+}
+
 // The row loops, cloned per instruction set so that GCC calls libmvec's 16- or 8-wide expf.
 __attribute__((target_clones("avx512f", "avx2", "default"))) float row_max(const float* s, std::int64_t n) {
   float m = lowest_score;
@@ -84,16 +92,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_row(floa
 void store_probs(const float* s, float* p, std::int64_t n) {
   if (p != s) std::memcpy(p, s, static_cast<std::size_t>(n) * sizeof(float));
 }
-// Round to nearest even, as c10::BFloat16(float) does for the finite values these are, in a loop
-// the compiler vectorises (the constructor's NaN branch keeps it scalar).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void store_probs(const float* s, c10::BFloat16* p,
                                                                                std::int64_t n) {
   auto* out = reinterpret_cast<std::uint16_t*>(p);
-  for (std::int64_t j = 0; j < n; ++j) {
-    std::uint32_t bits;
-    std::memcpy(&bits, s + j, sizeof bits);
-    out[j] = static_cast<std::uint16_t>((bits + 0x7fffU + ((bits >> 16) & 1U)) >> 16);
-  }
+  for (std::int64_t j = 0; j < n; ++j) out[j] = bf16_bits(s[j]);
 }
 
 template <typename T>
@@ -201,13 +203,7 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const st
 #endif
 
 // x rounded to bf16 and back: the rounding every bf16 ATen operation applies to its result.
-inline float round_bf16(float x) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  bits = (bits + 0x7fffU + ((bits >> 16) & 1U)) & 0xffff0000U;
-  std::memcpy(&x, &bits, sizeof bits);
-  return x;
-}
+inline float round_bf16(float x) { return std::bit_cast<float>(static_cast<std::uint32_t>(bf16_bits(x)) << 16); }
 
 template <typename T>
 inline float rounded(float x) {
@@ -301,7 +297,7 @@ attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t 
   return blocks;
 }
 
-bool attention_cpu_built() noexcept { return BATON_ONEDNN != 0; }
+bool onednn_built() noexcept { return BATON_ONEDNN != 0; }
 
 void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,

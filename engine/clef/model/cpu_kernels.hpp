@@ -24,8 +24,9 @@ struct attention_blocks {
 // query heads per KV head.
 attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t group);
 
-// Whether this build has attention_cpu (it needs oneDNN); the norm kernels are always there.
-bool attention_cpu_built() noexcept;
+// Whether this build has oneDNN, so attention_cpu and packed_linear; the norm kernels are always
+// there.
+bool onednn_built() noexcept;
 
 // softmax(q kᵀ · scale) v within each of the records laid end to end (`lengths` sum to N), each
 // query seeing the keys up to its own position when `causal`, all of its record's otherwise: q

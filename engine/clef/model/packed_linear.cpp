@@ -147,7 +147,6 @@ struct packed_linear::impl {
   at::ScalarType type;
 };
 
-bool packed_linear::available() noexcept { return true; }
 
 std::int64_t packed_linear::bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type) {
   const dnnl_memory_desc_t layout = packed_layout({in, out, data_type(type)});
@@ -235,7 +234,6 @@ at::Tensor packed_linear::parallel(const at::Tensor& x) const {
 #else
 
 struct packed_linear::impl {};
-bool packed_linear::available() noexcept { return false; }
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }

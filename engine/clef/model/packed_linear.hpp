@@ -1,6 +1,6 @@
 // A weight packed once, at load, into oneDNN's blocked layout for its matmul, so the expert
 // matmuls of a few rows each no longer pack their weight on every call (a fifth of the MoE's time
-// at 512 tokens, docs/performance.md). Only in builds with oneDNN (packed_linear::available()).
+// at 512 tokens, docs/performance.md). Only in builds with oneDNN (onednn_built()).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,9 +12,6 @@ namespace baton::clef::detail {
 
 class packed_linear {
  public:
-  // Whether this build has oneDNN; without it nothing may be packed.
-  static bool available() noexcept;
-
   // Bytes the packed copy of a weight [out, in] of `type` takes.
   static std::int64_t bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type);
   // Bytes for packed weights, 2 MiB-aligned and backed by transparent huge pages where the kernel

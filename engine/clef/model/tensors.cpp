@@ -131,11 +131,13 @@ template <typename T>
 at::Tensor sum_ordered(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
                        const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k) {
   std::vector<at::Tensor> rows(results.size());
+  std::vector<const T*> base(results.size(), nullptr);  // each expert's first output row
   std::int64_t hidden = 0;
   at::TensorOptions options;
   for (std::size_t e = 0; e < results.size(); ++e) {
     if (!results[e].defined()) continue;
     rows[e] = results[e].contiguous();
+    base[e] = rows[e].template data_ptr<T>();
     hidden = rows[e].size(1);
     options = rows[e].options();
   }
@@ -154,7 +156,7 @@ at::Tensor sum_ordered(const std::vector<at::Tensor>& results, const at::Tensor&
         const auto pair = static_cast<std::size_t>(t * top_k + k);
         const std::int64_t e = expert_of[pair];
         const std::int64_t row = rank[pair] - start[static_cast<std::size_t>(e)];
-        slots[static_cast<std::size_t>(k)] = {e, rows[static_cast<std::size_t>(e)].template data_ptr<T>() + row * hidden};
+        slots[static_cast<std::size_t>(k)] = {e, base[static_cast<std::size_t>(e)] + row * hidden};
       }
       std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       T* acc = od + t * hidden;

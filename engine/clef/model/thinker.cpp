@@ -79,10 +79,9 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
-      cpu_kernels_(device.is_cpu() && (type == at::kFloat || type == at::kBFloat16)),
-      cpu_attention_(cpu_kernels_ && attention_cpu_built()),
-      packed_experts_(cpu_kernels_ && packed_linear::available() && !files.int8_experts()),
-      packed_attention_(cpu_kernels_ && packed_linear::available() && type == at::kFloat) {
+      cpu_attention_(device.is_cpu() && onednn_built()),
+      packed_experts_(cpu_attention_ && !files.int8_experts()),
+      packed_attention_(cpu_attention_ && type == at::kFloat) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -226,7 +225,7 @@ void thinker::stack_experts(const release& files, const std::string& prefix, lay
 }
 
 at::Tensor thinker::norm(const at::Tensor& x, const at::Tensor& w) const {
-  return cpu_kernels_ ? rms_norm_cpu(x, w, config_.rms_norm_eps) : rms_norm(x, w, config_.rms_norm_eps);
+  return device_.is_cpu() ? rms_norm_cpu(x, w, config_.rms_norm_eps) : rms_norm(x, w, config_.rms_norm_eps);
 }
 
 at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) const {
@@ -329,7 +328,7 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
   auto project = [&](const at::Tensor& x, const at::Tensor& weight, const packed_linear& packed) {
     return packed.packed() ? packed.parallel(x) : dense(x, weight);
   };
-  if (cpu_kernels_) {
+  if (device_.is_cpu()) {
     // Norm and rotary in one pass over the projections.
     at::Tensor q = project(a, w.q, w.q_packed).view({n_tokens, heads, dim});
     at::Tensor k = project(a, w.k, w.k_packed).view({n_tokens, kv_heads, dim});
@@ -525,7 +524,7 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   }
 
   // Summed in expert order, as transformers' per-expert index_add_ loop does.
-  if (cpu_kernels_ && n_tokens > 0) return sum_in_expert_order(results, flat, order, start, n_tokens, top_k);
+  if (device_.is_cpu() && n_tokens > 0) return sum_in_expert_order(results, flat, order, start, n_tokens, top_k);
   at::Tensor out = at::zeros({n_tokens, b.size(1)}, b.options());
   for (std::size_t e = 0; e < n_experts; ++e) {
     if (count[e] > 0) out.index_add_(0, token_of.narrow(0, start[e], count[e]), results[e]);

@@ -103,8 +103,8 @@ class thinker {
   std::int64_t score_budget_bytes_;
   bool grouped_ = false;  // the MoE runs through at::_grouped_mm (moe_grouped)
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
-  bool cpu_kernels_ = false;      // norms, q/k norm and rotary through cpu_kernels.hpp
-  bool cpu_attention_ = false;    // and attention (attention_cpu)
+  // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
+  bool cpu_attention_ = false;    // attention (attention_cpu)
   bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
   bool packed_attention_ = false; // q, k, v and o packed at load (fp32 only)
   std::int64_t packed_bytes_ = 0;
