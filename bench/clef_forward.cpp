@@ -32,6 +32,7 @@
 
 #include "bench/random_release.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
+#include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/model.hpp"
 #include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/quantize.hpp"
@@ -148,26 +149,20 @@ mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::Sca
 }
 
 // The MoE's per-expert shape at each length (gate/up: tokens * top_k / experts rows), a 512-row
-// block of it, and a big square.
+// block of it, and a big square; with oneDNN also the packed gate-and-up matmul at those row
+// counts (what the MoE can reach at each length) and at wider blocks.
 std::vector<mm_figure> measure_ceiling(const text_config& c,
                                        const std::vector<std::int64_t>& lengths,
                                        at::ScalarType type) {
+  std::vector<std::int64_t> expert_rows;
+  for (const auto t : lengths) expert_rows.push_back(std::max<std::int64_t>(1, t * c.experts_per_token / c.num_experts));
   std::vector<mm_figure> out;
-  for (const auto t : lengths) {
-    const std::int64_t rows = std::max<std::int64_t>(1, t * c.experts_per_token / c.num_experts);
-    out.push_back(measure_mm(rows, c.hidden_size, c.moe_intermediate_size, type));
-  }
+  for (const auto rows : expert_rows) out.push_back(measure_mm(rows, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(512, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(2048, 2048, 2048, type));
-  if (packed_linear::available()) {
-    // The experts' own row counts (what the MoE can reach at each length), then wider blocks.
-    for (const auto t : lengths) {
-      const std::int64_t rows = std::max<std::int64_t>(1, t * c.experts_per_token / c.num_experts);
-      out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
-    }
-    for (const std::int64_t rows : {std::int64_t{256}, std::int64_t{1024}}) {
-      out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
-    }
+  if (baton::clef::detail::onednn_built()) {
+    expert_rows.insert(expert_rows.end(), {256, 1024});
+    for (const auto rows : expert_rows) out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
   }
   return out;
 }
