@@ -102,6 +102,7 @@ struct mm_figure {
   std::int64_t m, k, n;
   double gflops;  // median over the calls of one measurement
   bool packed = false;  // oneDNN on a packed weight, one matmul per thread, as the CPU experts run
+  bool streamed = false;  // packed, each call on the next of as many weights as the layer has experts
 };
 
 // x [m, k] @ w.T for w [n, k], as the model's dense() lays its weights out; output preallocated.
@@ -122,17 +123,21 @@ mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarT
 }
 
 // The same shape as the CPU's experts run it: the weight packed once (packed_linear), every thread
-// multiplying its own rows at once; GFLOP/s of all threads together.
-mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type) {
-  const packed_linear w(at::randn({n, k}).to(type));
+// multiplying its own rows at once; GFLOP/s of all threads together. With `weights` > 1 each call
+// takes the next of that many weights, so (as in a MoE layer) weights come from memory, not cache.
+mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type, std::int64_t weights = 1) {
+  std::vector<packed_linear> w;
+  for (std::int64_t i = 0; i < weights; ++i) w.emplace_back(at::randn({n, k}).to(type));
   const int threads = at::get_num_threads();
   std::vector<at::Tensor> xs;
   for (int i = 0; i < threads; ++i) xs.push_back(at::randn({m, k}).to(type));
-  constexpr int calls = 4;
+  const std::int64_t calls = std::max<std::int64_t>(4, weights);
   auto round = [&] {
     at::parallel_for(0, threads, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
-        for (int c = 0; c < calls; ++c) (void)w(xs[static_cast<std::size_t>(i)]);
+        for (std::int64_t c = 0; c < calls; ++c) {
+          (void)w[static_cast<std::size_t>((c + i * weights / threads) % weights)](xs[static_cast<std::size_t>(i)]);
+        }
       }
     });
   };
@@ -144,8 +149,8 @@ mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::Sca
     round();
     seconds.push_back(ms_since(t) / 1e3);
   }
-  const double flops = 2.0 * calls * threads * static_cast<double>(m * k) * static_cast<double>(n);
-  return {m, k, n, flops / summarise(seconds).median / 1e9, true};
+  const double flops = 2.0 * static_cast<double>(calls * threads) * static_cast<double>(m * k) * static_cast<double>(n);
+  return {m, k, n, flops / summarise(seconds).median / 1e9, true, weights > 1};
 }
 
 // The MoE's per-expert shape at each length (gate/up: tokens * top_k / experts rows), a 512-row
@@ -163,6 +168,9 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
   if (baton::clef::detail::onednn_built()) {
     expert_rows.insert(expert_rows.end(), {256, 1024});
     for (const auto rows : expert_rows) out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      out.push_back(measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts));
+    }
   }
   return out;
 }
@@ -510,7 +518,7 @@ int run(const arguments& args) {
       std::cout << nlohmann::json{{"kind", "matmul"}, {"dtype", args.dtype},
                                   {"threads", args.threads}, {"blas", blas},
                                   {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops},
-                                  {"packed", f.packed}}
+                                  {"packed", f.packed}, {"streamed", f.streamed}}
                        .dump()
                 << "\n";
     }
@@ -528,7 +536,7 @@ int run(const arguments& args) {
               "packed once, a matmul per thread)\n",
               args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
   for (const auto& f : ceiling) {
-    std::printf("    %-7s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", f.packed ? "packed" : "at::mm",
+    std::printf("    %-8s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", f.streamed ? "streamed" : f.packed ? "packed" : "at::mm",
                 static_cast<long long>(f.m), static_cast<long long>(f.k), static_cast<long long>(f.n), f.gflops);
   }
   std::printf("    ceiling: %.1f GFLOP/s\n", peak);

@@ -178,6 +178,60 @@ TEST_P(cpu_kernels, expert_outputs_sum_per_token_exactly_as_the_index_add_loop) 
   EXPECT_TRUE(at::equal(summed, expected)) << (summed.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>();
 }
 
+// The fused experts against the ATen operations they replace (gather, the packed matmuls, silu,
+// the weighting, the index_add_ loop in expert order): row counts that take every matmul split
+// (over 256, multiples of 16, the rest, a single row) and an expert with no rows.
+TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
+  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
+  const at::ScalarType type = GetParam();
+  at::manual_seed(9);
+  const std::int64_t tokens = 700, top_k = 2, n_experts = 6, hidden = 48, inter = 40;
+  // Expert 5 never chosen; expert 4 once; the rest split ~700 pairs unevenly.
+  std::vector<std::int64_t> picks;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t first = t == 0 ? 4 : (t % 7 == 0 ? 3 : t % 3);
+    picks.push_back(first);
+    picks.push_back(first == 0 ? 1 + t % 3 : 0);
+  }
+  const at::Tensor experts = at::tensor(picks, at::kLong).view({tokens, top_k});
+  const at::Tensor weights = at::rand({tokens, top_k}).to(type);
+  const at::Tensor b = at::randn({tokens, hidden}).to(type);
+  std::vector<packed_linear> gate_up, down;
+  std::vector<at::Tensor> gate_up_w, down_w;
+  for (std::int64_t e = 0; e < n_experts; ++e) {
+    gate_up_w.push_back(at::randn({2 * inter, hidden}).div(7).to(type));
+    down_w.push_back(at::randn({hidden, inter}).div(6).to(type));
+    gate_up.emplace_back(gate_up_w.back());
+    down.emplace_back(down_w.back());
+  }
+  at::Tensor expected = at::zeros({tokens, hidden}, b.options());
+  const at::Tensor flat = experts.reshape({-1});
+  for (std::int64_t e = 0; e < n_experts; ++e) {
+    const at::Tensor pairs = at::nonzero(flat == e).view({-1});
+    if (pairs.numel() == 0) continue;
+    const at::Tensor rows = at::floor_divide(pairs, top_k);
+    const at::Tensor gu = gate_up[static_cast<std::size_t>(e)](b.index_select(0, rows));
+    const at::Tensor h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
+    const at::Tensor y = down[static_cast<std::size_t>(e)](h).mul_(weights.reshape({-1}).index_select(0, pairs).unsqueeze(1));
+    expected.index_add_(0, rows, y);
+  }
+  const at::Tensor got = experts_cpu(b, experts, weights, gate_up, down);
+  ASSERT_EQ(got.sizes(), expected.sizes());
+  ASSERT_EQ(got.scalar_type(), type);
+  const at::Tensor diff = (got.to(at::kFloat) - expected.to(at::kFloat)).abs();
+  const double scale = expected.to(at::kFloat).abs().max().item<double>();
+  ASSERT_GT(scale, 0.1);
+  if (type == at::kFloat) {
+    // Only silu's expf may differ (libmvec's against ATen's Sleef), by an ulp or so.
+    EXPECT_LE(diff.max().item<double>(), 1e-5 * scale);
+  } else {
+    // silu's roundings follow the linked libtorch's (1.13: every step in bf16, bit-identical
+    // here); an ulp of expf may still flip a rounding of h now and then.
+    EXPECT_LE(diff.max().item<double>(), 0.02 * scale);
+    EXPECT_GE((diff == 0).to(at::kFloat).mean().item<double>(), 0.99);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(dtypes, cpu_kernels, testing::Values(at::kFloat, at::kBFloat16),
                          [](const testing::TestParamInfo<at::ScalarType>& info) {
                            return std::string(info.param == at::kFloat ? "f32" : "bf16");

@@ -1,5 +1,7 @@
 #include "engine/clef/model/cpu_kernels.hpp"
 
+#include "engine/clef/model/packed_linear.hpp"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -270,6 +272,132 @@ at::Tensor norm_rows(const at::Tensor& x, const at::Tensor& weight, float eps) {
   return out;
 }
 
+// silu(x) = x / (1 + exp(-x)) in place, as ATen computes it; -x is capped at 88 so that exp stays
+// finite (the file assumes no infinities): below x = -88 the value is ~1e-37 instead of 0.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void silu_row(float* s, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / (1.F + std::exp(std::min(-s[j], 88.F)));
+}
+// The same with exp(-x), 1 + exp(-x) and the quotient each rounded to bf16: libtorch 1.13's bf16
+// silu runs its formula on bf16 vectors, where later versions compute in fp32 and round once.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void silu_row_bf16_steps(float* s, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float e = round_bf16(std::exp(std::min(-s[j], 88.F)));
+    s[j] = round_bf16(s[j] / round_bf16(1.F + e));
+  }
+}
+
+// Which of the two the linked libtorch's bf16 silu is, asked once with values that tell them apart.
+bool aten_silu_bf16_in_steps() {
+  static const bool steps = [] {
+    const at::Tensor x = at::linspace(-6, 6, 4097).to(at::kBFloat16);
+    std::vector<float> f(static_cast<std::size_t>(x.numel()));
+    const at::Tensor xf = x.to(at::kFloat);
+    std::memcpy(f.data(), xf.data_ptr<float>(), f.size() * sizeof(float));
+    silu_row_bf16_steps(f.data(), static_cast<std::int64_t>(f.size()));
+    return at::equal(at::silu(x).to(at::kFloat), at::from_blob(f.data(), {xf.numel()}, at::kFloat));
+  }();
+  return steps;
+}
+
+template <typename T>
+struct expert_scratch {
+  std::vector<T> x, gate_up, h;  // the expert's rows, [rows, 2·inter], [rows, inter]
+  std::vector<float> f;          // one row of gate as fp32
+};
+
+template <typename T>
+at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
+                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down) {
+  const std::int64_t tokens = b.size(0), hidden = b.size(1), top_k = experts.size(1), pairs = tokens * top_k;
+  const auto n_experts = static_cast<std::int64_t>(gate_up.size());
+  const std::int64_t inter = gate_up.empty() ? 0 : gate_up[0].out_features() / 2;
+  const T* bd = b.data_ptr<T>();
+  const std::int64_t* ex = experts.data_ptr<std::int64_t>();
+  const T* wd = weights.data_ptr<T>();
+
+  // (token, slot) pairs grouped by expert, in pair order within each (a stable counting sort).
+  std::vector<std::int64_t> start(static_cast<std::size_t>(n_experts) + 1, 0), at_place(static_cast<std::size_t>(pairs)),
+      place_of(static_cast<std::size_t>(pairs));
+  for (std::int64_t p = 0; p < pairs; ++p) {
+    if (ex[p] < 0 || ex[p] >= n_experts) throw std::out_of_range("experts: an expert index is out of range");
+    ++start[static_cast<std::size_t>(ex[p]) + 1];
+  }
+  std::vector<std::size_t> busy;  // active experts, most rows first
+  for (std::int64_t e = 0; e < n_experts; ++e) {
+    if (start[static_cast<std::size_t>(e) + 1] > 0) busy.push_back(static_cast<std::size_t>(e));
+    start[static_cast<std::size_t>(e) + 1] += start[static_cast<std::size_t>(e)];
+  }
+  auto rows_of = [&](std::size_t e) { return start[e + 1] - start[e]; };
+  std::stable_sort(busy.begin(), busy.end(), [&](std::size_t x, std::size_t y) { return rows_of(x) > rows_of(y); });
+  {
+    std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+    for (std::int64_t p = 0; p < pairs; ++p) {
+      const std::int64_t place = fill[static_cast<std::size_t>(ex[p])]++;
+      at_place[static_cast<std::size_t>(place)] = p;
+      place_of[static_cast<std::size_t>(p)] = place;
+    }
+  }
+
+  const bool silu_in_steps = std::is_same_v<T, c10::BFloat16> && aten_silu_bf16_in_steps();
+  // Row `place` of y: the down projection for that pair, unweighted.
+  at::Tensor y = at::empty({pairs, hidden}, b.options());
+  T* yd = y.data_ptr<T>();
+  std::atomic<std::size_t> next{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+    thread_local expert_scratch<T> s;
+    for (std::size_t i = next++; i < busy.size(); i = next++) {
+      const std::size_t e = busy[i];
+      const std::int64_t rows = rows_of(e), first = start[e];
+      s.x.resize(static_cast<std::size_t>(rows * hidden));
+      s.gate_up.resize(static_cast<std::size_t>(rows * 2 * inter));
+      s.h.resize(static_cast<std::size_t>(rows * inter));
+      s.f.resize(static_cast<std::size_t>(inter));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t token = at_place[static_cast<std::size_t>(first + r)] / top_k;
+        std::memcpy(s.x.data() + r * hidden, bd + token * hidden, static_cast<std::size_t>(hidden) * sizeof(T));
+      }
+      gate_up[e].multiply(s.x.data(), s.gate_up.data(), rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* g = s.gate_up.data() + r * 2 * inter;
+        const T* u = g + inter;
+        T* h = s.h.data() + r * inter;
+        for (std::int64_t j = 0; j < inter; ++j) s.f[static_cast<std::size_t>(j)] = static_cast<float>(g[j]);
+        if (silu_in_steps) {
+          silu_row_bf16_steps(s.f.data(), inter);
+        } else {
+          silu_row(s.f.data(), inter);
+        }
+        // silu rounded to T, then its product with up rounded again: silu(gate).mul_(up).
+        for (std::int64_t j = 0; j < inter; ++j) {
+          h[j] = static_cast<T>(rounded<T>(s.f[static_cast<std::size_t>(j)]) * static_cast<float>(u[j]));
+        }
+      }
+      down[e].multiply(s.h.data(), yd + first * hidden, rows);
+    }
+  });
+
+  // Per token, its pairs in ascending expert order: out = out + y · weight, both rounded.
+  at::Tensor out = at::empty({tokens, hidden}, b.options());
+  T* od = out.data_ptr<T>();
+  at::parallel_for(0, tokens, 16, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(top_k));
+    for (std::int64_t t = begin; t < end; ++t) {
+      for (std::int64_t k = 0; k < top_k; ++k) slots[static_cast<std::size_t>(k)] = t * top_k + k;
+      std::sort(slots.begin(), slots.end(), [&](std::int64_t p, std::int64_t q) { return ex[p] < ex[q]; });
+      T* acc = od + t * hidden;
+      std::fill_n(acc, hidden, T(0));
+      for (const std::int64_t p : slots) {
+        const T* row = yd + place_of[static_cast<std::size_t>(p)] * hidden;
+        const float w = static_cast<float>(wd[p]);
+        for (std::int64_t j = 0; j < hidden; ++j) {
+          acc[j] = static_cast<T>(static_cast<float>(acc[j]) + rounded<T>(static_cast<float>(row[j]) * w));
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
@@ -315,6 +443,14 @@ void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     throw std::invalid_argument("attention: the CPU kernel takes fp32 or bf16");
   }
 #endif
+}
+
+at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
+                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down) {
+  const at::Tensor bc = b.contiguous(), ec = experts.contiguous(), wc = weights.to(b.scalar_type()).contiguous();
+  if (bc.scalar_type() == at::kFloat) return run_experts<float>(bc, ec, wc, gate_up, down);
+  if (bc.scalar_type() == at::kBFloat16) return run_experts<c10::BFloat16>(bc, ec, wc, gate_up, down);
+  throw std::invalid_argument("experts: the CPU kernel takes fp32 or bf16");
 }
 
 }  // namespace baton::clef::detail

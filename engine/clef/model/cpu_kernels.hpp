@@ -14,6 +14,8 @@
 
 namespace baton::clef::detail {
 
+class packed_linear;
+
 // Block sizes; 0 chooses (attention_cpu.cpp, docs/performance.md).
 struct attention_blocks {
   std::int64_t query_rows = 0;  // query tokens per block (times the group's heads: the GEMM's rows)
@@ -45,5 +47,16 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
 // one pass, rounding to x's dtype wherever the separate ATen operations do.
 void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
                        const at::Tensor& sin);
+
+// The MoE's routed experts on the CPU over packed weights, in one pass per expert: its tokens'
+// rows gathered, gate and up as one matmul, silu(gate)·up, down, each in buffers of the thread
+// (an expert of a few rows spent as long in its ~13 ATen operations' allocations and dispatch
+// as in arithmetic); whole experts per thread, the busiest first. Then per token, in ascending
+// expert order, out += down · weight, rounded to the dtype wherever the reference's separate
+// operations round (as sum_in_expert_order). b [N, hidden] fp32 or bf16; experts [N, top_k]
+// int64 (distinct per token); weights [N, top_k] of b's dtype; gate_up[e] packs [2·inter, hidden]
+// (gate's rows first), down[e] [hidden, inter].
+at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
+                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down);
 
 }  // namespace baton::clef::detail

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #ifndef BATON_ONEDNN
 #define BATON_ONEDNN 0
@@ -185,27 +187,27 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
 
 std::int64_t packed_linear::bytes() const noexcept { return impl_ ? impl_->data.numel() : 0; }
 
-// Rows [begin, end) of x times the weight into y, on the calling thread. Row counts go in at most
-// three calls (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives
-// per weight shape instead of one per row count.
-void packed_linear::multiply_rows(const at::Tensor& x, at::Tensor& y, std::int64_t begin, std::int64_t end) const {
-  const std::int64_t elem = static_cast<std::int64_t>(x.element_size());
-  auto* src = static_cast<char*>(x.data_ptr());
-  auto* dst = static_cast<char*>(y.data_ptr());
-  for (std::int64_t done = begin; done < end;) {
-    const std::int64_t left = end - done;
+// Rows of x times the weight into y, on the calling thread. Row counts go in at most three calls
+// (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives per weight
+// shape instead of one per row count. The scratchpad is the thread's, grown as needed.
+void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
+  thread_local std::vector<std::byte> scratch;
+  const auto elem = static_cast<std::int64_t>(at::elementSize(impl_->type));
+  const auto* src = static_cast<const char*>(x);
+  auto* dst = static_cast<char*>(y);
+  for (std::int64_t done = 0; done < rows;) {
+    const std::int64_t left = rows - done;
     const std::int64_t n = left >= 256 ? 256 : left >= 16 ? left / 16 * 16 : left;
     const kernel& k = kernel_for(n, impl_->shape, impl_->layout);
-    at::Tensor scratch;
-    if (k.scratch_bytes > 0) scratch = at::empty({static_cast<std::int64_t>(k.scratch_bytes)}, at::TensorOptions().dtype(at::kByte));
+    if (scratch.size() < k.scratch_bytes) scratch.resize(k.scratch_bytes);
     const dnnl_memory_desc_t scratch_md = [&] {
       dnnl_memory_desc_t md;
       const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(k.scratch_bytes)};
       check(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), "memory_desc_init");
       return md;
     }();
-    memory s(k.src, src + done * impl_->shape.in * elem), w(impl_->layout, impl_->data.data_ptr()),
-        d(k.dst, dst + done * impl_->shape.out * elem), pad(scratch_md, scratch.defined() ? scratch.data_ptr() : nullptr);
+    memory s(k.src, const_cast<char*>(src) + done * impl_->shape.in * elem), w(impl_->layout, impl_->data.data_ptr()),
+        d(k.dst, dst + done * impl_->shape.out * elem), pad(scratch_md, k.scratch_bytes > 0 ? scratch.data() : nullptr);
     const dnnl_exec_arg_t args[] = {
         {DNNL_ARG_SRC, s.m}, {DNNL_ARG_WEIGHTS, w.m}, {DNNL_ARG_DST, d.m}, {DNNL_ARG_SCRATCHPAD, pad.m}};
     check(dnnl_primitive_execute(k.primitive, thread_stream(), 4, args), "matmul");
@@ -214,10 +216,13 @@ void packed_linear::multiply_rows(const at::Tensor& x, at::Tensor& y, std::int64
   }
 }
 
+std::int64_t packed_linear::in_features() const noexcept { return impl_ ? impl_->shape.in : 0; }
+std::int64_t packed_linear::out_features() const noexcept { return impl_ ? impl_->shape.out : 0; }
+
 at::Tensor packed_linear::operator()(const at::Tensor& x) const {
   const at::Tensor xc = x.contiguous();
   at::Tensor y = at::empty({xc.size(0), impl_->shape.out}, xc.options());
-  multiply_rows(xc, y, 0, xc.size(0));
+  multiply(xc.data_ptr(), y.data_ptr(), xc.size(0));
   return y;
 }
 
@@ -226,7 +231,9 @@ at::Tensor packed_linear::parallel(const at::Tensor& x) const {
   const std::int64_t rows = xc.size(0), blocks = (rows + 255) / 256;
   at::Tensor y = at::empty({rows, impl_->shape.out}, xc.options());
   at::parallel_for(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-    multiply_rows(xc, y, begin * 256, std::min(rows, end * 256));
+    const std::int64_t first = begin * 256, last = std::min(rows, end * 256);
+    multiply(static_cast<const char*>(xc.data_ptr()) + first * xc.stride(0) * xc.element_size(),
+             static_cast<char*>(y.data_ptr()) + first * y.stride(0) * y.element_size(), last - first);
   });
   return y;
 }
@@ -247,9 +254,11 @@ at::Tensor packed_linear::operator()(const at::Tensor&) const {
 at::Tensor packed_linear::parallel(const at::Tensor&) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
-void packed_linear::multiply_rows(const at::Tensor&, at::Tensor&, std::int64_t, std::int64_t) const {
+void packed_linear::multiply(const void*, void*, std::int64_t) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
+std::int64_t packed_linear::in_features() const noexcept { return 0; }
+std::int64_t packed_linear::out_features() const noexcept { return 0; }
 
 #endif
 

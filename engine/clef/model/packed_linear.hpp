@@ -34,9 +34,14 @@ class packed_linear {
   at::Tensor operator()(const at::Tensor& x) const;
   // The same with blocks of 256 rows spread over the threads: for a whole batch's tokens.
   at::Tensor parallel(const at::Tensor& x) const;
+  // x [rows, in] (row-major, the weight's dtype) @ wᵀ into y [rows, out], on the calling thread,
+  // allocating nothing after the thread's first calls: for kernels that keep their own buffers.
+  void multiply(const void* x, void* y, std::int64_t rows) const;
+
+  std::int64_t in_features() const noexcept;
+  std::int64_t out_features() const noexcept;
 
  private:
-  void multiply_rows(const at::Tensor& x, at::Tensor& y, std::int64_t begin, std::int64_t end) const;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

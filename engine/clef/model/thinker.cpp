@@ -469,6 +469,7 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   auto [weights, experts] = at::topk(probs, top_k, -1);
   if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(b.scalar_type());
+  if (packed_experts_) return experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed);
 
   // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
   const at::Tensor flat = experts.reshape({-1});
@@ -496,17 +497,9 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
                           const std::vector<at::Tensor>& scales, std::size_t e) {
     return int8 ? dense(x, widen_int8(weights[e], x.scalar_type())).mul_(scales[e]) : dense(x, weights[e]);
   };
-  const std::int64_t inter = config_.moe_intermediate_size;
   auto run_expert = [&](std::size_t e) {
     const at::Tensor x = b.index_select(0, token_of.narrow(0, start[e], count[e]));
-    at::Tensor h;
-    if (packed_experts_) {
-      const at::Tensor gu = w.gate_up_packed[e](x);
-      h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
-      results[e] = w.down_packed[e](h).mul_(sorted_weights.narrow(0, start[e], count[e]));
-      return;
-    }
-    h = expert_dense(x, w.gate, w.gate_scale, e);
+    at::Tensor h = expert_dense(x, w.gate, w.gate_scale, e);
     at::silu_(h).mul_(expert_dense(x, w.up, w.up_scale, e));
     results[e] = expert_dense(h, w.down, w.down_scale, e).mul_(sorted_weights.narrow(0, start[e], count[e]));
   };
