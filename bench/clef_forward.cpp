@@ -7,8 +7,12 @@
 //
 //   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
 //                [--tokens 512,2048,8192] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
-//                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--init bench|transformers] [--json]
+//                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--init bench|transformers]
+//                [--experts default|grouped] [--json]
 //
+// --experts grouped runs the MoE as the GPU's grouped matmuls (model_options::grouped_experts;
+// on the CPU, or a libtorch without at::_grouped_mm, a matmul per expert stands in for them), to
+// count its operations per layer anywhere.
 // --init transformers draws the weights as transformers initialises a model (bench/random_release.hpp),
 // into build/bench-release-...-transformers: a second kind of random release, routed less evenly.
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
@@ -187,6 +191,7 @@ struct arguments {
   weight_init init = weight_init::bench;  // --init: how the random weights are drawn
   int threads = 2;
   std::int64_t score_budget_mib = 0;  // 0: the engine's default
+  bool grouped_experts = false;       // --experts grouped
   std::vector<std::int64_t> tokens = {512, 2048, 8192};  // long histories are the normal case
   int warmup = 1, runs = 5;
   bool json = false;
@@ -230,13 +235,17 @@ arguments parse_arguments(int argc, char** argv) {
       const std::string init = value();
       if (init != "bench" && init != "transformers") throw std::runtime_error("--init is bench or transformers");
       a.init = init == "bench" ? weight_init::bench : weight_init::transformers;
+    } else if (key == "--experts") {
+      const std::string experts = value();
+      if (experts != "default" && experts != "grouped") throw std::runtime_error("--experts is default or grouped");
+      a.grouped_experts = experts == "grouped";
     } else if (key == "--json") {
       a.json = true;
     } else {
       throw std::runtime_error(
           "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
           "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] "
-          "[--score-budget-mib N] [--init bench|transformers] [--json]");
+          "[--score-budget-mib N] [--init bench|transformers] [--experts default|grouped] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
@@ -474,6 +483,7 @@ int run(const arguments& args) {
   options.threads = args.threads;
   options.device = args.device;
   options.score_budget_bytes = args.score_budget_mib << 20;
+  options.grouped_experts = args.grouped_experts;
   const memory_snapshot before_load = read_memory();
   const faults f0 = read_faults();
   const auto load_start = clock_type::now();
@@ -508,6 +518,7 @@ int run(const arguments& args) {
                                 {"disk_mib", static_cast<double>(disk_bytes) / (1 << 20)},
                                 {"load_ms", load_ms},
                                 {"packed_mib", static_cast<double>(m->packed_bytes()) / (1 << 20)},
+                                {"expert_schedule", m->expert_schedule()},
                                 {"minor_faults", load_faults.minor},
                                 {"major_faults", load_faults.major},
                                 {"before", memory_json(before_load)},
@@ -532,6 +543,9 @@ int run(const arguments& args) {
   print_memory("before load", before_load);
   print_memory("after load", after_load);
   std::printf("  packed at load for oneDNN: %.1f MiB\n", static_cast<double>(m->packed_bytes()) / (1 << 20));
+  if (const std::string schedule = m->expert_schedule(); !schedule.empty()) {
+    std::printf("  experts: %s\n", schedule.c_str());
+  }
   std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
               "packed once, a matmul per thread)\n",
               args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());

@@ -142,6 +142,9 @@ clef_engine::clef_engine(const clef_engine_options& options)
     spdlog::info("clef engine: {} MiB of weights packed at load for oneDNN's matmul (their mapped pages handed back)",
                  model_->packed_bytes() >> 20);
   }
+  if (const std::string schedule = model_->expert_schedule(); !schedule.empty()) {
+    spdlog::info("clef engine: experts scheduled as {}", schedule);
+  }
   if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
     spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated "
                  "and slower than f32 (docs/performance.md)");

@@ -31,7 +31,11 @@ double relative_error(std::span<const float> got, std::span<const float> want, d
   return worst;
 }
 
-TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
+class thinker_paths : public testing::TestWithParam<bool> {};
+
+// Both expert paths: the default one, and the grouped one (a GPU's, on the CPU with a matmul per
+// expert standing in for at::_grouped_mm).
+TEST_P(thinker_paths, text_case_matches_the_reference_stage_by_stage) {
   const safetensors_file ref(thinker_dir() / "tiny_ref_text.safetensors");
   const tensor_view* ids_view = ref.find("in.input_ids");
   ASSERT_NE(ids_view, nullptr);
@@ -42,6 +46,7 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
   model_options options;
   options.head = false;
   options.threads = 1;  // see clef_engine_test.cpp
+  options.grouped_experts = GetParam();
   const auto m = model::load(thinker_dir() / "model", options);
   std::map<std::string, std::vector<float>, std::less<>> stages;
   m->trace(ids, nullptr, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
@@ -65,6 +70,8 @@ TEST(thinker, text_case_matches_the_reference_stage_by_stage) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(experts, thinker_paths, testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "grouped" : "default"); });
 
 // The processor outputs of a case (pixel values, grids, mel features) as the model's media input.
 struct case_media {

@@ -144,6 +144,41 @@ TEST_P(valid_model, loads_and_scores_a_one_question_record) {
   }
 }
 
+// The grouped expert path (a CUDA bf16 model's on libtorch >= 2.8), run on the CPU with a matmul
+// per expert in place of at::_grouped_mm: the same logits as the default path, and its operations
+// per MoE layer within the budget of 20 (the per-expert loop took ~13 per active expert).
+TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations) {
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 18, 77, 201, 9};
+  const std::vector<question_layout> questions = {{1, {1, 4}, {{5, 7}, {8, 11}, {12, 15}}}};
+  const record_input record{ids, questions};
+  auto run = [&](bool grouped, std::int64_t& moe_ops, std::int64_t& packed) {
+    model_options options;
+    options.dtype = GetParam();
+    options.threads = 1;
+    options.grouped_experts = grouped;
+    const auto m = model::load(release_dir("valid"), options);
+    m->set_profiling(true);
+    auto out = m->forward({&record, 1});
+    moe_ops = m->last_profile().moe_ops / m->files().text().num_layers;
+    packed = m->packed_bytes();
+    return out;
+  };
+  std::int64_t default_ops = 0, grouped_ops = 0, default_packed = 0, grouped_packed = 0;
+  const auto want = run(false, default_ops, default_packed);
+  const auto got = run(true, grouped_ops, grouped_packed);
+  // The experts are stacked for the grouped matmuls, not packed (fp32 still packs q/k/v/o).
+  if (detail::onednn_built()) EXPECT_LT(grouped_packed, default_packed);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].size(), 1u);
+  ASSERT_EQ(got[0][0].size(), want[0][0].size());
+  // fp32: only the order of each token's sum differs; bf16: the per-expert roundings too.
+  const double tolerance = GetParam() == compute_dtype::f32 ? 1e-5 : 0.1;
+  for (std::size_t i = 0; i < want[0][0].size(); ++i) EXPECT_NEAR(got[0][0][i], want[0][0][i], tolerance) << i;
+  EXPECT_GT(grouped_ops, 10);
+  EXPECT_LE(grouped_ops, 20);
+  if (detail::onednn_built()) EXPECT_LE(default_ops, 20);  // the fused CPU experts
+}
+
 INSTANTIATE_TEST_SUITE_P(dtypes, valid_model, testing::Values(compute_dtype::f32, compute_dtype::bf16),
                          [](const auto& info) {
                            return std::string(info.param == compute_dtype::f32 ? "f32" : "bf16");

@@ -307,7 +307,8 @@ struct expert_scratch {
 
 template <typename T>
 at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
-                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down) {
+                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down,
+                       std::int64_t chunk_rows) {
   const std::int64_t tokens = b.size(0), hidden = b.size(1), top_k = experts.size(1), pairs = tokens * top_k;
   const auto n_experts = static_cast<std::int64_t>(gate_up.size());
   const std::int64_t inter = gate_up.empty() ? 0 : gate_up[0].out_features() / 2;
@@ -322,13 +323,24 @@ at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at:
     if (ex[p] < 0 || ex[p] >= n_experts) throw std::out_of_range("experts: an expert index is out of range");
     ++start[static_cast<std::size_t>(ex[p]) + 1];
   }
-  std::vector<std::size_t> busy;  // active experts, most rows first
+  std::vector<std::size_t> busy;  // active experts
   for (std::int64_t e = 0; e < n_experts; ++e) {
     if (start[static_cast<std::size_t>(e) + 1] > 0) busy.push_back(static_cast<std::size_t>(e));
     start[static_cast<std::size_t>(e) + 1] += start[static_cast<std::size_t>(e)];
   }
   auto rows_of = [&](std::size_t e) { return start[e + 1] - start[e]; };
-  std::stable_sort(busy.begin(), busy.end(), [&](std::size_t x, std::size_t y) { return rows_of(x) > rows_of(y); });
+  // Work items of at most chunk_rows rows of one expert (whole experts when 0), the biggest first.
+  // Cut at multiples of 256, a chunk's matmuls split their rows as the whole expert's would.
+  struct item {
+    std::size_t expert;
+    std::int64_t first, rows;  // rows [first, first + rows) of the expert's group
+  };
+  std::vector<item> items;
+  for (const std::size_t e : busy) {
+    const std::int64_t rows = rows_of(e), step = chunk_rows > 0 ? chunk_rows : rows;
+    for (std::int64_t r = 0; r < rows; r += step) items.push_back({e, start[e] + r, std::min(step, rows - r)});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const item& x, const item& y) { return x.rows > y.rows; });
   {
     std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
     for (std::int64_t p = 0; p < pairs; ++p) {
@@ -345,9 +357,9 @@ at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at:
   std::atomic<std::size_t> next{0};
   at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
     thread_local expert_scratch<T> s;
-    for (std::size_t i = next++; i < busy.size(); i = next++) {
-      const std::size_t e = busy[i];
-      const std::int64_t rows = rows_of(e), first = start[e];
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const std::size_t e = items[i].expert;
+      const std::int64_t rows = items[i].rows, first = items[i].first;
       s.x.resize(static_cast<std::size_t>(rows * hidden));
       s.gate_up.resize(static_cast<std::size_t>(rows * 2 * inter));
       s.h.resize(static_cast<std::size_t>(rows * inter));
@@ -446,10 +458,12 @@ void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 }
 
 at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
-                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down) {
+                       const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down,
+                       std::int64_t chunk_rows) {
+  if (chunk_rows < 0 || chunk_rows % 256 != 0) throw std::invalid_argument("experts: chunk_rows is 0 or a multiple of 256");
   const at::Tensor bc = b.contiguous(), ec = experts.contiguous(), wc = weights.to(b.scalar_type()).contiguous();
-  if (bc.scalar_type() == at::kFloat) return run_experts<float>(bc, ec, wc, gate_up, down);
-  if (bc.scalar_type() == at::kBFloat16) return run_experts<c10::BFloat16>(bc, ec, wc, gate_up, down);
+  if (bc.scalar_type() == at::kFloat) return run_experts<float>(bc, ec, wc, gate_up, down, chunk_rows);
+  if (bc.scalar_type() == at::kBFloat16) return run_experts<c10::BFloat16>(bc, ec, wc, gate_up, down, chunk_rows);
   throw std::invalid_argument("experts: the CPU kernel takes fp32 or bf16");
 }
 

@@ -139,7 +139,8 @@ class model_impl final : public model {
       : files_(dir, options.head),
         device_(prepared_device(options)),
         options_(resolved(options, files_, device_)),
-        thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes) {
+        thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes,
+                 options_.grouped_experts) {
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }
@@ -156,6 +157,7 @@ class model_impl final : public model {
 
   const release& files() const noexcept override { return files_; }
   std::int64_t packed_bytes() const noexcept override { return thinker_.packed_bytes(); }
+  std::string expert_schedule() const override { return thinker_.expert_schedule(); }
   const model_options& options() const noexcept override { return options_; }
 
   std::vector<record_logits> forward(std::span<const record_input> batch) override {

@@ -33,6 +33,10 @@ struct model_options {
   // Bytes of fp32 attention scores per chunk of query rows (at least 32 rows); 0: 4 MiB on the
   // CPU (cache-sized, no fresh pages per chunk), 1 GiB on a GPU (fewer, larger kernels).
   std::int64_t score_budget_bytes = 0;
+  // The MoE as two grouped matmuls (thinker::moe_grouped) on any device, a matmul per expert
+  // standing in for at::_grouped_mm where libtorch lacks it: for tests and the bench, which check
+  // and count that path on the CPU. A CUDA bf16 model on libtorch >= 2.8 takes it anyway.
+  bool grouped_experts = false;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.
   std::string dtype_reason;
 };
@@ -122,6 +126,9 @@ class model {
   // Bytes of the weights packed at load for oneDNN's matmul (the CPU's experts, and in fp32 its
   // attention projections); their mapped pages were handed back. 0 when nothing was packed.
   virtual std::int64_t packed_bytes() const noexcept = 0;
+  // How the CPU's packed experts are shared among threads, chosen by timing them at load, with
+  // the timings (thinker::calibrate_experts); empty when the experts are not packed.
+  virtual std::string expert_schedule() const = 0;
   virtual bool reads_images() const noexcept = 0;
   virtual bool reads_audio() const noexcept = 0;
 

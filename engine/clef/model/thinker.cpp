@@ -1,12 +1,16 @@
 #include "engine/clef/model/thinker.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <sys/mman.h>
 #include <torch/version.h>  // the version macros only
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
@@ -63,10 +67,35 @@ bool grouped_mm_runs([[maybe_unused]] at::Device device) {
 #endif
 }
 
+// x [rows, in] times w [groups, in, out] group by group, rows [offs[g - 1], offs[g]) belonging to
+// group g (offs: int32 group ends): at::_grouped_mm where it runs, else a matmul per group (the
+// offsets read back to the host), recorded as one operation as the grouped kernel is.
+at::Tensor grouped_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs, bool native) {
+#if BATON_GROUPED_MM
+  if (native) return at::_grouped_mm(x, w, offs);
+#else
+  (void)native;
+#endif
+  at::RecordFunction guard(at::RecordScope::FUNCTION);
+  if (guard.isActive()) guard.before("baton::grouped_mm");
+  const at::Tensor ends = offs.to(at::kCPU, at::kLong);
+  const auto* end = ends.data_ptr<std::int64_t>();
+  at::Tensor y = at::empty({x.size(0), w.size(2)}, x.options());
+  std::int64_t begin = 0;
+  for (std::int64_t g = 0; g < w.size(0); ++g) {
+    if (end[g] > begin) {
+      at::Tensor rows = y.narrow(0, begin, end[g] - begin);
+      at::mm_out(rows, x.narrow(0, begin, end[g] - begin), w[g]);
+    }
+    begin = end[g];
+  }
+  return y;
+}
+
 }  // namespace
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
-                 std::int64_t score_budget_bytes)
+                 std::int64_t score_budget_bytes, bool grouped_experts)
     : config_(files.text()),
       type_(type),
       device_(device),
@@ -74,13 +103,14 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // On the CPU the per-expert loop and the chunked attention stay: they are what CI tests,
       // and the CPU's fused kernels are another matter (docs/performance.md).
       // _grouped_mm wants rows of 16-byte multiples, and (2.8) a Hopper-class GPU: probed.
-      grouped_(BATON_GROUPED_MM && device.is_cuda() && type == at::kBFloat16 && config_.hidden_size % 8 == 0 &&
-               config_.moe_intermediate_size % 8 == 0 && grouped_mm_runs(device)),
+      native_grouped_(BATON_GROUPED_MM && device.is_cuda() && type == at::kBFloat16 && config_.hidden_size % 8 == 0 &&
+                      config_.moe_intermediate_size % 8 == 0 && grouped_mm_runs(device)),
+      grouped_(native_grouped_ || grouped_experts),
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_attention_(device.is_cpu() && onednn_built()),
-      packed_experts_(cpu_attention_ && !files.int8_experts()),
+      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_),
       packed_attention_(cpu_attention_ && type == at::kFloat) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
@@ -153,6 +183,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       y.down_scale.push_back(raw(x + "down_proj.weight_scale"));
     }
   }
+  if (packed_experts_ && !layers_.empty()) calibrate_experts();
   // inv_freq exactly as the reference builds it: fp32 from an int64 arange.
   const auto dim = config_.head_dim;
   inv_freq_ = at::reciprocal(at::pow(config_.rope_theta,
@@ -168,6 +199,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     if (s % 3 == 2 && s < 3 * config_.mrope_section[2]) axis[i] = 2;
   }
   mrope_axis_ = long_tensor(axis, device_).view({1, 1, -1});
+  if (grouped_) expert_ids_ = at::arange(config_.num_experts, at::TensorOptions().dtype(at::kLong).device(device_));
 }
 
 void thinker::pack_experts(const release& files, const std::string& prefix, layer& y) {
@@ -198,6 +230,58 @@ void thinker::pack_experts(const release& files, const std::string& prefix, laye
   packed_bytes_ += per_expert * experts;
 }
 
+void thinker::calibrate_experts() {
+  const std::int64_t tokens = 1024, top_k = config_.experts_per_token;
+  const layer& w = layers_.front();
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor b = at::randn({tokens, config_.hidden_size}, generator, f32).to(type_);
+  // Routed unevenly, as trained routers are (random activations through the router spread
+  // evenly): each token's experts drawn without replacement with odds 1, 1/2, 1/3, …, so the
+  // busiest expert gets ~10 % of the rows, as on a transformers-initialised release.
+  const at::Tensor odds = at::reciprocal(at::arange(1, config_.num_experts + 1, f32)).expand({tokens, config_.num_experts});
+  const at::Tensor experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
+  const at::Tensor weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type_);
+  std::int64_t busiest = 0;
+  {
+    const at::Tensor counts = at::bincount(experts.reshape({-1}), {}, config_.num_experts);
+    busiest = counts.max().item<std::int64_t>();
+  }
+  // Chunks no expert fills would repeat "whole experts".
+  std::vector<std::int64_t> candidates = {0};
+  for (const std::int64_t chunk : {256, 1024}) {
+    if (busiest > chunk) candidates.push_back(chunk);
+  }
+  std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
+  if (candidates.size() > 1) {
+    (void)experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, 0);  // first touch of buffers
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        (void)experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, candidates[i]);
+        best[i] = std::min(best[i], std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      }
+    }
+  }
+  const auto pick = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
+  expert_chunk_rows_ = candidates[pick];
+  auto name = [](std::int64_t chunk) {
+    return chunk == 0 ? std::string("whole experts") : std::to_string(chunk) + "-row chunks";
+  };
+  expert_schedule_ = name(expert_chunk_rows_) + " per work item on " + std::to_string(at::get_num_threads()) + " threads";
+  if (candidates.size() == 1) {
+    expert_schedule_ += " (no expert had over 256 of " + std::to_string(tokens * top_k) + " rows at load)";
+    return;
+  }
+  expert_schedule_ += " (measured at load, " + std::to_string(tokens) + " tokens through layer 0, best of 3:";
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f", best[i]);
+    expert_schedule_ += std::string(i == 0 ? " " : ", ") + name(candidates[i]) + " " + ms + " ms";
+  }
+  expert_schedule_ += ")";
+}
+
 void thinker::stack_experts(const release& files, const std::string& prefix, layer& y,
                             expert_staging& staging) const {
   const std::int64_t inter = config_.moe_intermediate_size;
@@ -215,12 +299,13 @@ void thinker::stack_experts(const release& files, const std::string& prefix, lay
       put(staging.down_scale[e], x + "down_proj.weight_scale");
     }
   }
-  // Blocking copies: the buffer is free for the next layer on return.
-  y.gate_up_all = staging.gate_up.to(device_);
-  y.down_all = staging.down.to(device_);
+  // Blocking copies (a copy on the CPU too): the buffer is free for the next layer on return.
+  auto copy = [&](const at::Tensor& t) { return t.to(device_, /*non_blocking=*/false, /*copy=*/true); };
+  y.gate_up_all = copy(staging.gate_up).transpose(1, 2);
+  y.down_all = copy(staging.down).transpose(1, 2);
   if (staging.gate_up_scale.defined()) {
-    y.gate_up_scale_all = staging.gate_up_scale.to(device_);
-    y.down_scale_all = staging.down_scale.to(device_);
+    y.gate_up_scale_all = copy(staging.gate_up_scale);
+    y.down_scale_all = copy(staging.down_scale);
   }
 }
 
@@ -425,40 +510,31 @@ at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
   return at::cat(parts);
 }
 
-at::Tensor thinker::moe_grouped([[maybe_unused]] const layer& w, [[maybe_unused]] const at::Tensor& b) const {
-#if BATON_GROUPED_MM
-  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token,
-                     inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  const at::Tensor probs = at::softmax(dense(b, w.router), 1, at::kFloat);
+at::Tensor thinker::moe_grouped(const layer& w, const at::Tensor& b) const {
+  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
+  const at::Tensor probs = at::softmax(at::linear(b, w.router), 1, at::kFloat);
   auto [weights, experts] = at::topk(probs, top_k, -1);
-  if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  const at::Tensor flat = experts.reshape({-1});
-  const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));
-  const at::Tensor token_of = at::floor_divide(order, top_k);
+  if (config_.norm_topk_prob) weights.div_(weights.sum(-1, /*keepdim=*/true));
+  // The (token, slot) pairs sorted by expert: `sorted` is each row's expert, `order` its pair.
+  auto [sorted, order] = at::sort(experts.view({-1}), c10::optional<bool>(true), 0, false);
   // Group ends as int32 on the device. Not bincount: on CUDA it reads the input's maximum back
   // to the host.
-  const at::Tensor offs =
-      at::zeros({config_.num_experts}, flat.options()).scatter_add_(0, flat, at::ones_like(flat)).cumsum(0, at::kInt);
-  const at::Tensor x = b.index_select(0, token_of);  // rows grouped by expert
-  const bool int8 = w.gate_up_scale_all.defined();
+  const at::Tensor offs = at::searchsorted(sorted, expert_ids_, /*out_int32=*/true, /*right=*/true);
+  const at::Tensor x = b.index_select(0, at::floor_divide(order, top_k));  // rows grouped by expert
   // int8 weights widened for the layer (exact), their scales applied to each row's outputs
   // by its expert, as the per-expert path does.
-  const at::Tensor expert_of_row = int8 ? flat.index_select(0, order) : at::Tensor();
-  const at::Tensor gate_up = int8 ? w.gate_up_all.to(b.scalar_type()) : w.gate_up_all;
-  at::Tensor gu = at::_grouped_mm(x, gate_up.transpose(1, 2), offs);  // [rows, 2 * inter]
-  if (int8) gu.mul_(w.gate_up_scale_all.index_select(0, expert_of_row));
-  const at::Tensor h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
-  const at::Tensor down = int8 ? w.down_all.to(b.scalar_type()) : w.down_all;
-  at::Tensor y = at::_grouped_mm(h, down.transpose(1, 2), offs);  // [rows, hidden]
-  if (int8) y.mul_(w.down_scale_all.index_select(0, expert_of_row));
-  y.mul_(weights.to(b.scalar_type()).reshape({-1}).index_select(0, order).unsqueeze(1));
-  // Back to (token, slot) order and summed per token in fp32: deterministic, where one
-  // index_add_ would add a token's eight rows in bf16 by atomics in any order.
-  const at::Tensor by_token = at::empty_like(y).index_copy_(0, order, y);
-  return by_token.view({n_tokens, top_k, hidden}).sum(1, /*keepdim=*/false, at::kFloat).to(b.scalar_type());
-#else
-  throw std::logic_error("the grouped expert path needs libtorch 2.8 or newer");
-#endif
+  const bool int8 = w.gate_up_scale_all.defined();
+  at::Tensor gu = grouped_mm(x, int8 ? w.gate_up_all.to(b.scalar_type()) : w.gate_up_all, offs, native_grouped_);
+  if (int8) gu.mul_(w.gate_up_scale_all.index_select(0, sorted));
+  const std::vector<at::Tensor> halves = gu.chunk(2, 1);  // gate, up
+  const at::Tensor h = at::silu(halves[0]).mul_(halves[1]);
+  at::Tensor y = grouped_mm(h, int8 ? w.down_all.to(b.scalar_type()) : w.down_all, offs, native_grouped_);
+  if (int8) y.mul_(w.down_scale_all.index_select(0, sorted));
+  // Back to (token, slot) order in one copy, then each token's rows weighted and summed in one
+  // contraction (fp32 accumulation): deterministic, where one index_add_ would add a token's
+  // rows in bf16 by atomics in any order.
+  const at::Tensor by_token = at::index_copy(y, 0, order, y);
+  return at::einsum("nk,nkh->nh", {weights.to(b.scalar_type()), by_token.view({n_tokens, top_k, -1})});
 }
 
 at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
@@ -469,7 +545,7 @@ at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
   auto [weights, experts] = at::topk(probs, top_k, -1);
   if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(b.scalar_type());
-  if (packed_experts_) return experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed);
+  if (packed_experts_) return experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, expert_chunk_rows_);
 
   // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
   const at::Tensor flat = experts.reshape({-1});

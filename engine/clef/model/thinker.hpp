@@ -3,6 +3,7 @@
 // out; the lm_head matmul is never run.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/clef/model/cpu_kernels.hpp"
@@ -22,7 +23,10 @@ struct thinker_input {
 class thinker {
  public:
   // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
-  thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes);
+  // grouped_experts: the grouped expert path (moe_grouped) even where at::_grouped_mm is missing,
+  // a matmul per expert standing in for it (model_options::grouped_experts).
+  thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes,
+          bool grouped_experts = false);
 
   // Token embeddings [N, hidden] in the compute dtype for `ids` [N] int64 on the device.
   at::Tensor embed(const at::Tensor& ids) const;
@@ -39,6 +43,9 @@ class thinker {
 
   // Bytes of the weights packed at load (packed_linear); 0 when nothing is packed.
   std::int64_t packed_bytes() const noexcept { return packed_bytes_; }
+  // How the CPU's packed experts are shared among threads, as measured at load, with the
+  // timings; empty when the experts are not packed.
+  const std::string& expert_schedule() const noexcept { return expert_schedule_; }
 
   at::ScalarType type() const noexcept { return type_; }
   at::Device device() const noexcept { return device_; }
@@ -51,7 +58,8 @@ class thinker {
     std::vector<at::Tensor> gate_scale, up_scale, down_scale;
     // The grouped path instead of the lists above: every expert's gate and up rows stacked
     // [experts, 2 * moe_inter, hidden] and down [experts, hidden, moe_inter], int8 or in the
-    // compute dtype; with int8, the scales [experts, 2 * moe_inter] and [experts, hidden].
+    // compute dtype, kept as their transposed views (the [experts, in, out] grouped_mm takes);
+    // with int8, the scales [experts, 2 * moe_inter] and [experts, hidden].
     at::Tensor gate_up_all, down_all, gate_up_scale_all, down_scale_all;
     // The CPU with oneDNN, fp32 or bf16 experts: each expert's gate and up rows as one packed
     // weight [2 * moe_inter, hidden], and down packed, instead of the lists above.
@@ -93,26 +101,35 @@ class thinker {
                                const std::vector<std::int64_t>& lengths, const attention_scratch& scratch) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
+  // Times layer 0's packed experts on random activations with whole experts per thread and with
+  // chunks of 256 and 1,024 rows, and keeps the fastest (expert_chunk_rows_): the same results,
+  // and which wins depends on the cores (a 16-core machine waits on its busiest expert).
+  void calibrate_experts();
   // Every expert in two grouped matmuls, the group offsets computed on the device: no host sync
-  // and ~20 operations per layer (libtorch >= 2.8, CUDA, bf16; see grouped_).
+  // and 19 operations per layer (libtorch >= 2.8, CUDA, bf16; see grouped_; elsewhere when asked,
+  // with a loop in place of at::_grouped_mm).
   at::Tensor moe_grouped(const layer& w, const at::Tensor& b) const;
 
   text_config config_;
   at::ScalarType type_;
   at::Device device_;
   std::int64_t score_budget_bytes_;
-  bool grouped_ = false;  // the MoE runs through at::_grouped_mm (moe_grouped)
+  bool native_grouped_ = false;  // at::_grouped_mm runs here (libtorch >= 2.8, CUDA, bf16, probed)
+  bool grouped_ = false;  // the MoE runs through moe_grouped (native_grouped_, or asked for)
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
   // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
   bool cpu_attention_ = false;    // attention (attention_cpu)
   bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
   bool packed_attention_ = false; // q, k, v and o packed at load (fp32 only)
   std::int64_t packed_bytes_ = 0;
+  std::int64_t expert_chunk_rows_ = 0;  // experts_cpu's work items: 0 whole experts, else rows
+  std::string expert_schedule_;
   attention_blocks attention_blocks_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
   at::Tensor final_norm_;
   at::Tensor inv_freq_;  // [head_dim / 2] fp32
+  at::Tensor expert_ids_;  // int64 [experts] 0, 1, …: the grouped path's group ends are found for them
   at::Tensor mrope_axis_;  // int64 [1, 1, head_dim / 2]: the axis (0 T, 1 H, 2 W) of each frequency slot
   std::vector<layer> layers_;
 };
