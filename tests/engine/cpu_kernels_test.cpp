@@ -187,7 +187,7 @@ TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
   const at::ScalarType type = GetParam();
   at::manual_seed(9);
   const std::int64_t tokens = 700, top_k = 2, n_experts = 6, hidden = 48, inter = 40;
-  // Expert 5 never chosen; expert 4 once; the rest split ~700 pairs unevenly.
+  // Expert 5 never chosen; expert 4 once; expert 0 by every token (700 rows); the rest unevenly.
   std::vector<std::int64_t> picks;
   for (std::int64_t t = 0; t < tokens; ++t) {
     const std::int64_t first = t == 0 ? 4 : (t % 7 == 0 ? 3 : t % 3);
@@ -198,12 +198,9 @@ TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
   const at::Tensor weights = at::rand({tokens, top_k}).to(type);
   const at::Tensor b = at::randn({tokens, hidden}).to(type);
   std::vector<packed_linear> gate_up, down;
-  std::vector<at::Tensor> gate_up_w, down_w;
   for (std::int64_t e = 0; e < n_experts; ++e) {
-    gate_up_w.push_back(at::randn({2 * inter, hidden}).div(7).to(type));
-    down_w.push_back(at::randn({hidden, inter}).div(6).to(type));
-    gate_up.emplace_back(gate_up_w.back());
-    down.emplace_back(down_w.back());
+    gate_up.emplace_back(at::randn({2 * inter, hidden}).div(7).to(type));
+    down.emplace_back(at::randn({hidden, inter}).div(6).to(type));
   }
   at::Tensor expected = at::zeros({tokens, hidden}, b.options());
   const at::Tensor flat = experts.reshape({-1});
@@ -217,9 +214,13 @@ TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
     expected.index_add_(0, rows, y);
   }
   const at::Tensor got = experts_cpu(b, experts, weights, gate_up, down);
-  // Chunks of an expert's rows as separate work items: bit for bit the same (expert 0 has ~470).
+  // Chunks of an expert's rows as separate work items: bit for bit the same (256 + 256 + 188).
   EXPECT_TRUE(at::equal(experts_cpu(b, experts, weights, gate_up, down, 256), got));
   EXPECT_THROW((void)experts_cpu(b, experts, weights, gate_up, down, 100), std::invalid_argument);
+  // No tokens: no rows; weights that do not fit the activations: refused, not read past.
+  EXPECT_EQ(experts_cpu(b.narrow(0, 0, 0), experts.narrow(0, 0, 0), weights.narrow(0, 0, 0), gate_up, down).size(0), 0);
+  EXPECT_THROW((void)experts_cpu(b.narrow(1, 0, hidden - 8).contiguous(), experts, weights, gate_up, down),
+               std::invalid_argument);
   ASSERT_EQ(got.sizes(), expected.sizes());
   ASSERT_EQ(got.scalar_type(), type);
   const at::Tensor diff = (got.to(at::kFloat) - expected.to(at::kFloat)).abs();

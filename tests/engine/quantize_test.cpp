@@ -271,6 +271,30 @@ TEST_F(quantize_int8_test, int8_layers_stay_close_to_fp32_in_both_compute_dtypes
   }
 }
 
+// The grouped expert path (a CUDA model's) with int8 experts: widened per layer, each row scaled
+// by its own expert's scales; on the CPU with a matmul per expert in place of at::_grouped_mm.
+TEST_F(quantize_int8_test, int8_grouped_experts_trace_as_the_per_expert_loop) {
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 1, 2, 3, 4};
+  auto trace = [&](bool grouped) {
+    model_options options;
+    options.head = false;
+    options.threads = 1;
+    options.dtype = compute_dtype::f32;
+    options.grouped_experts = grouped;
+    std::vector<float> out;
+    model::load(int8_dir(), options)->trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
+      if (stage == "final_hidden") out.assign(v.begin(), v.end());
+    });
+    return out;
+  };
+  const auto want = trace(false), got = trace(true);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+  EXPECT_LT(worst, 1e-4);  // hidden values of O(1): only the order of each token's sum differs
+}
+
 TEST_F(quantize_int8_test, refuses_a_non_release_an_int8_release_and_a_destination_in_use) {
   const fs::path out = *tmp_ / "refused";
   EXPECT_THROW(quantize_int8(*tmp_ / "nothing-here", out), load_error);

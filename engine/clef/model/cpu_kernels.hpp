@@ -61,5 +61,8 @@ void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, cons
 at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
                        const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down,
                        std::int64_t chunk_rows = 0);
+// Asks the linked libtorch how it rounds bf16 silu, which experts_cpu otherwise does on its first
+// call: at load, so that no forward pays for it or counts its operations.
+void prepare_experts_cpu();
 
 }  // namespace baton::clef::detail

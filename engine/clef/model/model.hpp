@@ -35,7 +35,8 @@ struct model_options {
   std::int64_t score_budget_bytes = 0;
   // The MoE as two grouped matmuls (thinker::moe_grouped) on any device, a matmul per expert
   // standing in for at::_grouped_mm where libtorch lacks it: for tests and the bench, which check
-  // and count that path on the CPU. A CUDA bf16 model on libtorch >= 2.8 takes it anyway.
+  // and count that path on the CPU. A CUDA bf16 model takes it anyway where at::_grouped_mm
+  // runs (libtorch >= 2.8, a GPU it supports: probed at load).
   bool grouped_experts = false;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.
   std::string dtype_reason;

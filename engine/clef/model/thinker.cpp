@@ -100,9 +100,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       type_(type),
       device_(device),
       score_budget_bytes_(score_budget_bytes),
-      // On the CPU the per-expert loop and the chunked attention stay: they are what CI tests,
-      // and the CPU's fused kernels are another matter (docs/performance.md).
-      // _grouped_mm wants rows of 16-byte multiples, and (2.8) a Hopper-class GPU: probed.
+      // The CPU has its own fused kernels (cpu_kernels.hpp). _grouped_mm wants rows of 16-byte
+      // multiples, and (2.8) a Hopper-class GPU: probed.
       native_grouped_(BATON_GROUPED_MM && device.is_cuda() && type == at::kBFloat16 && config_.hidden_size % 8 == 0 &&
                       config_.moe_intermediate_size % 8 == 0 && grouped_mm_runs(device)),
       grouped_(native_grouped_ || grouped_experts),
@@ -231,7 +230,12 @@ void thinker::pack_experts(const release& files, const std::string& prefix, laye
 }
 
 void thinker::calibrate_experts() {
+  prepare_experts_cpu();  // libtorch's bf16 silu asked now, not in the first forward
   const std::int64_t tokens = 1024, top_k = config_.experts_per_token;
+  if (at::get_num_threads() == 1) {  // every schedule is the same work on one thread
+    expert_schedule_ = "whole experts per work item on 1 thread";
+    return;
+  }
   const layer& w = layers_.front();
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -247,9 +251,9 @@ void thinker::calibrate_experts() {
     const at::Tensor counts = at::bincount(experts.reshape({-1}), {}, config_.num_experts);
     busiest = counts.max().item<std::int64_t>();
   }
-  // Chunks no expert fills would repeat "whole experts".
+  // Chunks no expert fills would repeat "whole experts" (an expert has at most `tokens` rows).
   std::vector<std::int64_t> candidates = {0};
-  for (const std::int64_t chunk : {256, 1024}) {
+  for (const std::int64_t chunk : {256, 512}) {
     if (busiest > chunk) candidates.push_back(chunk);
   }
   std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
@@ -512,9 +516,16 @@ at::Tensor thinker::moe(const layer& w, const at::Tensor& b) const {
 
 at::Tensor thinker::moe_grouped(const layer& w, const at::Tensor& b) const {
   const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
-  const at::Tensor probs = at::softmax(at::linear(b, w.router), 1, at::kFloat);
-  auto [weights, experts] = at::topk(probs, top_k, -1);
-  if (config_.norm_topk_prob) weights.div_(weights.sum(-1, /*keepdim=*/true));
+  const at::Tensor logits = at::linear(b, w.router);
+  at::Tensor weights, experts;
+  if (config_.norm_topk_prob) {
+    // The top-k of the softmax renormalised is the softmax of the top-k logits (softmax keeps
+    // the order): two operations where four were.
+    std::tie(weights, experts) = at::topk(logits, top_k, -1);
+    weights = at::softmax(weights, -1, at::kFloat);
+  } else {
+    std::tie(weights, experts) = at::topk(at::softmax(logits, 1, at::kFloat), top_k, -1);
+  }
   // The (token, slot) pairs sorted by expert: `sorted` is each row's expert, `order` its pair.
   auto [sorted, order] = at::sort(experts.view({-1}), c10::optional<bool>(true), 0, false);
   // Group ends as int32 on the device. Not bincount: on CUDA it reads the input's maximum back
@@ -531,10 +542,10 @@ at::Tensor thinker::moe_grouped(const layer& w, const at::Tensor& b) const {
   at::Tensor y = grouped_mm(h, int8 ? w.down_all.to(b.scalar_type()) : w.down_all, offs, native_grouped_);
   if (int8) y.mul_(w.down_scale_all.index_select(0, sorted));
   // Back to (token, slot) order in one copy, then each token's rows weighted and summed in one
-  // contraction (fp32 accumulation): deterministic, where one index_add_ would add a token's
-  // rows in bf16 by atomics in any order.
-  const at::Tensor by_token = at::index_copy(y, 0, order, y);
-  return at::einsum("nk,nkh->nh", {weights.to(b.scalar_type()), by_token.view({n_tokens, top_k, -1})});
+  // batched matmul (rounded to the dtype once; cuBLAS accumulates bf16 in fp32): deterministic,
+  // where one index_add_ would add a token's rows in bf16 by atomics in any order.
+  const at::Tensor by_token = at::empty_like(y).index_copy_(0, order, y);
+  return at::einsum("nk,nkh->nh", {weights.to(b.scalar_type()), by_token.view({n_tokens, top_k, y.size(1)})});
 }
 
 at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {

@@ -102,7 +102,7 @@ class thinker {
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
   // Times layer 0's packed experts on random activations with whole experts per thread and with
-  // chunks of 256 and 1,024 rows, and keeps the fastest (expert_chunk_rows_): the same results,
+  // chunks of 256 and 512 rows, and keeps the fastest (expert_chunk_rows_): the same results,
   // and which wins depends on the cores (a 16-core machine waits on its busiest expert).
   void calibrate_experts();
   // Every expert in two grouped matmuls, the group offsets computed on the device: no host sync
