@@ -167,7 +167,9 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
   const auto want = run(false, default_ops, default_packed);
   const auto got = run(true, grouped_ops, grouped_packed);
   // The experts are stacked for the grouped matmuls, not packed (fp32 still packs q/k/v/o).
-  if (detail::onednn_built()) EXPECT_LT(grouped_packed, default_packed);
+  if (detail::onednn_built()) {
+    EXPECT_LT(grouped_packed, default_packed);
+  }
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(got[0].size(), 1u);
   ASSERT_EQ(got[0][0].size(), want[0][0].size());
@@ -176,7 +178,9 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
   for (std::size_t i = 0; i < want[0][0].size(); ++i) EXPECT_NEAR(got[0][0][i], want[0][0][i], tolerance) << i;
   EXPECT_GT(grouped_ops, 10);
   EXPECT_LE(grouped_ops, 20);
-  if (detail::onednn_built()) EXPECT_LE(default_ops, 20);  // the fused CPU experts
+  if (detail::onednn_built()) {
+    EXPECT_LE(default_ops, 20);  // the fused CPU experts
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(dtypes, valid_model, testing::Values(compute_dtype::f32, compute_dtype::bf16),
