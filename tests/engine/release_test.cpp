@@ -183,6 +183,23 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
   }
 }
 
+// With two threads the experts' schedule is timed at the first load (the tiny release's busiest
+// expert has hundreds of the 1,024 calibration tokens' rows) and kept for the next load.
+TEST(valid_model_schedule, is_measured_once_per_process_and_shape) {
+  if (!detail::onednn_built()) GTEST_SKIP() << "built without oneDNN: no packed experts";
+  model_options options;
+  options.dtype = compute_dtype::f32;
+  options.threads = 2;
+  const std::string first = model::load(release_dir("valid"), options)->expert_schedule();
+  const std::string again = model::load(release_dir("valid"), options)->expert_schedule();
+  options.threads = 1;
+  const std::string one = model::load(release_dir("valid"), options)->expert_schedule();
+  EXPECT_NE(first.find("on 2 threads"), std::string::npos) << first;
+  EXPECT_NE(again.find("kept from an earlier load in this process"), std::string::npos) << again;
+  EXPECT_EQ(again.rfind(first, 0), 0u) << again;  // the same choice and timings, then the note
+  EXPECT_EQ(one, "whole experts per work item on 1 thread");
+}
+
 INSTANTIATE_TEST_SUITE_P(dtypes, valid_model, testing::Values(compute_dtype::f32, compute_dtype::bf16),
                          [](const auto& info) {
                            return std::string(info.param == compute_dtype::f32 ? "f32" : "bf16");

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <tuple>
 
@@ -236,6 +238,22 @@ void thinker::calibrate_experts() {
     expert_schedule_ = "whole experts per work item on 1 thread";
     return;
   }
+  // Measured once per process for a shape, dtype and thread count: a model loaded again (a
+  // reload, a second engine on the same release) keeps the earlier choice.
+  static std::mutex measured_mutex;
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>,
+                  std::pair<std::int64_t, std::string>>
+      measured;
+  const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts, top_k,
+                                   static_cast<int>(type_), at::get_num_threads());
+  {
+    const std::lock_guard lock(measured_mutex);
+    if (const auto it = measured.find(key); it != measured.end()) {
+      expert_chunk_rows_ = it->second.first;
+      expert_schedule_ = it->second.second + ", kept from an earlier load in this process";
+      return;
+    }
+  }
   const layer& w = layers_.front();
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -284,6 +302,8 @@ void thinker::calibrate_experts() {
     expert_schedule_ += std::string(i == 0 ? " " : ", ") + name(candidates[i]) + " " + ms + " ms";
   }
   expert_schedule_ += ")";
+  const std::lock_guard lock(measured_mutex);
+  measured.emplace(key, std::make_pair(expert_chunk_rows_, expert_schedule_));
 }
 
 void thinker::stack_experts(const release& files, const std::string& prefix, layer& y,

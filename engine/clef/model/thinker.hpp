@@ -103,7 +103,8 @@ class thinker {
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
   // Times layer 0's packed experts on random activations with whole experts per thread and with
   // chunks of 256 and 512 rows, and keeps the fastest (expert_chunk_rows_): the same results,
-  // and which wins depends on the cores (a 16-core machine waits on its busiest expert).
+  // and which wins depends on the cores (a 16-core machine waits on its busiest expert). Kept
+  // for the process's later loads of the same shape, dtype and thread count.
   void calibrate_experts();
   // Every expert in two grouped matmuls, the group offsets computed on the device: no host sync
   // and 19 operations per layer (libtorch >= 2.8, CUDA, bf16; see grouped_; elsewhere when asked,
