@@ -107,7 +107,12 @@ async function withToolRun(id) {
 }
 
 const card = (id) => `li.card[data-escalation="${id}"]`;
-const utcClock = (ms) => new Date(ms).toISOString().slice(11, 16);
+// The page's clock text for a time: "HH:MM", after its date when that is not today's (UTC), as
+// the inbox writes it (a deadline two hours away is tomorrow's from 22:00 UTC on).
+const utcClock = (ms) => {
+  const iso = new Date(ms).toISOString(), today = new Date().toISOString().slice(0, 10);
+  return `${iso.slice(0, 10) === today ? "" : `${iso.slice(0, 10)} `}${iso.slice(11, 16)}`;
+};
 
 // A page of its own (its own storage); script errors are collected like the main page's.
 async function freshPage() {
