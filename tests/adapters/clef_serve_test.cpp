@@ -23,6 +23,7 @@
 #include "http_client.hpp"
 #include "server_fixture.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 extern char** environ;
 
@@ -201,8 +202,7 @@ TEST(clef_cli, a_model_directory_that_is_not_there_is_named) {
   EXPECT_EQ(encode.code, exit_engine_failed);
   EXPECT_NE(encode.err.find("model directory /nonexistent: does not exist"), std::string::npos) << encode.err;
 
-  const fs::path dir = fs::temp_directory_path() / ("baton-clef-serve-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const test::scratch_dir dir("baton-clef-serve-test");
   std::ofstream(dir / "baton.yaml") << "engine: {name: clef, model: /nonexistent}\n"
                                     << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
                                     << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
@@ -212,7 +212,6 @@ TEST(clef_cli, a_model_directory_that_is_not_there_is_named) {
   EXPECT_EQ(serve.wait(), 78);
   const std::string err = test::read_file(dir / "stderr");
   EXPECT_NE(err.find("model directory /nonexistent: does not exist"), std::string::npos) << err;
-  fs::remove_all(dir);
 }
 
 }  // namespace

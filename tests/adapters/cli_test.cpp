@@ -16,6 +16,7 @@
 #include "support/env_var.hpp"
 #include "cli_run.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton {
 namespace {
@@ -294,7 +295,8 @@ void expect_same_encoding(const json& got, const json& want) {
 
 TEST(cli_clef, decide_dump_matches_the_reference_trace) {
   const auto [input, want] = text_records();
-  const auto dump = std::filesystem::temp_directory_path() / ("baton_dump_" + std::to_string(getpid()) + ".jsonl");
+  const test::scratch_dir scratch("baton-dump");
+  const auto dump = scratch / "dump.jsonl";
   const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string();
   const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--dump",
                       dump_arg},
@@ -302,7 +304,6 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
   EXPECT_EQ(r.code, exit_ok) << r.err;
   const auto answers = lines(r.out);
   const auto traces = lines(test::read_file(dump));
-  std::filesystem::remove(dump);
   ASSERT_EQ(answers.size(), want.size());
   ASSERT_EQ(traces.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -334,7 +335,8 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
 TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
   const auto [input, want] = reference_records(true);
   ASSERT_EQ(want.size(), 3u);
-  const auto dump = std::filesystem::temp_directory_path() / ("baton_media_dump_" + std::to_string(getpid()) + ".jsonl");
+  const test::scratch_dir scratch("baton-media-dump");
+  const auto dump = scratch / "dump.jsonl";
   const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string(), root = tiny.string();
   const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--media-root",
                       root, "--dump", dump_arg},
@@ -342,7 +344,6 @@ TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
   EXPECT_EQ(r.code, exit_ok) << r.err;
   const auto answers = lines(r.out);
   const auto traces = lines(test::read_file(dump));
-  std::filesystem::remove(dump);
   ASSERT_EQ(answers.size(), 3u);
   ASSERT_EQ(traces.size(), 3u);
   const std::vector<std::string> kinds = {"image", "audio", "video+audio"};
@@ -392,13 +393,11 @@ TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
 TEST(cli_clef, encode_needs_no_weights_and_matches_the_reference_ids) {
   const auto [input, want] = text_records();
   // A directory holding only the tokenizer: encode must not look for weights.
-  const auto dir = std::filesystem::temp_directory_path() / ("baton_tok_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
+  const test::scratch_dir dir("baton-tok");
   std::filesystem::copy_file(tiny / "release/tokenizer.json", dir / "tokenizer.json",
                              std::filesystem::copy_options::overwrite_existing);
-  const std::string dir_arg = dir.string();
+  const std::string dir_arg = dir.path().string();
   const auto r = cli({"encode", "--model", dir_arg}, input);
-  std::filesystem::remove_all(dir);
   EXPECT_EQ(r.code, exit_ok) << r.err;
   const auto got = lines(r.out);
   ASSERT_EQ(got.size(), want.size());
@@ -457,8 +456,7 @@ TEST(cli_clef, usage_errors) {
 // `baton quantize --int8 SRC DST` on the tiny release: DST is an int8 release `baton decide`
 // loads; each refusal has its exit status and names what is wrong.
 TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
-  const auto dir = std::filesystem::temp_directory_path() / ("baton_quantize_" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const test::scratch_dir dir("baton-quantize");
   const std::string src = (tiny / "release").string(), dst = (dir / "int8").string();
   const auto r = cli({"quantize", "--int8", src, dst});
   EXPECT_EQ(r.code, exit_ok) << r.err;
@@ -501,7 +499,6 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
   EXPECT_TRUE(std::filesystem::exists(dir / "named" / "config.json"));
   EXPECT_EQ(unknown.code, exit_no_input);
   EXPECT_NE(unknown.err.find("baton pull Cloudflare/other"), std::string::npos) << unknown.err;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(cli_quantize, usage_errors) {

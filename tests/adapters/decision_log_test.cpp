@@ -19,6 +19,7 @@
 #include "core/sha256.hpp"
 #include "cli_run.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton::log {
 namespace {
@@ -116,13 +117,9 @@ std::vector<std::string> lines(const std::string& text) {
 class decision_log_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "baton-declog-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     options_.path = dir_ / "var" / "baton.db";
     db_arg_ = options_.path.string();
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // A direct connection, as someone with the file would have: the statement's status and message.
   std::pair<int, std::string> raw_exec(const std::string& sql) {
@@ -156,7 +153,7 @@ class decision_log_test : public ::testing::Test {
     EXPECT_EQ(done.ok(), static_cast<std::size_t>(n + (first == 1)));
   }
 
-  fs::path dir_;
+  const test::scratch_dir dir_{"baton-declog"};
   log_options options_;
   std::string db_arg_;
 };

@@ -40,6 +40,7 @@
 #include "support/env_var.hpp"
 #include "cli_run.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton {
 namespace {
@@ -279,8 +280,7 @@ class fake_hub {
 
 class pull : public ::testing::Test {
  protected:
-  fs::path dir_ = fs::temp_directory_path() / ("baton_pull_" + std::to_string(::getpid()) + "_" +
-                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const test::scratch_dir dir_{"baton-pull"};
   fs::path release_;
   fs::path cache_;
   std::optional<fake_hub> hub_;
@@ -290,17 +290,13 @@ class pull : public ::testing::Test {
   test::env_var token_file_{"HF_TOKEN_PATH", (dir_ / "no-token").c_str()};
 
   void SetUp() override {
-    fs::remove_all(dir_);
     release_ = make_release(dir_ / "release");
     cache_ = dir_ / "cache";
     hub_.emplace(release_);
     endpoint_ = hub_->endpoint();
     cache_arg_ = cache_.string();
   }
-  void TearDown() override {
-    hub_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { hub_.reset(); }
 
   cli_result run_pull(std::vector<std::string_view> extra = {}) {
     std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_,

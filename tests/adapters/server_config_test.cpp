@@ -12,6 +12,7 @@
 #include "adapters/runtime/server_config.hpp"
 #include "support/env_var.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton {
 namespace {
@@ -346,8 +347,8 @@ TEST(server_config, the_shipped_configs_load) {
 // fills, and when it is not there the error says which command fetches it.
 TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   namespace fs = std::filesystem;
-  const fs::path cache = fs::temp_directory_path() / ("baton_real_model_" + std::to_string(::getpid()));
-  fs::remove_all(cache);
+  const test::scratch_dir scratch("baton-real-model");
+  const fs::path cache = scratch / "hub";  // not there yet
   const test::env_var hub_cache("HF_HUB_CACHE", cache.c_str());
   const auto example = test::source_dir() / "config/examples/clef/real-model.yaml";
   const auto missing = load_server_config(example);
@@ -358,7 +359,6 @@ TEST(server_config, the_real_model_example_reads_the_release_from_the_cache) {
   fs::create_directories(cache / "models--Cloudflare--clef-omni" / "refs");
   std::ofstream(cache / "models--Cloudflare--clef-omni" / "refs" / "main") << commit;
   const auto c = load_server_config(example);
-  fs::remove_all(cache);
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message.find("`baton pull Cloudflare/clef-omni` downloads it"), std::string::npos)
       << missing.error().message;

@@ -18,6 +18,7 @@
 #include "adapters/server/running_server.hpp"
 #include "cli_run.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 #include "ws_client.hpp"
 
 namespace baton::test_server {
@@ -129,21 +130,13 @@ class server_test : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::warn);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("baton-server-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     write("tools.yaml", registry_yaml);
     write("policy.yaml", policy_yaml);
     config_ = parse_config("server: {listen: 127.0.0.1:0, io_threads: 2, max_bad_frames: 1000}\n"
                            "engine: {timeout_ms: 2000}\n"
                            "log: {path: decisions.db, synchronous: normal}\n");
   }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { server_.reset(); }
 
   void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
 
@@ -183,7 +176,7 @@ class server_test : public ::testing::Test {
   }
   static json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
-  std::filesystem::path dir_;
+  const test::scratch_dir dir_{"baton-server-test"};
   server_config config_;
   scripted_engine* engine_ = nullptr;
   std::unique_ptr<running_server> server_;

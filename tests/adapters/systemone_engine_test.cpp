@@ -19,6 +19,7 @@
 #include "http_client.hpp"
 #include "support/env_var.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 #include "test_certificates.hpp"
 #include "ws_client.hpp"
 
@@ -208,8 +209,7 @@ const std::string good_answer =
 
 TEST(systemone_engine, another_baton_answers_and_its_key_is_sent) {
   spdlog::set_level(spdlog::level::err);
-  const auto dir = std::filesystem::temp_directory_path() / ("baton-upstream-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::scratch_dir dir("baton-upstream");
   ::setenv("BATON_UPSTREAM_TEST_KEY", "upstream-key-0123456789", 1);
   auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
                                    "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
@@ -255,7 +255,6 @@ TEST(systemone_engine, another_baton_answers_and_its_key_is_sent) {
   EXPECT_EQ(res.body_json()["answers"]["tool"]["probabilities"], json::parse(R"({"refund":0.9,"search":0.1})"));
   front.reset();
   upstream.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // Pixels and samples from the C++ API have no wire form: refused before any call, and the circuit
@@ -599,8 +598,7 @@ TEST(workers_ai, accounts_models_and_credentials_are_checked_when_made) {
 TEST(workers_ai, a_baton_serves_it_as_its_engine) {
   spdlog::set_level(spdlog::level::err);
   scripted_server server({{200, envelope_of(good_answer), {{"cf-ai-req-id", "req-front"}}}});
-  const auto dir = std::filesystem::temp_directory_path() / ("baton-workers-ai-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::scratch_dir dir("baton-workers-ai");
   const test::env_var account("BATON_TEST_CF_ACCOUNT", "0123456789abcdef"), token("BATON_TEST_CF_TOKEN", "cf-token-0123456789");
   auto c = parse_server_config("server: {listen: 127.0.0.1:0}\nregistry: " + (test::source_dir() / "config/tools.yaml").string() +
                                    "\npolicy: " + (test::source_dir() / "config/policy.yaml").string() +
@@ -620,7 +618,6 @@ TEST(workers_ai, a_baton_serves_it_as_its_engine) {
   EXPECT_EQ(server.last_target(), cf_path);
   EXPECT_EQ(server.last_authorization(), "Bearer cf-token-0123456789");
   front.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // https: a server with a certificate from a CA made for the test, which the engine trusts only
@@ -629,13 +626,8 @@ class tls_test : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::err);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("baton-tls-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     std::ofstream(ca_file()) << ca_.cert_pem();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::filesystem::path ca_file() const { return dir_ / "ca.pem"; }
 
@@ -655,7 +647,7 @@ class tls_test : public ::testing::Test {
     });
   }
 
-  std::filesystem::path dir_;
+  const test::scratch_dir dir_{"baton-tls"};
   test::test_ca ca_;
   std::unique_ptr<net::ssl::context> server_tls_;
 };
@@ -766,7 +758,8 @@ TEST(systemone_engine, a_tls_handshake_counts_against_the_connect_timeout) {
 }
 
 TEST(systemone_engine, ca_files_it_cannot_use_are_refused_at_once) {
-  const auto junk = std::filesystem::temp_directory_path() / ("baton-not-a-ca-" + std::to_string(::getpid()) + ".pem");
+  const test::scratch_dir scratch("baton-not-a-ca");
+  const auto junk = scratch / "ca.pem";
   std::ofstream(junk) << "not a certificate\n";
   const std::vector<std::pair<std::string, std::filesystem::path>> cases = {
       {"https://localhost", "/nonexistent/ca.pem"},
@@ -782,7 +775,6 @@ TEST(systemone_engine, ca_files_it_cannot_use_are_refused_at_once) {
     EXPECT_EQ(e.error().code, "INVALID_ENGINE_CA_FILE") << e.error().message;
     EXPECT_NE(e.error().message.find(url.starts_with("https") ? ca.string() : url), std::string::npos) << e.error().message;
   }
-  std::filesystem::remove(junk);
 }
 
 TEST(systemone_engine, answers_are_checked_against_their_request) {
@@ -829,15 +821,10 @@ class fallback_test : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::err);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("baton-fallback-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
     front_.reset();
     back_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::string base_yaml(const std::string& log) const {
@@ -884,7 +871,7 @@ class fallback_test : public ::testing::Test {
     return r;
   }
 
-  std::filesystem::path dir_;
+  const test::scratch_dir dir_{"baton-fallback"};
   std::unique_ptr<running_server> back_, front_;
 };
 

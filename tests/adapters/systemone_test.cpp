@@ -19,6 +19,7 @@
 #include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 #include "ws_client.hpp"
 
 namespace baton {
@@ -137,21 +138,13 @@ class systemone_test : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::err);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("baton-systemone-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "reviewer.key") << reviewer_key << "\n";
     ::setenv("BATON_TEST_AGENT_KEY", agent_key, 1);
     ::setenv("BATON_TEST_AUDITOR_KEY", auditor_key, 1);
     ::setenv("BATON_TEST_LIMITED_KEY", limited_key, 1);
     ::setenv("BATON_TEST_AGENT_2_KEY", agent_2_key, 1);
   }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { server_.reset(); }
 
   // Starts a server with `yaml` added to the base config, `server` to its server section, and
   // `engine` (a replay engine by default).
@@ -185,7 +178,7 @@ class systemone_test : public ::testing::Test {
 
   static json example(const std::string& name) { return test::read_json(test::data_dir() / "spec-examples" / name); }
 
-  std::filesystem::path dir_;
+  const test::scratch_dir dir_{"baton-systemone-test"};
   server_config config_;
   replay_engine* engine_ = nullptr;
   std::unique_ptr<running_server> server_;

@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +9,7 @@
 
 #include "core/hf_cache.hpp"
 #include "support/env_var.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton {
 namespace {
@@ -17,17 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string commit = "0123456789abcdef0123456789abcdef01234567";
-
-// A fresh folder per test, removed after it.
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("baton_hf_cache_" + std::to_string(::getpid()) + "_" +
-                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  temp_dir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -90,61 +79,59 @@ TEST(hf_cache, the_token_file_is_where_huggingface_cli_login_saves_it) {
 }
 
 TEST(hf_cache, a_token_file_is_read_without_its_whitespace) {
-  const fs::path dir = fs::temp_directory_path() / ("baton_hf_token_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const test::scratch_dir dir("baton-hf-token");
   std::ofstream(dir / "token") << "hf_abc123\n";
   std::ofstream(dir / "blank") << "  \n";
   EXPECT_EQ(hf_cache::read_token(dir / "token"), std::optional<std::string>("hf_abc123"));
   EXPECT_EQ(hf_cache::read_token(dir / "blank"), std::nullopt);
   EXPECT_EQ(hf_cache::read_token(dir / "absent"), std::nullopt);
-  fs::remove_all(dir);
 }
 
 TEST(hf_cache, finds_a_snapshot_by_ref_or_commit) {
-  temp_dir t;
-  const fs::path snap = make_snapshot(t.path);
-  const auto by_ref = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", "main"});
+  const test::scratch_dir t{"baton-hf-cache"};
+  const fs::path snap = make_snapshot(t.path());
+  const auto by_ref = hf_cache::find_snapshot(t.path(), {"Cloudflare/clef-omni", "main"});
   ASSERT_TRUE(by_ref) << by_ref.error().message;
   EXPECT_EQ(*by_ref, snap);
-  const auto by_commit = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", commit});
+  const auto by_commit = hf_cache::find_snapshot(t.path(), {"Cloudflare/clef-omni", commit});
   ASSERT_TRUE(by_commit);
   EXPECT_EQ(*by_commit, snap);
 
-  const auto no_repo = hf_cache::find_snapshot(t.path, {"Other/model", "main"});
+  const auto no_repo = hf_cache::find_snapshot(t.path(), {"Other/model", "main"});
   ASSERT_FALSE(no_repo);
   EXPECT_EQ(no_repo.error().code, "MODEL_NOT_CACHED");
   EXPECT_NE(no_repo.error().message.find("`baton pull Other/model` downloads it"), std::string::npos)
       << no_repo.error().message;
-  const auto no_rev = hf_cache::find_snapshot(t.path, {"Cloudflare/clef-omni", "v2"});
+  const auto no_rev = hf_cache::find_snapshot(t.path(), {"Cloudflare/clef-omni", "v2"});
   ASSERT_FALSE(no_rev);
   EXPECT_NE(no_rev.error().message.find("no snapshot of revision v2"), std::string::npos) << no_rev.error().message;
   EXPECT_NE(no_rev.error().message.find("--revision v2"), std::string::npos) << no_rev.error().message;
 }
 
 TEST(hf_cache, a_model_argument_is_a_path_first_then_a_cached_model) {
-  temp_dir t;
-  const fs::path snap = make_snapshot(t.path / "cache");
+  const test::scratch_dir t{"baton-hf-cache"};
+  const fs::path snap = make_snapshot(t.path() / "cache");
   // A folder that exists wins, even when it is spelled like ORG/NAME.
-  fs::create_directories(t.path / "Cloudflare" / "clef-omni");
-  const auto local = hf_cache::resolve_model_dir("Cloudflare/clef-omni", t.path, t.path / "cache");
+  fs::create_directories(t.path() / "Cloudflare" / "clef-omni");
+  const auto local = hf_cache::resolve_model_dir("Cloudflare/clef-omni", t.path(), t.path() / "cache");
   ASSERT_TRUE(local);
-  EXPECT_EQ(*local, t.path / "Cloudflare" / "clef-omni");
-  const auto cached = hf_cache::resolve_model_dir("Cloudflare/clef-omni@main", t.path / "elsewhere", t.path / "cache");
+  EXPECT_EQ(*local, t.path() / "Cloudflare" / "clef-omni");
+  const auto cached = hf_cache::resolve_model_dir("Cloudflare/clef-omni@main", t.path() / "elsewhere", t.path() / "cache");
   ASSERT_TRUE(cached) << cached.error().message;
   EXPECT_EQ(*cached, snap);
   // Not a model reference: the path as given, for the loader to report.
-  const auto missing = hf_cache::resolve_model_dir("no-such-dir", t.path, t.path / "cache");
+  const auto missing = hf_cache::resolve_model_dir("no-such-dir", t.path(), t.path() / "cache");
   ASSERT_TRUE(missing);
-  EXPECT_EQ(*missing, t.path / "no-such-dir");
-  EXPECT_FALSE(hf_cache::resolve_model_dir("Other/model", t.path, t.path / "cache"));
+  EXPECT_EQ(*missing, t.path() / "no-such-dir");
+  EXPECT_FALSE(hf_cache::resolve_model_dir("Other/model", t.path(), t.path() / "cache"));
 }
 
 TEST(hf_cache, lists_snapshots_with_their_refs_and_sizes) {
-  temp_dir t;
-  make_snapshot(t.path);
-  fs::create_directories(t.path / "models--Cloudflare--clef-omni" / "snapshots" / std::string(40, 'f'));
-  fs::create_directories(t.path / "datasets--a--b" / "snapshots" / commit);  // not a model
-  const auto list = hf_cache::list_snapshots(t.path);
+  const test::scratch_dir t{"baton-hf-cache"};
+  make_snapshot(t.path());
+  fs::create_directories(t.path() / "models--Cloudflare--clef-omni" / "snapshots" / std::string(40, 'f'));
+  fs::create_directories(t.path() / "datasets--a--b" / "snapshots" / commit);  // not a model
+  const auto list = hf_cache::list_snapshots(t.path());
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0].repo, "Cloudflare/clef-omni");
   EXPECT_EQ(list[0].commit, commit);
@@ -153,7 +140,7 @@ TEST(hf_cache, lists_snapshots_with_their_refs_and_sizes) {
   EXPECT_EQ(list[0].bytes, 7u + 1000u);  // the blobs behind the links
   EXPECT_TRUE(list[1].refs.empty());
   EXPECT_EQ(list[1].bytes, 0u);
-  EXPECT_TRUE(hf_cache::list_snapshots(t.path / "none").empty());
+  EXPECT_TRUE(hf_cache::list_snapshots(t.path() / "none").empty());
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "adapters/test_certificates.hpp"
 #include "engine/media/source.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton::media {
 namespace {
@@ -139,9 +140,6 @@ TEST(media_source, raw_items_are_not_loaded_but_checked) {
 class media_paths : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = fs::temp_directory_path() /
-            ("baton-media-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(base_);
     fs::create_directories(root() / "sub");
     fs::create_directories(outside());
     write(root() / "a.png", "hello");
@@ -152,14 +150,13 @@ class media_paths : public ::testing::Test {
     fs::create_symlink(root() / "a.png", root() / "inlink");
     policy_.roots = {root()};
   }
-  void TearDown() override { fs::remove_all(base_); }
 
   static void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
   fs::path root() const { return base_ / "root"; }
   fs::path outside() const { return base_ / "outside"; }
   result<std::vector<std::byte>> load(const std::string& p) const { return load_bytes(path_item(p), policy_, "images[2]"); }
 
-  fs::path base_;
+  const test::scratch_dir base_{"baton-media"};
   source_policy policy_;
 };
 
@@ -476,16 +473,12 @@ TEST(media_urls, nothing_listening) {
 class media_https : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("baton-media-tls-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
     std::ofstream(dir_ / "ca.pem") << ca_.cert_pem();
     const test::key_pair leaf = ca_.leaf("DNS:localhost,IP:127.0.0.1");
     server_tls_.use_certificate_chain(net::buffer(leaf.cert_pem));
     server_tls_.use_private_key(net::buffer(leaf.key_pem), net::ssl::context::pem);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
+  const test::scratch_dir dir_{"baton-media-tls"};
   test::test_ca ca_;
   net::ssl::context server_tls_{net::ssl::context::tls_server};
 };

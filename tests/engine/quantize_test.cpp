@@ -17,6 +17,7 @@
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/tensors.hpp"
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton::clef {
 namespace {
@@ -25,12 +26,6 @@ namespace fs = std::filesystem;
 
 fs::path tiny_dir() { return test::data_dir() / "vectors/clef-omni-tiny"; }
 fs::path tiny_release() { return tiny_dir() / "release"; }
-
-fs::path make_temp_dir() {
-  std::string pattern = (fs::temp_directory_path() / "baton-quantize-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(test::read_file(p)); }
 
@@ -66,11 +61,10 @@ std::string load_message(const fs::path& dir) {
 class quantize_int8_test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    tmp_ = new fs::path(make_temp_dir());
+    tmp_ = new test::scratch_dir("baton-quantize");
     quantize_int8(tiny_release(), int8_dir());
   }
   static void TearDownTestSuite() {
-    fs::remove_all(*tmp_);
     delete tmp_;
   }
   static fs::path int8_dir() { return *tmp_ / "int8"; }
@@ -80,9 +74,9 @@ class quantize_int8_test : public ::testing::Test {
     fs::copy(int8_dir(), dir, fs::copy_options::recursive);
     return dir;
   }
-  static fs::path* tmp_;
+  static test::scratch_dir* tmp_;  // for the suite: the int8 release is written once
 };
-fs::path* quantize_int8_test::tmp_ = nullptr;
+test::scratch_dir* quantize_int8_test::tmp_ = nullptr;
 
 TEST_F(quantize_int8_test, experts_are_int8_with_a_scale_per_row_and_the_rest_is_unchanged) {
   const release src(tiny_release());

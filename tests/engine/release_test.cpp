@@ -15,6 +15,7 @@
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/model.hpp"
 #include "engine/clef/model/cpu_kernels.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton::clef {
 namespace {
@@ -291,13 +292,6 @@ INSTANTIATE_TEST_SUITE_P(variants, broken_release, testing::ValuesIn(broken_case
 // Hand-made safetensors files in a fresh temporary directory.
 class safetensors_header : public testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "baton-safetensors-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // 8-byte little-endian header length (`declared`, or the header's own), header, data.
   std::filesystem::path write(const std::string& header, const std::string& data,
                               std::uint64_t declared = UINT64_MAX) {
@@ -319,7 +313,7 @@ class safetensors_header : public testing::Test {
     return {};
   }
 
-  std::filesystem::path dir_;
+  const test::scratch_dir dir_{"baton-safetensors"};
 };
 
 TEST_F(safetensors_header, header_length_beyond_the_file_is_truncated) {

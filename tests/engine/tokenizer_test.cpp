@@ -1,7 +1,6 @@
 #include "engine/tokenizer/tokenizer.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "support/files.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace baton {
 namespace {
@@ -60,25 +60,13 @@ ids concat(std::initializer_list<ids> parts) {
   return all;
 }
 
-// A fresh folder under gtest's temp dir, removed at the end of the test.
-class temp_dir {
- public:
-  temp_dir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(::testing::TempDir()) /
-            ("baton_tokenizer_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
+// The test's folder, with a way to write a file into it.
+struct temp_dir : test::scratch_dir {
+  temp_dir() : scratch_dir("baton-tokenizer") {}
   fs::path write(const std::string& name, std::string_view text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
+    std::ofstream(path() / name, std::ios::binary) << text;
+    return path() / name;
   }
-
- private:
-  fs::path path_;
 };
 
 // The load error of `path`, or "" when it loads.
