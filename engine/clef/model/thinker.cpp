@@ -111,8 +111,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_attention_(device.is_cpu() && onednn_built()),
-      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_),
-      packed_attention_(cpu_attention_ && type == at::kFloat) {
+      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -149,7 +148,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
-    if (packed_attention_) {
+    if (cpu_attention_ && type_ == at::kFloat) {  // q, k, v and o packed too (fp32 only)
       for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
                                           std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
         *packed = packed_linear(*weight);
@@ -446,8 +445,7 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
     if (cpu_attention_) {
       at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
-      attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out,
-                    attention_blocks_);
+      attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out, {});
       return project(out, w.o, w.o_packed);
     }
     return chunked_attention(w, q, k, v, lengths, scratch);

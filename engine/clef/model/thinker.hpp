@@ -121,11 +121,9 @@ class thinker {
   // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
   bool cpu_attention_ = false;    // attention (attention_cpu)
   bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
-  bool packed_attention_ = false; // q, k, v and o packed at load (fp32 only)
   std::int64_t packed_bytes_ = 0;
   std::int64_t expert_chunk_rows_ = 0;  // experts_cpu's work items: 0 whole experts, else rows
   std::string expert_schedule_;
-  attention_blocks attention_blocks_;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
   at::Tensor final_norm_;
