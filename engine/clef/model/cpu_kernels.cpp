@@ -90,10 +90,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_row(floa
   for (std::int64_t j = 0; j < n; ++j) o[j] *= by;
 }
 
-// The probabilities as the second GEMM's input: in place for fp32, rounded to bf16 otherwise.
-void store_probs(const float* s, float* p, std::int64_t n) {
-  if (p != s) std::memcpy(p, s, static_cast<std::size_t>(n) * sizeof(float));
-}
+// The probabilities as the second GEMM's input, rounded to bf16 (fp32 reads them where they are).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void store_probs(const float* s, c10::BFloat16* p,
                                                                                std::int64_t n) {
   auto* out = reinterpret_cast<std::uint16_t*>(p);
@@ -136,10 +133,9 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const st
   std::stable_sort(items.begin(), items.end(), [](const item& a, const item& b) { return a.t0 > b.t0; });
 
   const std::int64_t rows_max = group * bq;
-  std::vector<block_scratch<T>> scratch(static_cast<std::size_t>(at::get_num_threads()));
   std::atomic<std::size_t> next{0};
-  at::parallel_for(0, static_cast<std::int64_t>(scratch.size()), 1, [&](std::int64_t, std::int64_t) {
-    block_scratch<T>& b = scratch[static_cast<std::size_t>(at::get_thread_num())];
+  at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+    thread_local block_scratch<T> b;  // kept between calls: every layer's attention reuses it
     b.q.resize(static_cast<std::size_t>(rows_max * dim));
     b.s.resize(static_cast<std::size_t>(rows_max * bk));
     if constexpr (!std::is_same_v<T, float>) b.p.resize(static_cast<std::size_t>(rows_max * bk));
@@ -185,7 +181,7 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const st
             b.l[r] = b.l[r] * correction + exp_shifted(s, seen, m);
             b.m[r] = m;
             if (correction != 1.F) scale_row(b.o.data() + r * dim, dim, correction);
-            store_probs(s, p, seen);
+            if constexpr (!std::is_same_v<T, float>) store_probs(s, p, seen);
           }
           std::fill(p + seen, p + keys, T(0));
         }
