@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <new>
+#include <optional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -76,7 +77,7 @@ dnnl_memory_desc_t plain(std::int64_t rows, std::int64_t cols, dnnl_data_type_t 
 // for 64 rows, and every row count's primitive is made for that layout.
 struct kernel {
   dnnl_primitive_t primitive = nullptr;
-  dnnl_memory_desc_t src, dst;
+  dnnl_memory_desc_t src, dst, scratch;
   std::size_t scratch_bytes = 0;
 };
 
@@ -126,6 +127,8 @@ const kernel& kernel_for(std::int64_t rows, const shape_key& s, const dnnl_memor
   k.src = plain(rows, s.in, s.type);
   k.dst = plain(rows, s.out, s.type);
   k.scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  const dnnl_dims_t scratch_dims = {static_cast<dnnl_dim_t>(k.scratch_bytes)};
+  check(dnnl_memory_desc_init_by_tag(&k.scratch, 1, scratch_dims, dnnl_u8, dnnl_a), "memory_desc_init");
   const dnnl_status_t status = dnnl_primitive_create(&k.primitive, pd);
   dnnl_primitive_desc_destroy(pd);
   check(status, "primitive_create");
@@ -145,8 +148,8 @@ struct memory {
 struct packed_linear::impl {
   shape_key shape;
   dnnl_memory_desc_t layout;
-  at::Tensor data;  // the packed weight
-  at::ScalarType type;
+  at::Tensor data;                // the packed weight
+  std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
 };
 
 
@@ -156,7 +159,6 @@ std::int64_t packed_linear::bytes_for(std::int64_t out, std::int64_t in, at::Sca
 }
 
 packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(std::make_unique<impl>()) {
-  impl_->type = w.scalar_type();
   impl_->shape = {w.size(1), w.size(0), data_type(w.scalar_type())};
   impl_->layout = packed_layout(impl_->shape);
   const auto size = static_cast<std::int64_t>(dnnl_memory_desc_get_size(&impl_->layout));
@@ -164,6 +166,7 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
     throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
   }
   impl_->data = storage.defined() ? storage.narrow(0, 0, size) : at::empty({size}, at::TensorOptions().dtype(at::kByte));
+  impl_->weights.emplace(impl_->layout, impl_->data.data_ptr());
   // w [out, in] read as the matmul's [in, out] weights through its strides.
   dnnl_memory_desc_t from;
   const dnnl_dims_t dims = {w.size(1), w.size(0)}, strides = {w.stride(1), w.stride(0)};
@@ -176,8 +179,8 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
   dnnl_primitive_desc_destroy(pd);
   check(status, "reorder_create");
   {
-    memory src(from, w.data_ptr()), dst(impl_->layout, impl_->data.data_ptr());
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.m}, {DNNL_ARG_TO, dst.m}};
+    memory src(from, w.data_ptr());
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.m}, {DNNL_ARG_TO, impl_->weights->m}};
     const dnnl_status_t run = dnnl_primitive_execute(reorder, thread_stream(), 2, args);
     dnnl_stream_wait(thread_stream());
     dnnl_primitive_destroy(reorder);
@@ -192,7 +195,7 @@ std::int64_t packed_linear::bytes() const noexcept { return impl_ ? impl_->data.
 // shape instead of one per row count. The scratchpad is the thread's, grown as needed.
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
   thread_local std::vector<std::byte> scratch;
-  const auto elem = static_cast<std::int64_t>(at::elementSize(impl_->type));
+  const auto elem = static_cast<std::int64_t>(dnnl_data_type_size(impl_->shape.type));
   const auto* src = static_cast<const char*>(x);
   auto* dst = static_cast<char*>(y);
   for (std::int64_t done = 0; done < rows;) {
@@ -200,16 +203,10 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
     const std::int64_t n = left >= 256 ? 256 : left >= 16 ? left / 16 * 16 : left;
     const kernel& k = kernel_for(n, impl_->shape, impl_->layout);
     if (scratch.size() < k.scratch_bytes) scratch.resize(k.scratch_bytes);
-    const dnnl_memory_desc_t scratch_md = [&] {
-      dnnl_memory_desc_t md;
-      const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(k.scratch_bytes)};
-      check(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), "memory_desc_init");
-      return md;
-    }();
-    memory s(k.src, const_cast<char*>(src) + done * impl_->shape.in * elem), w(impl_->layout, impl_->data.data_ptr()),
-        d(k.dst, dst + done * impl_->shape.out * elem), pad(scratch_md, k.scratch_bytes > 0 ? scratch.data() : nullptr);
+    memory s(k.src, const_cast<char*>(src) + done * impl_->shape.in * elem),
+        d(k.dst, dst + done * impl_->shape.out * elem), pad(k.scratch, k.scratch_bytes > 0 ? scratch.data() : nullptr);
     const dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, s.m}, {DNNL_ARG_WEIGHTS, w.m}, {DNNL_ARG_DST, d.m}, {DNNL_ARG_SCRATCHPAD, pad.m}};
+        {DNNL_ARG_SRC, s.m}, {DNNL_ARG_WEIGHTS, impl_->weights->m}, {DNNL_ARG_DST, d.m}, {DNNL_ARG_SCRATCHPAD, pad.m}};
     check(dnnl_primitive_execute(k.primitive, thread_stream(), 4, args), "matmul");
     dnnl_stream_wait(thread_stream());
     done += n;
