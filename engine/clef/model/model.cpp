@@ -95,9 +95,7 @@ model_options resolved(model_options options, const release& files, const at::De
     const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
     const bool file_bf16 = v.type == dtype::bf16;
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
-    dtype_choice choice = file_bf16 && !native
-                              ? choose_dtype(true, false, f32_copy_bytes(files), available_memory())
-                              : choose_dtype(file_bf16, native, 0, 0);
+    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files), available_memory());
     options.dtype = choice.dtype;
     options.dtype_reason = std::move(choice.reason);
   }
