@@ -307,6 +307,60 @@ struct expert_scratch {
   std::vector<float> f;          // one row of gate as fp32
 };
 
+// Per token, its (token, slot) pairs in ascending expert order (a token's experts are distinct):
+// out = out + row · weight, the product and the sum rounded to T as the reference's separate
+// operations round them (no weights: the rows alone, which a weight of 1 leaves exact).
+// row_of(pair): the pair's output row; weights: [tokens · top_k] or null.
+template <typename T, typename RowOf>
+at::Tensor sum_pairs_in_expert_order(std::int64_t tokens, std::int64_t hidden, std::int64_t top_k,
+                                     const std::int64_t* expert_of, const T* weights, RowOf row_of,
+                                     const at::TensorOptions& options) {
+  at::Tensor out = at::empty({tokens, hidden}, options);
+  T* od = out.data_ptr<T>();
+  at::parallel_for(0, tokens, 16, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(top_k));
+    for (std::int64_t t = begin; t < end; ++t) {
+      for (std::int64_t k = 0; k < top_k; ++k) slots[static_cast<std::size_t>(k)] = t * top_k + k;
+      std::sort(slots.begin(), slots.end(), [&](std::int64_t p, std::int64_t q) { return expert_of[p] < expert_of[q]; });
+      T* acc = od + t * hidden;
+      std::fill_n(acc, hidden, T(0));
+      for (const std::int64_t p : slots) {
+        const T* row = row_of(p);
+        const float w = weights != nullptr ? static_cast<float>(weights[p]) : 1.F;
+        for (std::int64_t j = 0; j < hidden; ++j) {
+          acc[j] = static_cast<T>(static_cast<float>(acc[j]) + rounded<T>(static_cast<float>(row[j]) * w));
+        }
+      }
+    }
+  });
+  return out;
+}
+
+template <typename T>
+at::Tensor sum_results(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
+                       const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k) {
+  std::vector<at::Tensor> rows(results.size());
+  std::vector<const T*> base(results.size(), nullptr);  // each expert's first output row
+  std::int64_t hidden = 0;
+  at::TensorOptions options;
+  for (std::size_t e = 0; e < results.size(); ++e) {
+    if (!results[e].defined()) continue;
+    rows[e] = results[e].contiguous();
+    base[e] = rows[e].template data_ptr<T>();
+    hidden = rows[e].size(1);
+    options = rows[e].options();
+  }
+  const at::Tensor experts = flat.contiguous(), sorted = order.contiguous();
+  const auto* expert_of = experts.data_ptr<std::int64_t>();
+  const auto* by_expert = sorted.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> rank(static_cast<std::size_t>(tokens * top_k));  // a pair's place in `order`
+  for (std::size_t j = 0; j < rank.size(); ++j) rank[static_cast<std::size_t>(by_expert[j])] = static_cast<std::int64_t>(j);
+  return sum_pairs_in_expert_order<T>(tokens, hidden, top_k, expert_of, nullptr, [&](std::int64_t p) {
+    const auto e = static_cast<std::size_t>(expert_of[p]);
+    return base[e] + (rank[static_cast<std::size_t>(p)] - start[e]) * hidden;
+  }, options);
+}
+
 template <typename T>
 at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
                        const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down,
@@ -390,26 +444,9 @@ at::Tensor run_experts(const at::Tensor& b, const at::Tensor& experts, const at:
     }
   });
 
-  // Per token, its pairs in ascending expert order: out = out + y · weight, both rounded.
-  at::Tensor out = at::empty({tokens, hidden}, b.options());
-  T* od = out.data_ptr<T>();
-  at::parallel_for(0, tokens, 16, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(top_k));
-    for (std::int64_t t = begin; t < end; ++t) {
-      for (std::int64_t k = 0; k < top_k; ++k) slots[static_cast<std::size_t>(k)] = t * top_k + k;
-      std::sort(slots.begin(), slots.end(), [&](std::int64_t p, std::int64_t q) { return ex[p] < ex[q]; });
-      T* acc = od + t * hidden;
-      std::fill_n(acc, hidden, T(0));
-      for (const std::int64_t p : slots) {
-        const T* row = yd + place_of[static_cast<std::size_t>(p)] * hidden;
-        const float w = static_cast<float>(wd[p]);
-        for (std::int64_t j = 0; j < hidden; ++j) {
-          acc[j] = static_cast<T>(static_cast<float>(acc[j]) + rounded<T>(static_cast<float>(row[j]) * w));
-        }
-      }
-    }
-  });
-  return out;
+  return sum_pairs_in_expert_order<T>(tokens, hidden, top_k, ex, wd, [&](std::int64_t p) {
+    return yd + place_of[static_cast<std::size_t>(p)] * hidden;
+  }, b.options());
 }
 
 }  // namespace
@@ -478,5 +515,16 @@ at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at:
 }
 
 void prepare_experts_cpu() { (void)aten_silu_bf16_in_steps(); }
+
+at::Tensor sum_in_expert_order(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
+                               const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k) {
+  at::ScalarType type = at::kFloat;
+  for (const auto& r : results) {
+    if (r.defined()) type = r.scalar_type();
+  }
+  if (type == at::kBFloat16) return sum_results<c10::BFloat16>(results, flat, order, start, tokens, top_k);
+  if (type == at::kFloat) return sum_results<float>(results, flat, order, start, tokens, top_k);
+  throw std::invalid_argument("sum_in_expert_order: fp32 or bf16 outputs only");
+}
 
 }  // namespace baton::clef::detail

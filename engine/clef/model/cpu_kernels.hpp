@@ -61,6 +61,14 @@ void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, cons
 at::Tensor experts_cpu(const at::Tensor& b, const at::Tensor& experts, const at::Tensor& weights,
                        const std::vector<packed_linear>& gate_up, const std::vector<packed_linear>& down,
                        std::int64_t chunk_rows = 0);
+// The experts' outputs summed per token, on the CPU, exactly as a loop of
+// out.index_add_(0, rows of e, results[e]) over e = 0, 1, … computes them (each token's rows added
+// in ascending expert order, every addition rounded to the dtype), but a token per thread at a
+// time. flat [tokens * top_k] int64: each (token, slot)'s expert; order: flat's stable sort;
+// start[e]: where expert e's rows begin in it; results[e] [its rows, hidden] (undefined if none).
+at::Tensor sum_in_expert_order(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
+                               const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k);
+
 // Asks the linked libtorch how it rounds bf16 silu, which experts_cpu otherwise does on its first
 // call: at load, so that no forward pays for it or counts its operations.
 void prepare_experts_cpu();

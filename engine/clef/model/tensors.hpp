@@ -28,14 +28,6 @@ at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device d
 // and a fresh 3 MiB tensor per matmul costs more than the conversion); elsewhere a new tensor.
 at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type);
 
-// The experts' outputs summed per token, on the CPU, exactly as a loop of
-// out.index_add_(0, rows of e, results[e]) over e = 0, 1, … computes them (each token's rows added
-// in ascending expert order, every addition rounded to the dtype), but a token per thread at a
-// time. flat [tokens * top_k] int64: each (token, slot)'s expert; order: flat's stable sort;
-// start[e]: where expert e's rows begin in it; results[e] [its rows, hidden] (undefined if none).
-at::Tensor sum_in_expert_order(const std::vector<at::Tensor>& results, const at::Tensor& flat, const at::Tensor& order,
-                               const std::vector<std::int64_t>& start, std::int64_t tokens, std::int64_t top_k);
-
 // A copy of `v` as an int64 tensor on `device` (indices, spans).
 at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device);
 
