@@ -133,14 +133,18 @@ mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::Sca
   std::vector<packed_linear> w;
   for (std::int64_t i = 0; i < weights; ++i) w.emplace_back(at::randn({n, k}).to(type));
   const int threads = at::get_num_threads();
-  std::vector<at::Tensor> xs;
-  for (int i = 0; i < threads; ++i) xs.push_back(at::randn({m, k}).to(type));
+  std::vector<at::Tensor> xs, ys;  // outputs kept, as the experts' kernel keeps its buffers
+  for (int i = 0; i < threads; ++i) {
+    xs.push_back(at::randn({m, k}).to(type));
+    ys.push_back(at::empty({m, n}, xs.back().options()));
+  }
   const std::int64_t calls = std::max<std::int64_t>(4, weights);
   auto round = [&] {
     at::parallel_for(0, threads, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
+        const auto t = static_cast<std::size_t>(i);
         for (std::int64_t c = 0; c < calls; ++c) {
-          (void)w[static_cast<std::size_t>((c + i * weights / threads) % weights)](xs[static_cast<std::size_t>(i)]);
+          w[static_cast<std::size_t>((c + i * weights / threads) % weights)].multiply(xs[t].data_ptr(), ys[t].data_ptr(), m);
         }
       }
     });
