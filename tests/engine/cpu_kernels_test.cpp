@@ -141,7 +141,7 @@ TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
     EXPECT_GE(packed.bytes(), weight.numel() * static_cast<std::int64_t>(weight.element_size()));
     for (const std::int64_t rows : {1, 15, 16, 17, 255, 256, 300, 600}) {
       const at::Tensor x = at::randn({rows, 80}).to(type);
-      const at::Tensor y = packed(x);
+      const at::Tensor y = packed.parallel(x);
       ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{rows, 96}));
       ASSERT_EQ(y.scalar_type(), type);
       const at::Tensor expected = at::matmul(x.to(at::kFloat), weight.to(at::kFloat).t());
@@ -208,9 +208,9 @@ TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
     const at::Tensor pairs = at::nonzero(flat == e).view({-1});
     if (pairs.numel() == 0) continue;
     const at::Tensor rows = at::floor_divide(pairs, top_k);
-    const at::Tensor gu = gate_up[static_cast<std::size_t>(e)](b.index_select(0, rows));
+    const at::Tensor gu = gate_up[static_cast<std::size_t>(e)].parallel(b.index_select(0, rows));
     const at::Tensor h = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
-    const at::Tensor y = down[static_cast<std::size_t>(e)](h).mul_(weights.reshape({-1}).index_select(0, pairs).unsqueeze(1));
+    const at::Tensor y = down[static_cast<std::size_t>(e)].parallel(h).mul_(weights.reshape({-1}).index_select(0, pairs).unsqueeze(1));
     expected.index_add_(0, rows, y);
   }
   const at::Tensor got = experts_cpu(b, experts, weights, gate_up, down);

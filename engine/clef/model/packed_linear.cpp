@@ -216,13 +216,6 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
 std::int64_t packed_linear::in_features() const noexcept { return impl_ ? impl_->shape.in : 0; }
 std::int64_t packed_linear::out_features() const noexcept { return impl_ ? impl_->shape.out : 0; }
 
-at::Tensor packed_linear::operator()(const at::Tensor& x) const {
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty({xc.size(0), impl_->shape.out}, xc.options());
-  multiply(xc.data_ptr(), y.data_ptr(), xc.size(0));
-  return y;
-}
-
 at::Tensor packed_linear::parallel(const at::Tensor& x) const {
   const at::Tensor xc = x.contiguous();
   const std::int64_t rows = xc.size(0), blocks = (rows + 255) / 256;
@@ -245,9 +238,6 @@ packed_linear::packed_linear(const at::Tensor&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 std::int64_t packed_linear::bytes() const noexcept { return 0; }
-at::Tensor packed_linear::operator()(const at::Tensor&) const {
-  throw std::logic_error("packed matmul: this build has no oneDNN");
-}
 at::Tensor packed_linear::parallel(const at::Tensor&) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }

@@ -29,10 +29,8 @@ class packed_linear {
   bool packed() const noexcept { return impl_ != nullptr; }
   std::int64_t bytes() const noexcept;  // the packed copy's size
 
-  // x [rows, in] (contiguous, the weight's dtype) @ wᵀ: [rows, out]. Runs on the calling thread
-  // (inside a parallel region, as the MoE calls it, or alone).
-  at::Tensor operator()(const at::Tensor& x) const;
-  // The same with blocks of 256 rows spread over the threads: for a whole batch's tokens.
+  // x [rows, in] (the weight's dtype) @ wᵀ: [rows, out], in blocks of 256 rows spread over the
+  // threads (each block as multiply() would do it): for a whole batch's tokens.
   at::Tensor parallel(const at::Tensor& x) const;
   // x [rows, in] (row-major, the weight's dtype) @ wᵀ into y [rows, out], on the calling thread,
   // allocating nothing after the thread's first calls: for kernels that keep their own buffers.
