@@ -17,10 +17,6 @@
 #include <stdexcept>
 #include <string>
 
-#ifndef BATON_ONEDNN
-#define BATON_ONEDNN 0
-#endif
-
 #if BATON_ONEDNN
 // oneDNN's bf16 GEMM (bf16 inputs, fp32 accumulation and output, row-major like dnnl_sgemm). It is
 // exported by every oneDNN 2.x and 3.x library (its gemm-based matmul and benchdnn call it) but

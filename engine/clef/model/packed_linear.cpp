@@ -17,9 +17,6 @@
 #include <tuple>
 #include <vector>
 
-#ifndef BATON_ONEDNN
-#define BATON_ONEDNN 0
-#endif
 #if BATON_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_version.h>
@@ -151,7 +148,6 @@ struct packed_linear::impl {
   at::Tensor data;                // the packed weight
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
 };
-
 
 std::int64_t packed_linear::bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type) {
   const dnnl_memory_desc_t layout = packed_layout({in, out, data_type(type)});
