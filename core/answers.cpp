@@ -78,6 +78,7 @@ result<response> make_response(const request& req, const decision& d, confidence
   r.usage.input_tokens = d.input_tokens;
   r.usage.output_tokens = 0;
   r.usage.state_truncated = d.state_truncated;
+  r.usage.cached_tokens = d.cached_tokens;
   r.answers.reserve(req.questions.size());
   for (std::size_t qi = 0; qi < req.questions.size(); ++qi) {
     const question& q = req.questions[qi];
@@ -209,6 +210,10 @@ void render_response(const response& r, std::string& out, int decimals) {
     out += ",\"state_truncated\":";
     out += *r.usage.state_truncated ? "true" : "false";
   }
+  if (r.usage.cached_tokens) {
+    out += ",\"cached_tokens\":";
+    out += std::to_string(*r.usage.cached_tokens);
+  }
   out += "}}";
 }
 
@@ -322,6 +327,10 @@ struct response_reader {
     if (auto st = u->find("state_truncated"); st != u->end()) {
       if (!st->is_boolean()) return fail("usage.state_truncated is not a boolean");
       r.usage.state_truncated = st->get<bool>();
+    }
+    if (auto ct = u->find("cached_tokens"); ct != u->end()) {
+      if (!ct->is_number_integer() || ct->get<std::int64_t>() < 0) return fail("usage.cached_tokens is not a count");
+      r.usage.cached_tokens = ct->get<std::int64_t>();
     }
     return true;
   }

@@ -55,6 +55,9 @@ struct usage {
   std::int64_t input_tokens = 0;
   std::int64_t output_tokens = 0;
   std::optional<bool> state_truncated;  // baton always sends it; other servers may not
+  // Tokens of the input served from the engine's prefix cache instead of recomputed; baton always
+  // sends it (0 without a cache), other servers may not.
+  std::optional<std::int64_t> cached_tokens;
 };
 
 struct response {
@@ -71,6 +74,7 @@ const answer* find_answer(const response& r, std::string_view id);
 struct decision {
   std::vector<std::vector<double>> probabilities;
   std::int64_t input_tokens = 0;
+  std::int64_t cached_tokens = 0;  // of input_tokens, served from a prefix cache
   bool state_truncated = false;
 };
 

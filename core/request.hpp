@@ -80,6 +80,10 @@ struct request {
   std::vector<media_item> images;
   std::vector<media_item> audio;
   std::vector<media_item> videos;
+  // Who asked, for the engine's prefix cache, which never serves one scope what another's requests
+  // computed (a timing side channel): the API key's name, set by the server; never parsed from or
+  // written to the wire.
+  std::string cache_scope;
 
   bool has_media() const noexcept { return !images.empty() || !audio.empty() || !videos.empty(); }
   bool has_raw_media() const noexcept;

@@ -3,6 +3,8 @@
 // probabilities only within the rounding of kernels that run on a different shape).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +24,14 @@ struct engine_description {
   std::string release_date; // YYYY-MM-DD, for GET /v1/models
 };
 
+// An engine's prefix cache (the clef engine's: engine/clef/prefix_cache.hpp), for /metrics.
+struct prefix_cache_stats {
+  std::int64_t hits = 0, misses = 0;  // records that reused a cached prefix, records that did not
+  std::int64_t evictions = 0;         // entries dropped to stay within max_bytes
+  std::int64_t cached_tokens = 0;     // tokens served from the cache instead of recomputed, in all
+  std::int64_t entries = 0, bytes = 0, max_bytes = 0;
+};
+
 class decision_engine {
  public:
   virtual ~decision_engine() = default;
@@ -30,6 +40,14 @@ class decision_engine {
 
   // One result per request, in order. Requests must have passed validation with describe().limits.
   virtual std::vector<result<decision>> decide(std::span<const request> batch) = 0;
+
+  // How many tokens of the request's state the engine would cut from its end to fit its context
+  // window (0: it fits, or the engine has none). The schema compiler drops old events instead.
+  // The request's own refusals (an over-long schema) come back as errors, as decide() gives them.
+  virtual result<std::size_t> state_overflow(const request&) { return std::size_t{0}; }
+
+  // The prefix cache's counters; none when the engine keeps no cache (or it is turned off).
+  virtual std::optional<prefix_cache_stats> cache_stats() const { return std::nullopt; }
 };
 
 }  // namespace baton

@@ -120,6 +120,7 @@ result<decision> decision_from_response(const request& req, const response& r) {
   decision d;
   d.input_tokens = r.usage.input_tokens;
   d.state_truncated = r.usage.state_truncated.value_or(false);
+  d.cached_tokens = r.usage.cached_tokens.value_or(0);
   for (const question& q : req.questions) {
     const auto a = std::find_if(r.answers.begin(), r.answers.end(), [&](const auto& x) { return x.first == q.id; });
     if (a == r.answers.end()) return bad_response("question `" + q.id + "` has no answer");

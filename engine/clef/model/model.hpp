@@ -21,6 +21,18 @@ namespace baton::clef {
 
 enum class compute_dtype { f32, bf16 };
 
+// The prefix cache (model::forward): the backbone's keys and values and the final hidden states of
+// records already run, reused by later records that start with the same tokens.
+struct prefix_cache_options {
+  bool enabled = true;
+  // Bytes the cache may hold; 0: a quarter of the memory available when the model has loaded
+  // (reported at start-up).
+  std::int64_t max_bytes = 0;
+  // Prefixes are matched in blocks of this many tokens (hashed, chained): a record reuses the
+  // longest run of whole blocks it shares with a cached one.
+  std::int32_t block_tokens = 64;
+};
+
 struct model_options {
   // Thinker weights and activations. None: the file's (bf16 stays bf16, nothing is converted),
   // except a bf16 release on a CPU without bf16 arithmetic, which runs in f32 where the copy fits
@@ -38,6 +50,7 @@ struct model_options {
   // and count that path on the CPU. A CUDA bf16 model takes it anyway where at::_grouped_mm
   // runs (libtorch >= 2.8, a GPU it supports: probed at load).
   bool grouped_experts = false;
+  prefix_cache_options prefix_cache;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.
   std::string dtype_reason;
 };
