@@ -78,6 +78,30 @@ decision to_decision(const encoded_record& r, const record_logits& logits) {
   return d;
 }
 
+// The prefix cache's key for a record's media: a digest of what the towers read (the preprocessed
+// patches and features, with their grids), so that two items of one shape never share cached
+// rows, and a path whose file changed misses.
+std::string media_key(const prepared_media& m) {
+  sha256 h;
+  auto count = [&](std::int64_t n) { h.update(&n, sizeof n); };
+  for (const auto* items : {&m.images, &m.videos}) {
+    count(static_cast<std::int64_t>(items->size()));
+    for (const auto& p : *items) {
+      for (const std::int64_t d : {p.grid_t, p.grid_h, p.grid_w}) count(d);
+      h.update(&p.second_per_grid, sizeof p.second_per_grid);
+      h.update(p.pixel_values.data(), p.pixel_values.size() * sizeof(float));
+    }
+  }
+  count(static_cast<std::int64_t>(m.audio.size()));
+  for (const auto& a : m.audio) {
+    count(a.frames);
+    h.update(a.values.data(), a.values.size() * sizeof(float));
+    h.update(a.frame_mask.data(), a.frame_mask.size() * sizeof(std::int32_t));
+  }
+  count(m.audio_in_video ? 1 : 0);
+  return h.digest();
+}
+
 }  // namespace
 
 clef_encoder::clef_encoder(const std::filesystem::path& model_dir)
@@ -145,6 +169,13 @@ clef_engine::clef_engine(const clef_engine_options& options)
   if (const std::string schedule = model_->expert_schedule(); !schedule.empty()) {
     spdlog::info("clef engine: experts scheduled as {}", schedule);
   }
+  if (const auto stats = model_->cache_stats()) {
+    spdlog::info("clef engine: prefix cache on, up to {} MiB (engine.prefix_cache.max_bytes{}), matched in blocks of {} tokens",
+                 stats->max_bytes >> 20, options.model.prefix_cache.max_bytes > 0 ? "" : ": a quarter of the memory available",
+                 used.prefix_cache.block_tokens);
+  } else {
+    spdlog::info("clef engine: prefix cache off (engine.prefix_cache.enabled)");
+  }
   if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
     spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated "
                  "and slower than f32 (docs/performance.md)");
@@ -196,14 +227,18 @@ result<decision> clef_engine::decide_media(const request& r, std::size_t max_len
   }
   const std::vector<question_layout> layout = layouts(*e);
   const record_media view = media.view();
-  const record_input input{e->ids, layout, &view};
   std::vector<record_logits> logits;
+  std::int64_t cached = 0;
   try {
+    const std::string key = media_key(media);
+    const record_input input{e->ids, layout, &view, /*use_cache=*/true, r.cache_scope, key};
     logits = model_->forward({&input, 1});
+    cached = model_->last_cached_tokens().at(0);
   } catch (const std::exception& ex) {
     return make_error(500, "INFERENCE_FAILED", std::string("the model failed: ") + ex.what());
   }
   decision d = to_decision(*e, logits[0]);
+  d.cached_tokens = cached;
   if (trace) *trace = clef_trace{std::move(*e), std::move(block.placeholders), media.audio_in_video, std::move(logits[0])};
   return d;
 }
@@ -233,7 +268,17 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     }
   }
 
-  // Pack encoded records into forwards of about batch_tokens tokens each.
+  // Pack encoded records into forwards of about batch_tokens tokens each, counting only the tokens
+  // a record's cached prefix leaves to compute. A record that shares a cache block's worth of
+  // leading tokens with one already packed waits for the next forward, which reuses them.
+  const auto cache = model_->cache_stats();
+  const std::size_t shared_enough = cache ? static_cast<std::size_t>(model_->options().prefix_cache.block_tokens) : 0;
+  auto shared = [](const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+    return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+  };
+  auto input_of = [&](std::size_t i, const std::vector<question_layout>& layout) {
+    return record_input{encoded[i]->ids, layout, nullptr, /*use_cache=*/true, batch[i].cache_scope, {}};
+  };
   std::size_t next = 0;
   while (next < batch.size()) {
     std::vector<std::size_t> members;
@@ -241,18 +286,23 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     std::size_t tokens = 0;
     for (; next < batch.size(); ++next) {
       if (!encoded[next]) continue;
-      const std::size_t n = encoded[next]->ids.size();
+      std::vector<question_layout> l = layouts(*encoded[next]);
+      const auto& ids = encoded[next]->ids;
+      const std::size_t n = ids.size() - static_cast<std::size_t>(model_->cached_prefix(input_of(next, l)));
       if (!members.empty() && tokens + n > options_.batch_tokens) break;
+      if (shared_enough > 0 && std::any_of(members.begin(), members.end(), [&](std::size_t m) {
+            return batch[m].cache_scope == batch[next].cache_scope && shared(encoded[m]->ids, ids) >= shared_enough;
+          })) {
+        break;
+      }
       members.push_back(next);
-      layout.push_back(layouts(*encoded[next]));
+      layout.push_back(std::move(l));
       tokens += n;
     }
     if (members.empty()) break;
     std::vector<record_input> inputs;
     inputs.reserve(members.size());
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      inputs.push_back({encoded[members[k]]->ids, layout[k]});
-    }
+    for (std::size_t k = 0; k < members.size(); ++k) inputs.push_back(input_of(members[k], layout[k]));
     std::vector<record_logits> logits;
     try {
       logits = model_->forward(inputs);
@@ -265,11 +315,22 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
     for (std::size_t k = 0; k < members.size(); ++k) {
       const std::size_t i = members[k];
       out[i] = to_decision(*encoded[i], logits[k]);
+      out[i]->cached_tokens = model_->last_cached_tokens().at(k);
       if (traces) (*traces)[i] = clef_trace{std::move(*encoded[i]), {}, false, std::move(logits[k])};
     }
   }
   return out;
 }
+
+result<std::size_t> clef_engine::state_overflow(const request& r) {
+  // The media block's length is known only once the media are decoded, which a turn pays for in
+  // decide(): the text's overflow is measured, as if the block were empty.
+  auto e = encoder_.encode(r, options_.max_length);
+  if (!e) return std::move(e.error());
+  return result<std::size_t>(boost::system::in_place_value, e->state_dropped);
+}
+
+std::optional<prefix_cache_stats> clef_engine::cache_stats() const { return model_->cache_stats(); }
 
 std::string served_model_id(const std::filesystem::path& model_dir) {
   std::filesystem::path dir = std::filesystem::absolute(model_dir).lexically_normal();

@@ -68,6 +68,8 @@ class clef_engine final : public decision_engine {
 
   const engine_description& describe() const noexcept override { return description_; }
   std::vector<result<decision>> decide(std::span<const request> batch) override;
+  result<std::size_t> state_overflow(const request& r) override;
+  std::optional<prefix_cache_stats> cache_stats() const override;
 
   // decide() with a context window per request (empty: the engine's) and, when `traces` is
   // given, what each record went through (nullopt for a refused one).

@@ -106,7 +106,7 @@ struct block_scratch {
 #if BATON_ONEDNN
 template <typename T>
 void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<std::int64_t>& lengths,
-         float scale, bool causal, at::Tensor& out, attention_blocks blocks) {
+         const std::vector<std::int64_t>& past, float scale, bool causal, at::Tensor& out, attention_blocks blocks) {
   const std::int64_t heads = q.size(1), kv_heads = k.size(1), dim = q.size(2), group = heads / kv_heads;
   const std::int64_t bq = blocks.query_rows, bk = blocks.keys;
   const T* qd = q.data_ptr<T>();
@@ -114,19 +114,24 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const st
   const T* vd = v.data_ptr<T>();
   T* od = out.data_ptr<T>();
 
-  // One work item per (record, KV head, query block); the costliest (latest) blocks first.
+  // One work item per (record, KV head, query block); the costliest (latest) blocks first. A
+  // record's query rows start at `offset` in q, its keys (its `before` earlier ones first) at
+  // `key_offset` in k and v; query row t sits at position before + t.
   struct item {
-    std::int64_t offset, len, kv, t0;
+    std::int64_t offset, key_offset, len, before, kv, t0;
   };
   std::vector<item> items;
-  std::int64_t offset = 0;
-  for (const auto len : lengths) {
+  std::int64_t offset = 0, key_offset = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    const std::int64_t len = lengths[r], before = past.empty() ? 0 : past[r];
     for (std::int64_t t0 = 0; t0 < len; t0 += bq) {
-      for (std::int64_t g = 0; g < kv_heads; ++g) items.push_back({offset, len, g, t0});
+      for (std::int64_t g = 0; g < kv_heads; ++g) items.push_back({offset, key_offset, len, before, g, t0});
     }
     offset += len;
+    key_offset += before + len;
   }
-  std::stable_sort(items.begin(), items.end(), [](const item& a, const item& b) { return a.t0 > b.t0; });
+  std::stable_sort(items.begin(), items.end(),
+                   [](const item& a, const item& b) { return a.before + a.t0 > b.before + b.t0; });
 
   const std::int64_t rows_max = group * bq;
   std::atomic<std::size_t> next{0};
@@ -159,15 +164,17 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const st
       std::fill_n(b.m.begin(), rows, lowest_score);
       std::fill_n(b.l.begin(), rows, 0.F);
       std::fill_n(b.o.begin(), rows * dim, 0.F);
-      const T* k0 = kd + (it.offset * kv_heads + it.kv) * dim;
-      const T* v0 = vd + (it.offset * kv_heads + it.kv) * dim;
-      const std::int64_t end = causal ? it.t0 + n : it.len;  // keys [0, end) are seen by some row of the block
+      const T* k0 = kd + (it.key_offset * kv_heads + it.kv) * dim;
+      const T* v0 = vd + (it.key_offset * kv_heads + it.kv) * dim;
+      const std::int64_t first = it.before + it.t0;  // the block's first row's position
+      // keys [0, end) are seen by some row of the block
+      const std::int64_t end = causal ? first + n : it.before + it.len;
       for (std::int64_t j0 = 0; j0 < end; j0 += bk) {
         const std::int64_t keys = std::min(bk, end - j0);
         gemm('N', 'T', rows, keys, dim, scale, b.q.data(), dim, k0 + j0 * ld_kv, ld_kv, 0.F, b.s.data(), bk);
-        const bool diagonal = causal && j0 + keys > it.t0 + 1;  // some row sees only part of these keys
+        const bool diagonal = causal && j0 + keys > first + 1;  // some row sees only part of these keys
         for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t t = it.t0 + r % n;  // the row's position in its record
+          const std::int64_t t = first + r % n;  // the row's position in its record
           const std::int64_t seen = diagonal ? std::clamp<std::int64_t>(t - j0 + 1, 0, keys) : keys;
           float* s = b.s.data() + r * bk;
           T* p = p_base + r * bk;
@@ -476,16 +483,25 @@ bool onednn_built() noexcept { return BATON_ONEDNN != 0; }
 
 void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
-                   attention_blocks blocks) {
+                   attention_blocks blocks, const std::vector<std::int64_t>& past) {
 #if !BATON_ONEDNN
   throw std::logic_error("attention: built without oneDNN, so without the fused CPU kernel");
 #else
+  std::int64_t queries = 0, keys = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    queries += lengths[r];
+    keys += lengths[r] + (past.empty() ? 0 : past[r]);
+  }
+  if ((!past.empty() && past.size() != lengths.size()) || q.size(0) != queries || k.size(0) != keys ||
+      v.size(0) != keys) {
+    throw std::invalid_argument("attention: the lengths and earlier keys do not match q, k and v");
+  }
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   blocks = resolve_attention_blocks(blocks, q.size(1) / k.size(1));
   if (q.scalar_type() == at::kFloat) {
-    run<float>(qc, kc, vc, lengths, static_cast<float>(scale), causal, out, blocks);
+    run<float>(qc, kc, vc, lengths, past, static_cast<float>(scale), causal, out, blocks);
   } else if (q.scalar_type() == at::kBFloat16) {
-    run<c10::BFloat16>(qc, kc, vc, lengths, static_cast<float>(scale), causal, out, blocks);
+    run<c10::BFloat16>(qc, kc, vc, lengths, past, static_cast<float>(scale), causal, out, blocks);
   } else {
     throw std::invalid_argument("attention: the CPU kernel takes fp32 or bf16");
   }

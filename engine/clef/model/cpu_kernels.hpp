@@ -34,9 +34,12 @@ bool onednn_built() noexcept;
 // query seeing the keys up to its own position when `causal`, all of its record's otherwise: q
 // [N, heads, dim], k and v [N, kv_heads, dim], fp32 or bf16, on the CPU; writes [N, heads * dim]
 // into `out` (same dtype, contiguous). Query head h reads KV head h / (heads / kv_heads).
+// `past` (empty: none): per record, how many earlier keys (a cached prefix's) come before its own
+// in k and v, each record's keys laid out as its earlier ones then its own, so k and v have
+// Σ (past + length) rows; a record's query t then sits at position past + t.
 void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
-                   attention_blocks blocks);
+                   attention_blocks blocks, const std::vector<std::int64_t>& past = {});
 
 // RMSNorm of the rows of x [..., dim] (fp32 or bf16) with `weight` [dim], in one pass, the same
 // values as rms_norm in thinker.cpp.

@@ -14,6 +14,7 @@
 #include "engine/clef/model/audio_encoder.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/joint_head.hpp"
+#include "engine/clef/model/prefix_cache.hpp"
 #include "engine/clef/model/rope_index.hpp"
 #include "engine/clef/model/thinker.hpp"
 #include "engine/clef/model/vision_encoder.hpp"
@@ -151,9 +152,26 @@ class model_impl final : public model {
     }
     // On the CPU weights are used in place from the mapping; elsewhere each one is a copy now.
     if (!device_.is_cpu()) files_.unmap();
+    if (options.head && options_.prefix_cache.enabled) {
+      // Sized once the weights are in, against what they left. A GPU's free memory is not asked
+      // (a CPU build has no CUDA API): 2 GiB there unless configured.
+      if (options_.prefix_cache.max_bytes <= 0) {
+        options_.prefix_cache.max_bytes = device_.is_cpu() ? available_memory() / 4 : (2ll << 30);
+      }
+      cache_.emplace(options_.prefix_cache.max_bytes, options_.prefix_cache.block_tokens);
+    }
   }
 
   const release& files() const noexcept override { return files_; }
+  const std::vector<std::int64_t>& last_cached_tokens() const noexcept override { return last_cached_; }
+  std::int64_t cached_prefix(const record_input& r) override {
+    if (!cache_ || !r.use_cache) return 0;
+    return cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*count=*/false).length();
+  }
+  std::optional<prefix_cache_stats> cache_stats() const override {
+    if (!cache_) return std::nullopt;
+    return cache_->stats();
+  }
   std::int64_t packed_bytes() const noexcept override { return thinker_.packed_bytes(); }
   std::string expert_schedule() const override { return thinker_.expert_schedule(); }
   const model_options& options() const noexcept override { return options_; }
@@ -174,7 +192,7 @@ class model_impl final : public model {
     const record_input one{ids, {}, media};
     at::Tensor id_tensor;
     std::vector<std::int64_t> lengths;
-    const detail::thinker_input input = prepare({&one, 1}, id_tensor, lengths, &observe, nullptr);
+    const detail::thinker_input input = prepare({&one, 1}, {}, id_tensor, lengths, &observe, nullptr);
     thinker_.forward(input, lengths, &observe, nullptr);
   }
 
@@ -198,10 +216,29 @@ class model_impl final : public model {
     forward_profile* profile = profiling_ ? &profile_ : nullptr;
     const auto start = std::chrono::steady_clock::now();
 
+    // Each record's cached prefix, pinned until the forward is done; only its later tokens run.
+    const bool caching = cache_ && std::any_of(batch.begin(), batch.end(), [](const record_input& r) { return r.use_cache; });
+    std::vector<detail::prefix_cache::handle> hits(batch.size());
+    detail::prefix_list past;
+    last_cached_.assign(batch.size(), 0);
+    if (caching) {
+      past.assign(batch.size(), nullptr);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const record_input& r = batch[i];
+        if (!r.use_cache) continue;
+        hits[i] = cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*count=*/true);
+        if (hits[i]) {
+          past[i] = &hits[i].state();
+          last_cached_[i] = hits[i].length();
+        }
+      }
+    }
+
     at::Tensor id_tensor;
     std::vector<std::int64_t> lengths;
-    const detail::thinker_input input = prepare(batch, id_tensor, lengths, nullptr, profile);
-    const at::Tensor hidden = thinker_.forward(input, lengths, nullptr, profile);
+    const detail::thinker_input input = prepare(batch, last_cached_, id_tensor, lengths, nullptr, profile);
+    std::vector<detail::prefix_state> kept;
+    const at::Tensor hidden = thinker_.forward(input, lengths, nullptr, profile, past, caching ? &kept : nullptr);
 
     std::vector<record_logits> out;
     out.reserve(batch.size());
@@ -209,9 +246,20 @@ class model_impl final : public model {
       detail::scoped_timer t(profile ? &profile_.head_ms : nullptr, device_);
       std::int64_t offset = 0;
       for (std::size_t i = 0; i < batch.size(); ++i) {
-        out.push_back(head_->forward(hidden.narrow(0, offset, lengths[i]),
-                                     id_tensor.narrow(0, offset, lengths[i]), batch[i].questions,
-                                     thinker_));
+        const record_input& r = batch[i];
+        // The head reads every token's final hidden state: the prefix's come from the cache.
+        at::Tensor h = hidden.narrow(0, offset, lengths[i]);
+        at::Tensor ids = id_tensor.narrow(0, offset, lengths[i]);
+        if (past.size() > i && past[i] != nullptr) {
+          h = at::cat({past[i]->hidden, h});
+          ids = detail::long_tensor(std::vector<std::int64_t>(r.ids.begin(), r.ids.end()), device_);
+        }
+        out.push_back(head_->forward(h, ids, r.questions, thinker_));
+        if (caching && r.use_cache) {
+          // Apart from the batch's tensor, so that an entry holds only its own rows.
+          kept[i].hidden = batch.size() == 1 || past[i] != nullptr ? h : h.clone();
+          cache_->insert(r.cache_scope, r.media_key, r.ids, std::move(kept[i]));
+        }
         offset += lengths[i];
       }
     }
@@ -223,15 +271,18 @@ class model_impl final : public model {
 
   // The thinker's input for `batch`: token embeddings with the media encoders' rows placed at their
   // pads, MRoPE positions and deepstack rows when any record has media.
-  detail::thinker_input prepare(std::span<const record_input> batch, at::Tensor& id_tensor,
-                                std::vector<std::int64_t>& lengths, const stage_observer* observe,
-                                forward_profile* profile) const {
+  // `skip` (empty: none): per record, the leading tokens a cached prefix holds, which are left out.
+  detail::thinker_input prepare(std::span<const record_input> batch, const std::vector<std::int64_t>& skip,
+                                at::Tensor& id_tensor, std::vector<std::int64_t>& lengths,
+                                const stage_observer* observe, forward_profile* profile) const {
     std::vector<std::int64_t> ids;
     lengths.clear();
     bool media = false;
-    for (const auto& r : batch) {
-      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
-      lengths.push_back(static_cast<std::int64_t>(r.ids.size()));
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto& r = batch[i];
+      const std::int64_t from = skip.empty() ? 0 : skip[i];
+      ids.insert(ids.end(), r.ids.begin() + from, r.ids.end());
+      lengths.push_back(static_cast<std::int64_t>(r.ids.size()) - from);
       media = media || (r.media && !r.media->empty());
     }
     id_tensor = detail::long_tensor(ids, device_);
@@ -248,10 +299,12 @@ class model_impl final : public model {
     const std::size_t deepstack = vision_ ? files_.vision()->deepstack_layers.size() : 0;
     placed images(deepstack), videos(deepstack), audio(0);
     std::size_t offset = 0;
-    for (const auto& r : batch) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto& r = batch[i];
       const record_media none;
-      place_record(r.ids, r.media ? *r.media : none, offset, n, positions, images, videos, audio);
-      offset += r.ids.size();
+      const auto from = static_cast<std::size_t>(lengths[i]);
+      place_record(r.ids, r.media ? *r.media : none, r.ids.size() - from, offset, n, positions, images, videos, audio);
+      offset += from;
     }
     input.positions = at::from_blob(positions.data(), {3, static_cast<std::int64_t>(n)}, at::kFloat).to(device_, at::kFloat, false, /*copy=*/true);
     auto place = [&](const placed& p, const char* stage) {
@@ -285,9 +338,11 @@ class model_impl final : public model {
     std::vector<std::vector<at::Tensor>> deep;  // per deepstack layer (vision only)
   };
 
-  // One record's positions (into `positions`, [3, n] at `offset`), its media encoded and the rows
-  // of its pads. Throws when the release cannot read the media or the pads do not match it.
-  void place_record(std::span<const std::int32_t> ids, const record_media& m, std::size_t offset,
+  // The positions of one record's tokens from `skip` on (into `positions`, [3, n] at `offset`),
+  // its media encoded and the rows of its pads. A record that skips its first tokens has its
+  // media in the cached prefix (media_end): nothing is encoded. Throws when the release cannot
+  // read the media or the pads do not match it.
+  void place_record(std::span<const std::int32_t> ids, const record_media& m, std::size_t skip, std::size_t offset,
                     std::size_t n, std::vector<float>& positions, placed& images, placed& videos,
                     placed& audio) const {
     if ((!m.images.empty() || !m.videos.empty()) && !vision_) {
@@ -304,9 +359,10 @@ class model_impl final : public model {
     const auto& pos = std::get<std::vector<float>>(rope);
     const std::size_t len = ids.size();
     for (std::size_t axis = 0; axis < 3; ++axis) {
-      std::copy_n(pos.begin() + static_cast<std::ptrdiff_t>(axis * len), len,
+      std::copy_n(pos.begin() + static_cast<std::ptrdiff_t>(axis * len + skip), len - skip,
                   positions.begin() + static_cast<std::ptrdiff_t>(axis * n + offset));
     }
+    if (skip > 0) return;
 
     // The pads of one kind, in sequence order, take the encoders' rows in item order.
     auto rows_of = [&](const std::optional<std::int64_t>& token, std::int64_t expected, const char* kind) {
@@ -343,6 +399,20 @@ class model_impl final : public model {
     audio.rows.push_back(rows_of(tok.audio, count, "audio"));
   }
 
+  // The fewest leading tokens a cached prefix of `r` may cover: past its last media pad, since
+  // the towers' rows are placed, and deepstack added, only in a forward that runs the pads.
+  std::int64_t media_end(const record_input& r) const {
+    if (!r.media || r.media->empty()) return 0;
+    const media_tokens& tok = files_.tokens();
+    for (std::size_t i = r.ids.size(); i-- > 0;) {
+      const std::int64_t id = r.ids[i];
+      if (id == tok.image.value_or(-1) || id == tok.video.value_or(-1) || id == tok.audio.value_or(-1)) {
+        return static_cast<std::int64_t>(i) + 1;
+      }
+    }
+    return 0;
+  }
+
   release files_;
   at::Device device_;
   model_options options_;
@@ -352,6 +422,8 @@ class model_impl final : public model {
   std::optional<detail::audio_encoder> audio_;
   bool profiling_ = false;
   forward_profile profile_;
+  std::optional<detail::prefix_cache> cache_;  // declared after the thinker: its tensors go first
+  std::vector<std::int64_t> last_cached_;
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "engine/clef/model/audio_features.hpp"
 #include "engine/clef/model/release.hpp"
 #include "engine/clef/model/vision_preprocess.hpp"
+#include "engine/decision_engine.hpp"
 
 namespace baton::clef {
 
@@ -26,7 +27,7 @@ enum class compute_dtype { f32, bf16 };
 struct prefix_cache_options {
   bool enabled = true;
   // Bytes the cache may hold; 0: a quarter of the memory available when the model has loaded
-  // (reported at start-up).
+  // on the CPU, 2 GiB on a GPU (reported at start-up).
   std::int64_t max_bytes = 0;
   // Prefixes are matched in blocks of this many tokens (hashed, chained): a record reuses the
   // longest run of whole blocks it shares with a cached one.
@@ -94,6 +95,11 @@ struct record_input {
   std::span<const std::int32_t> ids;
   std::span<const question_layout> questions;
   const record_media* media = nullptr;
+  // Whether the record may reuse, and then keeps, a cached prefix (model_options::prefix_cache):
+  // only a record in the same `cache_scope` whose media have the same `media_key` (a digest of
+  // their content; empty without media) is reused. Off for benches and tests that time forwards.
+  bool use_cache = false;
+  std::string_view cache_scope{}, media_key{};
 };
 
 // Logits per question, per option, in the encoded option order.
@@ -131,6 +137,14 @@ class model {
   // question and option spans inside the record. Throws std::exception on device failures and on
   // media the release cannot read or whose pads do not match.
   virtual std::vector<record_logits> forward(std::span<const record_input> batch) = 0;
+
+  // Per record of the last forward: how many of its tokens came from the prefix cache.
+  virtual const std::vector<std::int64_t>& last_cached_tokens() const noexcept = 0;
+  // How many leading tokens of `r` the prefix cache holds now (0 when off, or for none): what a
+  // forward would not recompute. Counts nothing.
+  virtual std::int64_t cached_prefix(const record_input& r) = 0;
+  // The prefix cache's counters; none when it is off.
+  virtual std::optional<prefix_cache_stats> cache_stats() const = 0;
 
   // The media encoders and the thinker on one sequence, reporting each stage (no head).
   virtual void trace(std::span<const std::int32_t> ids, const record_media* media,

@@ -342,16 +342,23 @@ at::Tensor thinker::output_rows(const at::Tensor& ids, at::ScalarType type) cons
 
 at::Tensor thinker::embed(const at::Tensor& ids) const { return embed_.index_select(0, ids).to(type_); }
 
-std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions,
-                                                  const std::vector<std::int64_t>& lengths) const {
+std::int64_t prefix_state::bytes() const noexcept {
+  std::int64_t n = hidden.defined() ? hidden.nbytes() : 0;
+  for (const auto& k : keys) n += k.nbytes();
+  for (const auto& v : values) n += v.nbytes();
+  return n;
+}
+
+std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions, const std::vector<std::int64_t>& lengths,
+                                                  const std::vector<std::int64_t>& first) const {
   at::Tensor freqs;
   if (!positions.defined()) {
     // Text-only positions are 0..len-1 on all three MRoPE axes, so every frequency slot sees the
     // same position and the interleaving reduces to plain RoPE.
     std::vector<at::Tensor> pieces;
     pieces.reserve(lengths.size());
-    for (const auto n : lengths) {
-      pieces.push_back(at::arange(n, at::TensorOptions().dtype(at::kFloat).device(device_)));
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      pieces.push_back(at::arange(first[r], first[r] + lengths[r], at::TensorOptions().dtype(at::kFloat).device(device_)));
     }
     freqs = at::cat(pieces).unsqueeze(1) * inv_freq_.unsqueeze(0);
   } else {
@@ -364,7 +371,24 @@ std::pair<at::Tensor, at::Tensor> thinker::rotary(const at::Tensor& positions,
 }
 
 at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
-                            const stage_observer* observe, forward_profile* profile) const {
+                            const stage_observer* observe, forward_profile* profile, const prefix_list& past,
+                            std::vector<prefix_state>* kept) const {
+  if (!past.empty() && past.size() != lengths.size()) throw std::invalid_argument("thinker: one prefix per record");
+  std::vector<std::int64_t> past_lengths(lengths.size(), 0);
+  for (std::size_t r = 0; r < past.size(); ++r) {
+    if (past[r] == nullptr) continue;
+    if (past[r]->keys.size() != layers_.size() || past[r]->values.size() != layers_.size()) {
+      throw std::invalid_argument("thinker: a cached prefix with another number of layers");
+    }
+    past_lengths[r] = past[r]->length();
+  }
+  if (kept) {
+    kept->assign(lengths.size(), {});
+    for (auto& k : *kept) {
+      k.keys.resize(layers_.size());
+      k.values.resize(layers_.size());
+    }
+  }
   at::Tensor x = input.embeds;
   if (input.positions.defined()) report(observe, "position_ids", input.positions);
   report(observe, "inputs_embeds", x);
@@ -372,10 +396,10 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
   at::Tensor cos, sin;
   {
     scoped_timer t(profile ? &profile->norms_ms : nullptr, device_);
-    std::tie(cos, sin) = rotary(input.positions, lengths);
+    std::tie(cos, sin) = rotary(input.positions, lengths, past_lengths);
   }
 
-  const attention_scratch scratch = make_attention_scratch(lengths);
+  const attention_scratch scratch = make_attention_scratch(lengths, past_lengths);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const layer& w = layers_[l];
     at::Tensor a;
@@ -385,7 +409,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     }
     {
       scoped_timer t(profile ? &profile->attention_ms : nullptr, device_, profile ? &profile->attention_ops : nullptr);
-      x = x + attention(w, a, cos, sin, lengths, scratch);
+      x = x + attention(l, a, cos, sin, lengths, scratch, past, past_lengths, kept);
     }
     at::Tensor b;
     {
@@ -408,14 +432,17 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
   return x;
 }
 
-thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths) const {
-  if (fused_attention_ || cpu_attention_) return {};  // the fused kernels keep their own
+thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths,
+                                                           const std::vector<std::int64_t>& past_lengths) const {
+  const bool any_past = std::any_of(past_lengths.begin(), past_lengths.end(), [](std::int64_t n) { return n > 0; });
+  if (cpu_attention_ || (fused_attention_ && !any_past)) return {};  // the fused kernels keep their own
   const std::int64_t heads = config_.num_heads;
   std::int64_t rows = 1, most = 1;
-  for (const auto len : lengths) {
-    const std::int64_t r = chunk_rows(score_budget_bytes_, heads, len, len);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t len = lengths[i], keys = past_lengths[i] + len;
+    const std::int64_t r = chunk_rows(score_budget_bytes_, heads, len, keys);
     rows = std::max(rows, r);
-    most = std::max(most, heads * r * len);
+    most = std::max(most, heads * r * keys);
   }
   const auto options = at::TensorOptions().dtype(type_).device(device_);
   attention_scratch s;
@@ -427,9 +454,40 @@ thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std
   return s;
 }
 
-at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
-                              const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
-                              const attention_scratch& scratch) const {
+// Each record's keys (or values) with its cached prefix's first: [Σ (past + length), kv, dim], as
+// attention_cpu and chunked_attention take them; `own` as it is when no record has a prefix. With
+// `kept`, each record's rows are handed to it (copied apart when the batch has several records,
+// so that a kept record does not hold the whole batch's tensor).
+static at::Tensor with_prefixes(const at::Tensor& own, std::size_t l, bool values, const prefix_list& past,
+                         const std::vector<std::int64_t>& lengths, std::vector<prefix_state>* kept) {
+  at::Tensor all = own;
+  if (!past.empty() && std::any_of(past.begin(), past.end(), [](const prefix_state* p) { return p != nullptr; })) {
+    std::vector<at::Tensor> pieces;
+    std::int64_t offset = 0;
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      if (past[r] != nullptr) pieces.push_back(values ? past[r]->values[l] : past[r]->keys[l]);
+      pieces.push_back(own.narrow(0, offset, lengths[r]));
+      offset += lengths[r];
+    }
+    all = at::cat(pieces);
+  }
+  if (kept) {
+    std::int64_t offset = 0;
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      const std::int64_t rows = lengths[r] + (past.empty() || past[r] == nullptr ? 0 : past[r]->length());
+      at::Tensor mine = lengths.size() == 1 ? all : all.narrow(0, offset, rows).clone();
+      (values ? (*kept)[r].values[l] : (*kept)[r].keys[l]) = std::move(mine);
+      offset += rows;
+    }
+  }
+  return all;
+}
+
+at::Tensor thinker::attention(std::size_t l, const at::Tensor& a, const at::Tensor& cos, const at::Tensor& sin,
+                              const std::vector<std::int64_t>& lengths, const attention_scratch& scratch,
+                              const prefix_list& past, const std::vector<std::int64_t>& past_lengths,
+                              std::vector<prefix_state>* kept) const {
+  const layer& w = layers_[l];
   const std::int64_t n_tokens = a.size(0), heads = config_.num_heads,
                      kv_heads = config_.num_kv_heads, dim = config_.head_dim;
   const double eps = config_.rms_norm_eps;
@@ -440,23 +498,31 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     // Norm and rotary in one pass over the projections.
     at::Tensor q = project(a, w.q, w.q_packed).view({n_tokens, heads, dim});
     at::Tensor k = project(a, w.k, w.k_packed).view({n_tokens, kv_heads, dim});
-    const at::Tensor v = project(a, w.v, w.v_packed).view({n_tokens, kv_heads, dim});
+    at::Tensor v = project(a, w.v, w.v_packed).view({n_tokens, kv_heads, dim});
     rms_norm_rope_cpu(q, w.q_norm, eps, cos, sin);
     rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
+    k = with_prefixes(k, l, false, past, lengths, kept);
+    v = with_prefixes(v, l, true, past, lengths, kept);
     if (cpu_attention_) {
       at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
-      attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out, {});
+      attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out, {},
+                    past_lengths);
       return project(out, w.o, w.o_packed);
     }
-    return chunked_attention(w, q, k, v, lengths, scratch);
+    return chunked_attention(w, q, k, v, lengths, scratch, past_lengths);
   }
   at::Tensor q = rms_norm(dense(a, w.q).view({n_tokens, heads, dim}), w.q_norm, eps);
   at::Tensor k = rms_norm(dense(a, w.k).view({n_tokens, kv_heads, dim}), w.k_norm, eps);
-  const at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
+  at::Tensor v = dense(a, w.v).view({n_tokens, kv_heads, dim});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
+  k = with_prefixes(k, l, false, past, lengths, kept);
+  v = with_prefixes(v, l, true, past, lengths, kept);
 #if BATON_SDPA_GQA
-  if (fused_attention_) {
+  // A record continuing a cached prefix goes through chunked_attention: its causal mask is offset
+  // by the prefix, which SDPA's is_causal (aligned to the first key) does not express.
+  const bool any_past = std::any_of(past_lengths.begin(), past_lengths.end(), [](std::int64_t n) { return n > 0; });
+  if (fused_attention_ && !any_past) {
     // One fused causal kernel per record (flash or memory-efficient attention on a GPU): the
     // scores are never written out, and the KV heads are shared by their query groups in it.
     at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
@@ -471,12 +537,12 @@ at::Tensor thinker::attention(const layer& w, const at::Tensor& a, const at::Ten
     return dense(out, w.o);
   }
 #endif
-  return chunked_attention(w, q, k, v, lengths, scratch);
+  return chunked_attention(w, q, k, v, lengths, scratch, past_lengths);
 }
 
 at::Tensor thinker::chunked_attention(const layer& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      const std::vector<std::int64_t>& lengths,
-                                      const attention_scratch& scratch) const {
+                                      const std::vector<std::int64_t>& lengths, const attention_scratch& scratch,
+                                      const std::vector<std::int64_t>& past) const {
   const std::int64_t n_tokens = q.size(0), heads = config_.num_heads, kv_heads = config_.num_kv_heads,
                      dim = config_.head_dim, group = heads / kv_heads;
   // Per KV head, its `group` query heads share one matmul: q rows ordered (head in group, token).
@@ -488,21 +554,22 @@ at::Tensor thinker::chunked_attention(const layer& w, const at::Tensor& q, const
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
-  std::int64_t offset = 0;
-  for (const auto len : lengths) {
-    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, len);
+  std::int64_t offset = 0, key_offset = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t len = lengths[i], before = past[i];
+    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, before + len);
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
-      const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = r0 + rows;
+      const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = before + r0 + rows;
       const std::int64_t n = heads * rows * keys;
       // [kv, group, rows, dim] -> [kv, group*rows, dim]
       const at::Tensor qc = qg.narrow(2, offset + r0, rows).reshape({kv_heads, group * rows, dim});
       at::Tensor scores = scratch.scores.narrow(0, 0, n).view({kv_heads, group * rows, keys});
-      at::bmm_out(scores, qc, kt.narrow(2, offset, keys));
+      at::bmm_out(scores, qc, kt.narrow(2, key_offset, keys));
       scores.mul_(scale);
       scores = scores.view({kv_heads, group, rows, keys});
-      // Query r0+i sees keys 0..r0+i: the strictly-upper part of the last `rows` keys is masked.
+      // Query r0+i sees keys 0..before+r0+i: the strictly-upper part of the last `rows` keys is masked.
       if (rows > 1) {
-        scores.narrow(3, r0, rows)
+        scores.narrow(3, before + r0, rows)
             .masked_fill_(scratch.causal.narrow(0, 0, rows).narrow(1, 0, rows), neg_inf);
       }
       at::Tensor probs_f32 = scratch.probs_f32.narrow(0, 0, n).view({kv_heads, group, rows, keys});
@@ -510,10 +577,11 @@ at::Tensor thinker::chunked_attention(const layer& w, const at::Tensor& q, const
       at::Tensor probs = scratch.probs.narrow(0, 0, n).view({kv_heads, group * rows, keys});
       if (probs.data_ptr() != probs_f32.data_ptr()) probs.copy_(probs_f32.view({kv_heads, group * rows, keys}));
       at::Tensor ctx = scratch.ctx.narrow(0, 0, heads * rows * dim).view({kv_heads, group * rows, dim});
-      at::bmm_out(ctx, probs, vt.narrow(1, offset, keys));
+      at::bmm_out(ctx, probs, vt.narrow(1, key_offset, keys));
       out_heads.narrow(2, offset + r0, rows).copy_(ctx.view({kv_heads, group, rows, dim}));
     }
     offset += len;
+    key_offset += before + len;
   }
   return dense(out, w.o);
 }

@@ -20,6 +20,20 @@ struct thinker_input {
   std::vector<at::Tensor> deepstack;  // added to visual_rows after layers 0, 1, …: [V, hidden] each
 };
 
+// A record's keys and values in every layer (the keys after their norm and rotary) [len, kv_heads,
+// head_dim] and its final hidden states [len, hidden], in the compute dtype on the device: what a
+// later record that starts with the same tokens reuses instead of recomputing (prefix_cache).
+struct prefix_state {
+  std::vector<at::Tensor> keys, values;
+  at::Tensor hidden;
+
+  std::int64_t length() const noexcept { return hidden.defined() ? hidden.size(0) : 0; }
+  std::int64_t bytes() const noexcept;
+};
+
+// Per record of a forward, the cached prefix its tokens continue (null: none).
+using prefix_list = std::vector<const prefix_state*>;
+
 class thinker {
  public:
   // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
@@ -35,8 +49,14 @@ class thinker {
   // never crosses records. Reports "position_ids" (when given), "inputs_embeds", "router_logits.<l>"
   // (fp32 [N, experts]), "layer_out.<l>" (before the deepstack add, as transformers' layer
   // outputs) and "final_hidden".
+  //
+  // `past` (empty, or one per record): the prefix a record's tokens continue; its tokens then sit
+  // at positions past->length() + t and attend to the prefix's keys as well. `kept` (null: not
+  // asked): per record, its keys and values in every layer, prefix included (hidden left empty:
+  // the caller joins the prefix's hidden states to the returned ones).
   at::Tensor forward(const thinker_input& input, const std::vector<std::int64_t>& lengths,
-                     const stage_observer* observe, forward_profile* profile) const;
+                     const stage_observer* observe, forward_profile* profile, const prefix_list& past = {},
+                     std::vector<prefix_state>* kept = nullptr) const;
 
   // Rows of the output embedding (lm_head) for `ids` [n] int64, in `type`.
   at::Tensor output_rows(const at::Tensor& ids, at::ScalarType type) const;
@@ -81,8 +101,9 @@ class thinker {
   // RMSNorm of hidden states [N, hidden] with the weight w.
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const;
   // cos and sin [N, 1, head_dim] in the compute dtype.
-  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions,
-                                           const std::vector<std::int64_t>& lengths) const;
+  // Text-only positions start at each record's `first` (its cached prefix's length).
+  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions, const std::vector<std::int64_t>& lengths,
+                                           const std::vector<std::int64_t>& first) const;
   // Attention's per-chunk buffers and causal mask, made once per forward for its widest chunk:
   // tensors made afresh per chunk (each wider by its keys) were never reused by malloc, which kept
   // ~128 bytes per token² resident (2 GB at 4,096 tokens), and fresh pages cost faults.
@@ -90,15 +111,21 @@ class thinker {
     at::Tensor causal;                 // [rows, rows] bool, strictly upper triangle
     at::Tensor scores, probs_f32, probs, ctx;  // flat; probs is probs_f32 when computing in fp32
   };
-  attention_scratch make_attention_scratch(const std::vector<std::int64_t>& lengths) const;
-  at::Tensor attention(const layer& w, const at::Tensor& a, const at::Tensor& cos,
-                       const at::Tensor& sin, const std::vector<std::int64_t>& lengths,
-                       const attention_scratch& scratch) const;
+  attention_scratch make_attention_scratch(const std::vector<std::int64_t>& lengths,
+                                           const std::vector<std::int64_t>& past_lengths) const;
+  // Layer l's attention. With cached prefixes (past_lengths not all 0) or `kept`, each record's
+  // keys are its prefix's then its own (past[r]->keys[l]), and kept[r] takes them.
+  at::Tensor attention(std::size_t l, const at::Tensor& a, const at::Tensor& cos, const at::Tensor& sin,
+                       const std::vector<std::int64_t>& lengths, const attention_scratch& scratch,
+                       const prefix_list& past, const std::vector<std::int64_t>& past_lengths,
+                       std::vector<prefix_state>* kept) const;
   // Attention in chunks of query rows through ATen (scores written out per chunk): where neither
   // fused kernel runs (fp32 on a GPU, a CPU build without oneDNN). q [N, heads, dim] after norm
   // and rotary, k and v [N, kv_heads, dim]; returns the layer's attention output (o_proj applied).
+  // With `past` (per record, earlier keys before its own in k and v, as attention_cpu takes them).
   at::Tensor chunked_attention(const layer& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const std::vector<std::int64_t>& lengths, const attention_scratch& scratch) const;
+                               const std::vector<std::int64_t>& lengths, const attention_scratch& scratch,
+                               const std::vector<std::int64_t>& past) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
   // Times layer 0's packed experts on random activations with whole experts per thread and with

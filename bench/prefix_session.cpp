@@ -1,0 +1,294 @@
+// The prefix cache (issue 19) on the mid-size random release (bench/random_release.hpp), through
+// the model's API:
+//  1. An agent session of --turns turns whose history grows by --grow tokens a turn (the old
+//     state's last token, its closing "]", replaced) under a --schema-token schema: per turn, the
+//     forward with the cache, without it, and of the turn's new tokens + schema + suffix alone;
+//     the largest logit difference between the cached and uncached forwards.
+//  2. A SystemOne client asking --question-sets different question sets about one --state-token
+//     state: each set with and without the cache.
+// One model; a record opts in or out of the cache (record_input::use_cache), so both runs share
+// the weights and run alternately (the VM's speed drifts between minutes).
+//
+//   prefix_session [--dtype f32|bf16] [--dir build/bench-release-<dtype>] [--threads 2]
+//                  [--turns 30] [--grow 150] [--schema 600] [--state 4096] [--question-sets 10] [--json]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/random_release.hpp"
+#include "engine/clef/model/model.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace baton::clef;
+using namespace baton::clef::bench;
+using clock_type = std::chrono::steady_clock;
+
+struct arguments {
+  std::string dtype = "f32";
+  fs::path dir;
+  int threads = 2;
+  int turns = 30, grow = 150, schema = 600, state = 4096, question_sets = 10;
+  bool json = false;
+};
+
+arguments parse_arguments(int argc, char** argv) {
+  arguments a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(key + " needs a value");
+      return argv[++i];
+    };
+    auto count = [&](int least) {
+      const int n = std::stoi(value());
+      if (n < least) throw std::runtime_error(key + " must be at least " + std::to_string(least));
+      return n;
+    };
+    if (key == "--dtype") {
+      a.dtype = value();
+      if (a.dtype != "f32" && a.dtype != "bf16") throw std::runtime_error("--dtype is f32 or bf16");
+    } else if (key == "--dir") {
+      a.dir = value();
+    } else if (key == "--threads") {
+      a.threads = count(1);
+    } else if (key == "--turns") {
+      a.turns = count(2);
+    } else if (key == "--grow") {
+      a.grow = count(2);
+    } else if (key == "--schema") {
+      a.schema = count(120);
+    } else if (key == "--state") {
+      a.state = count(64);
+    } else if (key == "--question-sets") {
+      a.question_sets = count(2);
+    } else if (key == "--json") {
+      a.json = true;
+    } else {
+      throw std::runtime_error("usage: prefix_session [--dtype f32|bf16] [--dir DIR] [--threads N] [--turns N] "
+                               "[--grow N] [--schema N] [--state N] [--question-sets N] [--json]");
+    }
+  }
+  if (a.dir.empty()) a.dir = "build/bench-release-" + a.dtype;
+  return a;
+}
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+// Random ids below the media tokens, from their own stream.
+std::vector<std::int32_t> random_ids(std::size_t n, std::uint64_t seed, std::int64_t vocab) {
+  xorshift rng{seed};
+  std::vector<std::int32_t> out(n);
+  for (auto& id : out) id = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(vocab - 64));
+  return out;
+}
+
+// A schema of `tokens` tokens: three questions (choice of 4, noul, score of 5) spread over it,
+// their spans relative to the schema's first token.
+struct schema_block {
+  std::vector<std::int32_t> ids;
+  std::vector<question_layout> questions;
+};
+
+schema_block make_schema(int tokens, std::uint64_t seed, std::int64_t vocab) {
+  schema_block s;
+  s.ids = random_ids(static_cast<std::size_t>(tokens), seed, vocab);
+  const std::uint8_t types[] = {1, 0, 2};
+  const int options[] = {4, 2, 5};
+  const std::int32_t stride = tokens / 3;
+  for (int q = 0; q < 3; ++q) {
+    question_layout l;
+    l.type = types[q];
+    std::int32_t at = q * stride;
+    l.question = {at, at + 12};
+    at += 12;
+    const std::int32_t width = (stride - 12) / options[q];
+    for (int o = 0; o < options[q]; ++o) {
+      l.options.push_back({at, at + std::max(1, width - 1)});
+      at += width;
+    }
+    s.questions.push_back(std::move(l));
+  }
+  return s;
+}
+
+// prefix · state · schema · suffix, with the schema's spans moved to where it starts.
+struct record {
+  std::vector<std::int32_t> ids;
+  std::vector<question_layout> questions;
+};
+
+record assemble(const std::vector<std::int32_t>& prefix, const std::vector<std::int32_t>& state,
+                const schema_block& schema, const std::vector<std::int32_t>& suffix) {
+  record r;
+  r.ids = prefix;
+  r.ids.insert(r.ids.end(), state.begin(), state.end());
+  const auto at = static_cast<std::int32_t>(r.ids.size());
+  r.ids.insert(r.ids.end(), schema.ids.begin(), schema.ids.end());
+  r.ids.insert(r.ids.end(), suffix.begin(), suffix.end());
+  r.questions = schema.questions;
+  for (auto& q : r.questions) {
+    q.question = {q.question.begin + at, q.question.end + at};
+    for (auto& o : q.options) o = {o.begin + at, o.end + at};
+  }
+  return r;
+}
+
+struct timed {
+  double ms = 0;
+  std::int64_t cached = 0;
+  record_logits logits;
+};
+
+timed run(model& m, const record& r, bool cache) {
+  record_input input{r.ids, r.questions};
+  input.use_cache = cache;
+  input.cache_scope = "bench";
+  const auto start = clock_type::now();
+  auto logits = m.forward({&input, 1});
+  timed t;
+  t.ms = ms_since(start);
+  t.cached = m.last_cached_tokens().at(0);
+  t.logits = std::move(logits[0]);
+  return t;
+}
+
+double max_difference(const record_logits& a, const record_logits& b) {
+  double worst = 0;
+  for (std::size_t q = 0; q < a.size(); ++q) {
+    for (std::size_t k = 0; k < a[q].size(); ++k) worst = std::max(worst, std::abs(double(a[q][k]) - double(b[q][k])));
+  }
+  return worst;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const arguments args = parse_arguments(argc, argv);
+  const bool bf16 = args.dtype == "bf16";
+  if (!release_is_current(args.dir)) {
+    std::cerr << "writing the mid-size release to " << args.dir << "\n";
+    write_release(args.dir, bf16);
+  }
+  model_options options;
+  options.dtype = bf16 ? compute_dtype::bf16 : compute_dtype::f32;
+  options.threads = args.threads;
+  const auto m = model::load(args.dir, options);
+  const std::int64_t vocab = m->files().text().vocab_size;
+  const auto stats0 = m->cache_stats();
+  std::cerr << "prefix_session: " << args.dtype << ", " << args.threads << " threads, cache up to "
+            << (stats0 ? stats0->max_bytes >> 20 : 0) << " MiB, blocks of " << m->options().prefix_cache.block_tokens
+            << " tokens\n";
+
+  const auto prefix = random_ids(40, 11, vocab), suffix = random_ids(15, 13, vocab);
+  const schema_block schema = make_schema(args.schema, 17, vocab);
+  nlohmann::json out;
+  out["dtype"] = args.dtype;
+  out["threads"] = args.threads;
+
+  // Warm-up: the first forward of a process pays for its pages.
+  {
+    const auto warm = assemble(prefix, random_ids(512, 3, vocab), schema, suffix);
+    (void)run(*m, warm, false);
+  }
+
+  // 1. The session.
+  std::vector<std::int32_t> state;
+  std::vector<double> with, without, alone, ratio;
+  double worst = 0, total_with = 0, total_without = 0;
+  std::printf("turn  tokens  cached   with(ms)  without(ms)  new+schema alone(ms)  with/alone  max|dlogit|\n");
+  for (int t = 1; t <= args.turns; ++t) {
+    // The new events, their first token replacing the old state's last (its closing "]").
+    const auto fresh = random_ids(static_cast<std::size_t>(args.grow) + 1, 1000 + static_cast<std::uint64_t>(t), vocab);
+    if (!state.empty()) state.pop_back();
+    state.insert(state.end(), fresh.begin(), fresh.end());
+    const record r = assemble(prefix, state, schema, suffix);
+    const timed a = run(*m, r, true);
+    const timed b = run(*m, r, false);
+    // The same turn's new tokens (from the first the cache did not hold) with schema and suffix,
+    // as one record of its own.
+    const std::size_t first_new = static_cast<std::size_t>(a.cached);
+    record own;
+    own.ids.assign(r.ids.begin() + static_cast<std::ptrdiff_t>(first_new), r.ids.end());
+    own.questions = r.questions;
+    for (auto& q : own.questions) {
+      const auto shift = static_cast<std::int32_t>(first_new);
+      q.question = {q.question.begin - shift, q.question.end - shift};
+      for (auto& o : q.options) o = {o.begin - shift, o.end - shift};
+    }
+    const timed c = run(*m, own, false);
+    const double d = max_difference(a.logits, b.logits);
+    worst = std::max(worst, d);
+    total_with += a.ms;
+    total_without += b.ms;
+    if (t >= 2) {
+      with.push_back(a.ms);
+      without.push_back(b.ms);
+      alone.push_back(c.ms);
+      ratio.push_back(a.ms / c.ms);
+    }
+    std::printf("%4d  %6zu  %6lld  %9.1f  %11.1f  %20.1f  %10.2f  %.2e\n", t, r.ids.size(), (long long)a.cached, a.ms,
+                b.ms, c.ms, a.ms / c.ms, d);
+    out["session"].push_back({{"turn", t}, {"tokens", r.ids.size()}, {"cached", a.cached}, {"with_ms", a.ms},
+                              {"without_ms", b.ms}, {"alone_ms", c.ms}, {"max_logit_difference", d}});
+  }
+  const double worst_ratio = *std::max_element(ratio.begin(), ratio.end());
+  std::printf("session: %d turns, %.1f s with the cache, %.1f s without: %.2fx; turns 2-%d: median with/alone %.2f "
+              "(max %.2f), median with %.1f ms, without %.1f ms; max |dlogit| %.2e\n",
+              args.turns, total_with / 1000, total_without / 1000, total_without / total_with, args.turns, median(ratio),
+              worst_ratio, median(with), median(without), worst);
+  out["session_summary"] = {{"with_s", total_with / 1000}, {"without_s", total_without / 1000},
+                            {"speedup", total_without / total_with}, {"median_with_over_alone", median(ratio)},
+                            {"max_with_over_alone", worst_ratio}, {"max_logit_difference", worst}};
+
+  // 2. Question sets about one state.
+  const auto big_state = random_ids(static_cast<std::size_t>(args.state), 5, vocab);
+  std::vector<double> set_with, set_without;
+  double set_worst = 0;
+  std::printf("\nset  tokens  cached   with(ms)  without(ms)  max|dlogit|\n");
+  for (int s = 0; s < args.question_sets; ++s) {
+    const schema_block questions = make_schema(args.schema, 100 + static_cast<std::uint64_t>(s), vocab);
+    const record r = assemble(prefix, big_state, questions, suffix);
+    const timed a = run(*m, r, true);
+    const timed b = run(*m, r, false);
+    const double d = max_difference(a.logits, b.logits);
+    set_worst = std::max(set_worst, d);
+    if (s > 0) {
+      set_with.push_back(a.ms);
+      set_without.push_back(b.ms);
+    }
+    std::printf("%3d  %6zu  %6lld  %9.1f  %11.1f  %.2e\n", s, r.ids.size(), (long long)a.cached, a.ms, b.ms, d);
+    out["question_sets"].push_back({{"set", s}, {"tokens", r.ids.size()}, {"cached", a.cached}, {"with_ms", a.ms},
+                                    {"without_ms", b.ms}, {"max_logit_difference", d}});
+  }
+  std::printf("question sets 2-%d: median %.1f ms with the cache, %.1f ms without: %.2fx; max |dlogit| %.2e\n",
+              args.question_sets, median(set_with), median(set_without), median(set_without) / median(set_with), set_worst);
+  if (const auto s = m->cache_stats()) {
+    std::printf("cache: %lld hits, %lld misses, %lld evictions, %lld entries, %.1f MiB of %.1f MiB\n", (long long)s->hits,
+                (long long)s->misses, (long long)s->evictions, (long long)s->entries, s->bytes / 1048576.0,
+                s->max_bytes / 1048576.0);
+    out["cache"] = {{"hits", s->hits}, {"misses", s->misses}, {"evictions", s->evictions}, {"bytes", s->bytes}};
+  }
+  if (args.json) std::cout << out.dump() << "\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "prefix_session: " << e.what() << "\n";
+  return 1;
+}
