@@ -149,6 +149,7 @@ struct timed {
   double ms = 0;
   std::int64_t cached = 0;
   record_logits logits;
+  forward_profile profile;
 };
 
 timed run(model& m, const record& r, bool cache) {
@@ -161,6 +162,7 @@ timed run(model& m, const record& r, bool cache) {
   t.ms = ms_since(start);
   t.cached = m.last_cached_tokens().at(0);
   t.logits = std::move(logits[0]);
+  t.profile = m.last_profile();
   return t;
 }
 
@@ -182,6 +184,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) try {
   const arguments args = parse_arguments(argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a turn's line as it is done
   const bool bf16 = args.dtype == "bf16";
   if (!release_is_current(args.dir)) {
     std::cerr << "writing the mid-size release to " << args.dir << "\n";
@@ -191,6 +194,7 @@ int main(int argc, char** argv) try {
   options.dtype = bf16 ? compute_dtype::bf16 : compute_dtype::f32;
   options.threads = args.threads;
   const auto m = model::load(args.dir, options);
+  m->set_profiling(true);  // where a cached turn's time goes
   const std::int64_t vocab = m->files().text().vocab_size;
   const auto stats0 = m->cache_stats();
   std::cerr << "prefix_session: " << args.dtype << ", " << args.threads << " threads, cache up to "
@@ -213,7 +217,8 @@ int main(int argc, char** argv) try {
   std::vector<std::int32_t> state;
   std::vector<double> with, without, alone, ratio;
   double worst = 0, total_with = 0, total_without = 0;
-  std::printf("turn  tokens  cached   with(ms)  without(ms)  new+schema alone(ms)  with/alone  max|dlogit|\n");
+  std::printf("turn  tokens  cached   with(ms)  without(ms)  new+schema alone(ms)  with/alone  max|dlogit|  "
+              "with: attention/moe/head (ms)\n");
   for (int t = 1; t <= args.turns; ++t) {
     // The new events, their first token replacing the old state's last (its closing "]").
     const auto fresh = random_ids(static_cast<std::size_t>(args.grow) + 1, 1000 + static_cast<std::uint64_t>(t), vocab);
@@ -244,8 +249,9 @@ int main(int argc, char** argv) try {
       alone.push_back(c.ms);
       ratio.push_back(a.ms / c.ms);
     }
-    std::printf("%4d  %6zu  %6lld  %9.1f  %11.1f  %20.1f  %10.2f  %.2e\n", t, r.ids.size(), (long long)a.cached, a.ms,
-                b.ms, c.ms, a.ms / c.ms, d);
+    std::printf("%4d  %6zu  %6lld  %9.1f  %11.1f  %20.1f  %10.2f  %.2e  %.0f/%.0f/%.0f\n", t, r.ids.size(),
+                (long long)a.cached, a.ms, b.ms, c.ms, a.ms / c.ms, d, a.profile.attention_ms, a.profile.moe_ms,
+                a.profile.head_ms);
     out["session"].push_back({{"turn", t}, {"tokens", r.ids.size()}, {"cached", a.cached}, {"with_ms", a.ms},
                               {"without_ms", b.ms}, {"alone_ms", c.ms}, {"max_logit_difference", d}});
   }
