@@ -44,11 +44,13 @@ class decision_engine {
   // How many tokens of the request's state the engine would cut from its end to fit its context
   // window (0: it fits, or the engine has none). The schema compiler drops old events instead.
   // The request's own refusals (an over-long schema) come back as errors, as decide() gives them.
+  // Called from I/O threads while decide() runs: it must be safe alongside it.
   virtual result<std::size_t> state_overflow(const request&) {
     return result<std::size_t>(boost::system::in_place_value, std::size_t{0});
   }
 
-  // The prefix cache's counters; none when the engine keeps no cache (or it is turned off).
+  // The prefix cache's counters; none when the engine keeps no cache (or it is turned off). Called
+  // from /metrics while decide() runs.
   virtual std::optional<prefix_cache_stats> cache_stats() const { return std::nullopt; }
 };
 

@@ -1,5 +1,9 @@
 #include "tools/schema_compiler.hpp"
 
+#include <bit>
+#include <cmath>
+#include <iterator>
+
 #include "core/sha256.hpp"
 
 namespace baton::tools {
@@ -57,6 +61,68 @@ std::string schema_hash(const request& r) {
     questions.push_back(json::array({q.id, to_string(q.type), q.instructions, q.criteria}));
   }
   return sha256_hex(render_json(questions, false));
+}
+
+namespace {
+
+// The events [at, at + n) of an array, moved out of it.
+std::vector<json> take_events(json::array_t& events, std::size_t at, std::size_t n) {
+  const auto first = events.begin() + std::ptrdiff_t(at);
+  std::vector<json> out(std::make_move_iterator(first), std::make_move_iterator(first + std::ptrdiff_t(n)));
+  events.erase(first, first + std::ptrdiff_t(n));
+  return out;
+}
+
+void put_events(json::array_t& events, std::size_t at, std::vector<json>&& taken) {
+  events.insert(events.begin() + std::ptrdiff_t(at), std::make_move_iterator(taken.begin()),
+                std::make_move_iterator(taken.end()));
+}
+
+}  // namespace
+
+result<dropped_events> drop_oldest_events(request& req, const event_dropping& how, const overflow_measure& overflow) {
+  dropped_events out;
+  out.at = how.keep_first;
+  if (!req.state.is_array()) return out;
+  auto over = overflow(req);
+  if (!over) return over.error();
+  json::array_t& events = req.state.get_ref<json::array_t&>();
+  if (*over == 0 || events.size() <= how.keep_first + 1) return out;
+  const std::size_t droppable = events.size() - how.keep_first - 1;
+
+  // Whether the state fits with the `n` oldest droppable events left out.
+  auto fits_without = [&](std::size_t n) -> result<bool> {
+    std::vector<json> taken = take_events(events, how.keep_first, n);
+    auto o = overflow(req);
+    put_events(events, how.keep_first, std::move(taken));
+    if (!o) return o.error();
+    return result<bool>(boost::system::in_place_value, *o == 0);
+  };
+  // The smallest cut that fits, by bisection (overflow only shrinks as events are left out).
+  std::size_t tightest = droppable;
+  auto fits = fits_without(droppable);
+  if (!fits) return fits.error();
+  if (*fits) {
+    std::size_t lo = 0;  // does not fit
+    while (tightest - lo > 1) {
+      const std::size_t mid = lo + (tightest - lo) / 2;
+      fits = fits_without(mid);
+      if (!fits) return fits.error();
+      (*fits ? tightest : lo) = mid;
+    }
+  }
+  const std::size_t kept = droppable - tightest;
+  const auto share = static_cast<std::size_t>(std::ceil(how.fraction * double(kept)));
+  const std::size_t chunk = std::bit_floor(std::max<std::size_t>(share, 1));
+  const std::size_t cut = std::min(droppable, (tightest + chunk - 1) / chunk * chunk);
+
+  out.events = take_events(events, how.keep_first, cut);
+  return out;
+}
+
+void restore_events(json& state, dropped_events dropped) {
+  if (dropped.events.empty()) return;
+  put_events(state.get_ref<json::array_t&>(), dropped.at, std::move(dropped.events));
 }
 
 }  // namespace baton::tools

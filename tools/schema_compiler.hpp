@@ -1,7 +1,10 @@
 // The schema compiler (DESIGN §4): (registry, session history) → one SystemOne request.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -35,5 +38,42 @@ result<request> compile_questions(const registry& r, const request_limits& limit
 // "sha256:…" over the questions in order (ids, types, instructions, criteria); the state is left
 // out, so every turn of one registry has the same schema hash.
 std::string schema_hash(const request& r);
+
+// How an agent's history is fitted to the engine's context window (`routing.keep_first`,
+// `routing.drop_fraction`). An engine cuts a state that does not fit from its end, which would lose
+// the newest events; the runtime drops the oldest ones instead, in chunks, so that what it sends
+// starts at the same event for many turns and a prefix cache keeps hitting (llama.cpp's n_keep and
+// context shift).
+struct event_dropping {
+  std::size_t keep_first = 1;  // the first events (the task as first stated) are never dropped
+  double fraction = 0.25;      // in (0, 1]: a chunk's share of the droppable events that fit
+};
+
+// The events drop_oldest_events took out of a state, oldest first, and where they were.
+struct dropped_events {
+  std::size_t at = 0;
+  std::vector<json> events;
+  std::size_t count() const noexcept { return events.size(); }
+};
+
+// Tokens of the state the engine would cut to fit its window (decision_engine::state_overflow).
+using overflow_measure = std::function<result<std::size_t>(const request&)>;
+
+// Drops the oldest events of `req.state` (an array; any other state is left as it is) until
+// `overflow` says it fits: never the first `keep_first` nor the newest event. When even those do
+// not fit, everything else is dropped and the engine cuts what remains (its end).
+//
+// Cuts fall on multiples of a chunk: `fraction` of the droppable events that fit (those kept by
+// the smallest cut that fits), rounded down to a power of two, at least 1; the fewest chunks that
+// fit are dropped. While a history grows by a few events a turn the chunk stays the same, so each
+// turn drops what the turn before dropped until the window is full again, and then one chunk
+// more: the state sent keeps its prefix for about a chunk of events.
+//
+// Asks `overflow` once when the state fits, O(log events) times when it does not. Its error comes
+// back as it is, with `req` unchanged.
+result<dropped_events> drop_oldest_events(request& req, const event_dropping& how, const overflow_measure& overflow);
+
+// Puts dropped events back where they were (the state the engine handed back).
+void restore_events(json& state, dropped_events dropped);
 
 }  // namespace baton::tools

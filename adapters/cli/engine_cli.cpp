@@ -26,7 +26,7 @@ namespace {
 constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--confidence p_max|margin] [--jsonl] [FILE|-]
        baton decide --engine clef --model DIR|ORG/NAME[@REV] [--model-id NAME] [--dtype f32|bf16] [--device cpu|cuda[:N]]
                     [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
-                    [--media-root DIR] [--dump FILE] [FILE|-]
+                    [--prefix-cache on|off] [--media-root DIR] [--dump FILE] [FILE|-]
 
 Reads one SystemOne request (a JSON object) or many (JSONL: one object per line) from FILE, or
 from standard input when FILE is - or absent, and writes one response per request in the same
@@ -52,6 +52,9 @@ Options:
   --threads N           clef: CPU threads (default: every core)
   --batch-tokens N      clef: records are packed into one forward up to N tokens (default
                         16384; 1: one record per forward, as the reference runs them)
+  --prefix-cache on|off clef: keep the computed prefixes of records to reuse them for later
+                        records that start the same way (default on; a quarter of the
+                        available memory, 64-token blocks: engine.prefix_cache in baton serve)
   --media-root DIR      clef: media items given as file paths ("images": ["cat.png"]) are read
                         from under DIR, and from nowhere else (without it, paths are refused);
                         data URLs and {"content_type","base64"} items need no root
@@ -375,12 +378,12 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
 
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
-  static constexpr std::array<std::string_view, 10> clef_flags = {
+  static constexpr std::array<std::string_view, 11> clef_flags = {
       "--model", "--model-id", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens",
-      "--dump", "--media-root"};
+      "--prefix-cache", "--dump", "--media-root"};
   if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--model-id", "--dtype", "--head-dtype",
-                                       "--device", "--max-length", "--threads", "--batch-tokens", "--dump",
-                                       "--media-root"},
+                                       "--device", "--max-length", "--threads", "--batch-tokens", "--prefix-cache",
+                                       "--dump", "--media-root"},
                                 {"--jsonl"}, a)) {
     return usage_error(err, *problem, "decide");
   }
@@ -417,6 +420,10 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     }
   }
   if (auto v = a.get("--device")) clef_options.model.device = std::string(*v);
+  if (auto v = a.get("--prefix-cache")) {
+    if (*v != "on" && *v != "off") return usage_error(err, "--prefix-cache takes on or off", "decide");
+    clef_options.model.prefix_cache.enabled = *v == "on";
+  }
   if (auto v = a.get("--dump")) options.dump = std::string(*v);
   if (auto v = a.get("--media-root")) {
     if (!std::filesystem::is_directory(*v)) return usage_error(err, "--media-root needs a directory", "decide");
@@ -439,7 +446,7 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
   if (!is_clef && std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
     return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
-                       "--batch-tokens, --media-root and --dump need --engine clef",
+                       "--batch-tokens, --prefix-cache, --media-root and --dump need --engine clef",
                        "decide");
   }
   // Another SystemOne server is reached with `baton serve` (engine.url in its configuration), not here.

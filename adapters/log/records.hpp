@@ -35,6 +35,12 @@ struct decision_record {
   json proposal;            // the agent's proposal as sent, null when none
   std::string error_code;   // the engine error code after a failure, else ""
   std::string fallback_of;  // the first pass's decision id when the fallback engine made this one
+  // Of the engine's input tokens, those served from its prefix cache; none when the engine did
+  // not answer or did not say (another SystemOne server).
+  std::optional<std::int64_t> cached_tokens;
+  // The history's oldest events left out to fit the engine's window (agent turns); none for a
+  // SystemOne request, whose state is sent as it came.
+  std::optional<std::int64_t> events_dropped;
 };
 
 struct tool_run_record {

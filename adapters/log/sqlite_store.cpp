@@ -234,6 +234,12 @@ CREATE VIEW resolved_escalations AS
          (r.created_ms - e.created_ms) / 1000.0 AS wait_s
   FROM escalations e JOIN resolutions r ON r.escalation = e.id;
 )sql"},
+    // Prefix reuse (issue 19): the input tokens the engine's prefix cache served, and the oldest
+    // events left out to fit its window. NULL in earlier rows, which their hashes leave out.
+    {4, R"sql(
+ALTER TABLE decisions ADD COLUMN cached_tokens INTEGER;
+ALTER TABLE decisions ADD COLUMN events_dropped INTEGER;
+)sql"},
 };
 
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
@@ -341,6 +347,8 @@ void fill_row(const decision_record& r, bool store_state, row_text& t, std::vect
       {"proposal", json_text(r.proposal, t.proposal)},
       {"error_code", std::string_view(r.error_code)},
       {"fallback_of", r.fallback_of.empty() ? cell(nullptr) : cell(std::string_view(r.fallback_of))},
+      {"cached_tokens", r.cached_tokens ? cell(*r.cached_tokens) : cell(nullptr)},
+      {"events_dropped", r.events_dropped ? cell(*r.events_dropped) : cell(nullptr)},
       {"prev_hash", std::string_view()},
       {"row_hash", std::string_view()},
   };

@@ -290,6 +290,15 @@ std::string render(const decision_frame& f) {
   }
   out += ",\"model\":";
   render_string(f.model, out);
+  out += ",\"usage\":{\"input_tokens\":";
+  out += std::to_string(f.usage.input_tokens);
+  out += ",\"cached_tokens\":";
+  out += std::to_string(f.usage.cached_tokens);
+  out += ",\"state_truncated\":";
+  out += f.usage.state_truncated ? "true" : "false";
+  out += ",\"events_dropped\":";
+  out += std::to_string(f.usage.events_dropped);
+  out += '}';
   if (!f.error_code.empty()) {
     out += ",\"error_code\":";
     render_string(f.error_code, out);
@@ -372,6 +381,7 @@ result<server_frame> read_decision(const json& frame) {
   d.executor = f.optional_text("executor");
   const json answers = f.value("answers");
   d.model = f.text("model");
+  const json usage = f.value("usage");
   if (f.find("error_code")) d.error_code = f.text("error_code");
   if (f.find("fallback_of")) d.fallback_of = f.text("fallback_of");
   if (f.find("escalation") || f.find("deadline_at")) {
@@ -389,6 +399,12 @@ result<server_frame> read_decision(const json& frame) {
   d.timings_ms.log = t.number("log");
   d.timings_ms.total = t.number("total");
   if (!t.ok()) return t.failure();
+  fields u(usage, "decision frame: usage");
+  d.usage.input_tokens = u.integer("input_tokens");
+  d.usage.cached_tokens = u.integer("cached_tokens");
+  d.usage.state_truncated = u.boolean("state_truncated");
+  d.usage.events_dropped = u.integer("events_dropped");
+  if (!u.ok()) return u.failure();
   if (!answers.is_null()) {
     // The wire has the answers alone: the response around them is the frame's model and no usage.
     auto r = response_from_json(

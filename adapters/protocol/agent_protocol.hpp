@@ -89,6 +89,15 @@ struct decision_timings {
   double total = 0;    // frame received → decision sent
 };
 
+// What the engine read for a decision (SystemOne's usage), and what the runtime left out to fit
+// its window (tools::drop_oldest_events).
+struct decision_usage {
+  std::int64_t input_tokens = 0;    // 0 when the engine did not answer
+  std::int64_t cached_tokens = 0;   // of input_tokens, served from the engine's prefix cache
+  bool state_truncated = false;     // the engine still cut the state's end
+  std::int64_t events_dropped = 0;  // the history's oldest events (after routing.keep_first) not sent
+};
+
 struct decision_frame {
   json id;  // the decide frame's `id`, null when it had none
   std::string decision;
@@ -105,6 +114,7 @@ struct decision_frame {
   // zero usage.
   std::optional<response> answers;
   std::string model;
+  decision_usage usage;
   std::string error_code;   // absent on the wire when empty
   std::string fallback_of;  // absent on the wire when empty
   std::optional<decision_escalation> escalation;
@@ -147,7 +157,8 @@ struct resolution_frame {
 };
 
 // {"type":"decision","id","decision","session","turn","action","tool","arguments","lane",
-// "confidence","executor","answers","model",["error_code"],["fallback_of"],
+// "confidence","executor","answers","model",
+// "usage":{"input_tokens","cached_tokens","state_truncated","events_dropped"},["error_code"],["fallback_of"],
 // ["escalation","deadline_at"],"timings_ms":{"queue","compile","engine","policy","log","total"}}
 std::string render(const decision_frame& f);
 // {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output",["event"]}

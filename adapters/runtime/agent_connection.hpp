@@ -28,6 +28,9 @@ class agent_connection {
   // The API key's name when the server has keys: a key's sessions are its own, so their names are
   // scoped by it ("KEY/SESSION" in the session table and the log). Empty without keys.
   std::string owner_;
+  // Who is calling: the API key's name, "anonymous" without keys. The engine's prefix cache keeps
+  // each caller's computations to itself (request::cache_scope).
+  std::string caller_;
   std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
 
   // The decision's agent-run tool now awaits a tool_result; past `max` the oldest is forgotten.

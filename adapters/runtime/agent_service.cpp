@@ -37,6 +37,10 @@ struct agent_service::turn {
   bool delivered = false;    // the decision frame went out
   int parts = 2;
   std::unique_ptr<request> req;  // the first pass's request while its row is written, before the fallback
+  // The history's oldest events the engine is not sent (its window), back in it once the engine
+  // answers; how many, for the frame and the log.
+  tools::dropped_events dropped;
+  std::size_t events_dropped = 0;
   double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
   std::optional<response> answers;
   std::string error_code;
@@ -142,7 +146,9 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     req = std::move(*compiled);
   }
   req.state = std::move(begun->history);
+  req.cache_scope = c->caller_;
   auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
+  fit_window(t, req, engine_);
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
   t->compile_ms = ms_since(started);
@@ -151,6 +157,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
   });
   if (!submitted) {
+    tools::restore_events(req.state, std::move(t->dropped));
     t->session.history = std::move(req.state);
     t->finished = true;
     sessions_.abort(std::move(t->session));
@@ -160,6 +167,15 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   }
   arm_timer(t, config_.engine.timeout);
   return true;
+}
+
+void agent_service::fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine) {
+  auto dropped = tools::drop_oldest_events(req, config_.history,
+                                           [&engine](const request& r) { return engine.state_overflow(r); });
+  // A request the engine refuses (what state_overflow reports) goes as it is: decide() refuses it
+  // the same way, and the policy's on_engine_error decides.
+  t->dropped = dropped ? std::move(*dropped) : tools::dropped_events{};
+  t->events_dropped = t->dropped.count();
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
@@ -184,6 +200,7 @@ void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
 
 void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r) {
   t->engine_back = true;
+  tools::restore_events(r.req.state, std::move(t->dropped));
   t->session.history = std::move(r.req.state);
   if (t->timed_out) {
     // The decision was made without the engine; finish_part() hands the history to the session.
@@ -268,11 +285,14 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
   t->engine_back = false;
   t->answers.reset();
   t->error_code.clear();
+  // The larger engine's window is its own.
+  fit_window(t, req, fallback_->engine);
   auto submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
     boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
   });
   if (!submitted) {
     t->engine_back = true;
+    tools::restore_events(req.state, std::move(t->dropped));
     t->session.history = std::move(req.state);
     t->error_code = submitted.error().code;
     metrics_.engine_error("agent", t->error_code);
@@ -367,6 +387,8 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) 
   rec.proposal = t->frame.proposal;
   rec.error_code = t->error_code;
   rec.fallback_of = t->first_pass;
+  if (t->answers) rec.cached_tokens = t->answers->usage.cached_tokens;
+  rec.events_dropped = static_cast<std::int64_t>(t->events_dropped);
   return rec;
 }
 
@@ -385,6 +407,13 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   if (const auto ex = routing_.executors.find(a.tool); ex != routing_.executors.end()) f.executor = ex->second->kind();
   f.answers = t->answers;
   f.model = t->answers ? t->answers->model : (t->in_fallback ? fallback_->engine : engine_).describe().model_id;
+  if (t->answers) {
+    const usage& u = t->answers->usage;
+    f.usage.input_tokens = u.input_tokens;
+    f.usage.cached_tokens = u.cached_tokens.value_or(0);
+    f.usage.state_truncated = u.state_truncated.value_or(false);
+  }
+  f.usage.events_dropped = static_cast<std::int64_t>(t->events_dropped);
   f.error_code = t->error_code;
   f.fallback_of = t->first_pass;
   if (t->escalation) f.escalation = protocol::decision_escalation{t->escalation->row.id, t->escalation->row.deadline_ms};

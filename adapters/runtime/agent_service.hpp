@@ -75,6 +75,8 @@ class agent_service {
   std::string scoped(const agent_connection& c, const std::string& session) const;
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
+  // Drops the oldest events of the turn's request until the engine's window takes it.
+  void fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
   void capture_state(const std::shared_ptr<turn>& t);
   void start_fallback(const std::shared_ptr<turn>& t, request&& req);
   void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);

@@ -123,7 +123,7 @@ void metrics::batch(std::size_t size) {
   observe(batches_, batch_bounds, double(size));
 }
 
-std::string metrics::render(const std::vector<gauge>& gauges) const {
+std::string metrics::render(const scraped& now) const {
   std::string out;
   out.reserve(8192);
   std::lock_guard lock(mutex_);
@@ -189,11 +189,32 @@ std::string metrics::render(const std::vector<gauge>& gauges) const {
   header(out, "baton_engine_batch_size", "histogram", "Requests per engine call.");
   write_histogram("baton_engine_batch_size", "", batches_, batch_bounds);
 
-  for (const gauge& g : gauges) {
+  for (const gauge& g : now.gauges) {
     header(out, g.name, "gauge", g.help);
     out += g.name + ' ';
     number(out, g.value);
     out += '\n';
+  }
+  if (const auto& cache = now.cache) {
+    auto write_count = [&](std::string_view name, std::string_view type, std::string_view help, std::int64_t value) {
+      header(out, name, type, help);
+      out += name;
+      out += ' ';
+      out += std::to_string(value);
+      out += '\n';
+    };
+    // The engine counts: these are its totals since it started.
+    write_count("baton_prefix_cache_hits_total", "counter", "Records that reused a prefix from the engine's cache.",
+                cache->hits);
+    write_count("baton_prefix_cache_misses_total", "counter", "Records that found no prefix in the engine's cache.",
+                cache->misses);
+    write_count("baton_prefix_cache_evictions_total", "counter",
+                "Prefix cache entries dropped to stay within its max_bytes.", cache->evictions);
+    write_count("baton_prefix_cache_cached_tokens_total", "counter",
+                "Input tokens served from the prefix cache instead of recomputed.", cache->cached_tokens);
+    write_count("baton_prefix_cache_entries", "gauge", "Prefixes the cache holds.", cache->entries);
+    write_count("baton_prefix_cache_bytes", "gauge", "Bytes the prefix cache holds.", cache->bytes);
+    write_count("baton_prefix_cache_max_bytes", "gauge", "Bytes the prefix cache may hold.", cache->max_bytes);
   }
   return out;
 }

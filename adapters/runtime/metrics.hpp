@@ -1,16 +1,19 @@
 // What the server has done, for GET /metrics in Prometheus' text format: requests by endpoint and
 // status, decisions by source and lane, engine errors, tool runs, resolutions, batch sizes and
-// per-stage latency histograms. Thread-safe; the I/O threads, the engine worker and the log writer all record.
+// per-stage latency histograms, and the engine's prefix cache. Thread-safe; the I/O threads, the engine worker and the log writer all record.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "engine/decision_engine.hpp"
 
 namespace baton {
 
@@ -37,7 +40,13 @@ class metrics {
     std::string help;
     double value = 0;
   };
-  std::string render(const std::vector<gauge>& gauges) const;
+  // What is read when scraped: the gauges, and the engine's prefix cache when it keeps one
+  // (decision_engine::cache_stats), as baton_prefix_cache_* counters and gauges.
+  struct scraped {
+    std::vector<gauge> gauges;
+    std::optional<prefix_cache_stats> cache;
+  };
+  std::string render(const scraped& now) const;
 
  private:
   struct histogram {

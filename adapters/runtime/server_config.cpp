@@ -228,12 +228,28 @@ void read_media(const YAML::Node& n, clef::media_settings& m, const std::filesys
   }
 }
 
+// engine.prefix_cache: the clef engine's cache of computed prefixes (issue 19).
+void read_prefix_cache(const YAML::Node& n, clef::prefix_cache_options& p, const std::string& section) {
+  for (const field& f : read_map(n, ticked(section), {"enabled", "max_bytes", "block_tokens"})) {
+    const std::string what = ticked(section + "." + f.key);
+    if (f.key == "enabled") {
+      p.enabled = read_bool(f.value, what);
+    } else if (f.key == "max_bytes") {
+      // 0: a quarter of the memory available once the model has loaded.
+      p.max_bytes = read_integer(f.value, what, 0, std::int64_t(1) << 50);
+    } else {
+      p.block_tokens = static_cast<std::int32_t>(read_integer(f.value, what, 16, 4096));
+    }
+  }
+}
+
 void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::path& base,
                  const std::string& section = "engine") {
   const auto fields = read_map(n, ticked(section),
                                {"name", "model", "model_id", "dtype", "head_dtype", "device", "threads", "max_length",
                                 "batch_tokens", "max_batch", "queue_capacity", "timeout_ms", "flavor", "url", "ca_file", "key_env",
-                                "account_env", "connections", "retries", "connect_timeout_ms", "request_timeout_ms", "media"});
+                                "account_env", "connections", "retries", "connect_timeout_ms", "request_timeout_ms", "media",
+                                "prefix_cache"});
   const field* name = find(fields, "name");
   if (name) {
     e.name = read_string(name->value, ticked(section + ".name"));
@@ -301,6 +317,9 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
     } else if (f.key == "media") {
       if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
       read_media(f.value, e.clef.media, base, section + ".media");
+    } else if (f.key == "prefix_cache") {
+      if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
+      read_prefix_cache(f.value, e.clef.model.prefix_cache, section + ".prefix_cache");
     } else if (!remote) {
       fail(f.value, what + " is read only by the systemone engine");
     } else if (f.key == "flavor") {
@@ -482,6 +501,25 @@ void read_systemone(const YAML::Node& n, systemone_options& o) {
   }
 }
 
+void read_routing(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
+  for (const field& f : read_map(n, "`routing`", {"fallback", "keep_first", "drop_fraction"})) {
+    const std::string what = ticked("routing." + f.key);
+    if (f.key == "fallback") {
+      c.fallback.emplace();
+      read_engine(f.value, *c.fallback, base, "routing.fallback");
+    } else if (f.key == "keep_first") {
+      c.history.keep_first = static_cast<std::size_t>(read_integer(f.value, what, 0, std::int64_t(1) << 20));
+    } else {
+      const json v = to_json(f.value, what);
+      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1) {
+        fail(f.value, what + " must be a number above 0 and at most 1 (the share of the droppable events "
+                             "that fit which one cut drops)");
+      }
+      c.history.fraction = v.get<double>();
+    }
+  }
+}
+
 }  // namespace
 
 bool parse_listen(std::string_view text, server_options& out) {
@@ -527,10 +565,7 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
       } else if (f.key == "systemone") {
         read_systemone(f.value, c.systemone);
       } else if (f.key == "routing") {
-        for (const field& r : read_map(f.value, "`routing`", {"fallback"})) {
-          c.fallback.emplace();
-          read_engine(r.value, *c.fallback, base, "routing.fallback");
-        }
+        read_routing(f.value, c, base);
       } else {
         read_executors(f.value, c.executors);
       }

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "engine/factory/engine_options.hpp"
 #include "tools/executor.hpp"
+#include "tools/schema_compiler.hpp"
 
 namespace baton {
 
@@ -54,6 +55,9 @@ struct server_config {
   // routing.fallback: the larger engine asked when the policy's lane says fallback (same keys
   // as `engine`); none: a fallback decision goes to the agent as it is.
   std::optional<engine_options> fallback;
+  // routing.keep_first, routing.drop_fraction: how an agent's history that no longer fits the
+  // engine's window loses its oldest events.
+  tools::event_dropping history;
   std::filesystem::path registry = "tools.yaml";
   std::filesystem::path policy = "policy.yaml";
   log::log_options log;

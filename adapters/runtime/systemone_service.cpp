@@ -97,6 +97,9 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
                                      "model \"" + req->model + "\" not found; this server answers for " + served)));
     return;
   }
+  // The key's name (anonymous without keys): the engine's prefix cache serves no caller what
+  // another's requests computed.
+  req->cache_scope = c->caller;
   c->schema_hash = tools::schema_hash(*req);
   c->parse_ms = ms_since(c->received);
   const auto deadline = c->received + config_.server.request_deadline;
@@ -169,6 +172,7 @@ void systemone_service::on_engine(const std::shared_ptr<call>& c, scheduled_resu
   rec.action = "answer";
   rec.lane = "systemone";
   rec.confidence = lowest_confidence(*resp);
+  rec.cached_tokens = resp->usage.cached_tokens;
   metrics_.decision("systemone", "answered");
 
   const auto log_started = clock_type::now();

@@ -20,6 +20,7 @@ class agent_session : public agent_connection,
       : ws_stream_session(std::move(socket), std::move(hub), std::move(slot)), who_(t.who), id_(std::move(t.id)),
         tokens_(double(hub_->options.max_frames_per_second)), refilled_(std::chrono::steady_clock::now()) {
     owner_ = std::move(t.owner);
+    caller_ = t.who->name;
   }
 
   // Guarded: what the service posts here (engine, log and executor completions, its timers) fails

@@ -190,8 +190,8 @@ std::optional<http_reply> handshake_refusal(const http_api::head& h) {
 }  // namespace
 
 http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
-                   agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges)
-    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gauges_(std::move(gauges)) {
+                   agent_service& agents, std::function<metrics::scraped()> scrape)
+    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), scrape_(std::move(scrape)) {
   boost::system::error_code ec;
   const auto listening = boost::asio::ip::make_address(config_.server.host, ec);
   if (!ec) listen_address_ = listening;
@@ -358,7 +358,7 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
     return;
   }
   if (t.route == "/metrics") {
-    answer(http_reply{200, metrics_.render(gauges_()), {}, false});
+    answer(http_reply{200, metrics_.render(scrape_()), {}, false});
     return;
   }
   if (t.route == "/v1/tools") {

@@ -52,7 +52,7 @@ class http_api {
   };
 
   http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
-           agent_service& agents, std::function<std::vector<metrics::gauge>()> gauges);
+           agent_service& agents, std::function<metrics::scraped()> scrape);
 
   // Decides on a request's head. `content_length` is the declared body size (none: chunked);
   // `keep_alive` whether the client keeps the connection (the parser's reading of the head);
@@ -93,7 +93,7 @@ class http_api {
   metrics& metrics_;
   systemone_service& systemone_;
   agent_service& agents_;
-  std::function<std::vector<metrics::gauge>()> gauges_;
+  std::function<metrics::scraped()> scrape_;
   std::optional<boost::asio::ip::address> listen_address_;  // server.host when it is an address
 };
 

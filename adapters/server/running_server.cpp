@@ -132,11 +132,14 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   p->service->desk().start();
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
   p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
-    return std::vector<metrics::gauge>{
-        {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
-        {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
-         double(q->service->in_flight() + q->systemone->in_flight())},
-        {"baton_escalations_pending", "Escalations waiting for a person.", double(q->service->desk().pending())},
+    return metrics::scraped{
+        {
+            {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
+            {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
+             double(q->service->in_flight() + q->systemone->in_flight())},
+            {"baton_escalations_pending", "Escalations waiting for a person.", double(q->service->desk().pending())},
+        },
+        q->engine->cache_stats(),
     };
   });
   try {

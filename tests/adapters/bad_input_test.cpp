@@ -278,8 +278,8 @@ struct throwing_server {
     service = std::make_unique<agent_service>(config, engine, *sched, *log, m, std::move(r), ioc.get_executor());
     service->desk().start();
     systemone = std::make_unique<systemone_service>(config, engine, *sched, *log, m);
-    api = std::make_unique<http_api>(config, *auth, m, *systemone, *service, []() -> std::vector<metrics::gauge> {
-      return {{"baton_test_gauge", "A gauge whose value is not a number.", json("five").get<double>()}};
+    api = std::make_unique<http_api>(config, *auth, m, *systemone, *service, []() -> metrics::scraped {
+      return {{{"baton_test_gauge", "A gauge whose value is not a number.", json("five").get<double>()}}, {}};
     });
     server = std::make_unique<listener>(ioc, config.server, *service, *systemone, *api);
     server->start();

@@ -141,7 +141,8 @@ TEST(cli, help_documents_every_flag) {
   const auto help = cli({"decide", "--help"});
   EXPECT_EQ(help.code, exit_ok);
   for (const char* flag : {"--engine", "--confidence", "p_max", "margin", "--jsonl", "FILE", "Exit status", "--model",
-                           "--dtype", "--device", "--max-length", "--threads", "--dump", "--media-root", "clef"})
+                           "--dtype", "--device", "--max-length", "--threads", "--prefix-cache", "--dump", "--media-root",
+                           "clef"})
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   EXPECT_EQ(cli({"--version"}).out, std::string("baton ") + baton_version + "\n");
 }
@@ -441,11 +442,49 @@ TEST(cli_clef, tokenize_writes_one_id_array_per_line) {
   EXPECT_EQ(cli({"tokenize", "--tokenizer", "/nonexistent"}).code, exit_engine_failed);
 }
 
+// The prefix cache changes what is computed again, not the answers: records that share a prefix
+// (the second and third start as the first) are answered as without it, within the rounding of
+// kernels run on other shapes.
+TEST(cli_clef, decide_answers_the_same_with_the_prefix_cache_on_or_off) {
+  const std::string model_arg = (tiny / "release").string();
+  json longer = test::parse(good);
+  longer["state"] = "please reset my password, I cannot log in since this morning";
+  const std::string input = good + "\n" + good + "\n" + render_json(longer, false) + "\n";
+  auto run = [&](const char* cache) {
+    const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--prefix-cache", cache}, input);
+    EXPECT_EQ(r.code, exit_ok) << r.err;
+    std::vector<json> out;
+    std::istringstream lines(r.out);
+    for (std::string l; std::getline(lines, l);) out.push_back(test::parse(l));
+    return out;
+  };
+  const auto with = run("on"), without = run("off");
+  ASSERT_EQ(with.size(), 3u);
+  ASSERT_EQ(without.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE("record " + std::to_string(i));
+    EXPECT_EQ(without[i]["usage"]["cached_tokens"], 0);
+    EXPECT_EQ(with[i]["usage"]["input_tokens"], without[i]["usage"]["input_tokens"]);
+    const json& a = with[i]["answers"]["tool"];
+    const json& b = without[i]["answers"]["tool"];
+    EXPECT_EQ(a["choice"], b["choice"]);
+    for (const auto& [option, p] : b["probabilities"].items()) {
+      EXPECT_NEAR(a["probabilities"][option].get<double>(), p.get<double>(), 1e-3) << option;
+    }
+  }
+}
+
 TEST(cli_clef, usage_errors) {
   EXPECT_EQ(cli({"decide", "--engine", "clef"}).code, exit_usage);
   EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", "x", "--dtype", "f16"}).code, exit_usage);
   EXPECT_EQ(cli({"decide", "--engine", "clef", "--model", "x", "--max-length", "0"}).code, exit_usage);
   EXPECT_EQ(cli({"decide", "--dump", "x.jsonl"}).code, exit_usage);
+  const auto cache_value = cli({"decide", "--engine", "clef", "--model", "x", "--prefix-cache", "yes"});
+  EXPECT_EQ(cache_value.code, exit_usage);
+  EXPECT_NE(cache_value.err.find("--prefix-cache takes on or off"), std::string::npos) << cache_value.err;
+  const auto cache_keyword = cli({"decide", "--prefix-cache", "off"});
+  EXPECT_EQ(cache_keyword.code, exit_usage);
+  EXPECT_NE(cache_keyword.err.find("--prefix-cache"), std::string::npos) << cache_keyword.err;
   const auto missing = cli({"decide", "--engine", "clef", "--model", "/nonexistent"}, "{}\n");
   EXPECT_EQ(missing.code, exit_engine_failed);
   EXPECT_NE(missing.err.find("/nonexistent"), std::string::npos);

@@ -198,6 +198,8 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
     decision_record d = decision(7);
     d.queue_ms = -0.0;  // stored by SQLite as 0.0: hashed as such
     d.compile_ms = std::numeric_limits<double>::quiet_NaN();  // stored as NULL
+    d.cached_tokens = 1792;
+    d.events_dropped = 12;
     outcomes done;
     ASSERT_TRUE(log->append(d, done.callback()));
     ASSERT_TRUE(log->append(tool_run(3, "d-7"), done.callback()));
@@ -236,6 +238,8 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
   EXPECT_EQ(row["arguments"], want.arguments);
   EXPECT_EQ(row["proposal"], want.proposal);
   EXPECT_EQ(row["error_code"], "");
+  EXPECT_EQ(row["cached_tokens"], 1792);
+  EXPECT_EQ(row["events_dropped"], 12);
   EXPECT_EQ(row["prev_hash"], std::string(genesis_hash));
   EXPECT_TRUE(row["row_hash"].get<std::string>().starts_with("sha256:"));
   ASSERT_EQ(row["tool_runs"].size(), 1u);
@@ -493,7 +497,7 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
   const auto schema = sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name");
   write_decisions(1, 2);
   EXPECT_EQ(sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name"), schema);
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 3);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 4);
   EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 2);
 
   ASSERT_EQ(raw_exec("PRAGMA user_version = 99").first, SQLITE_OK);
@@ -504,6 +508,40 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
     EXPECT_EQ(e.err().code, "LOG_SCHEMA_TOO_NEW");
     EXPECT_NE(e.err().message.find("schema version 99"), std::string::npos) << e.err().message;
   }
+}
+
+TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_the_prefix_reuse_columns) {
+  write_decisions(3);
+  const auto columns = sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid");
+  // The log as baton wrote it before prefix reuse (schema version 3): the decisions without the
+  // two columns step 4 adds, their rows chained without them (they were NULL: no hash has them).
+  ASSERT_EQ(raw_exec("ALTER TABLE decisions DROP COLUMN cached_tokens; ALTER TABLE decisions DROP COLUMN events_dropped; "
+                     "PRAGMA user_version = 3")
+                .first,
+            SQLITE_OK);
+  ASSERT_EQ(sql("SELECT count(*) AS n FROM pragma_table_info('decisions') WHERE name IN ('cached_tokens', 'events_dropped')")[0]["n"], 0);
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+
+  {
+    auto log = decision_log::open(options_);
+    decision_record d = decision(4);
+    d.cached_tokens = 64;
+    d.events_dropped = 0;
+    outcomes done;
+    ASSERT_TRUE(log->append(d, done.callback()));
+    log->close();
+    EXPECT_EQ(done.ok(), 1u);
+  }
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 4);
+  EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
+  const auto rows = sql("SELECT id, cached_tokens, events_dropped FROM decisions ORDER BY seq");
+  ASSERT_EQ(rows.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rows[i], test::parse(R"({"id":"d-)" + std::to_string(i + 1) + R"(","cached_tokens":null,"events_dropped":null})"));
+  }
+  EXPECT_EQ(rows[3], test::parse(R"({"id":"d-4","cached_tokens":64,"events_dropped":0})"));
+  // The old rows' hashes still hold, and the new row continues their chain.
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 4 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 }
 
 TEST_F(decision_log_test, sql_writes_json_lines_and_serves_the_views) {

@@ -44,6 +44,7 @@ decision_frame escalated_decision() {
   d.executor = "http";
   d.answers = sample_answers();
   d.model = "baton-keyword-1";
+  d.usage = {1843, 1792, false, 12};
   d.escalation = decision_escalation{"e-0192b7c5a3e1-9b3d5e70", 1729660936065};
   d.timings_ms = {0.0204, 0.0312, 0.0149, 0.00004, 1.2, 1.40049};
   return d;
@@ -79,6 +80,7 @@ TEST(agent_protocol, the_decision_frame_is_the_text_the_server_sent) {
             R"("refund_payment.notify":{"type":"noul","noul":0.8127},)"
             R"("urgency":{"type":"score","score":1.3521,"confidence":0.4516,"legend":{"0":"Can wait","1":{"level":"soon"}},)"
             R"("probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1",)"
+            R"("usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12},)"
             R"("escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)"
             R"("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})");
 }
@@ -97,6 +99,7 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
   failed.executor.reset();
   failed.answers.reset();
   failed.error_code = "ENGINE_TIMEOUT";
+  failed.usage = {0, 0, false, 3};
   failed.escalation.reset();
   frames.push_back(failed);
   // The fallback engine's pass: fallback_of, and ids and strings that need escaping.
@@ -109,9 +112,11 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
   second.escalation.reset();
   second.turn = std::int64_t(1) << 53;
   second.confidence = 0.99995;
+  second.usage = {64000, 0, true, 0};
   second.timings_ms = {1e-9, 1234567.8915, 0.0005, 2.5e-4, 100, 3e+16};
   frames.push_back(second);
-  // What the server sent for each before the frames moved to adapters/protocol.
+  // What the server sent for each before the frames moved to adapters/protocol, with the `usage`
+  // that prefix reuse (issue 19) added after `model`.
   const std::vector<std::string> sent = {
       R"json({"type":"decision","id":7,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
       R"json("action":"escalate","tool":"refund_payment","arguments":{"reason":"duplicate","notify":true,"note":"duplicate charge on order 1182"},)json"
@@ -119,11 +124,14 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
       R"json("choice":"refund_payment","confidence":0.6132,"probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},)json"
       R"json("refund_payment.notify":{"type":"noul","noul":0.8127},"urgency":{"type":"score","score":1.3521,)json"
       R"json("confidence":0.4516,"legend":{"0":"Can wait","1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},)json"
-      R"json("model":"baton-keyword-1","escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)json"
+      R"json("model":"baton-keyword-1","usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12},)json"
+      R"json("escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)json"
       R"json("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
       R"json({"type":"decision","id":null,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
       R"json("action":"deny","tool":null,"arguments":{},"lane":"on_engine_error","confidence":0.0,"executor":null,)json"
-      R"json("answers":null,"model":"baton-keyword-1","error_code":"ENGINE_TIMEOUT","timings_ms":{"queue":0.02,)json"
+      R"json("answers":null,"model":"baton-keyword-1",)json"
+      R"json("usage":{"input_tokens":0,"cached_tokens":0,"state_truncated":false,"events_dropped":3},)json"
+      R"json("error_code":"ENGINE_TIMEOUT","timings_ms":{"queue":0.02,)json"
       R"json("compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
       R"json({"type":"decision","id":{"n":1.5,"s":"é\n\"x\""},"decision":"d-0192b7c5a3e1-4f2a9c01","session":"a:b@c",)json"
       R"json("turn":9007199254740992,"action":"execute","tool":"refund_payment","arguments":{"reason":"duplicate",)json"
@@ -131,7 +139,9 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
       R"json("executor":"http","answers":{"tool":{"type":"choice","choice":"refund_payment","confidence":0.6132,)json"
       R"json("probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},"refund_payment.notify":{"type":"noul",)json"
       R"json("noul":0.8127},"urgency":{"type":"score","score":1.3521,"confidence":0.4516,"legend":{"0":"Can wait",)json"
-      R"json("1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1","fallback_of":"d-0192b7c5a3e1-00000001",)json"
+      R"json("1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1",)json"
+      R"json("usage":{"input_tokens":64000,"cached_tokens":0,"state_truncated":true,"events_dropped":0},)json"
+      R"json("fallback_of":"d-0192b7c5a3e1-00000001",)json"
       R"json("timings_ms":{"queue":0.0,"compile":1234567.891,"engine":0.001,"policy":0.0,"log":100.0,"total":3e+16}})json"};
   for (std::size_t i = 0; i < frames.size(); ++i) {
     const decision_frame& d = frames[i];
@@ -157,6 +167,10 @@ TEST(agent_protocol, a_read_decision_frame_has_its_answers_and_escalation) {
   EXPECT_EQ(tool->choice, "refund_payment");
   EXPECT_DOUBLE_EQ(tool->confidence, 0.6132);
   EXPECT_DOUBLE_EQ(back.timings_ms.total, 1.4);
+  EXPECT_EQ(back.usage.input_tokens, 1843);
+  EXPECT_EQ(back.usage.cached_tokens, 1792);
+  EXPECT_FALSE(back.usage.state_truncated);
+  EXPECT_EQ(back.usage.events_dropped, 12);
 }
 
 TEST(agent_protocol, a_decision_frame_that_is_not_as_rendered_is_refused) {
@@ -183,6 +197,12 @@ TEST(agent_protocol, a_decision_frame_that_is_not_as_rendered_is_refused) {
             "BAD_UPSTREAM_RESPONSE: decision frame: `escalation` is missing or not a string");
   EXPECT_EQ(refused("answers", json{{"tool", {{"type", "choice"}}}}),
             "BAD_UPSTREAM_RESPONSE: not a SystemOne response: answers.tool.choice is missing or not a string");
+  EXPECT_EQ(refused("usage", json(json::value_t::discarded)),
+            "BAD_UPSTREAM_RESPONSE: decision frame: `usage` is missing or not present");
+  EXPECT_EQ(refused("usage", json{{"input_tokens", 9}, {"cached_tokens", "8"}, {"state_truncated", false}, {"events_dropped", 0}}),
+            "BAD_UPSTREAM_RESPONSE: decision frame: usage: `cached_tokens` is missing or not an integer");
+  EXPECT_EQ(refused("usage", json{{"input_tokens", 9}, {"cached_tokens", 8}, {"state_truncated", false}}),
+            "BAD_UPSTREAM_RESPONSE: decision frame: usage: `events_dropped` is missing or not an integer");
   EXPECT_EQ(refused("type", "decisions"), "BAD_UPSTREAM_RESPONSE: agent frame: unknown type \"decisions\"");
   EXPECT_EQ(parse_server_frame("[1]").error().message, "agent frame: not a JSON object");
   EXPECT_EQ(parse_server_frame("{").error().code, "BAD_UPSTREAM_RESPONSE");

@@ -323,6 +323,77 @@ TEST(server_config, the_clef_model_id) {
             "/etc/baton/baton.yaml:1: `engine.model_id` is read only by the clef engine");
 }
 
+TEST(server_config, the_clef_engines_prefix_cache) {
+  auto c = parse_server_config("engine: {name: clef, model: release}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->engine.clef.model.prefix_cache.enabled);
+  EXPECT_EQ(c->engine.clef.model.prefix_cache.max_bytes, 0);
+  EXPECT_EQ(c->engine.clef.model.prefix_cache.block_tokens, 64);
+
+  c = parse_server_config(R"(engine:
+  name: clef
+  model: release
+  prefix_cache: {enabled: false, max_bytes: 8589934592, block_tokens: 128}
+routing:
+  fallback: {name: clef, model: big, prefix_cache: {block_tokens: 16}}
+)",
+                          "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_FALSE(c->engine.clef.model.prefix_cache.enabled);
+  EXPECT_EQ(c->engine.clef.model.prefix_cache.max_bytes, std::int64_t(8) << 30);
+  EXPECT_EQ(c->engine.clef.model.prefix_cache.block_tokens, 128);
+  ASSERT_TRUE(c->fallback);
+  EXPECT_TRUE(c->fallback->clef.model.prefix_cache.enabled);
+  EXPECT_EQ(c->fallback->clef.model.prefix_cache.block_tokens, 16);
+
+  const std::string clef = "engine: {name: clef, model: r, prefix_cache: ";
+  EXPECT_EQ(problem("engine: {name: keyword, prefix_cache: {enabled: true}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache` is read only by the clef engine");
+  EXPECT_EQ(problem(clef + "{enabled: sometimes}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.enabled` must be true or false");
+  EXPECT_EQ(problem(clef + "{max_bytes: -1}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.max_bytes` must be an integer within [0, 1125899906842624]");
+  EXPECT_EQ(problem(clef + "{max_bytes: 8GB}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.max_bytes` must be an integer within [0, 1125899906842624]");
+  EXPECT_EQ(problem(clef + "{block_tokens: 8}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.block_tokens` must be an integer within [16, 4096]");
+  EXPECT_EQ(problem(clef + "{block_tokens: 8192}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.block_tokens` must be an integer within [16, 4096]");
+  EXPECT_EQ(problem(clef + "{block_tokens: 64.5}}\n"),
+            "/etc/baton/baton.yaml:1: `engine.prefix_cache.block_tokens` must be an integer within [16, 4096]");
+  EXPECT_EQ(problem(clef + "true}\n"), "/etc/baton/baton.yaml:1: `engine.prefix_cache` must be a mapping");
+  EXPECT_NE(problem(clef + "{size: 1}}\n").find("size"), std::string::npos);
+}
+
+TEST(server_config, how_a_history_is_fitted_to_the_window) {
+  auto c = parse_server_config("", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->history.keep_first, 1u);
+  EXPECT_EQ(c->history.fraction, 0.25);
+  EXPECT_FALSE(c->fallback);
+
+  c = parse_server_config("routing: {keep_first: 0, drop_fraction: 1}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->history.keep_first, 0u);
+  EXPECT_EQ(c->history.fraction, 1.0);
+  EXPECT_FALSE(c->fallback);  // routing's other keys configure no fallback engine
+  c = parse_server_config("routing: {keep_first: 3, drop_fraction: 0.1}\n", "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->history.keep_first, 3u);
+  EXPECT_EQ(c->history.fraction, 0.1);
+
+  EXPECT_EQ(problem("routing: {keep_first: -1}\n"),
+            "/etc/baton/baton.yaml:1: `routing.keep_first` must be an integer within [0, 1048576]");
+  EXPECT_EQ(problem("routing: {keep_first: first}\n"),
+            "/etc/baton/baton.yaml:1: `routing.keep_first` must be an integer within [0, 1048576]");
+  for (const char* fraction : {"0", "-0.25", "1.5", "quarter", "true"}) {
+    EXPECT_EQ(problem(std::string("routing: {drop_fraction: ") + fraction + "}\n"),
+              "/etc/baton/baton.yaml:1: `routing.drop_fraction` must be a number above 0 and at most 1 (the share "
+              "of the droppable events that fit which one cut drops)")
+        << fraction;
+  }
+}
+
 TEST(server_config, listen_addresses) {
   server_options o;
   EXPECT_TRUE(parse_listen("0.0.0.0:0", o));

@@ -27,7 +27,9 @@ using test::ws_client;
 
 
 // Answers from the last {"role":"script",…} event of the history: `tool` gets probability `p`
-// (the rest shared), `needs_person` P(true), `fail` an engine error, `sleep_ms` a slow engine.
+// (the rest shared), `needs_person` P(true), `fail` an engine error, `sleep_ms` a slow engine,
+// `cached_tokens` what its prefix cache served. A state is 10 tokens an event; a window of
+// set_window() events (none by default) makes longer states overflow.
 class scripted_engine : public decision_engine {
  public:
   scripted_engine() {
@@ -47,6 +49,7 @@ class scripted_engine : public decision_engine {
       {
         std::lock_guard lock(mutex_);
         last_state_ = r.state;
+        scopes_.push_back(r.cache_scope);
         ++calls_;
       }
       if (const int ms = script.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -55,6 +58,8 @@ class scripted_engine : public decision_engine {
         continue;
       }
       decision d;
+      d.input_tokens = r.state.is_array() ? 10 * std::int64_t(r.state.size()) : 10;
+      d.cached_tokens = script.value("cached_tokens", std::int64_t{0});
       for (const question& q : r.questions) {
         const std::size_t n = q.option_count();
         std::vector<double> p(n, 1.0 / double(n));
@@ -76,9 +81,32 @@ class scripted_engine : public decision_engine {
     return out;
   }
 
+  result<std::size_t> state_overflow(const request& r) override {
+    std::lock_guard lock(mutex_);
+    const std::size_t events = r.state.is_array() ? r.state.size() : 1;
+    return result<std::size_t>(boost::system::in_place_value, window_ && events > *window_ ? 10 * (events - *window_) : 0);
+  }
+  std::optional<prefix_cache_stats> cache_stats() const override {
+    std::lock_guard lock(mutex_);
+    return cache_stats_;
+  }
+
   json last_state() {
     std::lock_guard lock(mutex_);
     return last_state_;
+  }
+  // The cache_scope of every request decided, in order.
+  std::vector<std::string> scopes() {
+    std::lock_guard lock(mutex_);
+    return scopes_;
+  }
+  void set_window(std::optional<std::size_t> events) {
+    std::lock_guard lock(mutex_);
+    window_ = events;
+  }
+  void set_cache_stats(std::optional<prefix_cache_stats> s) {
+    std::lock_guard lock(mutex_);
+    cache_stats_ = s;
   }
   int calls() {
     std::lock_guard lock(mutex_);
@@ -87,8 +115,11 @@ class scripted_engine : public decision_engine {
 
  private:
   engine_description description_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   json last_state_;
+  std::vector<std::string> scopes_;
+  std::optional<std::size_t> window_;
+  std::optional<prefix_cache_stats> cache_stats_;
   int calls_ = 0;
 };
 

@@ -52,6 +52,7 @@ class replay_engine : public decision_engine {
       decision d;
       d.input_tokens = input_tokens;
       d.state_truncated = truncated;
+      d.cached_tokens = cached_tokens;
       for (const question& q : r.questions) {
         const std::size_t n = q.option_count();
         std::vector<double> p(n, 1.0 / double(n));
@@ -68,6 +69,7 @@ class replay_engine : public decision_engine {
   json answers = json::object();  // {"question": {"option": p, …}}
   std::int64_t input_tokens = 0;
   bool truncated = false;
+  std::int64_t cached_tokens = 0;
   std::atomic<int> sleep_ms{0};
   std::atomic<int> calls{0};
   std::string fail_code;
@@ -186,8 +188,9 @@ class systemone_test : public ::testing::Test {
 
 // Each 200 example: the engine replays the documented probabilities and the body that comes back
 // is the documented one, but for what the spec decides otherwise: numbers rounded to 4 decimals
-// (§9.4), output_tokens 0 and state_truncated (§9.5), no extension keys, and the confidences no
-// formula reproduces from the rounded numbers the source printed.
+// (§9.4), output_tokens 0 and state_truncated (§9.5), cached_tokens (baton's addition: 0 from an
+// engine without a prefix cache), no extension keys, and the confidences no formula reproduces
+// from the rounded numbers the source printed.
 struct documented_answer {
   const char* file;
   const char* confidence;  // the metric that reproduces the documented confidences
@@ -224,7 +227,7 @@ TEST_F(systemone_test, documented_answers_come_back_over_http) {
     json expected = {{"model", documented["model"]},
                      {"answers", rounded(documented["answers"])},
                      {"usage", {{"input_tokens", documented["usage"]["input_tokens"]}, {"output_tokens", 0},
-                                {"state_truncated", false}}}};
+                                {"state_truncated", false}, {"cached_tokens", 0}}}};
     for (const std::string& path : c.not_reproducible) {
       const json::json_pointer p("/" + std::string(path).replace(path.find('.'), 1, "/").replace(path.rfind('.'), 1, "/"));
       EXPECT_TRUE(got.contains(p)) << path;
@@ -275,6 +278,7 @@ TEST_F(systemone_test, workers_ai_example_answers_its_result) {
   ASSERT_EQ(res.status, ex["status"].get<int>()) << res.body;
   json expected = result;
   expected["usage"]["state_truncated"] = false;
+  expected["usage"]["cached_tokens"] = 0;
   EXPECT_EQ(canonical(res.body_json()), canonical(expected));
 }
 
@@ -417,10 +421,12 @@ TEST_F(systemone_test, state_truncation_is_reported_in_usage_not_refused) {
   auto engine = std::make_unique<replay_engine>();
   engine->truncated = true;
   engine->input_tokens = 64000;
+  engine->cached_tokens = 63488;  // and what the engine's prefix cache served of it
   test::http_client client(start({}, {}, std::move(engine)));
   const auto res = client.post("/v1/systemone", simple_request);
   ASSERT_EQ(res.status, 200) << res.body;
-  EXPECT_EQ(res.body_json()["usage"], json::parse(R"({"input_tokens":64000,"output_tokens":0,"state_truncated":true})"));
+  EXPECT_EQ(res.body_json()["usage"],
+            json::parse(R"({"input_tokens":64000,"output_tokens":0,"state_truncated":true,"cached_tokens":63488})"));
 }
 
 TEST_F(systemone_test, models_lists_the_served_model_and_its_aliases_in_the_sdk_shape) {

@@ -24,6 +24,7 @@ TEST(answers, shapes_from_probabilities) {
   decision d;
   d.probabilities = {{0.25, 0.5, 0.25}, {0.7471740406107564, 0.23909123364490217, 0.01373472574434125}, {0.4761779351845965, 0.5238220648154035}};
   d.input_tokens = 42;
+  d.cached_tokens = 32;
   auto r = make_response(three_kinds, d, confidence_metric::p_max, "m");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->model, "m");
@@ -40,7 +41,34 @@ TEST(answers, shapes_from_probabilities) {
             R"("probabilities":{"billing":0.25,"technical":0.5,"account":0.25}},"frustration":{"type":"score",)"
             R"("score":0.2666,"confidence":0.7472,"legend":{"0":"Calm","1":{"level":"Frustrated"},"2":["Very","angry"]},)"
             R"("probabilities":{"0":0.7472,"1":0.2391,"2":0.0137}},"refund":{"type":"noul","noul":0.4762}},)"
-            R"("usage":{"input_tokens":42,"output_tokens":0,"state_truncated":false}})");
+            R"("usage":{"input_tokens":42,"output_tokens":0,"state_truncated":false,"cached_tokens":32}})");
+}
+
+TEST(answers, cached_tokens_are_read_when_sent_and_must_be_a_count) {
+  auto body = [](const char* usage) {
+    return json::parse(std::string(R"({"model":"m","answers":{"refund":{"type":"noul","noul":0.25}},"usage":)") + usage + "}");
+  };
+  auto with = response_from_json(body(R"({"input_tokens":9,"output_tokens":0,"cached_tokens":8})"));
+  ASSERT_TRUE(with) << with.error().message;
+  EXPECT_EQ(with->usage.cached_tokens, 8);
+  EXPECT_EQ(render_response(*with, -1),
+            R"({"model":"m","answers":{"refund":{"type":"noul","noul":0.25}},"usage":{"input_tokens":9,"output_tokens":0,"cached_tokens":8}})");
+  // Another server may not say: nothing is made up.
+  auto without = response_from_json(body(R"({"input_tokens":9,"output_tokens":0})"));
+  ASSERT_TRUE(without);
+  EXPECT_FALSE(without->usage.cached_tokens);
+  EXPECT_EQ(render_response(*without, -1).find("cached_tokens"), std::string::npos);
+
+  for (const char* bad : {R"({"input_tokens":9,"output_tokens":0,"cached_tokens":-1})",
+                          R"({"input_tokens":9,"output_tokens":0,"cached_tokens":1.5})",
+                          R"({"input_tokens":9,"output_tokens":0,"cached_tokens":"8"})",
+                          R"({"input_tokens":9,"output_tokens":0,"cached_tokens":null})"}) {
+    SCOPED_TRACE(bad);
+    auto r = response_from_json(body(bad));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, "BAD_UPSTREAM_RESPONSE");
+    EXPECT_NE(r.error().message.find("usage.cached_tokens is not a count"), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(answers, first_option_in_request_order_wins_a_tie) {
@@ -133,7 +161,9 @@ TEST(answers, reproduce_the_reference_responses_from_its_logits) {
     }
     auto r = make_response(*req, d, confidence_metric::p_max, exp["response"]["model"].get<std::string>());
     ASSERT_TRUE(r);
-    r->usage.state_truncated.reset();  // baton's addition; the reference does not send it
+    // baton's additions; the reference sends neither
+    r->usage.state_truncated.reset();
+    r->usage.cached_tokens.reset();
     EXPECT_EQ(render_response(*r), render_json(exp["response"], false));
     ++compared;
   }

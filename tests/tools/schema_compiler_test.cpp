@@ -194,5 +194,161 @@ TEST(schema_compiler, extra_questions_come_last_and_may_not_take_registry_ids) {
   EXPECT_EQ(not_object.error().code, "INVALID_REQUEST");
 }
 
+// A context window of `window` tokens over events {"n": index, "tokens": t}: what an engine's
+// state_overflow would say, counting its calls.
+struct token_window {
+  std::size_t window = 0;
+  int calls = 0;
+  result<std::size_t> operator()(const request& r) {
+    ++calls;
+    std::size_t tokens = 0;
+    for (const json& e : r.state) tokens += e["tokens"].get<std::size_t>();
+    return result<std::size_t>(boost::system::in_place_value, tokens > window ? tokens - window : 0);
+  }
+};
+
+request history_of(std::size_t events, std::size_t tokens_each = 10) {
+  request r;
+  r.state = json::array();
+  for (std::size_t i = 0; i < events; ++i) r.state.push_back({{"n", i}, {"tokens", tokens_each}});
+  return r;
+}
+
+std::vector<std::size_t> numbers(const json& state) {
+  std::vector<std::size_t> out;
+  for (const json& e : state) out.push_back(e["n"].get<std::size_t>());
+  return out;
+}
+
+// The first `keep` then `from` .. `to` (inclusive).
+std::vector<std::size_t> kept(std::size_t keep, std::size_t from, std::size_t to) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < keep; ++i) out.push_back(i);
+  for (std::size_t i = from; i <= to; ++i) out.push_back(i);
+  return out;
+}
+
+TEST(drop_oldest_events, a_state_that_fits_is_sent_whole_after_one_question) {
+  request r = history_of(10);
+  token_window w{100};
+  auto d = drop_oldest_events(r, {}, std::ref(w));
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->count(), 0u);
+  EXPECT_EQ(w.calls, 1);
+  EXPECT_EQ(r.state, history_of(10).state);
+
+  request text;
+  text.state = "a text state has no events to drop";
+  token_window never{0};
+  auto t = drop_oldest_events(text, {}, [&](const request&) -> result<std::size_t> {
+    ++never.calls;
+    return result<std::size_t>(boost::system::in_place_value, 1000);
+  });
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->count(), 0u);
+  EXPECT_EQ(never.calls, 0);
+  EXPECT_EQ(text.state, "a text state has no events to drop");
+}
+
+TEST(drop_oldest_events, keeps_the_first_events_and_the_newest_and_drops_whole_chunks) {
+  // 45 events of 10 tokens in a window of 20 events: the smallest cut that fits is 25 events.
+  // The chunk is a quarter of the droppable events that then fit (18 with keep_first 1, 19 with
+  // 0, 16 with 3: 5, 5 and 4), rounded down to a power of two: 4, so 28 are dropped.
+  for (const std::size_t keep : {std::size_t(0), std::size_t(1), std::size_t(3)}) {
+    SCOPED_TRACE("keep_first " + std::to_string(keep));
+    request r = history_of(45);
+    token_window w{200};
+    auto d = drop_oldest_events(r, {keep, 0.25}, std::ref(w));
+    ASSERT_TRUE(d) << d.error().message;
+    EXPECT_EQ(d->count(), 28u);
+    EXPECT_EQ(numbers(r.state), kept(keep, keep + 28, 44));
+    EXPECT_EQ(*w(r), 0u);
+    EXPECT_LE(w.calls, 9);  // 1 + 1 + log2(44) bisections + the check above
+
+    restore_events(r.state, std::move(*d));
+    EXPECT_EQ(r.state, history_of(45).state);
+  }
+}
+
+TEST(drop_oldest_events, the_fraction_sizes_the_chunk) {
+  // As above with keep_first 1: 18 droppable events fit after the smallest cut (25).
+  auto dropped = [](double fraction) {
+    request r = history_of(45);
+    token_window w{200};
+    auto d = drop_oldest_events(r, {1, fraction}, std::ref(w));
+    EXPECT_TRUE(d);
+    return d ? d->count() : 0;
+  };
+  EXPECT_EQ(dropped(1.0), 32u);    // chunk 16 (18 rounded down)
+  EXPECT_EQ(dropped(0.5), 32u);    // chunk 8 (9)
+  EXPECT_EQ(dropped(0.25), 28u);   // chunk 4 (5)
+  EXPECT_EQ(dropped(0.01), 25u);   // chunk 1: just what does not fit
+}
+
+TEST(drop_oldest_events, when_even_the_kept_events_overflow_the_rest_is_dropped_and_the_engine_cuts) {
+  request r = history_of(12);
+  token_window w{35};  // the first 3 and the newest are 40 tokens
+  auto d = drop_oldest_events(r, {3, 0.25}, std::ref(w));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->count(), 8u);
+  EXPECT_EQ(numbers(r.state), kept(3, 11, 11));
+  EXPECT_GT(*w(r), 0u);
+
+  request small = history_of(4);
+  auto none = drop_oldest_events(small, {3, 0.25}, std::ref(w));  // nothing between the first 3 and the newest
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->count(), 0u);
+  EXPECT_EQ(small.state, history_of(4).state);
+}
+
+TEST(drop_oldest_events, a_growing_history_keeps_its_cut_for_a_chunk_of_turns) {
+  // One event a turn, of 5 to 15 tokens, in a window of 1000: what is sent keeps its start (so a
+  // prefix cache hits) until the window is full again, then a whole chunk more is dropped. Cut
+  // points computed from the history's length alone (a quarter of every droppable event) would
+  // move every turn.
+  request r;
+  r.state = json::array();
+  std::size_t previous_cut = 0, changes = 0, overflowing = 0;
+  std::string previous_sent;
+  for (std::size_t i = 0; i < 600; ++i) {
+    r.state.push_back({{"n", i}, {"tokens", 5 + (i * 7) % 11}});
+    token_window w{1000};
+    auto d = drop_oldest_events(r, {1, 0.25}, std::ref(w));
+    ASSERT_TRUE(d) << i;
+    const std::size_t cut = d->count();
+    ASSERT_EQ(*w(r), 0u) << i;
+    ASSERT_EQ(numbers(r.state), kept(1, 1 + cut, i)) << i;
+    ASSERT_GE(cut, previous_cut) << i;
+    const std::string sent = render_json(r.state, false);
+    if (cut != previous_cut) {
+      ++changes;
+      EXPECT_GE(cut - previous_cut, 16u) << "turn " << i << " dropped " << cut - previous_cut << " more events";
+    } else if (!previous_sent.empty()) {
+      EXPECT_EQ(sent.compare(0, previous_sent.size() - 1, previous_sent, 0, previous_sent.size() - 1), 0) << i;
+    }
+    if (cut > 0) ++overflowing;
+    previous_cut = cut;
+    previous_sent = sent;
+    restore_events(r.state, std::move(*d));
+  }
+  EXPECT_EQ(overflowing, 500u);
+  EXPECT_LE(changes, 32u);  // a chunk of 16 every 16 turns or so
+}
+
+TEST(drop_oldest_events, an_overflow_error_comes_back_with_the_state_unchanged) {
+  for (const int failing_call : {1, 2, 4}) {
+    SCOPED_TRACE("the call that fails: " + std::to_string(failing_call));
+    request r = history_of(45);
+    token_window w{200};
+    auto d = drop_oldest_events(r, {}, [&](const request& q) -> result<std::size_t> {
+      if (w.calls + 1 == failing_call) return make_error(422, "TOO_MANY_OPTIONS", "the schema alone is over the window");
+      return w(q);
+    });
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.error().code, "TOO_MANY_OPTIONS");
+    EXPECT_EQ(r.state, history_of(45).state);
+  }
+}
+
 }  // namespace
 }  // namespace baton::tools
