@@ -330,7 +330,11 @@ result<std::size_t> clef_engine::state_overflow(const request& r) {
   return result<std::size_t>(boost::system::in_place_value, e->state_dropped);
 }
 
-std::optional<prefix_cache_stats> clef_engine::cache_stats() const { return model_->cache_stats(); }
+std::optional<prefix_cache_stats> clef_engine::cache_stats() const {
+  const auto c = model_->cache_stats();
+  if (!c) return std::nullopt;
+  return prefix_cache_stats{c->hits, c->misses, c->evictions, c->cached_tokens, c->entries, c->bytes, c->max_bytes};
+}
 
 std::string served_model_id(const std::filesystem::path& model_dir) {
   std::filesystem::path dir = std::filesystem::absolute(model_dir).lexically_normal();

@@ -155,6 +155,21 @@ TEST(clef_example, baton_serve_answers_a_decision_on_it) {
   ASSERT_EQ(res.status, 200) << res.body;
   EXPECT_EQ(res.body_json()["model"], "clef-omni-tiny");
   EXPECT_EQ(res.body_json()["answers"], want["answers"]);
+  EXPECT_EQ(res.body_json()["usage"]["cached_tokens"], 0);
+  // The same state again with other questions: its prefix comes from the cache, and /metrics says so.
+  json history = json::array();
+  for (int i = 0; i < 12; ++i) history.push_back({{"turn", i}, {"text", "the parcel arrived damaged, order " + std::to_string(i)}});
+  const json first{{"state", history}, {"questions", {{"refund", {{"type", "noul"}}}}}};
+  const json second{{"state", history}, {"questions", {{"reply", {{"type", "noul"}, {"instructions", "Reply now?"}}}}}};
+  const auto a = client.post("/v1/systemone", render_json(first, false));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.body_json()["usage"]["cached_tokens"], 0);
+  const auto b = client.post("/v1/systemone", render_json(second, false));
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_GE(b.body_json()["usage"]["cached_tokens"].get<std::int64_t>(), 128) << b.body;
+  const auto metrics = client.get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("baton_prefix_cache_hits_total 1"), std::string::npos) << metrics.body;
   EXPECT_EQ(server.stop(), 0);
 }
 

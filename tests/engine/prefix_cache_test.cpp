@@ -105,7 +105,7 @@ TEST(prefix_cache, matches_the_longest_run_of_whole_blocks_and_leaves_a_token_to
   EXPECT_FALSE(cache.find("k", "sha256:media", ids, 0, true));
   EXPECT_FALSE(cache.find("k", "", ids, 9, true));
   EXPECT_FALSE(cache.find("k", "", ids_of(100, 4), 0, true));  // one block: nothing would be left to run
-  const prefix_cache_stats s = cache.stats();
+  const prefix_cache_counters s = cache.stats();
   EXPECT_EQ(s.hits, 3);
   EXPECT_EQ(s.misses, 4);
   EXPECT_EQ(s.cached_tokens, 20);
@@ -130,7 +130,7 @@ TEST(prefix_cache, evicts_the_least_recently_used_by_bytes_but_never_a_pinned_en
     EXPECT_TRUE(cache.find("k", "", a, 0, false));
     EXPECT_FALSE(cache.find("k", "", c, 0, false));
   }
-  const prefix_cache_stats s = cache.stats();
+  const prefix_cache_counters s = cache.stats();
   EXPECT_EQ(s.evictions, 2);
   EXPECT_EQ(s.entries, 2);
   EXPECT_LE(s.bytes, s.max_bytes);

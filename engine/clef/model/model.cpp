@@ -168,7 +168,7 @@ class model_impl final : public model {
     if (!cache_ || !r.use_cache) return 0;
     return cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*count=*/false).length();
   }
-  std::optional<prefix_cache_stats> cache_stats() const override {
+  std::optional<prefix_cache_counters> cache_stats() const override {
     if (!cache_) return std::nullopt;
     return cache_->stats();
   }

@@ -16,7 +16,6 @@
 #include "engine/clef/model/audio_features.hpp"
 #include "engine/clef/model/release.hpp"
 #include "engine/clef/model/vision_preprocess.hpp"
-#include "engine/decision_engine.hpp"
 
 namespace baton::clef {
 
@@ -32,6 +31,15 @@ struct prefix_cache_options {
   // Prefixes are matched in blocks of this many tokens (hashed, chained): a record reuses the
   // longest run of whole blocks it shares with a cached one.
   std::int32_t block_tokens = 64;
+};
+
+// The prefix cache's counters (baton's prefix_cache_stats, which this folder cannot include: it
+// builds on its own).
+struct prefix_cache_counters {
+  std::int64_t hits = 0, misses = 0;  // records that reused a cached prefix, records that did not
+  std::int64_t evictions = 0;         // entries dropped to stay within max_bytes
+  std::int64_t cached_tokens = 0;     // tokens served from the cache instead of recomputed, in all
+  std::int64_t entries = 0, bytes = 0, max_bytes = 0;
 };
 
 struct model_options {
@@ -144,7 +152,7 @@ class model {
   // forward would not recompute. Counts nothing.
   virtual std::int64_t cached_prefix(const record_input& r) = 0;
   // The prefix cache's counters; none when it is off.
-  virtual std::optional<prefix_cache_stats> cache_stats() const = 0;
+  virtual std::optional<prefix_cache_counters> cache_stats() const = 0;
 
   // The media encoders and the thinker on one sequence, reporting each stage (no head).
   virtual void trace(std::span<const std::int32_t> ids, const record_media* media,

@@ -190,7 +190,7 @@ void prefix_cache::unpin(entry& e) noexcept {
   lru_.erase(e.place);
 }
 
-prefix_cache_stats prefix_cache::stats() const {
+prefix_cache_counters prefix_cache::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
 }

@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/clef/model/model.hpp"
 #include "engine/clef/model/thinker.hpp"
-#include "engine/decision_engine.hpp"
 
 namespace baton::clef::detail {
 
@@ -65,7 +65,7 @@ class prefix_cache {
   void insert(std::string_view scope, std::string_view media_key, std::span<const std::int32_t> ids,
               prefix_state state);
 
-  prefix_cache_stats stats() const;
+  prefix_cache_counters stats() const;
   std::int64_t max_bytes() const noexcept { return max_bytes_; }
   std::int32_t block_tokens() const noexcept { return block_tokens_; }
 
@@ -82,7 +82,7 @@ class prefix_cache {
   mutable std::mutex mutex_;
   lru_list lru_;  // most recent first
   std::unordered_map<std::uint64_t, std::shared_ptr<entry>> blocks_;  // block hash → newest entry holding it
-  prefix_cache_stats stats_;
+  prefix_cache_counters stats_;
 };
 
 }  // namespace baton::clef::detail
