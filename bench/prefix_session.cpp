@@ -10,7 +10,8 @@
 // the weights and run alternately (the VM's speed drifts between minutes).
 //
 //   prefix_session [--dtype f32|bf16] [--dir build/bench-release-<dtype>] [--threads 2]
-//                  [--turns 30] [--grow 150] [--schema 600] [--state 4096] [--question-sets 10] [--json]
+//                  [--turns 30] [--grow 150] [--schema 600] [--state 4096] [--question-sets 10]
+//                  [--block TOKENS] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,6 +39,7 @@ struct arguments {
   fs::path dir;
   int threads = 2;
   int turns = 30, grow = 150, schema = 600, state = 4096, question_sets = 10;
+  int block = 0;  // the cache's block_tokens; 0: the model's default
   bool json = false;
 };
 
@@ -71,11 +73,13 @@ arguments parse_arguments(int argc, char** argv) {
       a.state = count(64);
     } else if (key == "--question-sets") {
       a.question_sets = count(2);
+    } else if (key == "--block") {
+      a.block = count(16);
     } else if (key == "--json") {
       a.json = true;
     } else {
       throw std::runtime_error("usage: prefix_session [--dtype f32|bf16] [--dir DIR] [--threads N] [--turns N] "
-                               "[--grow N] [--schema N] [--state N] [--question-sets N] [--json]");
+                               "[--grow N] [--schema N] [--state N] [--question-sets N] [--block N] [--json]");
     }
   }
   if (a.dir.empty()) a.dir = "build/bench-release-" + a.dtype;
@@ -193,6 +197,7 @@ int main(int argc, char** argv) try {
   model_options options;
   options.dtype = bf16 ? compute_dtype::bf16 : compute_dtype::f32;
   options.threads = args.threads;
+  if (args.block > 0) options.prefix_cache.block_tokens = args.block;
   const auto m = model::load(args.dir, options);
   m->set_profiling(true);  // where a cached turn's time goes
   const std::int64_t vocab = m->files().text().vocab_size;

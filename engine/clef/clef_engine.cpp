@@ -269,10 +269,10 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
   }
 
   // Pack encoded records into forwards of about batch_tokens tokens each, counting only the tokens
-  // a record's cached prefix leaves to compute. A record that shares a cache block's worth of
-  // leading tokens with one already packed waits for the next forward, which reuses them.
-  const auto cache = model_->cache_stats();
-  const std::size_t shared_enough = cache ? static_cast<std::size_t>(model_->options().prefix_cache.block_tokens) : 0;
+  // a record's cached prefix leaves to compute. A record that shares 256 leading tokens or more
+  // with one already packed waits for the next forward, which reuses them; fewer (the system
+  // prompt every record starts with) are not worth a forward of its own.
+  const std::size_t shared_enough = model_->cache_stats() ? 256 : 0;
   auto shared = [](const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
     return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
   };

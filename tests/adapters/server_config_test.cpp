@@ -328,7 +328,7 @@ TEST(server_config, the_clef_engines_prefix_cache) {
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_TRUE(c->engine.clef.model.prefix_cache.enabled);
   EXPECT_EQ(c->engine.clef.model.prefix_cache.max_bytes, 0);
-  EXPECT_EQ(c->engine.clef.model.prefix_cache.block_tokens, 64);
+  EXPECT_EQ(c->engine.clef.model.prefix_cache.block_tokens, 16);
 
   c = parse_server_config(R"(engine:
   name: clef

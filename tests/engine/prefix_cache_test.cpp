@@ -282,13 +282,14 @@ TEST_F(prefix_cache_engine, control_tokens_inside_the_content_are_matched_as_tok
 }
 
 TEST_F(prefix_cache_engine, two_records_of_one_batch_sharing_a_state_run_it_once) {
-  std::vector<request> batch{history_request(7, "batch"),
-                             history_request(7, "batch", test::parse(R"({"ok": {"type": "noul"}})"))};
+  // Twelve events: more than the 256 shared tokens that make a record wait for the next forward.
+  std::vector<request> batch{history_request(12, "batch"),
+                             history_request(12, "batch", test::parse(R"({"ok": {"type": "noul"}})"))};
   std::vector<std::optional<clef_trace>> together;
   const auto got = cached_->decide(batch, {}, &together);
   ASSERT_TRUE(got[0] && got[1]);
   EXPECT_EQ(got[0]->cached_tokens, 0);
-  EXPECT_GT(got[1]->cached_tokens, 150);  // run after the first, reusing its state
+  EXPECT_GT(got[1]->cached_tokens, 256);  // run after the first, reusing its state
   for (std::size_t i = 0; i < batch.size(); ++i) {
     std::vector<std::optional<clef_trace>> alone;
     ASSERT_TRUE(plain_->decide({&batch[i], 1}, {}, &alone)[0]);
