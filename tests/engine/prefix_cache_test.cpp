@@ -139,6 +139,23 @@ TEST(prefix_cache, evicts_the_least_recently_used_by_bytes_but_never_a_pinned_en
   EXPECT_EQ(cache.stats().entries, 2);
 }
 
+TEST(prefix_cache, a_match_through_a_newer_entrys_blocks_keeps_that_entry_longer) {
+  const std::int64_t entry_bytes = state_of(8).bytes() + 8 * 4;
+  detail::prefix_cache cache(2 * entry_bytes, 4);
+  auto a = ids_of(0, 8), b = ids_of(0, 8);
+  b[6] = -1;  // b shares a's first block, so its hash now leads to b
+  a.push_back(7);
+  cache.insert("k", "", {a.data(), 8}, state_of(8));
+  cache.insert("k", "", b, state_of(8));
+  // Reaching a's second block runs through b's first: b must stay at least as long as a.
+  EXPECT_EQ(cache.find("k", "", a, 0, true).length(), 8);
+  cache.insert("k", "", ids_of(500, 8), state_of(8));  // room for one more: a goes, not b
+  EXPECT_EQ(cache.find("k", "", b, 0, true).length(), 4);
+  EXPECT_EQ(cache.find("k", "", a, 0, true).length(), 4);  // its first block, from b
+  EXPECT_EQ(cache.stats().entries, 2);
+  EXPECT_EQ(cache.stats().evictions, 1);
+}
+
 TEST(prefix_cache, an_entry_every_block_of_which_a_newer_one_holds_is_dropped) {
   detail::prefix_cache cache(1 << 20, 4);
   const auto ids = ids_of(0, 8);

@@ -166,7 +166,7 @@ class model_impl final : public model {
   const std::vector<std::int64_t>& last_cached_tokens() const noexcept override { return last_cached_; }
   std::int64_t cached_prefix(const record_input& r) override {
     if (!cache_ || !r.use_cache) return 0;
-    return cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*count=*/false).length();
+    return cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*use=*/false).length();
   }
   std::optional<prefix_cache_counters> cache_stats() const override {
     if (!cache_) return std::nullopt;
@@ -226,7 +226,7 @@ class model_impl final : public model {
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const record_input& r = batch[i];
         if (!r.use_cache) continue;
-        hits[i] = cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*count=*/true);
+        hits[i] = cache_->find(r.cache_scope, r.media_key, r.ids, media_end(r), /*use=*/true);
         if (hits[i]) {
           past[i] = &hits[i].state();
           last_cached_[i] = hits[i].length();

@@ -88,13 +88,14 @@ std::vector<std::uint64_t> prefix_cache::block_hashes(std::string_view scope, st
 }
 
 prefix_cache::handle prefix_cache::find(std::string_view scope, std::string_view media_key,
-                                        std::span<const std::int32_t> ids, std::int64_t min_tokens, bool count) {
+                                        std::span<const std::int32_t> ids, std::int64_t min_tokens, bool use) {
   const auto b = static_cast<std::size_t>(block_tokens_);
   const std::size_t usable = ids.empty() ? 0 : (ids.size() - 1) / b;  // one token is always computed
   const std::vector<std::uint64_t> hashes = block_hashes(scope, media_key, ids, usable);
   std::lock_guard lock(mutex_);
   std::shared_ptr<entry> best;
   std::size_t length = 0;
+  std::vector<entry*> path;  // the entries the match ran through, in block order
   for (std::size_t i = 0; i < usable; ++i) {
     const auto it = blocks_.find(hashes[i]);
     if (it == blocks_.end()) break;
@@ -107,6 +108,7 @@ prefix_cache::handle prefix_cache::find(std::string_view scope, std::string_view
                     e.ids.begin() + static_cast<std::ptrdiff_t>(from))) {
       break;
     }
+    if (it->second != best) path.push_back(it->second.get());
     best = it->second;
     length = n;
   }
@@ -114,7 +116,7 @@ prefix_cache::handle prefix_cache::find(std::string_view scope, std::string_view
     best.reset();
     length = 0;
   }
-  if (count) {
+  if (use) {
     if (best) {
       ++stats_.hits;
       stats_.cached_tokens += static_cast<std::int64_t>(length);
@@ -124,7 +126,11 @@ prefix_cache::handle prefix_cache::find(std::string_view scope, std::string_view
   }
   if (!best) return {};
   ++best->pins;
-  lru_.splice(lru_.begin(), lru_, best->place);
+  if (use) {
+    // A use refreshes every entry the match ran through, the ones holding its first blocks last
+    // (most recent): an entry reached only through a newer one's blocks never outlives it there.
+    for (auto p = path.rbegin(); p != path.rend(); ++p) lru_.splice(lru_.begin(), lru_, (*p)->place);
+  }
   return handle(this, std::move(best), static_cast<std::int64_t>(length));
 }
 
@@ -148,6 +154,7 @@ void prefix_cache::insert(std::string_view scope, std::string_view media_key, st
   ++stats_.entries;
   for (const std::uint64_t h : e->hashes) {
     auto [it, fresh] = blocks_.try_emplace(h, e);
+    if (!fresh && it->second == e) continue;  // two of its blocks hash alike: already mapped
     if (!fresh) {
       // The newer entry serves this block from now on; one no block leads to can never be found.
       entry& old = *it->second;

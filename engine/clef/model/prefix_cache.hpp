@@ -55,10 +55,12 @@ class prefix_cache {
 
   // The longest run of whole blocks of `ids` a cached record of the same scope and media key starts
   // with, leaving at least one token of `ids` to compute (the forward needs a row to run), and no
-  // fewer than `min_tokens` (a match that would end inside a media item is no match). Counts a hit
-  // or a miss when `count`.
+  // fewer than `min_tokens` (a match that would end inside a media item is no match). `use`: a
+  // forward will read it, so it counts as a hit or a miss and refreshes what it matched (not so
+  // for a probe). An entry no block leads to any more is dropped; one whose leading blocks a
+  // newer entry took and lost to eviction can no longer be found and ages out as unused.
   handle find(std::string_view scope, std::string_view media_key, std::span<const std::int32_t> ids,
-              std::int64_t min_tokens, bool count);
+              std::int64_t min_tokens, bool use);
 
   // Keeps `state` (every token of `ids`), making room by evicting the least recently used
   // entries that are not pinned; an entry bigger than the whole cache is not kept.

@@ -440,7 +440,7 @@ thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std
   std::int64_t rows = 1, most = 1;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const std::int64_t len = lengths[i], keys = past_lengths[i] + len;
-    const std::int64_t r = chunk_rows(score_budget_bytes_, heads, len, keys);
+    const std::int64_t r = chunk_rows(score_budget_bytes_, heads, keys, len);
     rows = std::max(rows, r);
     most = std::max(most, heads * r * keys);
   }
@@ -557,7 +557,7 @@ at::Tensor thinker::chunked_attention(const layer& w, const at::Tensor& q, const
   std::int64_t offset = 0, key_offset = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const std::int64_t len = lengths[i], before = past[i];
-    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, len, before + len);
+    const std::int64_t rows_per_chunk = chunk_rows(score_budget_bytes_, heads, before + len, len);
     for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
       const std::int64_t rows = std::min(rows_per_chunk, len - r0), keys = before + r0 + rows;
       const std::int64_t n = heads * rows * keys;
