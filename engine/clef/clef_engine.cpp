@@ -230,8 +230,10 @@ result<decision> clef_engine::decide_media(const request& r, std::size_t max_len
   std::vector<record_logits> logits;
   std::int64_t cached = 0;
   try {
-    const std::string key = media_key(media);
-    const record_input input{e->ids, layout, &view, /*use_cache=*/true, r.cache_scope, key};
+    // The media's digest only where a cache will read it: it hashes every patch.
+    const bool cache = model_->options().prefix_cache.enabled;
+    const std::string key = cache ? media_key(media) : std::string();
+    const record_input input{e->ids, layout, &view, cache, r.cache_scope, key};
     logits = model_->forward({&input, 1});
     cached = model_->last_cached_tokens().at(0);
   } catch (const std::exception& ex) {
@@ -272,23 +274,25 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
   // a record's cached prefix leaves to compute. A record that shares 256 leading tokens or more
   // with one already packed waits for the next forward, which reuses them; fewer (the system
   // prompt every record starts with) are not worth a forward of its own.
-  const std::size_t shared_enough = model_->cache_stats() ? 256 : 0;
+  const std::size_t shared_enough = model_->options().prefix_cache.enabled ? 256 : 0;
   auto shared = [](const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
     return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
   };
-  auto input_of = [&](std::size_t i, const std::vector<question_layout>& layout) {
-    return record_input{encoded[i]->ids, layout, nullptr, /*use_cache=*/true, batch[i].cache_scope, {}};
+  std::vector<std::vector<question_layout>> layout(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (encoded[i]) layout[i] = layouts(*encoded[i]);
+  }
+  auto input_of = [&](std::size_t i) {
+    return record_input{encoded[i]->ids, layout[i], nullptr, /*use_cache=*/true, batch[i].cache_scope, {}};
   };
   std::size_t next = 0;
   while (next < batch.size()) {
     std::vector<std::size_t> members;
-    std::vector<std::vector<question_layout>> layout;
     std::size_t tokens = 0;
     for (; next < batch.size(); ++next) {
       if (!encoded[next]) continue;
-      std::vector<question_layout> l = layouts(*encoded[next]);
       const auto& ids = encoded[next]->ids;
-      const std::size_t n = ids.size() - static_cast<std::size_t>(model_->cached_prefix(input_of(next, l)));
+      const std::size_t n = ids.size() - static_cast<std::size_t>(model_->cached_prefix(input_of(next)));
       if (!members.empty() && tokens + n > options_.batch_tokens) break;
       if (shared_enough > 0 && std::any_of(members.begin(), members.end(), [&](std::size_t m) {
             return batch[m].cache_scope == batch[next].cache_scope && shared(encoded[m]->ids, ids) >= shared_enough;
@@ -296,13 +300,12 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
         break;
       }
       members.push_back(next);
-      layout.push_back(std::move(l));
       tokens += n;
     }
     if (members.empty()) break;
     std::vector<record_input> inputs;
     inputs.reserve(members.size());
-    for (std::size_t k = 0; k < members.size(); ++k) inputs.push_back(input_of(members[k], layout[k]));
+    for (const std::size_t i : members) inputs.push_back(input_of(i));
     std::vector<record_logits> logits;
     try {
       logits = model_->forward(inputs);
