@@ -375,13 +375,18 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
                             std::vector<prefix_state>* kept) const {
   if (!past.empty() && past.size() != lengths.size()) throw std::invalid_argument("thinker: one prefix per record");
   std::vector<std::int64_t> past_lengths(lengths.size(), 0);
+  bool any_past = false;
   for (std::size_t r = 0; r < past.size(); ++r) {
     if (past[r] == nullptr) continue;
     if (past[r]->keys.size() != layers_.size() || past[r]->values.size() != layers_.size()) {
       throw std::invalid_argument("thinker: a cached prefix with another number of layers");
     }
     past_lengths[r] = past[r]->length();
+    any_past = true;
   }
+  // From here on a list of prefixes is empty unless some record has one.
+  const prefix_list none;
+  const prefix_list& prefixes = any_past ? past : none;
   if (kept) {
     kept->assign(lengths.size(), {});
     for (auto& k : *kept) {
@@ -409,7 +414,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
     }
     {
       scoped_timer t(profile ? &profile->attention_ms : nullptr, device_, profile ? &profile->attention_ops : nullptr);
-      x = x + attention(l, a, cos, sin, lengths, scratch, past, past_lengths, kept);
+      x = x + attention(l, a, cos, sin, lengths, scratch, prefixes, past_lengths, kept);
     }
     at::Tensor b;
     {
@@ -461,7 +466,7 @@ thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std
 static at::Tensor with_prefixes(const at::Tensor& own, std::size_t l, bool values, const prefix_list& past,
                          const std::vector<std::int64_t>& lengths, std::vector<prefix_state>* kept) {
   at::Tensor all = own;
-  if (!past.empty() && std::any_of(past.begin(), past.end(), [](const prefix_state* p) { return p != nullptr; })) {
+  if (!past.empty()) {
     std::vector<at::Tensor> pieces;
     std::int64_t offset = 0;
     for (std::size_t r = 0; r < lengths.size(); ++r) {
@@ -521,8 +526,7 @@ at::Tensor thinker::attention(std::size_t l, const at::Tensor& a, const at::Tens
 #if BATON_SDPA_GQA
   // A record continuing a cached prefix goes through chunked_attention: its causal mask is offset
   // by the prefix, which SDPA's is_causal (aligned to the first key) does not express.
-  const bool any_past = std::any_of(past_lengths.begin(), past_lengths.end(), [](std::int64_t n) { return n > 0; });
-  if (fused_attention_ && !any_past) {
+  if (fused_attention_ && past.empty()) {
     // One fused causal kernel per record (flash or memory-efficient attention on a GPU): the
     // scores are never written out, and the KV heads are shared by their query groups in it.
     at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
