@@ -21,9 +21,11 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "bench/load_driver.hpp"
 #include "bench/random_release.hpp"
 #include "engine/clef/model/model.hpp"
 
@@ -44,45 +46,42 @@ struct arguments {
 };
 
 arguments parse_arguments(int argc, char** argv) {
+  static const char* usage =
+      "usage: prefix_session [--dtype f32|bf16] [--dir DIR] [--threads N] [--turns N] [--grow N] [--schema N] "
+      "[--state N] [--question-sets N] [--block N] [--json]\n";
   arguments a;
+  // --json takes no value; the other flags come in pairs (the load drivers' parse_flags).
+  std::vector<char*> pairs{argv[0]};
   for (int i = 1; i < argc; ++i) {
-    const std::string key = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(key + " needs a value");
-      return argv[++i];
-    };
-    auto count = [&](int least) {
-      const int n = std::stoi(value());
-      if (n < least) throw std::runtime_error(key + " must be at least " + std::to_string(least));
-      return n;
-    };
-    if (key == "--dtype") {
-      a.dtype = value();
-      if (a.dtype != "f32" && a.dtype != "bf16") throw std::runtime_error("--dtype is f32 or bf16");
-    } else if (key == "--dir") {
-      a.dir = value();
-    } else if (key == "--threads") {
-      a.threads = count(1);
-    } else if (key == "--turns") {
-      a.turns = count(2);
-    } else if (key == "--grow") {
-      a.grow = count(2);
-    } else if (key == "--schema") {
-      a.schema = count(120);
-    } else if (key == "--state") {
-      a.state = count(64);
-    } else if (key == "--question-sets") {
-      a.question_sets = count(2);
-    } else if (key == "--block") {
-      a.block = count(16);
-    } else if (key == "--json") {
+    if (std::string_view(argv[i]) == "--json") {
       a.json = true;
     } else {
-      throw std::runtime_error("usage: prefix_session [--dtype f32|bf16] [--dir DIR] [--threads N] [--turns N] "
-                               "[--grow N] [--schema N] [--state N] [--question-sets N] [--block N] [--json]");
+      pairs.push_back(argv[i]);
     }
   }
-  if (a.dir.empty()) a.dir = "build/bench-release-" + a.dtype;
+  std::string dir;
+  std::size_t threads = 2, turns = 30, grow = 150, schema = 600, state = 4096, question_sets = 10, block = 0;
+  if (!baton::bench::parse_flags(static_cast<int>(pairs.size()), pairs.data(),
+                                 {{"--dtype", &a.dtype}, {"--dir", &dir}, {"--threads", nullptr, &threads},
+                                  {"--turns", nullptr, &turns}, {"--grow", nullptr, &grow},
+                                  {"--schema", nullptr, &schema}, {"--state", nullptr, &state},
+                                  {"--question-sets", nullptr, &question_sets}, {"--block", nullptr, &block}},
+                                 usage)) {
+    throw std::runtime_error("bad arguments");
+  }
+  if (a.dtype != "f32" && a.dtype != "bf16") throw std::runtime_error("--dtype is f32 or bf16");
+  auto at_least = [](std::size_t n, std::size_t least, const char* name) {
+    if (n < least) throw std::runtime_error(std::string(name) + " must be at least " + std::to_string(least));
+    return static_cast<int>(n);
+  };
+  a.threads = at_least(threads, 1, "--threads");
+  a.turns = at_least(turns, 2, "--turns");
+  a.grow = at_least(grow, 2, "--grow");
+  a.schema = at_least(schema, 120, "--schema");
+  a.state = at_least(state, 64, "--state");
+  a.question_sets = at_least(question_sets, 2, "--question-sets");
+  a.block = block == 0 ? 0 : at_least(block, 16, "--block");
+  a.dir = dir.empty() ? "build/bench-release-" + a.dtype : dir;
   return a;
 }
 
@@ -133,19 +132,23 @@ struct record {
   std::vector<question_layout> questions;
 };
 
+// The questions' spans moved by `by` tokens.
+std::vector<question_layout> shifted(std::vector<question_layout> questions, std::int32_t by) {
+  for (auto& q : questions) {
+    q.question = {q.question.begin + by, q.question.end + by};
+    for (auto& o : q.options) o = {o.begin + by, o.end + by};
+  }
+  return questions;
+}
+
 record assemble(const std::vector<std::int32_t>& prefix, const std::vector<std::int32_t>& state,
                 const schema_block& schema, const std::vector<std::int32_t>& suffix) {
   record r;
   r.ids = prefix;
   r.ids.insert(r.ids.end(), state.begin(), state.end());
-  const auto at = static_cast<std::int32_t>(r.ids.size());
+  r.questions = shifted(schema.questions, static_cast<std::int32_t>(r.ids.size()));
   r.ids.insert(r.ids.end(), schema.ids.begin(), schema.ids.end());
   r.ids.insert(r.ids.end(), suffix.begin(), suffix.end());
-  r.questions = schema.questions;
-  for (auto& q : r.questions) {
-    q.question = {q.question.begin + at, q.question.end + at};
-    for (auto& o : q.options) o = {o.begin + at, o.end + at};
-  }
   return r;
 }
 
@@ -178,11 +181,8 @@ double max_difference(const record_logits& a, const record_logits& b) {
   return worst;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+// The load drivers' nearest-rank median (the counts here are odd: the true median).
+double median(std::vector<double> v) { return baton::bench::summarise(v).p50; }
 
 }  // namespace
 
@@ -237,12 +237,7 @@ int main(int argc, char** argv) try {
     const std::size_t first_new = static_cast<std::size_t>(a.cached);
     record own;
     own.ids.assign(r.ids.begin() + static_cast<std::ptrdiff_t>(first_new), r.ids.end());
-    own.questions = r.questions;
-    for (auto& q : own.questions) {
-      const auto shift = static_cast<std::int32_t>(first_new);
-      q.question = {q.question.begin - shift, q.question.end - shift};
-      for (auto& o : q.options) o = {o.begin - shift, o.end - shift};
-    }
+    own.questions = shifted(r.questions, -static_cast<std::int32_t>(first_new));
     const timed c = run(*m, own, false);
     const double d = max_difference(a.logits, b.logits);
     worst = std::max(worst, d);
