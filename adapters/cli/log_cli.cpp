@@ -43,7 +43,7 @@ Commands:
   tail         the last decisions, oldest first, one line each: time, id, session, turn, tool,
                action, lane, confidence
   verify       walks every hash chain (decisions, tool runs, escalations, resolutions,
-               deliveries) from its first row and names the first row that does not match
+               deliveries, reloads) from its first row and names the first row that does not match
                (a changed column, a missing row)
 
 Options:

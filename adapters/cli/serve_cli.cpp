@@ -37,6 +37,13 @@ Options:
 SIGINT or SIGTERM stops it gracefully: no new connections, in-flight decisions finish, sessions
 get a close frame, the decision log is flushed.
 
+SIGHUP reloads the registry and the policy (as POST /v1/admin/reload does for an admin key):
+both files are read and checked again, against the serving engines' limits, before anything
+changes; then the new ones serve from the next turn on (a turn in flight finishes with the old
+ones). A reload that fails changes nothing and logs why (FILE:LINE: reason). Every reload, applied
+or not, is a row of the decision log (table `reloads`); GET /health shows the serving hashes.
+Pending escalations whose tool no longer fits are denied, as their deadline would deny them.
+
 Exit status: 0 after a graceful stop, 64 usage, 78 a bad configuration or a failed start.
 )";
 
@@ -81,6 +88,7 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::unique_ptr<running_server> server;
@@ -95,7 +103,11 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   }
   out << "baton: listening on http://" << server->host() << ":" << server->port() << std::endl;
   int sig = 0;
-  sigwait(&signals, &sig);
+  // A reload's outcome is logged by the reloader; a failed one leaves the old files serving.
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    spdlog::info("baton: SIGHUP received, reloading the registry and the policy");
+    server->reload("signal");
+  }
   spdlog::info("baton: {} received, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   server->stop();
   return exit_ok;

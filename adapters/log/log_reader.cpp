@@ -419,7 +419,7 @@ result<chain_report> log_reader::verify() const {
   std::lock_guard lock(impl_->mutex);
   static constexpr std::pair<const char*, const char*> tables[] = {
       {"decisions", "decisions"}, {"tool_runs", "tool runs"}, {"escalations", "escalations"},
-      {"resolutions", "resolutions"}, {"deliveries", "deliveries"}};
+      {"resolutions", "resolutions"}, {"deliveries", "deliveries"}, {"reloads", "reloads"}};
   chain_report report;
   for (const auto& [table, noun] : tables) {
     // A log written by an older baton lacks the newer tables: they have no rows to check.

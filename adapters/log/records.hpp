@@ -97,6 +97,20 @@ struct delivery_record {
   std::int64_t created_ms = 0;
 };
 
-using log_row = std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record>;
+// A reload of the registry and policy (SIGHUP or POST /v1/admin/reload): applied, or refused
+// with nothing changed. Written before the new snapshot serves.
+struct reload_record {
+  std::string id;  // l-…
+  std::int64_t created_ms = 0;
+  std::string who;      // the API key's name ("anonymous" without keys); "signal" for SIGHUP
+  std::string outcome;  // ok | failed
+  std::string reason;   // why it failed ("FILE:LINE: reason"); "" when ok
+  std::string registry_file, policy_file;
+  std::string old_registry_hash, old_policy_hash;  // what served before
+  std::string new_registry_hash, new_policy_hash;  // what serves after; "" when it failed (NULL in the log)
+};
+
+using log_row =
+    std::variant<decision_record, tool_run_record, escalation_record, resolution_record, delivery_record, reload_record>;
 
 }  // namespace baton::log

@@ -240,6 +240,32 @@ CREATE VIEW resolved_escalations AS
 ALTER TABLE decisions ADD COLUMN cached_tokens INTEGER;
 ALTER TABLE decisions ADD COLUMN events_dropped INTEGER;
 )sql"},
+    // Hot reload (issue 20): every reload of the registry and policy, applied or refused, with
+    // what served before and after it and who asked.
+    {5, R"sql(
+CREATE TABLE reloads (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  created_ms INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  who TEXT NOT NULL,
+  outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'failed')),
+  reason TEXT NOT NULL,
+  registry_file TEXT NOT NULL,
+  policy_file TEXT NOT NULL,
+  old_registry_hash TEXT NOT NULL,
+  old_policy_hash TEXT NOT NULL,
+  new_registry_hash TEXT,
+  new_policy_hash TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+) STRICT;
+
+CREATE TRIGGER reloads_no_update BEFORE UPDATE ON reloads
+  BEGIN SELECT RAISE(ABORT, 'reloads is append-only'); END;
+CREATE TRIGGER reloads_no_delete BEFORE DELETE ON reloads
+  BEGIN SELECT RAISE(ABORT, 'reloads is append-only'); END;
+)sql"},
 };
 
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
@@ -443,6 +469,27 @@ void fill_row(const delivery_record& r, bool, row_text& t, std::vector<column_va
   };
 }
 
+void fill_row(const reload_record& r, bool, row_text& t, std::vector<column_value>& row) {
+  t.created_at = iso_utc(r.created_ms);
+  row = {
+      {"seq", std::int64_t{0}},
+      {"id", std::string_view(r.id)},
+      {"created_ms", r.created_ms},
+      {"created_at", std::string_view(t.created_at)},
+      {"who", std::string_view(r.who)},
+      {"outcome", std::string_view(r.outcome)},
+      {"reason", std::string_view(r.reason)},
+      {"registry_file", std::string_view(r.registry_file)},
+      {"policy_file", std::string_view(r.policy_file)},
+      {"old_registry_hash", std::string_view(r.old_registry_hash)},
+      {"old_policy_hash", std::string_view(r.old_policy_hash)},
+      {"new_registry_hash", r.new_registry_hash.empty() ? cell(nullptr) : cell(std::string_view(r.new_registry_hash))},
+      {"new_policy_hash", r.new_policy_hash.empty() ? cell(nullptr) : cell(std::string_view(r.new_policy_hash))},
+      {"prev_hash", std::string_view()},
+      {"row_hash", std::string_view()},
+  };
+}
+
 // The INSERT of a table of `Record`s: its columns are fill_row's, in its order.
 template <class Record>
 std::string insert_sql(const char* table) {
@@ -485,6 +532,7 @@ class sqlite_store final : public decision_store {
     tables_[2] = make_table<escalation_record>(o, "escalations");
     tables_[3] = make_table<resolution_record>(o, "resolutions");
     tables_[4] = make_table<delivery_record>(o, "deliveries");
+    tables_[5] = make_table<reload_record>(o, "reloads");
   }
 
   result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {

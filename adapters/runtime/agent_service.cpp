@@ -26,6 +26,9 @@ struct agent_service::turn {
   json frame_id;
   protocol::decide_frame frame;
   session_turn session;
+  // The registry, policy and executors the turn decides and runs with, to its end, whatever a
+  // reload swaps in meanwhile.
+  std::shared_ptr<const routing_snapshot> routing;
   clock_type::time_point received;
   std::string schema_hash;
   boost::asio::steady_timer timer;
@@ -69,13 +72,14 @@ struct agent_service::turn {
 };
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
-                             log::decision_log& log, metrics& m, routing_config routing,
+                             log::decision_log& log, metrics& m, std::shared_ptr<const routing_snapshot> routing,
                              boost::asio::any_io_executor io, std::optional<fallback_engine> fallback)
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
       desk_(std::make_unique<escalation_desk>(
-          log, escalation_routing{routing_.registry, routing_.policy, routing_.executors,
-                                  config.server.max_pending_tool_results, m},
-          std::move(io))),
+          log, escalation_routing{routing_, config.server.max_pending_tool_results, m}, io)),
+      reloader_(std::make_unique<routing_reloader>(
+          config, routing_, *desk_, log, engine.describe().limits,
+          fallback ? &fallback->engine.describe().limits : nullptr, std::move(io))),
       fallback_(fallback),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
                                config.server.max_sessions, config.server.session_idle}) {}
@@ -130,13 +134,14 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     // not a protocol violation: a client retrying as told must not reach the bad-frame limit.
     return true;
   }
-  // Every turn asks the registry's questions, validated once at start-up; extra questions are
-  // validated with them.
+  // Every turn asks the registry's questions, validated once when they were loaded; extra
+  // questions are validated with them.
+  std::shared_ptr<const routing_snapshot> routing = routing_.current();
   request req;
   if (f.questions.is_null()) {
-    req = routing_.questions;
+    req = routing->questions;
   } else {
-    auto compiled = tools::compile_questions(routing_.registry, engine_.describe().limits, f.questions);
+    auto compiled = tools::compile_questions(routing->registry, engine_.describe().limits, f.questions);
     if (!compiled) {
       sessions_.abort(std::move(*begun));
       --in_flight_;
@@ -148,9 +153,10 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   req.state = std::move(begun->history);
   req.cache_scope = c->caller_;
   auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
+  t->routing = std::move(routing);
   fit_window(t, req, engine_);
   t->received = started;
-  t->schema_hash = t->frame.questions.is_null() ? routing_.schema_hash : tools::schema_hash(req);
+  t->schema_hash = t->frame.questions.is_null() ? t->routing->schema_hash : tools::schema_hash(req);
   t->compile_ms = ms_since(started);
 
   auto submitted = scheduler_.submit(std::move(req), [this, t](scheduled_result r) {
@@ -190,7 +196,8 @@ void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
-  t->act = t->in_fallback ? policies::on_fallback_failure(routing_.policy) : policies::on_engine_failure(routing_.policy);
+  t->act = t->in_fallback ? policies::on_fallback_failure(t->routing->policy)
+                          : policies::on_engine_failure(t->routing->policy);
   t->policy_ms = ms_since(p0);
   spdlog::warn("session {} turn {}: no {} answer in time; policy decides {}", t->session.session, t->session.turn,
                t->in_fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
@@ -213,7 +220,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   metrics_.stage_ms("agent", metrics::stage::queue, r.queue_ms);
   if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
   const auto p0 = clock_type::now();
-  const policies::policy& policy = routing_.policy;
+  const policies::policy& policy = t->routing->policy;
   const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
   if (r.outcome) {
     auto resp = make_response(r.req, *r.outcome, policy.metric, engine.describe().model_id);
@@ -226,10 +233,10 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
     t->error_code = r.outcome.error().code;
   }
   if (t->in_fallback) {
-    t->act = t->answers ? policies::decide_after_fallback(policy, routing_.registry, *t->answers)
+    t->act = t->answers ? policies::decide_after_fallback(policy, t->routing->registry, *t->answers)
                         : policies::on_fallback_failure(policy);
   } else {
-    t->act = t->answers ? policies::decide_action(policy, routing_.registry, *t->answers)
+    t->act = t->answers ? policies::decide_action(policy, t->routing->registry, *t->answers)
                         : policies::on_engine_failure(policy);
   }
   t->policy_ms = ms_since(p0);
@@ -296,7 +303,7 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
     t->session.history = std::move(req.state);
     t->error_code = submitted.error().code;
     metrics_.engine_error("agent", t->error_code);
-    t->act = policies::on_fallback_failure(routing_.policy);
+    t->act = policies::on_fallback_failure(t->routing->policy);
     finish_part(t);
     decide_and_log(t);
     return;
@@ -305,13 +312,13 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
-  if (const tools::tool* tool = tools::find_tool(routing_.registry, t->act.tool)) {
+  if (const tools::tool* tool = tools::find_tool(t->routing->registry, t->act.tool)) {
     tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
   }
   log::decision_record rec = make_record(t);
   t->decision_id = rec.id;
   // The audit draws by the decision id, so it applies once the id exists (as `baton replay` does).
-  if (policies::action audited = policies::audit(routing_.policy, t->act, rec.id); audited.what != t->act.what) {
+  if (policies::action audited = policies::audit(t->routing->policy, t->act, rec.id); audited.what != t->act.what) {
     t->act = std::move(audited);
     rec.action = std::string(policies::to_string(t->act.what));
     rec.lane = t->act.lane;
@@ -346,7 +353,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   };
   result<void> queued;
   if (escalates) {
-    t->escalation = desk_->make_escalation(rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+    t->escalation = desk_->make_escalation(*t->routing, rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
     const std::string id = rec.id;
     queued = log_.append(std::move(rec), [id](result<void> ok) {
       if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
@@ -379,8 +386,8 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) 
   rec.engine = options.name;
   rec.model = t->answers ? t->answers->model : std::string();
   rec.fingerprint = engine.describe().fingerprint;
-  rec.registry_hash = routing_.registry.hash;
-  rec.policy_hash = routing_.policy.hash;
+  rec.registry_hash = t->routing->registry.hash;
+  rec.policy_hash = t->routing->policy.hash;
   rec.schema_hash = t->schema_hash;
   rec.state_hash = t->state_hash;
   if (log_.options().store_state) rec.state = t->state_text;
@@ -410,7 +417,7 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   f.arguments = a.arguments;
   f.lane = a.lane;
   f.confidence = a.confidence;
-  if (const auto ex = routing_.executors.find(a.tool); ex != routing_.executors.end()) f.executor = ex->second->kind();
+  if (const auto ex = t->routing->executors.find(a.tool); ex != t->routing->executors.end()) f.executor = ex->second->kind();
   f.answers = t->answers;
   f.model = t->answers ? t->answers->model : (t->in_fallback ? fallback_->engine : engine_).describe().model_id;
   if (t->answers) {
@@ -432,8 +439,8 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
 }
 
 void agent_service::after_decision(const std::shared_ptr<turn>& t) {
-  const auto ex = routing_.executors.find(t->act.tool);
-  if (t->act.what != policies::action::execute || ex == routing_.executors.end()) {
+  const auto ex = t->routing->executors.find(t->act.tool);
+  if (t->act.what != policies::action::execute || ex == t->routing->executors.end()) {
     finish_part(t);
     return;
   }
@@ -456,7 +463,7 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
   t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
 
   log::tool_run_record run =
-      tool_run_of(t->decision_id, t->act.tool, routing_.executors.at(t->act.tool)->kind(), o);
+      tool_run_of(t->decision_id, t->act.tool, t->routing->executors.at(t->act.tool)->kind(), o);
   std::string frame =
       protocol::render(protocol::tool_outcome_frame{t->decision_id, t->act.tool, wire_outcome(std::move(o)), std::move(event)});
   auto send = [this, t, frame = std::move(frame)](result<void> ok) mutable {
@@ -523,18 +530,23 @@ void agent_service::hand_back(turn& t) {
 
 std::string agent_service::health_json() const {
   const engine_description& d = engine_.describe();
+  const std::shared_ptr<const routing_snapshot> routing = routing_.current();
+  const routing_reloader::counts reloads = reloader_->counted();
   json h = {{"status", draining_ ? "draining" : "ok"},
             {"engine", config_.engine.name},
             {"model", d.model_id},
             {"fingerprint", d.fingerprint},
-            {"registry_hash", routing_.registry.hash},
-            {"policy_hash", routing_.policy.hash},
-            {"schema_hash", routing_.schema_hash},
+            {"registry_hash", routing->registry.hash},
+            {"policy_hash", routing->policy.hash},
+            {"schema_hash", routing->schema_hash},
+            {"reloads", reloads.applied},
+            {"reloads_failed", reloads.failed},
             {"sessions", sessions_.size()},
             {"escalations_pending", desk_->pending()},
             {"in_flight", in_flight_.load()},
             {"queued", scheduler_.queued()},
             {"uptime_s", round_decimals(ms_since(started_) / 1000.0, 3)}};
+  if (reloads.last_applied_ms) h["reloaded_at"] = iso_utc(reloads.last_applied_ms);
   return render_json(h, false);
 }
 

@@ -20,24 +20,14 @@
 #include "adapters/runtime/agent_connection.hpp"
 #include "adapters/runtime/escalation_desk.hpp"
 #include "adapters/runtime/metrics.hpp"
+#include "adapters/runtime/reloader.hpp"
+#include "adapters/runtime/routing.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "adapters/runtime/session_table.hpp"
 #include "engine/decision_engine.hpp"
 #include "engine/scheduler.hpp"
-#include "policies/policy.hpp"
-#include "tools/executor.hpp"
-#include "tools/registry.hpp"
 
 namespace baton {
-
-// What decisions are made with: loaded and checked together at start-up.
-struct routing_config {
-  tools::registry registry;
-  policies::policy policy;
-  std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
-  request questions;         // what every turn asks (compile_questions); a turn adds its history
-  std::string schema_hash;  // of those questions (every turn without extra questions)
-};
 
 class agent_service {
  public:
@@ -47,9 +37,9 @@ class agent_service {
     scheduler& sched;
     std::chrono::milliseconds timeout;
   };
-  // `io` runs the escalations' deadlines.
+  // `routing`: what serves first (load_routing). `io` runs the escalations' deadlines.
   agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler, log::decision_log& log,
-                metrics& m, routing_config routing, boost::asio::any_io_executor io,
+                metrics& m, std::shared_ptr<const routing_snapshot> routing, boost::asio::any_io_executor io,
                 std::optional<fallback_engine> fallback = std::nullopt);
 
   // Handles one text frame on the connection's strand. False when the frame was refused at once
@@ -65,6 +55,9 @@ class agent_service {
 
   // The escalations to a person: start() it before serving.
   escalation_desk& desk() noexcept { return *desk_; }
+
+  // Reloads of the registry and policy (SIGHUP, POST /v1/admin/reload).
+  routing_reloader& reloader() noexcept { return *reloader_; }
 
  private:
   struct turn;
@@ -93,8 +86,9 @@ class agent_service {
   scheduler& scheduler_;
   log::decision_log& log_;
   metrics& metrics_;
-  routing_config routing_;
+  routing_state routing_;  // a turn takes the snapshot serving when it starts
   std::unique_ptr<escalation_desk> desk_;
+  std::unique_ptr<routing_reloader> reloader_;
   std::optional<fallback_engine> fallback_;
   session_table sessions_;
   std::atomic<bool> draining_{false};

@@ -80,48 +80,52 @@ escalation_desk::escalation_desk(log::decision_log& log, escalation_routing rout
 
 escalation_desk::~escalation_desk() = default;
 
-std::string escalation_desk::executor_kind(const std::string& tool) const {
-  const auto it = routing_.executors.find(tool);
-  return it == routing_.executors.end() ? "agent" : std::string(it->second->kind());
+std::string escalation_desk::executor_kind(const routing_snapshot& routing, const std::string& tool) {
+  const auto it = routing.executors.find(tool);
+  return it == routing.executors.end() ? "agent" : std::string(it->second->kind());
 }
 
-tools::executor* escalation_desk::executor_for(const log::resolution_record& r) const {
+tools::executor* escalation_desk::executor_for(const routing_snapshot& routing, const log::resolution_record& r) {
   if (r.outcome != "execute") return nullptr;
-  const auto it = routing_.executors.find(r.tool);
-  return it == routing_.executors.end() ? nullptr : it->second.get();
+  const auto it = routing.executors.find(r.tool);
+  return it == routing.executors.end() ? nullptr : it->second.get();
 }
 
-escalation_desk::waiting escalation_desk::waiting_for(const log::resolution_record& r, const log::escalation_record& e,
-                                                      const protocol::resolution_object& resolution) const {
+escalation_desk::waiting escalation_desk::waiting_for(const routing_snapshot& routing, const log::resolution_record& r,
+                                                      const log::escalation_record& e,
+                                                      const protocol::resolution_object& resolution) {
   waiting w;
   w.session = e.session;
   w.decision = e.decision;
   w.frame = protocol::render(protocol::resolution_frame{resolution});
-  if (const tools::executor* ex = executor_for(r); ex && ex->agent_runs()) w.tool = r.tool;
+  if (const tools::executor* ex = executor_for(routing, r); ex && ex->agent_runs()) w.tool = r.tool;
   return w;
 }
 
-void escalation_desk::run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e) {
-  if (tools::executor* ex = executor_for(r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
+void escalation_desk::run_if_baton_runs(const routing_snapshot& routing, const log::resolution_record& r,
+                                        const log::escalation_record& e) {
+  if (tools::executor* ex = executor_for(routing, r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
 }
 
-protocol::resolution_object escalation_desk::resolution_object_of(const log::resolution_record& r,
-                                                                   const log::escalation_record& e) const {
-  const tools::executor* ex = executor_for(r);
+protocol::resolution_object escalation_desk::resolution_object_of(const routing_snapshot& routing,
+                                                                   const log::resolution_record& r,
+                                                                   const log::escalation_record& e) {
+  const tools::executor* ex = executor_for(routing, r);
   return {r.id,        r.escalation, e.decision, e.session, e.turn,   r.outcome,    r.tool,
           r.arguments, r.reason,     r.reviewer, r.by,      r.forced, r.created_ms,
           ex ? std::optional<std::string>(ex->kind()) : std::nullopt};
 }
 
-escalation escalation_desk::read_back(const log::escalation_row& row) const {
+escalation escalation_desk::read_back(const routing_snapshot& routing, const log::escalation_row& row) {
   return {row.escalation, escalation_evidence(row.escalation, row.decision_answers, row.decision_error,
-                                              routing_.registry, routing_.policy)};
+                                              routing.registry, routing.policy)};
 }
 
-protocol::escalation_object escalation_desk::history_object(const log::escalation_history& h) const {
-  const escalation e = read_back(h.row);
+protocol::escalation_object escalation_desk::history_object(const routing_snapshot& routing,
+                                                            const log::escalation_history& h) {
+  const escalation e = read_back(routing, h.row);
   if (!h.resolution) return escalation_object_of(e);
-  return escalation_object_of(e, resolution_object_of(*h.resolution, e.row),
+  return escalation_object_of(e, resolution_object_of(routing, *h.resolution, e.row),
                               h.tool_run ? std::optional(tool_run_object_of(*h.tool_run)) : std::nullopt);
 }
 
@@ -135,15 +139,15 @@ protocol::escalation_object escalation_desk::escalation_object_of(const escalati
           std::move(tool_run)};
 }
 
-escalation escalation_desk::make_escalation(const log::decision_record& d, const response* answers,
-                                           std::string state) const {
+escalation escalation_desk::make_escalation(const routing_snapshot& routing, const log::decision_record& d,
+                                           const response* answers, std::string state) const {
   log::escalation_record r;
   r.id = new_id('e');
   r.decision = d.id;
   r.session = d.session;
   r.turn = d.turn;
   r.created_ms = unix_ms();
-  const policies::escalation_terms terms = policies::escalation_terms_for(routing_.policy, d.tool, d.lane);
+  const policies::escalation_terms terms = policies::escalation_terms_for(routing.policy, d.tool, d.lane);
   r.deadline_ms = r.created_ms + terms.deadline_s * 1000;
   r.on_deadline = terms.execute_on_deadline ? "execute" : "deny";
   r.reason = d.lane;
@@ -172,35 +176,38 @@ escalation escalation_desk::make_escalation(const log::decision_record& d, const
       std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
       for (const auto& [tool, p] : sorted) {
         std::string description;
-        if (tool == tools::finish_option && routing_.registry.finish) description = *routing_.registry.finish;
-        if (const tools::tool* t = tools::find_tool(routing_.registry, tool)) description = t->description;
+        if (tool == tools::finish_option && routing.registry.finish) description = *routing.registry.finish;
+        if (const tools::tool* t = tools::find_tool(routing.registry, tool)) description = t->description;
         r.candidates.push_back({{"tool", tool}, {"description", description}, {"probability", round_decimals(p, 4)}});
       }
     }
   }
-  json evidence = escalation_evidence(r, answers, d.error_code, routing_.registry, routing_.policy);
+  json evidence = escalation_evidence(r, answers, d.error_code, routing.registry, routing.policy);
   return {std::move(r), std::move(evidence)};
 }
 
 void escalation_desk::start() {
+  const snapshot routing = routing_.routing.current();
   const std::int64_t now = unix_ms();
   auto pending = reader_->pending_escalations();
   if (!pending) throw error_exception(pending.error());
   auto unacknowledged = reader_->unacknowledged_resolutions();
   if (!unacknowledged) throw error_exception(unacknowledged.error());
   std::vector<std::pair<log::resolution_record, escalation>> waiting;
-  for (log::escalation_history& h : *unacknowledged) waiting.emplace_back(std::move(*h.resolution), read_back(h.row));
+  for (log::escalation_history& h : *unacknowledged) {
+    waiting.emplace_back(std::move(*h.resolution), read_back(*routing, h.row));
+  }
 
   std::size_t expired = 0;
   for (const log::escalation_row& row : *pending) {
     auto owned = std::make_unique<entry>();
-    owned->escalation = read_back(row);
+    owned->escalation = read_back(*routing, row);
     if (owned->escalation.row.deadline_ms > now) {
       add_pending(std::move(owned));
       continue;
     }
     // Passed while baton was down: resolved now, durably, before anything is served.
-    auto res = prepare_deadline(*owned);
+    auto res = prepare_deadline(*routing, *owned);
     std::promise<result<void>> written;
     auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
     const result<void> ok = queued ? written.get_future().get() : queued;
@@ -209,11 +216,11 @@ void escalation_desk::start() {
     if (!ok) continue;
     routing_.counters.resolution(res.outcome, res.by);
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
-    run_if_baton_runs(res, owned->escalation.row);
+    run_if_baton_runs(*routing, res, owned->escalation.row);
     waiting.emplace_back(std::move(res), owned->escalation);
   }
   for (const auto& [res, esc] : waiting) {
-    waiting_.emplace(res.id, waiting_for(res, esc.row, resolution_object_of(res, esc.row)));
+    waiting_.emplace(res.id, waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row)));
   }
   for (auto& [id, e] : pending_) arm(*e);
   if (!pending_.empty() || !waiting_.empty() || expired) {
@@ -237,12 +244,109 @@ void escalation_desk::arm(entry& e) {
 }
 
 void escalation_desk::raised(const escalation& e) {
-  std::lock_guard lock(mutex_);
-  auto owned = std::make_unique<entry>();
-  owned->escalation = e;
-  arm(*owned);
-  add_pending(std::move(owned));
-  broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(e)}));
+  const std::string& id = e.row.id;
+  snapshot routing;
+  std::optional<log::resolution_record> denied;
+  {
+    std::lock_guard lock(mutex_);
+    auto owned = std::make_unique<entry>();
+    owned->escalation = e;
+    arm(*owned);
+    entry& raised_entry = *owned;
+    add_pending(std::move(owned));
+    broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(e)}));
+    // Decided on a snapshot that a reload replaced before this row was durable: the reload's
+    // sweep did not see it, so it is held against what serves now here.
+    if (!last_reload_.empty()) {
+      routing = routing_.routing.current();
+      if (const auto why = misfit(*routing, e.row)) denied = prepare_misfit_locked(*routing, raised_entry, *why, last_reload_);
+    }
+  }
+  if (!denied) return;
+  write_resolution(id, std::move(*denied), std::move(routing), [id](result<protocol::resolution_object> r) {
+    // Still pending: its deadline resolves it.
+    if (!r) spdlog::error("escalation {} no longer fits the reloaded routing, but its resolution is not in the log: {}",
+                          id, r.error().message);
+  });
+}
+
+std::optional<std::string> escalation_desk::misfit(const routing_snapshot& routing, const log::escalation_record& r) {
+  if (r.tool.empty()) return std::nullopt;  // the reviewer chooses the tool
+  if (r.registry_hash == routing.registry.hash && r.policy_hash == routing.policy.hash) return std::nullopt;
+  if (r.tool == tools::finish_option) {
+    if (routing.registry.finish) return std::nullopt;
+    return std::string("the registry no longer has `finish`");
+  }
+  const tools::tool* t = tools::find_tool(routing.registry, r.tool);
+  if (!t) return "tool `" + r.tool + "` is no longer in the registry";
+  json arguments = r.arguments;
+  if (const auto issues = tools::complete_arguments(*t, arguments); !issues.empty()) {
+    // loc is ["arguments", NAME], or ["arguments"] for arguments that are no object.
+    const issue& first = issues.front();
+    const std::string where = first.loc.is_array() && !first.loc.empty() && first.loc.back().is_string()
+                                  ? first.loc.back().get<std::string>()
+                                  : std::string("arguments");
+    return "its arguments no longer fit tool `" + r.tool + "` (" + where + ": " + first.msg + ")";
+  }
+  const auto& deny = routing.policy.deny;
+  if (std::find(deny.begin(), deny.end(), r.tool) != deny.end()) return "the policy now denies `" + r.tool + "` (rules.deny)";
+  return std::nullopt;
+}
+
+std::optional<log::resolution_record> escalation_desk::prepare_misfit_locked(const routing_snapshot& routing, entry& e,
+                                                                             const std::string& why,
+                                                                             const std::string& reload_id) {
+  if (e.resolving) return std::nullopt;  // a reviewer's or its deadline's resolution is on its way
+  protocol::resolve_input in;
+  in.reason = "denied at reload " + reload_id + " of the registry and policy: " + why +
+              " (what no longer fits is denied, as its deadline would deny it)";
+  in.force = true;
+  auto res = prepare(routing, e, std::move(in), deadline_reviewer, "deadline");
+  if (!res) return std::nullopt;  // a forced deny has nothing left to refuse
+  e.resolving = true;
+  return std::move(*res);
+}
+
+void escalation_desk::resolve_misfits(const std::string& reload_id, std::function<void(std::size_t)> done) {
+  const snapshot routing = routing_.routing.current();
+  std::vector<std::pair<std::string, log::resolution_record>> denied;
+  {
+    std::lock_guard lock(mutex_);
+    last_reload_ = reload_id;
+    for (const auto& [order, raised_entry] : raised_order_) {
+      entry& e = *pending_.at(raised_entry->escalation.row.id);
+      const auto why = misfit(*routing, e.escalation.row);
+      if (!why) continue;
+      if (auto res = prepare_misfit_locked(*routing, e, *why, reload_id)) denied.emplace_back(e.escalation.row.id, std::move(*res));
+    }
+  }
+  if (denied.empty()) return done(0);
+  // Told once every row is durable (or refused).
+  struct tally {
+    std::mutex mutex;
+    std::size_t left = 0, resolved = 0;
+    std::function<void(std::size_t)> done;
+  };
+  auto t = std::make_shared<tally>();
+  t->left = denied.size();
+  t->done = std::move(done);
+  for (auto& [id, res] : denied) {
+    write_resolution(id, std::move(res), routing, [t, id = id](result<protocol::resolution_object> r) {
+      if (!r) {
+        // Still pending: its deadline resolves it.
+        spdlog::error("escalation {} no longer fits the reloaded routing, but its resolution is not in the log: {}", id,
+                      r.error().message);
+      }
+      std::size_t left = 0, resolved = 0;
+      {
+        std::lock_guard lock(t->mutex);
+        if (r) ++t->resolved;
+        left = --t->left;
+        resolved = t->resolved;
+      }
+      if (left == 0) t->done(resolved);
+    });
+  }
 }
 
 protocol::resolve_input escalation_desk::deadline_input(const log::escalation_record& r) {
@@ -257,8 +361,8 @@ protocol::resolve_input escalation_desk::deadline_input(const log::escalation_re
   return in;
 }
 
-log::resolution_record escalation_desk::prepare_deadline(const entry& e) const {
-  auto res = prepare(e, deadline_input(e.escalation.row), deadline_reviewer, "deadline");
+log::resolution_record escalation_desk::prepare_deadline(const routing_snapshot& routing, const entry& e) const {
+  auto res = prepare(routing, e, deadline_input(e.escalation.row), deadline_reviewer, "deadline");
   if (res) return std::move(*res);
   // The configured `execute` no longer fits the registry (a tool renamed, a parameter changed):
   // denied, saying why, rather than left pending for ever.
@@ -267,20 +371,21 @@ log::resolution_record escalation_desk::prepare_deadline(const entry& e) const {
   deny.tool.reset();
   deny.arguments.reset();
   deny.reason += "; denied: its execute no longer fits the registry (" + res.error().message + ")";
-  auto denied = prepare(e, std::move(deny), deadline_reviewer, "deadline");
+  auto denied = prepare(routing, e, std::move(deny), deadline_reviewer, "deadline");
   return std::move(*denied);  // a forced deny has nothing left to refuse
 }
 
 void escalation_desk::on_deadline(const std::string& id) {
+  const snapshot routing = routing_.routing.current();
   log::resolution_record res;
   {
     std::lock_guard lock(mutex_);
     const auto it = pending_.find(id);
     if (it == pending_.end() || it->second->resolving) return;
-    res = prepare_deadline(*it->second);
+    res = prepare_deadline(*routing, *it->second);
     it->second->resolving = true;
   }
-  write_resolution(id, std::move(res), [this, id](result<protocol::resolution_object> r) {
+  write_resolution(id, std::move(res), routing, [this, id](result<protocol::resolution_object> r) {
     if (r) return;
     // Not in the log (a full or failing log): the deadline is tried again in 5 s.
     spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
@@ -323,7 +428,8 @@ void escalation_desk::on_review_frame(const std::shared_ptr<review_listener>& l,
   });
 }
 
-result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol::resolve_input&& in, const std::string& reviewer,
+result<log::resolution_record> escalation_desk::prepare(const routing_snapshot& routing, const entry& e,
+                                                        protocol::resolve_input&& in, const std::string& reviewer,
                                                         const char* by) const {
   const log::escalation_record& r = e.escalation.row;
   log::resolution_record res;
@@ -331,8 +437,8 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol
   if (in.execute) {
     res.tool = in.tool.value_or(r.tool);
     if (res.tool.empty()) return invalid_field(json::array({"tool"}), "missing", "`tool` is required: the escalated decision names none");
-    const bool finish = res.tool == tools::finish_option && routing_.registry.finish;
-    const tools::tool* t = tools::find_tool(routing_.registry, res.tool);
+    const bool finish = res.tool == tools::finish_option && routing.registry.finish;
+    const tools::tool* t = tools::find_tool(routing.registry, res.tool);
     if (!finish && !t) return invalid_field(json::array({"tool"}), "literal_error", "unknown tool `" + res.tool + "`");
     res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
     if (t) {
@@ -343,8 +449,8 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol
       return invalid_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
     }
   }
-  const bool registry_changed = r.registry_hash != routing_.registry.hash;
-  const bool policy_changed = r.policy_hash != routing_.policy.hash;
+  const bool registry_changed = r.registry_hash != routing.registry.hash;
+  const bool policy_changed = r.policy_hash != routing.policy.hash;
   if ((registry_changed || policy_changed) && !in.force) {
     const std::string what = registry_changed && policy_changed ? "the registry and the policy"
                              : registry_changed                 ? "the registry"
@@ -359,13 +465,14 @@ result<log::resolution_record> escalation_desk::prepare(const entry& e, protocol
   res.reviewer = reviewer;
   res.by = by;
   res.forced = in.force && (registry_changed || policy_changed);
-  res.registry_hash = routing_.registry.hash;
-  res.policy_hash = routing_.policy.hash;
+  res.registry_hash = routing.registry.hash;
+  res.policy_hash = routing.policy.hash;
   return res;
 }
 
 void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
                                  resolved_callback done) {
+  const snapshot routing = routing_.routing.current();
   result<log::resolution_record> prepared = not_found(id);
   {
     std::lock_guard lock(mutex_);
@@ -375,12 +482,12 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
         prepared = make_error(409, "RESOLUTION_IN_PROGRESS",
                               "escalation " + id + " is being resolved by another call; read it again in a moment");
       } else {
-        prepared = prepare(*it->second, std::move(in), reviewer, by);
+        prepared = prepare(*routing, *it->second, std::move(in), reviewer, by);
         if (prepared) it->second->resolving = true;
       }
     }
   }
-  if (prepared) return write_resolution(id, std::move(*prepared), std::move(done));
+  if (prepared) return write_resolution(id, std::move(*prepared), routing, std::move(done));
   if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
   // Not pending here: resolved already, or not (yet) an escalation at all.
   auto found = reader_->escalation(id);
@@ -392,18 +499,19 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
                       " by " + r.reviewer + " at " + iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
 }
 
-void escalation_desk::write_resolution(const std::string& id, log::resolution_record res, resolved_callback done) {
+void escalation_desk::write_resolution(const std::string& id, log::resolution_record res, snapshot routing,
+                                       resolved_callback done) {
   log::resolution_record copy = res;
-  auto queued = log_.append(std::move(copy), [this, id, res, done](result<void> ok) mutable {
-    boost::asio::post(io_, [this, id, res = std::move(res), ok, done = std::move(done)]() mutable {
-      finish(id, std::move(res), ok, std::move(done));
+  auto queued = log_.append(std::move(copy), [this, id, res, routing, done](result<void> ok) mutable {
+    boost::asio::post(io_, [this, id, res = std::move(res), routing = std::move(routing), ok, done = std::move(done)]() mutable {
+      finish(id, std::move(res), routing, ok, std::move(done));
     });
   });
-  if (!queued) finish(id, std::move(res), queued, std::move(done));
+  if (!queued) finish(id, std::move(res), routing, queued, std::move(done));
 }
 
-void escalation_desk::finish(const std::string& id, log::resolution_record r, result<void> written,
-                             resolved_callback done) {
+void escalation_desk::finish(const std::string& id, log::resolution_record r, const snapshot& routing,
+                             result<void> written, resolved_callback done) {
   std::optional<escalation> e;
   std::optional<waiting> w;
   protocol::resolution_object object;
@@ -425,8 +533,8 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
         // Another baton on the same log resolved it first.
         failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
       } else {
-        object = resolution_object_of(r, e->row);
-        w = waiting_for(r, e->row, object);
+        object = resolution_object_of(*routing, r, e->row);
+        w = waiting_for(*routing, r, e->row, object);
         waiting_.emplace(r.id, *w);
         // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
         broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(*e, object)}));
@@ -438,7 +546,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, re
   spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
   deliver(*w);
   // A tool baton runs itself runs now; the agent runs its own once it has the resolution.
-  run_if_baton_runs(r, e->row);
+  run_if_baton_runs(*routing, r, e->row);
   done(result<protocol::resolution_object>(boost::system::in_place_value, std::move(object)));
 }
 
@@ -595,7 +703,8 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   if (status != "pending") {
     auto resolved = reader_->latest_resolutions(limit);
     if (!resolved) return resolved.error();
-    for (const log::escalation_history& h : *resolved) list.escalations.push_back(history_object(h));
+    const snapshot routing = routing_.routing.current();
+    for (const log::escalation_history& h : *resolved) list.escalations.push_back(history_object(*routing, h));
   }
   return protocol::render(list);
 }
@@ -610,17 +719,18 @@ result<std::string> escalation_desk::get_json(const std::string& id) const {
   auto found = reader_->escalation(id);
   if (!found) return found.error();
   if (!*found) return not_found(id);
-  return protocol::render(history_object(**found));
+  return protocol::render(history_object(*routing_.routing.current(), **found));
 }
 
 std::string escalation_desk::tools_json() const {
+  const snapshot routing = routing_.routing.current();
   protocol::tools_list list;
-  for (const tools::tool& t : routing_.registry.tools) {
+  for (const tools::tool& t : routing->registry.tools) {
     protocol::tool_entry& entry = list.tools.emplace_back();
     entry.id = t.id;
     entry.description = t.description;
     entry.risk = tools::to_string(t.risk);
-    entry.executor = executor_kind(t.id);
+    entry.executor = executor_kind(*routing, t.id);
     for (const tools::parameter& p : t.parameters) {
       protocol::tool_parameter& param = entry.parameters.emplace_back();
       param.name = p.name;
@@ -632,8 +742,8 @@ std::string escalation_desk::tools_json() const {
       param.fixed = p.value;
     }
   }
-  list.finish = routing_.registry.finish;
-  list.registry_hash = routing_.registry.hash;
+  list.finish = routing->registry.finish;
+  list.registry_hash = routing->registry.hash;
   return protocol::render(list);
 }
 

@@ -21,12 +21,10 @@
 #include "adapters/protocol/review_protocol.hpp"
 #include "adapters/runtime/agent_connection.hpp"
 #include "adapters/runtime/metrics.hpp"
+#include "adapters/runtime/routing.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
-#include "policies/policy.hpp"
-#include "tools/executor.hpp"
-#include "tools/registry.hpp"
 
 namespace baton {
 
@@ -44,11 +42,11 @@ class review_listener {
   virtual void send(std::string frame) = 0;
 };
 
-// What the desk needs of the serving configuration; it outlives the desk.
+// What the desk needs of the serving configuration; it outlives the desk. The desk reads the
+// serving snapshot whenever it prepares a resolution, so resolutions record (and are checked
+// against) what serves then.
 struct escalation_routing {
-  const tools::registry& registry;
-  const policies::policy& policy;
-  const std::unordered_map<std::string, std::unique_ptr<tools::executor>>& executors;
+  const routing_state& routing;
   std::size_t max_pending_tool_results;  // per connection (server.max_pending_tool_results)
   metrics& counters;                     // tool runs and resolutions
 };
@@ -63,10 +61,23 @@ class escalation_desk {
   // baton was down (waiting until that is durable). Throws error_exception.
   void start();
 
-  // The escalation of an escalated decision (its row is written right after the decision's).
-  escalation make_escalation(const log::decision_record& d, const response* answers, std::string state) const;
-  // Its row is durable: it is pending now, reviewers hear of it, its deadline runs.
+  // The escalation of an escalated decision (its row is written right after the decision's),
+  // with the terms of `routing`'s policy (the snapshot the turn decided with).
+  escalation make_escalation(const routing_snapshot& routing, const log::decision_record& d, const response* answers,
+                             std::string state) const;
+  // Its row is durable: it is pending now, reviewers hear of it, its deadline runs. One raised
+  // on a snapshot a reload has since replaced, whose tool no longer fits, is resolved at once as
+  // resolve_misfits() would.
   void raised(const escalation& e);
+
+  // After reload `reload_id` swapped the serving snapshot: every pending escalation raised on
+  // another registry or policy whose proposed tool no longer fits the serving one (gone from the
+  // registry, its arguments no longer valid, or denied by rules.deny) is denied, by "baton" as
+  // its deadline would be (`by` deadline), with a reason naming the reload and what no longer
+  // fits. An execute that no longer fits cannot be carried out, so a misfit is always denied.
+  // `done` gets how many were resolved, once their rows are durable (on an I/O thread, or inline
+  // when there are none).
+  void resolve_misfits(const std::string& reload_id, std::function<void(std::size_t)> done);
 
   using resolved_callback = std::function<void(result<protocol::resolution_object>)>;
   // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409
@@ -115,13 +126,23 @@ class escalation_desk {
  private:
   struct entry;
   struct waiting;
-  result<log::resolution_record> prepare(const entry& e, protocol::resolve_input&& in, const std::string& reviewer,
-                                         const char* by) const;
+  using snapshot = std::shared_ptr<const routing_snapshot>;
+  // A resolution prepared against `routing` (what serves when it is prepared), which then carries
+  // it out (its executor) whatever a reload swaps in meanwhile.
+  result<log::resolution_record> prepare(const routing_snapshot& routing, const entry& e, protocol::resolve_input&& in,
+                                         const std::string& reviewer, const char* by) const;
   void resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
                   resolved_callback done);
-  log::resolution_record prepare_deadline(const entry& e) const;
-  void write_resolution(const std::string& id, log::resolution_record res, resolved_callback done);
-  void finish(const std::string& id, log::resolution_record r, result<void> written, resolved_callback done);
+  log::resolution_record prepare_deadline(const routing_snapshot& routing, const entry& e) const;
+  // Why escalation `r`'s proposed tool does not fit `routing`; none when it does (or it
+  // proposes none, or was raised on this very registry and policy).
+  static std::optional<std::string> misfit(const routing_snapshot& routing, const log::escalation_record& r);
+  // The deny of a misfit, with mutex_ held: none when it is being resolved already.
+  std::optional<log::resolution_record> prepare_misfit_locked(const routing_snapshot& routing, entry& e,
+                                                              const std::string& why, const std::string& reload_id);
+  void write_resolution(const std::string& id, log::resolution_record res, snapshot routing, resolved_callback done);
+  void finish(const std::string& id, log::resolution_record r, const snapshot& routing, result<void> written,
+              resolved_callback done);
   void arm(entry& e);
   void add_pending(std::unique_ptr<entry> e);  // with mutex_ held (or before serving)
   static protocol::resolve_input deadline_input(const log::escalation_record& r);
@@ -135,16 +156,17 @@ class escalation_desk {
                                                           std::optional<protocol::resolution_object> resolution = {},
                                                           std::optional<protocol::tool_run_object> tool_run = {});
   // An escalation read from the log, with its resolution and tool run when it has them.
-  protocol::escalation_object history_object(const log::escalation_history& h) const;
+  static protocol::escalation_object history_object(const routing_snapshot& routing, const log::escalation_history& h);
   // A row read from the log, with its evidence.
-  escalation read_back(const log::escalation_row& row) const;
-  protocol::resolution_object resolution_object_of(const log::resolution_record& r, const log::escalation_record& e) const;
+  static escalation read_back(const routing_snapshot& routing, const log::escalation_row& row);
+  static protocol::resolution_object resolution_object_of(const routing_snapshot& routing, const log::resolution_record& r,
+                                                          const log::escalation_record& e);
   // The executor an `execute` resolution's tool has (null for a deny, or for finish).
-  tools::executor* executor_for(const log::resolution_record& r) const;
-  std::string executor_kind(const std::string& tool) const;  // agent | http | command
-  waiting waiting_for(const log::resolution_record& r, const log::escalation_record& e,
-                      const protocol::resolution_object& resolution) const;
-  void run_if_baton_runs(const log::resolution_record& r, const log::escalation_record& e);
+  static tools::executor* executor_for(const routing_snapshot& routing, const log::resolution_record& r);
+  static std::string executor_kind(const routing_snapshot& routing, const std::string& tool);  // agent | http | command
+  static waiting waiting_for(const routing_snapshot& routing, const log::resolution_record& r,
+                             const log::escalation_record& e, const protocol::resolution_object& resolution);
+  void run_if_baton_runs(const routing_snapshot& routing, const log::resolution_record& r, const log::escalation_record& e);
 
   log::decision_log& log_;
   escalation_routing routing_;
@@ -159,6 +181,7 @@ class escalation_desk {
   std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
   std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections
   std::vector<std::weak_ptr<review_listener>> listeners_;
+  std::string last_reload_;  // the latest reload's id, for misfits raised after it
 };
 
 }  // namespace baton

@@ -44,6 +44,7 @@ std::string_view describe(endpoint e) noexcept {
     case endpoint::escalations: return "GET /v1/escalations and GET /v1/tools";
     case endpoint::resolve: return "POST /v1/escalations/{id}/resolve";
     case endpoint::review_ws: return "the reviewer WebSocket (/v1/review)";
+    case endpoint::admin: return "POST /v1/admin/reload";
   }
   return "?";
 }
@@ -58,6 +59,7 @@ bool may_use(role r, endpoint e) noexcept {
     case endpoint::escalations: return r != role::agent;
     case endpoint::resolve:
     case endpoint::review_ws: return r == role::reviewer || r == role::admin;
+    case endpoint::admin: return r == role::admin;
   }
   return false;
 }

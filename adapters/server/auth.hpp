@@ -21,7 +21,7 @@
 namespace baton {
 
 // What a role may call. /health is open to everyone.
-enum class endpoint { decide, models, metrics, agent_ws, escalations, resolve, review_ws };
+enum class endpoint { decide, models, metrics, agent_ws, escalations, resolve, review_ws, admin };
 std::string_view describe(endpoint e) noexcept;
 bool may_use(role r, endpoint e) noexcept;
 

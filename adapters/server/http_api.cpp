@@ -44,6 +44,7 @@ constexpr route routes[] = {
     {"/v1/review", http::verb::get},
     {"/v1/escalations", http::verb::get},
     {"/v1/tools", http::verb::get},
+    {"/v1/admin/reload", http::verb::post},
     // The {id} routes: matched by match_route, named by these paths in the metrics.
     {"/v1/escalations/{id}", http::verb::get},
     {"/v1/escalations/{id}/resolve", http::verb::post},
@@ -121,6 +122,15 @@ result<std::string> gunzip(std::string_view in, std::size_t limit) {
 }
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+// POST /v1/admin/reload's answer.
+std::string reload_json(const routing_reloader::report& r) {
+  const json body = {{"id", r.id},
+                     {"old", {{"registry_hash", r.old_registry_hash}, {"policy_hash", r.old_policy_hash}}},
+                     {"new", {{"registry_hash", r.new_registry_hash}, {"policy_hash", r.new_policy_hash}}},
+                     {"escalations_resolved", r.escalations_resolved}};
+  return render_json(body, false);
+}
 
 std::string_view bearer(const http_api::head& h) {
   const auto it = h.find(http::field::authorization);
@@ -266,7 +276,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   ticket t;
   const route* found = match_route(path, t.escalation);
   t.received = std::chrono::steady_clock::now();
-  t.decide = found && found->method == http::verb::post && t.escalation.empty();
+  t.decide = found && (found->path == "/v1/systemone" || found->path == "/v1/decisions");
   t.id = new_id(t.decide ? 'd' : 'q');
   t.route = found ? found->path : "other";
   auto refuse = [&](http_reply r) {
@@ -322,6 +332,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   if (!who) return refuse(error_reply(who.error()));
   t.who = *who;
   const endpoint e = t.decide                          ? endpoint::decide
+                     : path == "/v1/admin/reload"      ? endpoint::admin
                      : found->method == http::verb::post ? endpoint::resolve
                      : !t.escalation.empty() || path == "/v1/escalations" || path == "/v1/tools" ? endpoint::escalations
                      : path == "/metrics"              ? endpoint::metrics
@@ -363,6 +374,20 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
   }
   if (t.route == "/v1/tools") {
     answer(http_reply{200, agents_.desk().tools_json(), {}, false});
+    return;
+  }
+  if (t.route == "/v1/admin/reload") {
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    // Answered once the reload is applied (or refused), on the connection's strand.
+    agents_.reloader().reload(
+        t.who->name, [this, version, keep_alive, id = t.id, route = t.route, strand = std::move(strand),
+                      done = std::move(done)](result<routing_reloader::report> r) {
+          boost::asio::post(strand, [this, version, keep_alive, id, route, r = std::move(r), done]() {
+            http_reply reply = r ? http_reply{200, reload_json(*r), {}, false} : error_reply(r.error());
+            done(make(version, keep_alive, false, route, std::move(reply), id));
+          });
+        });
     return;
   }
   if (t.route.starts_with("/v1/escalations")) {

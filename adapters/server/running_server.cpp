@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -13,7 +14,6 @@
 #include "adapters/server/listener.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "engine/scheduler.hpp"
-#include "tools/schema_compiler.hpp"
 
 namespace baton {
 
@@ -21,23 +21,6 @@ namespace {
 
 [[noreturn]] void start_failure(std::string code, std::string message) {
   throw error_exception(make_error(500, std::move(code), std::move(message)));
-}
-
-routing_config load_routing(const server_config& config, const decision_engine& engine,
-                            boost::asio::any_io_executor io) {
-  routing_config r;
-  auto registry = tools::load_registry(config.registry, engine.describe().limits);
-  if (!registry) throw error_exception(registry.error());
-  r.registry = std::move(*registry);
-  auto policy = policies::load_policy(config.policy, r.registry);
-  if (!policy) throw error_exception(policy.error());
-  r.policy = std::move(*policy);
-  for (const tools::tool& t : r.registry.tools) r.executors.emplace(t.id, tools::make_executor(t, io, config.executors));
-  auto questions = tools::compile_questions(r.registry, engine.describe().limits);
-  if (!questions) throw error_exception(questions.error());
-  r.questions = std::move(*questions);
-  r.schema_hash = tools::schema_hash(r.questions);
-  return r;
 }
 
 // The engine the config names; one that cannot be made stops the start.
@@ -108,7 +91,12 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
     if (e && !e->systemone.key_env.empty()) p->config.executors.withheld_env.push_back(e->systemone.key_env);
   }
   p->engine = engine ? std::move(engine) : start_engine(config.engine);
-  auto routing = load_routing(p->config, *p->engine, p->ioc.get_executor());
+  if (p->config.fallback) p->fallback_engine = start_engine(*p->config.fallback);
+  // What a reload checks, checked the same way: the questions fit both engines.
+  auto routing = load_routing(p->config, p->engine->describe().limits,
+                              p->fallback_engine ? &p->fallback_engine->describe().limits : nullptr,
+                              p->ioc.get_executor());
+  if (!routing) throw error_exception(routing.error());
   p->log = log::decision_log::open(p->config.log);
   p->auth = std::make_unique<authenticator>(p->config.auth);
   scheduler_options so{p->config.engine.max_batch, p->config.engine.queue_capacity, {}};
@@ -117,17 +105,10 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   std::optional<agent_service::fallback_engine> fallback;
   if (p->config.fallback) {
     const engine_options& f = *p->config.fallback;
-    p->fallback_engine = start_engine(f);
-    // The fallback is asked the same questions: they must fit its limits too (a remote server's
-    // are the wire's defaults), or every fallback would fail.
-    if (auto fits = tools::compile_questions(routing.registry, p->fallback_engine->describe().limits); !fits) {
-      start_failure("INVALID_REGISTRY", "the registry's questions do not fit the fallback engine (routing.fallback): " +
-                                            fits.error().message);
-    }
     p->fallback_sched = std::make_unique<scheduler>(*p->fallback_engine, scheduler_options{f.max_batch, f.queue_capacity, {}});
     fallback.emplace(agent_service::fallback_engine{*p->fallback_engine, *p->fallback_sched, f.timeout});
   }
-  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(routing),
+  p->service = std::make_unique<agent_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics, std::move(*routing),
                                                p->ioc.get_executor(), fallback);
   p->service->desk().start();
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
@@ -172,6 +153,13 @@ unsigned short running_server::port() const noexcept { return impl_->server->por
 const std::string& running_server::host() const noexcept { return impl_->config.server.host; }
 
 std::string running_server::health_json() const { return impl_->service->health_json(); }
+
+result<routing_reloader::report> running_server::reload(const std::string& who) {
+  std::promise<result<routing_reloader::report>> done;
+  auto answered = done.get_future();
+  impl_->service->reloader().reload(who, [&done](result<routing_reloader::report> r) { done.set_value(std::move(r)); });
+  return answered.get();
+}
 
 void running_server::stop() {
   impl& p = *impl_;

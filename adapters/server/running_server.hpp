@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "adapters/runtime/reloader.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "engine/decision_engine.hpp"
 
@@ -24,6 +25,10 @@ class running_server {
   unsigned short port() const noexcept;
   const std::string& host() const noexcept;  // what it listens on (loopback when no keys are configured)
   std::string health_json() const;
+
+  // Reloads the registry and the policy (routing_reloader::reload) for `who`, and waits for the
+  // outcome: SIGHUP's way. Not from an I/O thread.
+  result<routing_reloader::report> reload(const std::string& who);
 
   // Graceful shutdown (DESIGN §7): stop accepting, finish in-flight decisions, close sessions
   // with 1001, stop the engine scheduler, flush the log. Idempotent; blocks until done.

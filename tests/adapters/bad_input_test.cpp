@@ -265,16 +265,16 @@ struct throwing_server {
     log = log::decision_log::open(config.log);
     auth = std::make_unique<authenticator>(config.auth);
     sched = std::make_unique<scheduler>(engine, scheduler_options{config.engine.max_batch, config.engine.queue_capacity, {}});
-    routing_config r;
-    r.registry = tools::load_registry(config.registry, engine.describe().limits).value();
-    r.policy = policies::load_policy(config.policy, r.registry).value();
-    for (const tools::tool& t : r.registry.tools) {
+    auto r = std::make_shared<routing_snapshot>();
+    r->registry = tools::load_registry(config.registry, engine.describe().limits).value();
+    r->policy = policies::load_policy(config.policy, r->registry).value();
+    for (const tools::tool& t : r->registry.tools) {
       std::unique_ptr<tools::executor> ex = t.id == "echo_cmd" ? std::make_unique<throwing_executor>()
                                                                : tools::make_executor(t, ioc.get_executor(), config.executors);
-      r.executors.emplace(t.id, std::move(ex));
+      r->executors.emplace(t.id, std::move(ex));
     }
-    r.questions = tools::compile_questions(r.registry, engine.describe().limits).value();
-    r.schema_hash = tools::schema_hash(r.questions);
+    r->questions = tools::compile_questions(r->registry, engine.describe().limits).value();
+    r->schema_hash = tools::schema_hash(r->questions);
     service = std::make_unique<agent_service>(config, engine, *sched, *log, m, std::move(r), ioc.get_executor());
     service->desk().start();
     systemone = std::make_unique<systemone_service>(config, engine, *sched, *log, m);

@@ -253,7 +253,7 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
   EXPECT_EQ(run["output"], test::parse(R"({"refunded":true})"));
   EXPECT_EQ(run["attempts"], 1);
   EXPECT_EQ(run["prev_hash"], std::string(genesis_hash));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, state_is_kept_only_when_configured_but_its_hash_always) {
@@ -331,7 +331,7 @@ TEST_F(decision_log_test, rows_from_many_threads_are_group_committed) {
   EXPECT_LE(batches.size(), 2 + 2 * threads * per_thread / 64);
   const auto seqs = sql("SELECT min(seq) AS lo, max(seq) AS hi, count(*) AS n FROM decisions");
   EXPECT_EQ(seqs[0], test::parse(R"({"lo":1,"hi":1000,"n":1000})"));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1000 decisions, 1000 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 1000 decisions, 1000 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, the_chain_continues_across_a_reopen) {
@@ -343,7 +343,7 @@ TEST_F(decision_log_test, the_chain_continues_across_a_reopen) {
   EXPECT_EQ(rows[3]["seq"], 4);
   const auto r = cli({"log", "verify", "--db", db_arg_});
   EXPECT_EQ(r.code, exit_ok) << r.out << r.err;
-  EXPECT_EQ(r.out, "ok: 5 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(r.out, "ok: 5 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, rows_cannot_be_updated_or_deleted) {
@@ -457,7 +457,7 @@ TEST_F(decision_log_test, a_failed_transaction_writes_nothing_and_the_chain_stay
   const auto rows = sql("SELECT seq, id FROM decisions ORDER BY seq");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1], test::parse(R"({"seq":2,"id":"d-4"})"));
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 2 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 2 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 
   // Through the log: the row's callback gets the error.
   auto log = decision_log::open(options_);
@@ -489,7 +489,7 @@ TEST_F(decision_log_test, a_row_refused_on_its_own_leaves_the_rest_of_its_batch)
   EXPECT_NE(refused[4]->message.find("FOREIGN KEY"), std::string::npos) << refused[4]->message;
   store.reset();
   EXPECT_EQ(sql("SELECT group_concat(id) AS ids FROM decisions")[0]["ids"], "d-1,d-2,d-3");
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 2 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 2 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
@@ -497,7 +497,7 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
   const auto schema = sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name");
   write_decisions(1, 2);
   EXPECT_EQ(sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name"), schema);
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 4);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 5);
   EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 2);
 
   ASSERT_EQ(raw_exec("PRAGMA user_version = 99").first, SQLITE_OK);
@@ -514,9 +514,10 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
   write_decisions(3);
   const auto columns = sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid");
   // The log as baton wrote it before prefix reuse (schema version 3): the decisions without the
-  // two columns step 4 adds, their rows chained without them (they were NULL: no hash has them).
+  // two columns step 4 adds, their rows chained without them (they were NULL: no hash has them),
+  // and no reloads table (step 5).
   ASSERT_EQ(raw_exec("ALTER TABLE decisions DROP COLUMN cached_tokens; ALTER TABLE decisions DROP COLUMN events_dropped; "
-                     "PRAGMA user_version = 3")
+                     "DROP TABLE reloads; PRAGMA user_version = 3")
                 .first,
             SQLITE_OK);
   ASSERT_EQ(sql("SELECT count(*) AS n FROM pragma_table_info('decisions') WHERE name IN ('cached_tokens', 'events_dropped')")[0]["n"], 0);
@@ -532,7 +533,7 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
     log->close();
     EXPECT_EQ(done.ok(), 1u);
   }
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 4);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 5);
   EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
   const auto rows = sql("SELECT id, cached_tokens, events_dropped FROM decisions ORDER BY seq");
   ASSERT_EQ(rows.size(), 4u);
@@ -541,7 +542,7 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
   }
   EXPECT_EQ(rows[3], test::parse(R"({"id":"d-4","cached_tokens":64,"events_dropped":0})"));
   // The old rows' hashes still hold, and the new row continues their chain.
-  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 4 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 4 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, sql_writes_json_lines_and_serves_the_views) {

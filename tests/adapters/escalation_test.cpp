@@ -128,7 +128,7 @@ TEST_F(escalation_test, an_escalation_is_durable_listed_resolved_once_and_sent_t
   server_.reset();
   EXPECT_EQ(sql("SELECT count(*) AS n FROM deliveries")[0]["n"], 1);
   EXPECT_EQ(cli({"log", "verify", "--db", db()}).out,
-            "ok: 1 decisions, 1 tool runs, 1 escalations, 1 resolutions, 1 deliveries\n");
+            "ok: 1 decisions, 1 tool runs, 1 escalations, 1 resolutions, 1 deliveries, 0 reloads\n");
 }
 
 // Escalations raised within the same millisecond keep the order they were raised in: in the

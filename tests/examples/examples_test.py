@@ -175,7 +175,7 @@ with tempfile.TemporaryDirectory() as tmp:
     ], env={"BATON_API_KEY": agent_key, "BATON_EXAMPLE_AGENT_KEY": agent_key,
             "BATON_REVIEWER_KEY": reviewer_key, "BATON_EXAMPLE_REVIEWER_KEY": reviewer_key})
     line = verify("oncall round trip", db, turns(out))
-    check(line.endswith("4 escalations, 4 resolutions, 4 deliveries"), f"oncall round trip: log verify says {line}")
+    check(line.endswith("4 escalations, 4 resolutions, 4 deliveries, 0 reloads"), f"oncall round trip: log verify says {line}")
     rows = sql(db, "SELECT e.session, r.outcome, r.tool, r.reviewer, d.resolution IS NOT NULL AS delivered "
                    "FROM escalations e JOIN resolutions r ON r.escalation = e.id "
                    "LEFT JOIN deliveries d ON d.resolution = r.id ORDER BY e.session, r.seq")
@@ -199,7 +199,7 @@ with tempfile.TemporaryDirectory() as tmp:
     first = run("oncall first run", command("oncall_incident.py", db, args=("--wait", "0")), [
         r"^alert-api-release: ends with escalate$", r"^3 escalations wait for a person"])
     first_line = verify("oncall first run", db, turns(first))
-    check(first_line.endswith("3 escalations, 0 resolutions, 0 deliveries"), f"oncall first run: {first_line}")
+    check(first_line.endswith("3 escalations, 0 resolutions, 0 deliveries, 0 reloads"), f"oncall first run: {first_line}")
 
     # The second run waits for a person, whom this test plays over HTTP when the agent says so.
     agent = subprocess.Popen(command("oncall_incident.py", db, args=("--wait", "60")), stdout=subprocess.PIPE,
@@ -242,7 +242,7 @@ with tempfile.TemporaryDirectory() as tmp:
                     r"decision log \S+oncall\.db \(fresh; the last run's is \S+oncall\.db\.prev\)"):
         check(re.search(pattern, second, re.M), f"oncall second run: no line matches {pattern!r} in\n{second}")
     second_line = verify("oncall second run", db, turns(second))
-    check(second_line.endswith("3 escalations, 3 resolutions, 3 deliveries"), f"oncall second run: {second_line}")
+    check(second_line.endswith("3 escalations, 3 resolutions, 3 deliveries, 0 reloads"), f"oncall second run: {second_line}")
     check(second_line.split(",")[0] == first_line.split(",")[0], f"oncall: {first_line} then {second_line}")
     check(sql(db + ".prev", "SELECT count(*) AS n FROM escalations") == [{"n": 3}], "oncall: the first run's log is not kept")
 

@@ -3,7 +3,8 @@
 second `baton serve` answering POST /v1/systemone (the "larger model"), agents over WebSocket,
 reviewers over HTTP; a front whose fallback is a misbehaving server of the same wire (garbage,
 slow); then kill -9 of the front with escalations pending and a resolution not yet
-delivered, and a restart on the same log.
+delivered, and a restart on the same log; last, SIGHUP's reload of the registry and policy (one
+applied, one refused) while the server goes on.
 
 Usage: processes_test.py BATON_BINARY
 """
@@ -191,6 +192,7 @@ def main():
             front.stop()
             back.stop()
         faults(tmp, files)
+        sighup(tmp)
 
 
 def faults(tmp, files):
@@ -213,6 +215,61 @@ def faults(tmp, files):
     finally:
         check(front.stop() == 0, "graceful stop of the faults front")
         wrong.shutdown()
+
+
+def wait_health(srv, done, limit=10.0):
+    """GET /health until `done(health)` holds; the last answer either way."""
+    deadline = time.monotonic() + limit
+    while True:
+        _, health = srv.http("GET", "/health")
+        if done(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.05)
+
+
+def sighup(tmp):
+    """SIGHUP reloads the registry and the policy and the server goes on; a bad file changes nothing."""
+    home = os.path.join(tmp, "sighup")
+    os.makedirs(home)
+    registry, policy, db = (os.path.join(home, n) for n in ("tools.yaml", "policy.yaml", "sighup.db"))
+    for path, text in ((registry, REGISTRY), (policy, POLICY)):
+        with open(path, "w") as f:
+            f.write(text)
+    srv = server(home, f"server: {{listen: 127.0.0.1:0}}\nregistry: {registry}\npolicy: {policy}\nlog: {{path: {db}}}\n",
+                 "sighup")
+    err = ""
+    try:
+        _, before = srv.http("GET", "/health")
+        # No probability is 1 and no fallback engine serves: the first pass's fallback is the answer.
+        d = asyncio.run(decide(srv.port, "h-1", "please refund the payment"))
+        check(d and d["action"] == "fallback", f"before SIGHUP: {d}")
+        with open(policy, "w") as f:
+            f.write(POLICY.replace("default: {execute: 1.0, fallback: 0.0}", "default: {execute: 0.0, fallback: 0.0}", 1))
+        srv.process.send_signal(signal.SIGHUP)
+        after = wait_health(srv, lambda h: h.get("policy_hash") != before["policy_hash"])
+        check(srv.process.poll() is None, "SIGHUP does not stop the server")
+        check(after.get("reloads") == 1 and after["policy_hash"] != before["policy_hash"]
+              and after["registry_hash"] == before["registry_hash"], f"/health after SIGHUP: {before} {after}")
+        d = asyncio.run(decide(srv.port, "h-2", "please refund the payment"))
+        check(d and d["action"] == "execute", f"after SIGHUP, the new lanes: {d}")
+
+        with open(policy, "w") as f:
+            f.write("confidence: p_max\nlanes:\n  default: {execute: 2.0, fallback: 0.0}\non_engine_error: escalate\n")
+        srv.process.send_signal(signal.SIGHUP)
+        refused = wait_health(srv, lambda h: h.get("reloads_failed") == 1)
+        check(srv.process.poll() is None and refused.get("reloads_failed") == 1
+              and refused["policy_hash"] == after["policy_hash"], f"a bad policy changes nothing: {refused}")
+        d = asyncio.run(decide(srv.port, "h-3", "please refund the payment"))
+        check(d and d["action"] == "execute", f"after a refused reload, still the reloaded lanes: {d}")
+    finally:
+        check(srv.stop() == 0, "graceful stop after SIGHUPs")
+        err = srv.process.stderr.read()
+    check(f"{policy}:3:" in err, f"the refused reload says where: {err[-2000:]}")
+    rows = db_rows(db, "SELECT who, outcome, reason = '' AS no_reason FROM reloads ORDER BY seq")
+    check(rows == [{"who": "signal", "outcome": "ok", "no_reason": 1}, {"who": "signal", "outcome": "failed", "no_reason": 0}],
+          f"reload rows: {rows}")
+    verify = subprocess.run([baton, "log", "verify", "--db", db], capture_output=True, text=True, timeout=30)
+    check(verify.returncode == 0 and verify.stdout.strip().endswith("2 reloads"), f"log verify: {verify.stdout}{verify.stderr}")
 
 
 def run(front, back, front_db, back_db):
