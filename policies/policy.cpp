@@ -31,7 +31,7 @@ double read_probability(const YAML::Node& v, const std::string& what) {
 }
 
 // A list of registry tool ids, each once.
-std::vector<std::string> read_tool_list(const field& f, const tools::registry& r) {
+std::vector<std::string> read_tool_list(const field& f, const tools::registry& r, tools::source_lines& source) {
   const std::string what = ticked("rules." + f.key);
   if (f.value.IsNull()) return {};
   if (!f.value.IsSequence()) fail(f.value, what + " must be a list of tool ids");
@@ -41,6 +41,7 @@ std::vector<std::string> read_tool_list(const field& f, const tools::registry& r
     if (!tools::find_tool(r, id)) fail(n, "unknown tool " + ticked(id) + " in " + what);
     if (std::find(ids.begin(), ids.end(), id) != ids.end()) fail(n, "tool " + ticked(id) + " twice in " + what);
     ids.push_back(id);
+    source.lines["rules." + f.key + "." + id] = line_of(n);
   }
   return ids;
 }
@@ -108,9 +109,9 @@ escalation_trigger read_trigger(const YAML::Node& n, const std::map<std::string,
 
 void read_rules(const YAML::Node& n, const tools::registry& r, policy& p) {
   const auto fields = read_map(n, "`rules`", {"deny", "always_escalate", "max_risk", "escalate_when"});
-  if (const field* f = find(fields, "deny")) p.deny = read_tool_list(*f, r);
+  if (const field* f = find(fields, "deny")) p.deny = read_tool_list(*f, r, p.source);
   if (const field* f = find(fields, "always_escalate")) {
-    p.always_escalate = read_tool_list(*f, r);
+    p.always_escalate = read_tool_list(*f, r, p.source);
     for (std::size_t i = 0; i < p.always_escalate.size(); ++i) {
       if (std::find(p.deny.begin(), p.deny.end(), p.always_escalate[i]) != p.deny.end()) {
         fail(f->value[i], "tool " + ticked(p.always_escalate[i]) + " is both denied and always escalated");
@@ -123,24 +124,31 @@ void read_rules(const YAML::Node& n, const tools::registry& r, policy& p) {
     else if (s == "medium") p.max_risk = tools::risk_level::medium;
     else if (s == "high") p.max_risk = tools::risk_level::high;
     else fail(f->value, "unknown max_risk " + ticked(s) + " (low, medium or high)");
+    p.source.lines["rules.max_risk"] = line_of(f->value);
   }
   if (const field* f = find(fields, "escalate_when"); f && !f->value.IsNull()) {
     if (!f->value.IsSequence()) fail(f->value, "`rules.escalate_when` must be a list");
     const auto questions = questions_of(r);
-    for (const YAML::Node& t : f->value) p.escalate_when.push_back(read_trigger(t, questions));
+    for (const YAML::Node& t : f->value) {
+      p.source.lines["rules.escalate_when." + std::to_string(p.escalate_when.size())] = line_of(t);
+      p.escalate_when.push_back(read_trigger(t, questions));
+    }
   }
 }
 
-void read_lanes(const YAML::Node& n, const tools::registry& r, policy::lane_set& out, const std::string& key) {
+void read_lanes(const YAML::Node& n, const tools::registry& r, policy::lane_set& out, const std::string& key,
+                tools::source_lines& source) {
   const auto fields = read_map(n, ticked(key), {"default", "tools"});
   const field* d = find(fields, "default");
   if (!d) fail(n, ticked(key) + " has no default");
   out.default_lane = read_lane(d->value, "the default lane");
+  source.lines[key + ".default"] = line_of(d->key_node);
   if (const field* ts = find(fields, "tools"); ts && !ts->value.IsNull()) {
     for (const field& t : read_map(ts->value, ticked(key + ".tools"))) {
       // finish is not a tool: it follows the default lane.
       if (!tools::find_tool(r, t.key)) fail(t.key_node, "unknown tool " + ticked(t.key) + " in " + ticked(key + ".tools"));
       out.tool_lanes.emplace_back(t.key, read_lane(t.value, "the lane of " + ticked(t.key)));
+      source.lines[key + ".tools." + t.key] = line_of(t.key_node);
     }
   }
 }
@@ -171,6 +179,7 @@ void read_escalation(const YAML::Node& n, const tools::registry& r, policy& p) {
       const std::string what = "the escalation of " + ticked(t.key);
       p.tool_escalation.emplace_back(t.key, read_terms(read_map(t.value, what, {"deadline_s", "on_deadline"}), what,
                                                        p.escalation));
+      p.source.lines["escalation.tools." + t.key] = line_of(t.key_node);
     }
   }
   p.escalation_configured = true;
@@ -199,15 +208,17 @@ policy read_policy(const YAML::Node& root, const tools::registry& r) {
   const auto m = parse_confidence_metric(metric);
   if (!m) fail(c->value, "unknown confidence metric " + ticked(metric) + " (p_max or margin)");
   p.metric = *m;
+  p.source.lines["confidence"] = line_of(c->value);
   if (const field* f = find(top, "rules"); f && !f->value.IsNull()) read_rules(f->value, r, p);
   const field* l = find(top, "lanes");
   if (!l) fail(root, "the policy has no `lanes`");
   policy::lane_set first;
-  read_lanes(l->value, r, first, "lanes");
+  read_lanes(l->value, r, first, "lanes", p.source);
   p.default_lane = first.default_lane;
   p.tool_lanes = std::move(first.tool_lanes);
   if (const field* f = find(top, "fallback_lanes"); f && !f->value.IsNull()) {
-    read_lanes(f->value, r, p.fallback_lanes.emplace(), "fallback_lanes");
+    read_lanes(f->value, r, p.fallback_lanes.emplace(), "fallback_lanes", p.source);
+    p.source.lines["fallback_lanes"] = line_of(f->key_node);
   }
   const field* e = find(top, "on_engine_error");
   if (!e) fail(root, "the policy has no `on_engine_error` (escalate or deny)");
@@ -306,7 +317,11 @@ std::string policy::canonical_json() const {
 
 result<policy> parse_policy(std::string_view yaml_text, std::string_view file_name,
                             const tools::registry& registry) {
-  return parse(yaml_text, file_name, invalid, [&](const YAML::Node& root) { return read_policy(root, registry); });
+  return parse(yaml_text, file_name, invalid, [&](const YAML::Node& root) {
+    policy p = read_policy(root, registry);
+    p.source.file = file_name;
+    return p;
+  });
 }
 
 result<policy> load_policy(const std::filesystem::path& file, const tools::registry& registry) {

@@ -70,6 +70,10 @@ struct policy {
   bool escalation_configured = false;  // the section is present (it counts in the hash only then)
   std::optional<audit_section> audit;  // counts in the hash only when present
   std::string hash;  // "sha256:…" of canonical_json()
+  // Where things were written (`baton check`): "confidence", "rules.max_risk", "rules.deny.ID",
+  // "rules.always_escalate.ID", "rules.escalate_when.N" (from 0), "lanes.default", "lanes.tools.ID",
+  // "fallback_lanes", "fallback_lanes.default", "fallback_lanes.tools.ID", "escalation.tools.ID".
+  tools::source_lines source;
 
   // Sorted keys; deny and always_escalate are sets (sorted), escalate_when keeps its order.
   std::string canonical_json() const;

@@ -183,6 +183,7 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
     const YAML::Node id = n["id"];
     if (!ids.insert(r.tools.back().id).second) fail(id, "duplicate tool id " + ticked(r.tools.back().id));
     id_nodes.push_back(id);
+    r.source.lines["tools." + r.tools.back().id] = line_of(id);
   }
   if (const field* f = find(top, "finish")) {
     const auto fields = read_map(f->value, "`finish`", {"description"});
@@ -216,6 +217,11 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
   };
   for (std::size_t i = 0; i < r.tools.size(); ++i) {
     const YAML::Node params = tools->value[i]["parameters"];
+    if (params.IsDefined() && params.IsMap()) {
+      for (auto it = params.begin(); it != params.end(); ++it) {
+        r.source.lines["tools." + r.tools[i].id + ".parameters." + it->first.Scalar()] = line_of(it->first);
+      }
+    }
     for (const parameter& p : r.tools[i].parameters) {
       if (p.type == parameter_type::text) continue;
       const YAML::Node at = params[p.name];
@@ -235,6 +241,7 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
       }
       auto [question, options] = read_question(q, limits);
       r.questions[q.key] = std::move(question);
+      r.source.lines["questions." + q.key] = line_of(q.key_node);
       count_question(q.key_node, options);
     }
   }
@@ -271,6 +278,11 @@ std::string_view to_string(parameter_type t) noexcept {
     case parameter_type::text: return "text";
   }
   return "text";
+}
+
+int source_lines::line(std::string_view path) const {
+  const auto it = lines.find(path);
+  return it == lines.end() ? 1 : it->second;
 }
 
 const tool* find_tool(const registry& r, std::string_view id) {
@@ -311,8 +323,11 @@ std::string registry::canonical_json() const {
 
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
                                 const request_limits& limits) {
-  return yaml::parse(yaml_text, file_name, "INVALID_REGISTRY",
-                     [&](const YAML::Node& root) { return read_registry(root, limits); });
+  return yaml::parse(yaml_text, file_name, "INVALID_REGISTRY", [&](const YAML::Node& root) {
+    registry r = read_registry(root, limits);
+    r.source.file = file_name;
+    return r;
+  });
 }
 
 result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,11 +43,23 @@ struct tool {
   std::vector<parameter> parameters;  // in file order
 };
 
+// Where a loaded file wrote its elements, for `baton check`'s warnings: dotted paths (a registry's
+// "tools.ID", "tools.ID.parameters.NAME", "questions.ID"; a policy's in policies/policy.hpp) → line.
+// Never part of a hash: moving a line changes no decision.
+struct source_lines {
+  std::string file;
+  std::map<std::string, int, std::less<>> lines;
+
+  // The line of `path`, else 1 (the file's start).
+  int line(std::string_view path) const;
+};
+
 struct registry {
   std::vector<tool> tools;                      // in file order: the order of the tool options
   std::optional<std::string> finish;            // the `finish` option's description when configured
   json questions = json::object();              // global SystemOne questions, id → question, in file order
   std::string hash;                             // "sha256:…" of canonical_json()
+  source_lines source;                          // where each tool, parameter and question was written
 
   // Order-insensitive where order means nothing (fields of a tool, an executor, a question) and
   // order-sensitive where it is the question or option order (tools, parameters, choice values,

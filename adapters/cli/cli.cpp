@@ -5,6 +5,7 @@
 #include <iostream>
 #include <ostream>
 
+#include "adapters/cli/check_cli.hpp"
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/hub_cli.hpp"
 #include "adapters/cli/log_cli.hpp"
@@ -21,6 +22,8 @@ Usage: baton <command> [options]
 
 Commands:
   serve       run the routing server: agents over WebSocket at /v1/agent (docs/protocol.md)
+  check       load a config's registry and policy as serve would: the schema every turn asks,
+              its size in tokens, and what the policy can never use
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
   log         read the decision log: sql queries, show a decision, tail, verify the hash chains
@@ -53,6 +56,7 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
     return exit_ok;
   }
   if (command == "serve") return serve_main(args.subspan(1), out, err);
+  if (command == "check") return check_main(args.subspan(1), out, err);
   if (command == "decide") return decide_main(args.subspan(1), in, out, err);
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);

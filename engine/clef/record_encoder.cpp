@@ -1,5 +1,7 @@
 #include "engine/clef/record_encoder.hpp"
 
+#include "engine/clef/schema_cost.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -181,6 +183,38 @@ result<encoded_record> encode_record(const request& r, const piece_tokenizer& to
     }
   }
   return rec;
+}
+
+std::size_t schema_cost::schema() const noexcept {
+  std::size_t n = frame;
+  for (const std::size_t q : questions) n += q;
+  return n;
+}
+
+result<schema_cost> measure_schema(const request& r, const piece_tokenizer& tok) {
+  schema_cost c;
+  std::vector<std::int32_t> ids;
+  tok.encode(prompt_prefix, ids);
+  tok.encode(prompt_suffix, ids);
+  c.prompt = ids.size();
+  ids.clear();
+  tok.encode(schema_header, ids);
+  c.frame = ids.size();
+  // Each piece is tokenized on its own, so a question's field is what it adds after those before
+  // it (its number included) to a record with an empty state.
+  request part;
+  part.state = "";
+  encode_options whole;
+  whole.max_length = std::numeric_limits<std::size_t>::max();
+  std::size_t before = c.prompt + c.frame;
+  for (const question& q : r.questions) {
+    part.questions.push_back(q);
+    auto encoded = encode_record(part, tok, whole);
+    if (!encoded) return encoded.error();
+    c.questions.push_back(encoded->ids.size() - before);
+    before = encoded->ids.size();
+  }
+  return c;
 }
 
 }  // namespace baton::clef

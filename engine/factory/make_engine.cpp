@@ -30,4 +30,10 @@ result<std::unique_ptr<decision_engine>> make_engine(const engine_options& optio
                     "unknown engine '" + options.name + "'; known engines: keyword, clef, systemone");
 }
 
+request_limits question_limits(const engine_options&) {
+  // Every engine takes the wire's question limits: keyword and clef report text_only() plus the
+  // media they read, systemone the wire's defaults (the other server checks its own).
+  return request_limits::text_only();
+}
+
 }  // namespace baton

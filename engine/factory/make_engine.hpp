@@ -14,4 +14,10 @@ namespace baton {
 // engine's own refusals of its options (systemone_engine::make).
 result<std::unique_ptr<decision_engine>> make_engine(const engine_options& options);
 
+// The limits an engine of `options` checks a request's questions against (the question fields of
+// its describe().limits), known without making it: no weights read, no host resolved (`baton
+// check`). Media limits are left at none: the clef engine's depend on the release, and a registry's
+// questions carry no media.
+request_limits question_limits(const engine_options& options);
+
 }  // namespace baton

@@ -4,6 +4,7 @@
 
 #include "engine/factory/make_engine.hpp"
 #include "engine/keyword/keyword_engine.hpp"
+#include "support/files.hpp"
 
 namespace baton {
 namespace {
@@ -125,6 +126,32 @@ TEST(engines, by_name) {
   auto unknown = make_engine(options);
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("keyword"), std::string::npos);
+}
+
+// `baton check` checks a registry against question_limits without making the engine: they must be
+// the question limits the engine itself describes.
+TEST(engines, question_limits_are_the_described_ones_without_making_the_engine) {
+  auto same = [](const request_limits& a, const request_limits& b) {
+    return a.max_body_bytes == b.max_body_bytes && a.max_json_depth == b.max_json_depth &&
+           a.min_questions == b.min_questions && a.max_questions == b.max_questions &&
+           a.min_choice_options == b.min_choice_options && a.max_choice_options == b.max_choice_options &&
+           a.min_score_levels == b.min_score_levels && a.max_score_levels == b.max_score_levels &&
+           a.max_question_id_chars == b.max_question_id_chars && a.max_total_options == b.max_total_options;
+  };
+  engine_options keyword;
+  engine_options systemone;
+  systemone.name = "systemone";
+  systemone.systemone.url = "http://127.0.0.1:9";  // made, never called
+  engine_options clef;
+  clef.name = "clef";
+  clef.clef.model_dir = test::data_dir() / "vectors/clef-omni-tiny/release";
+  clef.clef.model.threads = 1;
+  for (const engine_options* o : {&keyword, &systemone, &clef}) {
+    auto made = make_engine(*o);
+    ASSERT_TRUE(made) << o->name << ": " << made.error().message;
+    EXPECT_TRUE(same(question_limits(*o), (*made)->describe().limits)) << o->name;
+    EXPECT_EQ(question_limits(*o).images.max_items, 0u) << o->name;
+  }
 }
 
 }  // namespace

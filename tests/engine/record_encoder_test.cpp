@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/clef/record_encoder.hpp"
+#include "engine/clef/schema_cost.hpp"
 #include "support/files.hpp"
 
 namespace baton::clef {
@@ -188,6 +189,39 @@ TEST(record_encoder, schema_that_alone_exceeds_the_window_is_input_too_long) {
   EXPECT_EQ(err.detail[0].type, "input_too_long");
   EXPECT_EQ(err.detail[0].msg, err.message);
   EXPECT_EQ(render_json(err.detail[0].ctx, false), R"({"max_tokens":1092,"tokens":1093})");
+}
+
+// What every turn pays whatever its state: the invoice's 1093 fixed tokens above, split into the
+// prompt's own text, the schema header and each question's field.
+TEST(record_encoder, schema_cost_adds_up_to_the_fixed_part_of_a_record) {
+  const request r = request_of(record_named("invoice")["evaluation"]);
+  auto c = measure_schema(r, byte_tokenizer());
+  ASSERT_TRUE(c.has_value()) << render_error(c.error());
+  EXPECT_EQ(c->prompt, prompt_prefix.size() + prompt_suffix.size());
+  EXPECT_EQ(c->prompt, 182u + 76u);
+  EXPECT_EQ(c->frame, std::string_view("\n\nSCHEMA FIELDS:\n").size());
+  ASSERT_EQ(c->questions.size(), 3u);
+  EXPECT_EQ(c->prompt + c->schema(), 1093u);
+  // A question's field holds at least its instruction and option texts.
+  const encoded_record full = encode_ok(r, 16384);
+  for (std::size_t q = 0; q < 3; ++q) {
+    std::size_t least = static_cast<std::size_t>(full.questions[q].question.size());
+    for (const span& o : full.questions[q].options) least += static_cast<std::size_t>(o.size());
+    EXPECT_GT(c->questions[q], least) << q;
+  }
+  // Dropping the last question takes exactly its field off.
+  request fewer = r;
+  fewer.questions.pop_back();
+  auto less = measure_schema(fewer, byte_tokenizer());
+  ASSERT_TRUE(less.has_value());
+  EXPECT_EQ(less->schema() + c->questions[2], c->schema());
+
+  // encode_record's refusals come back as they are (a question whose text has no tokens).
+  request empty_text;
+  empty_text.questions.emplace_back();
+  auto refused = measure_schema(empty_text, byte_tokenizer());
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, "INVALID_REQUEST");
 }
 
 TEST(record_encoder, media_ids_follow_the_prefix_and_count_as_fixed) {
