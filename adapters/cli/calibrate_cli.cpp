@@ -249,8 +249,8 @@ constexpr const char* page_style = R"(
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;color:#1d2330}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-top:1px solid #d5d9e0;padding-top:14px}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #eceef2}
-th:first-child,td:first-child{text-align:left}.plots{display:flex;flex-wrap:wrap;gap:16px}
-figure{margin:0}figcaption{font-size:12px;color:#555c6b}
+th:first-child,td:first-child{text-align:left}.plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+figure{margin:0;width:360px}figcaption{font-size:12px;color:#555c6b}table.thresholds{font-size:12px}
 svg .frame{fill:#fafbfc;stroke:#b8bfca}svg .grid{stroke:#e3e6eb}svg .tick,svg .title{font-size:10px;fill:#555c6b}
 svg .ideal{stroke:#8a93a3;stroke-dasharray:4 3}svg .bar{fill:#9cc0e8}svg .mean{fill:#1f5fa8}
 svg .precision{fill:none;stroke:#1f5fa8;stroke-width:2}svg .lower{fill:none;stroke:#1f5fa8;stroke-dasharray:5 3}
@@ -270,8 +270,8 @@ void tool_section(std::string& h, const tool_calibration& t, const calibrate_opt
        "(size: labels); the dashed diagonal is perfect calibration.</figcaption></figure><figure>" +
        curve_svg(t, o) +
        "<figcaption>Blue: precision of the labels at or above a threshold (dashed: its 95 % lower bound); orange: "
-       "coverage; green: the target; red: the proposed execute threshold.</figcaption></figure></div>";
-  h += "<table><tr><th>≥ threshold</th><th>labels</th><th>precision</th><th>lower bound</th><th>coverage</th></tr>";
+       "coverage; green: the target; red: the proposed execute threshold.</figcaption></figure>";
+  h += "<table class=\"thresholds\"><tr><th>≥ threshold</th><th>labels</th><th>precision</th><th>lower bound</th><th>coverage</th></tr>";
   for (const double th : grid()) {
     const auto p = policies::precision_above(t.labels, th);
     h += "<tr><td>" + fixed(th, 2) + "</td><td>" + std::to_string(p.labels) + "</td><td>" +
@@ -279,7 +279,7 @@ void tool_section(std::string& h, const tool_calibration& t, const calibrate_opt
          (p.labels ? fixed(p.lower, 3) : std::string("–")) + "</td><td>" + percent(coverage(t.confidences, th)) +
          "</td></tr>";
   }
-  h += "</table></section>";
+  h += "</table></div></section>";
 }
 
 void replay_summary_html(std::string& h, const replay_report& r) {
