@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -175,9 +176,21 @@ void read_escalation(const YAML::Node& n, const tools::registry& r, policy& p) {
   p.escalation_configured = true;
 }
 
+void read_audit(const YAML::Node& n, policy& p) {
+  const auto fields = read_map(n, "`audit`", {"rate", "deadline_s", "on_deadline"});
+  const field* rate = find(fields, "rate");
+  if (!rate) fail(n, "`audit` has no rate (the share of would-execute decisions a person checks, e.g. 0.02)");
+  audit_section a;
+  a.rate = read_probability(rate->value, "`audit.rate`");
+  a.terms.deadline_s = p.escalation.deadline_s;  // the policy's default deadline unless the audit sets one
+  a.terms = read_terms(fields, "`audit`", a.terms);
+  p.audit = a;
+}
+
 policy read_policy(const YAML::Node& root, const tools::registry& r) {
   if (root.IsNull() || !root.IsDefined()) fail(root, "the policy is empty: it needs confidence, lanes and on_engine_error");
-  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "fallback_lanes", "on_engine_error", "escalation"});
+  const auto top = read_map(root, "the policy", {"confidence", "rules", "lanes", "fallback_lanes", "on_engine_error", "escalation",
+                                                   "audit"});
   policy p;
   // No defaults for what decides: a policy says which metric and what a failure does.
   const field* c = find(top, "confidence");
@@ -203,6 +216,8 @@ policy read_policy(const YAML::Node& root, const tools::registry& r) {
   else if (on_error == "deny") p.on_engine_error = failure_action::deny;
   else fail(e->value, "unknown on_engine_error " + ticked(on_error) + " (escalate or deny)");
   if (const field* f = find(top, "escalation"); f && !f->value.IsNull()) read_escalation(f->value, r, p);
+  // After `escalation`: an audit without its own deadline takes the policy's.
+  if (const field* f = find(top, "audit"); f && !f->value.IsNull()) read_audit(f->value, p);
   p.hash = sha256_hex(p.canonical_json());
   return p;
 }
@@ -238,7 +253,10 @@ std::string_view to_string(action::kind k) noexcept {
   return "escalate";
 }
 
-escalation_terms escalation_terms_for(const policy& p, std::string_view tool) {
+bool is_audit_lane(std::string_view lane) { return lane == "audit" || lane == "fallback:audit"; }
+
+escalation_terms escalation_terms_for(const policy& p, std::string_view tool, std::string_view lane) {
+  if (p.audit && is_audit_lane(lane) && !tool.empty()) return p.audit->terms;
   for (const auto& [id, t] : p.tool_escalation) {
     if (id == tool) return t;
   }
@@ -277,6 +295,11 @@ std::string policy::canonical_json() const {
     json e = terms_json(escalation);
     e["tools"] = std::move(tools);
     c["escalation"] = std::move(e);
+  }
+  if (audit) {  // only when present: policies without it keep their hash
+    c["audit"] = {{"rate", audit->rate},
+                  {"deadline_s", audit->terms.deadline_s},
+                  {"on_deadline", audit->terms.execute_on_deadline ? "execute" : "deny"}};
   }
   return render_json(c, true);
 }
@@ -374,6 +397,21 @@ action on_fallback_failure(const policy& p) {
 
 action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
   return decide(p, registry, answers, false);
+}
+
+bool audit_sampled(double rate, std::string_view decision_id) {
+  if (rate <= 0) return false;
+  if (rate >= 1) return true;
+  const std::string digest = sha256_hex(decision_id);  // "sha256:" and 64 hex digits
+  const std::uint64_t bits = std::stoull(digest.substr(7, 16), nullptr, 16);
+  return static_cast<double>(bits) / 18446744073709551616.0 < rate;
+}
+
+action audit(const policy& p, action a, std::string_view decision_id) {
+  if (a.what != action::execute || !p.audit || !audit_sampled(p.audit->rate, decision_id)) return a;
+  a.what = action::escalate;
+  a.lane = a.lane.starts_with("fallback:") ? "fallback:audit" : "audit";
+  return a;
 }
 
 }  // namespace baton::policies

@@ -38,6 +38,16 @@ struct escalation_terms {
   bool execute_on_deadline = false;
 };
 
+// `audit:` (docs/policy-workflow.md): a share of the decisions the policy would execute is
+// escalated anyway (lane "audit"), so that people's answers label confident decisions too and
+// `baton calibrate` can measure precision above the execute threshold. Sampled from the decision
+// id, so a replay of the log draws the same decisions. When nobody answers in time, the terms
+// decide: by default the decision the policy made runs (an audit only asks for a label).
+struct audit_section {
+  double rate = 0;  // [0, 1]
+  escalation_terms terms{900, true};
+};
+
 struct policy {
   confidence_metric metric = confidence_metric::p_max;
   std::vector<std::string> deny;
@@ -58,6 +68,7 @@ struct policy {
   escalation_terms escalation;
   std::vector<std::pair<std::string, escalation_terms>> tool_escalation;
   bool escalation_configured = false;  // the section is present (it counts in the hash only then)
+  std::optional<audit_section> audit;  // counts in the hash only when present
   std::string hash;  // "sha256:…" of canonical_json()
 
   // Sorted keys; deny and always_escalate are sets (sorted), escalate_when keeps its order.
@@ -84,8 +95,20 @@ struct lane_choice {
 };
 lane_choice lane_for(const policy& p, std::string_view tool, bool after_fallback = false);
 
-// The terms of an escalation of `tool` ("" after an engine failure: the defaults, and deny).
-escalation_terms escalation_terms_for(const policy& p, std::string_view tool);
+// The terms of an escalation of `tool` ("" after an engine failure: the defaults, and deny); an
+// escalation the audit lane made (`lane` "audit" or "fallback:audit") has the audit's terms.
+escalation_terms escalation_terms_for(const policy& p, std::string_view tool, std::string_view lane = {});
+
+// "audit" or "fallback:audit": the lanes of decisions the audit sampled.
+bool is_audit_lane(std::string_view lane);
+
+// Whether the decision `decision_id` falls in an audit sample of `rate`: the first 64 bits of the
+// id's sha256 as a fraction of 2^64, below `rate`. Ids are random, so the share is `rate`.
+bool audit_sampled(double rate, std::string_view decision_id);
+// `a` itself, or, when it executes a tool and `decision_id` is sampled under the policy's audit
+// rate, an escalation of the same tool and arguments with lane "audit" ("fallback:audit" after a
+// fallback). Applied once the decision has its id: the live server and `baton replay` alike.
+action audit(const policy& p, action a, std::string_view decision_id);
 
 // 422 INVALID_POLICY, message "FILE:LINE: reason", for the first problem: unknown keys, tools or
 // questions, a bad metric, thresholds outside [0, 1], fallback above execute, …

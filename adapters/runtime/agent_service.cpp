@@ -310,6 +310,12 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   }
   log::decision_record rec = make_record(t);
   t->decision_id = rec.id;
+  // The audit draws by the decision id, so it applies once the id exists (as `baton replay` does).
+  if (policies::action audited = policies::audit(routing_.policy, t->act, rec.id); audited.what != t->act.what) {
+    t->act = std::move(audited);
+    rec.action = std::string(policies::to_string(t->act.what));
+    rec.lane = t->act.lane;
+  }
 
   t->log_started = clock_type::now();
   const bool escalates = t->act.what == policies::action::escalate;

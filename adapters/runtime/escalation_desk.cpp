@@ -143,7 +143,7 @@ escalation escalation_desk::make_escalation(const log::decision_record& d, const
   r.session = d.session;
   r.turn = d.turn;
   r.created_ms = unix_ms();
-  const policies::escalation_terms terms = policies::escalation_terms_for(routing_.policy, d.tool);
+  const policies::escalation_terms terms = policies::escalation_terms_for(routing_.policy, d.tool, d.lane);
   r.deadline_ms = r.created_ms + terms.deadline_s * 1000;
   r.on_deadline = terms.execute_on_deadline ? "execute" : "deny";
   r.reason = d.lane;
@@ -156,6 +156,10 @@ escalation escalation_desk::make_escalation(const log::decision_record& d, const
   if (d.tool.empty()) {
     r.question = "The engine could not decide (" + (d.error_code.empty() ? std::string("no answer") : d.error_code) +
                  "). Which tool, if any, should run?";
+  } else if (policies::is_audit_lane(d.lane)) {
+    r.question = "Audit: the policy would have run " + d.tool + " at confidence " +
+                 render_json(json(round_decimals(d.confidence, 4)), false) +
+                 "; this decision was drawn for a person to check. Should it run?";
   } else {
     r.question = "Should " + d.tool + " run? It was escalated by " + d.lane + " at confidence " +
                  render_json(json(round_decimals(d.confidence, 4)), false) + ".";

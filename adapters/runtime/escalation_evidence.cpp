@@ -84,6 +84,15 @@ json escalation_evidence(const log::escalation_record& r, const response* answer
           ") and this policy escalates engine failures (on_engine_error: escalate)";
   } else if (!same_policy) {
     why = r.reason + " (the policy changed since this was raised: its thresholds then are not shown)";
+  } else if (rule == "audit" && p.audit) {
+    const std::string lane_name = policies::lane_for(p, r.tool, second_pass).name;
+    why = "drawn for audit: the policy would have run " + r.tool + " (" + lane_name + ", confidence " +
+          number_text(r.confidence, 4) + "); a share of " + render_json(json(p.audit->rate), false) +
+          " of such decisions goes to a person so that its precision can be measured";
+    ev["inputs"] = {{"confidence", round_decimals(r.confidence, 4)},
+                    {"metric", std::string(to_string(p.metric))},
+                    {"lane", lane_name.substr(5)},
+                    {"audit_rate", p.audit->rate}};
   } else if (rule == "rule:always_escalate") {
     why = r.tool + " is always escalated by this policy (rules.always_escalate)";
   } else if (rule == "rule:max_risk" && t && p.max_risk) {

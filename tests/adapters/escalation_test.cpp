@@ -314,6 +314,42 @@ TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_acros
   EXPECT_EQ(again.read()["resolution"]["escalation"], late);
 }
 
+// The audit lane (policies/README.md, "Audit"): every would-execute decision drawn (rate 1) goes
+// to a person as lane `audit`, and one nobody answers runs as the policy decided.
+TEST_F(escalation_test, the_audit_lane_escalates_would_be_executions_and_runs_them_at_the_deadline) {
+  write("policy.yaml", std::string(policy_yaml) + "audit: {rate: 1, deadline_s: 1}\n");
+  const unsigned short port = start();
+  ws_client agent(port);
+  const json d = agent.request(decide("audit-1", {user("please look at order 5"), script({{"tool", "lookup_order"}, {"p", 0.95}})},
+                                      {{"id", "a1"}, {"proposal", {{"tool", "lookup_order"}, {"arguments", {{"order_id", "5"}}}}}}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "escalate");
+  EXPECT_EQ(d["lane"], "audit");
+  EXPECT_EQ(d["tool"], "lookup_order");
+  const json e = get("/v1/escalations/" + d["escalation"].get<std::string>());
+  EXPECT_EQ(e["reason"], "audit") << e;
+  EXPECT_EQ(e["on_deadline"], "execute");
+  EXPECT_NE(e.value("question", "").find("Audit: the policy would have run lookup_order at confidence 0.95"),
+            std::string::npos) << e;
+  EXPECT_EQ(e["evidence"]["rule"], "audit");
+  EXPECT_EQ(e["evidence"]["inputs"]["audit_rate"], 1);
+  EXPECT_EQ(e["evidence"]["inputs"]["lane"], "default");
+  // Not drawn by the audit: below the execute threshold nothing changes.
+  const json unsure_one = agent.request(unsure("audit-2"));
+  EXPECT_EQ(unsure_one["lane"], "lane:default") << unsure_one;
+  // Nobody answers the audit: at its deadline the decision runs.
+  const json frame = agent.read_type("resolution");
+  ASSERT_EQ(frame.value("type", ""), "resolution") << frame;
+  EXPECT_EQ(frame["resolution"]["by"], "deadline");
+  EXPECT_EQ(frame["resolution"]["outcome"], "execute");
+  EXPECT_EQ(frame["resolution"]["tool"], "lookup_order");
+  const auto rows = sql("SELECT action, lane, confidence FROM decisions WHERE session = 'audit-1'");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["action"], "escalate");
+  EXPECT_EQ(rows[0]["lane"], "audit");
+  EXPECT_EQ(rows[0]["confidence"], 0.95);
+}
+
 TEST_F(escalation_test, a_changed_policy_refuses_a_resolution_unless_forced) {
   ws_client agent(start());
   const std::string id = agent.request(unsure("esc-ver"))["escalation"];

@@ -131,6 +131,21 @@ with tempfile.TemporaryDirectory() as tmp:
     ])
     verify("support", db, turns(out))
 
+    # A week of tickets with a simulated reviewer (the log docs/policy-workflow.md works on): every
+    # ticket is one decision, every escalation the reviewer answered has its resolution.
+    db = os.path.join(tmp, "support", "week.db")
+    out = run("support week", command("support_week.py", db, config, ("--service-port", str(service_port),
+                                                                      "--tickets", "60")),
+              [r"^60 tickets: escalate \d+, execute \d+"])
+    counts = dict(re.findall(r"(escalate|left pending|resolved deny|resolved execute) (\d+)", out))
+    verify("support week", db, 60)
+    escalated = sql(db, "SELECT count(*) AS n FROM escalations")[0]["n"]
+    resolved = sql(db, "SELECT count(*) AS n FROM resolutions WHERE by = 'reviewer'")[0]["n"]
+    check(escalated == int(counts.get("escalate", -1)), f"support week: {escalated} escalations for {counts}")
+    check(resolved == int(counts.get("resolved deny", 0)) + int(counts.get("resolved execute", 0)),
+          f"support week: {resolved} resolutions for {counts}")
+    check(escalated - resolved == int(counts.get("left pending", 0)), f"support week: pending rows for {counts}")
+
     # The on-call example with API keys (the agent's and the reviewer's), the script as reviewer:
     # each escalation is resolved over the reviewer API, the agent gets the resolution, acks it,
     # runs what the reviewer chose and goes on with the alert.

@@ -320,6 +320,100 @@ confidence: p_max
   EXPECT_NE(parse_ok(reordered).hash, p.hash);  // trigger order decides which one is reported
 }
 
+TEST(Policy, AuditSection) {
+  const policy plain = parse_ok(base);
+  EXPECT_FALSE(plain.audit.has_value());
+  const policy p = parse_ok(std::string(base) + "audit: {rate: 0.02}\n");
+  ASSERT_TRUE(p.audit.has_value());
+  EXPECT_EQ(p.audit->rate, 0.02);
+  // By default an audit nobody answers runs what the policy decided, after the default deadline.
+  EXPECT_TRUE(p.audit->terms.execute_on_deadline);
+  EXPECT_EQ(p.audit->terms.deadline_s, 900);
+  EXPECT_NE(p.hash, plain.hash);  // present: counted; absent: old policies keep their hash
+  EXPECT_NE(parse_ok(std::string(base) + "audit: {rate: 0.03}\n").hash, p.hash);
+
+  const policy terms = parse_ok(std::string(base) +
+                                "escalation: {deadline_s: 60}\naudit: {rate: 0.5, on_deadline: deny}\n");
+  EXPECT_FALSE(terms.audit->terms.execute_on_deadline);
+  EXPECT_EQ(terms.audit->terms.deadline_s, 60);  // the policy's default deadline
+  EXPECT_EQ(parse_ok(std::string(base) + "audit: {rate: 0.5, deadline_s: 30}\n").audit->terms.deadline_s, 30);
+
+  const std::string b = base;
+  const std::vector<load_case> cases = {
+      {b + "audit: {}\n", "p.yaml:5: `audit` has no rate (the share of would-execute decisions a person checks, e.g. 0.02)"},
+      {b + "audit: {rate: 2}\n", "p.yaml:5: `audit.rate` must be within [0, 1]"},
+      {b + "audit: {rate: some}\n", "p.yaml:5: `audit.rate` must be a number"},
+      {b + "audit: {rate: 0.1, share: 1}\n", "p.yaml:5: unknown key `share` in `audit`"},
+      {b + "audit: {rate: 0.1, on_deadline: retry}\n", "p.yaml:5: unknown on_deadline `retry` (deny or execute)"},
+  };
+  for (const load_case& c : cases) {
+    auto bad = parse_policy(c.text, "p.yaml", test_registry());
+    ASSERT_FALSE(bad.has_value()) << c.text;
+    EXPECT_EQ(bad.error().message, c.message) << c.text;
+  }
+}
+
+TEST(Policy, AuditSamplesByDecisionId) {
+  // Reproducible: the same id is drawn or not whatever calls it.
+  EXPECT_EQ(audit_sampled(0.3, "d_123"), audit_sampled(0.3, "d_123"));
+  EXPECT_FALSE(audit_sampled(0, "d_123"));
+  EXPECT_TRUE(audit_sampled(1, "d_123"));
+  // The share drawn is the rate: 10,000 ids at 2 % give 200 ± 3σ (σ = 14).
+  int drawn = 0;
+  for (int i = 0; i < 10000; ++i) drawn += audit_sampled(0.02, "d_" + std::to_string(i) + "x") ? 1 : 0;
+  EXPECT_GT(drawn, 200 - 42);
+  EXPECT_LT(drawn, 200 + 42);
+  // A larger rate draws every id a smaller one draws (one uniform number per id).
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = "d_" + std::to_string(i);
+    if (audit_sampled(0.1, id)) {
+      EXPECT_TRUE(audit_sampled(0.2, id)) << id;
+    }
+  }
+}
+
+TEST(Policy, AuditTurnsOnlyExecutionsIntoEscalations) {
+  const policy p = parse_ok(std::string(policy_yaml) + "audit: {rate: 1}\n");
+  const action executed = decide_action(p, test_registry(), make_answers({"a", 0.99}));
+  ASSERT_EQ(executed.what, action::execute);
+  const action audited = audit(p, executed, "d_1");
+  EXPECT_EQ(audited.what, action::escalate);
+  EXPECT_EQ(audited.lane, "audit");
+  EXPECT_EQ(audited.tool, "a");
+  EXPECT_EQ(audited.confidence, executed.confidence);
+  EXPECT_EQ(audited.arguments, executed.arguments);
+  EXPECT_TRUE(is_audit_lane(audited.lane));
+  // Everything else stays as decided: fallback, escalate, deny, finish.
+  for (const answers_spec& s : {answers_spec{"a", 0.6}, answers_spec{"a", 0.3}, answers_spec{"d", 0.99},
+                                answers_spec{"finish", 0.99}}) {
+    const action a = decide_action(p, test_registry(), make_answers(s));
+    const action same = audit(p, a, "d_1");
+    EXPECT_EQ(same.what, a.what) << s.tool << " " << s.p;
+    EXPECT_EQ(same.lane, a.lane) << s.tool << " " << s.p;
+  }
+  const action second = audit(p, decide_after_fallback(p, test_registry(), make_answers({"a", 0.99})), "d_2");
+  EXPECT_EQ(second.what, action::escalate);
+  EXPECT_EQ(second.lane, "fallback:audit");
+  // No audit section, or an id outside the sample: unchanged.
+  EXPECT_EQ(audit(parse_ok(policy_yaml), executed, "d_1").what, action::execute);
+  const policy rare = parse_ok(std::string(policy_yaml) + "audit: {rate: 0.5}\n");
+  int kept = 0;
+  for (int i = 0; i < 100; ++i) kept += audit(rare, executed, "d_" + std::to_string(i)).what == action::execute;
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 100);
+}
+
+TEST(Policy, AuditEscalationsHaveTheAuditsTerms) {
+  const policy p = parse_ok(std::string(policy_yaml) +
+                            "escalation:\n  deadline_s: 600\n  tools:\n    a: {deadline_s: 5}\naudit: {rate: 0.1, deadline_s: 120}\n");
+  EXPECT_EQ(escalation_terms_for(p, "a").deadline_s, 5);
+  EXPECT_FALSE(escalation_terms_for(p, "a").execute_on_deadline);
+  EXPECT_EQ(escalation_terms_for(p, "a", "audit").deadline_s, 120);
+  EXPECT_TRUE(escalation_terms_for(p, "a", "audit").execute_on_deadline);
+  EXPECT_TRUE(escalation_terms_for(p, "a", "fallback:audit").execute_on_deadline);
+  EXPECT_FALSE(escalation_terms_for(p, "a", "lane:default").execute_on_deadline);
+}
+
 TEST(Policy, ConfigLoadsAgainstTheConfigRegistry) {
   const auto r = tools::load_registry(BATON_SOURCE_DIR "/config/tools.yaml", request_limits::text_only());
   ASSERT_TRUE(r.has_value()) << r.error().message;
