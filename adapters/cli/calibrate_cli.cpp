@@ -50,7 +50,9 @@ the labels' confidences, whose precision lower bound reaches --target-precision 
 `fallback` the lowest whose lower bound reaches --fallback-precision (the model is more often
 right than wrong there: worth asking the fallback engine rather than a person), never above
 `execute`. Each is written as the shortest decimal that keeps the same decisions on each side.
-A tool where no threshold qualifies, or with too few labels, keeps its lane and is listed so.
+A tool where no threshold qualifies, or with too few labels, keeps its lane and is listed so;
+so does a tool a rule decides before any lane (deny, always_escalate, over max_risk), whose labels
+still count in its figures.
 At 0.95 a half needs at least 73 labels at or above the threshold, all correct, before any
 threshold qualifies.
 
@@ -116,8 +118,18 @@ const policies::lane& current_lane(const policies::policy& p, const std::string&
   return policies::lane_for(p, tool).thresholds;
 }
 
+// The rule that decides every decision of `tool` before any lane ("" when its lane applies).
+std::string rule_over_lanes(const policies::policy& p, const tools::tool& tool) {
+  auto listed = [&](const std::vector<std::string>& ids) { return std::find(ids.begin(), ids.end(), tool.id) != ids.end(); };
+  if (listed(p.deny)) return "rule:deny";
+  if (listed(p.always_escalate)) return "rule:always_escalate";
+  if (p.max_risk && tool.risk > *p.max_risk) return "rule:max_risk";
+  return {};
+}
+
 std::string status_line(const tool_calibration& t, const calibrate_options& o) {
   if (t.status == "not_a_tool") return "finish follows the default lane: no lane of its own";
+  if (t.status == "ruled") return t.rule + " decides every one of its decisions: its lane never applies, none proposed";
   if (t.status == "too_few") {
     return "keeps its lane " + lane_yaml(t.current) + ": " + std::to_string(t.labels.size()) +
            " labels, fewer than --min-support " + std::to_string(o.min_support);
@@ -349,7 +361,7 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       return;
     }
     ++rep.first_passes;
-    const bool audit = d.lane == "audit";
+    const bool audit = policies::is_audit_lane(d.lane);
     if (audit) ++lanes_seen[d.policy_hash].first;
     if (d.action == "execute") ++lanes_seen[d.policy_hash].second;
     std::vector<double> p;
@@ -394,7 +406,10 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       t.status = "not_a_tool";
       continue;
     }
-    if (t.labels.size() < options.min_support) {
+    t.rule = rule_over_lanes(in.policy, *tools::find_tool(in.registry, t.tool));
+    if (!t.rule.empty()) {
+      t.status = "ruled";
+    } else if (t.labels.size() < options.min_support) {
       t.status = "too_few";
     } else {
       t.execute = policies::lowest_threshold(t.labels, options.target);
@@ -411,7 +426,8 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
     const bool changes = t.proposed.execute != t.current.execute || t.proposed.fallback != t.current.fallback;
     if (own || changes) {
       rep.proposed.tool_lanes.emplace_back(t.tool, t.proposed);
-      std::string why = t.status == "too_few"    ? std::to_string(t.labels.size()) + " labels: kept"
+      std::string why = t.status == "ruled"      ? t.rule + " decides: kept"
+                        : t.status == "too_few"  ? std::to_string(t.labels.size()) + " labels: kept"
                         : t.status == "kept"     ? "no threshold qualifies: kept"
                         : t.status == "proposed" ? "proposed from " + std::to_string(t.labels.size()) + " labels"
                                                  : "fallback proposed from " + std::to_string(t.labels.size()) + " labels";

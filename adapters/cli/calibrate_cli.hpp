@@ -33,8 +33,10 @@ struct tool_calibration {
   std::optional<policies::threshold_choice> execute, fallback;
   policies::lane current, proposed;
   // proposed: both found or the execute one; fallback_only; kept: none qualifies; too_few: below
-  // min support; not_a_tool: finish (it follows the default lane).
+  // min support; ruled: a rule decides before any lane (`rule`); not_a_tool: finish (it follows
+  // the default lane).
   std::string status;
+  std::string rule;  // rule:deny, rule:always_escalate or rule:max_risk for `ruled`
 };
 
 struct calibration_report {

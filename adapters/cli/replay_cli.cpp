@@ -38,9 +38,11 @@ changed, and escalate what a reviewer simply approved.
 
 A second pass (a decision the fallback engine made) is decided with the fallback rules; when the
 new policy no longer falls back on its first pass, the second pass is not reached and is counted
-as such. Rows are skipped and counted when they were made under another registry than FILE's
-(the tools and questions differ), when they are SystemOne answers (no routing), after an engine
-failure (no answers) and when their answers do not parse.
+as such. The policy's audit (`audit: {rate: R}`) draws from each logged decision's id as the
+live server does: the replay audits the decisions the server would have. Rows are skipped and
+counted when they were made under another registry than FILE's (the tools and questions differ),
+when they are SystemOne answers (no routing), after an engine failure (no answers) and when
+their answers do not parse.
 
 Options:
   --policy FILE      the policy to replay (required)
@@ -205,7 +207,7 @@ class drift_probe {
       return;
     }
     batch_.push_back(std::move(r));
-    pending_.push_back({std::move(old), replayed});
+    pending_.push_back({std::move(old), replayed, d.id});
     if (batch_.size() >= 32) flush();
   }
 
@@ -219,14 +221,22 @@ class drift_probe {
         ++out_.engine_errors;
         continue;
       }
-      compare(pending_[i].first, *fresh, pending_[i].second);
+      compare(pending_[i], *fresh);
     }
     batch_.clear();
     pending_.clear();
   }
 
  private:
-  void compare(const response& old, const response& fresh, policies::action::kind replayed) {
+  // A logged state waiting for its batch: its logged answers, the action they replay to, its id.
+  struct logged {
+    response answers;
+    policies::action::kind replayed;
+    std::string id;
+  };
+
+  void compare(const logged& was, const response& fresh) {
+    const response& old = was.answers;
     ++out_.redecided;
     for (const auto& [id, a] : old.answers) {
       const answer* now = find_answer(fresh, id);
@@ -241,7 +251,8 @@ class drift_probe {
     }
     out_.shifts.push_back(tool_confidence(fresh, in_.policy.metric) - tool_confidence(old, in_.policy.metric));
     // The new answers under the same policy, against the logged answers under it.
-    if (policies::decide_action(in_.policy, in_.registry, fresh).what != replayed) ++out_.actions_changed;
+    const auto now = policies::audit(in_.policy, policies::decide_action(in_.policy, in_.registry, fresh), was.id);
+    if (now.what != was.replayed) ++out_.actions_changed;
   }
 
   decision_engine& engine_;
@@ -249,7 +260,7 @@ class drift_probe {
   request questions_;
   drift_report& out_;
   std::vector<request> batch_;
-  std::vector<std::pair<response, policies::action::kind>> pending_;
+  std::vector<logged> pending_;
 };
 
 double mean(const std::vector<double>& v) {
@@ -484,8 +495,12 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
       ++n["unreached"];
       return;
     }
-    const policies::action now = second ? policies::decide_after_fallback(in.policy, in.registry, *answers)
-                                        : policies::decide_action(in.policy, in.registry, *answers);
+    // The audit draws from the logged id: the same decisions the live server would have drawn.
+    const policies::action now =
+        policies::audit(in.policy,
+                        second ? policies::decide_after_fallback(in.policy, in.registry, *answers)
+                               : policies::decide_action(in.policy, in.registry, *answers),
+                        d.id);
     const std::string new_action(policies::to_string(now.what));
     if (!second && d.action == "fallback" && now.what != policies::action::fallback) {
       no_longer_falling_back.insert(d.id);

@@ -296,6 +296,30 @@ TEST_F(replay_test, the_same_policy_changes_nothing) {
   for (const json& row : r["table"]) EXPECT_EQ(row["old"], row["new"]) << row;
 }
 
+TEST_F(replay_test, the_policys_audit_draws_the_same_decisions_from_the_logged_ids) {
+  // Every would-execute decision audited: none executes, and d2 (denied) is escalated instead.
+  write("audit_all.yaml", std::string(new_policy_yaml) + "audit: {rate: 1}\n");
+  json r = replay_json({"--policy", path("audit_all.yaml")});
+  EXPECT_EQ(r["actions"]["execute"]["new"], 0);
+  EXPECT_EQ(r["executes_denied"], 0);
+  EXPECT_EQ(r["escalates_denied"], 1);
+  const json* audited = table_row(r, "lookup", "fallback", "escalate", "audit");
+  ASSERT_TRUE(audited) << r["table"];
+  EXPECT_EQ((*audited)["decisions"], 2);  // d2, d7
+
+  // Half of them: exactly those whose id the audit draws.
+  write("audit_half.yaml", std::string(new_policy_yaml) + "audit: {rate: 0.5}\n");
+  r = replay_json({"--policy", path("audit_half.yaml")});
+  int drawn = 0;
+  for (const char* id : {"d1", "d2", "d4", "d7", "d15"}) drawn += policies::audit_sampled(0.5, id) ? 1 : 0;
+  int in_audit_lane = 0;
+  for (const json& row : r["table"]) {
+    if (row["new"]["lane"] == "audit") in_audit_lane += row["decisions"].get<int>();
+  }
+  EXPECT_EQ(in_audit_lane, drawn);
+  EXPECT_EQ(r["actions"]["execute"]["new"], 5 - drawn);
+}
+
 TEST_F(replay_test, the_text_report_has_the_table_and_the_summary) {
   const auto r = replay();
   ASSERT_EQ(r.code, exit_ok) << r.err;
@@ -480,6 +504,8 @@ TEST_F(calibrate_test, labels_weights_and_the_proposed_lanes) {
   EXPECT_GT(lookup["ece"].get<double>(), 0);
   EXPECT_GT(lookup["brier"].get<double>(), 0);
 
+  // wipe is denied by rule: its lane never applies.
+  EXPECT_EQ(tool(r, "wipe")["status"], "ruled");
   const json& refund = tool(r, "refund");
   EXPECT_EQ(refund["labels"], 10);
   EXPECT_EQ(refund["status"], "too_few");
@@ -562,7 +588,13 @@ class replay_server_test : public server_test {
 };
 
 TEST_F(replay_server_test, the_live_policy_replayed_reproduces_every_logged_decision) {
+  // With an audit: the replay must draw the same decisions the server drew.
+  write("policy.yaml", std::string(test_server::policy_yaml) + "audit: {rate: 0.5}\n");
   ws_client agent(start());
+  for (int i = 0; i < 20; ++i) {
+    const json d = agent.request(decide("a" + std::to_string(i), {user("order 5"), script({{"tool", "lookup_order"}, {"p", 0.97}})}));
+    ASSERT_EQ(d.value("type", ""), "decision") << d;
+  }
   const double confidences[] = {0.95, 0.85, 0.7, 0.6, 0.3, 0.2};
   int n = 0;
   for (const double p : confidences) {
@@ -586,18 +618,20 @@ TEST_F(replay_server_test, the_live_policy_replayed_reproduces_every_logged_deci
                       (dir_ / "policy.yaml").string(), "--json", "--fail-if", "changed>0,lane_changed>0"});
   ASSERT_EQ(r.code, exit_ok) << r.err << r.out;
   const json j = test::parse(r.out);
-  EXPECT_EQ(j["replayed"], 8);
+  EXPECT_EQ(j["replayed"], 28);
   EXPECT_EQ(j["reviewed"], 1);
   EXPECT_EQ(j["approved"], 1);
-  EXPECT_GE(j["actions"]["execute"]["new"].get<int>(), 2);
+  // About half of the 22 confident ones were audited (none: a chance of 2^-22).
+  const json* audited = table_row(j, "lookup_order", "escalate", "escalate", "audit");
+  ASSERT_TRUE(audited) << j["table"];
+  EXPECT_GT((*audited)["decisions"].get<int>(), 0);
   EXPECT_GE(j["actions"]["escalate"]["new"].get<int>(), 3);
 
-  // A stricter policy: the confident ones escalate now, one of them... none approved by a person.
-  const std::string strict = write_policy("strict.yaml", std::string(test_server::policy_yaml).replace(
-                                                             std::string(test_server::policy_yaml).find("0.8"), 3, "0.9"));
+  // Without the audit, what it drew executes.
   const json s = test::parse(cli({"replay", "--db", db(), "--registry", (dir_ / "tools.yaml").string(), "--policy",
-                                  strict, "--json"}).out);
-  EXPECT_EQ(s["changed"], 1);  // 0.85: execute → fallback
+                                  write_policy("plain.yaml", test_server::policy_yaml), "--json"}).out);
+  EXPECT_EQ(s["changed"], (*audited)["decisions"]);
+  EXPECT_EQ(s["unreached"], 0);
 }
 
 TEST_F(replay_server_test, the_keyword_engine_decides_the_logged_states_again_without_drift) {
