@@ -200,7 +200,7 @@ class drift_probe {
     json_parse_error unused;
     if (!parse_json(*d.state, r.state, unused, json_parse_options{256})) r.state = *d.state;
     // The window the engine has: the server leaves out the oldest events the same way.
-    auto dropped = tools::drop_oldest_events(r, tools::event_dropping{},
+    auto dropped = tools::drop_oldest_events(r, in_.history,
                                              [this](const request& q) { return engine_.state_overflow(q); });
     if (!dropped) {
       ++out_.engine_errors;
@@ -401,6 +401,7 @@ std::optional<int> read_review_inputs(const command_args& a, const char* command
     config = std::move(*loaded);
   }
   out.db = db ? std::filesystem::path(*db) : config->log.path;
+  if (config) out.history = config->history;
   out.registry_file = registry ? std::filesystem::path(*registry) : config->registry;
   out.policy_file = policy ? std::filesystem::path(*policy) : config->policy;
   for (const auto* file : {&out.registry_file, &out.policy_file}) {
@@ -613,7 +614,6 @@ void render_replay(const replay_report& r, std::ostream& out) {
         << signed_fixed(median(d.shifts), 4) << ", mean |shift| " << fixed(mean_abs(d.shifts), 4) << "\n"
         << "  actions the new answers change under the policy: " << d.actions_changed << "\n";
   }
-  for (const std::string& f : r.failed) out << "fail-if: " << f << "\n";
 }
 
 json replay_json(const replay_report& r) {
@@ -692,9 +692,8 @@ int replay_main(std::span<const std::string_view> args, std::ostream& out, std::
   }
   engine_options engine_options;
   std::unique_ptr<decision_engine> engine;
-  if (a.has("--engine") || a.has("--model")) {
-    if (auto failed = read_engine_flags(a, engine_options, "replay", err)) return *failed;
-  }
+  // Also without --engine: a clef flag alone is a usage error, not ignored.
+  if (auto failed = read_engine_flags(a, engine_options, "replay", err)) return *failed;
   review_inputs in;
   if (auto failed = read_review_inputs(a, "replay", in, err)) return *failed;
   auto log = log::log_reader::open(in.db);

@@ -24,6 +24,7 @@
 #include "engine/decision_engine.hpp"
 #include "policies/policy.hpp"
 #include "tools/registry.hpp"
+#include "tools/schema_compiler.hpp"
 
 namespace baton {
 
@@ -35,6 +36,7 @@ struct review_inputs {
   tools::registry registry;
   policies::policy policy;
   std::int64_t since_ms = 0;
+  tools::event_dropping history;  // the config's routing.keep_first / drop_fraction, when it was read
 };
 
 // --config, --db, --registry, --policy and --since as replay and calibrate take them: the config

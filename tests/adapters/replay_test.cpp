@@ -385,6 +385,7 @@ TEST_F(replay_test, usage_and_missing_files) {
   EXPECT_EQ(cli({"replay", "--db", db_, "--registry", registry_file_}).code, exit_usage);  // no --policy
   EXPECT_EQ(replay({"--bogus"}).code, exit_usage);
   EXPECT_EQ(replay({"stray"}).code, exit_usage);
+  EXPECT_EQ(replay({"--device", "cuda"}).code, exit_usage);  // a clef flag without --engine clef
   EXPECT_EQ(cli({"replay", "--db", path("none.db"), "--registry", registry_file_, "--policy", policy_file_}).code,
             exit_no_input);
   EXPECT_EQ(cli({"replay", "--db", db_, "--registry", registry_file_, "--policy", path("none.yaml")}).code,
