@@ -6,10 +6,12 @@
 #include <ostream>
 
 #include "adapters/cli/check_cli.hpp"
+#include "adapters/cli/calibrate_cli.hpp"
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/hub_cli.hpp"
 #include "adapters/cli/log_cli.hpp"
 #include "adapters/cli/quantize_cli.hpp"
+#include "adapters/cli/replay_cli.hpp"
 #include "adapters/cli/serve_cli.hpp"
 
 namespace baton {
@@ -27,6 +29,8 @@ Commands:
   decide      answer SystemOne requests (JSON or JSONL) with a decision engine
   encode      show how the clef engine encodes requests (token ids and spans), without weights
   log         read the decision log: sql queries, show a decision, tail, verify the hash chains
+  replay      decide the logged answers again under another policy: what changes, what reviewers said
+  calibrate   per-tool precision and calibration from reviewers' resolutions; proposes lanes
   pull        download a Clef-Omni release from the Hugging Face hub (only what the engine reads)
   models      list the models in the Hugging Face cache: size, revision, fingerprint
   quantize    write a copy of a Clef release with int8 experts (--int8 SRC DST)
@@ -61,6 +65,8 @@ int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostre
   if (command == "encode") return encode_main(args.subspan(1), in, out, err);
   if (command == "tokenize") return tokenize_main(args.subspan(1), in, out, err);
   if (command == "log") return log_main(args.subspan(1), in, out, err);
+  if (command == "replay") return replay_main(args.subspan(1), out, err);
+  if (command == "calibrate") return calibrate_main(args.subspan(1), out, err);
   // A bar redrawn in place only where a person watches it: the process's own terminal.
   if (command == "pull") return pull_main(args.subspan(1), out, err, &err == &std::cerr && ::isatty(STDERR_FILENO));
   if (command == "models") return models_main(args.subspan(1), out, err);

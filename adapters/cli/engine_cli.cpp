@@ -376,11 +376,67 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
   return decider.engine_failures() > 0 ? exit_engine_failed : exit_ok;
 }
 
+std::optional<int> read_engine_flags(const command_args& a, engine_options& options, const char* command,
+                                     std::ostream& err) {
+  static constexpr std::array<std::string_view, 10> clef_flags = {
+      "--model", "--model-id", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens",
+      "--prefix-cache", "--media-root"};
+  clef::clef_engine_options& clef_options = options.clef;
+  if (auto v = a.get("--engine")) options.name = std::string(*v);
+  if (auto v = a.get("--model")) {
+    auto dir = model_dir_arg(*v, command, err);
+    if (!dir) return exit_no_input;
+    clef_options.model_dir = std::move(*dir);
+  }
+  if (auto v = a.get("--model-id")) {
+    if (v->empty()) return usage_error(err, "--model-id needs a name", command);
+    clef_options.model_id = std::string(*v);
+  }
+  if (auto v = a.get("--dtype")) {
+    clef::compute_dtype d{};
+    if (!clef::parse_compute_dtype(*v, d)) return usage_error(err, "--dtype takes f32 or bf16", command);
+    clef_options.model.dtype = d;
+  }
+  if (auto v = a.get("--head-dtype")) {
+    if (!clef::parse_compute_dtype(*v, clef_options.model.head_dtype)) {
+      return usage_error(err, "--head-dtype takes f32 or bf16", command);
+    }
+  }
+  if (auto v = a.get("--device")) clef_options.model.device = std::string(*v);
+  if (auto v = a.get("--prefix-cache")) {
+    if (*v != "on" && *v != "off") return usage_error(err, "--prefix-cache takes on or off", command);
+    clef_options.model.prefix_cache.enabled = *v == "on";
+  }
+  if (auto v = a.get("--media-root")) {
+    if (!std::filesystem::is_directory(*v)) return usage_error(err, "--media-root needs a directory", command);
+    clef_options.media.sources.roots = {std::string(*v)};
+  }
+  if (!read_count(a, "--max-length", clef_options.max_length)) {
+    return usage_error(err, "--max-length needs a positive number of tokens", command);
+  }
+  std::size_t threads = 0;
+  if (!read_count(a, "--threads", threads)) return usage_error(err, "--threads needs a positive number", command);
+  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));  // the config's bound
+  if (!read_count(a, "--batch-tokens", clef_options.batch_tokens)) {
+    return usage_error(err, "--batch-tokens needs a positive number", command);
+  }
+  const bool is_clef = options.name == "clef";
+  if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", command);
+  if (!is_clef && std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
+    return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
+                       "--batch-tokens, --prefix-cache and --media-root need --engine clef",
+                       command);
+  }
+  // Another SystemOne server is reached with `baton serve` (engine.url in its configuration), not here.
+  if (options.name == "systemone") {
+    return usage_error(err, std::string(command) + " answers with the keyword or the clef engine; the systemone "
+                       "engine is configured for baton serve (engine.url in config/baton.yaml)", command);
+  }
+  return std::nullopt;
+}
+
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
-  static constexpr std::array<std::string_view, 11> clef_flags = {
-      "--model", "--model-id", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens",
-      "--prefix-cache", "--dump", "--media-root"};
   if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--model-id", "--dtype", "--head-dtype",
                                        "--device", "--max-length", "--threads", "--batch-tokens", "--prefix-cache",
                                        "--dump", "--media-root"},
@@ -393,67 +449,15 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   }
   decide_options options;
   options.jsonl = a.has("--jsonl");
-  clef::clef_engine_options& clef_options = options.engine.clef;
-  if (auto v = a.get("--engine")) options.engine.name = std::string(*v);
   if (auto v = a.get("--confidence")) {
     auto metric = parse_confidence_metric(*v);
     if (!metric) return usage_error(err, "--confidence takes p_max or margin", "decide");
     options.confidence = *metric;
   }
-  if (auto v = a.get("--model")) {
-    auto dir = model_dir_arg(*v, "decide", err);
-    if (!dir) return exit_no_input;
-    clef_options.model_dir = std::move(*dir);
-  }
-  if (auto v = a.get("--model-id")) {
-    if (v->empty()) return usage_error(err, "--model-id needs a name", "decide");
-    clef_options.model_id = std::string(*v);
-  }
-  if (auto v = a.get("--dtype")) {
-    clef::compute_dtype d{};
-    if (!clef::parse_compute_dtype(*v, d)) return usage_error(err, "--dtype takes f32 or bf16", "decide");
-    clef_options.model.dtype = d;
-  }
-  if (auto v = a.get("--head-dtype")) {
-    if (!clef::parse_compute_dtype(*v, clef_options.model.head_dtype)) {
-      return usage_error(err, "--head-dtype takes f32 or bf16", "decide");
-    }
-  }
-  if (auto v = a.get("--device")) clef_options.model.device = std::string(*v);
-  if (auto v = a.get("--prefix-cache")) {
-    if (*v != "on" && *v != "off") return usage_error(err, "--prefix-cache takes on or off", "decide");
-    clef_options.model.prefix_cache.enabled = *v == "on";
-  }
   if (auto v = a.get("--dump")) options.dump = std::string(*v);
-  if (auto v = a.get("--media-root")) {
-    if (!std::filesystem::is_directory(*v)) return usage_error(err, "--media-root needs a directory", "decide");
-    clef_options.media.sources.roots = {std::string(*v)};
-  }
-  if (!read_count(a, "--max-length", clef_options.max_length)) {
-    return usage_error(err, "--max-length needs a positive number of tokens", "decide");
-  }
-  std::size_t threads = 0;
-  if (!read_count(a, "--threads", threads)) {
-    return usage_error(err, "--threads needs a positive number", "decide");
-  }
-  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));  // the config's bound
-  if (!read_count(a, "--batch-tokens", clef_options.batch_tokens)) {
-    return usage_error(err, "--batch-tokens needs a positive number", "decide");
-  }
+  if (auto failed = read_engine_flags(a, options.engine, "decide", err)) return *failed;
+  if (!options.dump.empty() && options.engine.name != "clef") return usage_error(err, "--dump needs --engine clef", "decide");
   const std::optional<std::string>& file = a.file;
-
-  const bool is_clef = options.engine.name == "clef";
-  if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", "decide");
-  if (!is_clef && std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
-    return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
-                       "--batch-tokens, --prefix-cache, --media-root and --dump need --engine clef",
-                       "decide");
-  }
-  // Another SystemOne server is reached with `baton serve` (engine.url in its configuration), not here.
-  if (options.engine.name == "systemone") {
-    return usage_error(err, "decide answers with the keyword or the clef engine; the systemone engine is "
-                            "configured for baton serve (engine.url in config/baton.yaml)", "decide");
-  }
   auto made = make_engine(options.engine);
   if (!made) {
     // A 400 is the options' fault (an unknown engine); a release that does not load is not.

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "adapters/cli/cli_args.hpp"
 #include "core/answers.hpp"
 #include "engine/decision_engine.hpp"
 #include "engine/factory/engine_options.hpp"
@@ -29,6 +31,13 @@ struct decide_options {
 // With `dump`, the clef engine's trace of every line goes there (`baton decide --dump`).
 int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, const decide_options& options,
                std::ostream* dump = nullptr);
+
+// The engine flags as `baton decide` takes them (--engine, and --model, --model-id, --dtype,
+// --head-dtype, --device, --max-length, --threads, --batch-tokens, --prefix-cache and --media-root
+// for clef) into `options`; the exit status once "baton COMMAND: why" is on `err` (64 usage, 66
+// --model ORG/NAME not in the cache). The systemone engine is refused: it is configured for serve.
+std::optional<int> read_engine_flags(const command_args& a, engine_options& options, const char* command,
+                                     std::ostream& err);
 
 // `args` exclude the command's name.
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err);

@@ -109,6 +109,65 @@ tool_run_record tool_run_from(std::span<const column_value> row) {
   return r;
 }
 
+// The decision columns reviewed_decisions reads, and the review's under names of their own.
+constexpr const char* reviewed_columns =
+    "d.id, d.request_id, d.session, d.turn, d.created_ms, d.engine, d.model, d.fingerprint, d.registry_hash, "
+    "d.policy_hash, d.schema_hash, d.state_hash, d.answers, d.action, d.tool, d.lane, d.confidence, d.error_code, "
+    "d.fallback_of, e.id AS review_escalation, r.id AS review_id, r.created_ms AS review_created_ms, "
+    "r.outcome AS review_outcome, r.tool AS review_tool, r.arguments AS review_arguments, r.reason AS review_reason, "
+    "r.reviewer AS review_reviewer, r.by AS review_by, r.forced AS review_forced, "
+    "r.registry_hash AS review_registry_hash, r.policy_hash AS review_policy_hash";
+
+// A first pass that fell back has no escalation of its own: its second pass's is the turn's.
+constexpr const char* reviewed_joins =
+    " FROM decisions d LEFT JOIN decisions f ON f.fallback_of = d.id "
+    "LEFT JOIN escalations e ON e.decision = COALESCE(f.id, d.id) "
+    "LEFT JOIN resolutions r ON r.escalation = e.id WHERE d.created_ms >= ? ORDER BY d.seq";
+
+reviewed_decision reviewed_from(std::span<const column_value> row) {
+  reviewed_decision out;
+  decision_record& d = out.decision;
+  d.id = text(row, "id");
+  d.request_id = text(row, "request_id");
+  d.session = text(row, "session");
+  d.turn = integer(row, "turn");
+  d.created_ms = integer(row, "created_ms");
+  d.engine = text(row, "engine");
+  d.model = text(row, "model");
+  d.fingerprint = text(row, "fingerprint");
+  d.registry_hash = text(row, "registry_hash");
+  d.policy_hash = text(row, "policy_hash");
+  d.schema_hash = text(row, "schema_hash");
+  d.state_hash = text(row, "state_hash");
+  if (const cell* s = column(row, "state"); s && std::holds_alternative<std::string_view>(*s)) {
+    d.state = std::string(std::get<std::string_view>(*s));
+  }
+  d.answers = text(row, "answers");
+  d.action = text(row, "action");
+  d.tool = text(row, "tool");
+  d.lane = text(row, "lane");
+  d.confidence = real(row, "confidence");
+  d.error_code = text(row, "error_code");
+  d.fallback_of = text(row, "fallback_of");
+  out.escalation = text(row, "review_escalation");
+  if (!text(row, "review_id").empty()) {
+    resolution_record& r = out.resolution.emplace();
+    r.id = text(row, "review_id");
+    r.escalation = out.escalation;
+    r.created_ms = integer(row, "review_created_ms");
+    r.outcome = text(row, "review_outcome");
+    r.tool = text(row, "review_tool");
+    r.arguments = json_column(row, "review_arguments");
+    r.reason = text(row, "review_reason");
+    r.reviewer = text(row, "review_reviewer");
+    r.by = text(row, "review_by");
+    r.forced = integer(row, "review_forced") != 0;
+    r.registry_hash = text(row, "review_registry_hash");
+    r.policy_hash = text(row, "review_policy_hash");
+  }
+  return out;
+}
+
 // Escalation rows with what their evidence is derived from: the decision's logged answers.
 constexpr const char* with_decision =
     "SELECT e.*, d.answers AS decision_answers, d.error_code AS decision_error FROM escalations e "
@@ -399,6 +458,14 @@ result<std::optional<json>> log_reader::decision(const std::string& id) const {
   if (!read) return read.error();
   (*found)["tool_runs"] = std::move(runs);
   return found;
+}
+
+result<void> log_reader::reviewed_decisions(std::int64_t since_ms, bool with_state,
+                                            const std::function<void(const reviewed_decision&)>& each) const {
+  std::lock_guard lock(impl_->mutex);
+  const parameter since[] = {since_ms};
+  return impl_->query(std::string("SELECT ") + reviewed_columns + (with_state ? ", d.state" : "") + reviewed_joins, since,
+                      [&](auto row) { each(reviewed_from(row)); });
 }
 
 result<void> log_reader::tail(std::size_t n, const std::function<void(std::span<const cell>)>& row) const {

@@ -41,6 +41,15 @@ struct escalation_history {
   std::optional<tool_run_record> tool_run;
 };
 
+// A decision with how the escalation that followed it ended: its own escalation, or for a first
+// pass that fell back, its second pass's (the person judged the same turn). What `baton replay`
+// and `baton calibrate` read.
+struct reviewed_decision {
+  decision_record decision;
+  std::string escalation;                       // the escalation's id; "" when none followed
+  std::optional<resolution_record> resolution;  // none when none followed or it is pending
+};
+
 // What `verify` found: each chain's row count (in table order, by its noun: "decisions",
 // "tool runs", …), or the first row that does not match its chain.
 struct chain_report {
@@ -79,6 +88,13 @@ class log_reader {
   // The last `n` decisions, oldest first, each as: created_at, id, session, turn, tool, action,
   // lane, confidence.
   result<void> tail(std::size_t n, const std::function<void(std::span<const cell>)>& row) const;
+  // Every decision created at or after `since_ms` (unix ms), in log order, with its review. `each`
+  // runs while the reader is held: it must not call the reader. Of the decision, what routing
+  // used is read (ids, session, turn, created_ms, engine, model, fingerprint, the hashes, answers,
+  // action, tool, lane, confidence, error_code, fallback_of), and its `state` when `with_state`;
+  // not the timings, arguments, proposal nor token counts.
+  result<void> reviewed_decisions(std::int64_t since_ms, bool with_state,
+                                  const std::function<void(const reviewed_decision&)>& each) const;
   // Walks every hash chain from its first row (adapters/log/README.md, "Hash chain").
   result<chain_report> verify() const;
 
