@@ -191,6 +191,7 @@ void read_audit(const YAML::Node& n, policy& p) {
   if (!rate) fail(n, "`audit` has no rate (the share of would-execute decisions a person checks, e.g. 0.02)");
   audit_section a;
   a.rate = read_probability(rate->value, "`audit.rate`");
+  p.source.lines["audit.rate"] = line_of(rate->value);
   a.terms.deadline_s = p.escalation.deadline_s;  // the policy's default deadline unless the audit sets one
   a.terms = read_terms(fields, "`audit`", a.terms);
   p.audit = a;

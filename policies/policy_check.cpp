@@ -115,6 +115,20 @@ struct checker {
     lane_set(*p.fallback_lanes, "fallback_lanes", true);
   }
 
+  void audit() {
+    if (!p.audit) return;
+    if (p.audit->rate == 0) {
+      policy_finding("audit.rate", "audit_never_draws",
+                     "`audit.rate: 0` draws no decision: nothing the policy executes is ever checked by a person, so "
+                     "`baton calibrate` has no labels above the execute thresholds; give a share such as 0.02, or "
+                     "remove audit");
+    } else if (p.audit->rate == 1) {
+      policy_finding("audit.rate", "audit_draws_everything",
+                     "`audit.rate: 1` sends every decision the policy would execute to a person: no tool runs without "
+                     "one, and the lanes' execute thresholds only decide what is labelled `audit`; lower the rate");
+    }
+  }
+
   void max_risk() {
     if (p.max_risk != tools::risk_level::high) return;
     policy_finding("rules.max_risk", "max_risk_never_fires",
@@ -216,6 +230,7 @@ std::vector<finding> check_policy(const policy& p, const tools::registry& r, con
   checker c{p, r, options, {}};
   c.lanes();
   c.max_risk();
+  c.audit();
   c.triggers();
   c.denied_tools();
   c.unread_questions();

@@ -148,6 +148,13 @@ std::string status_line(const tool_calibration& t, const calibrate_options& o) {
   } else if (t.status != "kept") {
     s += "\n    execute: no threshold reaches " + number(o.target) + " on both halves: the current one is kept";
   }
+  if (t.at_current && t.at_current->labels > 0 && t.at_current->lower < o.target) {
+    s += "\n    warning: at the current execute " + number(t.current.execute) + " the precision is " +
+         fixed(t.at_current->precision, 3) + " (lower bound " + fixed(t.at_current->lower, 3) + ", " +
+         std::to_string(t.at_current->labels) + " labels), below " + number(o.target) +
+         ": what this lane executes is wrong more often than the target allows; raise execute to 1 to send "
+         "every one to a person, or improve the engine";
+  }
   if (t.fallback) {
     s += "\n    fallback: lower bound " + fixed(t.fallback->fit.lower, 3) + " on " +
          std::to_string(t.fallback->fit.labels) + " fit labels, " + fixed(t.fallback->held.lower, 3) + " on " +
@@ -420,6 +427,7 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       }
       t.proposed.fallback = std::min(t.proposed.fallback, t.proposed.execute);
       t.status = t.execute ? "proposed" : t.fallback ? "fallback_only" : "kept";
+      if (!t.execute) t.at_current = policies::precision_above(t.labels, t.current.execute);
     }
     const bool own = std::any_of(in.policy.tool_lanes.begin(), in.policy.tool_lanes.end(),
                                  [&](const auto& l) { return l.first == t.tool; });
@@ -431,6 +439,9 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
                         : t.status == "kept"     ? "no threshold qualifies: kept"
                         : t.status == "proposed" ? "proposed from " + std::to_string(t.labels.size()) + " labels"
                                                  : "fallback proposed from " + std::to_string(t.labels.size()) + " labels";
+      if (t.at_current && t.at_current->labels > 0 && t.at_current->lower < options.target) {
+        why += "; execute kept below the target: precision " + fixed(t.at_current->precision, 3) + " above it";
+      }
       fragment_tools.emplace_back(t.tool, lane_yaml(t.proposed) + "  # " + why);
     }
   }
@@ -563,6 +574,12 @@ json calibration_json(const calibration_report& r) {
                      {"proposed", lane_json(t.proposed)},
                      {"execute", choice_json(t.execute)},
                      {"fallback", choice_json(t.fallback)}});
+    if (t.at_current) {
+      tools.back()["at_current_execute"] = {{"labels", t.at_current->labels},
+                                             {"precision", t.at_current->precision},
+                                             {"lower", t.at_current->lower},
+                                             {"below_target", t.at_current->labels > 0 && t.at_current->lower < r.options.target}};
+    }
   }
   j["tools"] = std::move(tools);
   j["fragment"] = r.fragment;

@@ -32,6 +32,10 @@ struct tool_calibration {
   double ece = 0, brier = 0;
   std::optional<policies::threshold_choice> execute, fallback;
   policies::lane current, proposed;
+  // When no execute threshold qualifies: the precision of what the current execute threshold lets
+  // run. Below the target, keeping the lane keeps executing decisions the labels say are too often
+  // wrong: the report says so rather than leaving it unremarked.
+  std::optional<policies::precision_at> at_current;
   // proposed: both found or the execute one; fallback_only; kept: none qualifies; too_few: below
   // min support; ruled: a rule decides before any lane (`rule`); not_a_tool: finish (it follows
   // the default lane).

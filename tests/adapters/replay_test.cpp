@@ -536,6 +536,16 @@ TEST_F(calibrate_test, a_target_no_threshold_reaches_keeps_the_lane) {
   EXPECT_EQ(lookup["status"], "kept");
   EXPECT_EQ(lookup["proposed"], lookup["current"]);
   EXPECT_TRUE(lookup["execute"].is_null());
+  // What the kept execute threshold lets run is measured against the target and reported: every
+  // label above 0.8 is right, but too few of them for a lower bound of 0.99.
+  EXPECT_DOUBLE_EQ(lookup["at_current_execute"]["precision"].get<double>(), 1.0);
+  EXPECT_LT(lookup["at_current_execute"]["lower"].get<double>(), 0.99);
+  EXPECT_EQ(lookup["at_current_execute"]["below_target"], true);
+  const auto text = calibrate({"--target-precision", "0.99", "--fallback-precision", "0.98"});
+  EXPECT_NE(text.out.find("warning: at the current execute 0.8 the precision is 1.000 (lower bound 0."), std::string::npos)
+      << text.out;
+  // Where a threshold qualifies there is nothing to warn about.
+  EXPECT_FALSE(tool(test::parse(calibrate({"--json"}).out), "lookup").contains("at_current_execute"));
   // min-support: 403 labels needed, 402 there.
   EXPECT_EQ(tool(test::parse(calibrate({"--json", "--min-support", "403"}).out), "lookup")["status"], "too_few");
 }

@@ -223,6 +223,20 @@ on_engine_error: escalate
   EXPECT_TRUE(check_policy(parse_ok(clean_policy), test_registry()).empty());  // max_risk: medium
 }
 
+TEST(policy_check, an_audit_that_draws_nothing_or_everything) {
+  const std::string base = "confidence: p_max\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: escalate\n";
+  for (const auto& [rate, kind] : {std::pair{"0", "audit_never_draws"}, std::pair{"1", "audit_draws_everything"}}) {
+    const auto found = check_policy(parse_ok(base + "audit:\n  rate: " + rate + "\n"), test_registry());
+    const auto hits = of_kind(found, kind);
+    ASSERT_EQ(hits.size(), 1u) << rate;
+    EXPECT_EQ(hits[0].line, 6) << rate;  // the rate's own line
+  }
+  const auto sampled = check_policy(parse_ok(base + "audit: {rate: 0.02}\n"), test_registry());
+  EXPECT_TRUE(of_kind(sampled, "audit_never_draws").empty());
+  EXPECT_TRUE(of_kind(sampled, "audit_draws_everything").empty());
+  EXPECT_TRUE(check_policy(parse_ok(std::string(clean_policy) + "audit: {rate: 0.02}\n"), test_registry()).empty());
+}
+
 TEST(policy_check, triggers_that_never_fire_always_fire_or_are_shadowed) {
   const auto found = check_policy(parse_ok(R"(confidence: p_max
 rules:
