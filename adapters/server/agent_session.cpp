@@ -68,11 +68,12 @@ class agent_session : public agent_connection,
     buffer_.consume(buffer_.size());
     if (!take_token()) {
       refuse(make_error(429, "RATE_LIMITED", "more than " + std::to_string(o.max_frames_per_second) +
-                                                 " frames per second (server.max_frames_per_second)"));
+                                                 " frames per second (server.max_frames_per_second)"),
+             id_of(frame, text));
     } else if (!text) {
       refuse(make_error(400, "BINARY_FRAME", "a binary frame: frames are JSON text"));
     } else if (const auto wait = hub_->api.admit_frame(*who_)) {
-      refuse(rate_limited(*who_, *wait));  // each frame counts
+      refuse(rate_limited(*who_, *wait), id_of(frame, text));  // each frame counts
     } else if (hub_->service.on_frame(shared_from_this(), frame)) {
       bad_in_row_ = 0;
     } else {
@@ -85,9 +86,20 @@ class agent_session : public agent_connection,
     read();
   }
 
-  void refuse(const error& e) {
-    send(protocol::render_error_frame(nullptr, e));
+  void refuse(const error& e, json ref = nullptr) {
+    send(protocol::render_error_frame(std::move(ref), e));
     ++bad_in_row_;
+  }
+
+  // The `id` of a frame refused for its rate, so that the client knows which request to send
+  // again; null when the frame is not a JSON object with one. Parsing is no work the limit saves:
+  // the frame is read and bounded by max_frame_bytes, and no turn starts.
+  static json id_of(const std::string& frame, bool text) {
+    if (!text) return nullptr;
+    const json parsed = json::parse(frame, nullptr, false);
+    if (!parsed.is_object()) return nullptr;
+    const auto it = parsed.find("id");
+    return it == parsed.end() ? json(nullptr) : *it;
   }
 
   bool take_token() {

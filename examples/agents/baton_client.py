@@ -58,15 +58,21 @@ class BatonClient:
     def session(self, name):
         return Session(self, name)
 
-    async def request(self, frame):
-        frame["id"] = next(self._ids)
-        answer = asyncio.get_running_loop().create_future()
-        self._waiting[frame["id"]] = answer
-        await self._ws.send(json.dumps(frame))
-        reply = await asyncio.wait_for(answer, timeout=60)
-        if reply.get("type") == "error":
-            raise ProtocolError(reply)
-        return reply
+    async def request(self, frame, retries=5):
+        """Sends `frame` and returns its answer. A frame refused for the connection's or the key's
+        rate (RATE_LIMITED, with this frame's id as `ref`) is sent again after `retry_after_ms`."""
+        for attempt in range(retries + 1):
+            frame["id"] = next(self._ids)
+            answer = asyncio.get_running_loop().create_future()
+            self._waiting[frame["id"]] = answer
+            await self._ws.send(json.dumps(frame))
+            reply = await asyncio.wait_for(answer, timeout=60)
+            if reply.get("code") == "RATE_LIMITED" and attempt < retries:
+                await asyncio.sleep(reply.get("retry_after_ms", 1000) / 1000)
+                continue
+            if reply.get("type") == "error":
+                raise ProtocolError(reply)
+            return reply
 
     def tool_result(self, decision):
         """The tool_result frame baton sends after running a tool itself."""
@@ -79,15 +85,19 @@ class BatonClient:
     async def acknowledge(self, resolution, session):
         """Acks a resolution, then checks with `resume` that baton no longer holds it for the
         session (an ack has no answer of its own; a refused one gets an error frame first)."""
-        ack_id = next(self._ids)
-        refused = asyncio.get_running_loop().create_future()
-        self._waiting[ack_id] = refused
-        await self._ws.send(json.dumps({"type": "ack", "id": ack_id, "resolution": resolution["id"]}))
-        resumed = await self.request({"type": "resume", "session": session})
-        self._waiting.pop(ack_id, None)
-        if refused.done():
-            raise ProtocolError(refused.result())
-        return resumed
+        for attempt in range(6):
+            ack_id = next(self._ids)
+            refused = asyncio.get_running_loop().create_future()
+            self._waiting[ack_id] = refused
+            await self._ws.send(json.dumps({"type": "ack", "id": ack_id, "resolution": resolution["id"]}))
+            resumed = await self.request({"type": "resume", "session": session})
+            self._waiting.pop(ack_id, None)
+            if not refused.done():
+                return resumed
+            error = refused.result()
+            if error.get("code") != "RATE_LIMITED" or attempt == 5:
+                raise ProtocolError(error)
+            await asyncio.sleep(error.get("retry_after_ms", 1000) / 1000)  # the ack was not read: again
 
     async def _read(self):
         try:
@@ -107,6 +117,10 @@ class BatonClient:
                 waiter = self._waiting.pop(key, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(frame)
+                elif kind == "error":
+                    # A frame baton could not read an id from (binary, too large): nothing waits on
+                    # it here, so it is said rather than dropped.
+                    print(f"baton refused a frame: {frame.get('code')}: {frame.get('error')}", file=sys.stderr)
         except websockets.ConnectionClosed:
             pass
         for waiter in self._waiting.values():

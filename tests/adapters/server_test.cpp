@@ -293,6 +293,23 @@ TEST_F(server_test, frames_over_the_rate_limit_are_refused) {
     }
   }
   EXPECT_GE(limited, 2);
+  // A refused frame with an id gets it back as `ref`: the client knows which request to send again.
+  bool echoed = false;
+  for (int i = 0; i < 8 && !echoed; ++i) {
+    const json e = c.request_text(R"({"type":"hello","id":"req-)" + std::to_string(i) + "\"}");
+    if (e.value("code", "") != "RATE_LIMITED") continue;
+    EXPECT_EQ(e["ref"], "req-" + std::to_string(i)) << e;
+    echoed = true;
+  }
+  EXPECT_TRUE(echoed);
+  // One that does not parse has none.
+  for (int i = 0; i < 8; ++i) {
+    const json e = c.request_text("{not json");
+    if (e.value("code", "") == "RATE_LIMITED") {
+      EXPECT_TRUE(e["ref"].is_null()) << e;
+      break;
+    }
+  }
 }
 
 TEST_F(server_test, health_and_unknown_paths) {
