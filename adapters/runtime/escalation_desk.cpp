@@ -307,11 +307,13 @@ std::optional<log::resolution_record> escalation_desk::prepare_misfit_locked(con
   return std::move(*res);
 }
 
-void escalation_desk::resolve_misfits(const std::string& reload_id, std::function<void(std::size_t)> done) {
-  const snapshot routing = routing_.routing.current();
+void escalation_desk::swap_and_resolve_misfits(std::shared_ptr<const routing_snapshot> next, const std::string& reload_id,
+                                               std::function<void(std::size_t)> done) {
+  const snapshot routing = next;
   std::vector<std::pair<std::string, log::resolution_record>> denied;
   {
     std::lock_guard lock(mutex_);
+    routing_.routing.replace(std::move(next));
     last_reload_ = reload_id;
     for (const auto& [order, raised_entry] : raised_order_) {
       entry& e = *pending_.at(raised_entry->escalation.row.id);
@@ -376,12 +378,26 @@ log::resolution_record escalation_desk::prepare_deadline(const routing_snapshot&
 }
 
 void escalation_desk::on_deadline(const std::string& id) {
-  const snapshot routing = routing_.routing.current();
+  snapshot routing;
   log::resolution_record res;
   {
     std::lock_guard lock(mutex_);
+    // Read under the lock a reload swaps under: prepared here, it is either seen by the reload's
+    // sweep or made against the new snapshot.
+    routing = routing_.routing.current();
     const auto it = pending_.find(id);
-    if (it == pending_.end() || it->second->resolving) return;
+    if (it == pending_.end()) return;
+    if (it->second->resolving) {
+      // A reviewer's or a reload's resolution is being written; should it fail, the escalation is
+      // still pending and needs its deadline again.
+      if (it->second->timer) {
+        it->second->timer->expires_after(std::chrono::seconds(5));
+        it->second->timer->async_wait([this, id](boost::system::error_code ec) {
+          if (!ec) on_deadline(id);
+        });
+      }
+      return;
+    }
     res = prepare_deadline(*routing, *it->second);
     it->second->resolving = true;
   }
@@ -472,10 +488,11 @@ result<log::resolution_record> escalation_desk::prepare(const routing_snapshot& 
 
 void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
                                  resolved_callback done) {
-  const snapshot routing = routing_.routing.current();
+  snapshot routing;
   result<log::resolution_record> prepared = not_found(id);
   {
     std::lock_guard lock(mutex_);
+    routing = routing_.routing.current();  // under the lock a reload swaps under (on_deadline)
     const auto it = pending_.find(id);
     if (it != pending_.end()) {
       if (it->second->resolving) {

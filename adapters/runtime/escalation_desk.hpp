@@ -46,7 +46,7 @@ class review_listener {
 // serving snapshot whenever it prepares a resolution, so resolutions record (and are checked
 // against) what serves then.
 struct escalation_routing {
-  const routing_state& routing;
+  routing_state& routing;  // swapped by a reload under the desk's lock (swap_and_resolve_misfits)
   std::size_t max_pending_tool_results;  // per connection (server.max_pending_tool_results)
   metrics& counters;                     // tool runs and resolutions
 };
@@ -67,17 +67,20 @@ class escalation_desk {
                              std::string state) const;
   // Its row is durable: it is pending now, reviewers hear of it, its deadline runs. One raised
   // on a snapshot a reload has since replaced, whose tool no longer fits, is resolved at once as
-  // resolve_misfits() would.
+  // swap_and_resolve_misfits() would.
   void raised(const escalation& e);
 
-  // After reload `reload_id` swapped the serving snapshot: every pending escalation raised on
+  // Reload `reload_id`: swaps `next` in as the serving snapshot and then, in the same step under
+  // the desk's lock (so no deadline or reviewer prepares a resolution against the old snapshot
+  // after the swap without being seen here), every pending escalation raised on
   // another registry or policy whose proposed tool no longer fits the serving one (gone from the
   // registry, its arguments no longer valid, or denied by rules.deny) is denied, by "baton" as
   // its deadline would be (`by` deadline), with a reason naming the reload and what no longer
   // fits. An execute that no longer fits cannot be carried out, so a misfit is always denied.
   // `done` gets how many were resolved, once their rows are durable (on an I/O thread, or inline
   // when there are none).
-  void resolve_misfits(const std::string& reload_id, std::function<void(std::size_t)> done);
+  void swap_and_resolve_misfits(std::shared_ptr<const routing_snapshot> next, const std::string& reload_id,
+                                std::function<void(std::size_t)> done);
 
   using resolved_callback = std::function<void(result<protocol::resolution_object>)>;
   // Resolves once: 404 NOT_FOUND, 409 ALREADY_RESOLVED, 409 RESOLUTION_IN_PROGRESS, 409

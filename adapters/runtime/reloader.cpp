@@ -18,6 +18,8 @@ void routing_reloader::reload(std::string who, done_callback done) {
   {
     std::lock_guard lock(mutex_);
     if (busy_) {
+      // No row: nothing was read. Said here, since a SIGHUP has nobody to answer.
+      spdlog::warn("reload by {} refused: another reload is being applied", who);
       return done(make_error(409, "RELOAD_IN_PROGRESS", "another reload is being applied; try again in a moment"));
     }
     busy_ = true;
@@ -64,14 +66,14 @@ void routing_reloader::written(log::reload_record row, result<std::shared_ptr<co
     refused();
     return done(ok.error());
   }
-  routing_.replace(std::move(*loaded));
   {
     std::lock_guard lock(mutex_);
     ++counts_.applied;
     counts_.last_applied_ms = row.created_ms;
   }
   report r{row.id, row.old_registry_hash, row.old_policy_hash, row.new_registry_hash, row.new_policy_hash, 0};
-  desk_.resolve_misfits(row.id, [this, r = std::move(r), who = row.who, done = std::move(done)](std::size_t n) mutable {
+  // The desk swaps the snapshot under its own lock, then sweeps the escalations that no longer fit.
+  desk_.swap_and_resolve_misfits(std::move(*loaded), row.id, [this, r = std::move(r), who = row.who, done = std::move(done)](std::size_t n) mutable {
     r.escalations_resolved = n;
     spdlog::info("reload {} by {} applied: registry {} -> {}, policy {} -> {}; {} pending escalations denied as their "
                  "tool no longer fits",

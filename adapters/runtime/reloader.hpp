@@ -3,7 +3,7 @@
 // limits and the fallback engine's), log the reload, then swap the serving snapshot in one step.
 // A turn in flight finishes on the snapshot it started with; a reload that fails changes nothing
 // and says why. Pending escalations whose tool no longer fits are then resolved
-// (escalation_desk::resolve_misfits).
+// (escalation_desk::swap_and_resolve_misfits).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
