@@ -99,8 +99,7 @@ std::optional<threshold_choice> lowest_threshold(std::span<const label> labels, 
     const precision_at f = precision_above(fit, t, z);
     if (f.lower < target) continue;
     const precision_at h = precision_above(held, t, z);
-    if (h.lower < target) continue;
-    return threshold_choice{t, f, h};
+    return threshold_choice{t, f, h, h.lower >= target};
   }
   return std::nullopt;
 }

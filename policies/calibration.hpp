@@ -61,12 +61,14 @@ double expected_calibration_error(std::span<const reliability_bin> bins);
 double brier_score(std::span<const label> labels);
 
 // The lowest threshold, among the labels' confidences, whose precision lower bound meets `target`
-// on both halves: the fit half (held_out false) and the held-out half. A threshold tried on many
-// candidates and kept only where two independent halves agree is not one that one half's noise
-// picked. None when no threshold qualifies.
+// on the fit half (held_out false), then checked once on the held-out half: `confirmed` when the
+// held-out bound meets the target too. The held-out labels' outcomes play no part in the choice,
+// so the check is an honest one: a threshold searched for on the same labels it is judged by is
+// one that their noise may have picked. None when no threshold meets the target on the fit half.
 struct threshold_choice {
   double threshold = 0;
   precision_at fit, held;
+  bool confirmed = false;  // held.lower meets the target: only then is it proposed
 };
 std::optional<threshold_choice> lowest_threshold(std::span<const label> labels, double target, double z = z95);
 

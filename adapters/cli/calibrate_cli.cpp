@@ -34,22 +34,28 @@ left out (their confidence is the fallback engine's; fallback_lanes are not cali
 so are rows made under another registry, SystemOne answers, engine failures and unreadable
 answers. Confidence is recomputed from the logged answers with the policy's metric.
 
-Audit samples (the policy's `audit: {rate: R}`, lane "audit") are the only labels above an
-execute threshold: a random share of the decisions that would have executed. Each counts for
-1/rate decisions, the rate estimated per policy hash from the log itself (audit-lane decisions /
-(audit-lane + execute decisions)), so that precision above the current threshold is estimated
-without bias. Weighted precision bounds use the effective size (sum w)^2 / sum w^2.
+Audit samples (the policy's `audit: {rate: R}`, lane "audit", or "fallback:audit" where the
+audit drew a second pass) are the only labels above an execute threshold: a random share of the
+decisions that would have executed. Each counts for 1/rate decisions, so that precision above the
+current threshold is estimated without bias; a first pass labelled by its second pass's audited
+escalation counts so too. The rate is estimated per policy hash from the log itself, first and
+second passes together (the audit draws both at the same rate): audit-lane decisions /
+(audit-lane + execute decisions). Weighted precision bounds use the effective size
+(sum w)^2 / sum w^2.
 
 Per tool: precision (and its Wilson 95 % lower bound) of the labels at or above each threshold,
 coverage (the share of the tool's first passes at or above it: what would execute), a
 reliability diagram (10 bins), the expected calibration error and the Brier score.
 
 Proposal, for each tool with at least --min-support labels: the decisions are split into a fit
-half and a held-out half by a hash of their id (the same split every run). `execute` is the lowest threshold, among
-the labels' confidences, whose precision lower bound reaches --target-precision on both halves;
-`fallback` the lowest whose lower bound reaches --fallback-precision (the model is more often
-right than wrong there: worth asking the fallback engine rather than a person), never above
-`execute`. Each is written as the shortest decimal that keeps the same decisions on each side.
+half and a held-out half by a hash of their id (the same split every run). `execute` is the
+lowest threshold, among the labels' confidences, whose precision lower bound reaches
+--target-precision on the fit half; it is then checked once on the held-out half, whose verdicts
+played no part in choosing it, and proposed only when the bound reaches the target there too
+(otherwise the lane is kept and both bounds are shown). `fallback` likewise at
+--fallback-precision (the model is more often right than wrong there: worth asking the fallback
+engine rather than a person), never above `execute`. Each is written as the shortest decimal that
+keeps the same decisions on each side.
 A tool where no threshold qualifies, or with too few labels, keeps its lane and is listed so;
 so does a tool a rule decides before any lane (deny, always_escalate, over max_risk), whose labels
 still count in its figures.
@@ -137,16 +143,25 @@ std::string status_line(const tool_calibration& t, const calibrate_options& o) {
   std::string s;
   if (t.status == "kept") {
     s = "keeps its lane " + lane_yaml(t.current) + ": no threshold reaches " + number(o.target) + " nor " +
-        number(o.fallback_target) + " on both halves";
+        number(o.fallback_target) + " on the fit half and again on the held-out half";
   } else {
     s = "proposed " + lane_yaml(t.proposed) + " (now " + lane_yaml(t.current) + ")";
   }
-  if (t.execute) {
+  // A threshold the fit half chose and the held-out half did not confirm: both bounds, and kept.
+  auto unconfirmed = [&](const char* name, const policies::threshold_choice& c, double target) {
+    return std::string("\n    ") + name + ": " + number(c.threshold) + " reaches " + number(target) +
+           " on the fit half (lower bound " + fixed(c.fit.lower, 3) + " on " + std::to_string(c.fit.labels) +
+           " labels) but not on the held-out half (" + fixed(c.held.lower, 3) + " on " +
+           std::to_string(c.held.labels) + "): the current one is kept";
+  };
+  if (t.execute && t.execute->confirmed) {
     s += "\n    execute: lower bound " + fixed(t.execute->fit.lower, 3) + " on " + std::to_string(t.execute->fit.labels) +
          " fit labels, " + fixed(t.execute->held.lower, 3) + " on " + std::to_string(t.execute->held.labels) +
          " held-out; coverage " + percent(coverage(t.confidences, t.proposed.execute));
+  } else if (t.execute) {
+    s += unconfirmed("execute", *t.execute, o.target);
   } else if (t.status != "kept") {
-    s += "\n    execute: no threshold reaches " + number(o.target) + " on both halves: the current one is kept";
+    s += "\n    execute: no threshold reaches " + number(o.target) + " on the fit half: the current one is kept";
   }
   if (t.at_current && t.at_current->labels > 0 && t.at_current->lower < o.target) {
     s += "\n    warning: at the current execute " + number(t.current.execute) + " the precision is " +
@@ -155,7 +170,9 @@ std::string status_line(const tool_calibration& t, const calibrate_options& o) {
          ": what this lane executes is wrong more often than the target allows; raise execute to 1 to send "
          "every one to a person, or improve the engine";
   }
-  if (t.fallback) {
+  if (t.fallback && !t.fallback->confirmed) {
+    s += unconfirmed("fallback", *t.fallback, o.fallback_target);
+  } else if (t.fallback) {
     s += "\n    fallback: lower bound " + fixed(t.fallback->fit.lower, 3) + " on " +
          std::to_string(t.fallback->fit.labels) + " fit labels, " + fixed(t.fallback->held.lower, 3) + " on " +
          std::to_string(t.fallback->held.labels) + " held-out";
@@ -347,6 +364,12 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       ++rep.systemone;
       return;
     }
+    // The audit draws second passes at the policy's rate too: they count toward it, before the
+    // other checks, so that a label weighted by a second pass's audit always finds its rate.
+    if (!d.fallback_of.empty()) {
+      if (policies::is_audit_lane(d.lane)) ++lanes_seen[d.policy_hash].first;
+      if (d.action == "execute") ++lanes_seen[d.policy_hash].second;
+    }
     if (d.registry_hash != in.registry.hash) {
       ++rep.skipped_registry;
       return;
@@ -368,9 +391,13 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       return;
     }
     ++rep.first_passes;
-    const bool audit = policies::is_audit_lane(d.lane);
-    if (audit) ++lanes_seen[d.policy_hash].first;
+    if (policies::is_audit_lane(d.lane)) ++lanes_seen[d.policy_hash].first;
     if (d.action == "execute") ++lanes_seen[d.policy_hash].second;
+    // The review is of the escalation that followed: the second pass's after a fallback, so it is
+    // an audit sample when the audit drew the second pass, at the rate of the second pass's policy.
+    const auto& drawn = row.second_pass ? row.second_pass->lane : d.lane;
+    const auto& drawn_under = row.second_pass ? row.second_pass->policy_hash : d.policy_hash;
+    const bool audit = policies::is_audit_lane(drawn);
     std::vector<double> p;
     for (const auto& [option, probability] : choice->probabilities) p.push_back(probability);
     const double confidence = choice_confidence(p, in.policy.metric);
@@ -384,7 +411,7 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
       case review::denied: break;
     }
     t->labels.push_back({confidence, review_of(row) == review::approved, 1, policies::held_out(d.id)});
-    if (audit) audited.emplace_back(t, t->labels.size() - 1, d.policy_hash);
+    if (audit) audited.emplace_back(t, t->labels.size() - 1, drawn_under);
   });
   if (!read) return read.error();
 
@@ -421,13 +448,16 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
     } else {
       t.execute = policies::lowest_threshold(t.labels, options.target);
       t.fallback = policies::lowest_threshold(t.labels, options.fallback_target);
-      if (t.execute) t.proposed.execute = policies::round_threshold(t.execute->threshold, below(t.confidences, t.execute->threshold));
-      if (t.fallback) {
+      // A threshold the held-out half does not confirm is reported, not proposed.
+      const bool execute = t.execute && t.execute->confirmed;
+      const bool fallback = t.fallback && t.fallback->confirmed;
+      if (execute) t.proposed.execute = policies::round_threshold(t.execute->threshold, below(t.confidences, t.execute->threshold));
+      if (fallback) {
         t.proposed.fallback = policies::round_threshold(t.fallback->threshold, below(t.confidences, t.fallback->threshold));
       }
       t.proposed.fallback = std::min(t.proposed.fallback, t.proposed.execute);
-      t.status = t.execute ? "proposed" : t.fallback ? "fallback_only" : "kept";
-      if (!t.execute) t.at_current = policies::precision_above(t.labels, t.current.execute);
+      t.status = execute ? "proposed" : fallback ? "fallback_only" : "kept";
+      if (!execute) t.at_current = policies::precision_above(t.labels, t.current.execute);
     }
     const bool own = std::any_of(in.policy.tool_lanes.begin(), in.policy.tool_lanes.end(),
                                  [&](const auto& l) { return l.first == t.tool; });
@@ -475,7 +505,8 @@ void render_calibration(const calibration_report& r, std::ostream& out) {
       << " second passes\n"
       << "  all tools: ECE " << fixed(r.all_ece, 3) << ", Brier " << fixed(r.all_brier, 3) << "\n"
       << "  execute at precision >= " << number(o.target) << ", fallback at >= " << number(o.fallback_target)
-      << " (Wilson 95% lower bound on both halves of a split by decision id); min support " << o.min_support << "\n";
+      << " (Wilson 95% lower bound: the lowest threshold that meets it on the fit half of a split by decision id, "
+         "proposed when it meets it on the held-out half too); min support " << o.min_support << "\n";
   for (const tool_calibration& t : r.tools) {
     if (t.labels.empty() && t.confidences.empty()) continue;
     std::size_t fit = 0;
@@ -544,7 +575,8 @@ json calibration_json(const calibration_report& r) {
     if (!c) return nullptr;
     return {{"threshold", c->threshold},
             {"fit", {{"labels", c->fit.labels}, {"precision", c->fit.precision}, {"lower", c->fit.lower}}},
-            {"held_out", {{"labels", c->held.labels}, {"precision", c->held.precision}, {"lower", c->held.lower}}}};
+            {"held_out", {{"labels", c->held.labels}, {"precision", c->held.precision}, {"lower", c->held.lower}}},
+            {"confirmed", c->confirmed}};
   };
   json tools = json::array();
   for (const tool_calibration& t : r.tools) {
@@ -601,7 +633,8 @@ std::string calibration_html(const calibration_report& r) {
        std::to_string(r.deadline) + " deadline resolutions and " + std::to_string(r.pending) +
        " pending escalations are no labels.</p>";
   h += "<p>Execute at precision ≥ " + number(r.options.target) + ", fallback at ≥ " + number(r.options.fallback_target) +
-       ": the lowest threshold whose Wilson 95 % lower bound reaches it on both halves of a split by decision id; "
+       ": the lowest threshold whose Wilson 95 % lower bound reaches it on the fit half of a split by decision id, "
+       "checked once on the held-out half and proposed only when it reaches it there too; "
        "tools with fewer than " + std::to_string(r.options.min_support) + " labels keep their lane.</p>";
   tool_calibration all;
   all.tool = "all tools";

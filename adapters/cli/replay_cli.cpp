@@ -33,7 +33,8 @@ model is asked) and prints, per tool, how many went from each old action and lan
 one. Where a person resolved the escalation that followed a decision (its own, or its second
 pass's after a fallback), the table says what they did with the proposed tool: approved (ran it),
 changed (ran another tool) or denied; a deadline that ran out is no judgement and is counted
-apart. The summary names what a policy change must not do: execute what a reviewer denied or
+apart. Each review counts once: a turn that falls back again counts it on its second pass, whose
+escalation it was; one that no longer falls back, on its first pass. The summary names what a policy change must not do: execute what a reviewer denied or
 changed, and escalate what a reviewer simply approved.
 
 A second pass (a decision the fallback engine made) is decided with the fallback rules; when the
@@ -462,6 +463,44 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
   for (const std::string& name : counter_names()) n[name] = 0;
   // First passes that fell back and no longer would: their second passes are not reached.
   std::set<std::string> no_longer_falling_back;
+  // A first pass that still falls back shares its second pass's review: counted on the second
+  // pass, whose escalation it is, or here at the end on the first pass when the second pass is
+  // not replayed (another registry, an engine failure, unreadable answers).
+  struct held_review {
+    replay_cell* cell;
+    review said;
+    bool executes, escalates;
+  };
+  std::map<std::string, held_review> reviews_of_second_passes;  // first pass's id → its review
+
+  auto count_review = [&](replay_cell& cell, review said, bool executes, bool escalates) {
+    switch (said) {
+      case review::none: break;
+      case review::pending: ++cell.pending; ++n["pending"]; break;
+      case review::deadline: ++cell.deadline; ++n["deadline"]; break;
+      case review::approved:
+        ++cell.approved;
+        ++n["reviewed"];
+        ++n["approved"];
+        if (executes) ++n["executes_approved"];
+        if (escalates) ++n["escalates_approved"];
+        break;
+      case review::changed:
+        ++cell.changed;
+        ++n["reviewed"];
+        ++n["changed_by_reviewer"];
+        if (executes) ++n["executes_changed"];
+        if (escalates) ++n["escalates_changed"];
+        break;
+      case review::denied:
+        ++cell.denied;
+        ++n["reviewed"];
+        ++n["denied"];
+        if (executes) ++n["executes_denied"];
+        if (escalates) ++n["escalates_denied"];
+        break;
+    }
+  };
 
   std::optional<drift_probe> probe;
   if (engine) {
@@ -520,35 +559,16 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
     const review said = review_of(row);
     const bool executes = now.what == policies::action::execute;
     const bool escalates = now.what == policies::action::escalate;
-    switch (said) {
-      case review::none: break;
-      case review::pending: ++cell.pending; ++n["pending"]; break;
-      case review::deadline: ++cell.deadline; ++n["deadline"]; break;
-      case review::approved:
-        ++cell.approved;
-        ++n["reviewed"];
-        ++n["approved"];
-        if (executes) ++n["executes_approved"];
-        if (escalates) ++n["escalates_approved"];
-        break;
-      case review::changed:
-        ++cell.changed;
-        ++n["reviewed"];
-        ++n["changed_by_reviewer"];
-        if (executes) ++n["executes_changed"];
-        if (escalates) ++n["escalates_changed"];
-        break;
-      case review::denied:
-        ++cell.denied;
-        ++n["reviewed"];
-        ++n["denied"];
-        if (executes) ++n["executes_denied"];
-        if (escalates) ++n["escalates_denied"];
-        break;
+    if (row.second_pass && now.what == policies::action::fallback) {
+      reviews_of_second_passes[d.id] = {&cell, said, executes, escalates};
+    } else {
+      if (second) reviews_of_second_passes.erase(d.fallback_of);
+      count_review(cell, said, executes, escalates);
     }
     if (probe && !second) probe->add(d, *answers, now.what);
   });
   if (!read) return read.error();
+  for (const auto& [id, r] : reviews_of_second_passes) count_review(*r.cell, r.said, r.executes, r.escalates);
   if (probe) probe->flush();
   for (const std::string& name : counter_names()) rep.counters.emplace_back(name, double(n[name]));
   return rep;

@@ -116,7 +116,8 @@ constexpr const char* reviewed_columns =
     "d.fallback_of, e.id AS review_escalation, r.id AS review_id, r.created_ms AS review_created_ms, "
     "r.outcome AS review_outcome, r.tool AS review_tool, r.arguments AS review_arguments, r.reason AS review_reason, "
     "r.reviewer AS review_reviewer, r.by AS review_by, r.forced AS review_forced, "
-    "r.registry_hash AS review_registry_hash, r.policy_hash AS review_policy_hash";
+    "r.registry_hash AS review_registry_hash, r.policy_hash AS review_policy_hash, f.id AS second_id, "
+    "f.lane AS second_lane, f.action AS second_action, f.policy_hash AS second_policy_hash";
 
 // A first pass that fell back has no escalation of its own: its second pass's is the turn's.
 constexpr const char* reviewed_joins =
@@ -149,6 +150,10 @@ reviewed_decision reviewed_from(std::span<const column_value> row) {
   d.confidence = real(row, "confidence");
   d.error_code = text(row, "error_code");
   d.fallback_of = text(row, "fallback_of");
+  if (!text(row, "second_id").empty()) {
+    out.second_pass = {text(row, "second_id"), text(row, "second_lane"), text(row, "second_action"),
+                       text(row, "second_policy_hash")};
+  }
   out.escalation = text(row, "review_escalation");
   if (!text(row, "review_id").empty()) {
     resolution_record& r = out.resolution.emplace();

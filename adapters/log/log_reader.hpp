@@ -48,6 +48,12 @@ struct reviewed_decision {
   decision_record decision;
   std::string escalation;                       // the escalation's id; "" when none followed
   std::optional<resolution_record> resolution;  // none when none followed or it is pending
+  // Of a first pass that fell back: its second pass, whose escalation `escalation` is. Its lane
+  // says whether the audit drew it ("fallback:audit"), which weighs the review as a label.
+  struct second_pass_record {
+    std::string id, lane, action, policy_hash;
+  };
+  std::optional<second_pass_record> second_pass;
 };
 
 // What `verify` found: each chain's row count (in table order, by its noun: "decisions",

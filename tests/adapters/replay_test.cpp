@@ -12,6 +12,7 @@
 #include "adapters/cli/replay_cli.hpp"
 #include "adapters/log/decision_log.hpp"
 #include "http_client.hpp"
+#include "policies/calibration.hpp"
 #include "policies/policy.hpp"
 #include "server_fixture.hpp"
 #include "support/files.hpp"
@@ -249,8 +250,11 @@ TEST_F(replay_test, counts_each_old_to_new_transition_and_joins_the_reviewers) {
   EXPECT_EQ(r["unreached"], 2);  // d2b, d7b: their first passes no longer fall back
   EXPECT_EQ(r["changed"], 4);    // d2, d3, d4, d7
   EXPECT_EQ(r["lane_changed"], 3);  // d5, d8, d8b: refund's own lane
-  EXPECT_EQ(r["reviewed"], 6);
-  EXPECT_EQ(r["approved"], 4);
+  // Each of the 5 reviewer resolutions once: d8 still falls back and shares d8b's review, which
+  // counts on d8b, the second pass whose escalation it was (d2's, whose second pass is not
+  // reached, counts on d2). Counting it on both first and second pass made 6 and 4.
+  EXPECT_EQ(r["reviewed"], 5);
+  EXPECT_EQ(r["approved"], 3);
   EXPECT_EQ(r["changed_by_reviewer"], 1);
   EXPECT_EQ(r["denied"], 1);
   EXPECT_EQ(r["deadline"], 1);
@@ -280,6 +284,10 @@ TEST_F(replay_test, counts_each_old_to_new_transition_and_joins_the_reviewers) {
   ASSERT_TRUE(second_pass) << r["table"];
   EXPECT_EQ((*second_pass)["old"]["lane"], "fallback:lane:default");
   EXPECT_EQ((*second_pass)["approved"], 1);
+  const json* first_pass = table_row(r, "refund", "fallback", "fallback", "lane:refund");
+  ASSERT_TRUE(first_pass) << r["table"];
+  EXPECT_EQ((*first_pass)["decisions"], 1);  // d8
+  EXPECT_EQ((*first_pass)["approved"], 0);   // its review is d8b's
   const json* changed = table_row(r, "refund", "escalate", "escalate", "lane:refund");
   ASSERT_TRUE(changed);
   EXPECT_EQ((*changed)["changed"], 1);
@@ -294,6 +302,15 @@ TEST_F(replay_test, the_same_policy_changes_nothing) {
   EXPECT_EQ(r["changed"], 0);
   EXPECT_EQ(r["lane_changed"], 0);
   for (const json& row : r["table"]) EXPECT_EQ(row["old"], row["new"]) << row;
+  // Every turn that fell back falls back again: each review counts once, on the second pass.
+  EXPECT_EQ(r["reviewed"], 5);  // d2b, d3, d5, d6, d8b
+  EXPECT_EQ(r["denied"], 1);    // d2b
+  EXPECT_EQ(r["deadline"], 1);  // d7b
+  EXPECT_EQ(r["pending"], 1);   // d10
+  const json* d2 = table_row(r, "lookup", "fallback", "fallback", "lane:default");
+  ASSERT_TRUE(d2) << r["table"];
+  EXPECT_EQ((*d2)["denied"], 0);
+  EXPECT_EQ((*d2)["deadline"], 0);
 }
 
 TEST_F(replay_test, the_policys_audit_draws_the_same_decisions_from_the_logged_ids) {
@@ -412,14 +429,17 @@ TEST_F(replay_test, usage_and_missing_files) {
 
 // Labels for calibrate: lookup's reviewers were right to approve from 0.6 up (400 labels from
 // 0.30 to 0.99, denied or another tool below); refund has 10; deadlines, pending escalations and
-// audit samples besides.
+// audit samples besides. Below 0.6 the confidences come in groups (0.30, 0.31, …, 0.59), so that
+// the fit half cannot take in a single wrong label just below 0.6 and still reach the target: a
+// threshold chosen there sits at the edge of its bound and the held-out half would not confirm it.
 class calibrate_test : public log_test {
  protected:
   void SetUp() override {
     log_test::SetUp();
     write("base.yaml", "confidence: p_max\nrules:\n  deny: [wipe]\non_engine_error: escalate\n");
     for (int i = 0; i < 400; ++i) {
-      const double p = 0.30 + 0.69 * i / 400;
+      double p = 0.30 + 0.69 * i / 400;
+      if (p < 0.6) p = std::floor(p * 100 + 1e-9) / 100;
       const std::string id = "dl-" + std::to_string(i);
       add(decision(id, "lookup", p, "escalate", "lane:default"));
       if (p >= 0.6) {
@@ -488,9 +508,9 @@ TEST_F(calibrate_test, labels_weights_and_the_proposed_lanes) {
   const json& lookup = tool(r, "lookup");
   EXPECT_EQ(lookup["labels"], 402);
   EXPECT_EQ(lookup["first_passes"], 418);
-  EXPECT_EQ(lookup["status"], "proposed");
+  EXPECT_EQ(lookup["status"], "proposed") << lookup["execute"];
   // All right from 0.6 up, nothing right below: 0.6 exactly, as the shortest decimal between the
-  // last wrong label (0.5984) and the first right one (0.6002).
+  // last wrong labels (0.59) and the first right one (0.6002).
   EXPECT_DOUBLE_EQ(lookup["proposed"]["execute"].get<double>(), 0.6);
   EXPECT_GE(lookup["execute"]["fit"]["lower"].get<double>(), 0.95);
   EXPECT_GE(lookup["execute"]["held_out"]["lower"].get<double>(), 0.95);
@@ -583,6 +603,96 @@ TEST_F(calibrate_test, the_html_page_is_self_contained) {
   for (const char* outside : {"<script", "src=", "href=", "http:", "https:", "url(", "@import"}) {
     EXPECT_EQ(html.find(outside), std::string::npos) << outside;
   }
+}
+
+// A first pass that fell back is labelled by its second pass's escalation: when the audit drew the
+// second pass ("fallback:audit"), the label is an audit sample and weighs 1/rate; the rate counts
+// first and second passes together.
+TEST_F(log_test, calibrate_weighs_a_label_from_an_audited_second_pass_by_the_audit_rate) {
+  auto under_audit = [](log::decision_record d) {
+    d.policy_hash = "sha256:auditing";
+    return d;
+  };
+  // Four turns fell back; the audit drew one second pass (reviewed), the other three executed.
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = "f-" + std::to_string(i);
+    add(under_audit(decision(id, "lookup", 0.7, "fallback", "lane:default")));
+    add(under_audit(decision(id + "b", "lookup", 0.9, i == 0 ? "escalate" : "execute",
+                             i == 0 ? "fallback:audit" : "fallback:lane:default", id)));
+  }
+  escalate("f-0b", "lookup", "execute", "lookup");
+  // A first pass the audit drew, and one that executed.
+  add(under_audit(decision("g-0", "lookup", 0.95, "escalate", "audit")));
+  escalate("g-0", "lookup", "execute", "lookup");
+  add(under_audit(decision("g-1", "lookup", 0.95, "execute", "lane:default")));
+  close();
+
+  const auto out = cli({"calibrate", "--db", path("decisions.db"), "--registry", path("tools.yaml"), "--policy",
+                        path("old.yaml"), "--json"});
+  ASSERT_EQ(out.code, exit_ok) << out.err;
+  const json r = test::parse(out.out);
+  EXPECT_EQ(r["labels"], 2);  // f-0 (by f-0b's review) and g-0
+  EXPECT_EQ(r["second_passes"], 4);
+  // 2 audited (g-0, f-0b) of 6 that would have executed (and g-1, f-1b…f-3b): 1/3.
+  EXPECT_DOUBLE_EQ(r["audit_rates"]["sha256:auditing"].get<double>(), 1.0 / 3);
+  EXPECT_EQ(r["audit_labels"], 2);
+  double weight = 0;
+  for (const json& t : r["tools"]) {
+    if (t["tool"] != "lookup") continue;
+    for (const json& b : t["reliability"]) weight += b["weight"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(weight, 6);  // each stands for 3
+}
+
+// The threshold is chosen on the fit half and checked once on the held-out half: where the
+// held-out half does not reach the target there, the lane is kept and both bounds are said.
+TEST_F(log_test, calibrate_keeps_an_execute_threshold_the_held_out_half_does_not_confirm) {
+  // 100 right labels from 0.70 up on each half; 10 wrong at 0.9 on the held-out half alone.
+  int fit = 0, held = 0, wrong = 0;
+  for (int i = 0; fit < 100 || held < 100 || wrong < 10; ++i) {
+    const std::string id = "h-" + std::to_string(i);
+    const bool in_held = policies::held_out(id);
+    int& right = in_held ? held : fit;
+    if (right < 100) {
+      add(decision(id, "lookup", 0.70 + 0.29 * right / 100, "escalate", "lane:default"));
+      escalate(id, "lookup", "execute", "lookup");
+      ++right;
+    } else if (in_held && wrong < 10) {
+      add(decision(id, "lookup", 0.9, "escalate", "lane:default"));
+      escalate(id, "lookup", "deny");
+      ++wrong;
+    }
+  }
+  close();
+  const std::string db = path("decisions.db"), registry = path("tools.yaml"), policy = path("old.yaml");
+  const std::vector<std::string_view> args = {"calibrate", "--db", db, "--registry", registry, "--policy", policy};
+  auto with_json = args;
+  with_json.push_back("--json");
+  const auto out = cli(with_json);
+  ASSERT_EQ(out.code, exit_ok) << out.err;
+  const json r = test::parse(out.out);
+  const json* lookup = nullptr;
+  for (const json& t : r["tools"]) {
+    if (t["tool"] == "lookup") lookup = &t;
+  }
+  ASSERT_TRUE(lookup);
+  EXPECT_EQ((*lookup)["status"], "fallback_only");
+  EXPECT_DOUBLE_EQ((*lookup)["execute"]["threshold"].get<double>(), 0.70);
+  EXPECT_EQ((*lookup)["execute"]["confirmed"], false);
+  EXPECT_GE((*lookup)["execute"]["fit"]["lower"].get<double>(), 0.95);
+  EXPECT_EQ((*lookup)["execute"]["held_out"]["labels"], 110);
+  EXPECT_LT((*lookup)["execute"]["held_out"]["lower"].get<double>(), 0.95);
+  EXPECT_EQ((*lookup)["proposed"]["execute"], (*lookup)["current"]["execute"]);
+  EXPECT_EQ((*lookup)["fallback"]["confirmed"], true);
+  EXPECT_DOUBLE_EQ((*lookup)["proposed"]["fallback"].get<double>(), 0.7);
+
+  const auto text = cli(args);
+  ASSERT_EQ(text.code, exit_ok) << text.err;
+  EXPECT_NE(text.out.find("execute: 0.7 reaches 0.95 on the fit half (lower bound 0.963 on 100 labels) but not on "
+                          "the held-out half (0."),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find(" on 110): the current one is kept"), std::string::npos) << text.out;
 }
 
 // ---- on logs a real server wrote ----

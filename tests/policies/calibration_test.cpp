@@ -106,35 +106,51 @@ std::vector<label> two_halves(int right) {
   return out;
 }
 
-TEST(calibration, the_lowest_threshold_is_the_first_whose_bound_meets_the_target_on_both_halves) {
+TEST(calibration, the_lowest_threshold_is_chosen_on_the_fit_half_and_checked_once_on_the_held_out_half) {
   // 100 right above 0.70 on each half: the bound at 0.70 is 100 / (100 + z²) = 0.963; one step
   // lower (0.69) adds a wrong one: Wilson 100 of 101 is 0.946.
   std::vector<label> labels = two_halves(100);
   auto chosen = lowest_threshold(labels, 0.95);
   ASSERT_TRUE(chosen);
   EXPECT_DOUBLE_EQ(chosen->threshold, 0.70);
+  EXPECT_TRUE(chosen->confirmed);
   EXPECT_EQ(chosen->fit.labels, 100u);
   EXPECT_EQ(chosen->held.labels, 100u);
   EXPECT_NEAR(chosen->held.lower, 0.9630065018, 1e-9);
-  // 0.97 needs about 124 right in a row on each half.
+  // 0.97 needs about 124 right in a row on the fit half.
   EXPECT_FALSE(lowest_threshold(labels, 0.97));
   // A lower target reaches lower.
   chosen = lowest_threshold(labels, 0.5);
   ASSERT_TRUE(chosen);
   EXPECT_LT(chosen->threshold, 0.70);
+  EXPECT_TRUE(chosen->confirmed);
 
-  // A wrong label at 0.75 on the held-out half alone: the fit half still says 0.70, the held-out
-  // half agrees only above it, from the next label up (0.7522: 82 right, bound 0.955).
+  // A wrong label at 0.75 on the held-out half alone: the fit half still chooses 0.70, and the
+  // held-out half is not searched for a threshold of its own (under the old rule, both halves
+  // searched, it moved to 0.7522): its one check at 0.70 fails (100 of 101, 0.946), so the
+  // choice is reported with both bounds and not confirmed.
   labels.push_back({0.75, false, 1, true});
   chosen = lowest_threshold(labels, 0.95);
   ASSERT_TRUE(chosen);
-  EXPECT_NEAR(chosen->threshold, 0.7522, 1e-12);
-  EXPECT_EQ(chosen->held.labels, 82u);
-  EXPECT_NEAR(chosen->held.lower, 82 / (82 + z95 * z95), 1e-12);
+  EXPECT_DOUBLE_EQ(chosen->threshold, 0.70);
+  EXPECT_FALSE(chosen->confirmed);
   EXPECT_GE(chosen->fit.lower, 0.95);
-  // One at 0.95: above it too few remain for the bound.
+  EXPECT_EQ(chosen->held.labels, 101u);
+  EXPECT_NEAR(chosen->held.lower, wilson_lower(100, 101), 1e-12);
+  EXPECT_LT(chosen->held.lower, 0.95);
+  // The same wrong label on the fit half moves the choice up instead, and the held-out half,
+  // clean above it, confirms it.
   labels = two_halves(100);
-  labels.push_back({0.95, false, 1, true});
+  labels.push_back({0.75, false, 1, false});
+  chosen = lowest_threshold(labels, 0.95);
+  ASSERT_TRUE(chosen);
+  EXPECT_NEAR(chosen->threshold, 0.7522, 1e-12);
+  EXPECT_EQ(chosen->fit.labels, 82u);
+  EXPECT_NEAR(chosen->fit.lower, 82 / (82 + z95 * z95), 1e-12);
+  EXPECT_TRUE(chosen->confirmed);
+  // One at 0.95 on the fit half: above it too few remain for the bound, and nothing is chosen.
+  labels = two_halves(100);
+  labels.push_back({0.95, false, 1, false});
   EXPECT_FALSE(lowest_threshold(labels, 0.95));
   EXPECT_FALSE(lowest_threshold({}, 0.5));
 }
