@@ -149,7 +149,7 @@ std::string status_line(const tool_calibration& t, const calibrate_options& o) {
   }
   // A threshold the fit half chose and the held-out half did not confirm: both bounds, and kept.
   auto unconfirmed = [&](const char* name, const policies::threshold_choice& c, double target) {
-    return std::string("\n    ") + name + ": " + number(c.threshold) + " reaches " + number(target) +
+    return std::string("\n    ") + name + ": " + number(std::round(c.threshold * 1000) / 1000) + " reaches " + number(target) +
            " on the fit half (lower bound " + fixed(c.fit.lower, 3) + " on " + std::to_string(c.fit.labels) +
            " labels) but not on the held-out half (" + fixed(c.held.lower, 3) + " on " +
            std::to_string(c.held.labels) + "): the current one is kept";
