@@ -76,20 +76,22 @@ escalation_row escalation_from(std::span<const column_value> row) {
   return out;
 }
 
-resolution_record resolution_from(std::span<const column_value> row) {
+// `prefix`: the columns' names in a query that reads them under names of their own ("review_").
+resolution_record resolution_from(std::span<const column_value> row, std::string_view prefix = {}) {
+  const auto name = [&](std::string_view column) { return std::string(prefix).append(column); };
   resolution_record r;
-  r.id = text(row, "id");
-  r.escalation = text(row, "escalation");
-  r.created_ms = integer(row, "created_ms");
-  r.outcome = text(row, "outcome");
-  r.tool = text(row, "tool");
-  r.arguments = json_column(row, "arguments");
-  r.reason = text(row, "reason");
-  r.reviewer = text(row, "reviewer");
-  r.by = text(row, "by");
-  r.forced = integer(row, "forced") != 0;
-  r.registry_hash = text(row, "registry_hash");
-  r.policy_hash = text(row, "policy_hash");
+  r.id = text(row, name("id"));
+  r.escalation = text(row, name("escalation"));
+  r.created_ms = integer(row, name("created_ms"));
+  r.outcome = text(row, name("outcome"));
+  r.tool = text(row, name("tool"));
+  r.arguments = json_column(row, name("arguments"));
+  r.reason = text(row, name("reason"));
+  r.reviewer = text(row, name("reviewer"));
+  r.by = text(row, name("by"));
+  r.forced = integer(row, name("forced")) != 0;
+  r.registry_hash = text(row, name("registry_hash"));
+  r.policy_hash = text(row, name("policy_hash"));
   return r;
 }
 
@@ -155,21 +157,7 @@ reviewed_decision reviewed_from(std::span<const column_value> row) {
                        text(row, "second_policy_hash")};
   }
   out.escalation = text(row, "review_escalation");
-  if (!text(row, "review_id").empty()) {
-    resolution_record& r = out.resolution.emplace();
-    r.id = text(row, "review_id");
-    r.escalation = out.escalation;
-    r.created_ms = integer(row, "review_created_ms");
-    r.outcome = text(row, "review_outcome");
-    r.tool = text(row, "review_tool");
-    r.arguments = json_column(row, "review_arguments");
-    r.reason = text(row, "review_reason");
-    r.reviewer = text(row, "review_reviewer");
-    r.by = text(row, "review_by");
-    r.forced = integer(row, "review_forced") != 0;
-    r.registry_hash = text(row, "review_registry_hash");
-    r.policy_hash = text(row, "review_policy_hash");
-  }
+  if (!text(row, "review_id").empty()) out.resolution = resolution_from(row, "review_");  // its escalation: review_escalation
   return out;
 }
 
