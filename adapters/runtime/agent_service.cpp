@@ -244,7 +244,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
     // The first pass is logged as it is, and once it is durable (the fallback's row names it) the
     // larger engine answers the same request.
     capture_state(t);
-    log::decision_record first = make_record(t);
+    log::decision_record first = make_record(t, new_id('d'));
     t->first_pass = first.id;
     r.req.state = std::move(t->session.history);
     t->req = std::make_unique<request>(std::move(r.req));
@@ -315,14 +315,10 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   if (const tools::tool* tool = tools::find_tool(t->routing->registry, t->act.tool)) {
     tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
   }
-  log::decision_record rec = make_record(t);
-  t->decision_id = rec.id;
-  // The audit draws by the decision id, so it applies once the id exists (as `baton replay` does).
-  if (policies::action audited = policies::audit(t->routing->policy, t->act, rec.id); audited.what != t->act.what) {
-    t->act = std::move(audited);
-    rec.action = std::string(policies::to_string(t->act.what));
-    rec.lane = t->act.lane;
-  }
+  t->decision_id = new_id('d');
+  // The audit draws by the decision id (as `baton replay` does), so the id comes first.
+  t->act = policies::audit(t->routing->policy, std::move(t->act), t->decision_id);
+  log::decision_record rec = make_record(t, t->decision_id);
 
   t->log_started = clock_type::now();
   const bool escalates = t->act.what == policies::action::escalate;
@@ -369,11 +365,11 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   }
 }
 
-log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t) {
+log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t, std::string id) {
   const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
   const engine_options& options = t->in_fallback ? *config_.fallback : config_.engine;
   log::decision_record rec;
-  rec.id = new_id('d');
+  rec.id = std::move(id);
   if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
   rec.session = t->session.session;
   rec.turn = t->session.turn;

@@ -73,7 +73,7 @@ class agent_service {
   void capture_state(const std::shared_ptr<turn>& t);
   void start_fallback(const std::shared_ptr<turn>& t, request&& req);
   void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);
-  log::decision_record make_record(const std::shared_ptr<turn>& t);
+  log::decision_record make_record(const std::shared_ptr<turn>& t, std::string id);
   void decide_and_log(const std::shared_ptr<turn>& t);
   void send_decision(const std::shared_ptr<turn>& t);
   void after_decision(const std::shared_ptr<turn>& t);
