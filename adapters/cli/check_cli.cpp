@@ -1,5 +1,7 @@
 #include "adapters/cli/check_cli.hpp"
 
+#include <boost/asio/io_context.hpp>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -10,13 +12,14 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "adapters/runtime/routing.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/clef/schema_cost.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 #include "policies/policy_check.hpp"
-#include "tools/schema_compiler.hpp"
+#include "tools/registry.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton {
@@ -189,23 +192,20 @@ std::variant<report, check_failure> run_check(const std::filesystem::path& file,
   r.config = std::move(*config);
   const server_config& c = r.config;
 
+  // serve's own loader, against the engines' limits; the executors it makes are never run.
   const request_limits limits = question_limits(c.engine);
-  auto registry = tools::load_registry(c.registry, limits);
-  if (!registry) return check_failure{located(registry.error(), c.registry, c, "registry")};
-  r.registry = std::move(*registry);
-  auto policy = policies::load_policy(c.policy, r.registry);
-  if (!policy) return check_failure{located(policy.error(), c.policy, c, "policy")};
-  r.policy = std::move(*policy);
-  auto questions = tools::compile_questions(r.registry, limits);
-  if (!questions) return check_failure{r.registry.source.file + ":1: " + questions.error().message};
-  r.questions = std::move(*questions);
-  r.schema_hash = tools::schema_hash(r.questions);
-  // The fallback engine is asked the same questions: serve refuses a registry that does not fit it.
-  if (c.fallback) {
-    if (auto fits = tools::load_registry(c.registry, question_limits(*c.fallback)); !fits) {
-      return check_failure{fits.error().message + " (the limits of the fallback engine, routing.fallback)"};
-    }
+  std::optional<request_limits> fallback_limits;
+  if (c.fallback) fallback_limits = question_limits(*c.fallback);
+  boost::asio::io_context io;
+  auto routing = load_routing(c, limits, fallback_limits ? &*fallback_limits : nullptr, io.get_executor());
+  if (!routing) {
+    const bool policy = routing.error().code == "INVALID_POLICY";
+    return check_failure{located(routing.error(), policy ? c.policy : c.registry, c, policy ? "policy" : "registry")};
   }
+  r.registry = (*routing)->registry;
+  r.policy = (*routing)->policy;
+  r.questions = (*routing)->questions;
+  r.schema_hash = (*routing)->schema_hash;
 
   r.engines.push_back({"engine", c.engine, {}, {}, {}});
   if (c.fallback) r.engines.push_back({"routing.fallback", *c.fallback, {}, {}, {}});
