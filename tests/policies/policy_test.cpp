@@ -4,29 +4,15 @@
 #include <vector>
 
 #include "policies/policy.hpp"
+#include "policy_fixture.hpp"
 
 namespace baton::policies {
 namespace {
 
 using tools::registry;
+using test::parse_ok;
+using test::test_registry;
 
-// Tools of every risk, a tool with choice and boolean parameters, finish and both global types.
-const char* registry_yaml = R"(tools:
-  - id: a
-    description: Tool a
-    parameters:
-      mode: {type: choice, instructions: "Which mode?", values: {x: "Mode x", y: "Mode y"}}
-      notify: {type: boolean, instructions: "Notify?"}
-      note: {type: text}
-  - {id: b, description: Tool b, risk: medium}
-  - {id: c, description: Tool c, risk: high}
-  - {id: d, description: Tool d}
-  - {id: e, description: Tool e, risk: high}
-finish: {description: Done}
-questions:
-  urgency: {type: score, instructions: "How urgent?", criteria: [Later, Week, Today, Now]}
-  needs_person: {type: noul, instructions: "Needs a person?"}
-)";
 
 const char* policy_yaml = R"(confidence: p_max
 rules:
@@ -42,17 +28,6 @@ lanes:
     b: {execute: 0.9, fallback: 0.6}
 on_engine_error: escalate
 )";
-
-const registry& test_registry() {
-  static const registry r = tools::parse_registry(registry_yaml, "tools.yaml", {}).value();
-  return r;
-}
-
-policy parse_ok(std::string_view text) {
-  auto p = parse_policy(text, "p.yaml", test_registry());
-  EXPECT_TRUE(p.has_value()) << (p ? "" : p.error().message);
-  return p ? *p : policy{};
-}
 
 struct answers_spec {
   std::string tool;
