@@ -1,0 +1,176 @@
+import { BatonError } from "./errors.js";
+import type {
+  AckFrame,
+  AgentEvent,
+  Decision,
+  DecideFrame,
+  Proposal,
+  Question,
+  Resolution,
+  ResumedFrame,
+  ToolResultFrame,
+} from "./types.js";
+
+/** What a Session needs of its client (BatonClient implements it). */
+export interface SessionHost {
+  /** Sends a frame built when it goes out (after back-pressure), resolves with its answer. */
+  send<T>(build: () => object, hooks?: RequestHooks): Promise<T>;
+  waitToolResult(decision: string, timeoutMs: number | undefined): Promise<ToolResultFrame>;
+  waitResolution(escalation: string, timeoutMs: number | undefined): Promise<Resolution>;
+}
+
+export interface RequestHooks {
+  /** The frame went out but its answer never came (CONNECTION_LOST, TIMEOUT): its effect is unknown. */
+  onUncertain?: () => void;
+}
+
+export interface DecideOptions {
+  /** Events to add before deciding (as add() does). */
+  events?: AgentEvent[];
+  proposal?: Proposal;
+  questions?: Record<string, Question>;
+}
+
+export interface ToolOutcome {
+  ok: boolean;
+  output: unknown;
+}
+
+export interface ResumeResult {
+  /** The session's escalations still waiting for a person. */
+  pending: string[];
+  /** How many resolution frames follow (not acknowledged yet); they go to the "resolution" event. */
+  resolutions: number;
+}
+
+/**
+ * One agent session over the client's connection. It keeps the history as baton has it and sends
+ * only what is new each turn (`append`), or everything (`history`) when baton may not have it.
+ */
+export class Session {
+  readonly name: string;
+  private readonly host: SessionHost;
+  private readonly events: AgentEvent[] = [];
+  /** events[0, sent) are in baton's copy of the session. */
+  private sent = 0;
+  /** baton may not have this session (first decide, reconnect, lost answer): send `history`. */
+  private fresh = true;
+  /** Decides of one session go one after another (baton refuses a second with SESSION_BUSY). */
+  private chain: Promise<unknown> = Promise.resolve();
+
+  /** @internal created by BatonClient.session() */
+  constructor(host: SessionHost, name: string) {
+    this.host = host;
+    this.name = name;
+  }
+
+  /** Everything this session holds: what baton has, then what the next decide sends. */
+  get history(): readonly AgentEvent[] {
+    return this.events;
+  }
+
+  /** Queues an event for the next decide. */
+  add(event: AgentEvent): void {
+    this.events.push(event);
+  }
+
+  /**
+   * Decides the next turn. Sends the full `history` the first time (and after a reconnect or a
+   * lost answer), else `append` with the events added since. A second decide while one is under
+   * way waits for it.
+   */
+  decide(options: DecideOptions = {}): Promise<Decision> {
+    const run = this.chain.then(() => this.decideNow(options));
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Reports how an agent-run tool went (executor `agent`): a `tool_result` for the decision (or
+   * the resolution's decision), resolved with baton's ack once it is in the log. Its event
+   * `{role:"tool",tool,ok,output}` joins the history and goes with the next decide.
+   */
+  async toolResult(of: Decision | Resolution, outcome: ToolOutcome): Promise<AckFrame> {
+    const decision = of.decision;
+    const ack = await this.host.send<AckFrame>(() => ({
+      type: "tool_result",
+      decision,
+      ok: outcome.ok,
+      output: outcome.output ?? null,
+    }));
+    const event: AgentEvent = { role: "tool", ok: outcome.ok, output: outcome.output ?? null };
+    if (of.tool !== undefined) event.tool = of.tool;
+    this.add(event);
+    return ack;
+  }
+
+  /**
+   * Waits for the `tool_result` baton sends after running a tool itself (executor `http` or
+   * `command`), for a decision or a resolution. Its `event` is already in baton's history: it
+   * joins this one without being sent again.
+   */
+  async batonRan(of: Decision | Resolution, options: { timeoutMs?: number } = {}): Promise<ToolResultFrame> {
+    const runs = "action" in of ? of.action === "execute" : of.outcome === "execute";
+    if (!runs || (of.executor !== "http" && of.executor !== "command")) {
+      throw new TypeError(`baton runs no tool for ${of.decision} (executor ${String(of.executor)}, ${"action" in of ? `action ${of.action}` : `outcome ${of.outcome}`})`);
+    }
+    const frame = await this.host.waitToolResult(of.decision, options.timeoutMs);
+    // baton appended it after what it had: before the events this client has not sent yet.
+    this.events.splice(this.sent, 0, frame.event);
+    this.sent += 1;
+    return frame;
+  }
+
+  /** The resolution of one of this session's escalations: already received, or when it comes. */
+  resolution(escalation: string, options: { timeoutMs?: number } = {}): Promise<Resolution> {
+    return this.host.waitResolution(escalation, options.timeoutMs);
+  }
+
+  /**
+   * Routes the session's resolutions to this connection and has baton send again those not
+   * acknowledged (they come as "resolution" events, each id once).
+   */
+  async resume(): Promise<ResumeResult> {
+    const answer = await this.host.send<ResumedFrame>(() => ({ type: "resume", session: this.name }));
+    return { pending: answer.pending, resolutions: answer.resolutions };
+  }
+
+  /** @internal after a reconnect baton may have lost the session: the next decide sends it all. */
+  markFresh(): void {
+    this.fresh = true;
+  }
+
+  private async decideNow(options: DecideOptions): Promise<Decision> {
+    if (options.events) this.events.push(...options.events);
+    let resentFull = false;
+    for (;;) {
+      let upTo = 0;
+      let full = false;
+      const build = (): DecideFrame => {
+        // Built when it goes out, so that a reconnect while it waited makes it a full history.
+        upTo = this.events.length;
+        full = this.fresh;
+        const frame: DecideFrame = { type: "decide", session: this.name };
+        if (full) frame.history = this.events.slice(0, upTo);
+        else frame.append = this.events.slice(this.sent, upTo);
+        if (options.proposal !== undefined) frame.proposal = options.proposal;
+        if (options.questions !== undefined) frame.questions = options.questions;
+        return frame;
+      };
+      try {
+        const decision = await this.host.send<Decision>(build, { onUncertain: () => this.markFresh() });
+        this.sent = upTo;
+        this.fresh = false;
+        return decision;
+      } catch (err) {
+        // baton restarted without this client noticing: send it all, once.
+        if (err instanceof BatonError && err.code === "UNKNOWN_SESSION" && !full && !resentFull) {
+          resentFull = true;
+          this.fresh = true;
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+}
