@@ -56,7 +56,8 @@ interface Job {
   id: number | null;
   done: boolean;
   timer: NodeJS.Timeout | null;
-  retryTimer: NodeJS.Timeout | null;
+  /** Its place in the order of requests (a retried one goes back there). */
+  seq: number;
   /** An ack: this resolution's `ack` goes out right before the frame (a resume), whose answer confirms it. */
   ack?: string;
   ackId?: number;
@@ -101,6 +102,9 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private reconnectWake: (() => void) | null = null;
   private reconnectLoop: Promise<void> | null = null;
   private pumpTimer: NodeJS.Timeout | null = null;
+  /** Nothing is sent before this time (ms since the epoch): baton asked to wait (retry_after_ms). */
+  private holdUntil = 0;
+  private nextSeq = 0;
 
   private nextId = 1;
   private readonly queue: Job[] = [];
@@ -277,7 +281,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
         id: null,
         done: false,
         timer: null,
-        retryTimer: null,
+        seq: this.nextSeq++,
         keep: extra.keep ?? false,
       };
       if (extra.ack !== undefined) job.ack = extra.ack;
@@ -297,11 +301,15 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private pump(): void {
     if (!this.open || !this.ws || this.pumpTimer) return;
     while (this.queue.length > 0 && this.inFlight.size < this.maxInFlight) {
-      if (this.ws.bufferedAmount > HIGH_WATER_BYTES) {
+      // After a RATE_LIMITED (or OVERLOADED, …) nothing goes out until retry_after_ms has passed:
+      // frames sent meanwhile would be refused too, and baton closes (1008) after
+      // server.max_bad_frames refusals in a row. Nor while the socket has a backlog to write.
+      const wait = this.holdUntil - Date.now();
+      if (wait > 0 || this.ws.bufferedAmount > HIGH_WATER_BYTES) {
         this.pumpTimer = setTimeout(() => {
           this.pumpTimer = null;
           this.pump();
-        }, 5);
+        }, wait > 0 ? wait : 5);
         return;
       }
       const job = this.queue.shift()!;
@@ -341,23 +349,25 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
       job.resolve(frame);
     } else if (RETRYABLE_CODES.has(error.code) && job.sends <= this.retries) {
       job.id = null;
-      job.retryTimer = setTimeout(() => {
-        job.retryTimer = null;
-        if (job.done) return;
-        this.queue.unshift(job);
-        this.pump();
-      }, Math.max(0, error.retry_after_ms ?? 100));
+      this.holdUntil = Math.max(this.holdUntil, Date.now() + Math.max(0, error.retry_after_ms ?? 100));
+      this.requeue(job);
     } else {
       this.fail(job, BatonError.fromFrame(error));
     }
     this.pump();
   }
 
+  /** Back into the queue at its place in the order of requests. */
+  private requeue(job: Job): void {
+    const at = this.queue.findIndex((j) => j.seq > job.seq);
+    if (at < 0) this.queue.push(job);
+    else this.queue.splice(at, 0, job);
+  }
+
   private finish(job: Job): void {
     job.done = true;
     this.live.delete(job);
     if (job.timer) clearTimeout(job.timer);
-    if (job.retryTimer) clearTimeout(job.retryTimer);
     if (job.id !== null && this.inFlight.get(job.id) === job) this.inFlight.delete(job.id);
     if (job.ackId !== undefined) this.ackIds.delete(job.ackId);
   }
@@ -555,7 +565,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
         job.hooks.onUncertain?.();
       }
     }
-    this.queue.unshift(...kept);
+    for (const job of kept) this.requeue(job);
     for (const s of this.sessions.values()) s.markFresh();
     // baton sends a tool_result once, to the connection of the decision: it will not come now.
     for (const waiters of this.toolResultWaiters.values()) {
