@@ -27,6 +27,7 @@ packages=(
   python3-torch        # tests: writes the tiny broken checkpoints for the loader's error tests
   python3-av           # tests: the Clef reference's PyAV audio decode, which the resampling tests match
   chromium             # tests/browser: the reviewer inbox page, headless, driven by playwright-core
+  make                 # node-gyp: better-sqlite3's addon for the LangGraph example's checkpoints
 )
 
 missing=()
@@ -62,6 +63,19 @@ browser_installed="$root/tests/browser/node_modules/playwright-core/package.json
 if [ ! -e "$browser_installed" ] || [ "$root/tests/browser/package-lock.json" -nt "$browser_installed" ]; then
   echo "baton: npm ci in tests/browser" >&2
   npm ci --prefix "$root/tests/browser" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
+# The LangGraph example (examples/agents/langgraph: @langchain/langgraph and its SQLite checkpointer
+# as package-lock.json pins them, baton-client linked from clients/typescript, whose step comes first).
+# better-sqlite3 compiles its addon with node-gyp (g++, make, python3; a minute or two), against
+# the headers of the node that runs it: no download.
+langgraph="$root/examples/agents/langgraph"
+langgraph_installed="$langgraph/node_modules/better-sqlite3/build/Release/better_sqlite3.node"
+if [ ! -e "$langgraph_installed" ] || [ "$langgraph/package-lock.json" -nt "$langgraph_installed" ]; then
+  echo "baton: npm ci in examples/agents/langgraph (builds better-sqlite3)" >&2
+  nodedir="${npm_config_nodedir:-$(node -p 'require("path").resolve(process.execPath, "../..")')}"
+  [ -e "$nodedir/include/node/node.h" ] || { echo "baton: no Node headers in $nodedir/include/node (Debian: apt-get install libnode-dev)" >&2; exit 1; }
+  npm_config_nodedir="$nodedir" npm ci --prefix "$langgraph" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 if ! log=$(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1); then
