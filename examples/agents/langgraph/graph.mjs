@@ -147,7 +147,13 @@ export function buildGraph({ baton, checkpointer, batonRunTimeoutMs = 60_000 }) 
     let event;
     if (call.executor === "agent") {
       const { ok, output } = runAgentTool(call.tool, call.arguments);
-      await s.toolResult({ decision: call.decision, tool: call.tool }, { ok, output });
+      try {
+        await s.toolResult({ decision: call.decision, tool: call.tool }, { ok, output });
+      } catch (err) {
+        // This node ran before, in a process that died before its checkpoint: a new connection
+        // takes no result for that decision. The thread goes on; the first report is in baton's log.
+        if (err.code !== "UNKNOWN_DECISION") throw err;
+      }
       event = { role: "tool", tool: call.tool, ok, output };
     } else {
       // baton runs http and command tools itself and sends the outcome to the connected session.
