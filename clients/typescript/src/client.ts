@@ -580,7 +580,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private async reconnect(cause: BatonError): Promise<void> {
     const { initialDelayMs, maxDelayMs, maxAttempts } = this.reconnectOptions!;
     let error = cause;
-    for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+    for (let attempt = 1; attempt <= maxAttempts && !this.closed; attempt++) {
       const cap = Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(attempt - 1, 30));
       const delayMs = Math.round(cap / 2 + Math.random() * (cap / 2));
       this.emit("reconnecting", { attempt, delayMs, error });
