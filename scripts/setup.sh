@@ -65,8 +65,22 @@ if [ ! -e "$browser_installed" ] || [ "$root/tests/browser/package-lock.json" -n
   npm ci --prefix "$root/tests/browser" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# baton-client (clients/typescript): its dependencies as package-lock.json pins them, then tsc
+# to dist/ when a source, tsconfig.json or package.json is newer than what was built.
+client="$root/clients/typescript"
+client_installed="$client/node_modules/typescript/package.json"
+if [ ! -e "$client_installed" ] || [ "$client/package-lock.json" -nt "$client_installed" ]; then
+  echo "baton: npm ci in clients/typescript" >&2
+  npm ci --prefix "$client" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+client_built="$client/dist/index.js"
+if [ ! -e "$client_built" ] || [ -n "$(find "$client/src" "$client/tsconfig.json" "$client/package.json" -newer "$client_built" -print -quit)" ]; then
+  echo "baton: building clients/typescript" >&2
+  npm run build --prefix "$client" --silent >/dev/null
+fi
+
 # The LangGraph example (examples/agents/langgraph: @langchain/langgraph and its SQLite checkpointer
-# as package-lock.json pins them, baton-client linked from clients/typescript, whose step comes first).
+# as package-lock.json pins them, baton-client linked from clients/typescript, built just above).
 # better-sqlite3 compiles its addon with node-gyp (g++, make, python3; a minute or two), against
 # the headers of the node that runs it: no download.
 langgraph="$root/examples/agents/langgraph"

@@ -20,8 +20,8 @@ export interface BatonClientOptions {
   url: string;
   /** Sent as `Authorization: Bearer …`; default $BATON_API_KEY; none: no header. */
   apiKey?: string;
-  /** Reconnect after a dropped connection (default on), or false. */
-  reconnect?: ReconnectOptions | false;
+  /** Reconnect after a dropped connection (default on: true or options), or false. */
+  reconnect?: ReconnectOptions | boolean;
   /** A request without an answer this long after it was made rejects with TIMEOUT (default 60000). */
   requestTimeoutMs?: number;
   /** Frames awaiting an answer at once (default 64); more wait, in order. */
@@ -127,7 +127,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     this.url = options.url;
     this.apiKey = options.apiKey ?? process.env.BATON_API_KEY ?? undefined;
     if (this.apiKey === "") this.apiKey = undefined;
-    this.reconnectOptions = options.reconnect === false ? null : { ...DEFAULTS, ...definedOnly(options.reconnect ?? {}) };
+    this.reconnectOptions = options.reconnect === false ? null : { ...DEFAULTS, ...definedOnly(options.reconnect === true ? {} : (options.reconnect ?? {})) };
     this.requestTimeoutMs = options.requestTimeoutMs ?? 60_000;
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 64);
     this.retries = Math.max(0, options.retries ?? 5);
@@ -580,7 +580,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private async reconnect(cause: BatonError): Promise<void> {
     const { initialDelayMs, maxDelayMs, maxAttempts } = this.reconnectOptions!;
     let error = cause;
-    for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+    for (let attempt = 1; attempt <= maxAttempts && !this.closed; attempt++) {
       const cap = Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(attempt - 1, 30));
       const delayMs = Math.round(cap / 2 + Math.random() * (cap / 2));
       this.emit("reconnecting", { attempt, delayMs, error });

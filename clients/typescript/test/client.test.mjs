@@ -8,7 +8,7 @@ import { after, afterEach, before, test } from "node:test";
 
 import { BatonClient, BatonError } from "baton-client";
 
-import { BatonServer, SAY, spyFrames, uniqueName } from "./helpers.mjs";
+import { BatonServer, SAY, nextEvent, spyFrames, uniqueName } from "./helpers.mjs";
 
 const server = new BatonServer();
 const spy = spyFrames();
@@ -198,4 +198,24 @@ test("connect failures and a closed client reject with the client's own codes", 
   assert.equal((await pending).code, "CLOSED");
   await assert.rejects(s.decide({ events: [{ role: "user", content: SAY.metrics }] }), (e) => e.code === "CLOSED");
   await assert.rejects(other.connect(), (e) => e.code === "CLOSED");
+});
+
+test("a frame over baton's max_frame_bytes: an error event (ref null), CONNECTION_LOST for the request, and a reconnect", async () => {
+  const big = new BatonClient({ url: server.wsUrl, reconnect: { initialDelayMs: 20, maxDelayMs: 100 } });
+  try {
+    await big.connect();
+    const errors = [];
+    big.on("error", (e) => errors.push(e));
+    const closed = nextEvent(big, "disconnected");
+    const reconnected = nextEvent(big, "reconnected");
+    const s = big.session(uniqueName("big"));
+    const lost = await s.decide({ events: [{ role: "user", content: "x".repeat(1_100_000) }] }).catch((e) => e);
+    assert.equal(lost.code, "CONNECTION_LOST");
+    assert.equal((await closed).code, 1009);
+    assert.deepEqual(errors.map((e) => [e.code, e.frame.ref]), [["FRAME_TOO_LARGE", null]]);
+    await reconnected;
+    assert.deepEqual(await s.resume(), { pending: [], resolutions: 0 }, "the connection works again");
+  } finally {
+    await big.close();
+  }
 });
