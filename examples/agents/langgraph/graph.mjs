@@ -160,12 +160,13 @@ export function buildGraph({ baton, checkpointer, batonRunTimeoutMs = 60_000 }) 
       const of = call.from === "decision"
         ? { decision: call.decision, tool: call.tool, action: "execute", executor: call.executor }
         : { decision: call.decision, tool: call.tool, outcome: "execute", executor: call.executor };
-      const ran = await s.batonRan(of, { timeoutMs: batonRunTimeoutMs });
-      event = ran.event ?? { role: "tool", tool: call.tool, ok: ran.ok, output: ran.output };
+      const frame = await s.batonRan(of, { timeoutMs: batonRunTimeoutMs });
+      // The frame of a run after a resolution carries no `event` (baton adds none to the session).
+      event = frame.event ?? { role: "tool", tool: call.tool, ok: frame.ok, output: frame.output };
     }
     const by = call.from === "decision" ? "baton" : "reviewer";
-    const ran = event.ok ? "ran" : `failed${event.error_code ? ` (${event.error_code})` : ""}`;
-    return { messages: [event], outcome: { status: "executed", by, reason: `${call.tool} ${ran} (${call.executor === "agent" ? "in this graph" : `by baton, ${call.executor}`})` } };
+    const how = event.ok ? "ran" : `failed${event.error_code ? ` (${event.error_code})` : ""}`;
+    return { messages: [event], outcome: { status: "executed", by, reason: `${call.tool} ${how} (${call.executor === "agent" ? "in this graph" : `by baton, ${call.executor}`})` } };
   }
 
   function fallback(state) {
