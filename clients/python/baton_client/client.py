@@ -97,7 +97,7 @@ class _Resolutions:
         self._client = client
         self._queue: "asyncio.Queue[Optional[Resolution]]" = asyncio.Queue()
         client._streams.add(self._queue)
-        if client._closing:
+        if client._closing or client._failed is not None:
             self._queue.put_nowait(None)
 
     def __aiter__(self) -> "_Resolutions":
@@ -385,9 +385,7 @@ class BatonClient:
                 await asyncio.wait_for(self._ready.wait(), max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 raise BatonError(TIMEOUT, f"no connection within {self.request_timeout:g} s") from None
-            if not self._can_send(False) and not self._closing and self._failed is None:
-                # Ready was set and cleared again (another drop): wait on.
-                await asyncio.sleep(0)
+            # Checked again above: closed, failed, or dropped again before this ran.
 
     async def _sleep(self, seconds: float) -> None:
         """Sleeps, or raises CLOSED when the client closes meanwhile."""

@@ -343,6 +343,22 @@ class Restarts(Case):
             await s.decide(events=[{"role": "monitor", "content": "one more"}])
             self.assertIn("append", baton.decides("through-restart")[-1])
 
+    async def test_reconnecting_gives_up_after_max_attempts(self) -> None:
+        async with BatonClient(self.server.url, reconnect=Reconnect(0.05, 0.1, max_attempts=2)) as baton:
+            attempts: List[int] = []
+            errors: List[BatonError] = []
+            baton.on("reconnecting", lambda e: attempts.append(e["attempt"]))
+            baton.on("error", errors.append)
+            s = baton.session("given-up")
+            await s.decide(events=[{"role": "monitor", "content": METRICS}])
+            await asyncio.to_thread(self.server.stop)
+            with self.assertRaises(BatonError) as e:
+                await s.decide(events=[{"role": "monitor", "content": RESOLVED}])  # waits, then fails
+            self.assertEqual(e.exception.code, "CONNECTION_LOST")
+            self.assertEqual(attempts, [1, 2])
+            self.assertEqual([x.code for x in errors], ["CONNECTION_LOST"])
+            self.assertFalse(baton.connected)
+
     async def test_kill9_with_escalations_pending(self) -> None:
         server = self.server
         async with Recording(server.url, reconnect=FAST) as baton:
