@@ -21,10 +21,15 @@ and stops it at the end (--url uses a baton that is already running instead).
 
 import argparse
 import asyncio
+import os
 import sys
 
-from baton_client import BatonClient, ProtocolError, Reviewer, run_session
-from example_server import add_server_arguments, example_server, http_base
+# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+from baton_client import BatonClient, BatonError  # noqa: E402
+from example_agent import Reviewer, run_session  # noqa: E402
+from example_server import add_server_arguments, example_server, http_base  # noqa: E402
 
 ALERTS = {
     "alert-checkout-oom": [
@@ -90,7 +95,7 @@ def known_issue(decision):
     return f"  known_issue={known}"
 
 
-def person(args, reviewer, baton, name, out):
+def person(args, reviewer, session, out):
     """What the agent does on an escalation: waits for its resolution, which the script gives
     itself as the reviewer (--resolve-as-reviewer) or a person gives in the inbox."""
 
@@ -98,20 +103,23 @@ def person(args, reviewer, baton, name, out):
         escalation = decision["escalation"]
         if args.resolve_as_reviewer:
             seen = await reviewer.escalation(escalation)
-            decided = review(name, seen)
+            decided = review(session.name, seen)
             tool = decided.get("tool", seen["tool"]) if decided["outcome"] == "execute" else ""
-            out.append(f"{name}   reviewer reads {escalation}: \"{seen['question']}\" and resolves it: "
+            out.append(f"{session.name}   reviewer reads {escalation}: \"{seen['question']}\" and resolves it: "
                        f"{decided['outcome']} {tool}".rstrip())
             await reviewer.resolve(escalation, **decided)
             timeout = 30
         else:
-            print(f"{name}: escalated ({escalation}); resolve it at {reviewer.base_url}/inbox "
+            print(f"{session.name}: escalated ({escalation}); resolve it at {reviewer.base_url}/inbox "
                   f"(waiting up to {args.wait:g} s)", file=sys.stderr, flush=True)
             timeout = args.wait
         try:
-            return await asyncio.wait_for(asyncio.shield(baton.resolution(escalation)), timeout)
-        except asyncio.TimeoutError:
-            return None
+            # Received already (pushed when the person resolved it) or to come.
+            return await session.resolution(escalation, timeout=timeout)
+        except BatonError as e:
+            if e.code == "TIMEOUT":
+                return None
+            raise
 
     return await_person
 
@@ -137,7 +145,7 @@ async def main():
                     *(
                         run_session(baton.session(name), r, "monitor", run_agent_tool, logs[name], args.max_turns,
                                     "alert", note=known_issue, questions=EXTRA_QUESTIONS,
-                                    await_person=person(args, reviewer, baton, name, logs[name]) if waits else None)
+                                    await_person=person(args, reviewer, baton.session(name), logs[name]) if waits else None)
                         for name, r in ALERTS.items()
                     )
                 )
@@ -147,10 +155,10 @@ async def main():
             try:
                 n = len(await reviewer.pending())
                 left = f"{n} escalation{'' if n == 1 else 's'} wait{'s' if n == 1 else ''} for a person"
-            except ProtocolError as e:
+            except BatonError as e:
                 left = f"the pending escalations cannot be listed with this key ({e})"
             print(f"{left} ({reviewer.base_url}/inbox)")
-    except ProtocolError as e:
+    except BatonError as e:
         print(f"baton refused: {e}", file=sys.stderr)
         return 1
     return 0

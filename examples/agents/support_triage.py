@@ -23,12 +23,17 @@ An escalated ticket ends here; examples/agents/oncall_incident.py shows what com
 import argparse
 import asyncio
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from baton_client import BatonClient, ProtocolError, run_session
-from example_server import add_server_arguments, example_server
+# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+from baton_client import BatonClient, BatonError  # noqa: E402
+from example_agent import run_session  # noqa: E402
+from example_server import add_server_arguments, example_server  # noqa: E402
 
 TICKETS = {
     "ticket-101": [
@@ -104,7 +109,7 @@ async def main():
                     for name, msgs in TICKETS.items()
                 )
             )
-    except ProtocolError as e:
+    except BatonError as e:
         print(f"baton refused a frame: {e}", file=sys.stderr)
         return 1
     finally:

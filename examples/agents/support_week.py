@@ -19,14 +19,19 @@ so an `audit:` section's draw) differ from run to run.
 import argparse
 import asyncio
 import collections
+import os
 import random
 import sys
 import threading
 from http.server import ThreadingHTTPServer
 
-from baton_client import BatonClient, ProtocolError, Reviewer
-from example_server import add_server_arguments, example_server, http_base
-from support_triage import PasswordService, run_agent_tool
+# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+from baton_client import BatonClient, BatonError  # noqa: E402
+from example_agent import Reviewer  # noqa: E402
+from example_server import add_server_arguments, example_server, http_base  # noqa: E402
+from support_triage import PasswordService, run_agent_tool  # noqa: E402
 
 # What each kind of ticket says (a sentence each), and the tool a person would run for it.
 KINDS = {
@@ -139,7 +144,7 @@ async def main():
                     if decision["action"] == "execute":
                         if decision["executor"] == "agent":
                             ok, output = run_agent_tool(decision)
-                            await session.report(decision, ok, output)
+                            await session.tool_result(decision, ok, output)
                         else:
                             await session.baton_ran(decision)
                     elif decision["action"] == "escalate":
@@ -151,10 +156,10 @@ async def main():
                             return
                         resolution = await reviewer.resolve(decision["escalation"], **answer)
                         counts[f"resolved {answer['outcome']}"] += 1
-                        await session.client.acknowledge(resolution, session.name)
+                        await baton.ack(resolution["id"])
 
             await asyncio.gather(*(one(i, text, truth) for i, (text, truth) in enumerate(tickets)))
-    except ProtocolError as e:
+    except BatonError as e:
         print(f"baton refused a frame: {e}", file=sys.stderr)
         return 1
     finally:
