@@ -42,6 +42,12 @@ done
 # and `node --test` with before/after hooks is there since 18.8.
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# The headers of the node that runs npm, for node-gyp (better-sqlite3 in the LangGraph example):
+# a Node from elsewhere ships them next to itself; Debian's are in libnode-dev.
+node_dir() { node -p 'require("path").resolve(process.execPath, "../..")'; }
+if ! command -v node >/dev/null || [ ! -e "$(node_dir)/include/node/node.h" ]; then
+  dpkg-query -W -f='${Status}' libnode-dev 2>/dev/null | grep -q "install ok installed" || missing+=(libnode-dev)
+fi
 if ((${#missing[@]})); then
   echo "baton: installing ${missing[*]}" >&2
   sudo=""
@@ -87,7 +93,7 @@ langgraph="$root/examples/agents/langgraph"
 langgraph_installed="$langgraph/node_modules/better-sqlite3/build/Release/better_sqlite3.node"
 if [ ! -e "$langgraph_installed" ] || [ "$langgraph/package-lock.json" -nt "$langgraph_installed" ]; then
   echo "baton: npm ci in examples/agents/langgraph (builds better-sqlite3)" >&2
-  nodedir="${npm_config_nodedir:-$(node -p 'require("path").resolve(process.execPath, "../..")')}"
+  nodedir="${npm_config_nodedir:-$(node_dir)}"
   [ -e "$nodedir/include/node/node.h" ] || { echo "baton: no Node headers in $nodedir/include/node (Debian: apt-get install libnode-dev)" >&2; exit 1; }
   npm_config_nodedir="$nodedir" npm ci --prefix "$langgraph" --no-audit --no-fund --loglevel=error >/dev/null
 fi
