@@ -359,7 +359,7 @@ result<std::vector<escalation_row>> log_reader::pending_escalations() const {
 result<std::vector<escalation_history>> log_reader::unacknowledged_resolutions() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->resolutions("WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) ORDER BY r.seq",
-                            std::nullopt, false);
+                            std::nullopt, true);
 }
 
 result<std::vector<escalation_history>> log_reader::latest_resolutions(std::size_t limit) const {

@@ -73,7 +73,8 @@ class log_reader {
   // The escalation desk's reads. Errors: 500 LOG_READ_FAILED.
   // Escalations without a resolution, oldest first.
   result<std::vector<escalation_row>> pending_escalations() const;
-  // Resolutions the agent has not acknowledged (no delivery row), oldest first.
+  // Resolutions the agent has not acknowledged (no delivery row), oldest first, with the tool run of
+  // their decision when there is one.
   result<std::vector<escalation_history>> unacknowledged_resolutions() const;
   // The `limit` most recent resolutions, newest first, with their tool runs.
   result<std::vector<escalation_history>> latest_resolutions(std::size_t limit) const;

@@ -62,6 +62,7 @@ struct escalation_desk::waiting {
   std::string decision;  // for an agent-run tool's tool_result
   std::string tool;      // "" unless the agent runs it
   bool acknowledged = false;  // its delivery row is being written
+  std::string tool_result;    // baton's tool_result frame, once a tool it runs for this resolution ran
 };
 
 namespace {
@@ -104,7 +105,7 @@ escalation_desk::waiting escalation_desk::waiting_for(const routing_snapshot& ro
 
 void escalation_desk::run_if_baton_runs(const routing_snapshot& routing, const log::resolution_record& r,
                                         const log::escalation_record& e) {
-  if (tools::executor* ex = executor_for(routing, r); ex && !ex->agent_runs()) run_tool(*ex, e, r.tool, r.arguments);
+  if (tools::executor* ex = executor_for(routing, r); ex && !ex->agent_runs()) run_tool(*ex, e, r.id, r.tool, r.arguments);
 }
 
 protocol::resolution_object escalation_desk::resolution_object_of(const routing_snapshot& routing,
@@ -194,7 +195,14 @@ void escalation_desk::start() {
   auto unacknowledged = reader_->unacknowledged_resolutions();
   if (!unacknowledged) throw error_exception(unacknowledged.error());
   std::vector<std::pair<log::resolution_record, escalation>> waiting;
+  std::map<std::string, std::string> ran;  // resolution id → baton's tool_result frame of the tool it ran
   for (log::escalation_history& h : *unacknowledged) {
+    if (h.tool_run && h.tool_run->executor != "agent") {
+      const log::tool_run_record& run = *h.tool_run;
+      ran.emplace(h.resolution->id,
+                  protocol::render(protocol::tool_outcome_frame{
+                      run.decision, run.tool, {run.ok, run.error_code, run.detail, run.attempts, run.output}, {}}));
+    }
     waiting.emplace_back(std::move(*h.resolution), read_back(*routing, h.row));
   }
 
@@ -220,7 +228,9 @@ void escalation_desk::start() {
     waiting.emplace_back(std::move(res), owned->escalation);
   }
   for (const auto& [res, esc] : waiting) {
-    waiting_.emplace(res.id, waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row)));
+    auto w = waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row));
+    if (const auto r = ran.find(res.id); r != ran.end()) w.tool_result = r->second;
+    waiting_.emplace(res.id, std::move(w));
   }
   for (auto& [id, e] : pending_) arm(*e);
   if (!pending_.empty() || !waiting_.empty() || expired) {
@@ -567,10 +577,10 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
   done(result<protocol::resolution_object>(boost::system::in_place_value, std::move(object)));
 }
 
-void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool,
-                               const json& arguments) {
+void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& resolution,
+                               const std::string& tool, const json& arguments) {
   ex.run(tools::tool_call{e.decision, tool, arguments},
-         [this, escalation = e.id, decision = e.decision, session = e.session, tool,
+         [this, escalation = e.id, decision = e.decision, session = e.session, resolution, tool,
           kind = std::string(ex.kind())](tools::tool_outcome o) {
            routing_.counters.tool_run(tool, o.ok);
            log::tool_run_record run = tool_run_of(decision, tool, kind, o);
@@ -590,8 +600,10 @@ void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record
            {
              std::lock_guard lock(mutex_);
              if (const auto it = sessions_.find(session); it != sessions_.end()) c = it->second.lock();
+             // Sent again with the resolution on a resume until the agent acknowledges it.
+             if (const auto w = waiting_.find(resolution); w != waiting_.end()) w->second.tool_result = result;
            }
-           // Only a connected session hears of it; the run is in the log either way.
+           // A connected session hears of it now; the run is in the log either way.
            if (c) {
              boost::asio::post(c->strand(), [c, result = std::move(result)]() mutable { c->send(std::move(result)); });
            }
@@ -629,6 +641,7 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
       if (w.session != session || w.acknowledged) continue;
       a.frames.push_back(w.frame);
       if (!w.tool.empty()) a.awaited.emplace_back(w.decision, w.tool);
+      if (!w.tool_result.empty()) a.tool_results.push_back(w.tool_result);
     }
   }
   return a;
@@ -648,22 +661,33 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
   if (waiting_here) {
     auto written = [this, resolution](result<void> ok) {
       boost::asio::post(io_, [this, resolution, ok] {
-        std::lock_guard lock(mutex_);
-        const auto it = waiting_.find(resolution);
-        if (it == waiting_.end()) return;
-        if (!ok) {
-          // Sent again on the next resume, and acknowledged again.
-          spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
-          it->second.acknowledged = false;
-          return;
+        std::vector<std::function<void()>> resumes;
+        {
+          std::lock_guard lock(mutex_);
+          const auto it = waiting_.find(resolution);
+          if (it == waiting_.end()) return;
+          const std::string session = it->second.session;
+          if (!ok) {
+            // Sent again on the next resume, and acknowledged again.
+            spdlog::error("the acknowledgement of resolution {} is not in the log: {}", resolution, ok.error().message);
+            it->second.acknowledged = false;
+          } else {
+            waiting_.erase(it);
+            // Nothing more to send this session: its connection need not be remembered.
+            const bool more =
+                std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
+                std::any_of(pending_.begin(), pending_.end(),
+                            [&](const auto& x) { return x.second->escalation.row.session == session; });
+            if (!more) sessions_.erase(session);
+          }
+          if (!acks_in_flight_locked(session)) {
+            if (const auto w = ack_waiters_.find(session); w != ack_waiters_.end()) {
+              resumes = std::move(w->second);
+              ack_waiters_.erase(w);
+            }
+          }
         }
-        const std::string session = it->second.session;
-        waiting_.erase(it);
-        // Nothing more to send this session: its connection need not be remembered.
-        const bool more =
-            std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
-            std::any_of(pending_.begin(), pending_.end(), [&](const auto& x) { return x.second->escalation.row.session == session; });
-        if (!more) sessions_.erase(session);
+        for (auto& resume : resumes) resume();
       });
     };
     if (auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, written); !queued) written(queued.error());
@@ -675,6 +699,18 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
   if (*session && owner_of(**session) == owner) return {};
   return make_error(404, "UNKNOWN_RESOLUTION",
                     "resolution `" + resolution + "` is not one of this key's sessions' resolutions");
+}
+
+bool escalation_desk::acks_in_flight_locked(const std::string& session) const {
+  return std::any_of(waiting_.begin(), waiting_.end(),
+                     [&](const auto& w) { return w.second.session == session && w.second.acknowledged; });
+}
+
+bool escalation_desk::defer_until_acks_written(const std::string& session, std::function<void()> then) {
+  std::lock_guard lock(mutex_);
+  if (!acks_in_flight_locked(session)) return false;
+  ack_waiters_[session].push_back(std::move(then));
+  return true;
 }
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {

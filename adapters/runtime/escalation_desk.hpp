@@ -111,12 +111,19 @@ class escalation_desk {
     std::vector<std::string> pending;
     std::vector<std::string> frames;                            // {"type":"resolution",…}
     std::vector<std::pair<std::string, std::string>> awaited;  // decision → agent-run tool
+    // baton's tool_result frames of the tools it ran for those resolutions (sent after them): an
+    // agent that was not connected when the tool ran hears of it here.
+    std::vector<std::string> tool_results;
   };
   attached attach(const std::string& session, const std::shared_ptr<agent_connection>& c, bool resend);
   // The agent acknowledged a resolution of one of its sessions (`owner` scopes them, as in the
   // session table). Acknowledging one again is no error; 404 UNKNOWN_RESOLUTION for one that is
   // not this owner's.
   result<void> acknowledge(const std::string& resolution, const std::string& owner);
+  // Whether an acknowledgement of `session`'s resolutions is still on its way to the log; if so,
+  // `then` runs (on an I/O thread) once none is, written or failed. A `resume` is answered after
+  // it: the client that sends `ack` then `resume` knows from the answer that the ack is durable.
+  bool defer_until_acks_written(const std::string& session, std::function<void()> then);
 
   // The most escalations a list or a snapshot holds (oldest first).
   static constexpr std::size_t max_listed = 1000;
@@ -151,8 +158,10 @@ class escalation_desk {
   static protocol::resolve_input deadline_input(const log::escalation_record& r);
   void on_deadline(const std::string& id);
   void deliver(const waiting& w);
-  void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& tool, const json& arguments);
+  void run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& resolution,
+                const std::string& tool, const json& arguments);
   void broadcast_locked(const std::string& frame);  // with mutex_ held
+  bool acks_in_flight_locked(const std::string& session) const;  // with mutex_ held
   // The wire view of an escalation; `tool_run`: the run of a resolved escalation's tool (none when
   // there is none, or not yet).
   static protocol::escalation_object escalation_object_of(const escalation& e,
@@ -182,6 +191,7 @@ class escalation_desk {
   std::uint64_t raised_count_ = 0;
   std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet
   std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
+  std::map<std::string, std::vector<std::function<void()>>> ack_waiters_;  // session → resumes waiting for its acks
   std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections
   std::vector<std::weak_ptr<review_listener>> listeners_;
   std::string last_reload_;  // the latest reload's id, for misfits raised after it

@@ -2,6 +2,7 @@
 // WebSocket and HTTP, and the rows in SQLite; restarts of the server on the same log.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -385,6 +386,51 @@ TEST_F(escalation_test, a_tool_baton_runs_runs_once_resolved) {
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0]["decision"], d["decision"]);
   EXPECT_EQ(runs[0]["executor"], "command");
+}
+
+// A tool baton ran on a resolution while its agent was away: a resume sends its tool_result after
+// the resolution (no `event`: baton's history of the session is not changed), also after a restart
+// (read back from the log), until the resolution is acknowledged; the answer to a resume after an
+// ack comes once the ack's delivery row is in the log.
+TEST_F(escalation_test, an_absent_agent_hears_of_the_tool_baton_ran_when_it_resumes) {
+  const unsigned short port = start();
+  json d;
+  {
+    ws_client agent(port);
+    d = agent.request(unsure("esc-away-run", "echo_cmd"));
+    agent.close();
+  }
+  const json res = resolve(d["escalation"], {{"outcome", "execute"}, {"reason", "fine"}});
+  ASSERT_EQ(last_status_, 200) << res;
+  for (int i = 0; i < 500 && sql("SELECT id FROM tool_runs").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sql("SELECT id FROM tool_runs").size(), 1u);
+
+  auto resume_hears_both = [&](ws_client& agent) {
+    const json resumed = agent.request({{"type", "resume"}, {"id", 1}, {"session", "esc-away-run"}});
+    EXPECT_EQ(resumed["resolutions"], 1) << resumed;
+    const json resolution = agent.read();
+    ASSERT_EQ(resolution.value("type", ""), "resolution") << resolution;
+    EXPECT_EQ(resolution["resolution"]["id"], res["id"]);
+    const json run = agent.read();
+    EXPECT_EQ(run["type"], "tool_result") << run;
+    EXPECT_EQ(run["decision"], d["decision"]);
+    EXPECT_EQ(run["tool"], "echo_cmd");
+    EXPECT_EQ(run["ok"], true);
+    EXPECT_FALSE(run.contains("event")) << run;
+  };
+  {
+    ws_client agent(port);
+    resume_hears_both(agent);
+  }
+  restart();
+  ws_client agent(server_->port());
+  resume_hears_both(agent);
+  agent.send(json{{"type", "ack"}, {"resolution", res["id"]}});
+  EXPECT_EQ(agent.request({{"type", "resume"}, {"id", 2}, {"session", "esc-away-run"}})["resolutions"], 0);
+  EXPECT_EQ(sql("SELECT resolution FROM deliveries").size(), 1u) << "the resume was answered before the ack's row";
+  EXPECT_EQ(sql("SELECT id FROM tool_runs").size(), 1u) << "the tool ran again";
 }
 
 TEST_F(escalation_test, concurrent_resolves_are_answered_once) {

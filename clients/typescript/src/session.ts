@@ -106,8 +106,9 @@ export class Session {
 
   /**
    * Waits for the `tool_result` baton sends after running a tool itself (executor `http` or
-   * `command`), for a decision or a resolution. Its `event` is already in baton's history: it
-   * joins this one without being sent again.
+   * `command`), for a decision or a resolution. A decision's run is already in baton's history
+   * (the frame's `event`): it joins this one without being sent again. A resolution's run is not
+   * (the turn is over): its event joins this history and goes with the next decide.
    */
   async batonRan(of: Decision | Resolution, options: { timeoutMs?: number } = {}): Promise<ToolResultFrame> {
     const runs = "action" in of ? of.action === "execute" : of.outcome === "execute";
@@ -115,9 +116,17 @@ export class Session {
       throw new TypeError(`baton runs no tool for ${of.decision} (executor ${String(of.executor)}, ${"action" in of ? `action ${of.action}` : `outcome ${of.outcome}`})`);
     }
     const frame = await this.host.waitToolResult(of.decision, options.timeoutMs);
-    // baton appended it after what it had: before the events this client has not sent yet.
-    this.events.splice(this.sent, 0, frame.event);
-    this.sent += 1;
+    if (frame.event) {
+      // baton appended it after what it had: before the events this client has not sent yet.
+      this.events.splice(this.sent, 0, frame.event);
+      this.sent += 1;
+    } else {
+      // A resolution's run: the turn is over and baton's history does not have it; the next
+      // decide sends it.
+      const event: AgentEvent = { role: "tool", tool: frame.tool, ok: frame.ok, output: frame.output };
+      if (frame.error_code) event.error_code = frame.error_code;
+      this.events.push(event);
+    }
     return frame;
   }
 

@@ -105,8 +105,11 @@ export interface ToolResultFrame {
   detail?: string;
   attempts?: number;
   output: unknown;
-  /** What baton appended to the session's history. */
-  event: AgentEvent;
+  /**
+   * What baton appended to the session's history; absent for a tool it ran on a resolution (the
+   * turn is over: the agent adds the run to its history, as Session.batonRan does).
+   */
+  event?: AgentEvent;
   [key: string]: unknown;
 }
 
