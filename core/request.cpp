@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "core/http_url.hpp"
@@ -225,29 +226,61 @@ struct validator {
       issues.push_back(simple_issue(loc, "list_type", "Input should be a valid list"));
       return;
     }
-    if (it->empty()) return;
-    if (lim.max_items == 0) {
-      issues.push_back(simple_issue(loc, "media_unsupported",
-                                    std::string("this model does not read ") + field));
-      return;
-    }
-    if (it->size() > lim.max_items) {
-      issues.push_back(length_issue(loc, "List", 0, lim.max_items, it->size()));
-      return;
-    }
+    if (it->empty() || !count_fits(loc, field, lim, it->size())) return;
     for (std::size_t i = 0; i < it->size(); ++i) {
       media_item item;
       if (read_media((*it)[i], extend(loc, i), field, item)) {
-        if (item.decoded_bytes > lim.max_item_bytes)
-          too_large.push_back(simple_issue(
-              extend(loc, i), "media_too_large",
-              "decoded size is " + std::to_string(item.decoded_bytes) + " bytes; the limit is " +
-                  std::to_string(lim.max_item_bytes),
-              json{{"max_bytes", lim.max_item_bytes}, {"bytes", item.decoded_bytes}}));
+        check_item_size(item, lim, [&] { return extend(loc, i); });
         total_bytes += item.decoded_bytes;
         out.push_back(std::move(item));
       }
     }
+  }
+
+  // Whether a model with `lim` takes `count` items of `field` (`count` > 0); the issue otherwise.
+  bool count_fits(const json& loc, std::string_view field, const media_limits& lim, std::size_t count) {
+    if (lim.max_items == 0) {
+      issues.push_back(simple_issue(loc, "media_unsupported", "this model does not read " + std::string(field)));
+      return false;
+    }
+    if (count > lim.max_items) {
+      issues.push_back(length_issue(loc, "List", 0, lim.max_items, count));
+      return false;
+    }
+    return true;
+  }
+
+  template <class Loc>
+  void check_item_size(const media_item& item, const media_limits& lim, Loc&& loc) {
+    if (item.decoded_bytes > lim.max_item_bytes)
+      too_large.push_back(simple_issue(
+          loc(), "media_too_large",
+          "decoded size is " + std::to_string(item.decoded_bytes) + " bytes; the limit is " +
+              std::to_string(lim.max_item_bytes),
+          json{{"max_bytes", lim.max_item_bytes}, {"bytes", item.decoded_bytes}}));
+  }
+
+  void check_media_totals(std::size_t image_bytes, std::size_t av_bytes) {
+    if (image_bytes > limits.max_image_bytes_total)
+      too_large.push_back(simple_issue(loc_of({"images"}), "media_too_large",
+                                       "images total " + std::to_string(image_bytes) +
+                                           " decoded bytes; the limit is " +
+                                           std::to_string(limits.max_image_bytes_total)));
+    if (av_bytes > limits.max_audio_video_bytes_total)
+      too_large.push_back(simple_issue(loc_of({"audio"}), "media_too_large",
+                                       "audio and videos total " + std::to_string(av_bytes) +
+                                           " decoded bytes; the limit is " +
+                                           std::to_string(limits.max_audio_video_bytes_total)));
+  }
+
+  // 422 with every issue (the 413 ones after them), else 413, else none.
+  std::optional<error> refusal() {
+    if (!issues.empty()) {
+      for (issue& i : too_large) issues.push_back(std::move(i));
+      return make_error(422, "INVALID_REQUEST", std::move(issues));
+    }
+    if (!too_large.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(too_large));
+    return std::nullopt;
   }
 
   static bool mime_allowed(std::string_view field, std::string& mime) {
@@ -548,22 +581,8 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
   v.check_media(body, "images", limits.images, r.images, image_bytes);
   v.check_media(body, "audio", limits.audio, r.audio, av_bytes);
   v.check_media(body, "videos", limits.videos, r.videos, av_bytes);
-  if (image_bytes > limits.max_image_bytes_total)
-    v.too_large.push_back(simple_issue(loc_of({"images"}), "media_too_large",
-                                       "images total " + std::to_string(image_bytes) +
-                                           " decoded bytes; the limit is " +
-                                           std::to_string(limits.max_image_bytes_total)));
-  if (av_bytes > limits.max_audio_video_bytes_total)
-    v.too_large.push_back(simple_issue(loc_of({"audio"}), "media_too_large",
-                                       "audio and videos total " + std::to_string(av_bytes) +
-                                           " decoded bytes; the limit is " +
-                                           std::to_string(limits.max_audio_video_bytes_total)));
-
-  if (!v.issues.empty()) {
-    for (issue& i : v.too_large) v.issues.push_back(std::move(i));
-    return make_error(422, "INVALID_REQUEST", std::move(v.issues));
-  }
-  if (!v.too_large.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(v.too_large));
+  v.check_media_totals(image_bytes, av_bytes);
+  if (auto refused = v.refusal()) return std::move(*refused);
 
   if (limits.max_total_options > 0) {
     std::size_t total = 0;
@@ -579,6 +598,52 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
     }
   }
   return r;
+}
+
+media_read read_media_array(json& items, std::string_view field, const media_limits& limits, const json& loc) {
+  static const request_limits unused_limits;
+  validator v{unused_limits, {}, {}};
+  media_read out;
+  if (!items.is_array()) {
+    v.issues.push_back(simple_issue(loc, "list_type", "Input should be a valid list"));
+  } else {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      media_item item;
+      if (!v.read_media(items[i], extend(loc, i), field, item)) continue;
+      // A kind the model does not read is the request's refusal (media_unsupported), not the item's.
+      if (limits.max_items > 0) v.check_item_size(item, limits, [&] { return extend(loc, i); });
+      out.items.push_back(std::move(item));
+    }
+  }
+  out.issues = std::move(v.issues);
+  out.too_large = std::move(v.too_large);
+  return out;
+}
+
+result<void> check_media_limits(const request& r, const request_limits& limits) {
+  validator v{limits, {}, {}};
+  std::size_t image_bytes = 0;
+  std::size_t av_bytes = 0;
+  for (const auto& [field, items, lim, total] :
+       {std::tuple{"images", &r.images, &limits.images, &image_bytes}, std::tuple{"audio", &r.audio, &limits.audio, &av_bytes},
+        std::tuple{"videos", &r.videos, &limits.videos, &av_bytes}}) {
+    if (items->empty()) continue;
+    const json loc = loc_of({field});
+    if (!v.count_fits(loc, field, *lim, items->size())) continue;
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      v.check_item_size((*items)[i], *lim, [&] { return extend(loc, i); });
+      *total += (*items)[i].decoded_bytes;
+    }
+  }
+  v.check_media_totals(image_bytes, av_bytes);
+  if (auto refused = v.refusal()) return std::move(*refused);
+  return {};
+}
+
+json media_item_json(const media_item& m) {
+  if (m.source == media_source::raw) return nullptr;
+  if (m.source != media_source::inline_base64 || m.payload_offset > 0) return m.data;  // a path, URL or data URL
+  return json{{"content_type", m.mime}, {"base64", m.data}};
 }
 
 media_item raw_item(raw_media m) {
@@ -650,29 +715,57 @@ void render_request(const request& r, std::string& out, std::string_view model) 
   out += '}';
 }
 
+namespace {
+
+// The media pieces of a state hash: each item's field, content type and data, length-prefixed.
+class media_hash {
+ public:
+  explicit media_hash(std::size_t state_bytes) {
+    h_.update(std::to_string(state_bytes));
+    h_.update(":");
+  }
+  void state(std::string_view part) { h_.update(part); }
+  void piece(std::string_view p) {
+    h_.update(std::to_string(p.size()));
+    h_.update(":");
+    h_.update(p);
+  }
+  void item(std::string_view field, const media_item& m) {
+    piece(field);
+    piece(m.mime);
+    piece(m.data);
+  }
+  std::string digest() { return h_.digest(); }
+
+ private:
+  sha256 h_;
+};
+
+}  // namespace
+
 std::string state_hash(std::string_view rendered_state, const request* media) {
   if (!media || !media->has_media()) return sha256_hex(rendered_state);
-  sha256 h;
-  auto piece = [&](std::string_view p) {
-    h.update(std::to_string(p.size()));
-    h.update(":");
-    h.update(p);
-  };
-  piece(rendered_state);
+  media_hash h(rendered_state.size());
+  h.state(rendered_state);
   for (const auto& [field, items] : {std::pair{"images", &media->images}, std::pair{"audio", &media->audio},
                                      std::pair{"videos", &media->videos}}) {
-    for (const media_item& m : *items) {
-      piece(field);
-      piece(m.mime);
-      piece(m.data);
-    }
+    for (const media_item& m : *items) h.item(field, m);
   }
   return h.digest();
 }
 
-std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces) {
-  sha256 h;
-  for (const std::string_view p : rendered_state_pieces) h.update(p);
+std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces,
+                                std::span<const media_ref> media) {
+  if (media.empty()) {
+    sha256 h;
+    for (const std::string_view p : rendered_state_pieces) h.update(p);
+    return h.digest();
+  }
+  std::size_t bytes = 0;
+  for (const std::string_view p : rendered_state_pieces) bytes += p.size();
+  media_hash h(bytes);
+  for (const std::string_view p : rendered_state_pieces) h.state(p);
+  for (const media_ref& m : media) h.item(m.field, *m.item);
   return h.digest();
 }
 

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,12 +95,41 @@ struct request {
 // differ only in their image must not share a hash), every piece length-prefixed so that no state
 // can spell another request's media.
 std::string state_hash(std::string_view rendered_state, const request* media = nullptr);
-// The same hash of a state with no media given as consecutive pieces, so that a caller holding
-// it in parts does not join them first.
-std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces);
+// A media item of a state hash held outside a request (an agent session's), with its field.
+struct media_ref {
+  std::string_view field;  // images, audio or videos
+  const media_item* item;
+};
+// The same hash of a state given as consecutive pieces, so that a caller holding it in parts does
+// not join them first, and of media items given apart, in the order a request would hold them
+// (every image, then every audio clip, then every video).
+std::string state_hash_of_parts(std::initializer_list<std::string_view> rendered_state_pieces,
+                                std::span<const media_ref> media = {});
 
 // 413 REQUEST_TOO_LARGE for a body of `bytes` over the limit.
 error body_too_large(std::size_t bytes, const request_limits& limits);
+
+// One media array read on its own as request_from_json reads a request's `field` (images, audio
+// or videos): the same item forms, issues and messages, each at `loc` and its index (an agent
+// event's array: ["append", 0, "images"]). The items' strings are moved out of `items`. An item
+// over `limits.max_item_bytes` is a 413 issue, checked only when the model reads the kind
+// (`max_items` > 0): one that does not refuses the whole request instead (check_media_limits).
+struct media_read {
+  std::vector<media_item> items;  // those that read, in order
+  std::vector<issue> issues;      // request_from_json's 422 INVALID_REQUEST issues
+  std::vector<issue> too_large;   // its 413 REQUEST_TOO_LARGE issues
+};
+media_read read_media_array(json& items, std::string_view field, const media_limits& limits, const json& loc);
+
+// request_from_json's media checks on a request built from items read apart (an agent turn's):
+// kinds the model does not read, items per kind, decoded bytes per item and in total. The errors
+// are the ones a SystemOne body with the same arrays gets: 422 INVALID_REQUEST, 413
+// REQUEST_TOO_LARGE, at ["body", field(, index)].
+result<void> check_media_limits(const request& r, const request_limits& limits);
+
+// An item's wire form: its string (data URL, path or URL) or {"content_type", "base64"}; null for
+// a raw item.
+json media_item_json(const media_item& m);
 
 // Parses and validates a request body. Failures: 413 REQUEST_TOO_LARGE (body, or inline media's
 // decoded size; a path's or URL's bytes are counted when loaded),

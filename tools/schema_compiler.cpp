@@ -1,5 +1,6 @@
 #include "tools/schema_compiler.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <iterator>
@@ -123,6 +124,60 @@ result<dropped_events> drop_oldest_events(request& req, const event_dropping& ho
 void restore_events(json& state, dropped_events dropped) {
   if (dropped.events.empty()) return;
   put_events(state.get_ref<json::array_t&>(), dropped.at, std::move(dropped.events));
+}
+
+attached_media attach_media(request& req, const std::vector<history_item>& media, const request_limits& limits,
+                            const dropped_events& dropped) {
+  const std::size_t gone_from = dropped.at, gone_to = dropped.at + dropped.count();
+  // Per kind, the indices of the items that may go, oldest first.
+  std::array<std::vector<std::size_t>, media_kinds.size()> chosen;
+  for (std::size_t i = 0; i < media.size(); ++i) {
+    if (media[i].event >= gone_from && media[i].event < gone_to) continue;
+    chosen[std::size_t(media[i].kind)].push_back(i);
+  }
+  auto lim = [&](media_kind k) -> const media_limits& {
+    return k == media_kind::image ? limits.images : k == media_kind::audio ? limits.audio : limits.videos;
+  };
+  for (const media_kind k : media_kinds) {
+    std::vector<std::size_t>& c = chosen[std::size_t(k)];
+    if (lim(k).max_items > 0 && c.size() > lim(k).max_items) c.erase(c.begin(), c.end() - std::ptrdiff_t(lim(k).max_items));
+  }
+  auto bytes = [&](std::initializer_list<media_kind> kinds) {
+    std::size_t n = 0;
+    for (const media_kind k : kinds) {
+      if (lim(k).max_items == 0) continue;  // refused whole: its bytes are not the others' concern
+      for (const std::size_t i : chosen[std::size_t(k)]) n += media[i].item.decoded_bytes;
+    }
+    return n;
+  };
+  std::vector<std::size_t>& images = chosen[std::size_t(media_kind::image)];
+  if (lim(media_kind::image).max_items > 0) {
+    while (!images.empty() && bytes({media_kind::image}) > limits.max_image_bytes_total) images.erase(images.begin());
+  }
+  std::vector<std::size_t>& audio = chosen[std::size_t(media_kind::audio)];
+  std::vector<std::size_t>& videos = chosen[std::size_t(media_kind::video)];
+  while (bytes({media_kind::audio, media_kind::video}) > limits.max_audio_video_bytes_total) {
+    // The older of the oldest clip and the oldest video, among the kinds the model reads.
+    const bool audio_read = lim(media_kind::audio).max_items > 0 && !audio.empty();
+    const bool videos_read = lim(media_kind::video).max_items > 0 && !videos.empty();
+    if (audio_read && (!videos_read || audio.front() < videos.front())) {
+      audio.erase(audio.begin());
+    } else {
+      videos.erase(videos.begin());
+    }
+  }
+
+  attached_media out;
+  for (const media_kind k : media_kinds) {
+    std::vector<media_item>& into = k == media_kind::image ? req.images : k == media_kind::audio ? req.audio : req.videos;
+    into.clear();
+    for (const std::size_t i : chosen[std::size_t(k)]) {
+      into.push_back(media[i].item);
+      out.sent.push_back(i);
+    }
+  }
+  out.left_out = media.size() - out.sent.size();
+  return out;
 }
 
 }  // namespace baton::tools

@@ -10,6 +10,7 @@
 #include "core/json.hpp"
 #include "core/limits.hpp"
 #include "core/request.hpp"
+#include "tools/history_media.hpp"
 #include "tools/registry.hpp"
 
 namespace baton::tools {
@@ -75,5 +76,22 @@ result<dropped_events> drop_oldest_events(request& req, const event_dropping& ho
 
 // Puts dropped events back where they were (the state the engine handed back).
 void restore_events(json& state, dropped_events dropped);
+
+// What of a history's media a request carries (attach_media).
+struct attached_media {
+  std::vector<std::size_t> sent;  // indices into the history's media, in the request's order
+  std::size_t left_out = 0;       // items the history holds that the request does not carry
+};
+
+// Puts the history's media (an agent session's items, in history order) into `req.images`,
+// `req.audio` and `req.videos`, as copies in history order, replacing what `req` had:
+// - the items of the events drop_oldest_events left out (`dropped`) are left out with them;
+// - of a kind the model reads, only the newest that fit `limits` go: at most `max_items`, then
+//   the oldest dropped until the per-request byte totals hold (images; audio and videos
+//   together). An agent that sends a screenshot every turn keeps going on its latest ones;
+// - a kind the model does not read goes whole, for check_media_limits to refuse as the SystemOne
+//   API refuses it.
+attached_media attach_media(request& req, const std::vector<history_item>& media, const request_limits& limits,
+                            const dropped_events& dropped);
 
 }  // namespace baton::tools

@@ -64,7 +64,8 @@ Options:
                        deadline, pending, executes_denied, executes_changed, executes_approved,
                        escalates_approved, escalates_changed, escalates_denied, skipped_registry,
                        systemone, engine_failures, unreadable, unreached
-                     or with --engine: drift.redecided, drift.no_state, drift.engine_errors,
+                     or with --engine: drift.redecided, drift.no_state, drift.with_media,
+                     drift.engine_errors,
                      drift.flips, drift.flip_rate, drift.actions_changed,
                      drift.confidence_shift_mean, drift.confidence_shift_median,
                      drift.confidence_shift_mean_abs
@@ -72,8 +73,10 @@ Options:
                      with --model DIR and the clef flags of `baton decide`): how often the tool
                      choice's argmax flips, per question, how far its confidence moves, and how
                      many actions the new answers change under NEW.yaml. Only where the log kept
-                     the state (log.store_state: true); rows without one are counted. First
-                     passes only: a second pass was another engine's
+                     the state (log.store_state: true); rows without one are counted. Rows whose
+                     turn carried media (images, audio, videos) are counted and not decided
+                     again: the log keeps what they were, not the media. First passes only: a
+                     second pass was another engine's
   -h, --help         show this help
 
 Exit status: 0 done; 1 a --fail-if condition holds; 2 the log cannot be read, or the engine
@@ -125,7 +128,8 @@ const std::vector<std::string>& counter_names() {
 }
 const std::vector<std::string>& drift_names() {
   static const std::vector<std::string> names = {
-      "drift.redecided", "drift.no_state",        "drift.engine_errors",           "drift.flips",
+      "drift.redecided", "drift.no_state",        "drift.with_media",              "drift.engine_errors",
+      "drift.flips",
       "drift.flip_rate", "drift.actions_changed", "drift.confidence_shift_mean",   "drift.confidence_shift_median",
       "drift.confidence_shift_mean_abs"};
   return names;
@@ -193,6 +197,11 @@ class drift_probe {
   }
 
   void add(const log::decision_record& d, response old, policies::action::kind replayed) {
+    // Its state without its media is not what was decided on.
+    if (!d.media.is_null()) {
+      ++out_.with_media;
+      return;
+    }
     if (!d.state) {
       ++out_.no_state;
       return;
@@ -314,6 +323,7 @@ double replay_report::counter(std::string_view name) const {
     const std::string_view k = name.substr(6);
     if (k == "redecided") return double(drift->redecided);
     if (k == "no_state") return double(drift->no_state);
+    if (k == "with_media") return double(drift->with_media);
     if (k == "engine_errors") return double(drift->engine_errors);
     if (k == "flips") return double(drift->flips);
     if (k == "flip_rate") return flip_rate(*drift);
@@ -623,7 +633,8 @@ void render_replay(const replay_report& r, std::ostream& out) {
   if (r.drift) {
     const drift_report& d = *r.drift;
     out << "\ndrift: " << d.redecided << " logged states decided again by " << d.model << " (" << d.no_state
-        << " without a state, " << d.engine_errors << " engine errors)\n"
+        << " without a state, " << d.with_media << " with media the log does not keep, " << d.engine_errors
+        << " engine errors)\n"
         << "  tool choice flipped: " << d.flips << " (" << percent(d.flips, d.redecided) << ")\n";
     if (!d.questions.empty()) {
       out << "  per question:";
@@ -666,6 +677,7 @@ json replay_json(const replay_report& r) {
     o["drift"] = {{"model", d.model},
                   {"redecided", d.redecided},
                   {"no_state", d.no_state},
+                  {"with_media", d.with_media},
                   {"engine_errors", d.engine_errors},
                   {"flips", d.flips},
                   {"flip_rate", flip_rate(d)},

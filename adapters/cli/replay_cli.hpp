@@ -72,6 +72,7 @@ struct replay_cell {
 struct drift_report {
   std::string model;  // what answered: the engine's model id
   std::size_t redecided = 0, no_state = 0, engine_errors = 0, flips = 0, actions_changed = 0;
+  std::size_t with_media = 0;  // agent turns decided with media, which the log does not keep: not decided again
   std::vector<std::pair<std::string, std::pair<std::size_t, std::size_t>>> questions;  // id → compared, flipped
   std::vector<double> shifts;  // the tool choice's confidence, new − old (the policy's metric)
 };

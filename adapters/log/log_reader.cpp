@@ -152,6 +152,7 @@ reviewed_decision reviewed_from(std::span<const column_value> row) {
   d.confidence = real(row, "confidence");
   d.error_code = text(row, "error_code");
   d.fallback_of = text(row, "fallback_of");
+  d.media = json_column(row, "media");
   if (!text(row, "second_id").empty()) {
     out.second_pass = {text(row, "second_id"), text(row, "second_lane"), text(row, "second_action"),
                        text(row, "second_policy_hash")};
@@ -168,7 +169,7 @@ constexpr const char* with_decision =
 
 // Columns that hold JSON text: a decision shown as one object nests them as values.
 bool holds_json(std::string_view name) {
-  return name == "answers" || name == "arguments" || name == "proposal" || name == "output";
+  return name == "answers" || name == "arguments" || name == "proposal" || name == "output" || name == "media";
 }
 
 json row_object(std::span<const column_value> row) {
@@ -457,8 +458,12 @@ result<void> log_reader::reviewed_decisions(std::int64_t since_ms, bool with_sta
                                             const std::function<void(const reviewed_decision&)>& each) const {
   std::lock_guard lock(impl_->mutex);
   const parameter since[] = {since_ms};
-  return impl_->query(std::string("SELECT ") + reviewed_columns + (with_state ? ", d.state" : "") + reviewed_joins, since,
-                      [&](auto row) { each(reviewed_from(row)); });
+  // What a state was decided with besides its text: a log an earlier baton wrote has no media.
+  const statement media = impl_->prepare("SELECT 1 FROM pragma_table_info('decisions') WHERE name = 'media'");
+  const bool with_media = with_state && media && sqlite3_step(media.get()) == SQLITE_ROW;
+  return impl_->query(std::string("SELECT ") + reviewed_columns + (with_state ? ", d.state" : "") +
+                          (with_media ? ", d.media" : "") + reviewed_joins,
+                      since, [&](auto row) { each(reviewed_from(row)); });
 }
 
 result<void> log_reader::tail(std::size_t n, const std::function<void(std::span<const cell>)>& row) const {

@@ -41,6 +41,13 @@ struct decision_record {
   // The history's oldest events left out to fit the engine's window (agent turns); none for a
   // SystemOne request, whose state is sent as it came.
   std::optional<std::int64_t> events_dropped;
+  // The media items an agent turn's request carried (tools::logged_item each: field, number,
+  // event, source, and the content type, decoded bytes and payload digest of inline data or the
+  // path or URL); null when it carried none.
+  json media;
+  // The media items the session held that the request did not carry (agent turns); none for a
+  // SystemOne request.
+  std::optional<std::int64_t> media_dropped;
 };
 
 struct tool_run_record {

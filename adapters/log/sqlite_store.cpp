@@ -266,6 +266,12 @@ CREATE TRIGGER reloads_no_update BEFORE UPDATE ON reloads
 CREATE TRIGGER reloads_no_delete BEFORE DELETE ON reloads
   BEGIN SELECT RAISE(ABORT, 'reloads is append-only'); END;
 )sql"},
+    // Media in agent turns (issue 21): what media each decision's request carried, and how many
+    // items its session held that it did not. NULL in earlier rows and in SystemOne rows.
+    {6, R"sql(
+ALTER TABLE decisions ADD COLUMN media TEXT;
+ALTER TABLE decisions ADD COLUMN media_dropped INTEGER;
+)sql"},
 };
 
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
@@ -338,7 +344,7 @@ cell json_text(const json& v, std::string& storage) {
 
 // Text that a row's cells borrow while it is written.
 struct row_text {
-  std::string created_at, deadline_at, arguments, proposal, output, candidates;
+  std::string created_at, deadline_at, arguments, proposal, output, candidates, media;
 };
 
 void fill_row(const decision_record& r, bool store_state, row_text& t, std::vector<column_value>& row) {
@@ -375,6 +381,8 @@ void fill_row(const decision_record& r, bool store_state, row_text& t, std::vect
       {"fallback_of", r.fallback_of.empty() ? cell(nullptr) : cell(std::string_view(r.fallback_of))},
       {"cached_tokens", r.cached_tokens ? cell(*r.cached_tokens) : cell(nullptr)},
       {"events_dropped", r.events_dropped ? cell(*r.events_dropped) : cell(nullptr)},
+      {"media", json_text(r.media, t.media)},
+      {"media_dropped", r.media_dropped ? cell(*r.media_dropped) : cell(nullptr)},
       {"prev_hash", std::string_view()},
       {"row_hash", std::string_view()},
   };

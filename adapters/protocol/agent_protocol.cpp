@@ -13,6 +13,7 @@ namespace {
 struct checker {
   const json& frame;
   std::vector<issue> issues;
+  std::vector<issue> too_large;  // media items over their size limit: 413 when nothing else is wrong
 
   void add(json loc, std::string msg, std::string type) { issues.push_back({std::move(loc), std::move(msg), std::move(type), nullptr}); }
 
@@ -43,24 +44,47 @@ struct checker {
     return v->get<std::string>();
   }
 
-  // An array of JSON objects.
-  void events(const char* key, const json& v) {
+  // An array of JSON objects, whose media items are taken out into `media`.
+  void events(const char* key, json& v, const request_limits& limits, std::vector<event_item>& media) {
     if (!v.is_array()) {
       add(json::array({key}), "Input should be a valid list of event objects", "list_type");
       return;
     }
     for (std::size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_object()) add(json::array({key, i}), "Input should be a valid dictionary (an event object)", "dict_type");
+      if (!v[i].is_object()) {
+        add(json::array({key, i}), "Input should be a valid dictionary (an event object)", "dict_type");
+        continue;
+      }
+      for (const auto& [field, lim] : {std::pair<std::string_view, const media_limits*>{"images", &limits.images},
+                                       {"audio", &limits.audio},
+                                       {"videos", &limits.videos}}) {
+        const auto it = v[i].find(field);
+        if (it == v[i].end() || it->is_null()) continue;
+        // A frame with an item that does not read is refused: in one that is taken, item k is slot k.
+        media_read read = read_media_array(*it, field, *lim, json::array({key, i, field}));
+        for (issue& problem : read.issues) issues.push_back(std::move(problem));
+        for (issue& problem : read.too_large) too_large.push_back(std::move(problem));
+        for (std::size_t slot = 0; slot < read.items.size(); ++slot) {
+          media.push_back(event_item{i, field, slot, std::move(read.items[slot])});
+          (*it)[slot] = nullptr;  // the session puts the item's placeholder here
+        }
+      }
     }
   }
+
+  bool ok() const { return issues.empty() && too_large.empty(); }
 };
 
+// Every issue in one INVALID_FRAME (the size issues last), or media sizes alone as the SystemOne
+// API answers them.
 result<frame> invalid(checker& c) {
+  if (c.issues.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(c.too_large));
+  for (issue& i : c.too_large) c.issues.push_back(std::move(i));
   return make_error(422, "INVALID_FRAME", std::move(c.issues));
 }
 
-result<frame> read_decide(const json& f) {
-  checker c{f, {}};
+result<frame> read_decide(json& f, const request_limits& limits) {
+  checker c{f, {}, {}};
   c.only({"type", "id", "session", "turn", "history", "append", "proposal", "questions"});
   decide_frame d;
   if (auto s = c.string("session", true)) {
@@ -83,15 +107,15 @@ result<frame> read_decide(const json& f) {
       d.turn = t->get<std::int64_t>();
     }
   }
-  const json* history = c.get("history");
-  const json* append = c.get("append");
+  json* history = f.contains("history") ? &f["history"] : nullptr;
+  json* append = f.contains("append") ? &f["append"] : nullptr;
   if (history && append) {
     c.add(json::array({"append"}), "Give either history or append, not both", "value_error");
   } else if (!history && !append) {
     c.add(json::array({"history"}), "Field required (or append)", "missing");
   } else {
     d.append = append != nullptr;
-    c.events(d.append ? "append" : "history", d.append ? *append : *history);
+    c.events(d.append ? "append" : "history", d.append ? *append : *history, limits, d.media);
   }
   if (const json* p = c.get("proposal"); p && !p->is_null()) {
     if (!p->is_object()) {
@@ -113,15 +137,15 @@ result<frame> read_decide(const json& f) {
   if (const json* q = c.get("questions"); q && !q->is_null() && !q->is_object()) {
     c.add(json::array({"questions"}), "Input should be a valid dictionary of id → question", "dict_type");
   }
-  if (!c.issues.empty()) return invalid(c);
-  d.events = d.append ? *append : *history;
+  if (!c.ok()) return invalid(c);
+  d.events = std::move(d.append ? *append : *history);
   if (const json* p = c.get("proposal")) d.proposal = *p;
   if (const json* q = c.get("questions")) d.questions = *q;
   return frame(std::move(d));
 }
 
 result<frame> read_tool_result(const json& f) {
-  checker c{f, {}};
+  checker c{f, {}, {}};
   c.only({"type", "id", "session", "decision", "ok", "output"});
   tool_result_frame r;
   if (auto d = c.string("decision", true)) r.decision = std::move(*d);
@@ -139,7 +163,7 @@ result<frame> read_tool_result(const json& f) {
 }
 
 result<frame> read_resume(const json& f) {
-  checker c{f, {}};
+  checker c{f, {}, {}};
   c.only({"type", "id", "session"});
   resume_frame r;
   if (auto s = c.string("session", true)) {
@@ -153,7 +177,7 @@ result<frame> read_resume(const json& f) {
 }
 
 result<frame> read_ack(const json& f) {
-  checker c{f, {}};
+  checker c{f, {}, {}};
   c.only({"type", "id", "resolution"});
   ack_frame a;
   if (auto r = c.string("resolution", true)) a.resolution = std::move(*r);
@@ -178,11 +202,11 @@ bool valid_session_id(std::string_view s) noexcept {
   });
 }
 
-result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id) {
+result<frame> parse_frame(std::string_view text, const request_limits& limits, json& id) {
   id = nullptr;
   json f;
   json_parse_error err;
-  if (!parse_json(text, f, err, json_parse_options{max_json_depth})) {
+  if (!parse_json(text, f, err, json_parse_options{limits.max_json_depth})) {
     return make_error(400, "INVALID_JSON", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
   }
   if (!f.is_object()) return make_error(400, "INVALID_JSON", "a frame must be a JSON object");
@@ -192,7 +216,7 @@ result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, jso
     return make_error(422, "UNKNOWN_TYPE", "a frame needs a \"type\": decide, tool_result, resume or ack");
   }
   const std::string& t = type->get_ref<const std::string&>();
-  if (t == "decide") return read_decide(f);
+  if (t == "decide") return read_decide(f, limits);
   if (t == "tool_result") return read_tool_result(f);
   if (t == "resume") return read_resume(f);
   if (t == "ack") return read_ack(f);
@@ -214,7 +238,8 @@ std::string render(const decide_frame& f, const json& id) {
   json out = client_frame("decide", id);
   out["session"] = f.session;
   if (f.turn) out["turn"] = *f.turn;
-  out[f.append ? "append" : "history"] = f.events;
+  json& events = out[f.append ? "append" : "history"] = f.events;
+  for (const event_item& m : f.media) events[m.event][std::string(m.field)][m.slot] = media_item_json(m.item);
   if (!f.proposal.is_null()) out["proposal"] = f.proposal;
   if (!f.questions.is_null()) out["questions"] = f.questions;
   return render_json(out, false);
@@ -298,6 +323,8 @@ std::string render(const decision_frame& f) {
   out += f.usage.state_truncated ? "true" : "false";
   out += ",\"events_dropped\":";
   out += std::to_string(f.usage.events_dropped);
+  out += ",\"media_dropped\":";
+  out += std::to_string(f.usage.media_dropped);
   out += '}';
   if (!f.error_code.empty()) {
     out += ",\"error_code\":";
@@ -404,6 +431,7 @@ result<server_frame> read_decision(const json& frame) {
   d.usage.cached_tokens = u.integer("cached_tokens");
   d.usage.state_truncated = u.boolean("state_truncated");
   d.usage.events_dropped = u.integer("events_dropped");
+  d.usage.media_dropped = u.integer("media_dropped");
   if (!u.ok()) return u.failure();
   if (!answers.is_null()) {
     // The wire has the answers alone: the response around them is the frame's model and no usage.

@@ -15,16 +15,31 @@
 #include "core/answers.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/limits.hpp"
+#include "core/request.hpp"
 
 namespace baton::protocol {
 
 // Client → server. A frame's `id` is beside it: parse_frame() hands it out, render() takes it.
+
+// A media item of one of a decide frame's events.
+struct event_item {
+  std::size_t event = 0;   // the event's index in the frame's events
+  std::string_view field;  // "images", "audio" or "videos" (static text)
+  std::size_t slot = 0;    // its index in the event's array
+  media_item item;
+};
 
 struct decide_frame {
   std::string session;
   std::optional<std::int64_t> turn;
   bool append = false;  // `events` are the new events (append) or the whole history
   json events;          // an array of event objects
+  // The events' media items (`images`, `audio`, `videos`), in event order: parse_frame takes them
+  // out of `events`, whose arrays hold null in their places until the session names them
+  // ("image 3"); render() puts them back. Empty for a frame built by hand with the items in
+  // `events`.
+  std::vector<event_item> media;
   json proposal;        // {"tool": …, "arguments": {…}} or null
   json questions;       // extra SystemOne questions (object) or null
 };
@@ -56,8 +71,12 @@ inline constexpr std::int64_t max_turn = std::int64_t(1) << 53;
 error turn_too_large(std::string_view context);
 
 // What a client frame gets: its content, or the error to answer it with. `id` is the frame's `id`
-// (null when absent or unreadable), set as soon as the frame is a JSON object.
-result<frame> parse_frame(std::string_view text, std::size_t max_json_depth, json& id);
+// (null when absent or unreadable), set as soon as the frame is a JSON object. `limits` are the
+// engine's: its JSON depth, and the per-item media limits an event's items are read under
+// (core's read_media_array: the SystemOne API's item forms and issues, at
+// ["append", 0, "images", 1]). A wrong item is 422 INVALID_FRAME with the frame's other issues;
+// an item over its size limit alone is 413 REQUEST_TOO_LARGE.
+result<frame> parse_frame(std::string_view text, const request_limits& limits, json& id);
 
 // The frames as a client writes them, `id` only when not null: decide
 // {"type","id","session","turn"?,"history"|"append","proposal"?,"questions"?} (proposal and
@@ -96,6 +115,7 @@ struct decision_usage {
   std::int64_t cached_tokens = 0;   // of input_tokens, served from the engine's prefix cache
   bool state_truncated = false;     // the engine still cut the state's end
   std::int64_t events_dropped = 0;  // the history's oldest events (after routing.keep_first) not sent
+  std::int64_t media_dropped = 0;   // media items the session holds that the engine was not sent
 };
 
 struct decision_frame {
@@ -158,7 +178,7 @@ struct resolution_frame {
 
 // {"type":"decision","id","decision","session","turn","action","tool","arguments","lane",
 // "confidence","executor","answers","model",
-// "usage":{"input_tokens","cached_tokens","state_truncated","events_dropped"},["error_code"],["fallback_of"],
+// "usage":{"input_tokens","cached_tokens","state_truncated","events_dropped","media_dropped"},["error_code"],["fallback_of"],
 // ["escalation","deadline_at"],"timings_ms":{"queue","compile","engine","policy","log","total"}}
 std::string render(const decision_frame& f);
 // {"type":"tool_result","decision","tool","ok",["error_code","detail"],"attempts","output",["event"]}

@@ -44,6 +44,10 @@ struct agent_service::turn {
   // answers; how many, for the frame and the log.
   tools::dropped_events dropped;
   std::size_t events_dropped = 0;
+  // The session's media items the request carries (indices into session.media) and how many it
+  // holds that the request does not (with dropped events, or past the engine's limits).
+  std::vector<std::size_t> media_sent;
+  std::size_t media_dropped = 0;
   double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
   std::optional<response> answers;
   std::string error_code;
@@ -86,7 +90,7 @@ agent_service::agent_service(const server_config& config, decision_engine& engin
 
 bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text) {
   json id;
-  auto f = protocol::parse_frame(text, engine_.describe().limits.max_json_depth, id);
+  auto f = protocol::parse_frame(text, engine_.describe().limits, id);
   if (!f) {
     c->send(protocol::render_error_frame(id, f.error()));
     return false;
@@ -136,7 +140,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     return true;
   }
   const auto started = clock_type::now();
-  auto begun = sessions_.begin(scoped(*c, f.session), f.turn, f.append, std::move(f.events));
+  auto begun = sessions_.begin(scoped(*c, f.session), f.turn, f.append, std::move(f.events), std::move(f.media));
   if (!begun) {
     --in_flight_;
     c->send(protocol::render_error_frame(id, begun.error()));
@@ -165,6 +169,16 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
   t->routing = std::move(routing);
   fit_window(t, req, engine_);
+  if (auto media = attach_media(t, req, engine_); !media) {
+    // Refused as a SystemOne request with these media is: the session stays as it was.
+    tools::restore_events(req.state, std::move(t->dropped));
+    t->session.history = std::move(req.state);
+    t->finished = true;
+    sessions_.abort(std::move(t->session));
+    --in_flight_;
+    c->send(protocol::render_error_frame(t->frame_id, media.error()));
+    return false;
+  }
   t->received = started;
   t->schema_hash = t->frame.questions.is_null() ? t->routing->schema_hash : tools::schema_hash(req);
   t->compile_ms = ms_since(started);
@@ -192,6 +206,14 @@ void agent_service::fit_window(const std::shared_ptr<turn>& t, request& req, dec
   // the same way, and the policy's on_engine_error decides.
   t->dropped = dropped ? std::move(*dropped) : tools::dropped_events{};
   t->events_dropped = t->dropped.count();
+}
+
+result<void> agent_service::attach_media(const std::shared_ptr<turn>& t, request& req, decision_engine& engine) {
+  const request_limits& limits = engine.describe().limits;
+  tools::attached_media attached = tools::attach_media(req, t->session.media, limits, t->dropped);
+  t->media_sent = std::move(attached.sent);
+  t->media_dropped = attached.left_out;
+  return check_media_limits(req, limits);
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
@@ -304,9 +326,13 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
   t->error_code.clear();
   // The larger engine's window is its own.
   fit_window(t, req, fallback_->engine);
-  auto submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
-    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
-  });
+  // Its media limits are its own too: an engine that reads none of a kind fails the pass.
+  auto submitted = attach_media(t, req, fallback_->engine);
+  if (submitted) {
+    submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
+      boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+    });
+  }
   if (!submitted) {
     t->engine_back = true;
     tools::restore_events(req.state, std::move(t->dropped));
@@ -408,6 +434,11 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t, 
   rec.fallback_of = t->first_pass;
   if (t->answers) rec.cached_tokens = t->answers->usage.cached_tokens;
   rec.events_dropped = static_cast<std::int64_t>(t->events_dropped);
+  if (!t->media_sent.empty()) {
+    rec.media = json::array();
+    for (const std::size_t i : t->media_sent) rec.media.push_back(tools::logged_item(t->session.media[i]));
+  }
+  rec.media_dropped = static_cast<std::int64_t>(t->media_dropped);
   return rec;
 }
 
@@ -433,6 +464,7 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
     f.usage.state_truncated = u.state_truncated.value_or(false);
   }
   f.usage.events_dropped = static_cast<std::int64_t>(t->events_dropped);
+  f.usage.media_dropped = static_cast<std::int64_t>(t->media_dropped);
   f.error_code = t->error_code;
   f.fallback_of = t->first_pass;
   if (t->escalation) f.escalation = protocol::decision_escalation{t->escalation->row.id, t->escalation->row.deadline_ms};

@@ -70,6 +70,9 @@ class agent_service {
   void on_timeout(const std::shared_ptr<turn>& t);
   // Drops the oldest events of the turn's request until the engine's window takes it.
   void fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
+  // Puts the session's media the engine takes into the request (tools::attach_media: not those of
+  // dropped events, the newest within its limits) and checks them as a SystemOne request's.
+  result<void> attach_media(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
   void capture_state(const std::shared_ptr<turn>& t);
   void start_fallback(const std::shared_ptr<turn>& t, request&& req);
   void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);

@@ -1,5 +1,8 @@
 #include "adapters/runtime/session_table.hpp"
 
+#include <algorithm>
+#include <array>
+
 #include "adapters/protocol/agent_protocol.hpp"
 #include "core/request.hpp"
 
@@ -10,7 +13,17 @@ void append_rendered(const json& event, std::string& rendered) {
   render_json(event, rendered, true);
 }
 
-std::string session_turn::state_hash() const { return state_hash_of_parts({rendered, "]"}); }
+std::string session_turn::state_hash() const {
+  // In a request's order: every image, then every clip, then every video.
+  std::vector<media_ref> refs;
+  refs.reserve(media.size());
+  for (const tools::media_kind kind : tools::media_kinds) {
+    for (const tools::history_item& m : media) {
+      if (m.kind == kind) refs.push_back({tools::field_name(kind), &m.item});
+    }
+  }
+  return state_hash_of_parts({rendered, "]"}, refs);
+}
 
 void session_turn::add_event(json event) {
   const std::size_t before = rendered.size();
@@ -28,14 +41,39 @@ void session_table::forget_idle(std::chrono::steady_clock::time_point now) {
 }
 
 result<session_turn> session_table::begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
-                                          json&& events) {
+                                          json&& events, std::vector<protocol::event_item>&& media) {
   const auto now = std::chrono::steady_clock::now();
-  // Rendered outside the lock: the new events only.
+  // Rendered outside the lock: the new events only. Their media's digests too.
+  std::vector<tools::history_item> items;
+  items.reserve(media.size());
+  std::size_t added_media = 0;
+  for (protocol::event_item& m : media) {
+    items.push_back(tools::make_history_item(*tools::kind_of_field(m.field), m.event, m.slot, std::move(m.item)));
+    added_media += tools::held_bytes(items.back());
+  }
   std::string added;
-  for (const json& e : events) append_rendered(e, added);
+  if (items.empty()) {
+    for (const json& e : events) append_rendered(e, added);
+  }
 
   std::lock_guard lock(mutex_);
-  if (total_bytes_ + added.size() > limits_.max_history_bytes_total) forget_idle(now);
+  if (!items.empty()) {
+    // The placeholders' numbers go on from the session's: these events are named and rendered
+    // under the lock (their items are out of them, so they are small).
+    std::array<std::size_t, tools::media_kinds.size()> count{};
+    std::size_t first_event = 0;
+    if (const auto found = sessions_.find(session); append && found != sessions_.end()) {
+      for (const tools::history_item& m : found->second.media) ++count[std::size_t(m.kind)];
+      first_event = found->second.history.size();
+    }
+    for (tools::history_item& m : items) {
+      m.number = ++count[std::size_t(m.kind)];
+      events[m.event][std::string(tools::field_name(m.kind))][m.slot] = tools::placeholder(m.kind, m.number);
+      m.event += first_event;
+    }
+    for (const json& e : events) append_rendered(e, added);
+  }
+  if (total_bytes_ + added.size() + added_media > limits_.max_history_bytes_total) forget_idle(now);
   auto it = sessions_.find(session);
   bool created = false;
   if (it == sessions_.end()) {
@@ -72,11 +110,13 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
                                            std::to_string(next)));
   }
   const std::size_t base = append ? e.rendered.size() : 1;
-  const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1;
+  const std::size_t media_bytes = (append ? e.media_bytes : 0) + added_media;
+  const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1 + media_bytes;
   if (bytes > limits_.max_history_bytes) {
-    return refuse(make_error(413, "HISTORY_TOO_LARGE", "the history of session `" + session + "` would take " +
-                                                    std::to_string(bytes) + " bytes (limit " +
-                                                    std::to_string(limits_.max_history_bytes) + ")"));
+    return refuse(make_error(413, "HISTORY_TOO_LARGE",
+                             "the history of session `" + session + "` would take " + std::to_string(bytes) +
+                                 " bytes" + (media_bytes ? ", " + std::to_string(media_bytes) + " of them media" : "") +
+                                 " (limit " + std::to_string(limits_.max_history_bytes) + ")"));
   }
   // Every session's history together is bounded too: memory, not just one session's size.
   const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(e.bytes);
@@ -91,11 +131,15 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   t.turn = turn.value_or(next);
   t.append = append;
   t.reserved = delta;
+  t.media_bytes = media_bytes;
   if (append) {
     t.base_events = e.history.size();
     t.base_rendered = e.rendered.size();
+    t.base_media = e.media.size();
     t.history = std::move(e.history);
     t.rendered = std::move(e.rendered);
+    t.media = std::move(e.media);
+    for (tools::history_item& m : items) t.media.push_back(std::move(m));
     for (json& ev : events) t.history.push_back(std::move(ev));
     if (!added.empty()) {
       if (t.rendered.size() > 1) t.rendered.push_back(',');
@@ -104,6 +148,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   } else {
     t.history = std::move(events);
     t.rendered = "[" + added;
+    t.media = std::move(items);
   }
   e.busy = true;
   e.used = now;
@@ -116,6 +161,8 @@ void session_table::commit(session_turn&& t) {
   if (it == sessions_.end()) return;
   it->second.history = std::move(t.history);
   it->second.rendered = std::move(t.rendered);
+  it->second.media = std::move(t.media);
+  it->second.media_bytes = t.media_bytes;
   it->second.bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(it->second.bytes) + t.reserved) + t.grown;
   total_bytes_ += t.grown;
   it->second.turn = t.turn;
@@ -135,8 +182,10 @@ void session_table::abort(session_turn&& t) {
                       t.history.end());
     }
     t.rendered.resize(t.base_rendered);
+    t.media.erase(t.media.begin() + static_cast<std::ptrdiff_t>(std::min(t.base_media, t.media.size())), t.media.end());
     e.history = std::move(t.history);
     e.rendered = std::move(t.rendered);
+    e.media = std::move(t.media);
   }
   e.busy = false;
   e.used = std::chrono::steady_clock::now();

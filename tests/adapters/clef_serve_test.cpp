@@ -18,10 +18,12 @@
 #include "adapters/cli/cli.hpp"
 #include "adapters/runtime/server_config.hpp"
 #include "adapters/server/running_server.hpp"
+#include "adapters/log/log_reader.hpp"
 #include "core/answers.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "http_client.hpp"
 #include "server_fixture.hpp"
+#include "tools/schema_compiler.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 
@@ -189,6 +191,106 @@ TEST(clef_example, baton_serve_model_id_overrides_the_config) {
 }
 
 using test_server::cli;
+
+// An agent turn whose event carries an image and an audio clip, over the WebSocket to a real
+// `baton serve --engine clef`, is decided exactly as `baton decide` decides the SystemOne request
+// it stands for: the history with its placeholders as the state, the same media, the registry's
+// questions.
+TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request) {
+  const test::scratch_dir dir("baton-clef-media-turn");
+  const fs::path config = dir / "baton.yaml";
+  std::ofstream(config) << "engine:\n"
+                        << "  name: clef\n"
+                        << "  model: " << (tiny / "release").string() << "\n"
+                        << "  model_id: clef-omni-tiny\n"
+                        << "  dtype: f32\n"
+                        << "  threads: 1\n"
+                        << "  max_length: 4096\n"
+                        << "  media: {roots: [" << tiny.string() << "]}\n"
+                        << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
+                        << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
+                        << "log: {path: " << (dir / "decisions.db").string() << ", store_state: true}\n";
+  const json event = {{"role", "user"},
+                      {"content", "My parcel looks like this and makes this noise. Refund it?"},
+                      {"images", json::array({"media/grad_64x96.png"})},
+                      {"audio", json::array({"media/tone_16k_mono_2p5s.wav"})}};
+  json frame_answers;
+  {
+    serve_process server({"--config", config.string(), "--listen", "127.0.0.1:0"});
+    const unsigned short port = server.port();
+    ASSERT_NE(port, 0);
+    test::ws_client agent(port);
+    const json d = agent.request({{"type", "decide"}, {"session", "parcel"}, {"history", json::array({event})}});
+    ASSERT_EQ(d["type"], "decision") << d;
+    EXPECT_EQ(d["model"], "clef-omni-tiny");
+    EXPECT_EQ(d["usage"]["media_dropped"], 0);
+    EXPECT_TRUE(d.value("error_code", "").empty()) << d;
+    frame_answers = d["answers"];
+    EXPECT_EQ(server.stop(), 0);
+  }
+
+  // The SystemOne request the turn stands for.
+  auto c = load_server_config(config);
+  ASSERT_TRUE(c) << c.error().message;
+  auto engine = make_engine(c->engine);
+  ASSERT_TRUE(engine) << engine.error().message;
+  const request_limits& limits = (*engine)->describe().limits;
+  auto registry = tools::load_registry(c->registry, limits);
+  ASSERT_TRUE(registry) << registry.error().message;
+  auto questions = tools::compile_questions(*registry, limits);
+  ASSERT_TRUE(questions);
+  std::string body_text;
+  render_request(*questions, body_text);
+  json body = test::parse(body_text);
+  body["state"] = json::parse(R"([{"audio":["audio 1"],"content":"My parcel looks like this and makes this noise. Refund it?",)"
+                              R"("images":["image 1"],"role":"user"}])");
+  body["images"] = event["images"];
+  body["audio"] = event["audio"];
+
+  // `baton decide`: the frame's answers, rounded as both round them.
+  const auto decided = cli({"decide", "--engine", "clef", "--model", (tiny / "release").string(), "--model-id",
+                            "clef-omni-tiny", "--dtype", "f32", "--threads", "1", "--max-length", "4096", "--media-root",
+                            tiny.string()},
+                           render_json(body, false));
+  ASSERT_EQ(decided.code, 0) << decided.err << decided.out;
+  EXPECT_EQ(test::parse(decided.out)["answers"], frame_answers);
+
+  // The log's unrounded answers: every probability as the engine gives it for that request.
+  auto req = request_from_json(json(body), limits);
+  ASSERT_TRUE(req) << req.error().message;
+  auto results = (*engine)->decide(std::span<const request>(&*req, 1));
+  ASSERT_TRUE(results.at(0)) << results[0].error().message;
+  auto response = make_response(*req, *results[0], confidence_metric::p_max, "clef-omni-tiny");
+  ASSERT_TRUE(response);
+  std::string unrounded;
+  render_answers(*response, unrounded, -1);
+  auto log = log::log_reader::open(dir / "decisions.db");
+  ASSERT_TRUE(log) << log.error().message;
+  std::string logged, media;
+  ASSERT_TRUE((*log)->sql("SELECT answers, media, state_hash FROM decisions", [](auto) {}, [&](std::span<const log::cell> row) {
+    logged = std::string(std::get<std::string_view>(row[0]));
+    media = std::string(std::get<std::string_view>(row[1]));
+    EXPECT_EQ(std::string(std::get<std::string_view>(row[2])),
+              state_hash(render_json(body["state"], true), &*req));  // the SystemOne row's hash of it
+  }));
+  EXPECT_EQ(logged, unrounded);
+  // The same text without its media is another decision: the picture and the sound were read.
+  request text_only = *req;
+  text_only.images.clear();
+  text_only.audio.clear();
+  auto plain = (*engine)->decide(std::span<const request>(&text_only, 1));
+  ASSERT_TRUE(plain.at(0));
+  auto plain_response = make_response(text_only, *plain[0], confidence_metric::p_max, "clef-omni-tiny");
+  ASSERT_TRUE(plain_response);
+  std::string plain_answers;
+  render_answers(*plain_response, plain_answers, -1);
+  EXPECT_NE(plain_answers, unrounded);
+  const json items = test::parse(media);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0], json::parse(R"({"field":"images","number":1,"event":0,"source":"path","path":"media/grad_64x96.png"})"));
+  EXPECT_EQ(items[1]["field"], "audio");
+}
+
 
 TEST(clef_cli, decide_model_id_names_the_responses_model) {
   const std::string release = (tiny / "release").string();

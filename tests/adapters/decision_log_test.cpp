@@ -200,6 +200,8 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
     d.compile_ms = std::numeric_limits<double>::quiet_NaN();  // stored as NULL
     d.cached_tokens = 1792;
     d.events_dropped = 12;
+    d.media = json::parse(R"([{"field":"images","number":2,"event":1,"source":"path","path":"shots/a.png"}])");
+    d.media_dropped = 1;
     outcomes done;
     ASSERT_TRUE(log->append(d, done.callback()));
     ASSERT_TRUE(log->append(tool_run(3, "d-7"), done.callback()));
@@ -240,6 +242,8 @@ TEST_F(decision_log_test, every_field_is_stored_in_its_column) {
   EXPECT_EQ(row["error_code"], "");
   EXPECT_EQ(row["cached_tokens"], 1792);
   EXPECT_EQ(row["events_dropped"], 12);
+  EXPECT_EQ(row["media"], json::parse(R"([{"field":"images","number":2,"event":1,"source":"path","path":"shots/a.png"}])"));
+  EXPECT_EQ(row["media_dropped"], 1);
   EXPECT_EQ(row["prev_hash"], std::string(genesis_hash));
   EXPECT_TRUE(row["row_hash"].get<std::string>().starts_with("sha256:"));
   ASSERT_EQ(row["tool_runs"].size(), 1u);
@@ -497,7 +501,7 @@ TEST_F(decision_log_test, migrations_run_once_and_a_newer_schema_is_refused) {
   const auto schema = sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name");
   write_decisions(1, 2);
   EXPECT_EQ(sql("SELECT type, name, sql FROM sqlite_schema ORDER BY name"), schema);
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 5);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 6);
   EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions")[0]["n"], 2);
 
   ASSERT_EQ(raw_exec("PRAGMA user_version = 99").first, SQLITE_OK);
@@ -514,9 +518,10 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
   write_decisions(3);
   const auto columns = sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid");
   // The log as baton wrote it before prefix reuse (schema version 3): the decisions without the
-  // two columns step 4 adds, their rows chained without them (they were NULL: no hash has them),
-  // and no reloads table (step 5).
+  // two columns step 4 adds (nor step 6's), their rows chained without them (they were NULL: no
+  // hash has them), and no reloads table (step 5).
   ASSERT_EQ(raw_exec("ALTER TABLE decisions DROP COLUMN cached_tokens; ALTER TABLE decisions DROP COLUMN events_dropped; "
+                     "ALTER TABLE decisions DROP COLUMN media; ALTER TABLE decisions DROP COLUMN media_dropped; "
                      "DROP TABLE reloads; PRAGMA user_version = 3")
                 .first,
             SQLITE_OK);
@@ -533,7 +538,7 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
     log->close();
     EXPECT_EQ(done.ok(), 1u);
   }
-  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 5);
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 6);
   EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
   const auto rows = sql("SELECT id, cached_tokens, events_dropped FROM decisions ORDER BY seq");
   ASSERT_EQ(rows.size(), 4u);
@@ -543,6 +548,33 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
   EXPECT_EQ(rows[3], test::parse(R"({"id":"d-4","cached_tokens":64,"events_dropped":0})"));
   // The old rows' hashes still hold, and the new row continues their chain.
   EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 4 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
+}
+
+TEST_F(decision_log_test, a_log_of_schema_5_keeps_its_rows_and_gains_the_media_columns) {
+  write_decisions(2);
+  const auto columns = sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid");
+  ASSERT_EQ(raw_exec("ALTER TABLE decisions DROP COLUMN media; ALTER TABLE decisions DROP COLUMN media_dropped; "
+                     "PRAGMA user_version = 5")
+                .first,
+            SQLITE_OK);
+  {
+    auto log = decision_log::open(options_);
+    decision_record d = decision(3);
+    d.media = json::array({json{{"field", "images"}, {"number", 1}, {"event", 0}, {"source", "inline"},
+                                {"content_type", "image/png"}, {"bytes", 3}, {"sha256", "sha256:ba78"}}});
+    d.media_dropped = 0;
+    outcomes done;
+    ASSERT_TRUE(log->append(d, done.callback()));
+    log->close();
+    EXPECT_EQ(done.ok(), 1u);
+  }
+  EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 6);
+  EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
+  const auto rows = sql("SELECT id, json_extract(media, '$[0].sha256') AS sha, media_dropped FROM decisions ORDER BY seq");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0], test::parse(R"({"id":"d-1","sha":null,"media_dropped":null})"));
+  EXPECT_EQ(rows[2], test::parse(R"({"id":"d-3","sha":"sha256:ba78","media_dropped":0})"));
+  EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries, 0 reloads\n");
 }
 
 TEST_F(decision_log_test, sql_writes_json_lines_and_serves_the_views) {

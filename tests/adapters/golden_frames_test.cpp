@@ -124,7 +124,7 @@ const std::vector<reader>& readers() {
        [](const json& d) { return typed(d, {"decide", "tool_result", "resume", "ack"}); },
        [](const std::string& text, const json&) -> result<std::string> {
          json id;
-         auto f = parse_frame(text, 64, id);
+         auto f = parse_frame(text, request_limits{}, id);
          if (!f) return f.error();
          return std::visit([&](const auto& x) { return render(x, id); }, *f);
        }},
@@ -247,6 +247,7 @@ std::vector<std::string> check_doc(const std::string& relative) {
 TEST(golden_frames, protocol_md) {
   const std::vector<std::string> expected = {
       "agent client frame decide",
+      "agent client frame decide",  // with an image (Media in events)
       "agent client frame tool_result",
       "agent client frame resume",
       "agent client frame ack",

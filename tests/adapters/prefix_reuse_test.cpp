@@ -104,7 +104,7 @@ TEST_F(prefix_reuse_test, an_overflowing_history_loses_its_oldest_events_in_chun
   const json d = c.request(decide("s1", history(50, {{"cached_tokens", 120}})));
   ASSERT_EQ(d["type"], "decision") << d;
   EXPECT_EQ(contents(engine_->last_state()), kept(17, 48));
-  EXPECT_EQ(d["usage"], json::parse(R"({"input_tokens":340,"cached_tokens":120,"state_truncated":false,"events_dropped":16})"));
+  EXPECT_EQ(d["usage"], json::parse(R"({"input_tokens":340,"cached_tokens":120,"state_truncated":false,"events_dropped":16,"media_dropped":0})"));
 
   // The next turn needs one event more to go: the chunk already dropped covers it, so the state
   // sent starts where it started.

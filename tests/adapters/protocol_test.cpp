@@ -44,7 +44,7 @@ decision_frame escalated_decision() {
   d.executor = "http";
   d.answers = sample_answers();
   d.model = "baton-keyword-1";
-  d.usage = {1843, 1792, false, 12};
+  d.usage = {1843, 1792, false, 12, 5};
   d.escalation = decision_escalation{"e-0192b7c5a3e1-9b3d5e70", 1729660936065};
   d.timings_ms = {0.0204, 0.0312, 0.0149, 0.00004, 1.2, 1.40049};
   return d;
@@ -80,7 +80,7 @@ TEST(agent_protocol, the_decision_frame_is_the_text_the_server_sent) {
             R"("refund_payment.notify":{"type":"noul","noul":0.8127},)"
             R"("urgency":{"type":"score","score":1.3521,"confidence":0.4516,"legend":{"0":"Can wait","1":{"level":"soon"}},)"
             R"("probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1",)"
-            R"("usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12},)"
+            R"("usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12,"media_dropped":5},)"
             R"("escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)"
             R"("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})");
 }
@@ -116,7 +116,7 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
   second.timings_ms = {1e-9, 1234567.8915, 0.0005, 2.5e-4, 100, 3e+16};
   frames.push_back(second);
   // What the server sent for each before the frames moved to adapters/protocol, with the `usage`
-  // that prefix reuse (issue 19) added after `model`.
+  // that prefix reuse (issue 19) added after `model`, and its `media_dropped` (issue 21).
   const std::vector<std::string> sent = {
       R"json({"type":"decision","id":7,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
       R"json("action":"escalate","tool":"refund_payment","arguments":{"reason":"duplicate","notify":true,"note":"duplicate charge on order 1182"},)json"
@@ -124,13 +124,13 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
       R"json("choice":"refund_payment","confidence":0.6132,"probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},)json"
       R"json("refund_payment.notify":{"type":"noul","noul":0.8127},"urgency":{"type":"score","score":1.3521,)json"
       R"json("confidence":0.4516,"legend":{"0":"Can wait","1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},)json"
-      R"json("model":"baton-keyword-1","usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12},)json"
+      R"json("model":"baton-keyword-1","usage":{"input_tokens":1843,"cached_tokens":1792,"state_truncated":false,"events_dropped":12,"media_dropped":5},)json"
       R"json("escalation":"e-0192b7c5a3e1-9b3d5e70","deadline_at":"2024-10-23T05:22:16.065Z",)json"
       R"json("timings_ms":{"queue":0.02,"compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
       R"json({"type":"decision","id":null,"decision":"d-0192b7c5a3e1-4f2a9c01","session":"ticket-4411","turn":1,)json"
       R"json("action":"deny","tool":null,"arguments":{},"lane":"on_engine_error","confidence":0.0,"executor":null,)json"
       R"json("answers":null,"model":"baton-keyword-1",)json"
-      R"json("usage":{"input_tokens":0,"cached_tokens":0,"state_truncated":false,"events_dropped":3},)json"
+      R"json("usage":{"input_tokens":0,"cached_tokens":0,"state_truncated":false,"events_dropped":3,"media_dropped":0},)json"
       R"json("error_code":"ENGINE_TIMEOUT","timings_ms":{"queue":0.02,)json"
       R"json("compile":0.031,"engine":0.015,"policy":0.0,"log":1.2,"total":1.4}})json",
       R"json({"type":"decision","id":{"n":1.5,"s":"é\n\"x\""},"decision":"d-0192b7c5a3e1-4f2a9c01","session":"a:b@c",)json"
@@ -140,7 +140,7 @@ TEST(agent_protocol, every_shape_of_decision_frame_is_the_old_text) {
       R"json("probabilities":{"refund_payment":0.6132,"ask_user":0.3868}},"refund_payment.notify":{"type":"noul",)json"
       R"json("noul":0.8127},"urgency":{"type":"score","score":1.3521,"confidence":0.4516,"legend":{"0":"Can wait",)json"
       R"json("1":{"level":"soon"}},"probabilities":{"0":0.2,"1":0.8}}},"model":"baton-keyword-1",)json"
-      R"json("usage":{"input_tokens":64000,"cached_tokens":0,"state_truncated":true,"events_dropped":0},)json"
+      R"json("usage":{"input_tokens":64000,"cached_tokens":0,"state_truncated":true,"events_dropped":0,"media_dropped":0},)json"
       R"json("fallback_of":"d-0192b7c5a3e1-00000001",)json"
       R"json("timings_ms":{"queue":0.0,"compile":1234567.891,"engine":0.001,"policy":0.0,"log":100.0,"total":3e+16}})json"};
   for (std::size_t i = 0; i < frames.size(); ++i) {
@@ -171,6 +171,7 @@ TEST(agent_protocol, a_read_decision_frame_has_its_answers_and_escalation) {
   EXPECT_EQ(back.usage.cached_tokens, 1792);
   EXPECT_FALSE(back.usage.state_truncated);
   EXPECT_EQ(back.usage.events_dropped, 12);
+  EXPECT_EQ(back.usage.media_dropped, 5);
 }
 
 TEST(agent_protocol, a_decision_frame_that_is_not_as_rendered_is_refused) {
@@ -203,6 +204,8 @@ TEST(agent_protocol, a_decision_frame_that_is_not_as_rendered_is_refused) {
             "BAD_UPSTREAM_RESPONSE: decision frame: usage: `cached_tokens` is missing or not an integer");
   EXPECT_EQ(refused("usage", json{{"input_tokens", 9}, {"cached_tokens", 8}, {"state_truncated", false}}),
             "BAD_UPSTREAM_RESPONSE: decision frame: usage: `events_dropped` is missing or not an integer");
+  EXPECT_EQ(refused("usage", json{{"input_tokens", 9}, {"cached_tokens", 8}, {"state_truncated", false}, {"events_dropped", 0}}),
+            "BAD_UPSTREAM_RESPONSE: decision frame: usage: `media_dropped` is missing or not an integer");
   EXPECT_EQ(refused("type", "decisions"), "BAD_UPSTREAM_RESPONSE: agent frame: unknown type \"decisions\"");
   EXPECT_EQ(parse_server_frame("[1]").error().message, "agent frame: not a JSON object");
   EXPECT_EQ(parse_server_frame("{").error().code, "BAD_UPSTREAM_RESPONSE");
@@ -288,10 +291,75 @@ TEST(agent_protocol, client_frames_render_what_parse_frame_reads) {
   EXPECT_EQ(render(ack_frame{"v-1"}), R"({"type":"ack","resolution":"v-1"})");
   for (const std::string& text : {decide, render(tr, json::array({1})), render(resume_frame{"s"}, "r"), render(ack_frame{"v-1"})}) {
     json id;
-    auto f = parse_frame(text, 64, id);
+    auto f = parse_frame(text, request_limits{}, id);
     ASSERT_TRUE(f) << f.error().message;
     std::visit([&](const auto& frame) { EXPECT_EQ(render(frame, id), text); }, *f);
   }
+}
+
+// An event's media items are read as the SystemOne API reads them, taken out of the events, and
+// put back by render().
+TEST(agent_protocol, event_media_items_are_taken_out_and_rendered_back) {
+  const std::string text =
+      R"({"type":"decide","id":1,"session":"s","append":[{"role":"user","content":"look","images":["data:image/png;base64,AAAA",)"
+      R"({"content_type":"image/jpeg","base64":"AAAA"}]},{"role":"tool","output":1},{"role":"user","audio":["clips/a.wav"],"videos":null}]})";
+  json id;
+  auto f = parse_frame(text, request_limits{}, id);
+  ASSERT_TRUE(f) << f.error().message;
+  const decide_frame& d = std::get<decide_frame>(*f);
+  ASSERT_EQ(d.media.size(), 3u);
+  EXPECT_EQ(d.media[0].event, 0u);
+  EXPECT_EQ(d.media[0].field, "images");
+  EXPECT_EQ(d.media[1].slot, 1u);
+  EXPECT_EQ(d.media[1].item.mime, "image/jpeg");
+  EXPECT_EQ(d.media[2].event, 2u);
+  EXPECT_EQ(d.media[2].field, "audio");
+  EXPECT_EQ(d.media[2].item.source, media_source::path);
+  EXPECT_EQ(d.events[0]["images"], json::array({nullptr, nullptr}));  // the session names them
+  EXPECT_TRUE(d.events[2]["videos"].is_null());
+  EXPECT_EQ(render(d, id), text);
+}
+
+std::vector<issue> media_issues(const std::string& events, const request_limits& limits = {}, int status = 422,
+                                const char* code = "INVALID_FRAME") {
+  json id;
+  auto f = parse_frame(R"({"type":"decide","session":"s","append":)" + events + "}", limits, id);
+  EXPECT_FALSE(f);
+  if (f) return {};
+  EXPECT_EQ(f.error().status, status);
+  EXPECT_EQ(f.error().code, code);
+  return f.error().detail;
+}
+
+TEST(agent_protocol, a_wrong_media_item_is_an_invalid_frame_at_its_place) {
+  auto issues = media_issues(R"([{"role":"user"},{"role":"user","images":["a.png","data:text/plain;base64,AAAA"],"audio":"x.wav"}])");
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].loc, json::parse(R"(["append",1,"images",1])"));
+  EXPECT_EQ(issues[0].type, "media_type");
+  EXPECT_EQ(issues[0].msg, "unsupported media type 'text/plain' for images; expected image/png, image/jpeg or image/webp");
+  EXPECT_EQ(issues[1].loc, json::parse(R"(["append",1,"audio"])"));
+  EXPECT_EQ(issues[1].type, "list_type");
+  issues = media_issues(R"([{"videos":[{"content_type":"video/mp4"},"ftp://h/v.mp4"]}])");
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].loc, json::parse(R"(["append",0,"videos",0,"base64"])"));
+  EXPECT_EQ(issues[1].loc, json::parse(R"(["append",0,"videos",1])"));
+  EXPECT_EQ(issues[1].type, "url_scheme");
+
+  // An item over the engine's per-item size is the API's 413, with the frame's other issues 422.
+  request_limits small;
+  small.images.max_item_bytes = 2;
+  issues = media_issues(R"([{"images":["data:image/png;base64,AAAA"]}])", small, 413, "REQUEST_TOO_LARGE");
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].loc, json::parse(R"(["append",0,"images",0])"));
+  EXPECT_EQ(issues[0].msg, "decoded size is 3 bytes; the limit is 2");
+  issues = media_issues(R"([{"images":["data:image/png;base64,AAAA"]},7])", small);
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].type, "dict_type");
+  EXPECT_EQ(issues[1].type, "media_too_large");
+  // An engine that reads no images: the items read, and the turn is refused later as a whole.
+  json id;
+  EXPECT_TRUE(parse_frame(R"({"type":"decide","session":"s","history":[{"images":["data:image/png;base64,AAAA"]}]})",
+                          request_limits::text_only(), id));
 }
 
 tool_run_object sample_run(bool ok) {

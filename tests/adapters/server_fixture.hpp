@@ -32,10 +32,11 @@ using test::ws_client;
 // set_window() events (none by default) makes longer states overflow.
 class scripted_engine : public decision_engine {
  public:
-  scripted_engine() {
+  // `limits`: text only by default; a test of media gives it some.
+  explicit scripted_engine(request_limits limits = request_limits::text_only()) {
     description_.model_id = "scripted-1";
     description_.fingerprint = "sha256:scripted";
-    description_.limits = request_limits::text_only();
+    description_.limits = limits;
   }
   const engine_description& describe() const noexcept override { return description_; }
 
@@ -49,6 +50,7 @@ class scripted_engine : public decision_engine {
       {
         std::lock_guard lock(mutex_);
         last_state_ = r.state;
+        last_request_ = r;
         scopes_.push_back(r.cache_scope);
         ++calls_;
       }
@@ -95,6 +97,11 @@ class scripted_engine : public decision_engine {
     std::lock_guard lock(mutex_);
     return last_state_;
   }
+  // The last request decided, its media included.
+  request last_request() {
+    std::lock_guard lock(mutex_);
+    return last_request_;
+  }
   // The cache_scope of every request decided, in order.
   std::vector<std::string> scopes() {
     std::lock_guard lock(mutex_);
@@ -117,6 +124,7 @@ class scripted_engine : public decision_engine {
   engine_description description_;
   mutable std::mutex mutex_;
   json last_state_;
+  request last_request_;
   std::vector<std::string> scopes_;
   std::optional<std::size_t> window_;
   std::optional<prefix_cache_stats> cache_stats_;
@@ -178,7 +186,7 @@ class server_test : public ::testing::Test {
   }
 
   unsigned short start() {
-    auto engine = std::make_unique<scripted_engine>();
+    auto engine = std::make_unique<scripted_engine>(engine_limits_);
     engine_ = engine.get();
     server_ = running_server::start(config_, std::move(engine));
     return server_->port();
@@ -209,6 +217,7 @@ class server_test : public ::testing::Test {
 
   const test::scratch_dir dir_{"baton-server-test"};
   server_config config_;
+  request_limits engine_limits_ = request_limits::text_only();  // the scripted engine's, set before start()
   scripted_engine* engine_ = nullptr;
   std::unique_ptr<running_server> server_;
 };

@@ -141,5 +141,92 @@ TEST(session_table, a_refused_first_turn_leaves_no_session) {
   s.abort(std::move(a));
 }
 
+// A decide frame's events and media as parse_frame takes them out.
+protocol::decide_frame parsed(json events, bool append = false) {
+  json id;
+  auto f = protocol::parse_frame(
+      render_json(json{{"type", "decide"}, {"session", "m"}, {append ? "append" : "history", std::move(events)}}, false),
+      request_limits{}, id);
+  EXPECT_TRUE(f) << (f ? "" : f.error().message);
+  return f ? std::get<protocol::decide_frame>(std::move(*f)) : protocol::decide_frame{};
+}
+
+session_turn begin_media(session_table& s, std::optional<std::int64_t> turn, bool append, json events) {
+  protocol::decide_frame f = parsed(std::move(events), append);
+  auto t = s.begin("m", turn, append, std::move(f.events), std::move(f.media));
+  EXPECT_TRUE(t) << (t ? "" : t.error().message);
+  return t ? std::move(*t) : session_turn{};
+}
+
+json seen(const std::string& text, json images, json audio = nullptr) {
+  json e = user(text);
+  e["images"] = std::move(images);
+  if (!audio.is_null()) e["audio"] = std::move(audio);
+  return e;
+}
+
+std::vector<std::string> names(const session_turn& t) {
+  std::vector<std::string> out;
+  for (const tools::history_item& m : t.media) out.push_back(tools::placeholder(m.kind, m.number) + "@" + std::to_string(m.event) + "=" + m.item.data);
+  return out;
+}
+
+// Items are named per kind across the history, in event order, and the names stay put.
+TEST(session_table, media_items_become_placeholders_numbered_across_turns) {
+  session_table s({});
+  session_turn t = begin_media(s, std::nullopt, false,
+                               json::array({seen("first", json::array({"a.png", "b.png"}), json::array({"x.wav"})), user("no media"),
+                                            seen("then", json::array({"c.png"}))}));
+  EXPECT_EQ(t.state_text(), R"([{"audio":["audio 1"],"content":"first","images":["image 1","image 2"],"role":"user"},)"
+                            R"({"content":"no media","role":"user"},{"content":"then","images":["image 3"],"role":"user"}])");
+  EXPECT_EQ(names(t), (std::vector<std::string>{"image 1@0=a.png", "image 2@0=b.png", "audio 1@0=x.wav", "image 3@2=c.png"}));
+  const std::string rendered_before = t.rendered;
+  s.commit(std::move(t));
+  s.release("m");
+
+  t = begin_media(s, std::nullopt, true, json::array({seen("next", json::array({"d.png"}), json::array({"y.wav"}))}));
+  EXPECT_TRUE(t.rendered.starts_with(rendered_before)) << "the rendered prefix stays as it was";
+  EXPECT_TRUE(t.state_text().ends_with(R"({"audio":["audio 2"],"content":"next","images":["image 4"],"role":"user"}])"))
+      << t.state_text();
+  EXPECT_EQ(names(t).back(), "audio 2@3=y.wav");
+  EXPECT_EQ(names(t)[4], "image 4@3=d.png");
+  // Refused after begin: the session gets its items back without this turn's.
+  s.abort(std::move(t));
+  t = begin_media(s, std::nullopt, true, json::array({seen("again", json::array({"e.png"}))}));
+  EXPECT_EQ(names(t).back(), "image 4@3=e.png");
+  EXPECT_EQ(t.media.size(), 5u);
+  s.commit(std::move(t));
+  s.release("m");
+
+  // A full history starts again at 1.
+  t = begin_media(s, std::nullopt, false, json::array({seen("restart", json::array({"f.png"}))}));
+  EXPECT_EQ(t.state_text(), R"([{"content":"restart","images":["image 1"],"role":"user"}])");
+  EXPECT_EQ(names(t), (std::vector<std::string>{"image 1@0=f.png"}));
+}
+
+// The items' bytes count against the history's limits; the state hash covers them.
+TEST(session_table, media_bytes_count_and_the_state_hash_covers_them) {
+  session_limits l;
+  l.max_history_bytes = 200;
+  session_table s(l);
+  const std::string big = "data:image/png;base64," + std::string(200, 'A');
+  protocol::decide_frame f = parsed(json::array({seen("look", json::array({big}))}));
+  auto refused = s.begin("m", std::nullopt, false, std::move(f.events), std::move(f.media));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, "HISTORY_TOO_LARGE");
+  EXPECT_NE(refused.error().message.find("222 of them media"), std::string::npos) << refused.error().message;
+  EXPECT_EQ(s.size(), 0u);
+
+  session_table a({}), b({});
+  session_turn ta = begin_media(a, std::nullopt, false, json::array({seen("look", json::array({"data:image/png;base64,AAAA"}))}));
+  session_turn tb = begin_media(b, std::nullopt, false, json::array({seen("look", json::array({"data:image/png;base64,AAAB"}))}));
+  EXPECT_EQ(ta.state_text(), tb.state_text());
+  EXPECT_NE(ta.state_hash(), tb.state_hash());
+  request r;
+  r.images.push_back(ta.media[0].item);
+  EXPECT_EQ(ta.state_hash(), state_hash(ta.state_text(), &r));
+  EXPECT_EQ(a.history_bytes(), ta.state_text().size() + std::string("data:image/png;base64,AAAA").size());
+}
+
 }  // namespace
 }  // namespace baton

@@ -35,15 +35,21 @@ using namespace std::chrono_literals;
 // Chooses `tool` with probability `p` for the `tool` question (the rest shared), flat elsewhere.
 class tool_engine : public decision_engine {
  public:
-  tool_engine(std::string model, std::string tool, double p) : tool_(std::move(tool)), p_(p) {
+  tool_engine(std::string model, std::string tool, double p, request_limits limits = request_limits::text_only())
+      : tool_(std::move(tool)), p_(p) {
     description_.model_id = std::move(model);
     description_.fingerprint = "sha256:" + description_.model_id;
-    description_.limits = request_limits::text_only();
+    description_.limits = limits;
   }
   const engine_description& describe() const noexcept override { return description_; }
   std::vector<result<decision>> decide(std::span<const request> batch) override {
     std::vector<result<decision>> out;
     for (const request& r : batch) {
+      {
+        std::lock_guard lock(mutex_);
+        images_.clear();
+        for (const media_item& m : r.images) images_.push_back(m.data);
+      }
       decision d;
       d.input_tokens = 42;
       for (const question& q : r.questions) {
@@ -58,11 +64,18 @@ class tool_engine : public decision_engine {
     }
     return out;
   }
+  // The images of the last request decided, as sent.
+  std::vector<std::string> images() {
+    std::lock_guard lock(mutex_);
+    return images_;
+  }
 
  private:
   std::string tool_;
   double p_;
   engine_description description_;
+  std::mutex mutex_;
+  std::vector<std::string> images_;
 };
 
 // A server of the wire that answers each request with the next scripted reply (status, headers,
@@ -840,21 +853,23 @@ class fallback_test : public ::testing::Test {
     return "http://127.0.0.1:" + std::to_string(back_->port());
   }
 
-  // `keys`: more of the fallback's keys (", flavor: workers-ai, …").
-  unsigned short start_front(const std::string& fallback_url, int timeout_ms = 2000, const std::string& keys = "") {
+  // `keys`: more of the fallback's keys (", flavor: workers-ai, …"); `limits`: the front engine's.
+  unsigned short start_front(const std::string& fallback_url, int timeout_ms = 2000, const std::string& keys = "",
+                             request_limits limits = request_limits::text_only()) {
     auto c = parse_server_config(base_yaml("front.db") + "routing: {fallback: {name: systemone, url: \"" + fallback_url +
                                      "\", model: big, retries: 0, request_timeout_ms: 1000, timeout_ms: " +
                                      std::to_string(timeout_ms) + keys + "}}\n",
                                  dir_ / "front.yaml");
     EXPECT_TRUE(c) << c.error().message;
-    front_ = running_server::start(*c, std::make_unique<tool_engine>("small-1", "run_query", 0.6));
+    front_ = running_server::start(*c, std::make_unique<tool_engine>("small-1", "run_query", 0.6, limits));
     return front_->port();
   }
 
-  json decide(unsigned short port) {
+  json decide(unsigned short port, json images = nullptr) {
     test::ws_client ws(port);
-    return ws.request({{"type", "decide"}, {"session", "f1"},
-                       {"history", {{{"role", "user"}, {"content", "how many signups last month?"}}}}});
+    json event = {{"role", "user"}, {"content", "how many signups last month?"}};
+    if (!images.is_null()) event["images"] = std::move(images);
+    return ws.request({{"type", "decide"}, {"session", "f1"}, {"history", json::array({event})}});
   }
 
   std::vector<json> rows() {
@@ -891,6 +906,38 @@ TEST_F(fallback_test, the_larger_model_is_sure_and_the_tool_executes) {
   EXPECT_EQ(r[1]["id"], d["decision"]);
   EXPECT_EQ(r[1]["fallback_of"], r[0]["id"]);
   EXPECT_EQ(d["fallback_of"], r[0]["id"]);
+}
+
+// A turn's media go to the larger model too, under its own limits; both rows say what they saw.
+TEST_F(fallback_test, the_larger_model_gets_the_turns_media) {
+  auto c = parse_server_config(base_yaml("back.db") + "systemone: {model_aliases: [big]}\n", dir_ / "back.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  auto back = std::make_unique<tool_engine>("big-1", "run_query", 0.95, request_limits{});
+  tool_engine* big = back.get();
+  back_ = running_server::start(*c, std::move(back));
+  const unsigned short port = start_front("http://127.0.0.1:" + std::to_string(back_->port()), 2000, "", request_limits{});
+  const json d = decide(port, json::array({"charts/signups.png"}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["lane"], "fallback:lane:default");
+  EXPECT_EQ(d["action"], "execute");
+  EXPECT_EQ(big->images(), std::vector<std::string>{"charts/signups.png"});
+  front_->stop();
+  std::istringstream in;
+  std::ostringstream out, err;
+  const std::string db = (dir_ / "front.db").string();
+  const std::vector<std::string_view> args = {"log", "sql", "--db", db, "SELECT media FROM decisions ORDER BY seq"};
+  ASSERT_EQ(run_cli(args, in, out, err), 0) << err.str();
+  const std::string row = R"({"media":"[{\"field\":\"images\",\"number\":1,\"event\":0,\"source\":\"path\",\"path\":\"charts/signups.png\"}]"})";
+  EXPECT_EQ(out.str(), row + "\n" + row + "\n");
+}
+
+// A larger model that reads no images fails its pass as an engine failure would.
+TEST_F(fallback_test, a_larger_model_that_reads_no_images_fails_its_pass) {
+  const unsigned short port = start_front(start_back(0.95), 2000, "", request_limits{});
+  const json d = decide(port, json::array({"charts/signups.png"}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["lane"], "fallback:on_engine_error") << d;
+  EXPECT_FALSE(d.value("error_code", "").empty()) << d;
 }
 
 TEST_F(fallback_test, the_larger_model_is_unsure_too_and_a_person_decides) {

@@ -218,5 +218,93 @@ TEST(request, state_hash_of_pieces_is_the_hash_of_the_joined_text) {
   EXPECT_NE(state_hash_of_parts({"[]"}), state_hash_of_parts({"[", "}"}));
 }
 
+TEST(request, state_hash_of_pieces_with_media_is_the_hash_of_the_request) {
+  request r = parse_ok(R"({"state":[{"a":1}],"questions":{"q":{"type":"noul"}},)"
+                       R"("images":["data:image/png;base64,AAAA","shot.png"],"audio":["clip.wav"]})");
+  const std::string state = R"([{"a":1}])";
+  const std::vector<media_ref> refs = {{"images", &r.images[0]}, {"images", &r.images[1]}, {"audio", &r.audio[0]}};
+  EXPECT_EQ(state_hash_of_parts({"[{\"a\":1}", "]"}, refs), state_hash(state, &r));
+  EXPECT_NE(state_hash(state, &r), state_hash(state));
+  // Another picture, the same state text: another hash.
+  const std::vector<media_ref> other = {{"images", &r.images[1]}, {"images", &r.images[0]}, {"audio", &r.audio[0]}};
+  EXPECT_NE(state_hash_of_parts({state}, other), state_hash(state, &r));
+}
+
+// An array read on its own (an agent event's) gets request_from_json's issues, at its own place.
+TEST(request, a_media_array_read_apart_has_the_requests_issues) {
+  request_limits limits;
+  limits.images.max_items = 10;
+  limits.images.max_item_bytes = 3;
+  const std::string items = R"(["data:image/png;base64,AAAA","data:text/plain;base64,AAAA",7,"ftp://x/a.png",)"
+                            R"("data:image/png;base64,AAAAAAAA","a.png"])";
+  auto whole = parse_request(R"({"state":"s","questions":{"q":{"type":"noul"}},"images":)" + items + "}", limits);
+  ASSERT_FALSE(whole);
+  json array = json::parse(items);
+  const media_read read = read_media_array(array, "images", limits.images, json::array({"append", 2, "images"}));
+  ASSERT_EQ(read.items.size(), 3u);  // the first, the too large one (a 413 issue) and the path
+  EXPECT_EQ(read.items[2].source, media_source::path);
+  std::vector<issue> apart = read.issues;
+  apart.insert(apart.end(), read.too_large.begin(), read.too_large.end());
+  ASSERT_EQ(apart.size(), whole.error().detail.size());
+  for (std::size_t i = 0; i < apart.size(); ++i) {
+    json want = whole.error().detail[i].loc;
+    want[0] = "append";
+    want.insert(want.begin() + 1, 2);
+    EXPECT_EQ(apart[i].loc, want) << i;
+    EXPECT_EQ(apart[i].msg, whole.error().detail[i].msg) << i;
+    EXPECT_EQ(apart[i].type, whole.error().detail[i].type) << i;
+  }
+  EXPECT_EQ(read.too_large.size(), 1u);
+  EXPECT_EQ(read.too_large[0].loc, json::parse(R"(["append",2,"images",4])"));
+
+  // A kind the model does not read: no size issue for its items (the request is refused whole).
+  json one = json::parse(R"(["data:image/png;base64,AAAAAAAA"])");
+  const media_read unread = read_media_array(one, "images", request_limits::text_only().images, json::array({"history"}));
+  EXPECT_TRUE(unread.issues.empty());
+  EXPECT_TRUE(unread.too_large.empty());
+  EXPECT_EQ(unread.items.size(), 1u);
+  json not_list = "a.png";
+  EXPECT_EQ(read_media_array(not_list, "audio", limits.audio, json::array({"x"})).issues.at(0).type, "list_type");
+}
+
+// A request built from items read apart is checked as the same body would be.
+TEST(request, media_limits_of_a_built_request_are_the_bodys) {
+  request_limits limits;
+  limits.images.max_items = 2;
+  limits.max_audio_video_bytes_total = 5;
+  const std::string q = R"("state":"s","questions":{"q":{"type":"noul"}})";
+  for (const auto& [media, lim] :
+       {std::pair<std::string, request_limits>{R"("images":["a.png"],"audio":["b.wav"])", request_limits::text_only()},
+        {R"("images":["a.png","b.png","c.png"])", limits},
+        {R"("audio":["data:audio/wav;base64,AAAA"],"videos":["data:video/mp4;base64,AAAA"])", limits},
+        {R"("images":["a.png"],"audio":["data:audio/wav;base64,AAAA"])", limits}}) {
+    auto whole = parse_request("{" + q + "," + media + "}", lim);
+    request built = parse_ok("{" + q + "," + media + "}");  // read under the default limits
+    auto checked = check_media_limits(built, lim);
+    if (whole) {
+      EXPECT_TRUE(checked) << media;
+      continue;
+    }
+    ASSERT_FALSE(checked) << media;
+    EXPECT_EQ(checked.error().status, whole.error().status) << media;
+    EXPECT_EQ(checked.error().code, whole.error().code) << media;
+    EXPECT_EQ(checked.error().message, whole.error().message) << media;
+    EXPECT_EQ(render_error(checked.error()), render_error(whole.error())) << media;
+  }
+  auto keyword = check_media_limits(parse_ok("{" + q + R"(,"images":["a.png"]})"), request_limits::text_only());
+  ASSERT_FALSE(keyword);
+  EXPECT_EQ(keyword.error().code, "INVALID_REQUEST");
+  EXPECT_EQ(keyword.error().message, "images: this model does not read images");
+}
+
+TEST(request, a_media_items_wire_form_is_as_sent) {
+  const request r = parse_ok(R"({"state":"s","questions":{"q":{"type":"noul"}},)"
+                             R"("images":["data:image/png;base64,AAAA",{"content_type":"image/webp","base64":"AAECAw=="},"a/b.png"]})");
+  EXPECT_EQ(media_item_json(r.images[0]), "data:image/png;base64,AAAA");
+  EXPECT_EQ(media_item_json(r.images[1]), json::parse(R"({"content_type":"image/webp","base64":"AAECAw=="})"));
+  EXPECT_EQ(media_item_json(r.images[2]), "a/b.png");
+  EXPECT_TRUE(media_item_json(raw_item(raw_media{})).is_null());
+}
+
 }  // namespace
 }  // namespace baton

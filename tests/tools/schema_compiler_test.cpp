@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "engine/keyword/keyword_engine.hpp"
 #include "tools/schema_compiler.hpp"
 
@@ -348,6 +350,122 @@ TEST(drop_oldest_events, an_overflow_error_comes_back_with_the_state_unchanged) 
     EXPECT_EQ(d.error().code, "TOO_MANY_OPTIONS");
     EXPECT_EQ(r.state, history_of(45).state);
   }
+}
+
+// A session's media: `spec` is one letter per item (i image, a audio, v video), each on its own
+// event; inline items of `bytes` decoded bytes each (0: a path).
+std::vector<history_item> held(std::string_view spec, std::size_t bytes = 0) {
+  std::vector<history_item> out;
+  std::array<std::size_t, 3> count{};
+  for (std::size_t e = 0; e < spec.size(); ++e) {
+    const media_kind k = spec[e] == 'i' ? media_kind::image : spec[e] == 'a' ? media_kind::audio : media_kind::video;
+    media_item m;
+    if (bytes) {
+      m.source = media_source::inline_base64;
+      m.mime = k == media_kind::image ? "image/png" : k == media_kind::audio ? "audio/wav" : "video/mp4";
+      m.data = std::string(bytes / 3 * 4, 'A');
+      m.decoded_bytes = bytes;
+    } else {
+      m.source = media_source::path;
+    }
+    history_item h = make_history_item(k, e, 0, std::move(m));
+    h.number = ++count[std::size_t(k)];
+    if (!bytes) h.item.data = placeholder(k, h.number) + ".bin";
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<std::string> paths(const std::vector<media_item>& items) {
+  std::vector<std::string> out;
+  for (const media_item& m : items) out.push_back(m.data);
+  return out;
+}
+
+TEST(attach_media, the_newest_items_of_a_kind_go_within_its_count) {
+  request req;
+  const std::vector<history_item> media = held("iaiiviiiv");
+  const attached_media a = attach_media(req, media, request_limits{}, dropped_events{});
+  // 6 images, 4 go: the newest. Audio and videos go whole.
+  EXPECT_EQ(paths(req.images), (std::vector<std::string>{"image 3.bin", "image 4.bin", "image 5.bin", "image 6.bin"}));
+  EXPECT_EQ(paths(req.audio), (std::vector<std::string>{"audio 1.bin"}));
+  EXPECT_EQ(paths(req.videos), (std::vector<std::string>{"video 1.bin", "video 2.bin"}));
+  EXPECT_EQ(a.left_out, 2u);
+  EXPECT_EQ(a.sent, (std::vector<std::size_t>{3, 5, 6, 7, 1, 4, 8}));  // in the request's order
+  EXPECT_TRUE(check_media_limits(req, request_limits{}));
+
+  // A second attach replaces what the request had.
+  request_limits two;
+  two.images.max_items = 2;
+  EXPECT_EQ(attach_media(req, media, two, dropped_events{}).left_out, 4u);
+  EXPECT_EQ(paths(req.images), (std::vector<std::string>{"image 5.bin", "image 6.bin"}));
+}
+
+TEST(attach_media, the_oldest_go_first_past_the_byte_totals) {
+  request req;
+  request_limits limits;
+  limits.images.max_items = 10;
+  limits.max_image_bytes_total = 9;        // three images of 3 bytes
+  limits.max_audio_video_bytes_total = 6;  // two clips or videos
+  const attached_media a = attach_media(req, held("iiiiavav", 3), limits, dropped_events{});
+  EXPECT_EQ(req.images.size(), 3u);
+  EXPECT_EQ(a.sent.front(), 1u);  // the first image is left out
+  // Of audio 1, video 1, audio 2, video 2 (events 4 to 7), the two newest.
+  ASSERT_EQ(req.audio.size(), 1u);
+  ASSERT_EQ(req.videos.size(), 1u);
+  EXPECT_EQ(a.sent, (std::vector<std::size_t>{1, 2, 3, 6, 7}));
+  EXPECT_EQ(a.left_out, 3u);
+  EXPECT_TRUE(check_media_limits(req, limits));
+}
+
+TEST(attach_media, items_of_dropped_events_go_with_them) {
+  request req;
+  const std::vector<history_item> media = held("iiiii");
+  dropped_events dropped;
+  dropped.at = 1;
+  dropped.events = {json::object(), json::object(), json::object()};  // events 1, 2 and 3
+  const attached_media a = attach_media(req, media, request_limits{}, dropped);
+  EXPECT_EQ(paths(req.images), (std::vector<std::string>{"image 1.bin", "image 5.bin"}));
+  EXPECT_EQ(a.left_out, 3u);
+}
+
+// A kind the engine does not read goes whole, so that the request is refused as a SystemOne
+// request with it is.
+TEST(attach_media, a_kind_the_engine_does_not_read_goes_whole_to_be_refused) {
+  request req;
+  const attached_media a = attach_media(req, held("iiiiii"), request_limits::text_only(), dropped_events{});
+  EXPECT_EQ(req.images.size(), 6u);
+  EXPECT_EQ(a.left_out, 0u);
+  const auto refused = check_media_limits(req, request_limits::text_only());
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message, "images: this model does not read images");
+}
+
+TEST(history_media, placeholders_and_what_the_log_records) {
+  EXPECT_EQ(placeholder(media_kind::image, 3), "image 3");
+  EXPECT_EQ(placeholder(media_kind::audio, 1), "audio 1");
+  EXPECT_EQ(placeholder(media_kind::video, 12), "video 12");
+  EXPECT_EQ(kind_of_field("videos"), media_kind::video);
+  EXPECT_FALSE(kind_of_field("image"));
+
+  media_item png;
+  png.source = media_source::inline_base64;
+  png.mime = "image/png";
+  png.data = "data:image/png;base64,YWJj";  // "abc"
+  png.payload_offset = 22;
+  png.decoded_bytes = 3;
+  history_item h = make_history_item(media_kind::image, 4, 1, png);
+  h.number = 2;
+  EXPECT_EQ(logged_item(h), json::parse(R"({"field":"images","number":2,"event":4,"source":"inline","content_type":"image/png",)"
+                                        R"("bytes":3,"sha256":"sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"})"));
+  EXPECT_EQ(held_bytes(h), png.data.size());
+  png.data = "data:image/png;base64,Y*Jj";  // not base64: no digest (the engine refuses it)
+  EXPECT_TRUE(logged_item(make_history_item(media_kind::image, 0, 0, png))["sha256"].is_null());
+  media_item path;
+  path.source = media_source::path;
+  path.data = "shots/a.png";
+  EXPECT_EQ(logged_item(make_history_item(media_kind::image, 0, 0, path)),
+            json::parse(R"({"field":"images","number":0,"event":0,"source":"path","path":"shots/a.png"})"));
 }
 
 }  // namespace
