@@ -335,6 +335,9 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req
   }
   if (!submitted) {
     t->engine_back = true;
+    // The larger engine got nothing: the row says so, not what the pass would have sent.
+    t->media_sent.clear();
+    t->media_dropped = t->session.media.size();
     tools::restore_events(req.state, std::move(t->dropped));
     t->session.history = std::move(req.state);
     t->error_code = submitted.error().code;

@@ -579,6 +579,12 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
 
 void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record& e, const std::string& resolution,
                                const std::string& tool, const json& arguments) {
+  {
+    // The session's connection is kept until the run's frame is sent, even when the agent
+    // acknowledges the resolution first.
+    std::lock_guard lock(mutex_);
+    ++tools_running_[e.session];
+  }
   ex.run(tools::tool_call{e.decision, tool, arguments},
          [this, escalation = e.id, decision = e.decision, session = e.session, resolution, tool,
           kind = std::string(ex.kind())](tools::tool_outcome o) {
@@ -602,6 +608,10 @@ void escalation_desk::run_tool(tools::executor& ex, const log::escalation_record
              if (const auto it = sessions_.find(session); it != sessions_.end()) c = it->second.lock();
              // Sent again with the resolution on a resume until the agent acknowledges it.
              if (const auto w = waiting_.find(resolution); w != waiting_.end()) w->second.tool_result = result;
+             if (const auto r = tools_running_.find(session); r != tools_running_.end() && --r->second == 0) {
+               tools_running_.erase(r);
+             }
+             forget_if_done_locked(session);
            }
            // A connected session hears of it now; the run is in the log either way.
            if (c) {
@@ -673,12 +683,7 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
             it->second.acknowledged = false;
           } else {
             waiting_.erase(it);
-            // Nothing more to send this session: its connection need not be remembered.
-            const bool more =
-                std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
-                std::any_of(pending_.begin(), pending_.end(),
-                            [&](const auto& x) { return x.second->escalation.row.session == session; });
-            if (!more) sessions_.erase(session);
+            forget_if_done_locked(session);
           }
           if (!acks_in_flight_locked(session)) {
             if (const auto w = ack_waiters_.find(session); w != ack_waiters_.end()) {
@@ -699,6 +704,16 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
   if (*session && owner_of(**session) == owner) return {};
   return make_error(404, "UNKNOWN_RESOLUTION",
                     "resolution `" + resolution + "` is not one of this key's sessions' resolutions");
+}
+
+void escalation_desk::forget_if_done_locked(const std::string& session) {
+  // Nothing more to send this session (no resolution to deliver, no escalation pending, no tool
+  // baton runs for it still running): its connection need not be remembered.
+  const bool more =
+      tools_running_.contains(session) ||
+      std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& x) { return x.second.session == session; }) ||
+      std::any_of(pending_.begin(), pending_.end(), [&](const auto& x) { return x.second->escalation.row.session == session; });
+  if (!more) sessions_.erase(session);
 }
 
 bool escalation_desk::acks_in_flight_locked(const std::string& session) const {

@@ -162,6 +162,7 @@ class escalation_desk {
                 const std::string& tool, const json& arguments);
   void broadcast_locked(const std::string& frame);  // with mutex_ held
   bool acks_in_flight_locked(const std::string& session) const;  // with mutex_ held
+  void forget_if_done_locked(const std::string& session);         // with mutex_ held
   // The wire view of an escalation; `tool_run`: the run of a resolved escalation's tool (none when
   // there is none, or not yet).
   static protocol::escalation_object escalation_object_of(const escalation& e,
@@ -192,6 +193,7 @@ class escalation_desk {
   std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet
   std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
   std::map<std::string, std::vector<std::function<void()>>> ack_waiters_;  // session → resumes waiting for its acks
+  std::map<std::string, int> tools_running_;  // session → tools baton runs for its resolutions, not finished
   std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections
   std::vector<std::weak_ptr<review_listener>> listeners_;
   std::string last_reload_;  // the latest reload's id, for misfits raised after it

@@ -433,6 +433,27 @@ TEST_F(escalation_test, an_absent_agent_hears_of_the_tool_baton_ran_when_it_resu
   EXPECT_EQ(sql("SELECT id FROM tool_runs").size(), 1u) << "the tool ran again";
 }
 
+// An agent that acknowledges the resolution at once, before the tool baton runs for it is done,
+// still gets the run's tool_result on its connection.
+TEST_F(escalation_test, an_agent_that_acks_before_the_tool_is_done_still_hears_of_it) {
+  std::string registry = registry_yaml;
+  const std::string fast = "argv: [/bin/cat]";
+  registry.replace(registry.find(fast), fast.size(), "argv: [/bin/sh, -c, \"sleep 0.3; cat\"]");
+  write("tools.yaml", registry);
+  ws_client agent(start());
+  const json d = agent.request(unsure("esc-quick-ack", "echo_cmd"));
+  const json res = resolve(d["escalation"], {{"outcome", "execute"}, {"reason", "fine"}});
+  ASSERT_EQ(last_status_, 200) << res;
+  const json resolution = agent.read_type("resolution");
+  ASSERT_EQ(resolution["resolution"]["id"], res["id"]) << resolution;
+  agent.send(json{{"type", "ack"}, {"resolution", res["id"]}});
+  EXPECT_EQ(agent.request({{"type", "resume"}, {"id", 3}, {"session", "esc-quick-ack"}})["resolutions"], 0);
+  const json run = agent.read_type("tool_result");
+  ASSERT_EQ(run.value("type", ""), "tool_result") << "the run's frame was lost after the ack";
+  EXPECT_EQ(run["decision"], d["decision"]);
+  EXPECT_EQ(run["ok"], true);
+}
+
 TEST_F(escalation_test, concurrent_resolves_are_answered_once) {
   ws_client agent(start());
   const std::string id = agent.request(unsure("esc-race"))["escalation"];

@@ -175,6 +175,8 @@ class BatonClient:
         self._tool_results: "collections.OrderedDict[str, ToolResultFrame]" = collections.OrderedDict()
         self._tool_waiters: Dict[str, List["asyncio.Future[ToolResultFrame]"]] = {}
         self._awaiting_tool: Dict[str, Session] = {}  # decision id -> session, for tools baton runs
+        self._tool_events_applied: Set[str] = set()  # decisions whose run joined a session's history
+        self._tool_results_seen: "collections.OrderedDict[str, None]" = collections.OrderedDict()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -563,6 +565,12 @@ class BatonClient:
         name = str(resolution.get("session", "")).rsplit("/", 1)[-1]
         if name in self._sessions:
             self._resolution_session[resolution_id] = name
+        # A tool baton runs for it: its tool_result (sent with the resolution on every resume until
+        # acknowledged) puts the run into the session's history, once, also after a reconnect.
+        if name in self._sessions and resolution.get("outcome") == "execute" \
+                and resolution.get("executor") not in (None, "agent") and resolution.get("decision") \
+                and resolution["decision"] not in self._tool_events_applied:
+            self._awaiting_tool[resolution["decision"]] = self._sessions[name]
         if resolution_id in self._seen:
             # Sent again: not acknowledged yet, or an ack baton lost (a crash before its row):
             # then it is acknowledged again.
@@ -571,9 +579,6 @@ class BatonClient:
                 self._spawn(self.ack(resolution_id))
             return
         self._seen.add(resolution_id)
-        if name in self._sessions and resolution.get("outcome") == "execute" \
-                and resolution.get("executor") not in (None, "agent") and resolution.get("decision"):
-            self._awaiting_tool[resolution["decision"]] = self._sessions[name]
         escalation = resolution.get("escalation")
         if isinstance(escalation, str):
             self._by_escalation[escalation] = resolution
@@ -586,9 +591,14 @@ class BatonClient:
 
     def _on_tool_result(self, frame: Frame) -> None:
         decision_id = str(frame.get("decision"))
+        again = decision_id in self._tool_events_applied or decision_id in self._tool_results_seen
+        self._tool_results_seen[decision_id] = None
+        while len(self._tool_results_seen) > 16 * _KEPT_TOOL_RESULTS:
+            self._tool_results_seen.popitem(last=False)
         session = self._awaiting_tool.pop(decision_id, None)
         if session is not None:
             session._baton_event(frame)
+            self._tool_events_applied.add(decision_id)
         waiters = self._tool_waiters.pop(decision_id, [])
         if waiters:
             for waiter in waiters:
@@ -598,7 +608,8 @@ class BatonClient:
             self._tool_results[decision_id] = frame  # type: ignore[assignment]
             while len(self._tool_results) > _KEPT_TOOL_RESULTS:
                 self._tool_results.popitem(last=False)
-        self._emit("tool_result", frame)
+        if not again:  # a resolution's run comes again with it on each resume: emitted once
+            self._emit("tool_result", frame)
 
     # ---------------------------------------------------------------- dropped connections
 

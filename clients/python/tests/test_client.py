@@ -420,12 +420,11 @@ class Restarts(Case):
             for r in (r1, r2, r3):
                 await baton.ack(r["id"])
             await baton.ack(r1["id"])  # idempotent
-            # Baton writes an ack's delivery row after it answers the resume behind it (a kill -9
-            # before the row would send the resolution again, which the client would not deliver
-            # again but acknowledge again): the kill below waits for the rows.
+            # An ack returns once baton answered the resume behind it, which it does once the ack's
+            # delivery row is written: the rows are there, and the kill below cannot lose them.
             acknowledged = sorted([r1["id"], r2["id"], r3["id"]])
-            await wait_until(lambda: sorted(r["resolution"] for r in server.sql("SELECT resolution FROM deliveries"))
-                             == acknowledged, "the three delivery rows")
+            self.assertEqual(sorted(r["resolution"] for r in server.sql("SELECT resolution FROM deliveries")),
+                             acknowledged, "the three delivery rows")
 
             # Another kill -9 and restart: nothing comes again.
             reconnected.clear()

@@ -77,6 +77,8 @@ const DEFAULTS = { initialDelayMs: 100, maxDelayMs: 5000, maxAttempts: Infinity 
 const HIGH_WATER_BYTES = 1 << 20;
 /** Tool results nobody waits for yet, kept for a later batonRan(). */
 const TOOL_RESULTS_KEPT = 1024;
+// How many times an ack is sent again for a resolution baton sends again after confirming it.
+const REACKS = 5;
 /** Frames up to 64 MiB (baton's own limit for what it sends is lower). */
 const MAX_PAYLOAD = 64 << 20;
 
@@ -114,6 +116,8 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
 
   private readonly sessions = new Map<string, Session>();
   private readonly emitted = new Set<string>();
+  private readonly reacks = new Map<string, number>(); // resolution id → acks sent again
+  private readonly toolResultsSeen = new Set<string>(); // decisions whose tool_result was handed over
   private readonly resolutionSession = new Map<string, string>();
   private readonly byEscalation = new Map<string, Resolution>();
   private readonly resolutionWaiters = new Map<string, Set<Waiter<Resolution>>>();
@@ -428,6 +432,11 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   }
 
   private onToolResult(frame: ToolResultFrame): void {
+    // A resolution's run comes again with it on every resume until it is acknowledged: kept for
+    // a batonRan that asks again, emitted once.
+    const again = this.toolResultsSeen.has(frame.decision);
+    this.toolResultsSeen.add(frame.decision);
+    if (this.toolResultsSeen.size > TOOL_RESULTS_KEPT * 16) this.toolResultsSeen.delete(this.toolResultsSeen.values().next().value!);
     const waiters = this.toolResultWaiters.get(frame.decision);
     if (waiters && waiters.size > 0) {
       this.toolResultWaiters.delete(frame.decision);
@@ -436,14 +445,26 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
       this.toolResults.set(frame.decision, frame);
       if (this.toolResults.size > TOOL_RESULTS_KEPT) this.toolResults.delete(this.toolResults.keys().next().value!);
     }
-    this.emit("tool_result", frame);
+    if (!again) this.emit("tool_result", frame);
   }
 
   private onResolution(r: Resolution | undefined): void {
-    // Delivery is at least once (a resume sends again what is not acknowledged): once here.
-    if (!r || typeof r.id !== "string" || this.emitted.has(r.id)) return;
+    if (!r || typeof r.id !== "string") return;
+    if (this.emitted.has(r.id)) {
+      // Delivery is at least once (a resume sends again what is not acknowledged): once here. One
+      // that comes again after its ack was confirmed is one whose delivery row baton failed to
+      // write (it sends it again with the confirming answer): acknowledge it again, a few times.
+      const tries = this.reacks.get(r.id) ?? 0;
+      if (this.acked.has(r.id) && tries < REACKS) {
+        this.reacks.set(r.id, tries + 1);
+        this.acked.delete(r.id);
+        this.ack(r.id).catch((err: unknown) => this.emit("error", err instanceof BatonError ? err : new BatonError("CONNECTION_LOST", String(err))));
+      }
+      return;
+    }
     this.emitted.add(r.id);
-    this.resolutionSession.set(r.id, r.session);
+    // With API keys baton names the session KEY/NAME; this client knows it by NAME.
+    this.resolutionSession.set(r.id, r.session.split("/").pop()!);
     this.byEscalation.set(r.escalation, r);
     const waiters = this.resolutionWaiters.get(r.escalation);
     if (waiters) {
@@ -612,6 +633,11 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private failQueued(err: BatonError): void {
     for (const job of [...this.live]) if (job.id === null) this.fail(job, err);
     this.queue.length = 0;
+    // No connection will come: nobody waits for a resolution or a tool's result forever.
+    for (const waiters of [this.resolutionWaiters, this.toolResultWaiters] as Map<string, Set<Waiter<unknown>>>[]) {
+      for (const set of waiters.values()) for (const w of set) settleWaiter(w, null, err);
+      waiters.clear();
+    }
   }
 }
 

@@ -9,6 +9,10 @@ export interface AgentEvent {
   ok?: boolean;
   output?: unknown;
   error_code?: string;
+  /** Media the model reads with the event (data URLs, or paths under the engine's media roots). */
+  images?: string[];
+  audio?: string[];
+  videos?: string[];
   [key: string]: unknown;
 }
 
@@ -53,6 +57,8 @@ export interface Usage {
   cached_tokens: number;
   state_truncated: boolean;
   events_dropped: number;
+  /** The session's oldest media items left out to fit the engine's limits (docs/protocol.md). */
+  media_dropped: number;
 }
 
 export interface Timings {

@@ -137,6 +137,7 @@ async function main() {
   // already applied it.
   const awaited = new Set();
   const late = [];
+  const unfinished = [];
   let received = 0;
   baton.on("resolution", (r) => {
     received += 1;
@@ -144,7 +145,11 @@ async function main() {
     const thread = r.session.split("/").pop(); // KEY/SESSION when the server has API keys
     late.push((async () => {
       const snapshot = await graph.getState(threadConfig(thread));
-      if (snapshot.values.resolutions?.includes(r.id)) {
+      if (snapshot.values.resolutions?.includes(r.id) && snapshot.next.length) {
+        // Resumed with it, then stopped before the nodes after it were checkpointed (a tool baton
+        // runs still to be heard of): acknowledged once the restore below has run them.
+        unfinished.push({ thread, r });
+      } else if (snapshot.values.resolutions?.includes(r.id)) {
         await baton.ack(r.id);
         say(thread, "ack", `${r.id} came again: the thread already resumed with it; acknowledged, not applied twice`);
       } else if (waitingFor(snapshot)?.escalation !== r.escalation) {
@@ -197,6 +202,15 @@ async function main() {
   const until = Date.now() + 5000;
   while (received < resent && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
   await Promise.all(late);
+  for (const { thread, r } of unfinished) {
+    const snapshot = await graph.getState(threadConfig(thread));
+    if (snapshot.next.length) {
+      say(thread, "waits", `${r.id} stays unacknowledged: the thread stopped before ${snapshot.next.join(", ")}`);
+      continue;
+    }
+    await baton.ack(r.id);
+    say(thread, "ack", `${r.id} came again: the thread already resumed with it and has now gone on; acknowledged, not applied twice`);
+  }
 
   console.log("");
   for (const thread of opts.alerts) {
