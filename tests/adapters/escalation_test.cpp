@@ -1,6 +1,7 @@
 // Escalations end to end (docs/escalations.md): a real server, agents and reviewers over
 // WebSocket and HTTP, and the rows in SQLite; restarts of the server on the same log.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -427,8 +428,23 @@ TEST_F(escalation_test, an_absent_agent_hears_of_the_tool_baton_ran_when_it_resu
   restart();
   ws_client agent(server_->port());
   resume_hears_both(agent);
+  // Another connection holds the log's write lock for 400 ms: the ack's row waits for it, and so
+  // must the answer to the resume behind the ack.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db().c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::thread release([other] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+  });
+  const auto sent = std::chrono::steady_clock::now();
   agent.send(json{{"type", "ack"}, {"resolution", res["id"]}});
-  EXPECT_EQ(agent.request({{"type", "resume"}, {"id", 2}, {"session", "esc-away-run"}})["resolutions"], 0);
+  const json resumed = agent.request({{"type", "resume"}, {"id", 2}, {"session", "esc-away-run"}});
+  const auto waited = std::chrono::steady_clock::now() - sent;
+  release.join();
+  EXPECT_EQ(resumed["resolutions"], 0) << resumed;
+  EXPECT_GE(waited, std::chrono::milliseconds(300)) << "the resume was answered before the ack's row could be written";
   EXPECT_EQ(sql("SELECT resolution FROM deliveries").size(), 1u) << "the resume was answered before the ack's row";
   EXPECT_EQ(sql("SELECT id FROM tool_runs").size(), 1u) << "the tool ran again";
 }
