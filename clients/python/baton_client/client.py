@@ -432,18 +432,9 @@ class BatonClient:
             return known
         if self._closing:
             raise BatonError(CLOSED, "the client is closed")
-        future: "asyncio.Future[Resolution]" = asyncio.get_running_loop().create_future()
-        self._resolution_waiters.setdefault(escalation, []).append(future)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except asyncio.TimeoutError:
-            raise BatonError(TIMEOUT, f"no resolution of {escalation} within {timeout:g} s") from None
-        finally:
-            waiters = self._resolution_waiters.get(escalation)
-            if waiters and future in waiters:
-                waiters.remove(future)
-                if not waiters:
-                    del self._resolution_waiters[escalation]
+        resolution: Resolution = await _wait_for(self._resolution_waiters, escalation, timeout,
+                                                 f"no resolution of {escalation}")
+        return resolution
 
     async def _baton_ran(self, decision: Mapping[str, Any]) -> ToolResultFrame:
         decision_id = decision["decision"]
@@ -457,19 +448,7 @@ class BatonClient:
             if self._closing:
                 raise BatonError(CLOSED, "the client is closed")
             raise BatonError(CONNECTION_LOST, f"the connection that would get the tool result of {decision_id} is gone")
-        future: "asyncio.Future[ToolResultFrame]" = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_retrieve)
-        self._tool_waiters.setdefault(decision_id, []).append(future)
-        try:
-            frame = await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
-        except asyncio.TimeoutError:
-            raise BatonError(TIMEOUT, f"no tool result for {decision_id} within {self.request_timeout:g} s") from None
-        finally:
-            waiters = self._tool_waiters.get(decision_id)
-            if waiters and future in waiters:
-                waiters.remove(future)
-                if not waiters:
-                    del self._tool_waiters[decision_id]
+        frame = await _wait_for(self._tool_waiters, decision_id, self.request_timeout, f"no tool result for {decision_id}")
         self._tool_results.pop(decision_id, None)
         return frame
 
@@ -720,6 +699,25 @@ class BatonClient:
             except Exception:
                 log.exception("baton_client: a %s callback failed", event)
 
+
+
+async def _wait_for(waiters_by_key: Dict[str, List["asyncio.Future[Any]"]], key: str, timeout: Optional[float],
+                    what: str) -> Any:
+    """Waits for the frame that settles `key`'s future in `waiters_by_key` (None: no limit); TIMEOUT
+    names `what`. The future leaves the map however the wait ends."""
+    future: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
+    future.add_done_callback(_retrieve)
+    waiters_by_key.setdefault(key, []).append(future)
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), timeout)
+    except asyncio.TimeoutError:
+        raise BatonError(TIMEOUT, f"{what} within {timeout:g} s") from None
+    finally:
+        waiters = waiters_by_key.get(key)
+        if waiters and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del waiters_by_key[key]
 
 def _retrieve(future: "asyncio.Future[Any]") -> None:
     """Marks a future's exception as seen: nothing may be waiting for it any more."""
