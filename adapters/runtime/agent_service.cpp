@@ -106,20 +106,24 @@ std::string agent_service::scoped(const agent_connection& c, const std::string& 
 }
 
 bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f) {
-  std::string session = scoped(*c, f.session);
-  auto answer = std::make_shared<std::function<void()>>([this, c, id = std::move(id), name = std::move(f.session),
-                                                         session]() mutable {
-    auto a = desk_->attach(session, c, true);
-    c->send(protocol::render(protocol::resumed_frame{std::move(id), name, std::move(a.pending), a.frames.size()}));
-    for (const std::string& frame : a.frames) c->send(frame);
-    for (const std::string& frame : a.tool_results) c->send(frame);
-    for (const auto& [decision, tool] : a.awaited) c->await_tool(decision, tool, config_.server.max_pending_tool_results);
-  });
+  const std::string session = scoped(*c, f.session);
+  // The answer and what follows it, on the connection's strand.
+  auto answer = std::make_shared<std::function<void(escalation_desk::attached)>>(
+      [this, c, id = std::move(id), name = std::move(f.session)](escalation_desk::attached a) mutable {
+        c->send(protocol::render(protocol::resumed_frame{std::move(id), name, std::move(a.pending), a.frames.size()}));
+        for (const std::string& frame : a.frames) c->send(frame);
+        for (const std::string& frame : a.tool_results) c->send(frame);
+        for (const auto& [decision, tool] : a.awaited) c->await_tool(decision, tool, config_.server.max_pending_tool_results);
+      });
   // After an `ack` of this session, the answer waits for the ack's delivery row: a client that
-  // sends `ack` then `resume` knows from it that the ack is durable.
-  const bool deferred = desk_->defer_until_acks_written(
-      session, [c, answer] { boost::asio::post(c->strand(), [answer] { (*answer)(); }); });
-  if (!deferred) (*answer)();
+  // sends `ack` then `resume` knows from it that the ack is durable. The session is attached when
+  // the wait ends, in the order the resumes came, so that a dying connection's resume cannot take
+  // the session back from its reconnect's.
+  const bool deferred = desk_->defer_until_acks_written(session, [this, c, session, answer] {
+    auto a = desk_->attach(session, c, true);
+    boost::asio::post(c->strand(), [answer, a = std::move(a)]() mutable { (*answer)(std::move(a)); });
+  });
+  if (!deferred) (*answer)(desk_->attach(session, c, true));
   return true;
 }
 
