@@ -16,6 +16,7 @@
 //
 // Every node's result is checkpointed (SqliteSaver, durability "sync"), so a thread that waits for a
 // person survives the process: a fresh process builds the same graph on the same file and resumes it.
+import "./web_crypto.mjs";
 import { Annotation, Command, END, START, StateGraph, interrupt } from "@langchain/langgraph";
 import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
 import { largerModelStandIn, runAgentTool } from "./tools.mjs";

@@ -8,6 +8,7 @@
 // later run on the same --checkpoints file continues where the last one stopped (killed or not):
 // it asks baton again (resume) for the resolutions it has not acknowledged, resumes the threads that
 // wait for them, and acknowledges without resuming again those a thread already applied.
+import "./web_crypto.mjs";
 import { mkdirSync } from "node:fs";
 import { dirname, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

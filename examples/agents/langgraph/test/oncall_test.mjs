@@ -8,6 +8,7 @@
 // ctest runs it as test_langgraph (tests/CMakeLists.txt); scripts/setup.sh installs what it needs
 // (npm ci here and in clients/typescript). Everything is on 127.0.0.1.
 
+import "../web_crypto.mjs";
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
