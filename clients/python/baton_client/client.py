@@ -403,16 +403,22 @@ class BatonClient:
 
     async def _ack_until_confirmed(self, resolution_id: str, future: "asyncio.Future[None]") -> None:
         try:
+            unwritten = 0
             while True:
                 # The resolution's own session; any (the ack's error or not comes first either way).
                 session = self._resolution_session.get(resolution_id) or next(iter(self._sessions), "baton-client")
                 try:
-                    await self._request(lambda: [{"type": "ack", "resolution": resolution_id},
-                                                 {"type": "resume", "session": session}])
+                    answer = await self._request(lambda: [{"type": "ack", "resolution": resolution_id},
+                                                          {"type": "resume", "session": session}])
                 except BatonError as e:
                     if e.code == CONNECTION_LOST and self.reconnect is not None and self._failed is None:
                         continue  # sent again on the next connection
                     raise
+                if resolution_id in answer.get(_RESENT, ()) and unwritten < self.retries:
+                    # Baton could not write the ack's row and sent the resolution again with the
+                    # answer: acknowledged again.
+                    unwritten += 1
+                    continue
                 self._acked.add(resolution_id)
                 future.set_result(None)
                 return
@@ -503,6 +509,8 @@ class BatonClient:
                 self._on_resolution(resolution)  # type: ignore[arg-type]
             hold = self._resume_hold
             if hold is not None:
+                if isinstance(resolution, dict):
+                    hold[1].setdefault(_RESENT, []).append(resolution.get("id"))
                 hold[2] -= 1
                 if hold[2] <= 0:
                     self._resume_hold = None
@@ -526,7 +534,7 @@ class BatonClient:
         if kind == "decision":
             self._on_decision(frame)
         if kind == "resumed" and int(frame.get("resolutions") or 0) > 0:
-            self._resume_hold = [pending, frame, int(frame["resolutions"])]
+            self._resume_hold = [pending, dict(frame), int(frame["resolutions"])]
             return
         pending.future.set_result(frame)
 
@@ -700,6 +708,9 @@ class BatonClient:
                 log.exception("baton_client: a %s callback failed", event)
 
 
+
+# The ids of the resolution frames that followed a `resumed` answer, kept on the answer (internal).
+_RESENT = "_resolutions_that_followed"
 
 async def _wait_for(waiters_by_key: Dict[str, List["asyncio.Future[Any]"]], key: str, timeout: Optional[float],
                     what: str) -> Any:

@@ -64,6 +64,15 @@ interface Job {
   ackError?: ErrorFrame;
   /** Sent again after a reconnect instead of failing with CONNECTION_LOST (unconfirmed acks). */
   keep: boolean;
+  /** A resume that recover() sends after a reconnect: what waited goes once these are answered. */
+  recovery?: boolean;
+}
+
+interface ResumeHold {
+  job: Job;
+  frame: ServerFrame;
+  left: number;
+  ids: (string | undefined)[];
 }
 
 interface Waiter<T> {
@@ -116,6 +125,9 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
 
   private readonly sessions = new Map<string, Session>();
   private readonly emitted = new Set<string>();
+  private resumeHold: ResumeHold | null = null; // a resume whose resolution frames are still coming
+  private recovering = false; // recover()'s resumes are not all answered yet
+  private recoveries = 0;
   private readonly reacks = new Map<string, number>(); // resolution id → acks sent again
   private readonly toolResultsSeen = new Set<string>(); // decisions whose tool_result was handed over
   private readonly resolutionSession = new Map<string, string>();
@@ -270,7 +282,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
 
   // Requests
 
-  private enqueue<T>(build: () => object, hooks: RequestHooks, extra: { ack?: string; keep?: boolean } = {}): Promise<T> {
+  private enqueue<T>(build: () => object, hooks: RequestHooks, extra: { ack?: string; keep?: boolean; recovery?: boolean } = {}): Promise<T> {
     if (this.closed) return Promise.reject(new BatonError("CLOSED", "the client was closed"));
     if (this.everConnected && !this.open && !this.reconnectLoop && !this.connecting) {
       return Promise.reject(new BatonError("CONNECTION_LOST", "the connection to baton is closed (reconnect is off or gave up)"));
@@ -289,6 +301,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
         keep: extra.keep ?? false,
       };
       if (extra.ack !== undefined) job.ack = extra.ack;
+      if (extra.recovery) job.recovery = true;
       job.timer = setTimeout(() => {
         const sent = job.id !== null && this.inFlight.get(job.id) === job;
         this.fail(job, new BatonError("TIMEOUT", `no answer within ${this.requestTimeoutMs} ms`));
@@ -316,7 +329,12 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
         }, wait > 0 ? wait : 5);
         return;
       }
-      const job = this.queue.shift()!;
+      // After a reconnect, what waited goes once the sessions' resumes are answered (baton then
+      // routes their resolutions here and takes their tools' results on this connection).
+      // (A retried resume goes back to its place in the order, behind what waited: it is looked for.)
+      const at = this.recovering ? this.queue.findIndex((j) => j.keep || j.recovery) : 0;
+      if (at < 0) return;
+      const [job] = this.queue.splice(at, 1);
       if (!job.done) this.transmit(job);
     }
   }
@@ -361,6 +379,21 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     this.pump();
   }
 
+  private releaseResume(hold: ResumeHold): void {
+    const { job, frame, ids } = hold;
+    if (job.ack !== undefined && !job.ackError && ids.includes(job.ack) && job.sends <= this.retries) {
+      // baton could not write the ack's row and sent the resolution again with this answer: the
+      // ack and its resume go again.
+      if (job.id !== null) this.inFlight.delete(job.id);
+      if (job.ackId !== undefined) this.ackIds.delete(job.ackId);
+      job.id = null;
+      this.requeue(job);
+      this.pump();
+      return;
+    }
+    this.answered(job, frame);
+  }
+
   /** Back into the queue at its place in the order of requests. */
   private requeue(job: Job): void {
     const at = this.queue.findIndex((j) => j.seq > job.seq);
@@ -401,7 +434,14 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
       case "resumed":
       case "ack": {
         const job = frame.ref === null ? undefined : this.inFlight.get(frame.ref);
-        if (job) this.answered(job, frame);
+        if (!job) return;
+        // A resume answered with n resolutions completes once those n frames, right behind it,
+        // have been handled: its caller sees them.
+        if (frame.type === "resumed" && frame.resolutions > 0) {
+          this.resumeHold = { job, frame, left: frame.resolutions, ids: [] };
+          return;
+        }
+        this.answered(job, frame);
         return;
       }
       case "error": {
@@ -425,9 +465,18 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
       case "tool_result":
         this.onToolResult(frame);
         return;
-      case "resolution":
+      case "resolution": {
         this.onResolution(frame.resolution);
+        const hold = this.resumeHold;
+        if (hold) {
+          hold.ids.push(frame.resolution?.id);
+          if (--hold.left === 0) {
+            this.resumeHold = null;
+            this.releaseResume(hold);
+          }
+        }
         return;
+      }
     }
   }
 
@@ -552,19 +601,27 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
       s.markFresh();
       // Queued directly (not through enqueue) so that it goes before the requests that waited.
       resumes.push(
-        this.enqueue(() => ({ type: "resume", session: s.name }), {}).catch((err: unknown) => {
+        this.enqueue(() => ({ type: "resume", session: s.name }), {}, { recovery: true }).catch((err: unknown) => {
           if (err instanceof BatonError && (err.code === "CONNECTION_LOST" || err.code === "CLOSED")) return;
           this.emit("error", err instanceof BatonError ? err : new BatonError("CONNECTION_LOST", String(err)));
         }),
       );
     }
-    // enqueue() appended the resumes after the acks; what waited goes last.
+    // enqueue() appended the resumes after the acks; what waited goes last, once they are answered.
     this.queue.push(...rest);
+    const generation = ++this.recoveries;
+    this.recovering = true;
+    void Promise.allSettled(resumes).then(() => {
+      if (generation !== this.recoveries) return; // another reconnect since: its own resumes gate
+      this.recovering = false;
+      this.pump();
+    });
   }
 
   private onClose(ws: WebSocket, code: number, reason: string): void {
     if (this.ws !== ws) return;
     this.ws = null;
+    this.resumeHold = null; // its job is still in flight: handled below
     this.open = false;
     if (this.pumpTimer) {
       clearTimeout(this.pumpTimer);

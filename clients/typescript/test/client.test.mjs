@@ -221,3 +221,4 @@ test("a frame over baton's max_frame_bytes: an error event (ref null), CONNECTIO
     await big.close();
   }
 });
+
