@@ -483,32 +483,22 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
   };
   std::map<std::string, held_review> reviews_of_second_passes;  // first pass's id → its review
 
+  // A person's verdict: the cell's count, the totals, and by what the replayed policy now does.
+  auto reviewed = [&](std::size_t& in_cell, const char* total, const char* verdict, bool executes, bool escalates) {
+    ++in_cell;
+    ++n["reviewed"];
+    ++n[total];
+    if (executes) ++n[std::string("executes_") + verdict];
+    if (escalates) ++n[std::string("escalates_") + verdict];
+  };
   auto count_review = [&](replay_cell& cell, review said, bool executes, bool escalates) {
     switch (said) {
       case review::none: break;
       case review::pending: ++cell.pending; ++n["pending"]; break;
       case review::deadline: ++cell.deadline; ++n["deadline"]; break;
-      case review::approved:
-        ++cell.approved;
-        ++n["reviewed"];
-        ++n["approved"];
-        if (executes) ++n["executes_approved"];
-        if (escalates) ++n["escalates_approved"];
-        break;
-      case review::changed:
-        ++cell.changed;
-        ++n["reviewed"];
-        ++n["changed_by_reviewer"];
-        if (executes) ++n["executes_changed"];
-        if (escalates) ++n["escalates_changed"];
-        break;
-      case review::denied:
-        ++cell.denied;
-        ++n["reviewed"];
-        ++n["denied"];
-        if (executes) ++n["executes_denied"];
-        if (escalates) ++n["escalates_denied"];
-        break;
+      case review::approved: reviewed(cell.approved, "approved", "approved", executes, escalates); break;
+      case review::changed: reviewed(cell.changed, "changed_by_reviewer", "changed", executes, escalates); break;
+      case review::denied: reviewed(cell.denied, "denied", "denied", executes, escalates); break;
     }
   };
 

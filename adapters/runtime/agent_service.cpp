@@ -175,12 +175,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   fit_window(t, req, engine_);
   if (auto media = attach_media(t, req, engine_); !media) {
     // Refused as a SystemOne request with these media is: the session stays as it was.
-    tools::restore_events(req.state, std::move(t->dropped));
-    t->session.history = std::move(req.state);
-    t->finished = true;
-    sessions_.abort(std::move(t->session));
-    --in_flight_;
-    c->send(protocol::render_error_frame(t->frame_id, media.error()));
+    refuse_turn(t, req, media.error());
     return false;
   }
   t->received = started;
@@ -191,16 +186,20 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
   });
   if (!submitted) {
-    tools::restore_events(req.state, std::move(t->dropped));
-    t->session.history = std::move(req.state);
-    t->finished = true;
-    sessions_.abort(std::move(t->session));
-    --in_flight_;
-    c->send(protocol::render_error_frame(t->frame_id, submitted.error()));
+    refuse_turn(t, req, submitted.error());
     return true;
   }
   arm_timer(t, config_.engine.timeout);
   return true;
+}
+
+void agent_service::refuse_turn(const std::shared_ptr<turn>& t, request& req, const error& e) {
+  tools::restore_events(req.state, std::move(t->dropped));
+  t->session.history = std::move(req.state);
+  t->finished = true;
+  sessions_.abort(std::move(t->session));
+  --in_flight_;
+  t->conn->send(protocol::render_error_frame(t->frame_id, e));
 }
 
 void agent_service::fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine) {

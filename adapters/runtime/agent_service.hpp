@@ -74,6 +74,9 @@ class agent_service {
   // dropped events, the newest within its limits) and checks them as a SystemOne request's.
   result<void> attach_media(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
   void capture_state(const std::shared_ptr<turn>& t);
+  // A turn refused before an engine had it: the session gets its history back as it was, and the
+  // agent the error.
+  void refuse_turn(const std::shared_ptr<turn>& t, request& req, const error& e);
   void start_fallback(const std::shared_ptr<turn>& t, request&& req);
   void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);
   log::decision_record make_record(const std::shared_ptr<turn>& t, std::string id);

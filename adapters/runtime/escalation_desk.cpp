@@ -194,16 +194,19 @@ void escalation_desk::start() {
   if (!pending) throw error_exception(pending.error());
   auto unacknowledged = reader_->unacknowledged_resolutions();
   if (!unacknowledged) throw error_exception(unacknowledged.error());
-  std::vector<std::pair<log::resolution_record, escalation>> waiting;
-  std::map<std::string, std::string> ran;  // resolution id → baton's tool_result frame of the tool it ran
+  struct unacknowledged_resolution {
+    log::resolution_record res;
+    escalation esc;
+    std::string tool_result;  // baton's tool_result frame of the tool it ran for it, when it did
+  };
+  std::vector<unacknowledged_resolution> waiting;
   for (log::escalation_history& h : *unacknowledged) {
-    if (h.tool_run && h.tool_run->executor != "agent") {
-      const log::tool_run_record& run = *h.tool_run;
-      ran.emplace(h.resolution->id,
-                  protocol::render(protocol::tool_outcome_frame{
-                      run.decision, run.tool, {run.ok, run.error_code, run.detail, run.attempts, run.output}, {}}));
+    std::string tool_result;
+    if (const auto& run = h.tool_run; run && run->executor != "agent") {
+      tool_result = protocol::render(protocol::tool_outcome_frame{
+          run->decision, run->tool, {run->ok, run->error_code, run->detail, run->attempts, run->output}, {}});
     }
-    waiting.emplace_back(std::move(*h.resolution), read_back(*routing, h.row));
+    waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), std::move(tool_result)});
   }
 
   std::size_t expired = 0;
@@ -225,11 +228,11 @@ void escalation_desk::start() {
     routing_.counters.resolution(res.outcome, res.by);
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
     run_if_baton_runs(*routing, res, owned->escalation.row);
-    waiting.emplace_back(std::move(res), owned->escalation);
+    waiting.push_back({std::move(res), owned->escalation, {}});
   }
-  for (const auto& [res, esc] : waiting) {
+  for (auto& [res, esc, tool_result] : waiting) {
     auto w = waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row));
-    if (const auto r = ran.find(res.id); r != ran.end()) w.tool_result = r->second;
+    w.tool_result = std::move(tool_result);
     waiting_.emplace(res.id, std::move(w));
   }
   for (auto& [id, e] : pending_) arm(*e);

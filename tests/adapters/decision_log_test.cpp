@@ -153,6 +153,15 @@ class decision_log_test : public ::testing::Test {
     EXPECT_EQ(done.ok(), static_cast<std::size_t>(n + (first == 1)));
   }
 
+  // Opens the log (which migrates an older one), appends `d` and closes it.
+  void append_one(const decision_record& d) {
+    auto log = decision_log::open(options_);
+    outcomes done;
+    ASSERT_TRUE(log->append(d, done.callback()));
+    log->close();
+    EXPECT_EQ(done.ok(), 1u);
+  }
+
   const test::scratch_dir dir_{"baton-declog"};
   log_options options_;
   std::string db_arg_;
@@ -528,16 +537,10 @@ TEST_F(decision_log_test, a_log_of_the_previous_schema_keeps_its_rows_and_gains_
   ASSERT_EQ(sql("SELECT count(*) AS n FROM pragma_table_info('decisions') WHERE name IN ('cached_tokens', 'events_dropped')")[0]["n"], 0);
   EXPECT_EQ(cli({"log", "verify", "--db", db_arg_}).out, "ok: 3 decisions, 1 tool runs, 0 escalations, 0 resolutions, 0 deliveries\n");
 
-  {
-    auto log = decision_log::open(options_);
-    decision_record d = decision(4);
-    d.cached_tokens = 64;
-    d.events_dropped = 0;
-    outcomes done;
-    ASSERT_TRUE(log->append(d, done.callback()));
-    log->close();
-    EXPECT_EQ(done.ok(), 1u);
-  }
+  decision_record d = decision(4);
+  d.cached_tokens = 64;
+  d.events_dropped = 0;
+  ASSERT_NO_FATAL_FAILURE(append_one(d));
   EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 6);
   EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
   const auto rows = sql("SELECT id, cached_tokens, events_dropped FROM decisions ORDER BY seq");
@@ -557,17 +560,11 @@ TEST_F(decision_log_test, a_log_of_schema_5_keeps_its_rows_and_gains_the_media_c
                      "PRAGMA user_version = 5")
                 .first,
             SQLITE_OK);
-  {
-    auto log = decision_log::open(options_);
-    decision_record d = decision(3);
-    d.media = json::array({json{{"field", "images"}, {"number", 1}, {"event", 0}, {"source", "inline"},
-                                {"content_type", "image/png"}, {"bytes", 3}, {"sha256", "sha256:ba78"}}});
-    d.media_dropped = 0;
-    outcomes done;
-    ASSERT_TRUE(log->append(d, done.callback()));
-    log->close();
-    EXPECT_EQ(done.ok(), 1u);
-  }
+  decision_record d = decision(3);
+  d.media = json::array({json{{"field", "images"}, {"number", 1}, {"event", 0}, {"source", "inline"},
+                              {"content_type", "image/png"}, {"bytes", 3}, {"sha256", "sha256:ba78"}}});
+  d.media_dropped = 0;
+  ASSERT_NO_FATAL_FAILURE(append_one(d));
   EXPECT_EQ(sql("PRAGMA user_version")[0]["user_version"], 6);
   EXPECT_EQ(sql("SELECT name, type FROM pragma_table_info('decisions') ORDER BY cid"), columns);
   const auto rows = sql("SELECT id, json_extract(media, '$[0].sha256') AS sha, media_dropped FROM decisions ORDER BY seq");

@@ -39,8 +39,13 @@ std::vector<finding> of_kind(const std::vector<finding>& all, const std::string&
 
 bool says(const finding& f, const std::string& text) { return f.message.find(text) != std::string::npos; }
 
+// The findings on a policy text (which must parse) against the test registry.
+std::vector<finding> check(std::string_view text, const check_options& options = {}) {
+  return check_policy(parse_ok(text), test_registry(), options);
+}
+
 TEST(policy_check, a_clean_policy_has_nothing_to_say) {
-  const auto found = check_policy(parse_ok(clean_policy), test_registry());
+  const auto found = check(clean_policy);
   for (const finding& f : found) ADD_FAILURE() << f.file << ":" << f.line << ": " << f.kind << ": " << f.message;
 }
 
@@ -73,7 +78,7 @@ TEST(policy_check, parsers_keep_lines_outside_the_hash) {
 }
 
 TEST(policy_check, p_max_thresholds_at_or_below_one_over_n_are_always_met) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   escalate_when:
     - {question: needs_person, noul_above: 0.7}
@@ -85,8 +90,7 @@ lanes:
     b: {execute: 0.5, fallback: 0}
     d: {execute: 0.5, fallback: 0.17}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   const auto unreachable = of_kind(found, "lane_threshold_unreachable");
   ASSERT_EQ(unreachable.size(), 2u) << (found.empty() ? "" : found[0].message);
   // 0.15 ≤ 1/6: the default lane never escalates.
@@ -102,7 +106,7 @@ on_engine_error: escalate
   EXPECT_EQ(unreachable[1].file, "p.yaml");
 
   // The margin metric spans [0, 1]: the same thresholds can be missed.
-  const auto margin = check_policy(parse_ok(R"(confidence: margin
+  const auto margin = check(R"(confidence: margin
 rules:
   escalate_when:
     - {question: needs_person, noul_above: 0.7}
@@ -112,13 +116,12 @@ lanes:
   tools:
     a: {execute: 0.1, fallback: 0.1}
 on_engine_error: escalate
-)"),
-                                   test_registry());
+)");
   EXPECT_TRUE(of_kind(margin, "lane_threshold_unreachable").empty());
 }
 
 TEST(policy_check, lanes_of_tools_a_rule_takes_first_never_decide) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   deny: [d]
   always_escalate: [e]
@@ -134,8 +137,7 @@ lanes:
     d: {execute: 0.9, fallback: 0.6}
     e: {execute: 0.9, fallback: 0.6}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   const auto never = of_kind(found, "lane_never_decides");
   ASSERT_EQ(never.size(), 3u);
   EXPECT_EQ(never[0].line, 13);
@@ -162,13 +164,13 @@ fallback_lanes:
     c: {execute: 0.1, fallback: 0.1}
 on_engine_error: escalate
 )";
-  const auto without = check_policy(parse_ok(text), test_registry(), {.fallback_engine = false});
+  const auto without = check(text, {.fallback_engine = false});
   const auto unused = of_kind(without, "fallback_lanes_unused");
   ASSERT_EQ(unused.size(), 1u);
   EXPECT_EQ(unused[0].line, 8);
   EXPECT_TRUE(says(unused[0], "no `routing.fallback`"));
 
-  const auto with = check_policy(parse_ok(text), test_registry(), {.fallback_engine = true});
+  const auto with = check(text, {.fallback_engine = true});
   EXPECT_TRUE(of_kind(with, "fallback_lanes_unused").empty());
   const auto fallback = of_kind(with, "fallback_lane_fallback_unused");
   ASSERT_EQ(fallback.size(), 1u);  // the default's fallback equals its execute; c's too
@@ -182,7 +184,7 @@ on_engine_error: escalate
 }
 
 TEST(policy_check, max_risk_high_escalates_nothing) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   max_risk: high
   escalate_when:
@@ -191,30 +193,29 @@ rules:
 lanes:
   default: {execute: 0.85, fallback: 0.5}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   const auto never = of_kind(found, "max_risk_never_fires");
   ASSERT_EQ(never.size(), 1u);
   EXPECT_EQ(never[0].line, 3);
-  EXPECT_TRUE(check_policy(parse_ok(clean_policy), test_registry()).empty());  // max_risk: medium
+  EXPECT_TRUE(check(clean_policy).empty());  // max_risk: medium
 }
 
 TEST(policy_check, an_audit_that_draws_nothing_or_everything) {
   const std::string base = "confidence: p_max\nlanes:\n  default: {execute: 0.85, fallback: 0.5}\non_engine_error: escalate\n";
   for (const auto& [rate, kind] : {std::pair{"0", "audit_never_draws"}, std::pair{"1", "audit_draws_everything"}}) {
-    const auto found = check_policy(parse_ok(base + "audit:\n  rate: " + rate + "\n"), test_registry());
+    const auto found = check(base + "audit:\n  rate: " + rate + "\n");
     const auto hits = of_kind(found, kind);
     ASSERT_EQ(hits.size(), 1u) << rate;
     EXPECT_EQ(hits[0].line, 6) << rate;  // the rate's own line
   }
-  const auto sampled = check_policy(parse_ok(base + "audit: {rate: 0.02}\n"), test_registry());
+  const auto sampled = check(base + "audit: {rate: 0.02}\n");
   EXPECT_TRUE(of_kind(sampled, "audit_never_draws").empty());
   EXPECT_TRUE(of_kind(sampled, "audit_draws_everything").empty());
-  EXPECT_TRUE(check_policy(parse_ok(std::string(clean_policy) + "audit: {rate: 0.02}\n"), test_registry()).empty());
+  EXPECT_TRUE(check(std::string(clean_policy) + "audit: {rate: 0.02}\n").empty());
 }
 
 TEST(policy_check, triggers_that_never_fire_always_fire_or_are_shadowed) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   escalate_when:
     - {question: needs_person, noul_above: 1}
@@ -225,8 +226,7 @@ rules:
 lanes:
   default: {execute: 0.85, fallback: 0.5}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   const auto never = of_kind(found, "trigger_never_fires");
   ASSERT_EQ(never.size(), 2u);
   EXPECT_EQ(never[0].line, 4);
@@ -250,7 +250,7 @@ on_engine_error: escalate
 }
 
 TEST(policy_check, a_trigger_on_a_parameter_reads_it_whatever_the_tool) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   escalate_when:
     - {question: needs_person, noul_above: 0.7}
@@ -259,8 +259,7 @@ rules:
 lanes:
   default: {execute: 0.85, fallback: 0.5}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].kind, "trigger_on_parameter");
   EXPECT_EQ(found[0].line, 6);
@@ -268,7 +267,7 @@ on_engine_error: escalate
 }
 
 TEST(policy_check, denied_tools_are_offered_and_their_parameters_asked_for_nothing) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   deny: [d, a]
   escalate_when:
@@ -281,8 +280,7 @@ escalation:
   tools:
     a: {deadline_s: 60}
     b: {deadline_s: 60}
-)"),
-                                  test_registry());
+)");
   const auto offered = of_kind(found, "denied_tool_offered");
   ASSERT_EQ(offered.size(), 2u);
   // Both on line 3, in list order.
@@ -298,15 +296,14 @@ escalation:
 }
 
 TEST(policy_check, global_questions_no_trigger_reads_are_reported_in_the_registry) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   escalate_when:
     - {question: urgency, score_above: 2.5}
 lanes:
   default: {execute: 0.85, fallback: 0.5}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].kind, "question_unread");
   EXPECT_EQ(found[0].file, "tools.yaml");
@@ -315,15 +312,14 @@ on_engine_error: escalate
 }
 
 TEST(policy_check, findings_come_sorted_by_file_and_line) {
-  const auto found = check_policy(parse_ok(R"(confidence: p_max
+  const auto found = check(R"(confidence: p_max
 rules:
   max_risk: high
   deny: [d]
 lanes:
   default: {execute: 0.85, fallback: 0.1}
 on_engine_error: escalate
-)"),
-                                  test_registry());
+)");
   ASSERT_EQ(found.size(), 5u);
   const std::vector<std::pair<std::string, int>> expected{
       {"p.yaml", 3}, {"p.yaml", 4}, {"p.yaml", 6}, {"tools.yaml", 14}, {"tools.yaml", 15}};

@@ -578,7 +578,7 @@ class BatonClient:
 
     def _on_tool_result(self, frame: Frame) -> None:
         decision_id = str(frame.get("decision"))
-        again = decision_id in self._tool_events_applied or decision_id in self._tool_results_seen
+        again = decision_id in self._tool_results_seen
         self._tool_results_seen[decision_id] = None
         while len(self._tool_results_seen) > 16 * _KEPT_TOOL_RESULTS:
             self._tool_results_seen.popitem(last=False)
