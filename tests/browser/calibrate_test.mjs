@@ -15,21 +15,15 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 
 import { baton_process } from "../support/baton_process.mjs";
 import { AgentSocket, withTimeout } from "./agent_socket.mjs";
+import { batonBin, chromiumBin, screenshotDir, sourceDir } from "./env.mjs";
 
 import { chromium } from "playwright-core";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const batonBin = process.env.BATON_BIN;
-const sourceDir = path.resolve(process.env.BATON_SOURCE_DIR ?? path.join(here, "..", ".."));
-const chromiumBin = process.env.BATON_CHROMIUM ?? "/usr/bin/chromium";
-const screenshotDir = path.resolve(
-  process.env.BATON_SCREENSHOT_DIR ?? path.join(path.dirname(batonBin ?? "."), ".."),
-);
 
 const STARTUP_MS = 10_000;
 const STOP_MS = 10_000;

@@ -21,11 +21,10 @@ import { after, before, test } from "node:test";
 
 import { baton_process } from "../support/baton_process.mjs";
 import { AgentSocket, withTimeout } from "./agent_socket.mjs";
+import { batonBin, chromiumBin } from "./env.mjs";
 
 import { chromium } from "playwright-core";
 
-const batonBin = process.env.BATON_BIN;
-const chromiumBin = process.env.BATON_CHROMIUM ?? "/usr/bin/chromium";
 
 const STARTUP_MS = 10_000;
 const STOP_MS = 10_000;
