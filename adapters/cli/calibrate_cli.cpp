@@ -340,7 +340,7 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
                                          const calibrate_options& options) {
   calibration_report rep;
   rep.options = options;
-  rep.db = in.db.string();
+  rep.db = in.db.where();
   rep.policy_file = in.policy_file.string();
   rep.policy_hash = in.policy.hash;
   rep.metric = std::string(to_string(in.policy.metric));

@@ -9,6 +9,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "core/json.hpp"
 
@@ -24,13 +25,15 @@ constexpr int exit_failed = 1;         // show: no such decision; any command: t
 constexpr int exit_sql_error = 2;      // sql: the statement failed or would write
 constexpr int exit_chain_broken = 3;   // verify: a row does not match its chain
 
-constexpr const char* log_help = R"(Usage: baton log sql [--db PATH] "SELECT ..."
-       baton log show [--db PATH] DECISION
-       baton log tail [--db PATH] [-n N]
-       baton log verify [--db PATH]
+constexpr const char* log_help = R"(Usage: baton log sql [--db LOG] "SELECT ..."
+       baton log show [--db LOG] DECISION
+       baton log tail [--db LOG] [-n N]
+       baton log verify [--db LOG]
+       baton log copy --from FILE.db --to postgresql://...
 
-Reads the decision log, the SQLite file `baton serve` appends decisions and tool runs to
-(adapters/log/README.md). The file is opened read-only and never created.
+Reads the decision log `baton serve` appends decisions and tool runs to (adapters/log/README.md):
+a SQLite file, opened read-only and never created, or a PostgreSQL database (a postgresql://
+URL; the password from libpq's PGPASSWORD or ~/.pgpass), read in read-only transactions.
 
 Commands:
   sql QUERY    runs one SQL statement that only reads; writes each row as a JSON object
@@ -44,20 +47,25 @@ Commands:
                action, lane, confidence
   verify       walks every hash chain (decisions, tool runs, escalations, resolutions,
                deliveries, reloads) from its first row and names the first row that does not match
-               (a changed column, a missing row)
+               (a changed column, a missing row); on PostgreSQL, each instance's chains, and
+               that every row another names is there. Prints each chain's last row_hash:
+               keep them elsewhere to catch rows cut from the end
+  copy         moves a SQLite log into an empty PostgreSQL one, rows as they are (their
+               hashes hold: the instance column stays NULL), then verifies the copy
 
 Options:
-  --db PATH    the decision log (default var/baton.db)
+  --db LOG     the decision log: a file or a postgresql:// URL (default var/baton.db)
   -n N         tail: how many decisions (default 20)
   -h, --help   show this help
 
-Exit status: 0 done; 1 show: no such decision, or the log cannot be read; 2 sql: the statement
-failed or would write; 3 verify: a row does not match its chain; 64 usage; 66 no log at PATH.
+Exit status: 0 done; 1 show: no such decision, or the log cannot be read or (copy) written;
+2 sql: the statement failed or would write; 3 verify: a row does not match its chain (copy: in
+the file, or the copy does not match it); 64 usage; 66 no log at PATH.
 )";
 
 // Opens the log read-only; on failure reports it and returns null, with the exit status in `status`.
 std::unique_ptr<log_reader> open_log(const command_args& a, std::ostream& err, const char* command, int& status) {
-  auto reader = log_reader::open(std::string(a.get("--db").value_or("var/baton.db")));
+  auto reader = log_reader::open(log::log_at(a.get("--db").value_or("var/baton.db")));
   if (!reader) {
     err << "baton log " << command << ": " << reader.error().message << "\n";
     status = exit_no_input;
@@ -221,6 +229,30 @@ int verify_main(const command_args& a, std::ostream& out, std::ostream& err) {
   std::string counts;
   for (const auto& [noun, n] : report->counts) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + noun;
   out << "ok: " << counts << "\n";
+  for (const auto& c : report->chains) {
+    out << "  " << c.table << (c.instance.empty() ? "" : " of " + c.instance) << ": " << c.rows << " rows, last "
+        << c.row_hash << "\n";
+  }
+  out.flush();
+  return exit_ok;
+}
+
+int copy_main(const command_args& a, std::ostream& out, std::ostream& err) {
+  if (a.file) return usage_error(err, "copy takes no argument", "log copy");
+  const auto from = a.get("--from");
+  const auto to = a.get("--to");
+  if (!from || !to) return usage_error(err, "copy needs --from FILE.db and --to postgresql://...", "log copy");
+  if (!log::is_postgres_url(*to)) return usage_error(err, "--to must be a postgresql:// URL", "log copy");
+  const auto copied = log::copy_log(std::filesystem::path(*from), log::log_at(*to));
+  if (!copied) {
+    err << "baton log copy: " << copied.error().message << "\n";
+    const std::string& code = copied.error().code;
+    if (code == "NO_LOG") return exit_no_input;
+    return code == "CHAIN_BROKEN" || code == "COPY_MISMATCH" ? exit_chain_broken : exit_failed;
+  }
+  std::string counts;
+  for (const auto& [noun, n] : copied->counts) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + noun;
+  out << "copied and verified: " << counts << "\n";
   out.flush();
   return exit_ok;
 }
@@ -228,18 +260,19 @@ int verify_main(const command_args& a, std::ostream& out, std::ostream& err) {
 }  // namespace
 
 int log_main(std::span<const std::string_view> args, std::istream&, std::ostream& out, std::ostream& err) {
-  if (args.empty()) return usage_error(err, "log needs a command: sql, show, tail or verify", "log");
+  if (args.empty()) return usage_error(err, "log needs a command: sql, show, tail, verify or copy", "log");
   const std::string_view command = args[0];
   if (command == "-h" || command == "--help") {
     out << log_help;
     return exit_ok;
   }
-  if (command != "sql" && command != "show" && command != "tail" && command != "verify") {
+  if (command != "sql" && command != "show" && command != "tail" && command != "verify" && command != "copy") {
     return usage_error(err, "unknown command '" + std::string(command) + "'", "log");
   }
   command_args a;
-  const auto problem = command == "tail" ? parse_args(args.subspan(1), {"--db", "-n"}, {}, a)
-                                         : parse_args(args.subspan(1), {"--db"}, {}, a);
+  const auto problem = command == "tail"   ? parse_args(args.subspan(1), {"--db", "-n"}, {}, a)
+                       : command == "copy" ? parse_args(args.subspan(1), {"--from", "--to"}, {}, a)
+                                           : parse_args(args.subspan(1), {"--db"}, {}, a);
   if (problem) return usage_error(err, *problem, ("log " + std::string(command)).c_str());
   if (a.help) {
     out << log_help;
@@ -248,6 +281,7 @@ int log_main(std::span<const std::string_view> args, std::istream&, std::ostream
   if (command == "sql") return sql_main(a, out, err);
   if (command == "show") return show_main(a, out, err);
   if (command == "tail") return tail_main(a, out, err);
+  if (command == "copy") return copy_main(a, out, err);
   return verify_main(a, out, err);
 }
 

@@ -47,7 +47,7 @@ their answers do not parse.
 
 Options:
   --policy FILE      the policy to replay (required)
-  --db LOG           the decision log (default: the config's log.path)
+  --db LOG           the decision log, a file or a postgresql:// URL (default: the config's log)
   --registry FILE    the registry the rows must have been made under (default: the config's)
   --config FILE      where the defaults come from (default config/baton.yaml); not read when
                      --db and --registry are given
@@ -411,7 +411,7 @@ std::optional<int> read_review_inputs(const command_args& a, const char* command
     }
     config = std::move(*loaded);
   }
-  out.db = db ? std::filesystem::path(*db) : config->log.path;
+  out.db = db ? log::log_at(*db) : config->log;
   if (config) out.history = config->history;
   out.registry_file = registry ? std::filesystem::path(*registry) : config->registry;
   out.policy_file = policy ? std::filesystem::path(*policy) : config->policy;
@@ -462,7 +462,7 @@ review review_of(const log::reviewed_decision& r) {
 
 result<replay_report> replay_log(const log::log_reader& log, const review_inputs& in, decision_engine* engine) {
   replay_report rep;
-  rep.db = in.db.string();
+  rep.db = in.db.where();
   rep.since_ms = in.since_ms;
   rep.policy_file = in.policy_file.string();
   rep.policy_hash = in.policy.hash;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adapters/cli/cli_args.hpp"
+#include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "core/answers.hpp"
 #include "core/error.hpp"
@@ -31,7 +32,7 @@ namespace baton {
 // The log, the registry its rows must have been made under, a policy over that registry and
 // where to start.
 struct review_inputs {
-  std::filesystem::path db;
+  log::log_options db;  // the log: its file or its database
   std::filesystem::path registry_file, policy_file;
   tools::registry registry;
   policies::policy policy;
@@ -40,7 +41,7 @@ struct review_inputs {
 };
 
 // --config, --db, --registry, --policy and --since as replay and calibrate take them: the config
-// (default config/baton.yaml) is read only for what the flags leave out (its log.path, registry
+// (default config/baton.yaml) is read only for what the flags leave out (its log, registry
 // and policy). The exit status once "baton COMMAND: why" is on `err`: 64 usage, 66 a missing file, 78 an invalid
 // config, registry or policy.
 std::optional<int> read_review_inputs(const command_args& a, const char* command, review_inputs& out, std::ostream& err);

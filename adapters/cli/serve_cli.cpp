@@ -9,6 +9,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "adapters/log/decision_log.hpp"
 #include "adapters/server/running_server.hpp"
 
 namespace baton {
@@ -28,8 +29,9 @@ GET /metrics counts what it did (Prometheus). Everything else comes from the con
 Options:
   --config FILE       the server configuration (default config/baton.yaml)
   --listen HOST:PORT  overrides server.listen (port 0: any free port; the chosen one is printed)
-  --db PATH           overrides log.path, the decision log (relative to the working directory,
-                      as `baton log --db` reads it)
+  --db PATH|URL       overrides the config's log: a SQLite file (relative to the working directory,
+                      as `baton log --db` reads it) or a postgresql:// URL (the password
+                      from the config's log.password or libpq's PGPASSWORD or ~/.pgpass)
   --model-id NAME     clef: overrides engine.model_id, the name /v1/models, responses and the
                       log give the model (default: ORG/NAME for a Hugging Face cache snapshot
                       models--ORG--NAME/snapshots/REV, else the release directory's name)
@@ -70,7 +72,13 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   }
   if (const auto db = a.get("--db")) {
     if (db->empty()) return usage_error(err, "--db needs a path", "serve");
-    config->log.path = std::filesystem::path(*db).lexically_normal();
+    if (log::is_postgres_url(*db)) {
+      if (auto problem = log::postgres_url_problem(std::string(*db))) return usage_error(err, "--db: " + *problem, "serve");
+      config->log.url = std::string(*db);
+    } else {
+      config->log.url.clear();
+      config->log.path = std::filesystem::path(*db).lexically_normal();
+    }
   }
   if (const auto id = a.get("--model-id")) {
     if (id->empty()) return usage_error(err, "--model-id needs a name", "serve");

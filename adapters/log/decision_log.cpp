@@ -10,6 +10,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "adapters/log/pg_log.hpp"
+
 namespace baton::log {
 
 struct decision_log::impl {
@@ -95,7 +97,28 @@ decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 decision_log::~decision_log() { close(); }
 
 std::unique_ptr<decision_log> decision_log::open(const log_options& options) {
-  return open(open_sqlite_store(options), options);
+  return open(open_store(options), options);
+}
+
+bool is_postgres_url(std::string_view db) { return db.starts_with("postgresql://") || db.starts_with("postgres://"); }
+
+log_options log_at(std::string_view db) {
+  log_options o;
+  if (is_postgres_url(db)) {
+    o.url = std::string(db);
+  } else {
+    o.path = std::filesystem::path(db);
+  }
+  return o;
+}
+
+std::optional<std::string> postgres_url_problem(const std::string& url) {
+  if (!is_postgres_url(url)) return "must start with postgresql://";
+  return check_postgres_url(url);
+}
+
+std::unique_ptr<decision_store> open_store(const log_options& options) {
+  return options.shared() ? open_postgres_store(options) : open_sqlite_store(options);
 }
 
 std::unique_ptr<decision_log> decision_log::open(std::unique_ptr<decision_store> store, const log_options& options) {

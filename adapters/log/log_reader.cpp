@@ -1,10 +1,13 @@
 #include "adapters/log/log_reader.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
+#include "adapters/log/decision_log.hpp"
+#include "adapters/log/log_source.hpp"
 #include "adapters/log/sqlite_log.hpp"
 
 namespace baton::log {
@@ -117,7 +120,7 @@ constexpr const char* reviewed_columns =
     "d.policy_hash, d.schema_hash, d.state_hash, d.answers, d.action, d.tool, d.lane, d.confidence, d.error_code, "
     "d.fallback_of, e.id AS review_escalation, r.id AS review_id, r.created_ms AS review_created_ms, "
     "r.outcome AS review_outcome, r.tool AS review_tool, r.arguments AS review_arguments, r.reason AS review_reason, "
-    "r.reviewer AS review_reviewer, r.by AS review_by, r.forced AS review_forced, "
+    "r.reviewer AS review_reviewer, r.\"by\" AS review_by, r.forced AS review_forced, "
     "r.registry_hash AS review_registry_hash, r.policy_hash AS review_policy_hash, f.id AS second_id, "
     "f.lane AS second_lane, f.action AS second_action, f.policy_hash AS second_policy_hash";
 
@@ -203,28 +206,12 @@ std::string cell_text(const cell* v) {
   return out;
 }
 
-// A query's `?` parameters, in order.
-using parameter = std::variant<std::string, std::int64_t>;
+// The SQLite file, read-only.
+class sqlite_source final : public log_source {
+ public:
+  explicit sqlite_source(db_handle db) : db_(std::move(db)) {}
 
-}  // namespace
-
-struct log_reader::impl {
-  db_handle db;
-  mutable std::mutex mutex;
-
-  error failed() const {
-    return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db.get()));
-  }
-
-  statement prepare(std::string_view sql, const char** tail = nullptr) const {
-    sqlite3_stmt* raw = nullptr;
-    sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &raw, tail);
-    return statement(raw);
-  }
-
-  // Calls `each` with every row of `sql`, its `?` bound to `params`. The caller holds the mutex.
-  result<void> query(const std::string& sql, std::span<const parameter> params,
-                     const std::function<void(std::span<const column_value>)>& each) const {
+  result<void> query(const std::string& sql, std::span<const parameter> params, const row_callback& each) override {
     const statement s = prepare(sql);
     if (!s) return failed();
     int index = 1;
@@ -242,6 +229,88 @@ struct log_reader::impl {
       each(row);
     }
     return rc == SQLITE_DONE ? result<void>() : failed();
+  }
+
+  result<void> read_statement(std::string_view query, const std::function<void(std::span<const std::string>)>& columns,
+                         const std::function<void(std::span<const cell>)>& row) override {
+    sqlite3* db = db_.get();
+    const char* tail = nullptr;
+    const statement s = prepare(query, &tail);
+    if (!s) {
+      if (sqlite3_errcode(db) == SQLITE_OK) return make_error(400, "SQL_REFUSED", "the query is empty");
+      return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+    }
+    // Whatever follows must be blank or comments, not a second statement nor garbage.
+    if (const std::string_view rest(tail, static_cast<std::size_t>(query.data() + query.size() - tail));
+        prepare(rest) || sqlite3_errcode(db) != SQLITE_OK) {
+      return make_error(400, "SQL_REFUSED", "one statement at a time");
+    }
+    if (!sqlite3_stmt_readonly(s.get())) {
+      return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
+    }
+    // Repeated column names (a join's two "id"s) get ":2", ":3", … so that no value is lost.
+    std::vector<std::string> names;
+    for (int i = 0; i < sqlite3_column_count(s.get()); ++i) {
+      std::string name = sqlite3_column_name(s.get(), i);
+      const std::string base = name;
+      for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = base + ":" + std::to_string(k);
+      names.push_back(std::move(name));
+    }
+    columns(names);
+    std::vector<column_value> values;
+    std::vector<cell> cells;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      read_row(s.get(), values);
+      cells.clear();
+      for (const column_value& v : values) cells.push_back(v.value);
+      row(cells);
+    }
+    if (rc != SQLITE_DONE) return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+    return {};
+  }
+
+  result<bool> has_table(const std::string& table) override {
+    const parameter p[] = {table};
+    bool found = false;
+    auto read = query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", p, [&](auto) { found = true; });
+    if (!read) return read.error();
+    return result<bool>(boost::system::in_place_value, found);
+  }
+
+  result<bool> has_column(const std::string& table, const std::string& column) override {
+    const parameter p[] = {table, column};
+    bool found = false;
+    auto read = query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", p, [&](auto) { found = true; });
+    if (!read) return read.error();
+    return result<bool>(boost::system::in_place_value, found);
+  }
+
+  bool instance_chains() const override { return false; }
+
+ private:
+  error failed() const {
+    return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db_.get()));
+  }
+
+  statement prepare(std::string_view sql, const char** tail = nullptr) const {
+    sqlite3_stmt* raw = nullptr;
+    sqlite3_prepare_v2(db_.get(), sql.data(), static_cast<int>(sql.size()), &raw, tail);
+    return statement(raw);
+  }
+
+  db_handle db_;
+};
+
+}  // namespace
+
+struct log_reader::impl {
+  std::unique_ptr<log_source> source;
+  mutable std::mutex mutex;
+
+  // The caller holds the mutex.
+  result<void> query(const std::string& sql, std::span<const parameter> params, const row_callback& each) const {
+    return source->query(sql, params, each);
   }
 
   // The resolutions `selection` picks (SQL over `resolutions r`: WHERE and ORDER BY, and `LIMIT ?`
@@ -280,30 +349,39 @@ struct log_reader::impl {
     return out;
   }
 
-  // Walks one table's chain: its row count, or the first bad row in `report`.
+  // Walks one table's chains (one, or one per instance that wrote to it): its row count, or
+  // the first bad row in `report`. A chain is the rows of one instance in seq order.
   result<std::optional<std::size_t>> verify_chain(const char* table, chain_report& report) const {
-    const statement s = prepare(std::string("SELECT * FROM ") + table + " ORDER BY seq");
-    std::vector<column_value> row;
-    std::string expected(genesis_hash), scratch;
-    std::int64_t last_seq = 0;
+    struct chain {
+      std::string expected{genesis_hash};
+      std::int64_t last_seq = 0;
+      std::size_t count = 0;
+    };
+    std::map<std::string, chain> chains;
+    std::string scratch;
     std::size_t count = 0;
-    int rc = s ? SQLITE_ROW : SQLITE_ERROR;
-    while (s && (rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-      read_row(s.get(), row);
+    bool broken = false;
+    const bool per_instance = source->instance_chains();
+    auto read = query(std::string("SELECT * FROM ") + table + " ORDER BY seq", {}, [&](auto row) {
+      if (broken) return;
       const cell* seq = column(row, "seq");
       const cell* prev = column(row, "prev_hash");
       const cell* stored = column(row, "row_hash");
       const auto* seq_value = seq ? std::get_if<std::int64_t>(seq) : nullptr;
       const auto* prev_text = prev ? std::get_if<std::string_view>(prev) : nullptr;
       const auto* stored_text = stored ? std::get_if<std::string_view>(stored) : nullptr;
+      const std::string instance = per_instance ? text(row, "instance") : std::string();
+      chain& c = chains[instance];
+      const std::string whose = instance.empty() ? std::string() : " of instance " + instance;
       std::string problem;
       if (!seq_value || !prev_text || !stored_text) {
         problem = "seq, prev_hash or row_hash is missing or not of its type";
-      } else if (*prev_text != expected) {
-        problem = count == 0 ? "prev_hash is not the start of the chain: rows before it are missing or changed"
-                             : "prev_hash does not match the row_hash of the row before it (seq " +
-                                   std::to_string(last_seq) + ")";
-        if (count > 0 && *seq_value != last_seq + 1) problem += "; rows between them are missing";
+      } else if (*prev_text != c.expected) {
+        problem = c.count == 0 ? "prev_hash is not the start of the chain" + whose +
+                                     ": rows before it are missing or changed"
+                               : "prev_hash does not match the row_hash of the row before it in the chain" + whose +
+                                     " (seq " + std::to_string(c.last_seq) + ")";
+        if (c.count > 0 && !per_instance && *seq_value != c.last_seq + 1) problem += "; rows between them are missing";
       } else if (const std::string computed = chain_hash(row, scratch); computed != *stored_text) {
         problem = "row_hash does not match the row's columns (stored " + std::string(*stored_text) + ", computed " +
                   computed + "): a column was changed";
@@ -311,16 +389,46 @@ struct log_reader::impl {
       if (!problem.empty()) {
         report.broken = std::string(table) + " seq " + cell_text(seq) + " (id " + cell_text(column(row, "id")) +
                         "): " + problem;
-        return std::optional<std::size_t>();
+        broken = true;
+        return;
       }
-      expected.assign(*stored_text);
-      last_seq = *seq_value;
+      c.expected.assign(*stored_text);
+      c.last_seq = *seq_value;
+      ++c.count;
       ++count;
-    }
-    if (rc != SQLITE_DONE) {
-      return make_error(500, "LOG_READ_FAILED", std::string("cannot read ") + table + ": " + sqlite3_errmsg(db.get()));
-    }
+    });
+    if (!read) return read.error();
+    if (broken) return std::optional<std::size_t>();
+    for (const auto& [instance, c] : chains) report.chains.push_back({table, instance, c.count, c.expected});
     return std::optional<std::size_t>(count);
+  }
+
+  // Rows naming a row of another table (or of another instance's chain) that is not there: the
+  // first such, in `report`.
+  result<bool> verify_references(chain_report& report) const {
+    static constexpr std::array<std::array<const char*, 3>, 4> references = {{
+        {"tool_runs", "decision", "decisions"},
+        {"escalations", "decision", "decisions"},
+        {"resolutions", "escalation", "escalations"},
+        {"deliveries", "resolution", "resolutions"},
+    }};
+    for (const auto& [table, column_name, target] : references) {
+      auto child = source->has_table(table);
+      if (!child) return child.error();
+      if (!*child) continue;
+      const std::string key = std::string_view(table) == "deliveries" ? "resolution" : "id";
+      auto read = query(std::string("SELECT c.seq, c.") + key + " AS id, c." + column_name + " AS target FROM " + table +
+                            " c WHERE NOT EXISTS (SELECT 1 FROM " + target + " t WHERE t.id = c." + column_name +
+                            ") ORDER BY c.seq LIMIT 1",
+                        {}, [&](auto row) {
+                          report.broken = std::string(table) + " seq " + cell_text(column(row, "seq")) + " (id " +
+                                          cell_text(column(row, "id")) + "): names " + target + " " +
+                                          cell_text(column(row, "target")) + ", which is not in the log";
+                        });
+      if (!read) return read.error();
+      if (report.broken) return result<bool>(boost::system::in_place_value, false);
+    }
+    return result<bool>(boost::system::in_place_value, true);
   }
 };
 
@@ -335,15 +443,25 @@ result<std::unique_ptr<log_reader>> log_reader::open(const std::filesystem::path
   }
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  db_handle db(raw);
   auto p = std::make_unique<impl>();
-  p->db.reset(raw);
   if (rc != SQLITE_OK) {
     return make_error(500, "LOG_OPEN_FAILED",
                       "cannot open " + path.string() + ": " + (raw ? sqlite3_errmsg(raw) : "out of memory"));
   }
-  sqlite3_busy_timeout(p->db.get(), busy_timeout_ms);
-  sqlite3_exec(p->db.get(), "PRAGMA query_only = ON", nullptr, nullptr, nullptr);
-  sqlite3_set_authorizer(p->db.get(), deny_attach, nullptr);
+  sqlite3_busy_timeout(raw, busy_timeout_ms);
+  sqlite3_exec(raw, "PRAGMA query_only = ON", nullptr, nullptr, nullptr);
+  sqlite3_set_authorizer(raw, deny_attach, nullptr);
+  p->source = std::make_unique<sqlite_source>(std::move(db));
+  return std::unique_ptr<log_reader>(new log_reader(std::move(p)));
+}
+
+result<std::unique_ptr<log_reader>> log_reader::open(const log_options& options) {
+  if (!options.shared()) return open(options.path, options.busy_timeout_ms);
+  auto source = open_postgres_source(options.url, options.password);
+  if (!source) return source.error();
+  auto p = std::make_unique<impl>();
+  p->source = std::move(*source);
   return std::unique_ptr<log_reader>(new log_reader(std::move(p)));
 }
 
@@ -402,41 +520,7 @@ result<std::optional<std::string>> log_reader::acknowledged_session(const std::s
 result<void> log_reader::sql(std::string_view query, const std::function<void(std::span<const std::string>)>& columns,
                              const std::function<void(std::span<const cell>)>& row) const {
   std::lock_guard lock(impl_->mutex);
-  sqlite3* db = impl_->db.get();
-  const char* tail = nullptr;
-  const statement s = impl_->prepare(query, &tail);
-  if (!s) {
-    if (sqlite3_errcode(db) == SQLITE_OK) return make_error(400, "SQL_REFUSED", "the query is empty");
-    return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
-  }
-  // Whatever follows must be blank or comments, not a second statement nor garbage.
-  if (const std::string_view rest(tail, static_cast<std::size_t>(query.data() + query.size() - tail));
-      impl_->prepare(rest) || sqlite3_errcode(db) != SQLITE_OK) {
-    return make_error(400, "SQL_REFUSED", "one statement at a time");
-  }
-  if (!sqlite3_stmt_readonly(s.get())) {
-    return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
-  }
-  // Repeated column names (a join's two "id"s) get ":2", ":3", … so that no value is lost.
-  std::vector<std::string> names;
-  for (int i = 0; i < sqlite3_column_count(s.get()); ++i) {
-    std::string name = sqlite3_column_name(s.get(), i);
-    const std::string base = name;
-    for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = base + ":" + std::to_string(k);
-    names.push_back(std::move(name));
-  }
-  columns(names);
-  std::vector<column_value> values;
-  std::vector<cell> cells;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    read_row(s.get(), values);
-    cells.clear();
-    for (const column_value& v : values) cells.push_back(v.value);
-    row(cells);
-  }
-  if (rc != SQLITE_DONE) return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
-  return {};
+  return impl_->source->read_statement(query, columns, row);
 }
 
 result<std::optional<json>> log_reader::decision(const std::string& id) const {
@@ -459,8 +543,12 @@ result<void> log_reader::reviewed_decisions(std::int64_t since_ms, bool with_sta
   std::lock_guard lock(impl_->mutex);
   const parameter since[] = {since_ms};
   // What a state was decided with besides its text: a log an earlier baton wrote has no media.
-  const statement media = impl_->prepare("SELECT 1 FROM pragma_table_info('decisions') WHERE name = 'media'");
-  const bool with_media = with_state && media && sqlite3_step(media.get()) == SQLITE_ROW;
+  bool with_media = false;
+  if (with_state) {
+    auto has = impl_->source->has_column("decisions", "media");
+    if (!has) return has.error();
+    with_media = *has;
+  }
   return impl_->query(std::string("SELECT ") + reviewed_columns + (with_state ? ", d.state" : "") +
                           (with_media ? ", d.media" : "") + reviewed_joins,
                       since, [&](auto row) { each(reviewed_from(row)); });
@@ -472,7 +560,7 @@ result<void> log_reader::tail(std::size_t n, const std::function<void(std::span<
   std::vector<cell> cells;
   return impl_->query(
       "SELECT created_at, id, session, turn, tool, action, lane, confidence FROM "
-      "(SELECT * FROM decisions ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+      "(SELECT * FROM decisions ORDER BY seq DESC LIMIT ?) AS last ORDER BY seq",
       limit, [&](auto values) {
         cells.clear();
         for (const column_value& v : values) cells.push_back(v.value);
@@ -488,14 +576,15 @@ result<chain_report> log_reader::verify() const {
   chain_report report;
   for (const auto& [table, noun] : tables) {
     // A log written by an older baton lacks the newer tables: they have no rows to check.
-    const statement exists =
-        impl_->prepare(std::string("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '") + table + "'");
-    if (exists && sqlite3_step(exists.get()) != SQLITE_ROW) continue;
+    auto exists = impl_->source->has_table(table);
+    if (!exists) return exists.error();
+    if (!*exists) continue;
     auto n = impl_->verify_chain(table, report);
     if (!n) return n.error();
     if (!*n) return report;
     report.counts.emplace_back(noun, **n);
   }
+  if (auto whole = impl_->verify_references(report); !whole) return whole.error();
   return report;
 }
 

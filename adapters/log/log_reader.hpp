@@ -1,6 +1,7 @@
 // Reading the decision log back: what the escalation desk rebuilds and shows from it, and what
-// auditors ask of it (`baton log`). A read-only connection: the file is never created nor
-// changed (SQLITE_OPEN_READONLY, PRAGMA query_only, ATTACH denied). Thread-safe.
+// auditors ask of it (`baton log`). A read-only connection: a SQLite file is never created nor
+// changed (SQLITE_OPEN_READONLY, PRAGMA query_only, ATTACH denied); PostgreSQL is read in
+// read-only transactions. Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,8 @@
 #include "core/json.hpp"
 
 namespace baton::log {
+
+struct log_options;  // decision_log.hpp
 
 // One stored value, by SQLite storage class (the log stores no BLOBs; one is read as its bytes).
 // Text is borrowed: valid until the next row.
@@ -61,6 +64,15 @@ struct reviewed_decision {
 struct chain_report {
   std::vector<std::pair<std::string, std::size_t>> counts;
   std::optional<std::string> broken;  // `TABLE seq N (id "…"): what`
+  // Each chain's end: one per table, or on PostgreSQL with instance chains one per instance that
+  // wrote to the table ("" for rows copied from a SQLite log). Rows cut from the end of a chain
+  // leave a valid shorter chain: compare these with a copy kept elsewhere.
+  struct chain_end {
+    std::string table, instance;
+    std::size_t rows = 0;
+    std::string row_hash;
+  };
+  std::vector<chain_end> chains;
 };
 
 class log_reader {
@@ -68,6 +80,9 @@ class log_reader {
   // 404 NO_LOG "no decision log at PATH" when there is no such file; 500 LOG_OPEN_FAILED when
   // SQLite cannot open it. A write in progress is waited for up to `busy_timeout_ms`.
   static result<std::unique_ptr<log_reader>> open(const std::filesystem::path& path, int busy_timeout_ms = 5000);
+  // The log `options` names: its SQLite file, or its PostgreSQL database (read-only transactions;
+  // 404 NO_LOG for a database baton never wrote to, 500 LOG_OPEN_FAILED when it cannot be reached).
+  static result<std::unique_ptr<log_reader>> open(const log_options& options);
   ~log_reader();
 
   // The escalation desk's reads. Errors: 500 LOG_READ_FAILED.

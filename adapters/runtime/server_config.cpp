@@ -368,11 +368,44 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
   }
 }
 
+std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
+                        const std::filesystem::path& base, std::string& env_name, std::size_t min_size = 16);
+
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
-  for (const field& f : read_map(n, "`log`", {"path", "durable_ack", "synchronous", "store_state", "max_batch",
-                                              "queue_capacity"})) {
+  const auto fields = read_map(n, "`log`", {"path", "url", "password", "instance", "chains", "retry_ms", "durable_ack",
+                                           "synchronous", "store_state", "max_batch", "queue_capacity"});
+  if (find(fields, "path") && find(fields, "url")) {
+    fail(find(fields, "url")->value, "`log.url` and `log.path` exclude each other: the log is a PostgreSQL database or a SQLite file");
+  }
+  if (!find(fields, "url")) {
+    for (const char* key : {"password", "instance", "chains", "retry_ms"}) {
+      if (const field* f = find(fields, key)) fail(f->value, ticked(std::string("log.") + key) + " is for the PostgreSQL store: it needs `log.url`");
+    }
+  }
+  for (const field& f : fields) {
     const std::string what = ticked("log." + f.key);
-    if (f.key == "path") {
+    if (f.key == "url") {
+      c.log.url = read_string(f.value, what);
+      if (auto problem = log::postgres_url_problem(c.log.url)) fail(f.value, what + ": " + *problem);
+    } else if (f.key == "password") {
+      if (!f.value.IsMap()) fail(f.value, what + " must be {env: NAME} or {file: PATH}");
+      std::string env_name;
+      c.log.password = read_secret(read_map(f.value, what, {"env", "file"}), f.value, what, base, env_name, 1);
+    } else if (f.key == "instance") {
+      c.log.instance = read_string(f.value, what);
+      if (c.log.instance.empty() || c.log.instance.size() > 128) fail(f.value, what + " must be 1 to 128 characters");
+    } else if (f.key == "chains") {
+      const std::string s = read_string(f.value, what);
+      if (s == "instance") {
+        c.log.chains = log::log_options::chain_mode::instance;
+      } else if (s == "global") {
+        c.log.chains = log::log_options::chain_mode::global;
+      } else {
+        fail(f.value, what + " must be instance or global");
+      }
+    } else if (f.key == "retry_ms") {
+      c.log.retry_ms = static_cast<int>(read_count(f.value, what, 600000));
+    } else if (f.key == "path") {
       c.log.path = read_path(f.value, what, base);
     } else if (f.key == "durable_ack") {
       c.durable_ack = read_bool(f.value, what);
@@ -431,7 +464,7 @@ std::optional<rate_limit> read_rate_limit(const std::vector<field>& fields, cons
 
 // The key itself, from the environment or a file; never echoed in a message.
 std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
-                        const std::filesystem::path& base, std::string& env_name) {
+                        const std::filesystem::path& base, std::string& env_name, std::size_t min_size) {
   const field* env = find(fields, "env");
   const field* file = find(fields, "file");
   if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
@@ -445,7 +478,8 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
   }
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.front()))) secret.erase(0, 1);
-  if (secret.size() < 16) fail(at, what + ": the key must be at least 16 characters");
+  if (secret.empty()) fail(at, what + ": it is empty");
+  if (secret.size() < min_size) fail(at, what + ": the key must be at least " + std::to_string(min_size) + " characters");
   if (secret.find_first_of(" \t\r\n") != std::string::npos) fail(at, what + ": the key must not hold white space");
   return secret;
 }

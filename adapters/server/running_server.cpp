@@ -137,7 +137,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   spdlog::info("baton serving ws://{0}:{1}/v1/agent and http://{0}:{1}/v1/systemone: engine {2}, model {3}, "
                "registry {4}, policy {5}, log {6}",
                p->config.server.host, p->server->port(), p->config.engine.name, d.model_id,
-               p->config.registry.string(), p->config.policy.string(), p->config.log.path.string());
+               p->config.registry.string(), p->config.policy.string(), p->config.log.where());
   if (p->auth->open()) {
     spdlog::warn("no API keys are configured (auth.keys): every caller on this machine is served without a key");
   } else {

@@ -1,0 +1,681 @@
+// The decision log's PostgreSQL store: the schema (the SQLite log's tables, columns, views and
+// append-only rules, plus the instance that wrote each row), its chains, and one transaction per
+// batch, retried while the database is unreachable.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+#include "adapters/log/decision_log.hpp"
+#include "adapters/log/pg_log.hpp"
+#include "core/json.hpp"
+#include "core/sha256.hpp"
+
+namespace baton::log {
+
+namespace {
+
+// Each step runs once per database, in its own transaction, and records its number in
+// baton_meta. Released steps are never edited: a change to the schema is a new step. Version 1
+// is the SQLite log's schema at its version 6, with `instance` in every table.
+struct migration {
+  int version;
+  const char* sql;
+};
+
+constexpr migration migrations[] = {
+    {1, R"sql(
+CREATE TABLE decisions (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  request_id TEXT NOT NULL,
+  session TEXT NOT NULL,
+  turn BIGINT NOT NULL,
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  queue_ms DOUBLE PRECISION,
+  compile_ms DOUBLE PRECISION,
+  engine_ms DOUBLE PRECISION,
+  policy_ms DOUBLE PRECISION,
+  total_ms DOUBLE PRECISION,
+  engine TEXT NOT NULL,
+  model TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  schema_hash TEXT NOT NULL,
+  state_hash TEXT NOT NULL,
+  state TEXT,
+  answers TEXT,
+  action TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  lane TEXT NOT NULL,
+  confidence DOUBLE PRECISION,
+  arguments TEXT,
+  proposal TEXT,
+  error_code TEXT NOT NULL,
+  fallback_of TEXT,
+  cached_tokens BIGINT,
+  events_dropped BIGINT,
+  media TEXT,
+  media_dropped BIGINT,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX decisions_session ON decisions (session, turn);
+CREATE INDEX decisions_fallback_of ON decisions (fallback_of);
+CREATE INDEX decisions_chain ON decisions (instance, seq);
+
+CREATE TABLE tool_runs (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  decision TEXT NOT NULL REFERENCES decisions (id),
+  tool TEXT NOT NULL,
+  executor TEXT NOT NULL,
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  duration_ms DOUBLE PRECISION,
+  ok BIGINT NOT NULL,
+  output TEXT,
+  error_code TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  attempts BIGINT NOT NULL,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX tool_runs_decision ON tool_runs (decision);
+CREATE INDEX tool_runs_chain ON tool_runs (instance, seq);
+
+CREATE TABLE escalations (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  decision TEXT NOT NULL REFERENCES decisions (id),
+  session TEXT NOT NULL,
+  turn BIGINT NOT NULL,
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  deadline_ms BIGINT NOT NULL,
+  deadline_at TEXT NOT NULL,
+  on_deadline TEXT NOT NULL CHECK (on_deadline IN ('deny', 'execute')),
+  reason TEXT NOT NULL,
+  question TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  arguments TEXT NOT NULL,
+  confidence DOUBLE PRECISION,
+  candidates TEXT NOT NULL,
+  state TEXT NOT NULL,
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX escalations_session ON escalations (session);
+CREATE INDEX escalations_deadline ON escalations (deadline_ms);
+CREATE INDEX escalations_chain ON escalations (instance, seq);
+
+CREATE TABLE resolutions (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  escalation TEXT NOT NULL UNIQUE REFERENCES escalations (id),
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  outcome TEXT NOT NULL CHECK (outcome IN ('execute', 'deny')),
+  tool TEXT NOT NULL,
+  arguments TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  reviewer TEXT NOT NULL,
+  "by" TEXT NOT NULL CHECK ("by" IN ('reviewer', 'deadline')),
+  forced BIGINT NOT NULL CHECK (forced IN (0, 1)),
+  registry_hash TEXT NOT NULL,
+  policy_hash TEXT NOT NULL,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX resolutions_chain ON resolutions (instance, seq);
+
+CREATE TABLE deliveries (
+  seq BIGSERIAL PRIMARY KEY,
+  resolution TEXT NOT NULL UNIQUE REFERENCES resolutions (id),
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX deliveries_chain ON deliveries (instance, seq);
+
+CREATE TABLE reloads (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  created_ms BIGINT NOT NULL,
+  created_at TEXT NOT NULL,
+  who TEXT NOT NULL,
+  outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'failed')),
+  reason TEXT NOT NULL,
+  registry_file TEXT NOT NULL,
+  policy_file TEXT NOT NULL,
+  old_registry_hash TEXT NOT NULL,
+  old_policy_hash TEXT NOT NULL,
+  new_registry_hash TEXT,
+  new_policy_hash TEXT,
+  instance TEXT,
+  prev_hash TEXT NOT NULL,
+  row_hash TEXT NOT NULL
+);
+CREATE INDEX reloads_chain ON reloads (instance, seq);
+
+-- Rows are only ever added: UPDATE, DELETE and TRUNCATE abort.
+CREATE FUNCTION baton_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION '% is append-only', TG_TABLE_NAME;
+END
+$$;
+DO $$
+DECLARE t TEXT;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['decisions', 'tool_runs', 'escalations', 'resolutions', 'deliveries', 'reloads'] LOOP
+    EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE ON %I FOR EACH ROW EXECUTE FUNCTION baton_append_only()', t || '_no_update', t);
+    EXECUTE format('CREATE TRIGGER %I BEFORE DELETE ON %I FOR EACH ROW EXECUTE FUNCTION baton_append_only()', t || '_no_delete', t);
+    EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %I FOR EACH STATEMENT EXECUTE FUNCTION baton_append_only()', t || '_no_truncate', t);
+  END LOOP;
+END
+$$;
+
+CREATE VIEW decisions_per_lane_per_day AS
+  SELECT substr(created_at, 1, 10) AS day, tool, lane, action, count(*) AS count
+  FROM decisions GROUP BY 1, 2, 3, 4;
+CREATE VIEW low_confidence_decisions AS
+  SELECT seq, id, created_at, session, turn, tool, action, lane, confidence, model
+  FROM decisions WHERE confidence < 0.5;
+CREATE VIEW escalated_decisions AS
+  SELECT seq, id, created_at, session, turn, tool, lane, confidence, model, error_code
+  FROM decisions WHERE action = 'escalate';
+CREATE VIEW confidence_by_model AS
+  SELECT model, fingerprint,
+         CASE WHEN confidence IS NULL THEN NULL ELSE least(floor(confidence * 10), 9) / 10 END AS bucket,
+         count(*) AS count, avg(confidence) AS avg_confidence
+  FROM decisions GROUP BY 1, 2, 3;
+CREATE VIEW pending_escalations AS
+  SELECT e.seq, e.id, e.created_at, e.deadline_at, e.session, e.turn, e.tool, e.reason, e.confidence, e.decision
+  FROM escalations e WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id);
+CREATE VIEW resolved_escalations AS
+  SELECT e.id, e.created_at, r.created_at AS resolved_at, e.session, e.turn, e.tool AS proposed_tool,
+         e.confidence, r.outcome, r.tool, r.reviewer, r."by", r.forced, r.reason,
+         (r.created_ms - e.created_ms) / 1000.0::float8 AS wait_s
+  FROM escalations e JOIN resolutions r ON r.escalation = e.id;
+)sql"},
+};
+
+constexpr int known_version = migrations[std::size(migrations) - 1].version;
+
+// Advisory lock keys (pg_advisory_lock's two-int form): the first int names baton's use.
+constexpr int lock_space = 0x62746e;  // "btn"
+constexpr int migrate_lock = 1, chain_lock = 2;
+
+const char* chains_name(log_options::chain_mode m) {
+  return m == log_options::chain_mode::global ? "global" : "instance";
+}
+
+[[noreturn]] void open_failed(const log_options& o, const std::string& what) {
+  throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot open the decision log " + o.url + ": " + what));
+}
+
+// The instance name when the config gives none: the host and this process.
+std::string default_instance() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "baton");
+  return std::string(host) + "-" + std::to_string(getpid());
+}
+
+// What a unique or foreign key of a table names, and which rows it must name.
+struct table_keys {
+  const char* unique;     // the column a row is refused for when another row has its value
+  const char* unique2;    // a second one (resolutions: one per escalation); null when none
+  const char* reference;  // the column naming a row of `target`; null when none
+  int target;             // its table (an index of table_names)
+};
+constexpr table_keys keys_of[] = {
+    {"id", nullptr, nullptr, 0},                  // decisions
+    {"id", nullptr, "decision", 0},               // tool_runs
+    {"id", nullptr, "decision", 0},               // escalations
+    {"id", "escalation", "escalation", 2},        // resolutions
+    {"resolution", nullptr, "resolution", 3},     // deliveries
+    {"id", nullptr, nullptr, 0},                  // reloads
+};
+
+std::string text_of(const cell& v) {
+  if (const auto* n = std::get_if<std::int64_t>(&v)) return std::to_string(*n);
+  if (const auto* d = std::get_if<double>(&v)) {
+    std::string out;
+    render_double(*d, out);  // shortest round-trip digits: float8 reads back the same double
+    return out;
+  }
+  if (const auto* t = std::get_if<std::string_view>(&v)) return std::string(*t);
+  return {};
+}
+
+const cell* find_cell(std::span<const column_value> row, std::string_view name) {
+  for (const column_value& c : row) {
+    if (c.name == name) return &c.value;
+  }
+  return nullptr;
+}
+
+class postgres_store final : public decision_store {
+ public:
+  explicit postgres_store(const log_options& o) : options_(o) {
+    if (options_.instance.empty()) options_.instance = default_instance();
+    auto c = pg_connect(options_.url, options_.password, "baton");
+    if (!c) throw error_exception(c.error());
+    conn_ = std::move(*c);
+    migrate();
+    claim_instance();
+    for (std::size_t t = 0; t < std::size(table_names); ++t) insert_sql_[t] = insert_columns(t);
+    spdlog::info("decision log: PostgreSQL {} (schema {}, {} chains, instance {})", options_.url, known_version,
+                 chains_name(options_.chains), options_.instance);
+  }
+
+  result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
+    auto pause = std::chrono::milliseconds(50);
+    std::string last_problem;
+    for (int conflicts = 0;;) {
+      if (!connected(last_problem)) {
+        if (std::chrono::steady_clock::now() + pause > deadline) break;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+        continue;
+      }
+      const outcome o = write_once(rows, refused);
+      if (o.done) return {};
+      if (o.committed_unknown && settled_after_loss(rows, refused, last_problem)) return {};
+      last_problem = o.problem;
+      if (o.conflict && ++conflicts < 5) continue;  // another instance wrote a row with one of ours' keys: look again
+      if (!o.lost) return make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write: " + o.problem);
+      spdlog::warn("decision log: lost the connection to {} ({}); retrying", options_.url, o.problem);
+      conn_.reset();
+    }
+    return make_error(503, "LOG_UNAVAILABLE", "the decision log's database " + options_.url + " is unreachable (" +
+                                                  last_problem + "); retry later");
+  }
+
+ private:
+  struct outcome {
+    bool done = false;
+    bool lost = false;               // the connection is gone
+    bool committed_unknown = false;  // lost during COMMIT: the rows may be in
+    bool conflict = false;           // a concurrent writer took a unique key of ours
+    std::string problem;
+  };
+
+  PGconn* db() const noexcept { return conn_.get(); }
+
+  void exec_or_throw(const std::string& sql) {
+    if (const pg_reply r = pg_exec_simple(db(), sql); !r) open_failed(options_, r.message);
+  }
+
+  int schema_version() {
+    const pg_reply r = pg_exec(db(), "SELECT value FROM baton_meta WHERE key = 'schema_version'");
+    if (!r) open_failed(options_, r.message);
+    return PQntuples(r.result.get()) ? std::stoi(PQgetvalue(r.result.get(), 0, 0)) : 0;
+  }
+
+  // Applies what is missing, each step in its transaction, under a lock: instances starting
+  // together apply each step once.
+  void migrate() {
+    exec_or_throw("CREATE TABLE IF NOT EXISTS baton_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+    exec_or_throw("BEGIN");
+    try {
+      exec_or_throw("SELECT pg_advisory_xact_lock(" + std::to_string(lock_space) + ", " + std::to_string(migrate_lock) + ")");
+      const int found = schema_version();
+      if (found > known_version) {
+        throw error_exception(make_error(500, "LOG_SCHEMA_TOO_NEW",
+                                         "the decision log " + options_.url + " has schema version " + std::to_string(found) +
+                                             "; this baton knows versions up to " + std::to_string(known_version) +
+                                             " (a newer baton wrote it)"));
+      }
+      for (const migration& m : migrations) {
+        if (m.version <= found) continue;
+        exec_or_throw(m.sql);
+      }
+      const std::string chains = chains_name(options_.chains);
+      const char* params[] = {chains.c_str()};
+      const pg_reply set = pg_exec(db(), "INSERT INTO baton_meta VALUES ('chains', $1) ON CONFLICT (key) DO NOTHING", params);
+      if (!set) open_failed(options_, set.message);
+      const pg_reply mode = pg_exec(db(), "SELECT value FROM baton_meta WHERE key = 'chains'");
+      if (!mode) open_failed(options_, mode.message);
+      if (const std::string stored = PQgetvalue(mode.result.get(), 0, 0); stored != chains) {
+        throw error_exception(make_error(500, "LOG_CHAINS_MISMATCH",
+                                         "the decision log " + options_.url + " keeps " + stored +
+                                             " chains; `log.chains` says " + chains + " (it is fixed when the database is created)"));
+      }
+      const std::string version = std::to_string(known_version);
+      const char* v[] = {version.c_str()};
+      const pg_reply done = pg_exec(db(),
+                                    "INSERT INTO baton_meta VALUES ('schema_version', $1) "
+                                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                                    v);
+      if (!done) open_failed(options_, done.message);
+      exec_or_throw("COMMIT");
+    } catch (...) {
+      pg_exec_simple(db(), "ROLLBACK");
+      throw;
+    }
+  }
+
+  // One process per instance name: its chains have one writer. Held for the connection's life
+  // (a process that dies loses it with its connection).
+  bool try_claim() {
+    const char* params[] = {options_.instance.c_str()};
+    const pg_reply r = pg_exec(db(),
+                               "SELECT pg_try_advisory_lock(" + std::to_string(lock_space) + ", hashtext($1))", params);
+    return r && std::string_view(PQgetvalue(r.result.get(), 0, 0)) == "t";
+  }
+
+  void claim_instance() {
+    if (!try_claim()) {
+      open_failed(options_, "another process is writing as instance " + options_.instance +
+                                " (`log.instance` must differ between instances)");
+    }
+  }
+
+  // A connection, made again after a loss (and its instance claimed again).
+  bool connected(std::string& problem) {
+    if (conn_ && PQstatus(db()) == CONNECTION_OK) return true;
+    conn_.reset();
+    auto c = pg_connect(options_.url, options_.password, "baton");
+    if (!c) {
+      problem = c.error().message;
+      return false;
+    }
+    conn_ = std::move(*c);
+    if (!try_claim()) {
+      // The old connection's session may not be gone from the server yet.
+      problem = "instance " + options_.instance + " is still held by an earlier connection";
+      conn_.reset();
+      return false;
+    }
+    for (auto& h : heads_) h.reset();
+    spdlog::info("decision log: connected to {} again", options_.url);
+    return true;
+  }
+
+  // After a connection was lost during COMMIT: the batch is in when its first written row is.
+  bool settled_after_loss(std::span<const log_row> rows, std::vector<std::optional<error>>& refused,
+                          std::string& problem) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
+    conn_.reset();
+    while (!connected(problem)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (refused[i]) continue;
+      const std::size_t t = rows[i].index();
+      fill(rows[i]);
+      const std::string key = text_of(*find_cell(row_, keys_of[t].unique));
+      const char* params[] = {key.c_str()};
+      const pg_reply r = pg_exec(db(), std::string("SELECT 1 FROM ") + table_names[t] + " WHERE " + keys_of[t].unique + " = $1",
+                                 params);
+      return r && PQntuples(r.result.get()) > 0;
+    }
+    return false;
+  }
+
+  void fill(const log_row& r) {
+    std::visit([&](const auto& record) { fill_row(record, options_.store_state, text_, row_); }, r);
+    // Whose chain the row is on, before prev_hash (the columns' order is the INSERT's).
+    row_.insert(row_.end() - 2, column_value{"instance", std::string_view(options_.instance)});
+  }
+
+  std::string insert_columns(std::size_t t) {
+    std::visit([&](const auto& record) { fill_row(record, true, text_, row_); }, empty_row(t));
+    row_.insert(row_.end() - 2, column_value{"instance", std::string_view()});
+    std::string names;
+    for (std::size_t i = 0; i < row_.size(); ++i) names += (i ? ", \"" : "\"") + std::string(row_[i].name) + "\"";
+    return std::string("INSERT INTO ") + table_names[t] + " (" + names + ") VALUES ";
+  }
+
+  static log_row empty_row(std::size_t t) {
+    switch (t) {
+      case 0: return decision_record{};
+      case 1: return tool_run_record{};
+      case 2: return escalation_record{};
+      case 3: return resolution_record{};
+      case 4: return delivery_record{};
+      default: return reload_record{};
+    }
+  }
+
+  // The values of `column` in the database among `values`.
+  result<std::unordered_set<std::string>> existing(const char* table, const char* column,
+                                                   const std::vector<std::string>& values, std::string& problem,
+                                                   bool& lost) {
+    std::unordered_set<std::string> out;
+    if (values.empty()) return out;
+    const std::string array = text_array(values);
+    const char* params[] = {array.c_str()};
+    const pg_reply r = pg_exec(db(), std::string("SELECT \"") + column + "\" FROM " + table + " WHERE \"" + column +
+                                         "\" = ANY($1::text[])",
+                               params);
+    if (!r) {
+      problem = r.message;
+      lost = r.lost;
+      return make_error(500, "LOG_WRITE_FAILED", r.message);
+    }
+    for (int i = 0; i < PQntuples(r.result.get()); ++i) out.insert(PQgetvalue(r.result.get(), i, 0));
+    return out;
+  }
+
+  outcome failed(const pg_reply& r) {
+    outcome o;
+    o.problem = r.message;
+    o.lost = r.lost;
+    pg_exec_simple(db(), "ROLLBACK");
+    return o;
+  }
+
+  outcome write_once(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) {
+    refused.assign(rows.size(), std::nullopt);
+    for (auto& h : pending_heads_) h.reset();
+    if (const pg_reply r = pg_exec_simple(db(), "BEGIN"); !r) return failed(r);
+    if (options_.chains == log_options::chain_mode::global) {
+      // One chain per table: the batches of every instance take turns.
+      const pg_reply r = pg_exec_simple(
+          db(), "SELECT pg_advisory_xact_lock(" + std::to_string(lock_space) + ", " + std::to_string(chain_lock) + ")");
+      if (!r) return failed(r);
+    }
+    std::array<std::vector<std::size_t>, std::size(table_names)> by_table;
+    for (std::size_t i = 0; i < rows.size(); ++i) by_table[rows[i].index()].push_back(i);
+    // The unique keys this batch writes, per table: a later row may name an earlier one.
+    std::array<std::unordered_set<std::string>, std::size(table_names)> written;
+    bool shared_change = false;
+    for (std::size_t t = 0; t < by_table.size(); ++t) {
+      if (by_table[t].empty()) continue;
+      const table_keys& k = keys_of[t];
+      std::vector<std::string> unique, unique2, reference;
+      for (const std::size_t i : by_table[t]) {
+        fill(rows[i]);
+        unique.push_back(text_of(*find_cell(row_, k.unique)));
+        if (k.unique2) unique2.push_back(text_of(*find_cell(row_, k.unique2)));
+        if (k.reference) reference.push_back(text_of(*find_cell(row_, k.reference)));
+      }
+      std::string problem;
+      bool lost = false;
+      auto taken = existing(table_names[t], k.unique, unique, problem, lost);
+      auto taken2 = k.unique2 ? existing(table_names[t], k.unique2, unique2, problem, lost)
+                              : result<std::unordered_set<std::string>>();
+      auto known = k.reference ? existing(table_names[k.target], keys_of[k.target].unique, reference, problem, lost)
+                               : result<std::unordered_set<std::string>>();
+      if (!taken || !taken2 || !known) {
+        outcome o;
+        o.problem = problem;
+        o.lost = lost;
+        pg_exec_simple(db(), "ROLLBACK");
+        return o;
+      }
+      std::unordered_set<std::string> seen2;
+      std::vector<std::size_t> accepted;
+      for (std::size_t n = 0; n < by_table[t].size(); ++n) {
+        const std::size_t i = by_table[t][n];
+        std::optional<error>& why = refused[i];
+        if (taken->contains(unique[n]) || written[t].contains(unique[n]) ||
+            (k.unique2 && (taken2->contains(unique2[n]) || seen2.contains(unique2[n])))) {
+          why = make_error(409, "DUPLICATE_ROW", std::string("the ") + table_names[t] + " row is already in the log: " +
+                                                     (taken->contains(unique[n]) || written[t].contains(unique[n])
+                                                          ? std::string(k.unique) + " " + unique[n]
+                                                          : std::string(k.unique2) + " " + unique2[n]));
+        } else if (k.reference && !known->contains(reference[n]) && !written[k.target].contains(reference[n])) {
+          why = make_error(500, "LOG_WRITE_FAILED", std::string("the decision log cannot write this row: its ") +
+                                                        k.reference + " " + reference[n] + " is not in " +
+                                                        table_names[k.target]);
+        } else {
+          fill(rows[i]);
+          if (const std::string nul = first_nul_column(); !nul.empty()) {
+            why = make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write this row: its " + nul +
+                                                          " holds a NUL character, which PostgreSQL text cannot");
+            continue;
+          }
+          written[t].insert(unique[n]);
+          if (k.unique2) seen2.insert(unique2[n]);
+          accepted.push_back(i);
+        }
+      }
+      if (accepted.empty()) continue;
+      if (outcome o = insert(t, rows, accepted); !o.done) return o;
+      shared_change = shared_change || t == 2 || t == 3 || t == 4;
+    }
+    if (shared_change) {
+      // The other instances' escalation desks hear of new escalations, resolutions and deliveries
+      // when this transaction commits (change_feed.hpp).
+      if (const pg_reply r = pg_exec_simple(db(), "NOTIFY baton_changes"); !r) return failed(r);
+    }
+    const pg_reply commit = pg_exec_simple(db(), "COMMIT");
+    if (!commit) {
+      outcome o = failed(commit);
+      o.committed_unknown = o.lost;
+      for (auto& h : heads_) h.reset();
+      return o;
+    }
+    for (std::size_t t = 0; t < heads_.size(); ++t) {
+      if (pending_heads_[t]) heads_[t] = std::move(pending_heads_[t]);
+      pending_heads_[t].reset();
+    }
+    if (options_.chains == log_options::chain_mode::global) {
+      for (auto& h : heads_) h.reset();  // other instances append after it
+    }
+    outcome o;
+    o.done = true;
+    return o;
+  }
+
+  std::string first_nul_column() const {
+    for (const column_value& c : row_) {
+      if (const auto* t = std::get_if<std::string_view>(&c.value); t && t->find('\0') != std::string_view::npos) {
+        return std::string(c.name);
+      }
+    }
+    return {};
+  }
+
+  // Chains the accepted rows of table `t` after its head, and inserts them.
+  outcome insert(std::size_t t, std::span<const log_row> rows, const std::vector<std::size_t>& accepted) {
+    const std::string count = std::to_string(accepted.size());
+    const char* n[] = {count.c_str()};
+    pg_reply seqs = pg_exec(db(),
+                            std::string("SELECT nextval(pg_get_serial_sequence('") + table_names[t] +
+                                "', 'seq')) FROM generate_series(1, $1::int)",
+                            n);
+    if (!seqs) return failed(seqs);
+    std::vector<std::int64_t> seq;
+    for (int i = 0; i < PQntuples(seqs.result.get()); ++i) seq.push_back(std::stoll(PQgetvalue(seqs.result.get(), i, 0)));
+    std::sort(seq.begin(), seq.end());
+    std::string prev;
+    if (heads_[t]) {
+      prev = *heads_[t];
+    } else {
+      const bool global = options_.chains == log_options::chain_mode::global;
+      const char* who[] = {options_.instance.c_str()};
+      const pg_reply head =
+          global ? pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] + " ORDER BY seq DESC LIMIT 1")
+                 : pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] +
+                                     " WHERE instance = $1 ORDER BY seq DESC LIMIT 1",
+                           who);
+      if (!head) return failed(head);
+      prev = PQntuples(head.result.get()) ? PQgetvalue(head.result.get(), 0, 0) : std::string(genesis_hash);
+    }
+    // At most 1000 rows per statement (PostgreSQL takes 65535 parameters).
+    constexpr std::size_t per_statement = 1000;
+    std::vector<std::optional<std::string>> values;
+    for (std::size_t from = 0; from < accepted.size(); from += per_statement) {
+      const std::size_t to = std::min(accepted.size(), from + per_statement);
+      values.clear();
+      std::string sql = insert_sql_[t];
+      for (std::size_t a = from; a < to; ++a) {
+        fill(rows[accepted[a]]);
+        row_.front().value = seq[a];
+        row_[row_.size() - 2].value = std::string_view(prev);
+        std::string hash = chain_hash(row_, scratch_);
+        row_.back().value = std::string_view(hash);
+        sql += a == from ? "(" : ", (";
+        for (std::size_t c = 0; c < row_.size(); ++c) {
+          sql += (c ? ", $" : "$") + std::to_string(values.size() + 1);
+          values.push_back(std::holds_alternative<std::nullptr_t>(row_[c].value) ? std::nullopt
+                                                                                    : std::optional(text_of(row_[c].value)));
+        }
+        sql += ")";
+        prev = std::move(hash);
+      }
+      sql += " ON CONFLICT DO NOTHING";
+      std::vector<const char*> params;
+      params.reserve(values.size());
+      for (const auto& v : values) params.push_back(v ? v->c_str() : nullptr);
+      const pg_reply r = pg_exec(db(), sql, params);
+      if (!r) return failed(r);
+      // A row another instance wrote meanwhile with one of our unique keys was left out: the
+      // chain would miss it, so the batch is written again after looking at what is there.
+      if (std::to_string(to - from) != PQcmdTuples(r.result.get())) {
+        pg_exec_simple(db(), "ROLLBACK");
+        outcome o;
+        o.conflict = true;
+        o.problem = std::string("another instance wrote a ") + table_names[t] + " row with the same key";
+        for (auto& h : heads_) h.reset();
+        return o;
+      }
+    }
+    pending_heads_[t] = prev;
+    outcome o;
+    o.done = true;
+    return o;
+  }
+
+  log_options options_;
+  pg_conn conn_;
+  std::array<std::string, std::size(table_names)> insert_sql_;
+  // Each table's chain head after the last commit (instance chains: this process is their only
+  // writer); none until read inside a transaction.
+  std::array<std::optional<std::string>, std::size(table_names)> heads_, pending_heads_;
+  row_text text_;
+  std::vector<column_value> row_;
+  std::string scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<decision_store> open_postgres_store(const log_options& options) {
+  return std::make_unique<postgres_store>(options);
+}
+
+}  // namespace baton::log
