@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <future>
+#include <set>
 
 #include "adapters/protocol/agent_protocol.hpp"
 #include "adapters/runtime/escalation_evidence.hpp"
@@ -69,7 +70,7 @@ namespace {
 
 // A read-only connection to the log for what memory does not hold (resolved escalations).
 std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
-  auto reader = log::log_reader::open(o.path, o.busy_timeout_ms);
+  auto reader = log::log_reader::open(o);
   if (!reader) throw error_exception(reader.error());
   return std::move(*reader);
 }
@@ -77,7 +78,7 @@ std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
 }  // namespace
 
 escalation_desk::escalation_desk(log::decision_log& log, escalation_routing routing, boost::asio::any_io_executor io)
-    : log_(log), routing_(routing), io_(std::move(io)), reader_(open_reader(log.options())) {}
+    : log_(log), routing_(routing), io_(std::move(io)), reader_(open_reader(log.options())), shared_(log.options().shared()) {}
 
 escalation_desk::~escalation_desk() = default;
 
@@ -240,6 +241,125 @@ void escalation_desk::start() {
     spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed), {} resolutions wait for their "
                  "agent", pending_.size(), expired, waiting_.size());
   }
+  // Other instances' rows as they commit, and once a second whatever a lost notification missed.
+  if (shared_) feed_ = log::change_feed::start(log_.options(), [this] { catch_up_later(); }, std::chrono::seconds(1));
+}
+
+void escalation_desk::catch_up_later() {
+  if (catch_up_queued_.exchange(true)) return;
+  boost::asio::post(io_, [this] {
+    catch_up_queued_ = false;
+    catch_up();
+  });
+}
+
+void escalation_desk::remove_pending_locked(std::map<std::string, std::unique_ptr<entry>>::iterator it) {
+  if (it->second->timer) it->second->timer->cancel();
+  raised_order_.erase(it->second->order);
+  pending_.erase(it);
+}
+
+void escalation_desk::catch_up() {
+  if (!shared_) return;
+  std::lock_guard one_at_a_time(catch_up_mutex_);
+  std::uint64_t started = 0;
+  {
+    std::lock_guard lock(mutex_);
+    started = ++catch_ups_;
+  }
+  auto pending = reader_->pending_escalations();
+  auto unacknowledged = pending ? reader_->unacknowledged_resolutions() : pending.error();
+  if (!pending || !unacknowledged) {
+    spdlog::warn("escalations: cannot read the shared log for other instances' changes: {}",
+                 (pending ? unacknowledged.error() : pending.error()).message);
+    return;
+  }
+  const snapshot routing = routing_.routing.current();
+  std::vector<waiting> to_deliver;
+  std::vector<std::pair<std::shared_ptr<agent_connection>, std::string>> tool_results;
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mutex_);
+    // What this desk settled after the reads began is newer than what they say.
+    const auto settled = [&](const std::string& id) {
+      const auto it = settled_here_.find(id);
+      return it != settled_here_.end() && it->second >= started;
+    };
+    std::set<std::string> pending_in_log, waiting_in_log;
+    for (const log::escalation_row& row : *pending) {
+      const std::string& id = row.escalation.id;
+      pending_in_log.insert(id);
+      if (pending_.contains(id) || settled(id)) continue;
+      // Raised on another instance: shown here, its deadline armed here too (the database takes
+      // one resolution, whichever desk writes first).
+      auto owned = std::make_unique<entry>();
+      owned->escalation = read_back(*routing, row);
+      arm(*owned);
+      broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(owned->escalation)}));
+      add_pending(std::move(owned));
+    }
+    for (log::escalation_history& h : *unacknowledged) {
+      const log::resolution_record& res = *h.resolution;
+      waiting_in_log.insert(res.id);
+      if (const auto it = pending_.find(res.escalation); it != pending_.end()) {
+        // Resolved on another instance. One this desk is writing a resolution for gets
+        // DUPLICATE_ROW, and finish() settles it.
+        if (it->second->resolving) continue;
+        const auto object = resolution_object_of(*routing, res, it->second->escalation.row);
+        broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(it->second->escalation, object)}));
+        remove_pending_locked(it);
+      }
+      std::string tool_result;
+      if (const auto& run = h.tool_run; run && run->executor != "agent") {
+        tool_result = protocol::render(protocol::tool_outcome_frame{
+            run->decision, run->tool, {run->ok, run->error_code, run->detail, run->attempts, run->output}, {}});
+      }
+      auto w = waiting_.find(res.id);
+      if (w == waiting_.end()) {
+        if (settled(res.id)) continue;  // acknowledged here since
+        waiting made = waiting_for(*routing, res, h.row.escalation, resolution_object_of(*routing, res, h.row.escalation));
+        made.tool_result = std::move(tool_result);
+        to_deliver.push_back(waiting_.emplace(res.id, std::move(made)).first->second);
+      } else if (w->second.tool_result.empty() && !tool_result.empty()) {
+        // The tool another instance ran for it has run: a session connected here hears of it.
+        w->second.tool_result = tool_result;
+        if (const auto s = sessions_.find(w->second.session); s != sessions_.end()) {
+          if (auto conn = s->second.lock()) tool_results.emplace_back(std::move(conn), std::move(tool_result));
+        }
+      }
+    }
+    // Acknowledged on another instance.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (waiting_in_log.contains(it->first) || it->second.acknowledged || settled(it->first)) {
+        ++it;
+        continue;
+      }
+      const std::string session = it->second.session;
+      it = waiting_.erase(it);
+      forget_if_done_locked(session);
+    }
+    // Resolved and acknowledged on another instance between two catch-ups.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const auto next = std::next(it);
+      if (!pending_in_log.contains(it->first) && !it->second->resolving && !settled(it->first)) {
+        gone.push_back(it->first);
+        remove_pending_locked(it);
+      }
+      it = next;
+    }
+    std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
+  }
+  for (const waiting& w : to_deliver) deliver(w);
+  for (auto& [conn, frame] : tool_results) {
+    boost::asio::post(conn->strand(), [conn, frame = std::move(frame)]() mutable { conn->send(std::move(frame)); });
+  }
+  for (const std::string& id : gone) {
+    auto found = reader_->escalation(id);
+    if (!found || !*found || !(*found)->resolution) continue;
+    const std::string frame = protocol::render(protocol::resolved_frame{history_object(*routing, **found)});
+    std::lock_guard lock(mutex_);
+    broadcast_locked(frame);
+  }
 }
 
 void escalation_desk::add_pending(std::unique_ptr<entry> e) {
@@ -262,6 +382,9 @@ void escalation_desk::raised(const escalation& e) {
   std::optional<log::resolution_record> denied;
   {
     std::lock_guard lock(mutex_);
+    if (shared_) settled_here_[id] = catch_ups_;
+    // A shared log's catch-up may have taken it in already.
+    if (pending_.contains(id)) return;
     auto owned = std::make_unique<entry>();
     owned->escalation = e;
     arm(*owned);
@@ -416,6 +539,12 @@ void escalation_desk::on_deadline(const std::string& id) {
   }
   write_resolution(id, std::move(res), routing, [this, id](result<protocol::resolution_object> r) {
     if (r) return;
+    if (r.error().code == "ALREADY_RESOLVED") {
+      // Another instance's desk wrote it first (its deadline ran there too): its resolution is
+      // what the agent gets.
+      catch_up_later();
+      return;
+    }
     // Not in the log (a full or failing log): the deadline is tried again in 5 s.
     spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
                   r.error().message);
@@ -500,7 +629,7 @@ result<log::resolution_record> escalation_desk::prepare(const routing_snapshot& 
 }
 
 void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
-                                 resolved_callback done) {
+                                 resolved_callback done, bool caught_up) {
   snapshot routing;
   result<log::resolution_record> prepared = not_found(id);
   {
@@ -519,6 +648,11 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
   }
   if (prepared) return write_resolution(id, std::move(*prepared), routing, std::move(done));
   if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
+  if (shared_ && !caught_up) {
+    // Raised on another instance a moment ago, perhaps: read the log, then look again.
+    catch_up();
+    return resolve_as(id, std::move(in), reviewer, by, std::move(done), true);
+  }
   // Not pending here: resolved already, or not (yet) an escalation at all.
   auto found = reader_->escalation(id);
   if (!found) return done(found.error());
@@ -556,9 +690,11 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
       failed = written.error();
     } else {
       e = std::move(it->second->escalation);
-      if (it->second->timer) it->second->timer->cancel();
-      raised_order_.erase(it->second->order);
-      pending_.erase(it);
+      remove_pending_locked(it);
+      if (shared_) {
+        settled_here_[id] = catch_ups_;
+        settled_here_[r.id] = catch_ups_;
+      }
       if (!written) {
         // Another baton on the same log resolved it first.
         failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
@@ -638,6 +774,8 @@ void escalation_desk::deliver(const waiting& w) {
 
 escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,
                                                   bool resend) {
+  // A resume may come to this instance after its session was served by another.
+  if (resend) catch_up();
   attached a;
   std::lock_guard lock(mutex_);
   sessions_[session] = c;
@@ -662,6 +800,13 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
 
 result<void> escalation_desk::acknowledge(const std::string& resolution, const std::string& owner) {
   bool waiting_here = false;
+  // Delivered by another instance (one this agent was connected to before): its row is read here.
+  if (shared_) {
+    std::unique_lock lock(mutex_);
+    const bool known = waiting_.contains(resolution);
+    lock.unlock();
+    if (!known) catch_up();
+  }
   {
     std::lock_guard lock(mutex_);
     const auto it = waiting_.find(resolution);
@@ -686,6 +831,7 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
             it->second.acknowledged = false;
           } else {
             waiting_.erase(it);
+            if (shared_) settled_here_[resolution] = catch_ups_;
             forget_if_done_locked(session);
           }
           if (!acks_in_flight_locked(session)) {
@@ -732,6 +878,7 @@ bool escalation_desk::defer_until_acks_written(const std::string& session, std::
 }
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
+  catch_up();  // the snapshot holds every instance's pending escalations
   std::lock_guard lock(mutex_);
   protocol::snapshot_frame snapshot;
   for (const auto& [order, e] : raised_order_) {
@@ -759,10 +906,11 @@ std::size_t escalation_desk::pending() const {
   return pending_.size();
 }
 
-result<std::string> escalation_desk::list_json(std::string_view status, std::size_t limit) const {
+result<std::string> escalation_desk::list_json(std::string_view status, std::size_t limit) {
   if (status != "pending" && status != "resolved" && status != "all") {
     return make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all");
   }
+  catch_up();
   protocol::escalation_list list;
   if (status != "resolved") {
     std::lock_guard lock(mutex_);
@@ -780,7 +928,8 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   return protocol::render(list);
 }
 
-result<std::string> escalation_desk::get_json(const std::string& id) const {
+result<std::string> escalation_desk::get_json(const std::string& id) {
+  catch_up();
   {
     std::lock_guard lock(mutex_);
     if (const auto it = pending_.find(id); it != pending_.end()) {

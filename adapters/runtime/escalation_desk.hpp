@@ -1,12 +1,17 @@
 // Escalations to a person (DESIGN §5, docs/escalations.md): the desk keeps the pending ones and
 // the resolutions the agents have not acknowledged, arms deadlines, tells reviewers, and sends
 // resolutions to the agents' sessions. Every change is a row in the decision log first; memory
-// only mirrors the log, and start() rebuilds it from the log after a restart.
+// only mirrors the log, and start() rebuilds it from the log after a restart. On a log several
+// instances share (PostgreSQL), the database is the truth: each desk mirrors every instance's
+// escalations and resolutions, hearing of other instances' rows as they commit (LISTEN) and
+// reading the log again before it answers a reviewer or a resume; the database takes one
+// resolution per escalation, whichever instance writes it first.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "adapters/log/change_feed.hpp"
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "adapters/protocol/review_protocol.hpp"
@@ -96,9 +102,9 @@ class escalation_desk {
   void on_review_frame(const std::shared_ptr<review_listener>& l, std::string_view text, const std::string& reviewer);
 
   // GET /v1/escalations: `status` pending | resolved | all. 422 for another status or limit.
-  result<std::string> list_json(std::string_view status, std::size_t limit) const;
+  result<std::string> list_json(std::string_view status, std::size_t limit);
   // GET /v1/escalations/{id}.
-  result<std::string> get_json(const std::string& id) const;
+  result<std::string> get_json(const std::string& id);
   // GET /v1/tools: the registry's tools and their parameters, for a reviewer's edited arguments.
   std::string tools_json() const;
 
@@ -141,8 +147,9 @@ class escalation_desk {
   // it out (its executor) whatever a reload swaps in meanwhile.
   result<log::resolution_record> prepare(const routing_snapshot& routing, const entry& e, protocol::resolve_input&& in,
                                          const std::string& reviewer, const char* by) const;
+  // `caught_up`: a shared log was read again already for this call.
   void resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer, const char* by,
-                  resolved_callback done);
+                  resolved_callback done, bool caught_up = false);
   log::resolution_record prepare_deadline(const routing_snapshot& routing, const entry& e) const;
   // Why escalation `r`'s proposed tool does not fit `routing`; none when it does (or it
   // proposes none, or was raised on this very registry and policy).
@@ -180,6 +187,11 @@ class escalation_desk {
   static waiting waiting_for(const routing_snapshot& routing, const log::resolution_record& r,
                              const log::escalation_record& e, const protocol::resolution_object& resolution);
   void run_if_baton_runs(const routing_snapshot& routing, const log::resolution_record& r, const log::escalation_record& e);
+  // A shared log: takes in what other instances wrote (escalations raised, resolved or
+  // acknowledged there). Blocking reads; one at a time. Quietly does nothing on a file log.
+  void catch_up();
+  void catch_up_later();  // from the change feed's thread: catch_up() on an I/O thread, coalesced
+  void remove_pending_locked(std::map<std::string, std::unique_ptr<entry>>::iterator it);  // with mutex_ held
 
   log::decision_log& log_;
   escalation_routing routing_;
@@ -197,6 +209,14 @@ class escalation_desk {
   std::size_t live_mark_ = 0;  // sessions_'s size after its last sweep of closed connections
   std::vector<std::weak_ptr<review_listener>> listeners_;
   std::string last_reload_;  // the latest reload's id, for misfits raised after it
+  // A shared log's catch-ups: what this desk settled itself (escalation or resolution id → the
+  // catch-up count then), so that a catch-up that read the log before it does not undo it.
+  const bool shared_;
+  std::mutex catch_up_mutex_;
+  std::uint64_t catch_ups_ = 0;
+  std::map<std::string, std::uint64_t> settled_here_;
+  std::atomic<bool> catch_up_queued_ = false;
+  std::unique_ptr<log::change_feed> feed_;  // last: stopped first
 };
 
 }  // namespace baton

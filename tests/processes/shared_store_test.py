@@ -1,0 +1,352 @@
+#!/usr/bin/python3
+"""Several `baton serve` processes on one PostgreSQL (tests/support/pg_cluster.py starts a real
+server in a temporary folder): an escalation raised on one instance is listed, resolved and
+delivered through another; two instances resolving it at once get one resolution; a deadline
+fires once with both running; kill -9 of the instance holding pending escalations and deadlines
+leaves them to the other; a database restart under load (turns wait; past `log.retry_ms` they are
+refused LOG_UNAVAILABLE and retried) loses and duplicates no decision; `baton log verify` holds
+each instance's chains at the end.
+
+Usage: shared_store_test.py BATON_BINARY
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import websockets
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from pg_cluster import cluster  # noqa: E402
+
+baton = os.path.abspath(sys.argv[1])
+failures = []
+
+REGISTRY = """tools:
+  - id: refund_payment
+    description: Refund a payment to the customer
+    executor: {type: agent}
+  - id: search_docs
+    description: Search the documentation for an answer
+    executor: {type: agent}
+  - id: ask_user
+    description: Ask the user a question
+    executor: {type: agent}
+"""
+
+# Refunds and questions to the user go to a person; a question has three seconds.
+POLICY = """confidence: p_max
+rules:
+  always_escalate: [refund_payment, ask_user]
+lanes:
+  default: {execute: 0.0, fallback: 0.0}
+on_engine_error: escalate
+escalation:
+  deadline_s: 3600
+  tools:
+    ask_user: {deadline_s: 3, on_deadline: deny}
+"""
+
+REFUND = "Refund the payment to the customer, it was charged twice"
+QUESTION = "Ask the user a question about the order"
+SEARCH = "Search the documentation for an answer about shipping"
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+    return condition
+
+
+class server:
+    """One `baton serve` on a free port, writing to the shared database as `instance`."""
+
+    def __init__(self, directory, db, instance):
+        self.instance = instance
+        self.config = os.path.join(directory, f"{instance}.yaml")
+        with open(self.config, "w") as f:
+            f.write("server: {listen: 127.0.0.1:0}\n"
+                    f"registry: {os.path.join(directory, 'tools.yaml')}\n"
+                    f"policy: {os.path.join(directory, 'policy.yaml')}\n"
+                    f"log: {{url: '{db.url}', password: {{env: BATON_TEST_PG_PASSWORD}}, instance: {instance}, "
+                    "retry_ms: 3000}\n")
+        self.env = dict(os.environ, BATON_TEST_PG_PASSWORD=db.password)
+        self.stderr = open(os.path.join(directory, f"{instance}.log"), "a")
+        self.start()
+
+    def start(self):
+        self.process = subprocess.Popen([baton, "serve", "--config", self.config], stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True, env=self.env)
+        line = self.process.stdout.readline()
+        port = re.search(r":(\d+)$", line.strip())
+        if not port:
+            raise RuntimeError(f"{self.instance}: serve printed {line!r} (see {self.stderr.name})")
+        self.port = int(port.group(1))
+
+    def kill9(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def http(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    @property
+    def ws(self):
+        return f"ws://127.0.0.1:{self.port}/v1/agent"
+
+
+def log_sql(db, query):
+    """`baton log sql` on the database: the rows as dicts."""
+    out = subprocess.run([baton, "log", "sql", "--db", db.url, query], capture_output=True, text=True,
+                         env=dict(os.environ, PGPASSWORD=db.password), timeout=30)
+    if out.returncode != 0:
+        raise RuntimeError(f"baton log sql: {out.stderr}")
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+async def frames_until(ws, wanted, limit=10.0):
+    """Reads frames until one of type `wanted`; None after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            return None
+        if frame.get("type") == wanted:
+            return frame
+    return None
+
+
+async def decide(ws, session, text, frame_id=1):
+    await ws.send(json.dumps({"type": "decide", "id": frame_id, "session": session,
+                              "history": [{"role": "user", "content": text}]}))
+    while True:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if (frame.get("type") == "decision" and frame.get("id") == frame_id) or \
+                (frame.get("type") == "error" and frame.get("ref") == frame_id):
+            return frame
+
+
+async def resume(url, session, ack=False):
+    """The resumed frame and the resolutions that follow it (acknowledged when `ack`)."""
+    async with websockets.connect(url) as ws:
+        await ws.send(json.dumps({"type": "resume", "id": 2, "session": session}))
+        resumed = await frames_until(ws, "resumed")
+        resolutions = [await frames_until(ws, "resolution") for _ in range(resumed["resolutions"])] if resumed else []
+        if ack:
+            for r in resolutions:
+                await ws.send(json.dumps({"type": "ack", "resolution": r["resolution"]["id"]}))
+            await ws.send(json.dumps({"type": "resume", "id": 3, "session": session}))
+            await frames_until(ws, "resumed")
+        return resumed, resolutions
+
+
+async def cross_instance(a, b, db):
+    # Raised on A, with the agent connected to A.
+    async with websockets.connect(a.ws) as agent:
+        d = await decide(agent, "s1", REFUND)
+        if not check(d and d.get("action") == "escalate", f"s1 escalates: {d}"):
+            return
+        esc = d["escalation"]
+        status, listed = b.http("GET", "/v1/escalations")
+        check(status == 200 and esc in [e["id"] for e in listed["escalations"]], f"B lists A's escalation: {listed}")
+        status, shown = b.http("GET", f"/v1/escalations/{esc}")
+        check(status == 200 and shown.get("status") == "pending", f"B shows it pending: {shown}")
+        # Resolved on B; A's agent hears of it (LISTEN/NOTIFY), without asking.
+        started = time.monotonic()
+        status, resolved = b.http("POST", f"/v1/escalations/{esc}/resolve", {"outcome": "deny", "reason": "no refund"})
+        check(status == 200 and resolved.get("outcome") == "deny", f"B resolves it: {status} {resolved}")
+        frame = await frames_until(agent, "resolution", 10)
+        check(frame and frame["resolution"]["escalation"] == esc, f"A's agent gets B's resolution: {frame}")
+        print(f"  resolved on B, on A's agent {time.monotonic() - started:.3f} s after the request")
+        await agent.send(json.dumps({"type": "ack", "resolution": frame["resolution"]["id"]}))
+        await agent.send(json.dumps({"type": "resume", "id": 5, "session": "s1"}))
+        resumed = await frames_until(agent, "resumed")
+        check(resumed and resumed["resolutions"] == 0 and resumed["pending"] == [], f"acknowledged on A: {resumed}")
+    # Acknowledged on A: B does not send it again.
+    resumed, _ = await resume(b.ws, "s1")
+    check(resumed and resumed["resolutions"] == 0, f"B knows it was acknowledged on A: {resumed}")
+    status, again = a.http("POST", f"/v1/escalations/{esc}/resolve", {"outcome": "deny", "reason": "again"})
+    check(status == 409 and again.get("code") == "ALREADY_RESOLVED", f"A refuses a second resolution: {status} {again}")
+
+
+async def concurrent_resolves(a, b, db):
+    async with websockets.connect(a.ws) as agent:
+        escalations = []
+        for i in range(5):
+            d = await decide(agent, f"race-{i}", REFUND, i + 1)
+            escalations.append(d["escalation"])
+    # Let B hear of them, then both resolve each at the same moment.
+    time.sleep(1.5)
+    wins = 0
+    for esc in escalations:
+        results = {}
+
+        def resolve(s):
+            results[s.instance] = s.http("POST", f"/v1/escalations/{esc}/resolve", {"outcome": "deny", "reason": s.instance})
+
+        threads = [threading.Thread(target=resolve, args=(s,)) for s in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        statuses = sorted(r[0] for r in results.values())
+        check(statuses == [200, 409], f"{esc}: one of two concurrent resolutions wins: {results}")
+        loser = [r for r in results.values() if r[0] == 409]
+        check(all(r[1].get("code") in ("ALREADY_RESOLVED", "RESOLUTION_IN_PROGRESS") for r in loser), f"loser: {loser}")
+        wins += statuses == [200, 409]
+        rows = log_sql(db, f"SELECT reason FROM resolutions WHERE escalation = '{esc}'")
+        check(len(rows) == 1, f"{esc}: one resolution row: {rows}")
+    print(f"  {wins}/{len(escalations)} concurrent resolve pairs: one 200, one 409")
+
+
+async def deadline_once(a, b, db):
+    async with websockets.connect(a.ws) as agent:
+        d = await decide(agent, "q1", QUESTION)
+        if not check(d and d.get("action") == "escalate", f"q1 escalates: {d}"):
+            return
+        esc = d["escalation"]
+        frame = await frames_until(agent, "resolution", 10)
+        check(frame and frame["resolution"]["by"] == "deadline", f"the deadline resolves q1: {frame}")
+    time.sleep(1)
+    rows = log_sql(db, f"SELECT \"by\", instance FROM resolutions WHERE escalation = '{esc}'")
+    check(len(rows) == 1 and rows[0]["by"] == "deadline", f"q1: one deadline resolution with both running: {rows}")
+
+
+async def instance_dies(a, b, db):
+    async with websockets.connect(a.ws) as agent:
+        refund = (await decide(agent, "k1", REFUND))["escalation"]
+        question = (await decide(agent, "k2", QUESTION, 2))["escalation"]
+    a.kill9()
+    # B finishes both: a reviewer resolves one, the other's deadline fires there.
+    status, _ = b.http("POST", f"/v1/escalations/{refund}/resolve", {"outcome": "execute", "reason": "ok"})
+    check(status == 200, f"B resolves the dead A's escalation: {status}")
+    time.sleep(4)
+    rows = log_sql(db, f"SELECT \"by\", instance FROM resolutions WHERE escalation = '{question}'")
+    check(len(rows) == 1 and rows[0]["by"] == "deadline" and rows[0]["instance"] == "b",
+          f"the dead A's deadline fires on B: {rows}")
+    # The agent comes back through B.
+    for session in ("k1", "k2"):
+        resumed, resolutions = await resume(b.ws, session, ack=True)
+        check(resumed and len(resolutions) == 1, f"{session}: resumed on B with its resolution: {resumed}")
+        resumed, resolutions = await resume(b.ws, session)
+        check(resumed and resumed["resolutions"] == 0, f"{session}: acknowledged on B: {resumed}")
+    # A comes back as itself: its chain goes on.
+    a.start()
+
+
+async def turns(s, session, until, refused, slowest):
+    """Turns on `s` until the time `until` (at most 5000), each retried while the log is
+    unavailable; the decision ids."""
+    ids = []
+    async with websockets.connect(s.ws) as agent:
+        for i in range(5000):
+            if time.monotonic() > until:
+                break
+            for attempt in range(100):
+                started = time.monotonic()
+                frame = await decide(agent, f"{session}", f"{SEARCH} {i}", 1000 * i + attempt)
+                slowest.append(time.monotonic() - started)
+                if frame["type"] == "decision":
+                    ids.append(frame["decision"])
+                    break
+                refused.append(frame.get("code"))
+                await asyncio.sleep(frame.get("retry_after_ms", 100) / 1000)
+    return ids
+
+
+async def database_restart(a, b, db, down_s):
+    refused, latencies = [], []
+    restart = threading.Timer(1.0, lambda: db.restart(down_s))
+    restart.start()
+    started = time.monotonic()
+    # Load from before the database stops until after it is back.
+    results = await asyncio.gather(*[turns(s, f"load-{s.instance}-{k}-{down_s}", started + down_s + 4, refused, latencies)
+                                     for s in (a, b) for k in range(4)])
+    restart.join()
+    ids = [i for r in results for i in r]
+    print(f"  {len(ids)} decisions in {time.monotonic() - started:.1f} s across a {down_s} s database restart; "
+          f"the slowest turn {max(latencies):.2f} s; refused and retried: {len(refused)} ({sorted(set(refused))})")
+    check(max(latencies) > 1.0, f"turns waited for the database: the slowest took {max(latencies):.2f} s")
+    # Down for longer than log.retry_ms (3 s): turns are refused, with the reason, and retried.
+    check((down_s > 3.5) == bool(refused), f"refused only past retry_ms: {len(refused)} refusals, {down_s} s down")
+    check(len(ids) > 100 and len(set(ids)) == len(ids), f"every turn decided once: {len(ids)} ids, {len(set(ids))} distinct")
+    check(set(refused) <= {"LOG_UNAVAILABLE", "LOG_WRITE_FAILED"}, f"refusals say why: {set(refused)}")
+    rows = log_sql(db, f"SELECT id FROM decisions WHERE session LIKE 'load-%-{down_s}'")
+    logged = [r["id"] for r in rows]
+    check(sorted(logged) == sorted(ids), f"the log holds exactly the decisions the agents got: {len(logged)} rows")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as directory:
+        db = cluster(os.path.join(directory, "pg")).start()
+        servers = []
+        try:
+            with open(os.path.join(directory, "tools.yaml"), "w") as f:
+                f.write(REGISTRY)
+            with open(os.path.join(directory, "policy.yaml"), "w") as f:
+                f.write(POLICY)
+            a = server(directory, db, "a")
+            servers.append(a)
+            b = server(directory, db, "b")
+            servers.append(b)
+            for name, scenario in (("cross-instance resolve", cross_instance),
+                                   ("concurrent resolves", concurrent_resolves),
+                                   ("a deadline fires once", deadline_once),
+                                   ("kill -9 of an instance", instance_dies),
+                                   ("database restart under load", lambda *s: database_restart(*s, 2.0)),
+                                   ("database down past retry_ms", lambda *s: database_restart(*s, 4.5))):
+                print(f"{name}:", flush=True)
+                asyncio.run(scenario(a, b, db))
+            for s in servers:
+                check(s.stop() == 0, f"{s.instance} stops cleanly")
+            out = subprocess.run([baton, "log", "verify", "--db", db.url], capture_output=True, text=True,
+                                 env=dict(os.environ, PGPASSWORD=db.password))
+            print(out.stdout, end="")
+            check(out.returncode == 0 and "decisions of a:" in out.stdout and "decisions of b:" in out.stdout,
+                  f"verify holds both instances' chains: {out.stdout} {out.stderr}")
+        finally:
+            for s in servers:
+                s.stop()
+            db.stop()
+            if failures:
+                for name in sorted(os.listdir(directory)):
+                    if name.endswith(".log"):
+                        with open(os.path.join(directory, name)) as f:
+                            print(f"--- {name}\n{f.read()[-4000:]}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} failure(s)", file=sys.stderr)
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
