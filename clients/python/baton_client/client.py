@@ -129,7 +129,7 @@ class BatonClient:
     request_timeout: seconds a frame waits for its answer (and a request for a connection) before
         it fails with TIMEOUT.
     max_in_flight: frames awaiting an answer at once; more wait, in the order they came.
-    retries: how many times a frame refused with RATE_LIMITED, OVERLOADED, LOG_BACKLOG or
+    retries: how many times a frame refused with RATE_LIMITED, OVERLOADED, LOG_BACKLOG, LOG_UNAVAILABLE or
         TOO_MANY_SESSIONS is sent again, each after the error's retry_after_ms.
     """
 

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 # Codes whose request the client sends again after `retry_after_ms`: the server refused it for
 # now (its rate, its queue, its log, its session table), not for what it says.
-RETRYABLE = frozenset({"RATE_LIMITED", "OVERLOADED", "LOG_BACKLOG", "TOO_MANY_SESSIONS"})
+RETRYABLE = frozenset({"RATE_LIMITED", "OVERLOADED", "LOG_BACKLOG", "LOG_UNAVAILABLE", "TOO_MANY_SESSIONS"})
 
 # The client's own codes (never sent by baton).
 CONNECT_FAILED = "CONNECT_FAILED"  # no connection could be opened (refused, timed out, not a WebSocket)

@@ -26,7 +26,7 @@ export interface BatonClientOptions {
   requestTimeoutMs?: number;
   /** Frames awaiting an answer at once (default 64); more wait, in order. */
   maxInFlight?: number;
-  /** Times a request refused with RATE_LIMITED, OVERLOADED, LOG_BACKLOG or TOO_MANY_SESSIONS is sent again (default 5). */
+  /** Times a request refused with RATE_LIMITED, OVERLOADED, LOG_BACKLOG, LOG_UNAVAILABLE or TOO_MANY_SESSIONS is sent again (default 5). */
   retries?: number;
 }
 

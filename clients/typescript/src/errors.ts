@@ -31,4 +31,4 @@ export class BatonError extends Error {
 }
 
 /** The codes after which the client sends the same request again, after `retry_after_ms`. */
-export const RETRYABLE_CODES: ReadonlySet<string> = new Set(["RATE_LIMITED", "OVERLOADED", "LOG_BACKLOG", "TOO_MANY_SESSIONS"]);
+export const RETRYABLE_CODES: ReadonlySet<string> = new Set(["RATE_LIMITED", "OVERLOADED", "LOG_BACKLOG", "LOG_UNAVAILABLE", "TOO_MANY_SESSIONS"]);
