@@ -47,9 +47,9 @@ Commands:
                action, lane, confidence
   verify       walks every hash chain (decisions, tool runs, escalations, resolutions,
                deliveries, reloads) from its first row and names the first row that does not match
-               (a changed column, a missing row); on PostgreSQL, each instance's chains, and
-               that every row another names is there. Prints each chain's last row_hash:
-               keep them elsewhere to catch rows cut from the end
+               (a changed column, a missing row), and that every row another names is
+               there; on PostgreSQL, each instance's chains, and then a line per chain with
+               its last row_hash: keep them elsewhere to catch rows cut from the end
   copy         moves a SQLite log into an empty PostgreSQL one, rows as they are (their
                hashes hold: the instance column stays NULL), then verifies the copy
 
@@ -229,7 +229,11 @@ int verify_main(const command_args& a, std::ostream& out, std::ostream& err) {
   std::string counts;
   for (const auto& [noun, n] : report->counts) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + noun;
   out << "ok: " << counts << "\n";
+  // Several instances' chains (PostgreSQL): each one's end, to keep elsewhere.
+  const bool instances = std::any_of(report->chains.begin(), report->chains.end(),
+                                     [](const auto& c) { return !c.instance.empty(); });
   for (const auto& c : report->chains) {
+    if (!instances) break;
     out << "  " << c.table << (c.instance.empty() ? "" : " of " + c.instance) << ": " << c.rows << " rows, last "
         << c.row_hash << "\n";
   }

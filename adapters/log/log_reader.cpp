@@ -379,8 +379,9 @@ struct log_reader::impl {
       } else if (*prev_text != c.expected) {
         problem = c.count == 0 ? "prev_hash is not the start of the chain" + whose +
                                      ": rows before it are missing or changed"
-                               : "prev_hash does not match the row_hash of the row before it in the chain" + whose +
-                                     " (seq " + std::to_string(c.last_seq) + ")";
+                               : "prev_hash does not match the row_hash of the row before it" +
+                                     (per_instance ? " in the chain" + whose : std::string()) + " (seq " +
+                                     std::to_string(c.last_seq) + ")";
         if (c.count > 0 && !per_instance && *seq_value != c.last_seq + 1) problem += "; rows between them are missing";
       } else if (const std::string computed = chain_hash(row, scratch); computed != *stored_text) {
         problem = "row_hash does not match the row's columns (stored " + std::string(*stored_text) + ", computed " +

@@ -368,8 +368,11 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
   }
 }
 
+// An API key (16 characters or more, no white space) or a password (any, not empty).
+enum class secret_kind { api_key, password };
 std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
-                        const std::filesystem::path& base, std::string& env_name, std::size_t min_size = 16);
+                        const std::filesystem::path& base, std::string& env_name,
+                        secret_kind kind = secret_kind::api_key);
 
 void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
   const auto fields = read_map(n, "`log`", {"path", "url", "password", "instance", "chains", "retry_ms", "durable_ack",
@@ -390,7 +393,8 @@ void read_log(const YAML::Node& n, server_config& c, const std::filesystem::path
     } else if (f.key == "password") {
       if (!f.value.IsMap()) fail(f.value, what + " must be {env: NAME} or {file: PATH}");
       std::string env_name;
-      c.log.password = read_secret(read_map(f.value, what, {"env", "file"}), f.value, what, base, env_name, 1);
+      c.log.password = read_secret(read_map(f.value, what, {"env", "file"}), f.value, what, base, env_name,
+                                   secret_kind::password);
     } else if (f.key == "instance") {
       c.log.instance = read_string(f.value, what);
       if (c.log.instance.empty() || c.log.instance.size() > 128) fail(f.value, what + " must be 1 to 128 characters");
@@ -464,7 +468,7 @@ std::optional<rate_limit> read_rate_limit(const std::vector<field>& fields, cons
 
 // The key itself, from the environment or a file; never echoed in a message.
 std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, const std::string& what,
-                        const std::filesystem::path& base, std::string& env_name, std::size_t min_size) {
+                        const std::filesystem::path& base, std::string& env_name, secret_kind kind) {
   const field* env = find(fields, "env");
   const field* file = find(fields, "file");
   if (!env == !file) fail(at, what + " needs exactly one of `env` (an environment variable) or `file`");
@@ -479,7 +483,8 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.front()))) secret.erase(0, 1);
   if (secret.empty()) fail(at, what + ": it is empty");
-  if (secret.size() < min_size) fail(at, what + ": the key must be at least " + std::to_string(min_size) + " characters");
+  if (kind == secret_kind::password) return secret;
+  if (secret.size() < 16) fail(at, what + ": the key must be at least 16 characters");
   if (secret.find_first_of(" \t\r\n") != std::string::npos) fail(at, what + ": the key must not hold white space");
   return secret;
 }

@@ -160,6 +160,21 @@ TEST(cli_check, the_examples) {
   const auto workers = cli({"check", "--config", config_arg("config/examples/workers-ai/baton.yaml")});
   EXPECT_EQ(workers.code, exit_ok) << workers.err;
   EXPECT_TRUE(has(workers.out, "engine systemone has no tokenizer here")) << workers.out;
+
+  // docs/deploy.md's two machines: a routing instance on PostgreSQL and a model machine. check
+  // reads them as serve would (the database password, the keys), reaching neither.
+  const test::env_var model_key("BATON_MODEL_KEY", "a-model-key-0123456789");
+  const test::env_var agent_key("BATON_AGENT_KEY", "an-agent-key-0123456789");
+  const test::env_var reviewer_key("BATON_REVIEWER_KEY", "a-reviewer-key-0123456789");
+  {
+    const test::env_var password("BATON_DB_PASSWORD", nullptr);
+    const auto refused = cli({"check", "--config", config_arg("config/examples/shared/instance.yaml")});
+    EXPECT_EQ(refused.code, exit_config);
+    EXPECT_TRUE(has(refused.err, "BATON_DB_PASSWORD")) << refused.err;
+  }
+  const test::env_var password("BATON_DB_PASSWORD", "a database password");
+  const auto instance = cli({"check", "--config", config_arg("config/examples/shared/instance.yaml")});
+  EXPECT_EQ(instance.code, exit_ok) << instance.err;
 }
 
 // A config whose policy has dead parts, with and without a fallback engine.

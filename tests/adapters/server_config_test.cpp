@@ -469,5 +469,38 @@ TEST(serve_cli, usage_and_configuration_errors) {
   EXPECT_NE(i_err.find("--model-id names the clef engine's model"), std::string::npos) << i_err;
 }
 
+TEST(server_config, the_postgresql_log) {
+  ::setenv("BATON_CONFIG_TEST_DB", "  a pass phrase  \n", 1);
+  auto c = parse_server_config("log:\n  url: postgresql://baton@db.example:5432/baton\n"
+                               "  password: {env: BATON_CONFIG_TEST_DB}\n  instance: baton-1\n  chains: global\n"
+                               "  retry_ms: 2500\n",
+                               "/etc/baton/baton.yaml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->log.shared());
+  EXPECT_EQ(c->log.url, "postgresql://baton@db.example:5432/baton");
+  EXPECT_EQ(c->log.password, "a pass phrase");  // white space inside a password is kept
+  EXPECT_EQ(c->log.instance, "baton-1");
+  EXPECT_EQ(c->log.chains, log::log_options::chain_mode::global);
+  EXPECT_EQ(c->log.retry_ms, 2500);
+  EXPECT_EQ(c->log.where(), "postgresql://baton@db.example:5432/baton");
+
+  // The password never in the URL, and the error does not repeat it.
+  const std::string in_url = problem("log: {url: 'postgresql://baton:hunter22@db/baton'}\n");
+  EXPECT_NE(in_url.find("the URL holds a password"), std::string::npos) << in_url;
+  EXPECT_EQ(in_url.find("hunter22"), std::string::npos) << in_url;
+  EXPECT_EQ(problem("log: {url: 'mysql://db/baton'}\n"),
+            "/etc/baton/baton.yaml:1: `log.url`: must start with postgresql://");
+  EXPECT_EQ(problem("log: {url: 'postgresql://db/baton', path: x.db}\n"),
+            "/etc/baton/baton.yaml:1: `log.url` and `log.path` exclude each other: the log is a PostgreSQL database or a SQLite file");
+  EXPECT_EQ(problem("log: {instance: a}\n"),
+            "/etc/baton/baton.yaml:1: `log.instance` is for the PostgreSQL store: it needs `log.url`");
+  EXPECT_EQ(problem("log: {url: 'postgresql://db/baton', chains: per_row}\n"),
+            "/etc/baton/baton.yaml:1: `log.chains` must be instance or global");
+  ::unsetenv("BATON_CONFIG_TEST_DB_UNSET");
+  EXPECT_NE(problem("log: {url: 'postgresql://db/baton', password: {env: BATON_CONFIG_TEST_DB_UNSET}}\n")
+                .find("BATON_CONFIG_TEST_DB_UNSET"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace baton
