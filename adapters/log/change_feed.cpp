@@ -13,7 +13,7 @@ namespace baton::log {
 
 struct change_feed::impl {
   log_options options;
-  std::function<void()> changed;
+  callback changed;
   std::chrono::milliseconds interval;
   std::atomic<bool> stopping = false;
   std::thread thread;
@@ -44,12 +44,12 @@ struct change_feed::impl {
           std::this_thread::sleep_for(std::chrono::milliseconds(500));
           continue;
         }
-        changed();  // what happened while it was not listening
+        changed(event::connected, {});  // what happened while it was not listening
       }
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_tick) {
         next_tick = now + interval;
-        changed();
+        changed(event::tick, {});
       }
       // Short waits: stopping is seen within 200 ms.
       const auto wait = std::min<std::chrono::milliseconds>(
@@ -61,19 +61,18 @@ struct change_feed::impl {
         c.reset();
         continue;
       }
-      bool any = false;
       while (PGnotify* n = PQnotifies(c.get())) {
-        any = true;
+        const std::string payload = n->extra ? n->extra : "";
         PQfreemem(n);
+        changed(event::notified, payload);
       }
-      if (any) changed();
     }
   }
 };
 
 change_feed::change_feed(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
-std::unique_ptr<change_feed> change_feed::start(const log_options& options, std::function<void()> changed,
+std::unique_ptr<change_feed> change_feed::start(const log_options& options, callback changed,
                                                 std::chrono::milliseconds interval) {
   auto p = std::make_unique<impl>();
   p->options = options;

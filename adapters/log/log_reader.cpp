@@ -316,10 +316,8 @@ struct log_reader::impl {
   // The resolutions `selection` picks (SQL over `resolutions r`: WHERE and ORDER BY, and `LIMIT ?`
   // when `limit` is given), each with its escalation (and with `tool_runs`, its decision's latest
   // tool run): two or three queries however many there are.
-  result<std::vector<escalation_history>> resolutions(const std::string& selection, std::optional<std::int64_t> limit,
+  result<std::vector<escalation_history>> resolutions(const std::string& selection, std::vector<parameter> params,
                                                       bool tool_runs) const {
-    std::vector<parameter> params;
-    if (limit) params.emplace_back(*limit);
     std::vector<escalation_history> out;
     auto read = query("SELECT r.* FROM resolutions r " + selection, params, [&](auto row) {
       out.push_back({{}, resolution_from(row), std::nullopt});
@@ -466,25 +464,32 @@ result<std::unique_ptr<log_reader>> log_reader::open(const log_options& options)
   return std::unique_ptr<log_reader>(new log_reader(std::move(p)));
 }
 
-result<std::vector<escalation_row>> log_reader::pending_escalations() const {
+result<std::vector<escalation_row>> log_reader::pending_escalations(const std::optional<std::string>& session) const {
   std::lock_guard lock(impl_->mutex);
   std::vector<escalation_row> out;
+  std::vector<parameter> params;
+  if (session) params.emplace_back(*session);
   auto read = impl_->query(std::string(with_decision) +
-                               " WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id) ORDER BY e.seq",
-                           {}, [&](auto row) { out.push_back(escalation_from(row)); });
+                               " WHERE NOT EXISTS (SELECT 1 FROM resolutions r WHERE r.escalation = e.id)" +
+                               (session ? " AND e.session = ?" : "") + " ORDER BY e.seq",
+                           params, [&](auto row) { out.push_back(escalation_from(row)); });
   if (!read) return read.error();
   return out;
 }
 
-result<std::vector<escalation_history>> log_reader::unacknowledged_resolutions() const {
+result<std::vector<escalation_history>> log_reader::unacknowledged_resolutions(const std::optional<std::string>& session) const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->resolutions("WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id) ORDER BY r.seq",
-                            std::nullopt, true);
+  std::vector<parameter> params;
+  if (session) params.emplace_back(*session);
+  return impl_->resolutions(std::string("WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.resolution = r.id)") +
+                                (session ? " AND r.escalation IN (SELECT s.id FROM escalations s WHERE s.session = ?)" : "") +
+                                " ORDER BY r.seq",
+                            std::move(params), true);
 }
 
 result<std::vector<escalation_history>> log_reader::latest_resolutions(std::size_t limit) const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->resolutions("ORDER BY r.seq DESC LIMIT ?", static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX)),
+  return impl_->resolutions("ORDER BY r.seq DESC LIMIT ?", {static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX))},
                             true);
 }
 

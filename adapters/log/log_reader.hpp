@@ -86,11 +86,11 @@ class log_reader {
   ~log_reader();
 
   // The escalation desk's reads. Errors: 500 LOG_READ_FAILED.
-  // Escalations without a resolution, oldest first.
-  result<std::vector<escalation_row>> pending_escalations() const;
+  // Escalations without a resolution, oldest first (of `session` only, when given).
+  result<std::vector<escalation_row>> pending_escalations(const std::optional<std::string>& session = {}) const;
   // Resolutions the agent has not acknowledged (no delivery row), oldest first, with the tool run of
-  // their decision when there is one.
-  result<std::vector<escalation_history>> unacknowledged_resolutions() const;
+  // their decision when there is one (of `session`'s escalations only, when given).
+  result<std::vector<escalation_history>> unacknowledged_resolutions(const std::optional<std::string>& session = {}) const;
   // The `limit` most recent resolutions, newest first, with their tool runs.
   result<std::vector<escalation_history>> latest_resolutions(std::size_t limit) const;
   // The escalation `id`, with its resolution and tool run; none when there is no such escalation.

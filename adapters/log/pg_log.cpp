@@ -114,6 +114,8 @@ pg_reply pg_exec(PGconn* c, const std::string& sql, std::span<const char* const>
 
 pg_reply pg_exec_simple(PGconn* c, const std::string& sql) { return reply_of(c, PQexec(c, sql.c_str())); }
 
+pg_reply describe_pg_failure(PGconn* c, const PGresult* raw) { return describe_failure(c, raw); }
+
 void read_row(const PGresult* res, int r, std::vector<column_value>& out) {
   out.clear();
   const int n = PQnfields(res);

@@ -46,6 +46,8 @@ struct pg_reply {
 // parameter is text, or NULL for a null pointer.
 pg_reply pg_exec(PGconn* c, const std::string& sql, std::span<const char* const> params = {});
 pg_reply pg_exec_simple(PGconn* c, const std::string& sql);
+// Why `raw` (a failed result; null: the call itself failed) failed. Its result is not kept.
+pg_reply describe_pg_failure(PGconn* c, const PGresult* raw);
 
 // Row `r` of `res` as cells typed by the column's type (integers, floats and numerics as numbers,
 // booleans as 0/1, the rest as text); text is borrowed from `res`.

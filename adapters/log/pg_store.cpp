@@ -298,7 +298,11 @@ class postgres_store final : public decision_store {
         pause = std::min(pause * 2, std::chrono::milliseconds(1000));
         continue;
       }
-      const outcome o = write_once(rows, refused);
+      // Instance chains take the fast way unless a row of the batch needs the careful one.
+      bool careful = options_.chains == log_options::chain_mode::global;
+      for (auto& h : pending_heads_) h.reset();
+      outcome o = careful ? outcome{} : write_fast(rows, refused, careful);
+      if (careful) o = write_once(rows, refused);
       if (o.done) return {};
       if (o.committed_unknown && settled_after_loss(rows, refused, last_problem)) return {};
       last_problem = o.problem;
@@ -318,6 +322,13 @@ class postgres_store final : public decision_store {
     bool committed_unknown = false;  // lost during COMMIT: the rows may be in
     bool conflict = false;           // a concurrent writer took a unique key of ours
     std::string problem;
+  };
+
+  // A statement with its parameters as text (none: NULL).
+  struct statement_text {
+    std::string sql;
+    std::vector<std::optional<std::string>> values;
+    std::size_t rows = 0;  // an INSERT's
   };
 
   PGconn* db() const noexcept { return conn_.get(); }
@@ -501,7 +512,9 @@ class postgres_store final : public decision_store {
     for (std::size_t i = 0; i < rows.size(); ++i) by_table[rows[i].index()].push_back(i);
     // The unique keys this batch writes, per table: a later row may name an earlier one.
     std::array<std::unordered_set<std::string>, std::size(table_names)> written;
-    bool shared_change = false;
+    // What the other instances' escalation desks hear of: "e ID" (an escalation), "v ID ESCALATION"
+    // (a resolution), "d RESOLUTION" (a delivery), a line each.
+    std::string changes;
     for (std::size_t t = 0; t < by_table.size(); ++t) {
       if (by_table[t].empty()) continue;
       const table_keys& k = keys_of[t];
@@ -551,16 +564,14 @@ class postgres_store final : public decision_store {
           written[t].insert(unique[n]);
           if (k.unique2) seen2.insert(unique2[n]);
           accepted.push_back(i);
+          note_change(t, unique[n], k.unique2 ? unique2[n] : std::string(), changes);
         }
       }
       if (accepted.empty()) continue;
       if (outcome o = insert(t, rows, accepted); !o.done) return o;
-      shared_change = shared_change || t == 2 || t == 3 || t == 4;
     }
-    if (shared_change) {
-      // The other instances' escalation desks hear of new escalations, resolutions and deliveries
-      // when this transaction commits (change_feed.hpp).
-      if (const pg_reply r = pg_exec_simple(db(), "NOTIFY baton_changes"); !r) return failed(r);
+    for (const statement_text& st : notifications(changes)) {
+      if (const pg_reply r = pg_exec(db(), st.sql, pointers(st.values)); !r) return failed(r);
     }
     const pg_reply commit = pg_exec_simple(db(), "COMMIT");
     if (!commit) {
@@ -581,6 +592,131 @@ class postgres_store final : public decision_store {
     return o;
   }
 
+  // What the other instances' escalation desks hear of the batch's `changes` ("e ID", "v ID
+  // ESCALATION", "d RESOLUTION" lines): delivered to the listeners when the transaction commits,
+  // in commit order (change_feed.hpp). A payload holds at most 8000 bytes; each starts with the
+  // instance that wrote the rows.
+  std::vector<statement_text> notifications(const std::string& changes) const {
+    std::vector<statement_text> out;
+    for (std::size_t from = 0; from < changes.size();) {
+      std::size_t to = std::min(changes.size(), from + 7000);
+      if (to < changes.size()) to = changes.rfind('\n', to - 1) + 1;
+      statement_text& st = out.emplace_back();
+      st.sql = "SELECT pg_notify('baton_changes', $1)";
+      st.values.emplace_back(options_.instance + "\n" + changes.substr(from, to - from));
+      from = to;
+    }
+    return out;
+  }
+
+  static void note_change(std::size_t t, const std::string& unique, const std::string& unique2, std::string& changes) {
+    if (t == 2) changes += "e " + unique + "\n";
+    if (t == 3) changes += "v " + unique + " " + unique2 + "\n";
+    if (t == 4) changes += "d " + unique + "\n";
+  }
+
+  // The usual batch of instance chains in two round trips: the seqs, then one pipeline of its
+  // INSERTs and notifications, which commits at its sync as one implicit transaction. A row that
+  // cannot be written on its own (a key in the log already or twice in the batch, a reference to
+  // a row that is not there) fails it, nothing is written, and the batch goes the careful way
+  // (write_once), which reads the keys first (`careful`).
+  outcome write_fast(std::span<const log_row> rows, std::vector<std::optional<error>>& refused, bool& careful) {
+    refused.assign(rows.size(), std::nullopt);
+    std::array<std::vector<std::size_t>, std::size(table_names)> accepted;
+    std::array<std::size_t, std::size(table_names)> count{};
+    std::array<std::unordered_set<std::string>, std::size(table_names)> seen, seen2;
+    std::string changes;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::size_t t = rows[i].index();
+      fill(rows[i]);
+      const table_keys& k = keys_of[t];
+      const std::string unique = text_of(*find_cell(row_, k.unique));
+      const std::string unique2 = k.unique2 ? text_of(*find_cell(row_, k.unique2)) : std::string();
+      if (!seen[t].insert(unique).second || (k.unique2 && !seen2[t].insert(unique2).second)) {
+        careful = true;
+        return {};
+      }
+      if (const std::string nul = first_nul_column(); !nul.empty()) {
+        refused[i] = make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write this row: its " + nul +
+                                                             " holds a NUL character, which PostgreSQL text cannot");
+        continue;
+      }
+      accepted[t].push_back(i);
+      ++count[t];
+      note_change(t, unique, unique2, changes);
+    }
+    outcome o;
+    auto seqs = next_seqs(count, o);
+    if (!seqs) return o;
+    std::vector<statement_text> statements;
+    for (std::size_t t = 0; t < accepted.size(); ++t) {
+      if (accepted[t].empty()) continue;
+      std::optional<std::string> prev = heads_[t] ? heads_[t] : read_head(t, o);
+      if (!prev) return o;
+      for (statement_text& st : chained_inserts(t, rows, accepted[t], (*seqs)[t], *prev)) statements.push_back(std::move(st));
+      pending_heads_[t] = std::move(prev);
+    }
+    for (statement_text& st : notifications(changes)) statements.push_back(std::move(st));
+    if (statements.empty()) {
+      o.done = true;
+      return o;
+    }
+    PGconn* c = db();
+    if (!PQenterPipelineMode(c)) {
+      careful = true;
+      return {};
+    }
+    bool sent = true;
+    for (const statement_text& st : statements) {
+      const auto params = pointers(st.values);
+      sent = sent && PQsendQueryParams(c, st.sql.c_str(), static_cast<int>(params.size()), nullptr, params.data(), nullptr,
+                                       nullptr, 0);
+    }
+    sent = sent && PQpipelineSync(c);
+    // Every statement's result (or PIPELINE_ABORTED after the first error), then the sync's.
+    std::optional<pg_reply> first_error;
+    bool synced = false, lost = !sent;
+    for (std::size_t i = 0; !lost && i <= statements.size(); ++i) {
+      PGresult* raw = PQgetResult(c);
+      if (!raw) {
+        lost = true;
+        break;
+      }
+      const pg_result res(raw);
+      const ExecStatusType status = PQresultStatus(raw);
+      if (i == statements.size()) {
+        synced = status == PGRES_PIPELINE_SYNC;
+        lost = !synced;
+        break;
+      }
+      if (status == PGRES_FATAL_ERROR && !first_error) first_error = describe_pg_failure(c, raw);
+      if (PQgetResult(c) != nullptr) lost = true;  // each statement's results end with a null
+    }
+    if (lost || PQstatus(c) != CONNECTION_OK || !PQexitPipelineMode(c)) {
+      o.lost = true;
+      o.committed_unknown = sent;  // the sync went out: the transaction may have committed
+      o.problem = first_error ? first_error->message : "the connection was lost during the batch";
+      conn_.reset();
+      for (auto& h : heads_) h.reset();
+      return o;
+    }
+    if (first_error) {
+      if (first_error->sqlstate == "23505" || first_error->sqlstate == "23503") {
+        careful = true;  // a duplicate key or an unknown reference: which row, the careful way says
+        return {};
+      }
+      o.problem = first_error->message;
+      o.lost = first_error->lost;
+      return o;
+    }
+    for (std::size_t t = 0; t < heads_.size(); ++t) {
+      if (pending_heads_[t]) heads_[t] = std::move(pending_heads_[t]);
+      pending_heads_[t].reset();
+    }
+    o.done = true;
+    return o;
+  }
+
   std::string first_nul_column() const {
     for (const column_value& c : row_) {
       if (const auto* t = std::get_if<std::string_view>(&c.value); t && t->find('\0') != std::string_view::npos) {
@@ -590,73 +726,118 @@ class postgres_store final : public decision_store {
     return {};
   }
 
-  // Chains the accepted rows of table `t` after its head, and inserts them.
-  outcome insert(std::size_t t, std::span<const log_row> rows, const std::vector<std::size_t>& accepted) {
-    const std::string count = std::to_string(accepted.size());
-    const char* n[] = {count.c_str()};
-    pg_reply seqs = pg_exec(db(),
-                            std::string("SELECT nextval(pg_get_serial_sequence('") + table_names[t] +
-                                "', 'seq')) FROM generate_series(1, $1::int)",
-                            n);
-    if (!seqs) return failed(seqs);
-    std::vector<std::int64_t> seq;
-    for (int i = 0; i < PQntuples(seqs.result.get()); ++i) seq.push_back(std::stoll(PQgetvalue(seqs.result.get(), i, 0)));
-    std::sort(seq.begin(), seq.end());
-    std::string prev;
-    if (heads_[t]) {
-      prev = *heads_[t];
-    } else {
-      const bool global = options_.chains == log_options::chain_mode::global;
-      const char* who[] = {options_.instance.c_str()};
-      const pg_reply head =
-          global ? pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] + " ORDER BY seq DESC LIMIT 1")
-                 : pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] +
-                                     " WHERE instance = $1 ORDER BY seq DESC LIMIT 1",
-                           who);
-      if (!head) return failed(head);
-      prev = PQntuples(head.result.get()) ? PQgetvalue(head.result.get(), 0, 0) : std::string(genesis_hash);
+  static std::vector<const char*> pointers(const std::vector<std::optional<std::string>>& values) {
+    std::vector<const char*> out;
+    out.reserve(values.size());
+    for (const auto& v : values) out.push_back(v ? v->c_str() : nullptr);
+    return out;
+  }
+
+  // The row_hash table `t`'s chain ends with (this instance's, or the table's with global chains),
+  // or the genesis hash; none when it cannot be read.
+  std::optional<std::string> read_head(std::size_t t, outcome& why) {
+    const bool global = options_.chains == log_options::chain_mode::global;
+    const char* who[] = {options_.instance.c_str()};
+    const pg_reply head =
+        global ? pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] + " ORDER BY seq DESC LIMIT 1")
+               : pg_exec(db(), std::string("SELECT row_hash FROM ") + table_names[t] +
+                                   " WHERE instance = $1 ORDER BY seq DESC LIMIT 1",
+                         who);
+    if (!head) {
+      why.problem = head.message;
+      why.lost = head.lost;
+      return std::nullopt;
     }
-    // At most 1000 rows per statement (PostgreSQL takes 65535 parameters).
+    return PQntuples(head.result.get()) ? PQgetvalue(head.result.get(), 0, 0) : std::string(genesis_hash);
+  }
+
+  // The INSERTs of the accepted rows of table `t` (at most 1000 rows each: PostgreSQL takes
+  // 65535 parameters), with `seq` their seqs, chained after `prev`, which ends as the last row's hash.
+  std::vector<statement_text> chained_inserts(std::size_t t, std::span<const log_row> rows,
+                                              const std::vector<std::size_t>& accepted,
+                                              const std::vector<std::int64_t>& seq, std::string& prev) {
     constexpr std::size_t per_statement = 1000;
-    std::vector<std::optional<std::string>> values;
+    std::vector<statement_text> out;
     for (std::size_t from = 0; from < accepted.size(); from += per_statement) {
       const std::size_t to = std::min(accepted.size(), from + per_statement);
-      values.clear();
-      std::string sql = insert_sql_[t];
+      statement_text& st = out.emplace_back();
+      st.sql = insert_sql_[t];
+      st.rows = to - from;
       for (std::size_t a = from; a < to; ++a) {
         fill(rows[accepted[a]]);
         row_.front().value = seq[a];
         row_[row_.size() - 2].value = std::string_view(prev);
         std::string hash = chain_hash(row_, scratch_);
         row_.back().value = std::string_view(hash);
-        sql += a == from ? "(" : ", (";
+        st.sql += a == from ? "(" : ", (";
         for (std::size_t c = 0; c < row_.size(); ++c) {
-          sql += (c ? ", $" : "$") + std::to_string(values.size() + 1);
-          values.push_back(std::holds_alternative<std::nullptr_t>(row_[c].value) ? std::nullopt
-                                                                                    : std::optional(text_of(row_[c].value)));
+          st.sql += (c ? ", $" : "$") + std::to_string(st.values.size() + 1);
+          st.values.push_back(std::holds_alternative<std::nullptr_t>(row_[c].value) ? std::nullopt
+                                                                                       : std::optional(text_of(row_[c].value)));
         }
-        sql += ")";
+        st.sql += ")";
         prev = std::move(hash);
       }
-      sql += " ON CONFLICT DO NOTHING";
-      std::vector<const char*> params;
-      params.reserve(values.size());
-      for (const auto& v : values) params.push_back(v ? v->c_str() : nullptr);
-      const pg_reply r = pg_exec(db(), sql, params);
+    }
+    return out;
+  }
+
+  // `count` new seqs of each table (nextval: never given twice, gaps where a batch failed), in
+  // one query; ascending per table.
+  std::optional<std::array<std::vector<std::int64_t>, std::size(table_names)>> next_seqs(
+      const std::array<std::size_t, std::size(table_names)>& count, outcome& why) {
+    std::string sql;
+    for (std::size_t t = 0; t < count.size(); ++t) {
+      if (!count[t]) continue;
+      sql += (sql.empty() ? "" : " UNION ALL ") + std::string("SELECT ") + std::to_string(t) +
+             ", nextval(pg_get_serial_sequence('" + table_names[t] + "', 'seq')) FROM generate_series(1, " +
+             std::to_string(count[t]) + ")";
+    }
+    std::array<std::vector<std::int64_t>, std::size(table_names)> out;
+    if (sql.empty()) return out;
+    const pg_reply r = pg_exec(db(), sql);
+    if (!r) {
+      why.problem = r.message;
+      why.lost = r.lost;
+      return std::nullopt;
+    }
+    for (int i = 0; i < PQntuples(r.result.get()); ++i) {
+      out[std::stoul(PQgetvalue(r.result.get(), i, 0))].push_back(std::stoll(PQgetvalue(r.result.get(), i, 1)));
+    }
+    for (auto& v : out) std::sort(v.begin(), v.end());
+    return out;
+  }
+
+  // Chains the accepted rows of table `t` after its head, and inserts them; a row another
+  // instance wrote meanwhile with one of their unique keys rolls the batch back (`conflict`).
+  outcome insert(std::size_t t, std::span<const log_row> rows, const std::vector<std::size_t>& accepted) {
+    outcome o;
+    std::array<std::size_t, std::size(table_names)> count{};
+    count[t] = accepted.size();
+    auto seqs = next_seqs(count, o);
+    if (!seqs) {
+      pg_exec_simple(db(), "ROLLBACK");
+      return o;
+    }
+    std::optional<std::string> prev = heads_[t] ? heads_[t] : read_head(t, o);
+    if (!prev) {
+      pg_exec_simple(db(), "ROLLBACK");
+      return o;
+    }
+    for (const statement_text& st : chained_inserts(t, rows, accepted, (*seqs)[t], *prev)) {
+      const pg_reply r = pg_exec(db(), st.sql + " ON CONFLICT DO NOTHING", pointers(st.values));
       if (!r) return failed(r);
-      // A row another instance wrote meanwhile with one of our unique keys was left out: the
-      // chain would miss it, so the batch is written again after looking at what is there.
-      if (std::to_string(to - from) != PQcmdTuples(r.result.get())) {
+      // Left out, the row would leave a gap in the chain: the batch is written again after
+      // looking at what is there.
+      if (std::to_string(st.rows) != PQcmdTuples(r.result.get())) {
         pg_exec_simple(db(), "ROLLBACK");
-        outcome o;
         o.conflict = true;
         o.problem = std::string("another instance wrote a ") + table_names[t] + " row with the same key";
         for (auto& h : heads_) h.reset();
         return o;
       }
     }
-    pending_heads_[t] = prev;
-    outcome o;
+    pending_heads_[t] = *prev;
     o.done = true;
     return o;
   }

@@ -58,12 +58,14 @@ struct escalation_desk::entry {
 
 // A resolution the agent has not acknowledged.
 struct escalation_desk::waiting {
+  std::string escalation;
   std::string session;
   std::string frame;     // {"type":"resolution",…}
   std::string decision;  // for an agent-run tool's tool_result
   std::string tool;      // "" unless the agent runs it
   bool acknowledged = false;  // its delivery row is being written
   std::string tool_result;    // baton's tool_result frame, once a tool it runs for this resolution ran
+  bool baton_runs = false;    // its tool is one baton runs (http, command)
 };
 
 namespace {
@@ -97,10 +99,17 @@ escalation_desk::waiting escalation_desk::waiting_for(const routing_snapshot& ro
                                                       const log::escalation_record& e,
                                                       const protocol::resolution_object& resolution) {
   waiting w;
+  w.escalation = e.id;
   w.session = e.session;
   w.decision = e.decision;
   w.frame = protocol::render(protocol::resolution_frame{resolution});
-  if (const tools::executor* ex = executor_for(routing, r); ex && ex->agent_runs()) w.tool = r.tool;
+  if (const tools::executor* ex = executor_for(routing, r)) {
+    if (ex->agent_runs()) {
+      w.tool = r.tool;
+    } else {
+      w.baton_runs = true;
+    }
+  }
   return w;
 }
 
@@ -241,8 +250,33 @@ void escalation_desk::start() {
     spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed), {} resolutions wait for their "
                  "agent", pending_.size(), expired, waiting_.size());
   }
-  // Other instances' rows as they commit, and once a second whatever a lost notification missed.
-  if (shared_) feed_ = log::change_feed::start(log_.options(), [this] { catch_up_later(); }, std::chrono::seconds(1));
+  // Other instances' rows as they commit; all of it again after a lost connection; every 2 s the
+  // runs of tools other instances ran for resolutions waiting here (no notification names them).
+  if (shared_) {
+    feed_ = log::change_feed::start(
+        log_.options(),
+        [this](log::change_feed::event e, const std::string& payload) {
+          if (e == log::change_feed::event::notified) {
+            changes_later(payload);
+          } else if (e == log::change_feed::event::connected) {
+            catch_up_later();
+          } else {
+            boost::asio::post(io_, [this] { refresh_tool_results(); });
+          }
+        },
+        std::chrono::seconds(2));
+  }
+}
+
+void escalation_desk::refresh_tool_results() {
+  std::string lines;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, w] : waiting_) {
+      if (w.baton_runs && w.tool_result.empty()) lines += "v " + id + " " + w.escalation + "\n";
+    }
+  }
+  if (!lines.empty()) take_in_named(lines);
 }
 
 void escalation_desk::catch_up_later() {
@@ -253,27 +287,100 @@ void escalation_desk::catch_up_later() {
   });
 }
 
+void escalation_desk::changes_later(const std::string& payload) {
+  // The first line names the instance that wrote the rows: this desk knows its own.
+  const auto end = payload.find('\n');
+  if (end == std::string::npos || std::string_view(payload).substr(0, end) == log_.options().instance) return;
+  {
+    std::lock_guard lock(changes_mutex_);
+    changes_.push_back(payload.substr(end + 1));
+    if (draining_) return;  // the drain on its way takes it
+    draining_ = true;
+  }
+  // One drain at a time, so they are taken in in the order they came.
+  boost::asio::post(io_, [this] {
+    for (;;) {
+      std::string next;
+      {
+        std::lock_guard lock(changes_mutex_);
+        if (changes_.empty()) {
+          draining_ = false;
+          return;
+        }
+        next = std::move(changes_.front());
+        changes_.pop_front();
+      }
+      take_in_named(next);
+    }
+  });
+}
+
 void escalation_desk::remove_pending_locked(std::map<std::string, std::unique_ptr<entry>>::iterator it) {
   if (it->second->timer) it->second->timer->cancel();
   raised_order_.erase(it->second->order);
   pending_.erase(it);
 }
 
-void escalation_desk::catch_up() {
+std::uint64_t escalation_desk::begin_read() {
+  std::lock_guard lock(mutex_);
+  return ++catch_ups_;
+}
+
+void escalation_desk::catch_up(const std::optional<std::string>& session) {
   if (!shared_) return;
   std::lock_guard one_at_a_time(catch_up_mutex_);
-  std::uint64_t started = 0;
-  {
-    std::lock_guard lock(mutex_);
-    started = ++catch_ups_;
-  }
-  auto pending = reader_->pending_escalations();
-  auto unacknowledged = pending ? reader_->unacknowledged_resolutions() : pending.error();
+  log_view view;
+  view.whole = session ? log_view::scope::session : log_view::scope::all;
+  if (session) view.session = *session;
+  const std::uint64_t started = begin_read();
+  auto pending = reader_->pending_escalations(session);
+  auto unacknowledged = pending ? reader_->unacknowledged_resolutions(session) : pending.error();
   if (!pending || !unacknowledged) {
     spdlog::warn("escalations: cannot read the shared log for other instances' changes: {}",
                  (pending ? unacknowledged.error() : pending.error()).message);
     return;
   }
+  view.pending = std::move(*pending);
+  view.unacknowledged = std::move(*unacknowledged);
+  take_in(view, started);
+}
+
+void escalation_desk::take_in_named(const std::string& lines) {
+  std::lock_guard one_at_a_time(catch_up_mutex_);
+  log_view view;
+  const std::uint64_t started = begin_read();
+  std::size_t at = 0;
+  while (at < lines.size()) {
+    std::size_t end = lines.find('\n', at);
+    if (end == std::string::npos) end = lines.size();
+    const std::string_view line(lines.data() + at, end - at);
+    at = end + 1;
+    if (line.size() < 3 || line[1] != ' ') continue;
+    std::string_view rest = line.substr(2);
+    if (line[0] == 'd') {
+      view.acknowledged.emplace_back(rest);
+      continue;
+    }
+    // "e ID" or "v ID ESCALATION": the escalation, read with its resolution.
+    if (line[0] == 'v') rest = rest.substr(std::min(rest.size(), rest.find(' ') + 1));
+    if (line[0] != 'e' && line[0] != 'v') continue;
+    auto found = reader_->escalation(std::string(rest));
+    if (!found) {
+      spdlog::warn("escalations: cannot read escalation {} another instance wrote: {}", rest, found.error().message);
+      catch_up_later();  // all of it, when the log answers again
+      continue;
+    }
+    if (!*found) continue;
+    if ((*found)->resolution) {
+      view.unacknowledged.push_back(std::move(**found));
+    } else {
+      view.pending.push_back(std::move((*found)->row));
+    }
+  }
+  take_in(view, started);
+}
+
+void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
   const snapshot routing = routing_.routing.current();
   std::vector<waiting> to_deliver;
   std::vector<std::pair<std::shared_ptr<agent_connection>, std::string>> tool_results;
@@ -285,8 +392,12 @@ void escalation_desk::catch_up() {
       const auto it = settled_here_.find(id);
       return it != settled_here_.end() && it->second >= started;
     };
+    // Whether the view holds all there is of a session's escalations.
+    const auto whole = [&](const std::string& session) {
+      return view.whole == log_view::scope::all || (view.whole == log_view::scope::session && session == view.session);
+    };
     std::set<std::string> pending_in_log, waiting_in_log;
-    for (const log::escalation_row& row : *pending) {
+    for (const log::escalation_row& row : view.pending) {
       const std::string& id = row.escalation.id;
       pending_in_log.insert(id);
       if (pending_.contains(id) || settled(id)) continue;
@@ -298,7 +409,7 @@ void escalation_desk::catch_up() {
       broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(owned->escalation)}));
       add_pending(std::move(owned));
     }
-    for (log::escalation_history& h : *unacknowledged) {
+    for (const log::escalation_history& h : view.unacknowledged) {
       const log::resolution_record& res = *h.resolution;
       waiting_in_log.insert(res.id);
       if (const auto it = pending_.find(res.escalation); it != pending_.end()) {
@@ -328,26 +439,37 @@ void escalation_desk::catch_up() {
         }
       }
     }
-    // Acknowledged on another instance.
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (waiting_in_log.contains(it->first) || it->second.acknowledged || settled(it->first)) {
-        ++it;
-        continue;
-      }
+    // Acknowledged on another instance: named, or missing from a whole view.
+    const auto drop_waiting = [&](std::map<std::string, waiting>::iterator it) {
       const std::string session = it->second.session;
-      it = waiting_.erase(it);
+      auto next = waiting_.erase(it);
       forget_if_done_locked(session);
+      return next;
+    };
+    for (const std::string& id : view.acknowledged) {
+      if (const auto it = waiting_.find(id); it != waiting_.end() && !it->second.acknowledged && !settled(id)) {
+        drop_waiting(it);
+      }
     }
-    // Resolved and acknowledged on another instance between two catch-ups.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (!whole(it->second.session) || waiting_in_log.contains(it->first) || it->second.acknowledged ||
+          settled(it->first)) {
+        ++it;
+      } else {
+        it = drop_waiting(it);
+      }
+    }
+    // Resolved and acknowledged on another instance between two reads.
     for (auto it = pending_.begin(); it != pending_.end();) {
       const auto next = std::next(it);
-      if (!pending_in_log.contains(it->first) && !it->second->resolving && !settled(it->first)) {
+      if (whole(it->second->escalation.row.session) && !pending_in_log.contains(it->first) && !it->second->resolving &&
+          !settled(it->first)) {
         gone.push_back(it->first);
         remove_pending_locked(it);
       }
       it = next;
     }
-    std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
+    if (view.whole == log_view::scope::all) std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
   }
   for (const waiting& w : to_deliver) deliver(w);
   for (auto& [conn, frame] : tool_results) {
@@ -649,8 +771,9 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
   if (prepared) return write_resolution(id, std::move(*prepared), routing, std::move(done));
   if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
   if (shared_ && !caught_up) {
-    // Raised on another instance a moment ago, perhaps: read the log, then look again.
-    catch_up();
+    // Raised on another instance a moment ago, perhaps, its notification not here yet: read it,
+    // then look again.
+    take_in_named("e " + id);
     return resolve_as(id, std::move(in), reviewer, by, std::move(done), true);
   }
   // Not pending here: resolved already, or not (yet) an escalation at all.
@@ -775,7 +898,7 @@ void escalation_desk::deliver(const waiting& w) {
 escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,
                                                   bool resend) {
   // A resume may come to this instance after its session was served by another.
-  if (resend) catch_up();
+  if (resend) catch_up(session);
   attached a;
   std::lock_guard lock(mutex_);
   sessions_[session] = c;
@@ -878,7 +1001,6 @@ bool escalation_desk::defer_until_acks_written(const std::string& session, std::
 }
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
-  catch_up();  // the snapshot holds every instance's pending escalations
   std::lock_guard lock(mutex_);
   protocol::snapshot_frame snapshot;
   for (const auto& [order, e] : raised_order_) {
@@ -910,7 +1032,6 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
   if (status != "pending" && status != "resolved" && status != "all") {
     return make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all");
   }
-  catch_up();
   protocol::escalation_list list;
   if (status != "resolved") {
     std::lock_guard lock(mutex_);
@@ -929,7 +1050,6 @@ result<std::string> escalation_desk::list_json(std::string_view status, std::siz
 }
 
 result<std::string> escalation_desk::get_json(const std::string& id) {
-  catch_up();
   {
     std::lock_guard lock(mutex_);
     if (const auto it = pending_.find(id); it != pending_.end()) {

@@ -3,15 +3,17 @@
 // resolutions to the agents' sessions. Every change is a row in the decision log first; memory
 // only mirrors the log, and start() rebuilds it from the log after a restart. On a log several
 // instances share (PostgreSQL), the database is the truth: each desk mirrors every instance's
-// escalations and resolutions, hearing of other instances' rows as they commit (LISTEN) and
-// reading the log again before it answers a reviewer or a resume; the database takes one
-// resolution per escalation, whichever instance writes it first.
+// escalations and resolutions, hearing of other instances' rows as they commit (LISTEN: the
+// notification names them) and reading the log again for a resume, a resolve of an id it does
+// not know, and after a lost connection; the database takes one resolution per escalation,
+// whichever instance writes it first.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -187,10 +189,31 @@ class escalation_desk {
   static waiting waiting_for(const routing_snapshot& routing, const log::resolution_record& r,
                              const log::escalation_record& e, const protocol::resolution_object& resolution);
   void run_if_baton_runs(const routing_snapshot& routing, const log::resolution_record& r, const log::escalation_record& e);
-  // A shared log: takes in what other instances wrote (escalations raised, resolved or
-  // acknowledged there). Blocking reads; one at a time. Quietly does nothing on a file log.
-  void catch_up();
+  // A shared log: what the log says of some escalations and resolutions, read after a point.
+  struct log_view {
+    std::vector<log::escalation_row> pending;             // escalations pending in the log
+    std::vector<log::escalation_history> unacknowledged;  // resolutions no agent acknowledged
+    std::vector<std::string> acknowledged;                // resolutions acknowledged
+    // Of whose escalations it holds all there is: everyone's, one session's, or only what it names.
+    enum class scope { all, session, named } whole = scope::named;
+    std::string session;
+  };
+  // Takes in what another instance wrote: pending escalations, resolutions (delivered here when
+  // their session is connected here) and acknowledgements. `started`: begin_read() before the
+  // reads; what this desk settled since wins.
+  void take_in(const log_view& view, std::uint64_t started);
+  std::uint64_t begin_read();
+  // Reads the log's pending escalations and unacknowledged resolutions (all, or `session`'s)
+  // and takes them in. Blocking; does nothing on a file log.
+  void catch_up(const std::optional<std::string>& session = {});
   void catch_up_later();  // from the change feed's thread: catch_up() on an I/O thread, coalesced
+  // A notification's lines ("e ID", "v ID ESCALATION", "d RESOLUTION"): reads what they name
+  // and takes it in. changes_later() queues a payload from the change feed's thread; they are
+  // taken in on an I/O thread in the order they came (commit order).
+  void take_in_named(const std::string& lines);
+  void changes_later(const std::string& payload);
+  // Reads the tool runs of resolutions waiting here whose tool baton runs and has not reported.
+  void refresh_tool_results();
   void remove_pending_locked(std::map<std::string, std::unique_ptr<entry>>::iterator it);  // with mutex_ held
 
   log::decision_log& log_;
@@ -216,6 +239,9 @@ class escalation_desk {
   std::uint64_t catch_ups_ = 0;
   std::map<std::string, std::uint64_t> settled_here_;
   std::atomic<bool> catch_up_queued_ = false;
+  std::mutex changes_mutex_;
+  std::deque<std::string> changes_;  // notifications not taken in yet, oldest first
+  bool draining_ = false;            // a drain of changes_ is posted or running
   std::unique_ptr<log::change_feed> feed_;  // last: stopped first
 };
 
