@@ -29,7 +29,7 @@ constexpr const char* log_help = R"(Usage: baton log sql [--db LOG] "SELECT ..."
        baton log show [--db LOG] DECISION
        baton log tail [--db LOG] [-n N]
        baton log verify [--db LOG]
-       baton log copy --from FILE.db --to postgresql://...
+       baton log copy --from FILE.db --to postgresql://... [--chains instance|global]
 
 Reads the decision log `baton serve` appends decisions and tool runs to (adapters/log/README.md):
 a SQLite file, opened read-only and never created, or a PostgreSQL database (a postgresql://
@@ -51,7 +51,8 @@ Commands:
                there; on PostgreSQL, each instance's chains, and then a line per chain with
                its last row_hash: keep them elsewhere to catch rows cut from the end
   copy         moves a SQLite log into an empty PostgreSQL one, rows as they are (their
-               hashes hold: the instance column stays NULL), then verifies the copy
+               hashes hold: the instance column stays NULL), then verifies the copy;
+               --chains: of a database it creates (default instance; log.chains)
 
 Options:
   --db LOG     the decision log: a file or a postgresql:// URL (default var/baton.db)
@@ -247,12 +248,17 @@ int copy_main(const command_args& a, std::ostream& out, std::ostream& err) {
   const auto to = a.get("--to");
   if (!from || !to) return usage_error(err, "copy needs --from FILE.db and --to postgresql://...", "log copy");
   if (!log::is_postgres_url(*to)) return usage_error(err, "--to must be a postgresql:// URL", "log copy");
-  const auto copied = log::copy_log(std::filesystem::path(*from), log::log_at(*to));
+  log::log_options target = log::log_at(*to);
+  if (const auto chains = a.get("--chains")) {
+    if (*chains != "instance" && *chains != "global") return usage_error(err, "--chains takes instance or global", "log copy");
+    target.chains = *chains == "global" ? log::log_options::chain_mode::global : log::log_options::chain_mode::instance;
+  }
+  const auto copied = log::copy_log(std::filesystem::path(*from), target);
   if (!copied) {
     err << "baton log copy: " << copied.error().message << "\n";
     const std::string& code = copied.error().code;
     if (code == "NO_LOG") return exit_no_input;
-    return code == "CHAIN_BROKEN" || code == "COPY_MISMATCH" ? exit_chain_broken : exit_failed;
+    return code == "CHAIN_BROKEN" || code == "COPY_MISMATCH" || code == "COPY_REFUSED" ? exit_chain_broken : exit_failed;
   }
   std::string counts;
   for (const auto& [noun, n] : copied->counts) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + noun;
@@ -275,7 +281,7 @@ int log_main(std::span<const std::string_view> args, std::istream&, std::ostream
   }
   command_args a;
   const auto problem = command == "tail"   ? parse_args(args.subspan(1), {"--db", "-n"}, {}, a)
-                       : command == "copy" ? parse_args(args.subspan(1), {"--from", "--to"}, {}, a)
+                       : command == "copy" ? parse_args(args.subspan(1), {"--from", "--to", "--chains"}, {}, a)
                                            : parse_args(args.subspan(1), {"--db"}, {}, a);
   if (problem) return usage_error(err, *problem, ("log " + std::string(command)).c_str());
   if (a.help) {

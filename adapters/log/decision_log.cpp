@@ -1,7 +1,10 @@
 // The decision log's queue and writer thread: group commits over a decision_store.
 #include "adapters/log/decision_log.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -97,7 +100,17 @@ decision_log::decision_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 decision_log::~decision_log() { close(); }
 
 std::unique_ptr<decision_log> decision_log::open(const log_options& options) {
-  return open(open_store(options), options);
+  log_options o = options;
+  // Named once, so that the store and whoever reads options() (the escalation desk, which skips
+  // its own notifications) agree.
+  if (o.shared() && o.instance.empty()) o.instance = default_instance_name();
+  return open(open_store(o), o);
+}
+
+std::string default_instance_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "baton");
+  return std::string(host) + "-" + std::to_string(getpid());
 }
 
 bool is_postgres_url(std::string_view db) { return db.starts_with("postgresql://") || db.starts_with("postgres://"); }

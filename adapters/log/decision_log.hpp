@@ -59,6 +59,9 @@ class decision_store {
   virtual result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) = 0;
 };
 
+// An instance's name when `log.instance` gives none: HOSTNAME-PID.
+std::string default_instance_name();
+
 // Whether `db` (a --db argument) is a PostgreSQL URL rather than a file.
 bool is_postgres_url(std::string_view db);
 // The log a --db argument names: a PostgreSQL URL (its password from libpq's PGPASSWORD or
@@ -75,8 +78,10 @@ struct copy_report {
 
 // Copies the SQLite log `from` into the PostgreSQL log `to` (created when missing), rows as
 // they are (seq, hashes; `instance` NULL, which their hashes leave out), in one transaction,
-// then verifies the copy: its chains hold, with the file's row counts and last hashes. Errors:
+// then verifies the copy: its chains hold, with the file's row counts and last hashes.
+// The database keeps the chains it was made with; a new one gets `to.chains`. Errors:
 // 404 NO_LOG (no file), 422 CHAIN_BROKEN (the file's own chains do not hold: nothing is copied),
+// 422 COPY_REFUSED (a text holds a NUL character, which PostgreSQL cannot store: nothing is copied),
 // 409 LOG_NOT_EMPTY (the database already holds rows), 500 COPY_MISMATCH, LOG_OPEN_FAILED,
 // LOG_WRITE_FAILED.
 result<copy_report> copy_log(const std::filesystem::path& from, const log_options& to);

@@ -45,17 +45,22 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
     return make_error(422, "CHAIN_BROKEN", "the log " + from.string() + " does not verify (" + *before->broken +
                                                "); nothing was copied");
   }
-  // The schema, made the way `baton serve` makes it; the store is closed again at once.
+  auto conn = pg_connect(to.url, to.password, "baton-log-copy");
+  if (!conn) return conn.error();
+  PGconn* c = conn->get();
+  // The schema, made the way `baton serve` makes it (the store is closed again at once), with
+  // the chains a database made earlier keeps.
+  log_options o = to;
+  o.instance = "baton-log-copy";
+  if (const pg_reply mode = pg_exec(c, "SELECT value FROM baton_meta WHERE key = 'chains'"); mode && PQntuples(mode.result.get())) {
+    o.chains = std::string_view(PQgetvalue(mode.result.get(), 0, 0)) == "global" ? log_options::chain_mode::global
+                                                                                   : log_options::chain_mode::instance;
+  }
   try {
-    log_options o = to;
-    o.instance = "baton-log-copy";
     open_postgres_store(o);
   } catch (const error_exception& e) {
     return e.err();
   }
-  auto conn = pg_connect(to.url, to.password, "baton-log-copy");
-  if (!conn) return conn.error();
-  PGconn* c = conn->get();
   if (const pg_reply r = pg_exec_simple(c, "BEGIN"); !r) return write_failed(r.message);
   // Rows keep their seq: the database must not hold any yet.
   for (const char* table : table_names) {
@@ -82,7 +87,8 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
         [&](std::span<const std::string> columns) { names.assign(columns.begin(), columns.end()); },
         [&](std::span<const cell> row) {
           if (!written) return;
-          for (const cell& v : row) {
+          for (std::size_t i = 0; i < row.size(); ++i) {
+            const cell& v = row[i];
             if (const auto* n = std::get_if<std::int64_t>(&v)) {
               values.emplace_back(std::to_string(*n));
             } else if (const auto* d = std::get_if<double>(&v)) {
@@ -90,6 +96,13 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
               render_double(*d, text);
               values.emplace_back(std::move(text));
             } else if (const auto* t = std::get_if<std::string_view>(&v)) {
+              if (t->find('\0') != std::string_view::npos) {
+                // libpq would cut the text there, and the copy's hashes would not hold.
+                written = make_error(422, "COPY_REFUSED", std::string(table) + " row " + std::to_string(rows + 1) + ": its " +
+                                                              names[i] + " holds a NUL character, which PostgreSQL text "
+                                                              "cannot; nothing was copied");
+                return;
+              }
               values.emplace_back(std::string(*t));
             } else {
               values.emplace_back(std::nullopt);

@@ -498,7 +498,7 @@ result<std::optional<escalation_history>> log_reader::escalation(const std::stri
   std::optional<escalation_history> found;
   const parameter by_id[] = {id};
   auto read = impl_->query(std::string(with_decision) + " WHERE e.id = ?", by_id,
-                           [&](auto row) { found.emplace(escalation_history{escalation_from(row), std::nullopt, std::nullopt}); });
+                           [&](auto row) { found.emplace(escalation_history{escalation_from(row), std::nullopt, std::nullopt, false}); });
   if (!read) return read.error();
   if (!found) return found;
   read = impl_->query("SELECT * FROM resolutions WHERE escalation = ?", by_id,
@@ -509,7 +509,21 @@ result<std::optional<escalation_history>> log_reader::escalation(const std::stri
   read = impl_->query("SELECT * FROM tool_runs WHERE decision = ? ORDER BY seq", by_decision,
                       [&](auto row) { found->tool_run = tool_run_from(row); });
   if (!read) return read.error();
+  const parameter by_resolution[] = {found->resolution->id};
+  read = impl_->query("SELECT 1 FROM deliveries WHERE resolution = ?", by_resolution,
+                      [&](auto) { found->acknowledged = true; });
+  if (!read) return read.error();
   return found;
+}
+
+result<std::optional<std::string>> log_reader::escalation_of(const std::string& resolution) const {
+  std::lock_guard lock(impl_->mutex);
+  std::optional<std::string> escalation;
+  const parameter by_id[] = {resolution};
+  auto read = impl_->query("SELECT escalation FROM resolutions WHERE id = ?", by_id,
+                           [&](auto row) { escalation = text(row, "escalation"); });
+  if (!read) return read.error();
+  return escalation;
 }
 
 result<std::optional<std::string>> log_reader::acknowledged_session(const std::string& resolution) const {

@@ -42,6 +42,7 @@ struct escalation_history {
   escalation_row row;
   std::optional<resolution_record> resolution;
   std::optional<tool_run_record> tool_run;
+  bool acknowledged = false;  // the resolution has a delivery row (escalation() only)
 };
 
 // A decision with how the escalation that followed it ended: its own escalation, or for a first
@@ -95,6 +96,8 @@ class log_reader {
   result<std::vector<escalation_history>> latest_resolutions(std::size_t limit) const;
   // The escalation `id`, with its resolution and tool run; none when there is no such escalation.
   result<std::optional<escalation_history>> escalation(const std::string& id) const;
+  // The escalation resolution `resolution` resolved; none when there is no such resolution.
+  result<std::optional<std::string>> escalation_of(const std::string& resolution) const;
   // The session whose resolution `resolution` the agent acknowledged; none when it was not.
   result<std::optional<std::string>> acknowledged_session(const std::string& resolution) const;
 

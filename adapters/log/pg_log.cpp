@@ -73,9 +73,9 @@ std::optional<std::string> check_postgres_url(const std::string& url) {
   char* message = nullptr;
   PQconninfoOption* options = PQconninfoParse(url.c_str(), &message);
   if (!options) {
-    std::string why = trimmed(message);
+    // libpq's reason quotes the part it could not read, which may be the password: not repeated.
     PQfreemem(message);
-    return "not a PostgreSQL URL libpq understands: " + (why.empty() ? std::string("out of memory") : why);
+    return std::string("not a PostgreSQL URL libpq understands (postgresql://USER@HOST:PORT/DATABASE?PARAMS)");
   }
   std::optional<std::string> problem;
   for (const PQconninfoOption* o = options; o->keyword; ++o) {
@@ -90,18 +90,23 @@ std::optional<std::string> check_postgres_url(const std::string& url) {
 
 result<pg_conn> pg_connect(const std::string& url, const std::string& password, const char* application) {
   if (auto problem = check_postgres_url(url)) return make_error(500, "LOG_OPEN_FAILED", *problem);
-  // dbname first: the URL expands there, and the keywords after it override what it says.
-  const char* keywords[] = {"dbname", "application_name", "connect_timeout", password.empty() ? nullptr : "password",
-                            nullptr};
-  const char* values[] = {url.c_str(), application, "5", password.empty() ? nullptr : password.c_str(), nullptr};
+  // dbname first: the URL expands there, and the keywords after it override what it says. TCP
+  // keepalives and a user timeout: a server that vanishes without a reset (a host lost, an
+  // address moved at a failover) fails the call within about 30 s instead of the OS's hours.
+  const char* keywords[] = {"dbname",         "application_name",   "connect_timeout", "keepalives_idle",
+                            "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                            password.empty() ? nullptr : "password", nullptr};
+  const char* values[] = {url.c_str(), application, "5", "10", "5", "3", "30000",
+                          password.empty() ? nullptr : password.c_str(), nullptr};
   pg_conn c(PQconnectdbParams(keywords, values, 1));
   if (!c) return make_error(500, "LOG_OPEN_FAILED", "cannot connect to " + url + ": out of memory");
   if (PQstatus(c.get()) != CONNECTION_OK) {
     return make_error(500, "LOG_OPEN_FAILED", "cannot connect to " + url + ": " + trimmed(PQerrorMessage(c.get())));
   }
   PQsetNoticeProcessor(c.get(), ignore_notice, nullptr);
-  // The log's texts are UTF-8 whatever the database's default is; times are the rows' own.
-  if (const pg_reply r = pg_exec_simple(c.get(), "SET client_encoding = 'UTF8'; SET extra_float_digits = 1"); !r) {
+  // The log's texts are UTF-8 whatever the client's locale says; floats read back exactly (3: also
+  // on servers before 12, where the default 0 rounds them).
+  if (const pg_reply r = pg_exec_simple(c.get(), "SET client_encoding = 'UTF8'; SET extra_float_digits = 3"); !r) {
     return make_error(500, "LOG_OPEN_FAILED", "cannot set up the connection to " + url + ": " + r.message);
   }
   return c;
@@ -191,76 +196,69 @@ class postgres_source final : public log_source {
     }
     std::vector<const char*> values;
     for (const std::string& t : texts) values.push_back(t.c_str());
-    // Streamed a row at a time: a chain walk reads whole tables.
     const std::string numbered = numbered_parameters(sql);
     for (int attempt = 0;; ++attempt) {
       if (auto ready = connected(); !ready) return ready.error();
-      PGconn* c = conn_.get();
-      std::optional<pg_reply> failure;
       bool any = false;
-      if (!PQsendQueryParams(c, numbered.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                             nullptr, 0) ||
-          !PQsetSingleRowMode(c)) {
-        failure = reply_of(c, nullptr);
-      }
       std::vector<column_value> row;
-      while (!failure) {
-        PGresult* raw = PQgetResult(c);
-        if (!raw) break;
-        const pg_result res(raw);
-        const ExecStatusType status = PQresultStatus(raw);
-        if (status == PGRES_SINGLE_TUPLE) {
-          any = true;
-          read_row(raw, 0, row);
-          each(row);
-        } else if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
-          failure = describe_failure(c, raw);
-          while (PGresult* rest = PQgetResult(c)) PQclear(rest);
-        }
-      }
+      const auto failure = stream(numbered, values, nullptr, [&](const PGresult* res) {
+        any = true;
+        read_row(res, 0, row);
+        each(row);
+      });
       if (!failure) return {};
+      if (failure->lost) conn_.reset();
       // Only a query that lost its connection before any row is tried again.
       if (!failure->lost || any || attempt > 0) return read_failed(*failure);
     }
   }
 
   result<void> read_statement(std::string_view sql, const std::function<void(std::span<const std::string>)>& columns,
-                         const std::function<void(std::span<const cell>)>& row) override {
+                              const std::function<void(std::span<const cell>)>& row) override {
     if (auto ready = connected(); !ready) return ready.error();
-    // A read-only transaction: PostgreSQL itself refuses anything that would write. The extended
-    // protocol takes one statement only.
-    if (const pg_reply begin = pg_exec_simple(conn_.get(), "BEGIN READ ONLY"); !begin) return read_failed(begin);
-    const pg_reply r = pg_exec(conn_.get(), std::string(sql));
-    pg_exec_simple(conn_.get(), "ROLLBACK");
-    if (r.empty) return make_error(400, "SQL_REFUSED", "the query is empty");
-    if (!r) {
-      if (r.lost) return read_failed(r);
-      if (r.sqlstate == "25006") {
-        return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
-      }
-      if (r.message.find("multiple commands") != std::string::npos) {
-        return make_error(400, "SQL_REFUSED", "one statement at a time");
-      }
-      return make_error(400, "SQL_FAILED", r.message);
+    // A read-only transaction: PostgreSQL refuses whatever writes to a table. The extended
+    // protocol takes one statement only. Streamed: an auditor may read a whole table.
+    if (const pg_reply begin = pg_exec_simple(conn_.get(), "BEGIN READ ONLY"); !begin) {
+      if (begin.lost) conn_.reset();
+      return read_failed(begin);
     }
-    const PGresult* res = r.result.get();
-    std::vector<std::string> names;
-    for (int i = 0; i < PQnfields(res); ++i) {
-      std::string name = PQfname(res, i);
-      const std::string base = name;
-      for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = base + ":" + std::to_string(k);
-      names.push_back(std::move(name));
-    }
-    columns(names);
     std::vector<column_value> values;
     std::vector<cell> cells;
-    for (int i = 0; i < PQntuples(res); ++i) {
-      read_row(res, i, values);
-      cells.clear();
-      for (const column_value& v : values) cells.push_back(v.value);
-      row(cells);
+    const auto failure = stream(
+        std::string(sql), {},
+        [&](const PGresult* res) {
+          std::vector<std::string> names;
+          for (int i = 0; i < PQnfields(res); ++i) {
+            std::string name = PQfname(res, i);
+            const std::string base = name;
+            for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) {
+              name = base + ":" + std::to_string(k);
+            }
+            names.push_back(std::move(name));
+          }
+          columns(names);
+        },
+        [&](const PGresult* res) {
+          read_row(res, 0, values);
+          cells.clear();
+          for (const column_value& v : values) cells.push_back(v.value);
+          row(cells);
+        });
+    if (failure && failure->lost) {
+      conn_.reset();
+      return read_failed(*failure);
     }
-    return {};
+    pg_exec_simple(conn_.get(), "ROLLBACK");
+    if (!failure) return {};
+    const pg_reply& r = *failure;
+    if (r.empty) return make_error(400, "SQL_REFUSED", "the query is empty");
+    if (r.sqlstate == "25006") {
+      return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
+    }
+    if (r.message.find("multiple commands") != std::string::npos) {
+      return make_error(400, "SQL_REFUSED", "one statement at a time");
+    }
+    return make_error(400, "SQL_FAILED", r.message);
   }
 
   result<bool> has_table(const std::string& table) override {
@@ -285,6 +283,38 @@ class postgres_source final : public log_source {
   bool instance_chains() const override { return instance_chains_; }
 
  private:
+  // Runs `sql` in single-row mode: `columns` (may be null) once with the first result, before any
+  // row (also when there is none), then `row` with each row. Why it failed, or none.
+  std::optional<pg_reply> stream(const std::string& sql, std::span<const char* const> params,
+                                 const std::function<void(const PGresult*)>& columns,
+                                 const std::function<void(const PGresult*)>& row) {
+    PGconn* c = conn_.get();
+    if (!PQsendQueryParams(c, sql.c_str(), static_cast<int>(params.size()), nullptr, params.data(), nullptr, nullptr, 0) ||
+        !PQsetSingleRowMode(c)) {
+      return describe_failure(c, nullptr);
+    }
+    std::optional<pg_reply> failure;
+    bool described = false;
+    while (PGresult* raw = PQgetResult(c)) {
+      const pg_result res(raw);
+      const ExecStatusType status = PQresultStatus(raw);
+      if (failure) continue;  // the rest of a failed query's results
+      if (status == PGRES_SINGLE_TUPLE || status == PGRES_TUPLES_OK) {
+        if (!described && columns) columns(raw);
+        described = true;
+        if (status == PGRES_SINGLE_TUPLE) row(raw);
+      } else if (status == PGRES_EMPTY_QUERY) {
+        failure.emplace();
+        failure->empty = true;
+        failure->message = "the statement is empty";
+      } else if (status != PGRES_COMMAND_OK) {
+        failure = describe_failure(c, raw);
+      }
+    }
+    if (!failure && PQstatus(c) != CONNECTION_OK) failure = describe_failure(c, nullptr);
+    return failure;
+  }
+
   static error read_failed(const pg_reply& r) {
     return make_error(500, "LOG_READ_FAILED", "cannot read the decision log: " + r.message);
   }

@@ -1,8 +1,6 @@
 // The decision log's PostgreSQL store: the schema (the SQLite log's tables, columns, views and
 // append-only rules, plus the instance that wrote each row), its chains, and one transaction per
 // batch, retried while the database is unreachable.
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -221,7 +219,8 @@ CREATE VIEW resolved_escalations AS
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
 
 // Advisory lock keys (pg_advisory_lock's two-int form): the first int names baton's use.
-constexpr int lock_space = 0x62746e;  // "btn"
+constexpr int lock_space = 0x62746e;            // "btn": with migrate_lock or chain_lock
+constexpr int instance_lock_space = 0x62746f;  // with hashtext(the instance's name)
 constexpr int migrate_lock = 1, chain_lock = 2;
 
 const char* chains_name(log_options::chain_mode m) {
@@ -230,13 +229,6 @@ const char* chains_name(log_options::chain_mode m) {
 
 [[noreturn]] void open_failed(const log_options& o, const std::string& what) {
   throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot open the decision log " + o.url + ": " + what));
-}
-
-// The instance name when the config gives none: the host and this process.
-std::string default_instance() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "baton");
-  return std::string(host) + "-" + std::to_string(getpid());
 }
 
 // What a unique or foreign key of a table names, and which rows it must name.
@@ -276,7 +268,7 @@ const cell* find_cell(std::span<const column_value> row, std::string_view name) 
 class postgres_store final : public decision_store {
  public:
   explicit postgres_store(const log_options& o) : options_(o) {
-    if (options_.instance.empty()) options_.instance = default_instance();
+    if (options_.instance.empty()) options_.instance = default_instance_name();
     auto c = pg_connect(options_.url, options_.password, "baton");
     if (!c) throw error_exception(c.error());
     conn_ = std::move(*c);
@@ -290,32 +282,63 @@ class postgres_store final : public decision_store {
   result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) override {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
     auto pause = std::chrono::milliseconds(50);
+    const auto wait = [&] {
+      if (std::chrono::steady_clock::now() + pause > deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+      return true;
+    };
     std::string last_problem;
+    // A row of an attempt whose COMMIT was cut off: whether it is in says whether the batch is.
+    std::optional<row_probe> unsettled;
     for (int conflicts = 0;;) {
       if (!connected(last_problem)) {
-        if (std::chrono::steady_clock::now() + pause > deadline) break;
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+        if (!wait()) break;
         continue;
+      }
+      if (unsettled) {
+        const std::optional<bool> in = committed(*unsettled, last_problem);
+        if (!in) {
+          conn_.reset();
+          if (!wait()) break;
+          continue;
+        }
+        if (*in) return {};  // written, with the refusals that attempt made
+        unsettled.reset();   // not written: again
       }
       // Instance chains take the fast way unless a row of the batch needs the careful one.
       bool careful = options_.chains == log_options::chain_mode::global;
       for (auto& h : pending_heads_) h.reset();
+      probe_.reset();
       outcome o = careful ? outcome{} : write_fast(rows, refused, careful);
       if (careful) o = write_once(rows, refused);
       if (o.done) return {};
-      if (o.committed_unknown && settled_after_loss(rows, refused, last_problem)) return {};
       last_problem = o.problem;
-      if (o.conflict && ++conflicts < 5) continue;  // another instance wrote a row with one of ours' keys: look again
+      if (o.committed_unknown && probe_) unsettled = probe_;
+      // Another instance wrote a row with one of ours' keys, or the database broke a deadlock: again.
+      if (o.conflict && ++conflicts < 5) continue;
       if (!o.lost) return make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write: " + o.problem);
       spdlog::warn("decision log: lost the connection to {} ({}); retrying", options_.url, o.problem);
       conn_.reset();
+      if (!wait()) break;
+    }
+    if (unsettled) {
+      return make_error(500, "LOG_OUTCOME_UNKNOWN",
+                        "the decision log's database " + options_.url +
+                            " went away while a batch was being committed and has not come back to say whether it was (" +
+                            last_problem + "): its rows may be in the log");
     }
     return make_error(503, "LOG_UNAVAILABLE", "the decision log's database " + options_.url + " is unreachable (" +
                                                   last_problem + "); retry later");
   }
 
  private:
+  // A row an attempt wrote: its table and seq.
+  struct row_probe {
+    std::size_t table = 0;
+    std::int64_t seq = 0;
+  };
+
   struct outcome {
     bool done = false;
     bool lost = false;               // the connection is gone
@@ -346,10 +369,22 @@ class postgres_store final : public decision_store {
   // Applies what is missing, each step in its transaction, under a lock: instances starting
   // together apply each step once.
   void migrate() {
+    // Text is UTF-8 end to end: a database of another encoding would refuse some rows' characters.
+    const pg_reply encoding = pg_exec(db(), "SHOW server_encoding");
+    if (!encoding) open_failed(options_, encoding.message);
+    if (const std::string e = PQgetvalue(encoding.result.get(), 0, 0); e != "UTF8") {
+      open_failed(options_, "the database's encoding is " + e + "; the log needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')");
+    }
+    const std::string lock = std::to_string(lock_space) + ", " + std::to_string(migrate_lock);
+    exec_or_throw("SELECT pg_advisory_lock(" + lock + ")");  // also around CREATE … IF NOT EXISTS, which races
+    struct unlock {
+      PGconn* c;
+      std::string key;
+      ~unlock() { pg_exec_simple(c, "SELECT pg_advisory_unlock(" + key + ")"); }
+    } unlock_at_end{db(), lock};
     exec_or_throw("CREATE TABLE IF NOT EXISTS baton_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
     exec_or_throw("BEGIN");
     try {
-      exec_or_throw("SELECT pg_advisory_xact_lock(" + std::to_string(lock_space) + ", " + std::to_string(migrate_lock) + ")");
       const int found = schema_version();
       if (found > known_version) {
         throw error_exception(make_error(500, "LOG_SCHEMA_TOO_NEW",
@@ -391,7 +426,8 @@ class postgres_store final : public decision_store {
   bool try_claim() {
     const char* params[] = {options_.instance.c_str()};
     const pg_reply r = pg_exec(db(),
-                               "SELECT pg_try_advisory_lock(" + std::to_string(lock_space) + ", hashtext($1))", params);
+                               "SELECT pg_try_advisory_lock(" + std::to_string(instance_lock_space) + ", hashtext($1))",
+                               params);
     return r && std::string_view(PQgetvalue(r.result.get(), 0, 0)) == "t";
   }
 
@@ -423,26 +459,17 @@ class postgres_store final : public decision_store {
     return true;
   }
 
-  // After a connection was lost during COMMIT: the batch is in when its first written row is.
-  bool settled_after_loss(std::span<const log_row> rows, std::vector<std::optional<error>>& refused,
-                          std::string& problem) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
-    conn_.reset();
-    while (!connected(problem)) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Whether the row `p` is in the log (its seq was nextval's: no other transaction wrote it); none
+  // when the database cannot say.
+  std::optional<bool> committed(const row_probe& p, std::string& problem) {
+    const std::string seq = std::to_string(p.seq);
+    const char* params[] = {seq.c_str()};
+    const pg_reply r = pg_exec(db(), std::string("SELECT 1 FROM ") + table_names[p.table] + " WHERE seq = $1", params);
+    if (!r) {
+      problem = r.message;
+      return std::nullopt;
     }
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (refused[i]) continue;
-      const std::size_t t = rows[i].index();
-      fill(rows[i]);
-      const std::string key = text_of(*find_cell(row_, keys_of[t].unique));
-      const char* params[] = {key.c_str()};
-      const pg_reply r = pg_exec(db(), std::string("SELECT 1 FROM ") + table_names[t] + " WHERE " + keys_of[t].unique + " = $1",
-                                 params);
-      return r && PQntuples(r.result.get()) > 0;
-    }
-    return false;
+    return PQntuples(r.result.get()) > 0;
   }
 
   void fill(const log_row& r) {
@@ -494,6 +521,7 @@ class postgres_store final : public decision_store {
     outcome o;
     o.problem = r.message;
     o.lost = r.lost;
+    o.conflict = r.sqlstate == "40P01" || r.sqlstate == "40001";
     pg_exec_simple(db(), "ROLLBACK");
     return o;
   }
@@ -600,7 +628,10 @@ class postgres_store final : public decision_store {
     std::vector<statement_text> out;
     for (std::size_t from = 0; from < changes.size();) {
       std::size_t to = std::min(changes.size(), from + 7000);
-      if (to < changes.size()) to = changes.rfind('\n', to - 1) + 1;
+      if (to < changes.size()) {
+        const std::size_t line_end = changes.rfind('\n', to - 1);
+        to = line_end != std::string::npos && line_end >= from ? line_end + 1 : changes.find('\n', to) + 1;
+      }
       statement_text& st = out.emplace_back();
       st.sql = "SELECT pg_notify('baton_changes', $1)";
       st.values.emplace_back(options_.instance + "\n" + changes.substr(from, to - from));
@@ -651,6 +682,7 @@ class postgres_store final : public decision_store {
     std::vector<statement_text> statements;
     for (std::size_t t = 0; t < accepted.size(); ++t) {
       if (accepted[t].empty()) continue;
+      if (!probe_) probe_ = row_probe{t, (*seqs)[t].front()};
       std::optional<std::string> prev = heads_[t] ? heads_[t] : read_head(t, o);
       if (!prev) return o;
       for (statement_text& st : chained_inserts(t, rows, accepted[t], (*seqs)[t], *prev)) statements.push_back(std::move(st));
@@ -690,11 +722,12 @@ class postgres_store final : public decision_store {
         break;
       }
       if (status == PGRES_FATAL_ERROR && !first_error) first_error = describe_pg_failure(c, raw);
-      if (PQgetResult(c) != nullptr) lost = true;  // each statement's results end with a null
+      if (const pg_result extra(PQgetResult(c)); extra) lost = true;  // each statement's results end with a null
     }
     if (lost || PQstatus(c) != CONNECTION_OK || !PQexitPipelineMode(c)) {
       o.lost = true;
-      o.committed_unknown = sent;  // the sync went out: the transaction may have committed
+      // The sync went out and nothing failed before the loss: the transaction may have committed.
+      o.committed_unknown = sent && !first_error;
       o.problem = first_error ? first_error->message : "the connection was lost during the batch";
       conn_.reset();
       for (auto& h : heads_) h.reset();
@@ -707,6 +740,7 @@ class postgres_store final : public decision_store {
       }
       o.problem = first_error->message;
       o.lost = first_error->lost;
+      o.conflict = first_error->sqlstate == "40P01" || first_error->sqlstate == "40001";
       return o;
     }
     for (std::size_t t = 0; t < heads_.size(); ++t) {
@@ -824,6 +858,7 @@ class postgres_store final : public decision_store {
       pg_exec_simple(db(), "ROLLBACK");
       return o;
     }
+    if (!probe_) probe_ = row_probe{t, (*seqs)[t].front()};
     for (const statement_text& st : chained_inserts(t, rows, accepted, (*seqs)[t], *prev)) {
       const pg_reply r = pg_exec(db(), st.sql + " ON CONFLICT DO NOTHING", pointers(st.values));
       if (!r) return failed(r);
@@ -844,6 +879,7 @@ class postgres_store final : public decision_store {
 
   log_options options_;
   pg_conn conn_;
+  std::optional<row_probe> probe_;  // a row the current attempt writes
   std::array<std::string, std::size(table_names)> insert_sql_;
   // Each table's chain head after the last commit (instance chains: this process is their only
   // writer); none until read inside a transaction.

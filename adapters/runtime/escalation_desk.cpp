@@ -66,6 +66,8 @@ struct escalation_desk::waiting {
   bool acknowledged = false;  // its delivery row is being written
   std::string tool_result;    // baton's tool_result frame, once a tool it runs for this resolution ran
   bool baton_runs = false;    // its tool is one baton runs (http, command)
+  bool resolved_here = false;  // this desk wrote it (and runs its tool)
+  int polls = 0;               // times its tool run was looked for in a shared log
 };
 
 namespace {
@@ -260,6 +262,8 @@ void escalation_desk::start() {
             changes_later(payload);
           } else if (e == log::change_feed::event::connected) {
             catch_up_later();
+          } else if (catch_up_needed_.exchange(false)) {
+            catch_up_later();
           } else {
             boost::asio::post(io_, [this] { refresh_tool_results(); });
           }
@@ -272,8 +276,12 @@ void escalation_desk::refresh_tool_results() {
   std::string lines;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [id, w] : waiting_) {
-      if (w.baton_runs && w.tool_result.empty()) lines += "v " + id + " " + w.escalation + "\n";
+    for (auto& [id, w] : waiting_) {
+      // A minute of asking; after that its run comes with a resume.
+      if (w.baton_runs && w.tool_result.empty() && !w.resolved_here && w.polls < 30) {
+        ++w.polls;
+        lines += "v " + id + " " + w.escalation + "\n";
+      }
     }
   }
   if (!lines.empty()) take_in_named(lines);
@@ -333,11 +341,14 @@ void escalation_desk::catch_up(const std::optional<std::string>& session) {
   view.whole = session ? log_view::scope::session : log_view::scope::all;
   if (session) view.session = *session;
   const std::uint64_t started = begin_read();
-  auto pending = reader_->pending_escalations(session);
-  auto unacknowledged = pending ? reader_->unacknowledged_resolutions(session) : pending.error();
+  // The resolutions first: one made between the two reads then shows as the escalation gone,
+  // which is read again, rather than as a pending escalation with an unknown resolution.
+  auto unacknowledged = reader_->unacknowledged_resolutions(session);
+  auto pending = unacknowledged ? reader_->pending_escalations(session) : unacknowledged.error();
   if (!pending || !unacknowledged) {
     spdlog::warn("escalations: cannot read the shared log for other instances' changes: {}",
-                 (pending ? unacknowledged.error() : pending.error()).message);
+                 (unacknowledged ? pending.error() : unacknowledged.error()).message);
+    catch_up_needed_ = true;  // tried again at the next tick
     return;
   }
   view.pending = std::move(*pending);
@@ -371,7 +382,10 @@ void escalation_desk::take_in_named(const std::string& lines) {
       continue;
     }
     if (!*found) continue;
-    if ((*found)->resolution) {
+    if ((*found)->resolution && (*found)->acknowledged) {
+      view.acknowledged.push_back((*found)->resolution->id);
+      view.settled.push_back(std::move(**found));
+    } else if ((*found)->resolution) {
       view.unacknowledged.push_back(std::move(**found));
     } else {
       view.pending.push_back(std::move((*found)->row));
@@ -405,7 +419,8 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
       // one resolution, whichever desk writes first).
       auto owned = std::make_unique<entry>();
       owned->escalation = read_back(*routing, row);
-      arm(*owned);
+      // Its own instance, when alive, resolves it at the deadline; the others 2 s later, if it did not.
+      arm(*owned, std::chrono::seconds(2));
       broadcast_locked(protocol::render(protocol::escalation_frame{escalation_object_of(owned->escalation)}));
       add_pending(std::move(owned));
     }
@@ -439,6 +454,14 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
         }
       }
     }
+    // Resolved and acknowledged elsewhere before this desk heard of the resolution.
+    for (const log::escalation_history& h : view.settled) {
+      if (const auto it = pending_.find(h.row.escalation.id); it != pending_.end() && !it->second->resolving) {
+        const auto object = resolution_object_of(*routing, *h.resolution, it->second->escalation.row);
+        broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(it->second->escalation, object)}));
+        remove_pending_locked(it);
+      }
+    }
     // Acknowledged on another instance: named, or missing from a whole view.
     const auto drop_waiting = [&](std::map<std::string, waiting>::iterator it) {
       const std::string session = it->second.session;
@@ -469,7 +492,8 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
       }
       it = next;
     }
-    if (view.whole == log_view::scope::all) std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
+    // Reads are one at a time: what was settled before this one began, no later read can undo.
+    std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
   }
   for (const waiting& w : to_deliver) deliver(w);
   for (auto& [conn, frame] : tool_results) {
@@ -490,9 +514,9 @@ void escalation_desk::add_pending(std::unique_ptr<entry> e) {
   pending_.emplace(e->escalation.row.id, std::move(e));
 }
 
-void escalation_desk::arm(entry& e) {
+void escalation_desk::arm(entry& e, std::chrono::milliseconds later) {
   e.timer = std::make_unique<boost::asio::steady_timer>(io_);
-  e.timer->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, e.escalation.row.deadline_ms - unix_ms())));
+  e.timer->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, e.escalation.row.deadline_ms - unix_ms())) + later);
   e.timer->async_wait([this, id = e.escalation.row.id](boost::system::error_code ec) {
     if (!ec) on_deadline(id);
   });
@@ -661,12 +685,9 @@ void escalation_desk::on_deadline(const std::string& id) {
   }
   write_resolution(id, std::move(res), routing, [this, id](result<protocol::resolution_object> r) {
     if (r) return;
-    if (r.error().code == "ALREADY_RESOLVED") {
-      // Another instance's desk wrote it first (its deadline ran there too): its resolution is
-      // what the agent gets.
-      catch_up_later();
-      return;
-    }
+    // Another instance's desk wrote it first (its deadline ran there too): finish() took its
+    // resolution in.
+    if (shared_ && r.error().code == "ALREADY_RESOLVED") return;
     // Not in the log (a full or failing log): the deadline is tried again in 5 s.
     spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
                   r.error().message);
@@ -803,6 +824,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
   std::optional<waiting> w;
   protocol::resolution_object object;
   std::optional<error> failed;
+  bool read_winner = false;
   {
     std::lock_guard lock(mutex_);
     const auto it = pending_.find(id);
@@ -811,6 +833,12 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
     } else if (!written && written.error().code != "DUPLICATE_ROW") {
       it->second->resolving = false;
       failed = written.error();
+    } else if (!written && shared_) {
+      // Another instance's resolution won: read it, and it is taken in as any other instance's
+      // (reviewers told, the agent's session given it).
+      it->second->resolving = false;
+      failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+      read_winner = true;
     } else {
       e = std::move(it->second->escalation);
       remove_pending_locked(it);
@@ -824,12 +852,14 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
       } else {
         object = resolution_object_of(*routing, r, e->row);
         w = waiting_for(*routing, r, e->row, object);
+        w->resolved_here = true;
         waiting_.emplace(r.id, *w);
         // Under the lock, so that reviewers see `resolved` after the `escalation` it follows.
         broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(*e, object)}));
       }
     }
   }
+  if (read_winner) take_in_named("e " + id);
   if (failed) return done(std::move(*failed));
   routing_.counters.resolution(r.outcome, r.by);
   spdlog::info("escalation {} resolved by {} ({}): {} {}", id, r.reviewer, r.by, r.outcome, r.tool);
@@ -892,6 +922,8 @@ void escalation_desk::deliver(const waiting& w) {
   boost::asio::post(c->strand(), [c, w, max = routing_.max_pending_tool_results] {
     c->send(w.frame);
     if (!w.tool.empty()) c->await_tool(w.decision, w.tool, max);
+    // The run of a tool baton ran, when it ran before this desk delivered (another instance's).
+    if (!w.tool_result.empty()) c->send(w.tool_result);
   });
 }
 
@@ -923,12 +955,16 @@ escalation_desk::attached escalation_desk::attach(const std::string& session, co
 
 result<void> escalation_desk::acknowledge(const std::string& resolution, const std::string& owner) {
   bool waiting_here = false;
-  // Delivered by another instance (one this agent was connected to before): its row is read here.
+  // Delivered by another instance (one this agent was connected to before): its rows are read here.
   if (shared_) {
     std::unique_lock lock(mutex_);
     const bool known = waiting_.contains(resolution);
     lock.unlock();
-    if (!known) catch_up();
+    if (!known) {
+      if (auto escalation = reader_->escalation_of(resolution); escalation && *escalation) {
+        take_in_named("v " + resolution + " " + **escalation);
+      }
+    }
   }
   {
     std::lock_guard lock(mutex_);
@@ -941,6 +977,8 @@ result<void> escalation_desk::acknowledge(const std::string& resolution, const s
   }
   if (waiting_here) {
     auto written = [this, resolution](result<void> ok) {
+      // Acknowledged already (through another instance, or a second ack racing the first).
+      if (!ok && ok.error().code == "DUPLICATE_ROW") ok = result<void>();
       boost::asio::post(io_, [this, resolution, ok] {
         std::vector<std::function<void()>> resumes;
         {

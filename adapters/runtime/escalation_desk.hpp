@@ -162,7 +162,7 @@ class escalation_desk {
   void write_resolution(const std::string& id, log::resolution_record res, snapshot routing, resolved_callback done);
   void finish(const std::string& id, log::resolution_record r, const snapshot& routing, result<void> written,
               resolved_callback done);
-  void arm(entry& e);
+  void arm(entry& e, std::chrono::milliseconds later = {});  // its deadline, `later` after it
   void add_pending(std::unique_ptr<entry> e);  // with mutex_ held (or before serving)
   static protocol::resolve_input deadline_input(const log::escalation_record& r);
   void on_deadline(const std::string& id);
@@ -194,6 +194,7 @@ class escalation_desk {
     std::vector<log::escalation_row> pending;             // escalations pending in the log
     std::vector<log::escalation_history> unacknowledged;  // resolutions no agent acknowledged
     std::vector<std::string> acknowledged;                // resolutions acknowledged
+    std::vector<log::escalation_history> settled;         // escalations resolved, resolutions acknowledged
     // Of whose escalations it holds all there is: everyone's, one session's, or only what it names.
     enum class scope { all, session, named } whole = scope::named;
     std::string session;
@@ -239,6 +240,7 @@ class escalation_desk {
   std::uint64_t catch_ups_ = 0;
   std::map<std::string, std::uint64_t> settled_here_;
   std::atomic<bool> catch_up_queued_ = false;
+  std::atomic<bool> catch_up_needed_ = false;  // a catch-up failed: again at the next tick
   std::mutex changes_mutex_;
   std::deque<std::string> changes_;  // notifications not taken in yet, oldest first
   bool draining_ = false;            // a drain of changes_ is posted or running

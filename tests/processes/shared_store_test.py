@@ -3,7 +3,8 @@
 server in a temporary folder): an escalation raised on one instance is listed, resolved and
 delivered through another; two instances resolving it at once get one resolution; a deadline
 fires once with both running; kill -9 of the instance holding pending escalations and deadlines
-leaves them to the other; a database restart under load (turns wait; past `log.retry_ms` they are
+leaves them to the other; a tool baton runs for a resolution made on one reaches the agent on the
+other; a database restart under load (turns wait; past `log.retry_ms` they are
 refused LOG_UNAVAILABLE and retried) loses and duplicates no decision; `baton log verify` holds
 each instance's chains at the end.
 
@@ -42,12 +43,18 @@ REGISTRY = """tools:
   - id: ask_user
     description: Ask the user a question
     executor: {type: agent}
+  - id: close_account
+    description: Close the customer account for good
+    executor:
+      type: command
+      argv: [/usr/bin/python3, -c, "import json, sys; json.load(sys.stdin); print(json.dumps({'closed': True}))"]
+      timeout_ms: 5000
 """
 
 # Refunds and questions to the user go to a person; a question has three seconds.
 POLICY = """confidence: p_max
 rules:
-  always_escalate: [refund_payment, ask_user]
+  always_escalate: [refund_payment, ask_user, close_account]
 lanes:
   default: {execute: 0.0, fallback: 0.0}
 on_engine_error: escalate
@@ -60,6 +67,7 @@ escalation:
 REFUND = "Refund the payment to the customer, it was charged twice"
 QUESTION = "Ask the user a question about the order"
 SEARCH = "Search the documentation for an answer about shipping"
+CLOSE = "Close the customer account for good"
 
 
 def check(condition, what):
@@ -191,19 +199,41 @@ async def cross_instance(a, b, db):
         await agent.send(json.dumps({"type": "resume", "id": 5, "session": "s1"}))
         resumed = await frames_until(agent, "resumed")
         check(resumed and resumed["resolutions"] == 0 and resumed["pending"] == [], f"acknowledged on A: {resumed}")
-    # Acknowledged on A: B does not send it again.
-    resumed, _ = await resume(b.ws, "s1")
-    check(resumed and resumed["resolutions"] == 0, f"B knows it was acknowledged on A: {resumed}")
-    status, again = a.http("POST", f"/v1/escalations/{esc}/resolve", {"outcome": "deny", "reason": "again"})
-    check(status == 409 and again.get("code") == "ALREADY_RESOLVED", f"A refuses a second resolution: {status} {again}")
+        # Acknowledged on A: B does not send it again, and a second resolution is refused on
+        # either, without the acknowledged resolution coming back to the agent.
+        resumed, _ = await resume(b.ws, "s1")
+        check(resumed and resumed["resolutions"] == 0, f"B knows it was acknowledged on A: {resumed}")
+        await agent.send(json.dumps({"type": "resume", "id": 6, "session": "s1"}))  # A's connection has it again
+        await frames_until(agent, "resumed")
+        for s in (a, b):
+            status, again = s.http("POST", f"/v1/escalations/{esc}/resolve", {"outcome": "deny", "reason": "again"})
+            check(status == 409 and again.get("code") == "ALREADY_RESOLVED",
+                  f"{s.instance} refuses a second resolution: {status} {again}")
+        extra = await frames_until(agent, "resolution", 2.5)
+        check(extra is None, f"an acknowledged resolution is not sent again: {extra}")
+
+    # A tool baton runs: resolved on B, run on B, its result reaches the agent on A.
+    async with websockets.connect(a.ws) as agent:
+        d = await decide(agent, "s2", CLOSE)
+        if not check(d and d.get("action") == "escalate" and d.get("tool") == "close_account", f"s2 escalates: {d}"):
+            return
+        status, _ = b.http("POST", f"/v1/escalations/{d['escalation']}/resolve", {"outcome": "execute", "reason": "asked"})
+        check(status == 200, f"B resolves s2: {status}")
+        frame = await frames_until(agent, "resolution", 10)
+        check(frame and frame["resolution"]["outcome"] == "execute", f"A's agent gets the execute: {frame}")
+        started = time.monotonic()
+        result = await frames_until(agent, "tool_result", 10)
+        check(result and result.get("ok") is True and result.get("output") == {"closed": True},
+              f"the run B made reaches the agent on A: {result}")
+        print(f"  B's tool run reached the agent on A {time.monotonic() - started:.2f} s after the resolution")
 
 
 async def concurrent_resolves(a, b, db):
-    async with websockets.connect(a.ws) as agent:
-        escalations = []
-        for i in range(5):
-            d = await decide(agent, f"race-{i}", REFUND, i + 1)
-            escalations.append(d["escalation"])
+    agent = await websockets.connect(a.ws)
+    escalations = []
+    for i in range(5):
+        d = await decide(agent, f"race-{i}", REFUND, i + 1)
+        escalations.append(d["escalation"])
     # Let B hear of them, then both resolve each at the same moment.
     time.sleep(1.5)
     wins = 0
@@ -221,11 +251,16 @@ async def concurrent_resolves(a, b, db):
         statuses = sorted(r[0] for r in results.values())
         check(statuses == [200, 409], f"{esc}: one of two concurrent resolutions wins: {results}")
         loser = [r for r in results.values() if r[0] == 409]
-        check(all(r[1].get("code") in ("ALREADY_RESOLVED", "RESOLUTION_IN_PROGRESS") for r in loser), f"loser: {loser}")
+        check(all(r[1].get("code") == "ALREADY_RESOLVED" for r in loser), f"loser: {loser}")
         wins += statuses == [200, 409]
         rows = log_sql(db, f"SELECT reason FROM resolutions WHERE escalation = '{esc}'")
         check(len(rows) == 1, f"{esc}: one resolution row: {rows}")
-    print(f"  {wins}/{len(escalations)} concurrent resolve pairs: one 200, one 409")
+        # The agent on A gets the winner's resolution, whichever instance won.
+        frame = await frames_until(agent, "resolution", 5)
+        check(frame and frame["resolution"]["escalation"] == esc and rows and
+              frame["resolution"]["reason"] == rows[0]["reason"], f"{esc}: the agent gets the winner's: {frame}")
+    await agent.close()
+    print(f"  {wins}/{len(escalations)} concurrent resolve pairs: one 200, one 409; the agent got each winner's")
 
 
 async def deadline_once(a, b, db):
@@ -249,8 +284,12 @@ async def instance_dies(a, b, db):
     # B finishes both: a reviewer resolves one, the other's deadline fires there.
     status, _ = b.http("POST", f"/v1/escalations/{refund}/resolve", {"outcome": "execute", "reason": "ok"})
     check(status == 200, f"B resolves the dead A's escalation: {status}")
-    time.sleep(4)
-    rows = log_sql(db, f"SELECT \"by\", instance FROM resolutions WHERE escalation = '{question}'")
+    # B fires the deadline of an escalation raised elsewhere 2 s after it (its own instance first).
+    for _ in range(40):
+        rows = log_sql(db, f"SELECT \"by\", instance FROM resolutions WHERE escalation = '{question}'")
+        if rows:
+            break
+        time.sleep(0.25)
     check(len(rows) == 1 and rows[0]["by"] == "deadline" and rows[0]["instance"] == "b",
           f"the dead A's deadline fires on B: {rows}")
     # The agent comes back through B.
