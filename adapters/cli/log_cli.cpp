@@ -61,7 +61,8 @@ Options:
 
 Exit status: 0 done; 1 show: no such decision, or the log cannot be read or (copy) written;
 2 sql: the statement failed or would write; 3 verify: a row does not match its chain (copy: in
-the file, or the copy does not match it); 64 usage; 66 no log at PATH.
+the file, a row that PostgreSQL cannot hold as it is, or a copy that does not match the file);
+64 usage; 66 no log at PATH.
 )";
 
 // Opens the log read-only; on failure reports it and returns null, with the exit status in `status`.
