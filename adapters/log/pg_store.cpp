@@ -315,7 +315,7 @@ class postgres_store final : public decision_store {
       if (o.done) return {};
       last_problem = o.problem;
       if (o.committed_unknown && probe_) unsettled = probe_;
-      // Another instance wrote a row with one of ours' keys, or the database broke a deadlock: again.
+      // Another instance wrote a row with one of our keys, or the database broke a deadlock: again.
       if (o.conflict && ++conflicts < 5) continue;
       if (!o.lost) return make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write: " + o.problem);
       spdlog::warn("decision log: lost the connection to {} ({}); retrying", options_.url, o.problem);

@@ -12,18 +12,17 @@ Usage: processes_test.py BATON_BINARY
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import threading
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import websockets
+
+from serve_process import frames_until, resume, serve_process
 
 baton = os.path.abspath(sys.argv[1])
 failures = []
@@ -67,61 +66,12 @@ def check(condition, what):
     return condition
 
 
-class server:
-    """One `baton serve` process on a free port."""
-
-    def __init__(self, directory, config_text, name):
-        self.config = os.path.join(directory, f"{name}.yaml")
-        with open(self.config, "w") as f:
-            f.write(config_text)
-        self.name = name
-        self.start()
-
-    def start(self):
-        self.process = subprocess.Popen([baton, "serve", "--config", self.config], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        port = re.search(r":(\d+)$", line.strip())
-        if not port:
-            raise RuntimeError(f"{self.name}: serve printed {line!r}: {self.process.stderr.read()}")
-        self.port = int(port.group(1))
-
-    def kill9(self):
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def http(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-
-async def frames_until(ws, wanted, limit=10.0):
-    """Reads frames until one of type `wanted`; None after `limit` seconds."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            frame = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-            return None
-        if frame.get("type") == wanted:
-            return frame
-    return None
+def server(directory, config_text, name):
+    """One `baton serve` on `config_text`, its log lines in DIRECTORY/NAME.log."""
+    config = os.path.join(directory, f"{name}.yaml")
+    with open(config, "w") as f:
+        f.write(config_text)
+    return serve_process(baton, config, name, open(os.path.join(directory, f"{name}.log"), "a"))
 
 
 async def decide(port, session, text):
@@ -129,21 +79,6 @@ async def decide(port, session, text):
         await ws.send(json.dumps({"type": "decide", "id": 1, "session": session,
                                   "history": [{"role": "user", "content": text}]}))
         return await frames_until(ws, "decision")
-
-
-async def resume(port, session, ack=False):
-    """The resumed frame and the resolutions that follow it (acknowledged when `ack`)."""
-    async with websockets.connect(f"ws://127.0.0.1:{port}/v1/agent") as ws:
-        await ws.send(json.dumps({"type": "resume", "id": 2, "session": session}))
-        resumed = await frames_until(ws, "resumed")
-        resolutions = [await frames_until(ws, "resolution") for _ in range(resumed["resolutions"])] if resumed else []
-        if ack:
-            for r in resolutions:
-                await ws.send(json.dumps({"type": "ack", "resolution": r["resolution"]["id"]}))
-            # The acknowledgement is a frame like any other: a resume after it sees it.
-            await ws.send(json.dumps({"type": "resume", "id": 3, "session": session}))
-            await frames_until(ws, "resumed")
-        return resumed, resolutions
 
 
 class misbehaving(BaseHTTPRequestHandler):
@@ -263,7 +198,9 @@ def sighup(tmp):
         check(d and d["action"] == "execute", f"after a refused reload, still the reloaded lanes: {d}")
     finally:
         check(srv.stop() == 0, "graceful stop after SIGHUPs")
-        err = srv.process.stderr.read()
+        srv.stderr.flush()
+        with open(srv.stderr.name) as f:
+            err = f.read()
     check(f"{policy}:3:" in err, f"the refused reload says where: {err[-2000:]}")
     rows = db_rows(db, "SELECT who, outcome, reason = '' AS no_reason FROM reloads ORDER BY seq")
     check(rows == [{"who": "signal", "outcome": "ok", "no_reason": 1}, {"who": "signal", "outcome": "failed", "no_reason": 0}],

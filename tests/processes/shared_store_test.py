@@ -14,17 +14,15 @@ Usage: shared_store_test.py BATON_BINARY
 import asyncio
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import websockets
+
+from serve_process import frames_until, resume, serve_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
@@ -77,58 +75,19 @@ def check(condition, what):
     return condition
 
 
-class server:
-    """One `baton serve` on a free port, writing to the shared database as `instance`."""
-
-    def __init__(self, directory, db, instance):
-        self.instance = instance
-        self.config = os.path.join(directory, f"{instance}.yaml")
-        with open(self.config, "w") as f:
-            f.write("server: {listen: 127.0.0.1:0}\n"
-                    f"registry: {os.path.join(directory, 'tools.yaml')}\n"
-                    f"policy: {os.path.join(directory, 'policy.yaml')}\n"
-                    f"log: {{url: '{db.url}', password: {{env: BATON_TEST_PG_PASSWORD}}, instance: {instance}, "
-                    "retry_ms: 3000}\n")
-        self.env = dict(os.environ, BATON_TEST_PG_PASSWORD=db.password)
-        self.stderr = open(os.path.join(directory, f"{instance}.log"), "a")
-        self.start()
-
-    def start(self):
-        self.process = subprocess.Popen([baton, "serve", "--config", self.config], stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True, env=self.env)
-        line = self.process.stdout.readline()
-        port = re.search(r":(\d+)$", line.strip())
-        if not port:
-            raise RuntimeError(f"{self.instance}: serve printed {line!r} (see {self.stderr.name})")
-        self.port = int(port.group(1))
-
-    def kill9(self):
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def http(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=15) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    @property
-    def ws(self):
-        return f"ws://127.0.0.1:{self.port}/v1/agent"
+def server(directory, db, instance):
+    """One `baton serve` on the shared database, writing as `instance`, its log lines in DIRECTORY/INSTANCE.log."""
+    config = os.path.join(directory, f"{instance}.yaml")
+    with open(config, "w") as f:
+        f.write("server: {listen: 127.0.0.1:0}\n"
+                f"registry: {os.path.join(directory, 'tools.yaml')}\n"
+                f"policy: {os.path.join(directory, 'policy.yaml')}\n"
+                f"log: {{url: '{db.url}', password: {{env: BATON_TEST_PG_PASSWORD}}, instance: {instance}, "
+                "retry_ms: 3000}\n")
+    s = serve_process(baton, config, instance, open(os.path.join(directory, f"{instance}.log"), "a"),
+                      dict(os.environ, BATON_TEST_PG_PASSWORD=db.password))
+    s.instance = instance
+    return s
 
 
 def log_sql(db, query):
@@ -138,19 +97,6 @@ def log_sql(db, query):
     if out.returncode != 0:
         raise RuntimeError(f"baton log sql: {out.stderr}")
     return [json.loads(line) for line in out.stdout.splitlines()]
-
-
-async def frames_until(ws, wanted, limit=10.0):
-    """Reads frames until one of type `wanted`; None after `limit` seconds."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            frame = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-            return None
-        if frame.get("type") == wanted:
-            return frame
-    return None
 
 
 async def decide(ws, session, text, frame_id=1):
@@ -163,27 +109,18 @@ async def decide(ws, session, text, frame_id=1):
             return frame
 
 
-async def resume(url, session, ack=False):
-    """The resumed frame and the resolutions that follow it (acknowledged when `ack`)."""
-    async with websockets.connect(url) as ws:
-        await ws.send(json.dumps({"type": "resume", "id": 2, "session": session}))
-        resumed = await frames_until(ws, "resumed")
-        resolutions = [await frames_until(ws, "resolution") for _ in range(resumed["resolutions"])] if resumed else []
-        if ack:
-            for r in resolutions:
-                await ws.send(json.dumps({"type": "ack", "resolution": r["resolution"]["id"]}))
-            await ws.send(json.dumps({"type": "resume", "id": 3, "session": session}))
-            await frames_until(ws, "resumed")
-        return resumed, resolutions
-
-
 async def cross_instance(a, b, db):
-    # Raised on A, with the agent connected to A.
+    # A reviewer watches B's /v1/review; the escalation is raised on A, the agent connected to A.
+    reviewer = await websockets.connect(f"ws://127.0.0.1:{b.port}/v1/review")
+    snapshot = await frames_until(reviewer, "snapshot")
+    check(snapshot is not None, "B's review socket sends its snapshot")
     async with websockets.connect(a.ws) as agent:
         d = await decide(agent, "s1", REFUND)
         if not check(d and d.get("action") == "escalate", f"s1 escalates: {d}"):
             return
         esc = d["escalation"]
+        live = await frames_until(reviewer, "escalation", 5)
+        check(live and live["escalation"]["id"] == esc, f"B's reviewers hear of A's escalation: {live}")
         status, listed = b.http("GET", "/v1/escalations")
         check(status == 200 and esc in [e["id"] for e in listed["escalations"]], f"B lists A's escalation: {listed}")
         status, shown = b.http("GET", f"/v1/escalations/{esc}")
@@ -201,7 +138,7 @@ async def cross_instance(a, b, db):
         check(resumed and resumed["resolutions"] == 0 and resumed["pending"] == [], f"acknowledged on A: {resumed}")
         # Acknowledged on A: B does not send it again, and a second resolution is refused on
         # either, without the acknowledged resolution coming back to the agent.
-        resumed, _ = await resume(b.ws, "s1")
+        resumed, _ = await resume(b.port, "s1")
         check(resumed and resumed["resolutions"] == 0, f"B knows it was acknowledged on A: {resumed}")
         await agent.send(json.dumps({"type": "resume", "id": 6, "session": "s1"}))  # A's connection has it again
         await frames_until(agent, "resumed")
@@ -211,6 +148,9 @@ async def cross_instance(a, b, db):
                   f"{s.instance} refuses a second resolution: {status} {again}")
         extra = await frames_until(agent, "resolution", 2.5)
         check(extra is None, f"an acknowledged resolution is not sent again: {extra}")
+        resolved = await frames_until(reviewer, "resolved", 1)
+        check(resolved and resolved["escalation"]["id"] == esc, f"B's reviewers see it resolved: {resolved}")
+    await reviewer.close()
 
     # A tool baton runs: resolved on B, run on B, its result reaches the agent on A.
     async with websockets.connect(a.ws) as agent:
@@ -294,9 +234,9 @@ async def instance_dies(a, b, db):
           f"the dead A's deadline fires on B: {rows}")
     # The agent comes back through B.
     for session in ("k1", "k2"):
-        resumed, resolutions = await resume(b.ws, session, ack=True)
+        resumed, resolutions = await resume(b.port, session, ack=True)
         check(resumed and len(resolutions) == 1, f"{session}: resumed on B with its resolution: {resumed}")
-        resumed, resolutions = await resume(b.ws, session)
+        resumed, resolutions = await resume(b.port, session)
         check(resumed and resumed["resolutions"] == 0, f"{session}: acknowledged on B: {resumed}")
     # A comes back as itself: its chain goes on.
     a.start()
@@ -335,8 +275,11 @@ async def database_restart(a, b, db, down_s):
     print(f"  {len(ids)} decisions in {time.monotonic() - started:.1f} s across a {down_s} s database restart; "
           f"the slowest turn {max(latencies):.2f} s; refused and retried: {len(refused)} ({sorted(set(refused))})")
     check(max(latencies) > 1.0, f"turns waited for the database: the slowest took {max(latencies):.2f} s")
-    # Down for longer than log.retry_ms (3 s): turns are refused, with the reason, and retried.
-    check((down_s > 3.5) == bool(refused), f"refused only past retry_ms: {len(refused)} refusals, {down_s} s down")
+    # Down for longer than log.retry_ms (3 s): turns are refused, with the reason, and retried. (A
+    # shorter outage can outlast retry_ms too on a busy machine, where stopping and starting the
+    # server takes its own seconds: refusals there are allowed, not required.)
+    if down_s > 3.5:
+        check(refused, f"refused past retry_ms: {len(refused)} refusals, {down_s} s down")
     check(len(ids) > 100 and len(set(ids)) == len(ids), f"every turn decided once: {len(ids)} ids, {len(set(ids))} distinct")
     check(set(refused) <= {"LOG_UNAVAILABLE", "LOG_WRITE_FAILED"}, f"refusals say why: {set(refused)}")
     rows = log_sql(db, f"SELECT id FROM decisions WHERE session LIKE 'load-%-{down_s}'")
