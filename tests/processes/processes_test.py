@@ -22,10 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import websockets
 
-from serve_process import frames_until, resume, serve_process
+from serve_process import check, failures, frames_until, resume, serve_process
 
 baton = os.path.abspath(sys.argv[1])
-failures = []
 
 REGISTRY = """tools:
   - id: refund_payment
@@ -57,13 +56,6 @@ escalation:
   tools:
     ask_user: {deadline_s: 2}
 """
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print(f"FAIL: {what}", file=sys.stderr)
-    return condition
 
 
 def server(directory, config_text, name):

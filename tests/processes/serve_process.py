@@ -1,16 +1,28 @@
-"""What the process tests (processes_test.py, shared_store_test.py) share: one `baton serve`
-process on a free port, and reading an agent connection's frames."""
+"""What the process tests (processes_test.py, shared_store_test.py) share: their checks, one
+`baton serve` process on a free port, and reading an agent connection's frames."""
 
 import asyncio
 import json
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 
 import websockets
+
+
+failures = []  # what check() found wrong, in order
+
+
+def check(condition, what):
+    """Records (and prints) `what` when `condition` is false; the test goes on. Returns `condition`."""
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+    return condition
 
 
 class serve_process:

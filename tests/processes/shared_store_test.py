@@ -22,14 +22,13 @@ import time
 
 import websockets
 
-from serve_process import frames_until, resume, serve_process
+from serve_process import check, failures, frames_until, resume, serve_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 from pg_cluster import cluster  # noqa: E402
 
 baton = os.path.abspath(sys.argv[1])
-failures = []
 
 REGISTRY = """tools:
   - id: refund_payment
@@ -66,13 +65,6 @@ REFUND = "Refund the payment to the customer, it was charged twice"
 QUESTION = "Ask the user a question about the order"
 SEARCH = "Search the documentation for an answer about shipping"
 CLOSE = "Close the customer account for good"
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print(f"FAIL: {what}", file=sys.stderr)
-    return condition
 
 
 def server(directory, db, instance):
