@@ -55,7 +55,9 @@ class decision_store {
   // its table. A row refused on its own (a duplicate id: 409 DUPLICATE_ROW; a row naming an
   // unknown one: 500 LOG_WRITE_FAILED) gets its error in `refused` (one slot per row, nullopt
   // for a written row) and the others are written. An error returned means the transaction
-  // failed: no row is in the log and the chains stay where they were.
+  // failed: no row is in the log and the chains stay where they were; except 500
+  // LOG_OUTCOME_UNKNOWN (PostgreSQL: the connection was lost during the commit and the database
+  // did not come back within retry_ms to say whether it happened).
   virtual result<void> write(std::span<const log_row> rows, std::vector<std::optional<error>>& refused) = 0;
 };
 
