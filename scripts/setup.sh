@@ -23,6 +23,7 @@ packages=(
   libsqlite3-dev       # the decision log
   libpq-dev            # the decision log's PostgreSQL store (several instances, one database)
   postgresql           # tests: a real PostgreSQL server, started by the tests in a temporary folder
+  python3-psycopg2     # tests: an auditor's check of the PostgreSQL log's chains without baton (adapters/log/README.md)
   zlib1g-dev           # gzip request bodies on the SystemOne HTTP API
   libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev  # engine/media: FFmpeg decodes images, audio, video
   python3-websockets   # the example agents and their end-to-end test

@@ -14,6 +14,7 @@ Usage: shared_store_test.py BATON_BINARY
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -279,6 +280,18 @@ async def database_restart(a, b, db, down_s):
     check(sorted(logged) == sorted(ids), f"the log holds exactly the decisions the agents got: {len(logged)} rows")
 
 
+def auditor_check(db):
+    """adapters/log/README.md's psycopg2 check of the chains, without baton, as printed there."""
+    with open(os.path.join(ROOT, "adapters", "log", "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    snippet = [b for b in blocks if "psycopg2" in b]
+    if not check(len(snippet) == 1, "the README has one psycopg2 block"):
+        return
+    out = subprocess.run([sys.executable, "-c", snippet[0]], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, BATON_LOG_URL=db.url, PGPASSWORD=db.password))
+    check(out.returncode == 0, f"the auditor's psycopg2 check holds: {out.stderr[-2000:]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as directory:
         db = cluster(os.path.join(directory, "pg")).start()
@@ -307,6 +320,7 @@ def main():
             print(out.stdout, end="")
             check(out.returncode == 0 and "decisions of a:" in out.stdout and "decisions of b:" in out.stdout,
                   f"verify holds both instances' chains: {out.stdout} {out.stderr}")
+            auditor_check(db)
         finally:
             for s in servers:
                 s.stop()
