@@ -34,6 +34,23 @@ void render_chain_text(std::span<const column_value> row, std::string& out) {
   out.push_back('}');
 }
 
+const cell* find_column(std::span<const column_value> row, std::string_view name) {
+  for (const column_value& c : row) {
+    if (c.name == name) return &c.value;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> unique_column_names(std::span<const std::string_view> names) {
+  std::vector<std::string> out;
+  for (const std::string_view base : names) {
+    std::string name(base);
+    for (int k = 2; std::find(out.begin(), out.end(), name) != out.end(); ++k) name = std::string(base) + ":" + std::to_string(k);
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
 std::string chain_hash(std::span<const column_value> row, std::string& scratch) {
   scratch.clear();
   render_chain_text(row, scratch);

@@ -19,6 +19,13 @@ struct column_value {
   cell value;
 };
 
+// The cell of the column `name`; null when the row has none.
+const cell* find_column(std::span<const column_value> row, std::string_view name);
+
+// A query's column names, a repeated one (a join's two "id"s) as NAME:2, NAME:3, … so that no
+// value is lost.
+std::vector<std::string> unique_column_names(std::span<const std::string_view> names);
+
 // The prev_hash of the first row of each chain.
 inline constexpr std::string_view genesis_hash =
     "sha256:0000000000000000000000000000000000000000000000000000000000000000";

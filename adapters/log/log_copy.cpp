@@ -5,7 +5,6 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "adapters/log/pg_log.hpp"
-#include "core/json.hpp"
 
 namespace baton::log {
 
@@ -89,24 +88,14 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
           if (!written) return;
           for (std::size_t i = 0; i < row.size(); ++i) {
             const cell& v = row[i];
-            if (const auto* n = std::get_if<std::int64_t>(&v)) {
-              values.emplace_back(std::to_string(*n));
-            } else if (const auto* d = std::get_if<double>(&v)) {
-              std::string text;
-              render_double(*d, text);
-              values.emplace_back(std::move(text));
-            } else if (const auto* t = std::get_if<std::string_view>(&v)) {
-              if (t->find('\0') != std::string_view::npos) {
-                // libpq would cut the text there, and the copy's hashes would not hold.
-                written = make_error(422, "COPY_REFUSED", std::string(table) + " row " + std::to_string(rows + 1) + ": its " +
-                                                              names[i] + " holds a NUL character, which PostgreSQL text "
-                                                              "cannot; nothing was copied");
-                return;
-              }
-              values.emplace_back(std::string(*t));
-            } else {
-              values.emplace_back(std::nullopt);
+            if (const auto* t = std::get_if<std::string_view>(&v); t && t->find('\0') != std::string_view::npos) {
+              // libpq would cut the text there, and the copy's hashes would not hold.
+              written = make_error(422, "COPY_REFUSED", std::string(table) + " row " + std::to_string(rows + 1) + ": its " +
+                                                            names[i] + " holds a NUL character, which PostgreSQL text "
+                                                            "cannot; nothing was copied");
+              return;
             }
+            values.push_back(std::holds_alternative<std::nullptr_t>(v) ? std::nullopt : std::optional(pg_text(v)));
           }
           if (++rows % rows_per_statement == 0) written = flush(c, table, names, values);
         });

@@ -19,12 +19,7 @@ int deny_attach(void*, int action, const char*, const char*, const char*, const 
   return action == SQLITE_ATTACH ? SQLITE_DENY : SQLITE_OK;
 }
 
-const cell* column(std::span<const column_value> row, std::string_view name) {
-  for (const column_value& c : row) {
-    if (c.name == name) return &c.value;
-  }
-  return nullptr;
-}
+const cell* column(std::span<const column_value> row, std::string_view name) { return find_column(row, name); }
 
 std::string text(std::span<const column_value> row, std::string_view name) {
   const cell* c = column(row, name);
@@ -248,15 +243,9 @@ class sqlite_source final : public log_source {
     if (!sqlite3_stmt_readonly(s.get())) {
       return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
     }
-    // Repeated column names (a join's two "id"s) get ":2", ":3", … so that no value is lost.
-    std::vector<std::string> names;
-    for (int i = 0; i < sqlite3_column_count(s.get()); ++i) {
-      std::string name = sqlite3_column_name(s.get(), i);
-      const std::string base = name;
-      for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = base + ":" + std::to_string(k);
-      names.push_back(std::move(name));
-    }
-    columns(names);
+    std::vector<std::string_view> names;
+    for (int i = 0; i < sqlite3_column_count(s.get()); ++i) names.emplace_back(sqlite3_column_name(s.get(), i));
+    columns(unique_column_names(names));
     std::vector<column_value> values;
     std::vector<cell> cells;
     int rc;

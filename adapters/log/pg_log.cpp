@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "adapters/log/log_source.hpp"
+#include "core/json.hpp"
 
 namespace baton::log {
 
@@ -144,6 +145,17 @@ void read_row(const PGresult* res, int r, std::vector<column_value>& out) {
   }
 }
 
+std::string pg_text(const cell& v) {
+  if (const auto* n = std::get_if<std::int64_t>(&v)) return std::to_string(*n);
+  if (const auto* d = std::get_if<double>(&v)) {
+    std::string out;
+    render_double(*d, out);
+    return out;
+  }
+  if (const auto* t = std::get_if<std::string_view>(&v)) return std::string(*t);
+  return {};
+}
+
 std::string numbered_parameters(std::string_view sql) {
   std::string out;
   out.reserve(sql.size() + 8);
@@ -227,16 +239,9 @@ class postgres_source final : public log_source {
     const auto failure = stream(
         std::string(sql), {},
         [&](const PGresult* res) {
-          std::vector<std::string> names;
-          for (int i = 0; i < PQnfields(res); ++i) {
-            std::string name = PQfname(res, i);
-            const std::string base = name;
-            for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) {
-              name = base + ":" + std::to_string(k);
-            }
-            names.push_back(std::move(name));
-          }
-          columns(names);
+          std::vector<std::string_view> names;
+          for (int i = 0; i < PQnfields(res); ++i) names.emplace_back(PQfname(res, i));
+          columns(unique_column_names(names));
         },
         [&](const PGresult* res) {
           read_row(res, 0, values);

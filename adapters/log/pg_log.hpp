@@ -53,6 +53,10 @@ pg_reply describe_pg_failure(PGconn* c, const PGresult* raw);
 // booleans as 0/1, the rest as text); text is borrowed from `res`.
 void read_row(const PGresult* res, int r, std::vector<column_value>& out);
 
+// A cell as a text parameter: integers in decimal, doubles in shortest round-trip digits (float8
+// reads back the same double), text as is; "" for NULL (pass a null pointer for it instead).
+std::string pg_text(const cell& v);
+
 // `?` parameters (outside quotes) as PostgreSQL's $1, $2, …
 std::string numbered_parameters(std::string_view sql);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -247,23 +248,6 @@ constexpr table_keys keys_of[] = {
     {"id", nullptr, nullptr, 0},                  // reloads
 };
 
-std::string text_of(const cell& v) {
-  if (const auto* n = std::get_if<std::int64_t>(&v)) return std::to_string(*n);
-  if (const auto* d = std::get_if<double>(&v)) {
-    std::string out;
-    render_double(*d, out);  // shortest round-trip digits: float8 reads back the same double
-    return out;
-  }
-  if (const auto* t = std::get_if<std::string_view>(&v)) return std::string(*t);
-  return {};
-}
-
-const cell* find_cell(std::span<const column_value> row, std::string_view name) {
-  for (const column_value& c : row) {
-    if (c.name == name) return &c.value;
-  }
-  return nullptr;
-}
 
 class postgres_store final : public decision_store {
  public:
@@ -351,7 +335,8 @@ class postgres_store final : public decision_store {
   struct statement_text {
     std::string sql;
     std::vector<std::optional<std::string>> values;
-    std::size_t rows = 0;  // an INSERT's
+    std::size_t rows = 0;        // an INSERT's
+    std::int64_t first_seq = 0;  // an INSERT's first row's
   };
 
   PGconn* db() const noexcept { return conn_.get(); }
@@ -497,21 +482,20 @@ class postgres_store final : public decision_store {
     }
   }
 
-  // The values of `column` in the database among `values`.
-  result<std::unordered_set<std::string>> existing(const char* table, const char* column,
-                                                   const std::vector<std::string>& values, std::string& problem,
-                                                   bool& lost) {
+  // The values of `column` in the database among `values`; none when it cannot be read (`why`).
+  std::optional<std::unordered_set<std::string>> existing(const char* table, const char* column,
+                                                          const std::vector<std::string>& values, outcome& why) {
     std::unordered_set<std::string> out;
-    if (values.empty()) return out;
+    if (values.empty() || !column) return out;
     const std::string array = text_array(values);
     const char* params[] = {array.c_str()};
     const pg_reply r = pg_exec(db(), std::string("SELECT \"") + column + "\" FROM " + table + " WHERE \"" + column +
                                          "\" = ANY($1::text[])",
                                params);
     if (!r) {
-      problem = r.message;
-      lost = r.lost;
-      return make_error(500, "LOG_WRITE_FAILED", r.message);
+      why.problem = r.message;
+      why.lost = r.lost;
+      return std::nullopt;
     }
     for (int i = 0; i < PQntuples(r.result.get()); ++i) out.insert(PQgetvalue(r.result.get(), i, 0));
     return out;
@@ -549,23 +533,18 @@ class postgres_store final : public decision_store {
       std::vector<std::string> unique, unique2, reference;
       for (const std::size_t i : by_table[t]) {
         fill(rows[i]);
-        unique.push_back(text_of(*find_cell(row_, k.unique)));
-        if (k.unique2) unique2.push_back(text_of(*find_cell(row_, k.unique2)));
-        if (k.reference) reference.push_back(text_of(*find_cell(row_, k.reference)));
+        unique.push_back(pg_text(*find_column(row_, k.unique)));
+        if (k.unique2) unique2.push_back(pg_text(*find_column(row_, k.unique2)));
+        if (k.reference) reference.push_back(pg_text(*find_column(row_, k.reference)));
       }
-      std::string problem;
-      bool lost = false;
-      auto taken = existing(table_names[t], k.unique, unique, problem, lost);
-      auto taken2 = k.unique2 ? existing(table_names[t], k.unique2, unique2, problem, lost)
-                              : result<std::unordered_set<std::string>>();
-      auto known = k.reference ? existing(table_names[k.target], keys_of[k.target].unique, reference, problem, lost)
-                               : result<std::unordered_set<std::string>>();
+      outcome why;
+      auto taken = existing(table_names[t], k.unique, unique, why);
+      auto taken2 = taken ? existing(table_names[t], k.unique2, unique2, why) : std::nullopt;
+      auto known = taken2 ? existing(table_names[k.target], k.reference ? keys_of[k.target].unique : nullptr, reference, why)
+                          : std::nullopt;
       if (!taken || !taken2 || !known) {
-        outcome o;
-        o.problem = problem;
-        o.lost = lost;
         pg_exec_simple(db(), "ROLLBACK");
-        return o;
+        return why;
       }
       std::unordered_set<std::string> seen2;
       std::vector<std::size_t> accepted;
@@ -653,39 +632,49 @@ class postgres_store final : public decision_store {
   // (write_once), which reads the keys first (`careful`).
   outcome write_fast(std::span<const log_row> rows, std::vector<std::optional<error>>& refused, bool& careful) {
     refused.assign(rows.size(), std::nullopt);
-    std::array<std::vector<std::size_t>, std::size(table_names)> accepted;
+    std::array<std::vector<std::size_t>, std::size(table_names)> by_table;
     std::array<std::size_t, std::size(table_names)> count{};
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      by_table[rows[i].index()].push_back(i);
+      ++count[rows[i].index()];
+    }
+    // A seq for every row; one refused below leaves a gap, as a failed batch does.
+    outcome o;
+    auto seqs = next_seqs(count, o);
+    if (!seqs) return o;
     std::array<std::unordered_set<std::string>, std::size(table_names)> seen, seen2;
     std::string changes;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
+    bool twice = false;  // a key twice in the batch: the careful way says which row is refused
+    const auto accept = [&](std::size_t i) {
       const std::size_t t = rows[i].index();
-      fill(rows[i]);
       const table_keys& k = keys_of[t];
-      const std::string unique = text_of(*find_cell(row_, k.unique));
-      const std::string unique2 = k.unique2 ? text_of(*find_cell(row_, k.unique2)) : std::string();
+      const std::string unique = pg_text(*find_column(row_, k.unique));
+      const std::string unique2 = k.unique2 ? pg_text(*find_column(row_, k.unique2)) : std::string();
       if (!seen[t].insert(unique).second || (k.unique2 && !seen2[t].insert(unique2).second)) {
-        careful = true;
-        return {};
+        twice = true;
+        return false;
       }
       if (const std::string nul = first_nul_column(); !nul.empty()) {
         refused[i] = make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write this row: its " + nul +
                                                              " holds a NUL character, which PostgreSQL text cannot");
-        continue;
+        return false;
       }
-      accepted[t].push_back(i);
-      ++count[t];
       note_change(t, unique, unique2, changes);
-    }
-    outcome o;
-    auto seqs = next_seqs(count, o);
-    if (!seqs) return o;
+      return true;
+    };
     std::vector<statement_text> statements;
-    for (std::size_t t = 0; t < accepted.size(); ++t) {
-      if (accepted[t].empty()) continue;
-      if (!probe_) probe_ = row_probe{t, (*seqs)[t].front()};
+    for (std::size_t t = 0; t < by_table.size(); ++t) {
+      if (by_table[t].empty()) continue;
       std::optional<std::string> prev = heads_[t] ? heads_[t] : read_head(t, o);
       if (!prev) return o;
-      for (statement_text& st : chained_inserts(t, rows, accepted[t], (*seqs)[t], *prev)) statements.push_back(std::move(st));
+      std::vector<statement_text> inserts = chained_inserts(t, rows, by_table[t], (*seqs)[t], *prev, accept);
+      if (twice) {
+        careful = true;
+        return {};
+      }
+      if (inserts.empty()) continue;
+      if (!probe_) probe_ = row_probe{t, inserts.front().first_seq};
+      for (statement_text& st : inserts) statements.push_back(std::move(st));
       pending_heads_[t] = std::move(prev);
     }
     for (statement_text& st : notifications(changes)) statements.push_back(std::move(st));
@@ -785,33 +774,38 @@ class postgres_store final : public decision_store {
     return PQntuples(head.result.get()) ? PQgetvalue(head.result.get(), 0, 0) : std::string(genesis_hash);
   }
 
-  // The INSERTs of the accepted rows of table `t` (at most 1000 rows each: PostgreSQL takes
-  // 65535 parameters), with `seq` their seqs, chained after `prev`, which ends as the last row's hash.
+  // The INSERTs of the rows `indices` of table `t` (at most 1000 rows each: PostgreSQL takes
+  // 65535 parameters), chained after `prev`, which ends as the last row's hash, each taking the
+  // next of `seq`. `accept` (may be empty) sees each row once it is filled in (row_) and may leave
+  // it out. Every row is filled in once.
   std::vector<statement_text> chained_inserts(std::size_t t, std::span<const log_row> rows,
-                                              const std::vector<std::size_t>& accepted,
-                                              const std::vector<std::int64_t>& seq, std::string& prev) {
+                                              const std::vector<std::size_t>& indices,
+                                              const std::vector<std::int64_t>& seq, std::string& prev,
+                                              const std::function<bool(std::size_t)>& accept = {}) {
     constexpr std::size_t per_statement = 1000;
     std::vector<statement_text> out;
-    for (std::size_t from = 0; from < accepted.size(); from += per_statement) {
-      const std::size_t to = std::min(accepted.size(), from + per_statement);
-      statement_text& st = out.emplace_back();
-      st.sql = insert_sql_[t];
-      st.rows = to - from;
-      for (std::size_t a = from; a < to; ++a) {
-        fill(rows[accepted[a]]);
-        row_.front().value = seq[a];
-        row_[row_.size() - 2].value = std::string_view(prev);
-        std::string hash = chain_hash(row_, scratch_);
-        row_.back().value = std::string_view(hash);
-        st.sql += a == from ? "(" : ", (";
-        for (std::size_t c = 0; c < row_.size(); ++c) {
-          st.sql += (c ? ", $" : "$") + std::to_string(st.values.size() + 1);
-          st.values.push_back(std::holds_alternative<std::nullptr_t>(row_[c].value) ? std::nullopt
-                                                                                       : std::optional(text_of(row_[c].value)));
-        }
-        st.sql += ")";
-        prev = std::move(hash);
+    std::size_t next_seq = 0;
+    for (const std::size_t i : indices) {
+      fill(rows[i]);
+      if (accept && !accept(i)) continue;
+      if (out.empty() || out.back().rows == per_statement) {
+        statement_text& st = out.emplace_back();
+        st.sql = insert_sql_[t];
+        st.first_seq = seq[next_seq];
       }
+      statement_text& st = out.back();
+      row_.front().value = seq[next_seq++];
+      row_[row_.size() - 2].value = std::string_view(prev);
+      std::string hash = chain_hash(row_, scratch_);
+      row_.back().value = std::string_view(hash);
+      st.sql += st.rows++ ? ", (" : "(";
+      for (std::size_t c = 0; c < row_.size(); ++c) {
+        st.sql += (c ? ", $" : "$") + std::to_string(st.values.size() + 1);
+        st.values.push_back(std::holds_alternative<std::nullptr_t>(row_[c].value) ? std::nullopt
+                                                                                     : std::optional(pg_text(row_[c].value)));
+      }
+      st.sql += ")";
+      prev = std::move(hash);
     }
     return out;
   }
@@ -858,8 +852,9 @@ class postgres_store final : public decision_store {
       pg_exec_simple(db(), "ROLLBACK");
       return o;
     }
-    if (!probe_) probe_ = row_probe{t, (*seqs)[t].front()};
-    for (const statement_text& st : chained_inserts(t, rows, accepted, (*seqs)[t], *prev)) {
+    const std::vector<statement_text> inserts = chained_inserts(t, rows, accepted, (*seqs)[t], *prev);
+    if (!probe_ && !inserts.empty()) probe_ = row_probe{t, inserts.front().first_seq};
+    for (const statement_text& st : inserts) {
       const pg_reply r = pg_exec(db(), st.sql + " ON CONFLICT DO NOTHING", pointers(st.values));
       if (!r) return failed(r);
       // Left out, the row would leave a gap in the chain: the batch is written again after
