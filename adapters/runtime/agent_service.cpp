@@ -220,6 +220,8 @@ result<void> agent_service::attach_media(const std::shared_ptr<turn>& t, request
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
+  // The session does not change within a turn: a fallback pass keeps the first pass's.
+  if (!t->state_hash.empty()) return;
   t->state_hash = t->session.state_hash();
   if (log_.options().store_state) t->state_text = t->session.state_text();
 }

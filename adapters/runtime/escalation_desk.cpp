@@ -213,12 +213,7 @@ void escalation_desk::start() {
   };
   std::vector<unacknowledged_resolution> waiting;
   for (log::escalation_history& h : *unacknowledged) {
-    std::string tool_result;
-    if (const auto& run = h.tool_run; run && run->executor != "agent") {
-      tool_result = protocol::render(protocol::tool_outcome_frame{
-          run->decision, run->tool, {run->ok, run->error_code, run->detail, run->attempts, run->output}, {}});
-    }
-    waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), std::move(tool_result)});
+    waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run)});
   }
 
   std::size_t expired = 0;
@@ -435,11 +430,7 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
         broadcast_locked(protocol::render(protocol::resolved_frame{escalation_object_of(it->second->escalation, object)}));
         remove_pending_locked(it);
       }
-      std::string tool_result;
-      if (const auto& run = h.tool_run; run && run->executor != "agent") {
-        tool_result = protocol::render(protocol::tool_outcome_frame{
-            run->decision, run->tool, {run->ok, run->error_code, run->detail, run->attempts, run->output}, {}});
-      }
+      std::string tool_result = logged_tool_result(h.tool_run);
       auto w = waiting_.find(res.id);
       if (w == waiting_.end()) {
         if (settled(res.id)) continue;  // acknowledged here since

@@ -38,4 +38,10 @@ protocol::tool_outcome wire_outcome(tools::tool_outcome&& o) {
   return {o.ok, std::move(o.error_code), std::move(o.detail), o.attempts, std::move(o.output)};
 }
 
+std::string logged_tool_result(const std::optional<log::tool_run_record>& run) {
+  if (!run || run->executor == "agent") return {};
+  return protocol::render(protocol::tool_outcome_frame{
+      run->decision, run->tool, {run->ok, run->error_code, run->detail, run->attempts, run->output}, {}});
+}
+
 }  // namespace baton

@@ -2,6 +2,7 @@
 // agent's `tool_result` (the agent ran it): one builder for the turn and the escalation desk.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,5 +21,9 @@ log::tool_run_record reported_tool_run(const std::string& decision, const std::s
 
 // What the agent's `tool_result` frame says of a tool baton ran.
 protocol::tool_outcome wire_outcome(tools::tool_outcome&& o);
+
+// baton's `tool_result` frame of a logged run of a tool it ran (read back for a resolution);
+// "" for none, or for a run the agent reported.
+std::string logged_tool_result(const std::optional<log::tool_run_record>& run);
 
 }  // namespace baton
