@@ -3,16 +3,20 @@ they run each task through (`run_session`), how they print a decision (`describe
 and `Reviewer`, a person's side over baton's reviewer HTTP API for the examples that play the
 reviewer themselves.
 
-The scripts put clients/python on sys.path before they import this (nothing is pip-installed).
+Importing it puts this checkout's clients/python on sys.path (nothing is pip-installed), so the
+scripts import it before baton_client.
 """
 
 import asyncio
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 
-from baton_client import BatonError
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+from baton_client import BatonError  # noqa: E402
 
 
 class Reviewer:

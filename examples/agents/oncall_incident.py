@@ -21,15 +21,12 @@ and stops it at the end (--url uses a baton that is already running instead).
 
 import argparse
 import asyncio
-import os
 import sys
 
-# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-
-from baton_client import BatonClient, BatonError  # noqa: E402
-from example_agent import Reviewer, run_session  # noqa: E402
-from example_server import add_server_arguments, example_server, http_base  # noqa: E402
+# example_agent first: it puts this checkout's clients/python on sys.path.
+from example_agent import Reviewer, run_session
+from baton_client import BatonClient, BatonError
+from example_server import add_server_arguments, example_server, http_base
 
 ALERTS = {
     "alert-checkout-oom": [

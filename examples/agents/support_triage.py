@@ -23,17 +23,14 @@ An escalated ticket ends here; examples/agents/oncall_incident.py shows what com
 import argparse
 import asyncio
 import json
-import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-
-from baton_client import BatonClient, BatonError  # noqa: E402
-from example_agent import run_session  # noqa: E402
-from example_server import add_server_arguments, example_server  # noqa: E402
+# example_agent first: it puts this checkout's clients/python on sys.path.
+from example_agent import run_session
+from baton_client import BatonClient, BatonError
+from example_server import add_server_arguments, example_server
 
 TICKETS = {
     "ticket-101": [

@@ -19,19 +19,16 @@ so an `audit:` section's draw) differ from run to run.
 import argparse
 import asyncio
 import collections
-import os
 import random
 import sys
 import threading
 from http.server import ThreadingHTTPServer
 
-# The client is clients/python's baton_client, taken from this checkout (nothing is pip-installed).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-
-from baton_client import BatonClient, BatonError  # noqa: E402
-from example_agent import Reviewer  # noqa: E402
-from example_server import add_server_arguments, example_server, http_base  # noqa: E402
-from support_triage import PasswordService, run_agent_tool  # noqa: E402
+# example_agent first: it puts this checkout's clients/python on sys.path.
+from example_agent import Reviewer
+from baton_client import BatonClient, BatonError
+from example_server import add_server_arguments, example_server, http_base
+from support_triage import PasswordService, run_agent_tool
 
 # What each kind of ticket says (a sentence each), and the tool a person would run for it.
 KINDS = {

@@ -11,7 +11,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass
-from typing import (Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Mapping, Optional, Set, TypeVar, Union)
+from typing import (Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Set, TypeVar, Union)
 
 from . import _transport
 from .errors import CLOSED, CONNECTION_LOST, RETRYABLE, TIMEOUT, BatonError
@@ -115,6 +115,14 @@ class _Resolutions:
         self._client._streams.discard(self._queue)
         self._queue.put_nowait(None)
 
+
+
+def _fail_all(waiters_by_key: Mapping[str, Sequence["asyncio.Future[Any]"]], error: BatonError) -> None:
+    """Fails every waiter not answered yet."""
+    for waiters in list(waiters_by_key.values()):
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
 
 class BatonClient:
     """One connection to ws://HOST:PORT/v1/agent, many sessions over it.
@@ -552,12 +560,12 @@ class BatonClient:
         name = str(resolution.get("session", "")).rsplit("/", 1)[-1]
         if name in self._sessions:
             self._resolution_session[resolution_id] = name
-        # A tool baton runs for it: its tool_result (sent with the resolution on every resume until
-        # acknowledged) puts the run into the session's history, once, also after a reconnect.
-        if name in self._sessions and resolution.get("outcome") == "execute" \
-                and resolution.get("executor") not in (None, "agent") and resolution.get("decision") \
-                and resolution["decision"] not in self._tool_events_applied:
-            self._awaiting_tool[resolution["decision"]] = self._sessions[name]
+            # A tool baton runs for it: its tool_result (sent with the resolution on every resume
+            # until acknowledged) puts the run into the session's history, once, also after a
+            # reconnect.
+            if resolution.get("outcome") == "execute" and resolution.get("executor") not in (None, "agent") \
+                    and resolution.get("decision") and resolution["decision"] not in self._tool_events_applied:
+                self._awaiting_tool[resolution["decision"]] = self._sessions[name]
         if resolution_id in self._seen:
             # Sent again: not acknowledged yet, or an ack baton lost (a crash before its row):
             # then it is acknowledged again.
@@ -615,16 +623,10 @@ class BatonClient:
         for pending in list(self._pending.values()):
             if not pending.future.done():
                 pending.future.set_exception(error)
-        for tool_waiters in list(self._tool_waiters.values()):
-            for tool_waiter in tool_waiters:
-                if not tool_waiter.done():
-                    tool_waiter.set_exception(error)
+        _fail_all(self._tool_waiters, error)
         self._awaiting_tool.clear()
         if everything:
-            for resolution_waiters in list(self._resolution_waiters.values()):
-                for resolution_waiter in resolution_waiters:
-                    if not resolution_waiter.done():
-                        resolution_waiter.set_exception(error)
+            _fail_all(self._resolution_waiters, error)
             for future in list(self._acks.values()):
                 if not future.done():
                     future.set_exception(error)

@@ -232,10 +232,8 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     const err = () => new BatonError("CLOSED", "the client was closed");
     for (const job of [...this.live]) this.fail(job, err());
     this.queue.length = 0;
-    for (const waiters of this.resolutionWaiters.values()) for (const w of waiters) settleWaiter(w, null, err());
-    this.resolutionWaiters.clear();
-    for (const waiters of this.toolResultWaiters.values()) for (const w of waiters) settleWaiter(w, null, err());
-    this.toolResultWaiters.clear();
+    failWaiters(this.resolutionWaiters, err);
+    failWaiters(this.toolResultWaiters, err);
     const ws = this.ws;
     this.open = false;
     if (ws && ws.readyState !== WebSocket.CLOSED) {
@@ -646,10 +644,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     for (const job of kept) this.requeue(job);
     for (const s of this.sessions.values()) s.markFresh();
     // baton sends a tool_result once, to the connection of the decision: it will not come now.
-    for (const waiters of this.toolResultWaiters.values()) {
-      for (const w of waiters) settleWaiter(w, null, new BatonError("CONNECTION_LOST", "the connection closed before the tool_result came"));
-    }
-    this.toolResultWaiters.clear();
+    failWaiters(this.toolResultWaiters, () => new BatonError("CONNECTION_LOST", "the connection closed before the tool_result came"));
     const lost = new BatonError("CONNECTION_LOST", `the connection closed (${code}${reason ? ` ${reason}` : ""})`);
     if (this.reconnectOptions) this.reconnectLoop = this.reconnect(lost);
     else this.failQueued(lost);
@@ -691,10 +686,8 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     for (const job of [...this.live]) if (job.id === null) this.fail(job, err);
     this.queue.length = 0;
     // No connection will come: nobody waits for a resolution or a tool's result forever.
-    for (const waiters of [this.resolutionWaiters, this.toolResultWaiters] as Map<string, Set<Waiter<unknown>>>[]) {
-      for (const set of waiters.values()) for (const w of set) settleWaiter(w, null, err);
-      waiters.clear();
-    }
+    failWaiters(this.resolutionWaiters, () => err);
+    failWaiters(this.toolResultWaiters, () => err);
   }
 }
 
@@ -728,6 +721,12 @@ function addWaiter<T>(map: Map<string, Set<Waiter<T>>>, key: string, timeoutMs: 
       }, timeoutMs);
     }
   });
+}
+
+/** Rejects every waiter of `map` with an error `err` makes, and forgets them. */
+function failWaiters<T>(map: Map<string, Set<Waiter<T>>>, err: () => Error): void {
+  for (const waiters of map.values()) for (const w of waiters) settleWaiter(w, null, err());
+  map.clear();
 }
 
 function settleWaiter<T>(w: Waiter<T>, value: T | null, err: Error | null): void {
