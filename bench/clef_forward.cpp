@@ -524,6 +524,7 @@ int run(const arguments& args) {
                                 {"load_ms", load_ms},
                                 {"packed_mib", static_cast<double>(m->packed_bytes()) / (1 << 20)},
                                 {"expert_schedule", m->expert_schedule()},
+                                {"matmul_choice", m->matmul_choice()},
                                 {"minor_faults", load_faults.minor},
                                 {"major_faults", load_faults.major},
                                 {"before", memory_json(before_load)},
@@ -548,6 +549,7 @@ int run(const arguments& args) {
   print_memory("before load", before_load);
   print_memory("after load", after_load);
   std::printf("  packed at load for oneDNN: %.1f MiB\n", static_cast<double>(m->packed_bytes()) / (1 << 20));
+  if (const std::string choice = m->matmul_choice(); !choice.empty()) std::printf("  matmuls: %s\n", choice.c_str());
   if (const std::string schedule = m->expert_schedule(); !schedule.empty()) {
     std::printf("  experts: %s\n", schedule.c_str());
   }

@@ -166,6 +166,9 @@ clef_engine::clef_engine(const clef_engine_options& options)
     spdlog::info("clef engine: {} MiB of weights packed at load for oneDNN's matmul (their mapped pages handed back)",
                  model_->packed_bytes() >> 20);
   }
+  if (const std::string choice = model_->matmul_choice(); !choice.empty()) {
+    spdlog::info("clef engine: {}", choice);
+  }
   if (const std::string schedule = model_->expert_schedule(); !schedule.empty()) {
     spdlog::info("clef engine: experts scheduled as {}", schedule);
   }

@@ -57,6 +57,7 @@ class cpu_kernels : public testing::TestWithParam<at::ScalarType> {};
 
 TEST_P(cpu_kernels, equals_the_unfused_softmax_for_every_record_block_size_and_mask) {
   const at::ScalarType type = GetParam();
+  if (!onednn_runs(type)) GTEST_SKIP() << "oneDNN has no kernels for this dtype here: the engine takes the ATen path";
   const double tolerance = type == at::kFloat ? 1e-5 : 2e-2;  // bf16: the probabilities' rounding
   const std::vector<attention_case> cases = {
       {8, 2, 16, {1, 37, 130}, {}},         // the chosen blocks
@@ -131,8 +132,8 @@ TEST(cpu_attention_blocks, zeros_choose_about_256_gemm_rows_and_256_keys) {
 // Every way the row count is split (multiples of 256 and 16, the rest) and a weight read through
 // strides, against ATen's matmul of the unpacked weight.
 TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
-  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
   const at::ScalarType type = GetParam();
+  if (!onednn_runs(type)) GTEST_SKIP() << "oneDNN has no kernels for this dtype here: the engine takes the ATen path";
   at::manual_seed(3);
   const at::Tensor w = at::randn({96, 80}).to(type);
   const at::Tensor strided = at::randn({80, 96}).to(type).t();  // [96, 80], not contiguous
@@ -150,6 +151,68 @@ TEST_P(cpu_kernels, packed_weights_multiply_like_the_plain_matmul) {
       EXPECT_LE(error, type == at::kFloat ? 1e-4 : 0.25) << rows << " rows";
     }
   }
+}
+
+// oneDNN 2.6 has bf16 kernels from avx512_core up (emulated without avx512_bf16) and refuses bf16
+// on an AVX2-only CPU, where the engine must take the ATen paths rather than fail.
+TEST(cpu_kernels_dtypes, onednn_runs_bf16_only_where_the_cpu_has_avx512_core) {
+  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
+  __builtin_cpu_init();
+  const bool avx512_core = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  EXPECT_EQ(onednn_runs(at::kBFloat16), avx512_core);
+  EXPECT_TRUE(onednn_runs(at::kFloat));
+}
+
+// fp32 weights over the BLAS as they are, several side by side as one: the same products as
+// ATen's matmul of the weights stacked, for every row count; no packed copy; refusals.
+TEST(cpu_blas_weights, multiply_like_the_plain_matmul_of_the_parts_stacked) {
+  if (!onednn_built() || !packed_linear::blas_available()) GTEST_SKIP() << "no oneDNN build or no cblas_sgemm";
+  at::manual_seed(4);
+  const at::Tensor gate = at::randn({40, 80}), up = at::randn({56, 80});
+  const packed_linear blas = packed_linear::over_blas({gate, up});
+  EXPECT_TRUE(blas.packed());
+  EXPECT_EQ(blas.bytes(), 0);
+  EXPECT_EQ(blas.in_features(), 80);
+  EXPECT_EQ(blas.out_features(), 96);
+  const at::Tensor stacked = at::cat({gate, up});
+  for (const std::int64_t rows : {1, 17, 256, 600}) {
+    const at::Tensor x = at::randn({rows, 80});
+    const at::Tensor y = blas.parallel(x);
+    ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{rows, 96}));
+    EXPECT_LE((y - at::matmul(x, stacked.t())).abs().max().item<double>(), 1e-4) << rows << " rows";
+  }
+  EXPECT_THROW((void)packed_linear::over_blas({}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::over_blas({gate.to(at::kBFloat16)}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::over_blas({at::randn({80, 40}).t()}), std::invalid_argument);  // strided rows
+  EXPECT_THROW((void)packed_linear::over_blas({gate, at::randn({8, 81})}), std::invalid_argument);
+}
+
+// The fused experts over BLAS weights give what they give over oneDNN-packed ones (fp32, the sums'
+// order aside), whole experts or chunks: the engine takes whichever is faster here.
+TEST(cpu_blas_weights, experts_over_the_blas_equal_the_packed_experts) {
+  if (!onednn_built() || !packed_linear::blas_available()) GTEST_SKIP() << "no oneDNN build or no cblas_sgemm";
+  at::manual_seed(12);
+  const std::int64_t tokens = 600, top_k = 2, n_experts = 5, hidden = 48, inter = 40;
+  const at::Tensor t = at::arange(tokens);
+  const at::Tensor experts = at::stack({t % n_experts, (t + 1 + t % 3) % n_experts}, 1);
+  ASSERT_TRUE(at::all(experts.select(1, 0) != experts.select(1, 1)).item<bool>());
+  const at::Tensor weights = at::rand({tokens, top_k}), b = at::randn({tokens, hidden});
+  std::vector<packed_linear> gate_up, down, gate_up_blas, down_blas;
+  for (std::int64_t e = 0; e < n_experts; ++e) {
+    const at::Tensor g = at::randn({inter, hidden}).div(7), u = at::randn({inter, hidden}).div(7),
+                     d = at::randn({hidden, inter}).div(6);
+    gate_up.emplace_back(at::cat({g, u}));
+    down.emplace_back(d);
+    gate_up_blas.push_back(packed_linear::over_blas({g, u}));
+    down_blas.push_back(packed_linear::over_blas({d}));
+  }
+  const at::Tensor packed = experts_cpu(b, experts, weights, gate_up, down);
+  const at::Tensor blas = experts_cpu(b, experts, weights, gate_up_blas, down_blas);
+  const double scale = packed.abs().max().item<double>();
+  ASSERT_GT(scale, 0.1);
+  EXPECT_LE((blas - packed).abs().max().item<double>(), 1e-5 * scale);
+  EXPECT_TRUE(at::equal(experts_cpu(b, experts, weights, gate_up_blas, down_blas, 256), blas));
 }
 
 // The per-token sum must be bit for bit the index_add_ loop it replaces (the reference's order),
@@ -183,8 +246,8 @@ TEST_P(cpu_kernels, expert_outputs_sum_per_token_exactly_as_the_index_add_loop) 
 // the weighting, the index_add_ loop in expert order): row counts that take every matmul split
 // (over 256, multiples of 16, the rest, a single row) and an expert with no rows.
 TEST_P(cpu_kernels, fused_experts_equal_the_aten_operations) {
-  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
   const at::ScalarType type = GetParam();
+  if (!onednn_runs(type)) GTEST_SKIP() << "oneDNN has no kernels for this dtype here: the engine takes the ATen path";
   at::manual_seed(9);
   const std::int64_t tokens = 700, top_k = 2, n_experts = 6, hidden = 48, inter = 40;
   // Expert 5 never chosen; expert 4 once; expert 0 by every token (700 rows); the rest unevenly.

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "engine/clef/model/blas_cpu.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/model.hpp"
 #include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/tensors.hpp"
 #include "support/scratch_dir.hpp"
 
 namespace baton::clef {
@@ -135,13 +137,17 @@ TEST_P(valid_model, loads_and_scores_a_one_question_record) {
   ASSERT_EQ(out[0].size(), 1u);
   ASSERT_EQ(out[0][0].size(), 2u);
   for (float logit : out[0][0]) EXPECT_TRUE(std::isfinite(logit)) << logit;
-  // On the CPU with oneDNN the experts are packed at load (at least their own size in the dtype).
+  // On the CPU with oneDNN the experts are packed at load (at least their own size in the dtype),
+  // unless fp32's timing at load put them on the BLAS, where nothing of theirs is copied.
   const text_config& c = m->files().text();
   const std::int64_t elem = GetParam() == compute_dtype::f32 ? 4 : 2;
-  if (detail::onednn_built()) {
-    EXPECT_GE(m->packed_bytes(), c.num_layers * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size * elem);
-  } else {
+  const std::int64_t experts_bytes = c.num_layers * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size * elem;
+  if (!detail::onednn_runs(detail::scalar_type(GetParam()))) {
     EXPECT_EQ(m->packed_bytes(), 0);
+  } else if (m->matmul_choice().find("experts on the BLAS") != std::string::npos) {
+    EXPECT_LT(m->packed_bytes(), experts_bytes) << m->matmul_choice();
+  } else {
+    EXPECT_GE(m->packed_bytes(), experts_bytes) << m->matmul_choice();
   }
 }
 
@@ -152,6 +158,7 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
   const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 18, 77, 201, 9};
   const std::vector<question_layout> questions = {{1, {1, 4}, {{5, 7}, {8, 11}, {12, 15}}}};
   const record_input record{ids, questions};
+  std::string choice;
   auto run = [&](bool grouped, std::int64_t& moe_ops, std::int64_t& packed) {
     model_options options;
     options.dtype = GetParam();
@@ -162,14 +169,16 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
     auto out = m->forward({&record, 1});
     moe_ops = m->last_profile().moe_ops / m->files().text().num_layers;
     packed = m->packed_bytes();
+    if (!grouped) choice = m->matmul_choice();
     return out;
   };
   std::int64_t default_ops = 0, grouped_ops = 0, default_packed = 0, grouped_packed = 0;
   const auto want = run(false, default_ops, default_packed);
   const auto got = run(true, grouped_ops, grouped_packed);
-  // The experts are stacked for the grouped matmuls, not packed (fp32 still packs q/k/v/o).
-  if (detail::onednn_built()) {
-    EXPECT_LT(grouped_packed, default_packed);
+  // The experts are stacked for the grouped matmuls, not packed (fp32 may still pack q/k/v/o).
+  const bool fused = detail::onednn_runs(detail::scalar_type(GetParam()));
+  if (fused && choice.find("experts on the BLAS") == std::string::npos) {
+    EXPECT_LT(grouped_packed, default_packed) << choice;
   }
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(got[0].size(), 1u);
@@ -179,9 +188,32 @@ TEST_P(valid_model, grouped_experts_score_as_the_default_path_in_few_operations)
   for (std::size_t i = 0; i < want[0][0].size(); ++i) EXPECT_NEAR(got[0][0][i], want[0][0][i], tolerance) << i;
   EXPECT_GT(grouped_ops, 10);
   EXPECT_LE(grouped_ops, 20);
-  if (detail::onednn_built()) {
+  if (fused) {
     EXPECT_LE(default_ops, 20);  // the fused CPU experts
   }
+}
+
+// In fp32 the experts' and projections' library is timed at load, both candidates reported, and
+// kept for the next load; bf16 has no choice (the BLAS has no bf16 matmul).
+TEST(valid_model_matmuls, are_chosen_by_timing_both_libraries_once_per_process) {
+  if (!detail::onednn_built() || !detail::packed_linear::blas_available()) {
+    GTEST_SKIP() << "no oneDNN build or no cblas_sgemm: nothing to choose between";
+  }
+  model_options options;
+  options.dtype = compute_dtype::f32;
+  options.threads = 2;
+  const auto first = model::load(release_dir("valid"), options);
+  const std::string choice = first->matmul_choice();
+  for (const char* part : {"fp32 experts on ", "BLAS ", "oneDNN packed ", "projections on ", "q_proj"}) {
+    EXPECT_NE(choice.find(part), std::string::npos) << choice;
+  }
+  // Packed bytes only where oneDNN won.
+  EXPECT_EQ(first->packed_bytes() > 0, choice.find("on oneDNN, packed") != std::string::npos) << choice;
+  const std::string again = model::load(release_dir("valid"), options)->matmul_choice();
+  EXPECT_EQ(again.rfind(choice, 0), 0u) << again;
+  EXPECT_NE(again.find("kept from an earlier load in this process"), std::string::npos) << again;
+  options.dtype = compute_dtype::bf16;
+  EXPECT_EQ(model::load(release_dir("valid"), options)->matmul_choice(), "");
 }
 
 // With two threads the experts' schedule is timed at the first load (the tiny release's busiest

@@ -191,7 +191,7 @@ at::Tensor audio_encoder::attention(const layer& w, const at::Tensor& a) const {
                    v = dense(a, w.v_w, w.v_b);
   at::Tensor out = at::empty({n_tokens, config_.d_model}, a.options());
   const std::int64_t full = n_tokens / window_tokens_, rest = n_tokens % window_tokens_;
-  if (device_.is_cpu() && onednn_built()) {
+  if (device_.is_cpu() && onednn_runs(type_)) {
     std::vector<std::int64_t> windows(static_cast<std::size_t>(full), window_tokens_);
     if (rest > 0) windows.push_back(rest);
     attention_cpu(q.view({n_tokens, heads, dim}), k.view({n_tokens, heads, dim}), v.view({n_tokens, heads, dim}),

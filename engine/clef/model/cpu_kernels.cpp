@@ -481,6 +481,21 @@ attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t 
 
 bool onednn_built() noexcept { return BATON_ONEDNN != 0; }
 
+bool onednn_runs(at::ScalarType type) noexcept {
+#if BATON_ONEDNN
+  if (type != at::kBFloat16) return true;
+  static const bool bf16 = [] {
+    const std::uint16_t one = 0x3f80;  // 1.0 in bf16
+    float c = 0.F;
+    return dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.F, &one, 1, &one, 1, 0.F, &c, 1) == dnnl_success && c == 1.F;
+  }();
+  return bf16;
+#else
+  (void)type;
+  return false;
+#endif
+}
+
 void attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::vector<std::int64_t>& lengths, double scale, bool causal, at::Tensor& out,
                    attention_blocks blocks, const std::vector<std::int64_t>& past) {

@@ -30,6 +30,11 @@ attention_blocks resolve_attention_blocks(attention_blocks blocks, std::int64_t 
 // there.
 bool onednn_built() noexcept;
 
+// Whether attention_cpu and packed_linear run in `type` here: a oneDNN build, and for bf16 a CPU
+// oneDNN has bf16 kernels for (2.6: avx512_core and up; it refuses bf16 on an AVX2-only CPU, where
+// the ATen paths serve). Asked of oneDNN once, with a 1 × 1 bf16 GEMM.
+bool onednn_runs(at::ScalarType type) noexcept;
+
 // softmax(q kᵀ · scale) v within each of the records laid end to end (`lengths` sum to N), each
 // query seeing the keys up to its own position when `causal`, all of its record's otherwise: q
 // [N, heads, dim], k and v [N, kv_heads, dim], fp32 or bf16, on the CPU; writes [N, heads * dim]

@@ -174,6 +174,7 @@ class model_impl final : public model {
   }
   std::int64_t packed_bytes() const noexcept override { return thinker_.packed_bytes(); }
   std::string expert_schedule() const override { return thinker_.expert_schedule(); }
+  std::string matmul_choice() const override { return thinker_.matmul_choice(); }
   const model_options& options() const noexcept override { return options_; }
 
   std::vector<record_logits> forward(std::span<const record_input> batch) override {

@@ -167,6 +167,10 @@ class model {
   // How the CPU's packed experts are shared among threads, chosen by timing them at load, with
   // the timings (thinker::calibrate_experts); empty when the experts are not packed.
   virtual std::string expert_schedule() const = 0;
+  // Which library runs the CPU's fp32 matmuls of the experts and the attention projections (oneDNN
+  // on weights packed at load, or the BLAS on them as they are), chosen by timing both at load,
+  // with the timings (thinker::choose_matmuls); empty where there was no choice.
+  virtual std::string matmul_choice() const = 0;
   virtual bool reads_images() const noexcept = 0;
   virtual bool reads_audio() const noexcept = 0;
 

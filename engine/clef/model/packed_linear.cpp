@@ -3,10 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -140,6 +143,17 @@ struct memory {
   memory& operator=(const memory&) = delete;
 };
 
+// cblas_sgemm as OpenBLAS and netlib's CBLAS export it; found at run time in the BLAS libtorch
+// loaded, so that the engine multiplies with the very library at::mm uses (and links no other).
+using cblas_sgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                                int lda, const float* b, int ldb, float beta, float* c, int ldc);
+constexpr int cblas_row_major = 101, cblas_no_trans = 111, cblas_trans = 112;
+
+cblas_sgemm_fn blas_sgemm() {
+  static const auto fn = reinterpret_cast<cblas_sgemm_fn>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  return fn;
+}
+
 }  // namespace
 
 struct packed_linear::impl {
@@ -147,7 +161,28 @@ struct packed_linear::impl {
   dnnl_memory_desc_t layout;
   at::Tensor data;                // the packed weight
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
+  std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
 };
+
+bool packed_linear::blas_available() noexcept { return blas_sgemm() != nullptr; }
+
+packed_linear packed_linear::over_blas(std::vector<at::Tensor> parts) {
+  if (!blas_available()) throw std::logic_error("packed matmul: the process has no cblas_sgemm");
+  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  std::int64_t out = 0;
+  for (const auto& w : parts) {
+    if (w.scalar_type() != at::kFloat || w.dim() != 2 || w.size(1) != parts.front().size(1) || w.stride(1) != 1 ||
+        w.stride(0) != w.size(1) || w.size(0) > INT32_MAX || w.size(1) > INT32_MAX) {
+      throw std::invalid_argument("packed matmul: the BLAS takes fp32 weights [out, in] with contiguous rows");
+    }
+    out += w.size(0);
+  }
+  p.impl_->shape = {parts.front().size(1), out, dnnl_f32};
+  p.impl_->parts = std::move(parts);
+  return p;
+}
 
 std::int64_t packed_linear::bytes_for(std::int64_t out, std::int64_t in, at::ScalarType type) {
   const dnnl_memory_desc_t layout = packed_layout({in, out, data_type(type)});
@@ -184,12 +219,24 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
   }
 }
 
-std::int64_t packed_linear::bytes() const noexcept { return impl_ ? impl_->data.numel() : 0; }
+std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data.defined() ? impl_->data.numel() : 0; }
 
 // Rows of x times the weight into y, on the calling thread. Row counts go in at most three calls
 // (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives per weight
 // shape instead of one per row count. The scratchpad is the thread's, grown as needed.
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
+  if (!impl_->parts.empty()) {
+    // Single-threaded inside the caller's parallel region, as OpenBLAS runs any call made there.
+    std::int64_t column = 0;
+    for (const auto& w : impl_->parts) {
+      blas_sgemm()(cblas_row_major, cblas_no_trans, cblas_trans, static_cast<int>(rows), static_cast<int>(w.size(0)),
+                   static_cast<int>(impl_->shape.in), 1.F, static_cast<const float*>(x), static_cast<int>(impl_->shape.in),
+                   w.data_ptr<float>(), static_cast<int>(impl_->shape.in), 0.F, static_cast<float*>(y) + column,
+                   static_cast<int>(impl_->shape.out));
+      column += w.size(0);
+    }
+    return;
+  }
   thread_local std::vector<std::byte> scratch;
   const auto elem = static_cast<std::int64_t>(dnnl_data_type_size(impl_->shape.type));
   const auto* src = static_cast<const char*>(x);
@@ -227,6 +274,10 @@ at::Tensor packed_linear::parallel(const at::Tensor& x) const {
 #else
 
 struct packed_linear::impl {};
+bool packed_linear::blas_available() noexcept { return false; }
+packed_linear packed_linear::over_blas(std::vector<at::Tensor>) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }

@@ -1,12 +1,16 @@
 // A weight packed once, at load, into oneDNN's blocked layout for its matmul, so the expert
 // matmuls of a few rows each no longer pack their weight on every call (a fifth of the MoE's time
 // at 512 tokens, docs/performance.md). Only in builds with oneDNN (onednn_built()).
+// Or, in fp32, the weight as it is multiplied by the BLAS libtorch runs at::mm on: where that BLAS
+// beats oneDNN's kernels (OpenBLAS against oneDNN 2.6 on an AVX2-only CPU: 2x), the engine
+// measures it at load and takes it (thinker::calibrate_experts), and no packed copy is made.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace baton::clef::detail {
 
@@ -18,6 +22,13 @@ class packed_linear {
   // allows: one page fault per 2 MiB instead of per 4 KiB when they are first written.
   static at::Tensor arena(std::int64_t bytes);
 
+  // Whether the process has the BLAS's cblas_sgemm (that of libtorch's at::mm: OpenBLAS on Debian).
+  static bool blas_available() noexcept;
+  // fp32 weights [out_i, in] (contiguous rows) multiplied as they are by that BLAS, their outputs
+  // side by side as if they were one weight [Σ out_i, in]: no copy, so a mapped release's pages
+  // stay the file's. The tensors are kept.
+  static packed_linear over_blas(std::vector<at::Tensor> parts);
+
   packed_linear() noexcept;
   // Packs w [out, in] (fp32 or bf16, on the CPU, any strides) into `storage` (bytes, at least
   // bytes_for; a fresh buffer when undefined); w is not read afterwards.
@@ -26,8 +37,8 @@ class packed_linear {
   packed_linear& operator=(packed_linear&&) noexcept;
   ~packed_linear();
 
-  bool packed() const noexcept { return impl_ != nullptr; }
-  std::int64_t bytes() const noexcept;  // the packed copy's size
+  bool packed() const noexcept { return impl_ != nullptr; }  // holds a weight, either way
+  std::int64_t bytes() const noexcept;  // the packed copy's size (0 over the BLAS)
 
   // x [rows, in] (the weight's dtype) @ wᵀ: [rows, out], in blocks of 256 rows spread over the
   // threads (each block as multiply() would do it): for a whole batch's tokens.

@@ -110,7 +110,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
-      cpu_attention_(device.is_cpu() && onednn_built()),
+      cpu_attention_(device.is_cpu() && onednn_runs(type)),
       packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
@@ -123,6 +123,9 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  if (packed_experts_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
+    choose_matmuls(files);
+  }
   expert_staging staging;
   if (grouped_) {
     const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size,
@@ -148,7 +151,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
-    if (cpu_attention_ && type_ == at::kFloat) {  // q, k, v and o packed too (fp32 only)
+    if (cpu_attention_ && type_ == at::kFloat && !blas_projections_) {  // q, k, v and o packed too (fp32 only)
       for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
                                           std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
         *packed = packed_linear(*weight);
@@ -162,7 +165,11 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       continue;
     }
     if (packed_experts_) {
-      pack_experts(files, p, y);
+      if (blas_experts_) {
+        blas_experts(files, p, y);
+      } else {
+        pack_experts(files, p, y);
+      }
       continue;
     }
     for (std::int64_t e = 0; e < config_.num_experts; ++e) {
@@ -230,6 +237,110 @@ void thinker::pack_experts(const release& files, const std::string& prefix, laye
   packed_bytes_ += per_expert * experts;
 }
 
+namespace {
+
+// 1,024 tokens of random activations for timing layer 0's experts, routed unevenly as trained
+// routers are (random activations through the router spread evenly): each token's experts drawn
+// without replacement with odds 1, 1/2, 1/3, …, so the busiest expert gets ~10 % of the rows, as on
+// a transformers-initialised release.
+struct calibration_batch {
+  at::Tensor b, experts, weights;
+  std::int64_t busiest = 0;  // rows of the busiest expert
+
+  calibration_batch(const text_config& config, at::ScalarType type, std::int64_t tokens) {
+    const std::int64_t top_k = config.experts_per_token;
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    b = at::randn({tokens, config.hidden_size}, generator, f32).to(type);
+    const at::Tensor odds = at::reciprocal(at::arange(1, config.num_experts + 1, f32)).expand({tokens, config.num_experts});
+    experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
+    weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type);
+    busiest = at::bincount(experts.reshape({-1}), {}, config.num_experts).max().item<std::int64_t>();
+  }
+};
+
+// The best of `rounds` timings of f, in ms, after one untimed call (first touch of buffers).
+template <typename F>
+double best_ms(int rounds, F&& f) {
+  f();
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+std::string ms_text(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f ms", ms);
+  return text;
+}
+
+}  // namespace
+
+void thinker::blas_experts(const release& files, const std::string& prefix, layer& y) const {
+  y.gate_up_packed.resize(static_cast<std::size_t>(config_.num_experts));
+  y.down_packed.resize(static_cast<std::size_t>(config_.num_experts));
+  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+    const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+    auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_).contiguous(); };
+    y.gate_up_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("gate_proj.weight"), w("up_proj.weight")});
+    y.down_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("down_proj.weight")});
+  }
+}
+
+void thinker::choose_matmuls(const release& files) {
+  static std::mutex chosen_mutex;
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>,
+                  std::tuple<bool, bool, std::string>>
+      chosen;
+  const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts,
+                                   config_.experts_per_token, at::get_num_threads());
+  {
+    const std::lock_guard lock(chosen_mutex);
+    if (const auto it = chosen.find(key); it != chosen.end()) {
+      std::tie(blas_experts_, blas_projections_, matmul_choice_) = it->second;
+      matmul_choice_ += ", kept from an earlier load in this process";
+      return;
+    }
+  }
+  const std::string p = "thinker.model.layers.0.";
+  const calibration_batch batch(config_, type_, 1024);
+  // Schedules aside (calibrate_experts picks among them afterwards): whole experts per work item.
+  auto time_experts = [&](const layer& y) {
+    return best_ms(2, [&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0); });
+  };
+  double packed_experts = 0, blas = 0;
+  {
+    layer y;
+    blas_experts(files, p, y);
+    blas = time_experts(y);
+  }
+  {
+    layer y;  // packed, then freed: the loop packs again only if this wins
+    const std::int64_t counted = packed_bytes_;
+    pack_experts(files, p, y);
+    packed_bytes_ = counted;
+    packed_experts = time_experts(y);
+  }
+  blas_experts_ = blas < packed_experts;
+  const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
+  const at::Tensor x = batch.b;
+  const double q_blas = best_ms(2, [&] { (void)dense(x, q); });
+  const packed_linear q_packed(q);
+  const double q_onednn = best_ms(2, [&] { (void)q_packed.parallel(x); });
+  blas_projections_ = q_blas < q_onednn;
+  auto winner = [](bool blas_won) { return blas_won ? "the BLAS" : "oneDNN, packed"; };
+  matmul_choice_ = std::string("fp32 experts on ") + winner(blas_experts_) + " (layer 0, 1024 tokens: BLAS " +
+                   ms_text(blas) + ", oneDNN packed " + ms_text(packed_experts) + "), projections on " +
+                   winner(blas_projections_) + " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " +
+                   ms_text(q_onednn) + ")";
+  const std::lock_guard lock(chosen_mutex);
+  chosen.emplace(key, std::make_tuple(blas_experts_, blas_projections_, matmul_choice_));
+}
+
 void thinker::calibrate_experts() {
   prepare_experts_cpu();  // libtorch's bf16 silu asked now, not in the first forward
   const std::int64_t tokens = 1024, top_k = config_.experts_per_token;
@@ -254,20 +365,9 @@ void thinker::calibrate_experts() {
     }
   }
   const layer& w = layers_.front();
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor b = at::randn({tokens, config_.hidden_size}, generator, f32).to(type_);
-  // Routed unevenly, as trained routers are (random activations through the router spread
-  // evenly): each token's experts drawn without replacement with odds 1, 1/2, 1/3, …, so the
-  // busiest expert gets ~10 % of the rows, as on a transformers-initialised release.
-  const at::Tensor odds = at::reciprocal(at::arange(1, config_.num_experts + 1, f32)).expand({tokens, config_.num_experts});
-  const at::Tensor experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
-  const at::Tensor weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type_);
-  std::int64_t busiest = 0;
-  {
-    const at::Tensor counts = at::bincount(experts.reshape({-1}), {}, config_.num_experts);
-    busiest = counts.max().item<std::int64_t>();
-  }
+  const calibration_batch batch(config_, type_, tokens);
+  const at::Tensor &b = batch.b, &experts = batch.experts, &weights = batch.weights;
+  const std::int64_t busiest = batch.busiest;
   // Chunks no expert fills would repeat "whole experts" (an expert has at most `tokens` rows).
   std::vector<std::int64_t> candidates = {0};
   for (const std::int64_t chunk : {256, 512}) {

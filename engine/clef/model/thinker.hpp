@@ -66,6 +66,9 @@ class thinker {
   // How the CPU's packed experts are shared among threads, as measured at load, with the
   // timings; empty when the experts are not packed.
   const std::string& expert_schedule() const noexcept { return expert_schedule_; }
+  // Which library runs the CPU's fp32 expert and projection matmuls, as timed at load (choose_matmuls),
+  // with the timings; empty where there was no choice (bf16, no BLAS found, not the CPU).
+  const std::string& matmul_choice() const noexcept { return matmul_choice_; }
 
   at::ScalarType type() const noexcept { return type_; }
   at::Device device() const noexcept { return device_; }
@@ -97,6 +100,13 @@ class thinker {
   void stack_experts(const release& files, const std::string& prefix, layer& y, expert_staging& staging) const;
   // The experts of a layer packed for the CPU (packed_experts_), into one arena per layer.
   void pack_experts(const release& files, const std::string& prefix, layer& y);
+  // The same experts over the BLAS, as they are in the release (blas_experts_).
+  void blas_experts(const release& files, const std::string& prefix, layer& y) const;
+  // fp32 on the CPU: times layer 0's experts (1,024 tokens) and its q projection packed for oneDNN
+  // and as they are on the BLAS, and keeps the faster of each (blas_experts_, blas_projections_).
+  // Done before any layer is packed, so a copy is made only where it pays; kept for the process's
+  // later loads of the same shape and thread count.
+  void choose_matmuls(const release& files);
 
   // RMSNorm of hidden states [N, hidden] with the weight w.
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const;
@@ -147,7 +157,10 @@ class thinker {
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
   // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
   bool cpu_attention_ = false;    // attention (attention_cpu)
-  bool packed_experts_ = false;   // the experts' weights packed at load (packed_linear)
+  bool packed_experts_ = false;   // the experts through experts_cpu (packed_linear)
+  bool blas_experts_ = false;     // … their packed_linear over the BLAS, not packed (choose_matmuls)
+  bool blas_projections_ = false; // fp32: q, k, v and o through at::mm, not packed (choose_matmuls)
+  std::string matmul_choice_;
   std::int64_t packed_bytes_ = 0;
   std::int64_t expert_chunk_rows_ = 0;  // experts_cpu's work items: 0 whole experts, else rows
   std::string expert_schedule_;

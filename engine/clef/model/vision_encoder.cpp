@@ -117,7 +117,7 @@ at::Tensor vision_encoder::attention(const block& b, const at::Tensor& a, const 
     return (f * cos + rotate_half(f) * sin).to(type_);
   };
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  if (device_.is_cpu() && onednn_built()) {
+  if (device_.is_cpu() && onednn_runs(type_)) {
     // Each frame pair's patches see each other (the reference's cu_seqlens): one fused call.
     const at::Tensor q = rotate(qkv.select(2, 0)).view({n, heads, dim});
     const at::Tensor k = rotate(qkv.select(2, 1)).view({n, heads, dim});
