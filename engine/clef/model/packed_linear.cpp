@@ -227,13 +227,19 @@ std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
   if (!impl_->parts.empty()) {
     // Single-threaded inside the caller's parallel region, as OpenBLAS runs any call made there.
-    std::int64_t column = 0;
-    for (const auto& w : impl_->parts) {
-      blas_sgemm()(cblas_row_major, cblas_no_trans, cblas_trans, static_cast<int>(rows), static_cast<int>(w.size(0)),
-                   static_cast<int>(impl_->shape.in), 1.F, static_cast<const float*>(x), static_cast<int>(impl_->shape.in),
-                   w.data_ptr<float>(), static_cast<int>(impl_->shape.in), 0.F, static_cast<float*>(y) + column,
-                   static_cast<int>(impl_->shape.out));
-      column += w.size(0);
+    // Calls of at most 256 rows, so that a work item of 256 or 512 rows of an expert makes the very
+    // calls the whole expert makes (OpenBLAS's rounding may depend on a call's row count).
+    for (std::int64_t done = 0; done < rows; done += 256) {
+      const std::int64_t n = std::min<std::int64_t>(256, rows - done);
+      std::int64_t column = 0;
+      for (const auto& w : impl_->parts) {
+        blas_sgemm()(cblas_row_major, cblas_no_trans, cblas_trans, static_cast<int>(n), static_cast<int>(w.size(0)),
+                     static_cast<int>(impl_->shape.in), 1.F,
+                     static_cast<const float*>(x) + done * impl_->shape.in, static_cast<int>(impl_->shape.in),
+                     w.data_ptr<float>(), static_cast<int>(impl_->shape.in), 0.F,
+                     static_cast<float*>(y) + done * impl_->shape.out + column, static_cast<int>(impl_->shape.out));
+        column += w.size(0);
+      }
     }
     return;
   }
