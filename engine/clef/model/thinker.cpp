@@ -167,7 +167,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     if (packed_experts_) {
       if (blas_experts_) {
         blas_experts(files, p, y);
-      } else {
+      } else if (y.gate_up_packed.empty()) {  // layer 0 may be packed already (choose_matmuls)
         pack_experts(files, p, y);
       }
       continue;
@@ -319,13 +319,18 @@ void thinker::choose_matmuls(const release& files) {
     blas = time_experts(y);
   }
   {
-    layer y;  // packed, then freed: the loop packs again only if this wins
+    // Packed where layer 0 keeps them, so the loop does not pack them again if oneDNN wins.
+    layer& y = layers_.front();
     const std::int64_t counted = packed_bytes_;
     pack_experts(files, p, y);
-    packed_bytes_ = counted;
     packed_experts = time_experts(y);
+    blas_experts_ = blas < packed_experts;
+    if (blas_experts_) {
+      y.gate_up_packed.clear();
+      y.down_packed.clear();
+      packed_bytes_ = counted;
+    }
   }
-  blas_experts_ = blas < packed_experts;
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
   const double q_blas = best_ms(2, [&] { (void)dense(x, q); });
@@ -396,9 +401,7 @@ void thinker::calibrate_experts() {
   }
   expert_schedule_ += " (measured at load, " + std::to_string(tokens) + " tokens through layer 0, best of 3:";
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.1f", best[i]);
-    expert_schedule_ += std::string(i == 0 ? " " : ", ") + name(candidates[i]) + " " + ms + " ms";
+    expert_schedule_ += std::string(i == 0 ? " " : ", ") + name(candidates[i]) + " " + ms_text(best[i]);
   }
   expert_schedule_ += ")";
   const std::lock_guard lock(measured_mutex);

@@ -104,8 +104,9 @@ class thinker {
   void blas_experts(const release& files, const std::string& prefix, layer& y) const;
   // fp32 on the CPU: times layer 0's experts (1,024 tokens) and its q projection packed for oneDNN
   // and as they are on the BLAS, and keeps the faster of each (blas_experts_, blas_projections_).
-  // Done before any layer is packed, so a copy is made only where it pays; kept for the process's
-  // later loads of the same shape and thread count.
+  // Done before the other layers are packed, so a copy is made only where it pays (layer 0's packed
+  // experts stay in layers_ when oneDNN wins); kept for the process's later loads of the same shape
+  // and thread count.
   void choose_matmuls(const release& files);
 
   // RMSNorm of hidden states [N, hidden] with the weight w.
