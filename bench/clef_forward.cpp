@@ -107,6 +107,7 @@ struct mm_figure {
   double gflops;  // median over the calls of one measurement
   bool packed = false;  // oneDNN on a packed weight, one matmul per thread, as the CPU experts run
   bool streamed = false;  // packed, each call on the next of as many weights as the layer has experts
+  bool blas = false;      // "packed" over the BLAS (packed_linear::over_blas): as fp32 experts run there
 };
 
 // x [m, k] @ w.T for w [n, k], as the model's dense() lays its weights out; output preallocated.
@@ -129,9 +130,14 @@ mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarT
 // The same shape as the CPU's experts run it: the weight packed once (packed_linear), every thread
 // multiplying its own rows at once; GFLOP/s of all threads together. With `weights` > 1 each call
 // takes the next of that many weights, so (as in a MoE layer) weights come from memory, not cache.
-mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type, std::int64_t weights = 1) {
+// With `blas`, the weights are multiplied as they are by the BLAS (fp32), as the engine's experts
+// are where that won at load.
+mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type, std::int64_t weights = 1,
+                         bool blas = false) {
   std::vector<packed_linear> w;
-  for (std::int64_t i = 0; i < weights; ++i) w.emplace_back(at::randn({n, k}).to(type));
+  for (std::int64_t i = 0; i < weights; ++i) {
+    w.push_back(blas ? packed_linear::over_blas({at::randn({n, k}).to(type)}) : packed_linear(at::randn({n, k}).to(type)));
+  }
   const int threads = at::get_num_threads();
   std::vector<at::Tensor> xs, ys;  // outputs kept, as the experts' kernel keeps its buffers
   for (int i = 0; i < threads; ++i) {
@@ -158,7 +164,7 @@ mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::Sca
     seconds.push_back(ms_since(t) / 1e3);
   }
   const double flops = 2.0 * static_cast<double>(calls * threads) * static_cast<double>(m * k) * static_cast<double>(n);
-  return {m, k, n, flops / summarise(seconds).median / 1e9, true, weights > 1};
+  return {m, k, n, flops / summarise(seconds).median / 1e9, true, weights > 1, blas};
 }
 
 // The MoE's per-expert shape at each length (gate/up: tokens * top_k / experts rows), a 512-row
@@ -178,6 +184,14 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
     for (const auto rows : expert_rows) out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       out.push_back(measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts));
+    }
+  }
+  if (type == at::kFloat && packed_linear::blas_available()) {
+    // What fp32 experts on the BLAS can reach at each length: their weights from memory, each thread
+    // its own expert.
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      out.push_back(
+          measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts, true));
     }
   }
   return out;
@@ -296,6 +310,12 @@ struct forward_figures {
   // Routing of the record (medians over layers): experts with rows, rows of the busiest, and the
   // share of (token, slot) rows that land in experts with fewer than 16 rows (few-row matmuls).
   double active_experts = 0, busiest_rows = 0, few_row_share = 0;
+  // The smallest gap between a token's k-th and (k+1)-th router logits over all layers: any change
+  // of summation order that moves that token's router logits by more can swap one of its experts,
+  // and the swap then spreads through attention to the logits (what a logit comparison between
+  // two builds must be read against).
+  double closest_margin = -1;
+  std::int64_t closest_layer = 0, closest_token = 0, top_k = 0;
 
   // The thinker layers' share of the median forward, per layer, and the forward of Clef-Omni's 48
   // layers it implies (the embedding and the head are paid once either way).
@@ -313,6 +333,16 @@ void measure_routing(model& m, const bench_record& r, forward_figures& f) {
     if (!stage.starts_with("router_logits.")) return;
     const at::Tensor logits = at::from_blob(const_cast<float*>(values.data()), {rows, c.num_experts});
     const at::Tensor chosen = std::get<1>(at::topk(logits, c.experts_per_token, -1)).reshape({-1});
+    if (c.experts_per_token < c.num_experts) {
+      const at::Tensor top = std::get<0>(at::topk(logits, c.experts_per_token + 1, -1));
+      const auto [gap, token] = (top.select(1, c.experts_per_token - 1) - top.select(1, c.experts_per_token)).min(0);
+      f.top_k = c.experts_per_token;
+      if (f.closest_margin < 0 || gap.item<double>() < f.closest_margin) {
+        f.closest_margin = gap.item<double>();
+        f.closest_layer = std::stoll(std::string(stage.substr(stage.find('.') + 1)));
+        f.closest_token = token.item<std::int64_t>();
+      }
+    }
     const at::Tensor counts = at::bincount(chosen, {}, c.num_experts);
     active.push_back(counts.gt(0).sum().item<double>());
     busiest.push_back(counts.max().item<double>());
@@ -413,6 +443,16 @@ void print_forward(const forward_figures& f, const arguments& args, double peak)
                 "experts with < 16\n",
                 f.active_experts, f.busiest_rows, 100 * f.few_row_share);
   }
+  if (f.closest_margin >= 0) {
+    auto ordinal = [](std::int64_t n) {
+      const char* suffix = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+      return std::to_string(n) + suffix;
+    };
+    std::printf("    closest router call: %.3g between a token's %s and %s largest router logits (layer %lld, token "
+                "%lld); moved by more, by any other summation order, it swaps an expert and the logits move\n",
+                f.closest_margin, ordinal(f.top_k).c_str(), ordinal(f.top_k + 1).c_str(),
+                static_cast<long long>(f.closest_layer), static_cast<long long>(f.closest_token));
+  }
   print_memory("after first forward", f.after_first);
   print_memory("after the timed runs", f.after_runs);
   std::printf("    logits:");
@@ -455,7 +495,9 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"major_faults", f.major},
           {"memory_after_runs", memory_json(f.after_runs)},
           {"logits", f.logits},
-          {"routing", {{"active_experts", f.active_experts}, {"busiest_rows", f.busiest_rows}, {"few_row_share", f.few_row_share}}}};
+          {"routing", {{"active_experts", f.active_experts}, {"busiest_rows", f.busiest_rows}, {"few_row_share", f.few_row_share},
+                       {"closest_margin", f.closest_margin}, {"closest_layer", f.closest_layer},
+                       {"closest_token", f.closest_token}}}};
 }
 
 int run(const arguments& args) {
@@ -535,7 +577,7 @@ int run(const arguments& args) {
       std::cout << nlohmann::json{{"kind", "matmul"}, {"dtype", args.dtype},
                                   {"threads", args.threads}, {"blas", blas},
                                   {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops},
-                                  {"packed", f.packed}, {"streamed", f.streamed}}
+                                  {"packed", f.packed}, {"streamed", f.streamed}, {"blas", f.blas}}
                        .dump()
                 << "\n";
     }
@@ -554,10 +596,11 @@ int run(const arguments& args) {
     std::printf("  experts: %s\n", schedule.c_str());
   }
   std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
-              "packed once, a matmul per thread)\n",
+              "packed once, a matmul per thread; BLAS: the weight as it is, on that BLAS, a matmul per thread)\n",
               args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
   for (const auto& f : ceiling) {
-    std::printf("    %-8s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", f.streamed ? "streamed" : f.packed ? "packed" : "at::mm",
+    const std::string kind = std::string(f.blas ? "BLAS " : "") + (f.streamed ? "streamed" : f.packed ? "packed" : "at::mm");
+    std::printf("    %-13s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", kind.c_str(),
                 static_cast<long long>(f.m), static_cast<long long>(f.k), static_cast<long long>(f.n), f.gflops);
   }
   std::printf("    ceiling: %.1f GFLOP/s\n", peak);
