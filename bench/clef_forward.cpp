@@ -15,8 +15,9 @@
 // count its operations per layer anywhere.
 // --init transformers draws the weights as transformers initialises a model (bench/random_release.hpp),
 // into build/bench-release-...-transformers: a second kind of random release, routed less evenly.
-// int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, run in
-// bf16 with its int8 experts. --device cuda runs the forwards on a GPU (the matmul ceiling is
+// int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, its int8
+// experts multiplied in bf16 where the device has bf16 arithmetic, in f32 elsewhere (as the engine
+// chooses). --device cuda runs the forwards on a GPU (the matmul ceiling is
 // still the CPU's).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -179,7 +180,7 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
   for (const auto rows : expert_rows) out.push_back(measure_mm(rows, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(512, c.hidden_size, c.moe_intermediate_size, type));
   out.push_back(measure_mm(2048, 2048, 2048, type));
-  if (baton::clef::detail::onednn_built()) {
+  if (baton::clef::detail::onednn_runs(type)) {  // not bf16 on a CPU without avx512_core
     expert_rows.insert(expert_rows.end(), {256, 1024});
     for (const auto rows : expert_rows) out.push_back(measure_packed(rows, c.hidden_size, 2 * c.moe_intermediate_size, type));
     for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -501,7 +502,12 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
 }
 
 int run(const arguments& args) {
-  const bool int8 = args.dtype == "int8", bf16 = args.dtype == "bf16" || int8;
+  // int8 experts multiply in the activations' dtype, which the engine picks by default: bf16 where the
+  // device has bf16 arithmetic, f32 where it has not (emulated bf16 is ~50x slower: an AVX2-only
+  // CPU took 48.7 s for a 512-token forward in bf16).
+  const bool int8 = args.dtype == "int8";
+  const bool bf16 = args.dtype == "bf16" || (int8 && (args.device != "cpu" || cpu_has_native_bf16()));
+  const std::string dtype_text = int8 ? std::string("int8 experts, ") + (bf16 ? "bf16" : "f32") + " activations" : args.dtype;
   const text_config shape = args.real ? real_text_config(args.layers) : bench_text_config();
   const head_config head = args.real ? real_head_config() : bench_head_config();
   if (!release_is_current(args.dir, shape, args.init)) {
@@ -560,6 +566,7 @@ int run(const arguments& args) {
   if (args.json) {
     std::cout << nlohmann::json{{"kind", "load"},
                                 {"dtype", args.dtype},
+                                {"compute_dtype", bf16 ? "bf16" : "f32"},
                                 {"shape", args.real ? "real" : "mid"},
                                 {"dir", args.dir.string()},
                                 {"disk_mib", static_cast<double>(disk_bytes) / (1 << 20)},
@@ -584,7 +591,7 @@ int run(const arguments& args) {
     for (const auto& f : forwards) std::cout << forward_json(f, args, peak).dump() << "\n";
     return 0;
   }
-  std::printf("\nClef forward, %s, %d threads, release %s (%.0f MiB on disk)\n", args.dtype.c_str(),
+  std::printf("\nClef forward, %s, %d threads, release %s (%.0f MiB on disk)\n", dtype_text.c_str(),
               args.threads, args.dir.c_str(), static_cast<double>(disk_bytes) / (1 << 20));
   std::printf("  load %.1f ms, page faults %ld minor / %ld major\n", load_ms, load_faults.minor,
               load_faults.major);
@@ -597,7 +604,7 @@ int run(const arguments& args) {
   }
   std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
               "packed once, a matmul per thread; BLAS: the weight as it is, on that BLAS, a matmul per thread)\n",
-              args.dtype.c_str(), args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
+              bf16 ? "bf16" : "f32", args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
   for (const auto& f : ceiling) {
     const std::string kind = std::string(f.blas ? "BLAS " : "") + (f.streamed ? "streamed" : f.packed ? "packed" : "at::mm");
     std::printf("    %-13s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", kind.c_str(),
