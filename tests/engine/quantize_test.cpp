@@ -14,6 +14,8 @@
 
 #include "core/answers.hpp"
 #include "engine/clef/clef_engine.hpp"
+#include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/tensors.hpp"
 #include "support/files.hpp"
@@ -263,6 +265,34 @@ TEST_F(quantize_int8_test, int8_layers_stay_close_to_fp32_in_both_compute_dtypes
     }
     EXPECT_TRUE(got.contains("router_logits.0"));
   }
+}
+
+// An int8 release in fp32 (an AVX2-only CPU's default) still puts its attention projections on the
+// faster library, timed at load; its int8 experts, widened by ATen per matmul, are not timed.
+TEST_F(quantize_int8_test, in_fp32_the_projections_library_is_chosen_and_the_experts_are_left_as_they_are) {
+  if (!detail::onednn_built() || !detail::packed_linear::blas_available()) {
+    GTEST_SKIP() << "no oneDNN build or no cblas_sgemm: nothing to choose between";
+  }
+  model_options options;
+  options.dtype = compute_dtype::f32;
+  options.threads = 2;
+  const auto m = model::load(int8_dir(), options);
+  const std::string choice = m->matmul_choice();
+  EXPECT_NE(choice.find("fp32 projections on "), std::string::npos) << choice;
+  EXPECT_NE(choice.find("q_proj: BLAS "), std::string::npos) << choice;
+  EXPECT_EQ(choice.find("experts"), std::string::npos) << choice;
+  // Packed bytes are the projections', only where oneDNN won them.
+  EXPECT_EQ(m->packed_bytes() > 0, choice.find("on oneDNN, packed") != std::string::npos) << choice;
+  const text_config& c = m->files().text();
+  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
+  using detail::packed_linear;
+  const std::int64_t projections = c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) +
+                                                   2 * packed_linear::bytes_for(kv, h, at::kFloat) +
+                                                   packed_linear::bytes_for(h, q, at::kFloat));
+  EXPECT_LE(m->packed_bytes(), projections) << "no more than q, k, v and o";
+  // An fp32 release of the same shape makes its own choice, the experts' included.
+  const std::string full = model::load(tiny_release(), options)->matmul_choice();
+  EXPECT_NE(full.find("fp32 experts on "), std::string::npos) << full;
 }
 
 // The grouped expert path (a CUDA model's) with int8 experts: widened per layer, each row scaled

@@ -123,7 +123,9 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
-  if (packed_experts_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
+  // fp32 on a CPU with oneDNN: the experts (when packed; int8 experts are widened by ATen) and the
+  // attention projections go to the faster library.
+  if (cpu_attention_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
     choose_matmuls(files);
   }
   expert_staging staging;
@@ -293,11 +295,11 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>,
                   std::tuple<bool, bool, std::string>>
       chosen;
   const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts,
-                                   config_.experts_per_token, at::get_num_threads());
+                                   config_.experts_per_token, at::get_num_threads(), packed_experts_);
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
@@ -308,28 +310,34 @@ void thinker::choose_matmuls(const release& files) {
   }
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch batch(config_, type_, 1024);
-  // Schedules aside (calibrate_experts picks among them afterwards): whole experts per work item.
-  auto time_experts = [&](const layer& y) {
-    return best_ms(2, [&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0); });
-  };
-  double packed_experts = 0, blas = 0;
-  {
-    layer y;
-    blas_experts(files, p, y);
-    blas = time_experts(y);
-  }
-  {
-    // Packed where layer 0 keeps them, so the loop does not pack them again if oneDNN wins.
-    layer& y = layers_.front();
-    const std::int64_t counted = packed_bytes_;
-    pack_experts(files, p, y);
-    packed_experts = time_experts(y);
-    blas_experts_ = blas < packed_experts;
-    if (blas_experts_) {
-      y.gate_up_packed.clear();
-      y.down_packed.clear();
-      packed_bytes_ = counted;
+  auto winner = [](bool blas_won) { return blas_won ? "the BLAS" : "oneDNN, packed"; };
+  matmul_choice_ = "fp32 ";
+  if (packed_experts_) {
+    // Schedules aside (calibrate_experts picks among them afterwards): whole experts per work item.
+    auto time_experts = [&](const layer& y) {
+      return best_ms(2, [&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0); });
+    };
+    double packed_experts = 0, blas = 0;
+    {
+      layer y;
+      blas_experts(files, p, y);
+      blas = time_experts(y);
     }
+    {
+      // Packed where layer 0 keeps them, so the loop does not pack them again if oneDNN wins.
+      layer& y = layers_.front();
+      const std::int64_t counted = packed_bytes_;
+      pack_experts(files, p, y);
+      packed_experts = time_experts(y);
+      blas_experts_ = blas < packed_experts;
+      if (blas_experts_) {
+        y.gate_up_packed.clear();
+        y.down_packed.clear();
+        packed_bytes_ = counted;
+      }
+    }
+    matmul_choice_ += std::string("experts on ") + winner(blas_experts_) + " (layer 0, 1024 tokens: BLAS " +
+                      ms_text(blas) + ", oneDNN packed " + ms_text(packed_experts) + "), ";
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
@@ -337,11 +345,8 @@ void thinker::choose_matmuls(const release& files) {
   const packed_linear q_packed(q);
   const double q_onednn = best_ms(2, [&] { (void)q_packed.parallel(x); });
   blas_projections_ = q_blas < q_onednn;
-  auto winner = [](bool blas_won) { return blas_won ? "the BLAS" : "oneDNN, packed"; };
-  matmul_choice_ = std::string("fp32 experts on ") + winner(blas_experts_) + " (layer 0, 1024 tokens: BLAS " +
-                   ms_text(blas) + ", oneDNN packed " + ms_text(packed_experts) + "), projections on " +
-                   winner(blas_projections_) + " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " +
-                   ms_text(q_onednn) + ")";
+  matmul_choice_ += std::string("projections on ") + winner(blas_projections_) + " (q_proj: BLAS " + ms_text(q_blas) +
+                    ", oneDNN packed " + ms_text(q_onednn) + ")";
   const std::lock_guard lock(chosen_mutex);
   chosen.emplace(key, std::make_tuple(blas_experts_, blas_projections_, matmul_choice_));
 }
