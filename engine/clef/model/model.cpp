@@ -21,20 +21,28 @@
 
 namespace baton::clef {
 
-dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes,
-                          std::int64_t available_bytes) {
+dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes, std::int64_t available_bytes,
+                          std::int64_t int8_f32_copy_bytes) {
   if (!file_bf16) return {compute_dtype::f32, "the release's dtype"};
   if (native_bf16) return {compute_dtype::bf16, "the release's dtype"};
   // Emulated bf16 is slower than f32 (docs/performance.md), but f32 doubles the converted weights:
   // f32 only while the copy leaves a fifth of the free memory.
   const std::int64_t gib = 1ll << 30;
-  if (available_bytes > 0 && f32_copy_bytes <= available_bytes / 5 * 4) {
-    return {compute_dtype::f32, "this CPU has neither avx512_bf16 nor AMX-BF16, where f32 is faster; the f32 copy takes " +
-                                    std::to_string((f32_copy_bytes + gib - 1) / gib) + " GiB"};
+  auto fits = [&](std::int64_t bytes) { return available_bytes > 0 && bytes <= available_bytes / 5 * 4; };
+  auto gib_text = [&](std::int64_t bytes) { return std::to_string((bytes + gib - 1) / gib) + " GiB"; };
+  if (fits(f32_copy_bytes)) {
+    return {compute_dtype::f32,
+            "this CPU has neither avx512_bf16 nor AMX-BF16, where f32 is faster; the f32 copy takes " + gib_text(f32_copy_bytes)};
   }
-  return {compute_dtype::bf16, "the release's dtype: this CPU has no bf16 arithmetic, but an f32 copy (" +
-                                   std::to_string((f32_copy_bytes + gib - 1) / gib) + " GiB) would not fit in the " +
-                                   std::to_string(available_bytes / gib) + " GiB available"};
+  std::string reason = "the release's dtype: this CPU has no bf16 arithmetic, but an f32 copy (" + gib_text(f32_copy_bytes) +
+                       ") would not fit in the " + std::to_string(available_bytes / gib) + " GiB available";
+  // Emulated bf16 runs ~50x slower than f32 on such a CPU; an int8 copy's f32 weights are the
+  // attention's and routers' only.
+  if (int8_f32_copy_bytes > 0 && fits(int8_f32_copy_bytes)) {
+    reason += "; an int8 copy (`baton quantize --int8`) would run in f32 here, its f32 weights taking " +
+              gib_text(int8_f32_copy_bytes);
+  }
+  return {compute_dtype::bf16, std::move(reason)};
 }
 
 bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept {
@@ -81,10 +89,11 @@ std::int64_t available_memory() {
 
 // Bytes of the thinker's text weights in f32 when its bf16 matrices are converted (int8 experts
 // stay int8; embeddings and lm_head stay in the file's dtype, converted by the row).
-std::int64_t f32_copy_bytes(const release& files) {
+// `int8_experts`: as if its experts were int8 (an int8 copy of it).
+std::int64_t f32_copy_bytes(const release& files, bool int8_experts) {
   const text_config& c = files.text();
   const std::int64_t attention = 2 * c.hidden_size * c.num_heads * c.head_dim + 2 * c.hidden_size * c.num_kv_heads * c.head_dim;
-  const std::int64_t experts = files.int8_experts() ? 0 : 3 * c.num_experts * c.moe_intermediate_size * c.hidden_size;
+  const std::int64_t experts = int8_experts ? 0 : 3 * c.num_experts * c.moe_intermediate_size * c.hidden_size;
   return 4 * c.num_layers * (attention + experts + c.num_experts * c.hidden_size);
 }
 
@@ -96,7 +105,8 @@ model_options resolved(model_options options, const release& files, const at::De
     const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
     const bool file_bf16 = v.type == dtype::bf16;
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
-    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files), available_memory());
+    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts()), available_memory(),
+                                       files.int8_experts() ? 0 : f32_copy_bytes(files, true));
     options.dtype = choice.dtype;
     options.dtype_reason = std::move(choice.reason);
   }

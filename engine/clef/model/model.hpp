@@ -68,12 +68,16 @@ struct model_options {
 
 // The dtype a model runs when none is asked for. `file_bf16`: the thinker's weights are bf16 in the
 // release; `native_bf16`: the device multiplies bf16 natively (always on a GPU); `f32_copy_bytes`:
-// what converting the thinker's bf16 weights to f32 would cost; `available_bytes`: free memory.
+// what converting the thinker's bf16 weights to f32 would cost; `available_bytes`: free memory;
+// `int8_f32_copy_bytes`: the same for an int8 copy of the release (`baton quantize --int8`, whose
+// experts are widened per matmul and never copied), 0 when the release is one already. Where bf16
+// would be emulated for want of memory and that copy would fit, the reason says so.
 struct dtype_choice {
   compute_dtype dtype;
   std::string reason;
 };
-dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes, std::int64_t available_bytes);
+dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_copy_bytes, std::int64_t available_bytes,
+                          std::int64_t int8_f32_copy_bytes = 0);
 
 // Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; false on anything else.
 bool parse_compute_dtype(std::string_view text, compute_dtype& out) noexcept;
