@@ -584,7 +584,7 @@ int run(const arguments& args) {
       std::cout << nlohmann::json{{"kind", "matmul"}, {"dtype", args.dtype},
                                   {"threads", args.threads}, {"blas", blas},
                                   {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops},
-                                  {"packed", f.packed}, {"streamed", f.streamed}, {"blas", f.blas}}
+                                  {"packed", f.packed}, {"streamed", f.streamed}, {"over_blas", f.blas}}
                        .dump()
                 << "\n";
     }

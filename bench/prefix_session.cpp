@@ -198,21 +198,26 @@ double max_difference(const record_logits& a, const record_logits& b) {
   return worst;
 }
 
-// GFLOP/s of at::mm on 2048-square matrices in the compute dtype, the median call over ~0.5 s: the
-// ceiling clef_forward's figures are quoted against.
+// GFLOP/s of at::mm on 2048-square matrices in the compute dtype: the better of two medians of
+// ~0.5 s of calls, the ceiling clef_forward's figures are quoted against. The VM's speed drifts
+// between minutes, and a ceiling caught in a slow one would make the least ratios too high.
 double matmul_ceiling(bool bf16) {
   const auto type = bf16 ? at::kBFloat16 : at::kFloat;
   const at::Tensor x = at::randn({2048, 2048}).to(type), w = at::randn({2048, 2048}).to(type);
   at::Tensor y = at::empty({2048, 2048}, x.options());
   for (int i = 0; i < 2; ++i) at::mm_out(y, x, w.t());
-  std::vector<double> ms;
-  const auto start = clock_type::now();
-  while (ms.size() < 5 || (ms_since(start) < 500 && ms.size() < 100)) {
-    const auto t = clock_type::now();
-    at::mm_out(y, x, w.t());
-    ms.push_back(ms_since(t));
+  double best = 0;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> ms;
+    const auto start = clock_type::now();
+    while (ms.size() < 5 || (ms_since(start) < 500 && ms.size() < 100)) {
+      const auto t = clock_type::now();
+      at::mm_out(y, x, w.t());
+      ms.push_back(ms_since(t));
+    }
+    best = std::max(best, 2.0 * 2048.0 * 2048.0 * 2048.0 / (baton::bench::summarise(ms).p50 / 1e3) / 1e9);
   }
-  return 2.0 * 2048.0 * 2048.0 * 2048.0 / (baton::bench::summarise(ms).p50 / 1e3) / 1e9;
+  return best;
 }
 
 // A record's closest router call, from an uncached trace: the smallest gap between a token's k-th
@@ -240,9 +245,12 @@ router_call closest_router_call(model& m, const record& r) {
   return out;
 }
 
-// Prints the closest router call of a record whose cached and uncached logits differ beyond 1e-5.
-void explain_difference(model& m, const record& r, std::int64_t cached, double difference, nlohmann::json& into) {
-  if (difference <= 1e-5) return;
+// Prints the closest router call of a record whose cached and uncached logits differ beyond 1e-5
+// in fp32 (bf16's roundings are three orders of magnitude coarser; its deviation is measured, not
+// explained).
+void explain_difference(model& m, const record& r, std::int64_t cached, double difference, bool bf16,
+                        nlohmann::json& into) {
+  if (bf16 || difference <= 1e-5) return;
   const router_call call = closest_router_call(m, r);
   std::printf("      |dlogit| %.2e > 1e-5: the closest router call is %.3g (layer %lld, token %lld, %s)\n", difference,
               call.margin, static_cast<long long>(call.layer), static_cast<long long>(call.token),
@@ -297,9 +305,10 @@ int main(int argc, char** argv) try {
   const text_config& text = m->files().text();
   const double ceiling = matmul_ceiling(bf16);
   const double flops_per_pair = 4.0 * static_cast<double>(text.num_layers * text.num_heads * text.head_dim);
-  std::printf("matmul ceiling (at::mm, 2048 square, %s): %.1f GFLOP/s\n", args.dtype.c_str(), ceiling);
-  out["ceiling_gflops"] = ceiling;
-  std::vector<double> bounds;
+  std::printf("matmul ceiling (at::mm, 2048 square, %s): %.1f GFLOP/s (the least column's)\n", args.dtype.c_str(),
+              ceiling);
+  out["ceiling_gflops_before"] = ceiling;
+  std::vector<double> extra;  // turns 2..: the cached attention's GFLOP, for the summary's least ratios
   std::printf("turn  tokens  cached   with(ms)  without(ms)  new+schema alone(ms)  with/alone  least  max|dlogit|  "
               "with: attention/moe/head (ms), page faults\n");
   for (int t = 1; t <= args.turns; ++t) {
@@ -329,7 +338,7 @@ int main(int argc, char** argv) try {
       without.push_back(b.ms);
       alone.push_back(c.ms);
       ratio.push_back(a.ms / c.ms);
-      bounds.push_back(least);
+      extra.push_back(extra_gflop);
     }
     std::printf("%4d  %6zu  %6lld  %9.1f  %11.1f  %20.1f  %10.2f  %5.2f  %.2e  %.0f/%.0f/%.0f, %ld\n", t,
                 r.ids.size(), (long long)a.cached, a.ms, b.ms, c.ms, a.ms / c.ms, least, d, a.profile.attention_ms,
@@ -338,27 +347,34 @@ int main(int argc, char** argv) try {
                               {"without_ms", b.ms}, {"alone_ms", c.ms}, {"least_with_over_alone", least},
                               {"cached_attention_gflop", extra_gflop}, {"with_page_faults", a.faults},
                               {"max_logit_difference", d}});
-    explain_difference(*m, r, a.cached, d, out["session"].back());
+    explain_difference(*m, r, a.cached, d, bf16, out["session"].back());
   }
   const double worst_ratio = *std::max_element(ratio.begin(), ratio.end());
   std::printf("session: %d turns, %.1f s with the cache, %.1f s without: %.2fx; turns 2-%d: median with/alone %.2f "
               "(max %.2f), median with %.1f ms, without %.1f ms; max |dlogit| %.2e\n",
               args.turns, total_with / 1000, total_without / 1000, total_without / total_with, args.turns, median(ratio),
               worst_ratio, median(with), median(without), worst);
-  // Turns 2.. whose least possible with/alone is within 1.3: where issue 19's goal can hold at all.
-  int reachable = 0;
-  while (reachable < static_cast<int>(bounds.size()) && bounds[static_cast<std::size_t>(reachable)] <= 1.3) ++reachable;
-  std::printf("least with/alone at the ceiling: %.2f at turn 2, %.2f at turn %d; ", bounds.front(), bounds.back(),
-              args.turns);
-  if (reachable == 0) {
+  // The least ratios again at the better of the ceilings before and after the session, and the
+  // turns (from 2) whose least ratio is within 1.3: where issue 19's goal can hold at all.
+  const double after = matmul_ceiling(bf16), best = std::max(ceiling, after);
+  std::vector<double> bounds;
+  for (std::size_t i = 0; i < extra.size(); ++i) bounds.push_back(1 + extra[i] / best * 1e3 / alone[i]);
+  std::size_t within = 0;
+  while (within < bounds.size() && bounds[within] <= 1.3) ++within;
+  const int last_within = within == 0 ? 0 : static_cast<int>(within) + 1;  // the turn; 0: none
+  std::printf("matmul ceiling after the session %.1f GFLOP/s; least with/alone at the better (%.1f): %.2f at turn 2, "
+              "%.2f at turn %d; ",
+              after, best, bounds.front(), bounds.back(), args.turns);
+  if (last_within == 0) {
     std::printf("over 1.3 from turn 2 on\n");
   } else {
-    std::printf("within 1.3 up to turn %d\n", reachable + 1);
+    std::printf("within 1.3 up to turn %d\n", last_within);
   }
+  out["ceiling_gflops_after"] = after;
   out["session_summary"] = {{"with_s", total_with / 1000}, {"without_s", total_without / 1000},
                             {"speedup", total_without / total_with}, {"median_with_over_alone", median(ratio)},
                             {"max_with_over_alone", worst_ratio}, {"max_logit_difference", worst},
-                            {"least_with_over_alone_last", bounds.back()}, {"within_1_3_up_to_turn", reachable + 1}};
+                            {"least_with_over_alone_last", bounds.back()}, {"within_1_3_up_to_turn", last_within}};
 
   // 2. Question sets about one state.
   const auto big_state = random_ids(static_cast<std::size_t>(args.state), 5, vocab);
@@ -379,7 +395,7 @@ int main(int argc, char** argv) try {
     std::printf("%3d  %6zu  %6lld  %9.1f  %11.1f  %.2e\n", s, r.ids.size(), (long long)a.cached, a.ms, b.ms, d);
     out["question_sets"].push_back({{"set", s}, {"tokens", r.ids.size()}, {"cached", a.cached}, {"with_ms", a.ms},
                                     {"without_ms", b.ms}, {"max_logit_difference", d}});
-    explain_difference(*m, r, a.cached, d, out["question_sets"].back());
+    explain_difference(*m, r, a.cached, d, bf16, out["question_sets"].back());
   }
   std::printf("question sets 2-%d: median %.1f ms with the cache, %.1f ms without: %.2fx; max |dlogit| %.2e\n",
               args.question_sets, median(set_with), median(set_without), median(set_without) / median(set_with), set_worst);

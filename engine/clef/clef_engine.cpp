@@ -180,7 +180,7 @@ clef_engine::clef_engine(const clef_engine_options& options)
     spdlog::info("clef engine: prefix cache off (engine.prefix_cache.enabled)");
   }
   if (bf16 && used.device == "cpu" && !cpu_has_native_bf16()) {
-    // An AVX2-only EPYC took 48.7 s for a 512-token forward in bf16, 1.0 s in f32.
+    // A bf16 release's 512-token forward on an AVX2-only EPYC: 48.0 s in bf16, 0.95-0.99 s in f32.
     spdlog::warn("clef engine: this CPU has neither avx512_bf16 nor AMX-BF16, so bf16 matmuls are emulated, "
                  "~50x slower than f32 (docs/performance.md); engine.dtype: f32 where the memory allows, or an "
                  "int8 copy of the release (baton quantize --int8), which computes in f32 here");

@@ -36,8 +36,8 @@ dtype_choice choose_dtype(bool file_bf16, bool native_bf16, std::int64_t f32_cop
   }
   std::string reason = "the release's dtype: this CPU has no bf16 arithmetic, but an f32 copy (" + gib_text(f32_copy_bytes) +
                        ") would not fit in the " + std::to_string(available_bytes / gib) + " GiB available";
-  // Emulated bf16 runs ~50x slower than f32 on such a CPU; an int8 copy's f32 weights are the
-  // attention's and routers' only.
+  // Emulated bf16 runs ~50x slower than f32 on such a CPU (docs/performance.md); an int8 copy's
+  // f32 weights are the attention's and routers' only.
   if (int8_f32_copy_bytes > 0 && fits(int8_f32_copy_bytes)) {
     reason += "; an int8 copy (`baton quantize --int8`) would run in f32 here, its f32 weights taking " +
               gib_text(int8_f32_copy_bytes);

@@ -123,8 +123,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
-  // fp32 on a CPU with oneDNN: the experts (when packed; int8 experts are widened by ATen) and the
-  // attention projections go to the faster library.
+  // fp32 on a CPU with oneDNN: the experts (when packed: not int8 ones, which ATen widens, nor the
+  // grouped path's stacks) and the attention projections go to the faster library.
   if (cpu_attention_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
     choose_matmuls(files);
   }
@@ -295,11 +295,12 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>,
                   std::tuple<bool, bool, std::string>>
       chosen;
-  const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts,
-                                   config_.experts_per_token, at::get_num_threads(), packed_experts_);
+  const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
+                                   config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
+                                   at::get_num_threads(), packed_experts_);
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {

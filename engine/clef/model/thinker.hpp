@@ -102,9 +102,9 @@ class thinker {
   void pack_experts(const release& files, const std::string& prefix, layer& y);
   // The same experts over the BLAS, as they are in the release (blas_experts_).
   void blas_experts(const release& files, const std::string& prefix, layer& y) const;
-  // fp32 on the CPU: times layer 0's experts (1,024 tokens; not int8 ones, which ATen widens) and
-  // its q projection packed for oneDNN and as they are on the BLAS, and keeps the faster of each
-  // (blas_experts_, blas_projections_).
+  // fp32 on the CPU: times layer 0's experts (1,024 tokens; only where they are packed, so not int8
+  // ones, which ATen widens, nor grouped ones) and its q projection packed for oneDNN and as they
+  // are on the BLAS, and keeps the faster of each (blas_experts_, blas_projections_).
   // Done before the other layers are packed, so a copy is made only where it pays (layer 0's packed
   // experts stay in layers_ when oneDNN wins); kept for the process's later loads of the same shape
   // and thread count.
