@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/clef_measure.hpp"
 #include "bench/random_release.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/cpu_kernels.hpp"
@@ -111,21 +112,8 @@ struct mm_figure {
   bool blas = false;      // "packed" over the BLAS (packed_linear::over_blas): as fp32 experts run there
 };
 
-// x [m, k] @ w.T for w [n, k], as the model's dense() lays its weights out; output preallocated.
 mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type) {
-  const at::Tensor x = at::randn({m, k}).to(type);
-  const at::Tensor w = at::randn({n, k}).to(type);
-  at::Tensor y = at::empty({m, n}, x.options());
-  for (int i = 0; i < 3; ++i) at::mm_out(y, x, w.t());
-  std::vector<double> seconds;
-  const auto start = clock_type::now();
-  while (seconds.size() < 5 || (ms_since(start) < 500 && seconds.size() < 1000)) {
-    const auto t = clock_type::now();
-    at::mm_out(y, x, w.t());
-    seconds.push_back(ms_since(t) / 1e3);
-  }
-  const double flops = 2.0 * static_cast<double>(m * k) * static_cast<double>(n);
-  return {m, k, n, flops / summarise(seconds).median / 1e9};
+  return {m, k, n, matmul_gflops(m, k, n, type)};
 }
 
 // The same shape as the CPU's experts run it: the weight packed once (packed_linear), every thread
@@ -311,12 +299,8 @@ struct forward_figures {
   // Routing of the record (medians over layers): experts with rows, rows of the busiest, and the
   // share of (token, slot) rows that land in experts with fewer than 16 rows (few-row matmuls).
   double active_experts = 0, busiest_rows = 0, few_row_share = 0;
-  // The smallest gap between a token's k-th and (k+1)-th router logits over all layers: any change
-  // of summation order that moves that token's router logits by more can swap one of its experts,
-  // and the swap then spreads through attention to the logits (what a logit comparison between
-  // two builds must be read against).
-  double closest_margin = -1;
-  std::int64_t closest_layer = 0, closest_token = 0, top_k = 0;
+  router_call closest;  // what a logit comparison between two builds is read against
+  std::int64_t top_k = 0;
 
   // The thinker layers' share of the median forward, per layer, and the forward of Clef-Omni's 48
   // layers it implies (the embedding and the head are paid once either way).
@@ -334,21 +318,13 @@ void measure_routing(model& m, const bench_record& r, forward_figures& f) {
     if (!stage.starts_with("router_logits.")) return;
     const at::Tensor logits = at::from_blob(const_cast<float*>(values.data()), {rows, c.num_experts});
     const at::Tensor chosen = std::get<1>(at::topk(logits, c.experts_per_token, -1)).reshape({-1});
-    if (c.experts_per_token < c.num_experts) {
-      const at::Tensor top = std::get<0>(at::topk(logits, c.experts_per_token + 1, -1));
-      const auto [gap, token] = (top.select(1, c.experts_per_token - 1) - top.select(1, c.experts_per_token)).min(0);
-      f.top_k = c.experts_per_token;
-      if (f.closest_margin < 0 || gap.item<double>() < f.closest_margin) {
-        f.closest_margin = gap.item<double>();
-        f.closest_layer = std::stoll(std::string(stage.substr(stage.find('.') + 1)));
-        f.closest_token = token.item<std::int64_t>();
-      }
-    }
+    fold_router_call(stage, values, rows, c, f.closest);
     const at::Tensor counts = at::bincount(chosen, {}, c.num_experts);
     active.push_back(counts.gt(0).sum().item<double>());
     busiest.push_back(counts.max().item<double>());
     few.push_back(counts.masked_select(counts.lt(16)).sum().item<double>() / static_cast<double>(chosen.numel()));
   });
+  f.top_k = c.experts_per_token;
   f.active_experts = median_of(active);
   f.busiest_rows = median_of(busiest);
   f.few_row_share = median_of(few);
@@ -444,15 +420,15 @@ void print_forward(const forward_figures& f, const arguments& args, double peak)
                 "experts with < 16\n",
                 f.active_experts, f.busiest_rows, 100 * f.few_row_share);
   }
-  if (f.closest_margin >= 0) {
+  if (f.closest.margin >= 0) {
     auto ordinal = [](std::int64_t n) {
       const char* suffix = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
       return std::to_string(n) + suffix;
     };
     std::printf("    closest router call: %.3g between a token's %s and %s largest router logits (layer %lld, token "
                 "%lld); moved by more, by any other summation order, it swaps an expert and the logits move\n",
-                f.closest_margin, ordinal(f.top_k).c_str(), ordinal(f.top_k + 1).c_str(),
-                static_cast<long long>(f.closest_layer), static_cast<long long>(f.closest_token));
+                f.closest.margin, ordinal(f.top_k).c_str(), ordinal(f.top_k + 1).c_str(),
+                static_cast<long long>(f.closest.layer), static_cast<long long>(f.closest.token));
   }
   print_memory("after first forward", f.after_first);
   print_memory("after the timed runs", f.after_runs);
@@ -497,8 +473,8 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"memory_after_runs", memory_json(f.after_runs)},
           {"logits", f.logits},
           {"routing", {{"active_experts", f.active_experts}, {"busiest_rows", f.busiest_rows}, {"few_row_share", f.few_row_share},
-                       {"closest_margin", f.closest_margin}, {"closest_layer", f.closest_layer},
-                       {"closest_token", f.closest_token}}}};
+                       {"closest_margin", f.closest.margin}, {"closest_layer", f.closest.layer},
+                       {"closest_token", f.closest.token}}}};
 }
 
 int run(const arguments& args) {

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/clef_measure.hpp"
 #include "bench/load_driver.hpp"
 #include "bench/random_release.hpp"
 #include "engine/clef/model/model.hpp"
@@ -198,49 +199,22 @@ double max_difference(const record_logits& a, const record_logits& b) {
   return worst;
 }
 
-// GFLOP/s of at::mm on 2048-square matrices in the compute dtype: the better of two medians of
-// ~0.5 s of calls, the ceiling clef_forward's figures are quoted against. The VM's speed drifts
-// between minutes, and a ceiling caught in a slow one would make the least ratios too high.
+// GFLOP/s of at::mm on 2048-square matrices in the compute dtype, the better of two measurements:
+// the ceiling clef_forward's figures are quoted against. The VM's speed drifts between minutes,
+// and a ceiling caught in a slow one would make the least ratios too high.
 double matmul_ceiling(bool bf16) {
   const auto type = bf16 ? at::kBFloat16 : at::kFloat;
-  const at::Tensor x = at::randn({2048, 2048}).to(type), w = at::randn({2048, 2048}).to(type);
-  at::Tensor y = at::empty({2048, 2048}, x.options());
-  for (int i = 0; i < 2; ++i) at::mm_out(y, x, w.t());
-  double best = 0;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<double> ms;
-    const auto start = clock_type::now();
-    while (ms.size() < 5 || (ms_since(start) < 500 && ms.size() < 100)) {
-      const auto t = clock_type::now();
-      at::mm_out(y, x, w.t());
-      ms.push_back(ms_since(t));
-    }
-    best = std::max(best, 2.0 * 2048.0 * 2048.0 * 2048.0 / (baton::bench::summarise(ms).p50 / 1e3) / 1e9);
-  }
-  return best;
+  return std::max(matmul_gflops(2048, 2048, 2048, type), matmul_gflops(2048, 2048, 2048, type));
 }
 
-// A record's closest router call, from an uncached trace: the smallest gap between a token's k-th
-// and (k+1)-th router logits over every layer. The cached and uncached forwards round differently
-// (other attention blocks, other rows per expert call); where that moves such a gap's two logits
-// past each other, the token gets another expert and the difference spreads to the logits. So a
-// difference beyond rounding is printed with this, to tell a swapped expert from a fault.
-struct router_call {
-  double margin = -1;
-  std::int64_t layer = 0, token = 0;
-};
-
+// A record's closest router call, from an uncached trace. The cached and uncached forwards round
+// differently (other attention blocks, other rows per expert call), so a difference beyond
+// rounding is printed with this, to tell a swapped expert from a fault.
 router_call closest_router_call(model& m, const record& r) {
   const text_config& c = m.files().text();
   router_call out;
   m.trace(r.ids, nullptr, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
-    if (!stage.starts_with("router_logits.") || c.experts_per_token >= c.num_experts) return;
-    const at::Tensor logits = at::from_blob(const_cast<float*>(values.data()), {rows, c.num_experts});
-    const at::Tensor top = std::get<0>(at::topk(logits, c.experts_per_token + 1, -1));
-    const auto [gap, token] = (top.select(1, c.experts_per_token - 1) - top.select(1, c.experts_per_token)).min(0);
-    if (out.margin < 0 || gap.item<double>() < out.margin) {
-      out = {gap.item<double>(), std::stoll(std::string(stage.substr(stage.find('.') + 1))), token.item<std::int64_t>()};
-    }
+    fold_router_call(stage, values, rows, c, out);
   });
   return out;
 }
