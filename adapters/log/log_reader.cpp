@@ -19,22 +19,20 @@ int deny_attach(void*, int action, const char*, const char*, const char*, const 
   return action == SQLITE_ATTACH ? SQLITE_DENY : SQLITE_OK;
 }
 
-const cell* column(std::span<const column_value> row, std::string_view name) { return find_column(row, name); }
-
 std::string text(std::span<const column_value> row, std::string_view name) {
-  const cell* c = column(row, name);
+  const cell* c = find_column(row, name);
   const auto* t = c ? std::get_if<std::string_view>(c) : nullptr;
   return t ? std::string(*t) : std::string();
 }
 
 std::int64_t integer(std::span<const column_value> row, std::string_view name) {
-  const cell* c = column(row, name);
+  const cell* c = find_column(row, name);
   const auto* n = c ? std::get_if<std::int64_t>(c) : nullptr;
   return n ? *n : 0;
 }
 
 double real(std::span<const column_value> row, std::string_view name) {
-  const cell* c = column(row, name);
+  const cell* c = find_column(row, name);
   if (!c) return 0;
   if (const auto* d = std::get_if<double>(c)) return *d;
   if (const auto* n = std::get_if<std::int64_t>(c)) return static_cast<double>(*n);
@@ -140,7 +138,7 @@ reviewed_decision reviewed_from(std::span<const column_value> row) {
   d.policy_hash = text(row, "policy_hash");
   d.schema_hash = text(row, "schema_hash");
   d.state_hash = text(row, "state_hash");
-  if (const cell* s = column(row, "state"); s && std::holds_alternative<std::string_view>(*s)) {
+  if (const cell* s = find_column(row, "state"); s && std::holds_alternative<std::string_view>(*s)) {
     d.state = std::string(std::get<std::string_view>(*s));
   }
   d.answers = text(row, "answers");
@@ -351,9 +349,9 @@ struct log_reader::impl {
     const bool per_instance = source->instance_chains();
     auto read = query(std::string("SELECT * FROM ") + table + " ORDER BY seq", {}, [&](auto row) {
       if (broken) return;
-      const cell* seq = column(row, "seq");
-      const cell* prev = column(row, "prev_hash");
-      const cell* stored = column(row, "row_hash");
+      const cell* seq = find_column(row, "seq");
+      const cell* prev = find_column(row, "prev_hash");
+      const cell* stored = find_column(row, "row_hash");
       const auto* seq_value = seq ? std::get_if<std::int64_t>(seq) : nullptr;
       const auto* prev_text = prev ? std::get_if<std::string_view>(prev) : nullptr;
       const auto* stored_text = stored ? std::get_if<std::string_view>(stored) : nullptr;
@@ -375,7 +373,7 @@ struct log_reader::impl {
                   computed + "): a column was changed";
       }
       if (!problem.empty()) {
-        report.broken = std::string(table) + " seq " + cell_text(seq) + " (id " + cell_text(column(row, "id")) +
+        report.broken = std::string(table) + " seq " + cell_text(seq) + " (id " + cell_text(find_column(row, "id")) +
                         "): " + problem;
         broken = true;
         return;
@@ -409,9 +407,9 @@ struct log_reader::impl {
                             " c WHERE NOT EXISTS (SELECT 1 FROM " + target + " t WHERE t.id = c." + column_name +
                             ") ORDER BY c.seq LIMIT 1",
                         {}, [&](auto row) {
-                          report.broken = std::string(table) + " seq " + cell_text(column(row, "seq")) + " (id " +
-                                          cell_text(column(row, "id")) + "): names " + target + " " +
-                                          cell_text(column(row, "target")) + ", which is not in the log";
+                          report.broken = std::string(table) + " seq " + cell_text(find_column(row, "seq")) + " (id " +
+                                          cell_text(find_column(row, "id")) + "): names " + target + " " +
+                                          cell_text(find_column(row, "target")) + ", which is not in the log";
                         });
       if (!read) return read.error();
       if (report.broken) return result<bool>(boost::system::in_place_value, false);

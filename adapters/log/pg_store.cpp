@@ -248,7 +248,6 @@ constexpr table_keys keys_of[] = {
     {"id", nullptr, nullptr, 0},                  // reloads
 };
 
-
 class postgres_store final : public decision_store {
  public:
   explicit postgres_store(const log_options& o) : options_(o) {
