@@ -116,13 +116,13 @@ class _Resolutions:
         self._queue.put_nowait(None)
 
 
-
 def _fail_all(waiters_by_key: Mapping[str, Sequence["asyncio.Future[Any]"]], error: BatonError) -> None:
     """Fails every waiter not answered yet."""
     for waiters in list(waiters_by_key.values()):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(error)
+
 
 class BatonClient:
     """One connection to ws://HOST:PORT/v1/agent, many sessions over it.

@@ -3,7 +3,7 @@
 // at 512 tokens, docs/performance.md). Only in builds with oneDNN (onednn_built()).
 // Or, in fp32, the weight as it is multiplied by the BLAS libtorch runs at::mm on: where that BLAS
 // beats oneDNN's kernels (OpenBLAS against oneDNN 2.6 on an AVX2-only CPU: 2x), the engine
-// measures it at load and takes it (thinker::calibrate_experts), and no packed copy is made.
+// measures it at load and takes it (thinker::choose_matmuls), and no packed copy is made.
 #pragma once
 
 #include <ATen/core/Tensor.h>
