@@ -471,7 +471,6 @@ nlohmann::json forward_json(const forward_figures& f, const arguments& args, dou
           {"minor_faults_median", f.minor_median},
           {"major_faults", f.major},
           {"memory_after_runs", memory_json(f.after_runs)},
-          {"logits", f.logits},
           {"routing", {{"active_experts", f.active_experts}, {"busiest_rows", f.busiest_rows}, {"few_row_share", f.few_row_share},
                        {"closest_margin", f.closest.margin}, {"closest_layer", f.closest.layer},
                        {"closest_token", f.closest.token}}}};
