@@ -78,6 +78,9 @@ def main():
             theirs = reference(args, release)
             for tokens, (ms, logits) in ours.items():
                 their_ms, their_logits = theirs[tokens]
+                if len(logits) != len(their_logits):
+                    sys.exit(f"vs_reference: {len(logits)} logits from clef_forward, "
+                             f"{len(their_logits)} from the reference")
                 gap = max(abs(a - b) for a, b in zip(logits, their_logits))
                 rows.setdefault((init, tokens), []).append((their_ms, ms, gap))
     if args.json:
