@@ -70,7 +70,7 @@ def bench_record(tokens, vocab):
     length = sum(12 + sum(8 + (o * 3) % 5 for o in range(n)) for n in option_counts)
     at = tokens - 4 - length
     if at < 0:
-        sys.exit(f"records need at least {length + 4} tokens")
+        raise ValueError(f"records need at least {length + 4} tokens")
     questions = []
     for q in range(3):
         question = (at, at + 12)
@@ -91,7 +91,8 @@ def read_json(path):
         return json.load(f)
 
 
-def read_safetensors(path, keep, out):
+def read_safetensors(path, keep, out, dtype=None):
+    """The tensors `keep` names, copied into the process (in `dtype` when given: one copy either way)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         (size,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8:8 + size])
@@ -100,15 +101,15 @@ def read_safetensors(path, keep, out):
                 continue
             if entry["dtype"] not in SAFETENSORS_DTYPES:
                 raise ValueError(f"{path}: {name}: dtype {entry['dtype']}, not one of {list(SAFETENSORS_DTYPES)}")
-            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+            stored = SAFETENSORS_DTYPES[entry["dtype"]]
             begin, end = entry["data_offsets"]
-            count = (end - begin) // torch.tensor([], dtype=dtype).element_size()
+            count = (end - begin) * 8 // torch.finfo(stored).bits
             if count == 0:
                 raise ValueError(f"{path}: {name} is empty")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a read-only view, copied at once
-                view = torch.frombuffer(data, dtype=dtype, count=count, offset=8 + size + begin)
-            out[name] = view.reshape(entry["shape"]).clone()  # in process memory, as from_pretrained
+                view = torch.frombuffer(data, dtype=stored, count=count, offset=8 + size + begin)
+            out[name] = view.reshape(entry["shape"]).to(dtype or stored, copy=True)  # as from_pretrained
             del view  # the mapping closes only once no view of it is left
 
 
@@ -142,9 +143,10 @@ def load_release(directory, dtype=None):
     weights = {}
     for shard in shards:  # the text model only: a text record never runs the towers
         read_safetensors(os.path.join(directory, shard),
-                         lambda name: name.startswith(("thinker.model.", "thinker.lm_head.")), weights)
-    dtype = dtype or weights["thinker.model.embed_tokens.weight"].dtype
-    weights = {name: t.to(dtype) for name, t in weights.items()}  # one dtype, as from_pretrained
+                         lambda name: name.startswith(("thinker.model.", "thinker.lm_head.")), weights, dtype)
+    if dtype is None:  # one dtype, as from_pretrained: the embedding's (a no-op for a uniform release)
+        dtype = weights["thinker.model.embed_tokens.weight"].dtype
+        weights = {name: t.to(dtype) for name, t in weights.items()}
     head_weights = {}
     read_safetensors(os.path.join(directory, "joint_head.safetensors"), lambda name: True, head_weights)
     return text, rope_theta, head_config, weights, head_weights
