@@ -1,6 +1,7 @@
 // The int8 release against its bf16 source on the mid-size random release (bench/random_release.hpp),
-// both computed in bf16 (in f32 on a CPU without bf16 arithmetic): per-layer cosine of the hidden states, top-k routing agreement, and over
-// a few hundred questions the largest probability difference and top-1 agreement.
+// both computed in bf16 (in f32 on a CPU without bf16 arithmetic): per-layer cosine of the hidden
+// states, top-k routing agreement, and over a few hundred questions the largest probability
+// difference and top-1 agreement.
 //
 //   clef_int8_accuracy [--bf16 build/bench-release-bf16] [--int8 build/bench-release-int8]
 //                      [--threads 2] [--trace-records 8] [--trace-tokens 512] [--records 100]

@@ -56,10 +56,9 @@ inline void fold_router_call(std::string_view stage, std::span<const float> valu
   if (!stage.starts_with("router_logits.") || top_k >= c.num_experts) return;
   const at::Tensor logits = at::from_blob(const_cast<float*>(values.data()), {rows, c.num_experts});
   const at::Tensor top = std::get<0>(at::topk(logits, top_k + 1, -1));
-  const auto [gap, token] = (top.select(1, top_k - 1) - top.select(1, top_k)).min(0);
-  if (closest.margin < 0 || gap.item<double>() < closest.margin) {
-    closest = {gap.item<double>(), std::stoll(std::string(stage.substr(stage.find('.') + 1))),
-               token.item<std::int64_t>()};
+  const auto [gaps, token] = (top.select(1, top_k - 1) - top.select(1, top_k)).min(0);
+  if (const double gap = gaps.item<double>(); closest.margin < 0 || gap < closest.margin) {
+    closest = {gap, std::stoll(std::string(stage.substr(stage.find('.') + 1))), token.item<std::int64_t>()};
   }
 }
 
