@@ -232,6 +232,12 @@ void explain_difference(model& m, const record& r, std::int64_t cached, double d
   into["closest_router_call"] = {{"margin", call.margin}, {"layer", call.layer}, {"token", call.token}};
 }
 
+// The least with/alone a cached turn can reach: its alone forward plus the cached keys' extra
+// attention (`extra_gflop`) at the matmul ceiling, over the alone forward.
+double least_ratio(double extra_gflop, double alone_ms, double ceiling_gflops) {
+  return 1 + extra_gflop / ceiling_gflops * 1e3 / alone_ms;
+}
+
 // The load drivers' nearest-rank median (the counts here are odd: the true median).
 double median(std::vector<double> v) { return baton::bench::summarise(v).p50; }
 
@@ -303,7 +309,7 @@ int main(int argc, char** argv) try {
     const double d = max_difference(a.logits, b.logits);
     const double extra_gflop =
         flops_per_pair * static_cast<double>(r.ids.size() - first_new) * static_cast<double>(a.cached) / 1e9;
-    const double least = (c.ms + extra_gflop / ceiling * 1e3) / c.ms;
+    const double least = least_ratio(extra_gflop, c.ms, ceiling);
     worst = std::max(worst, d);
     total_with += a.ms;
     total_without += b.ms;
@@ -332,7 +338,7 @@ int main(int argc, char** argv) try {
   // turns (from 2) whose least ratio is within 1.3: where issue 19's goal can hold at all.
   const double after = matmul_ceiling(bf16), best = std::max(ceiling, after);
   std::vector<double> bounds;
-  for (std::size_t i = 0; i < extra.size(); ++i) bounds.push_back(1 + extra[i] / best * 1e3 / alone[i]);
+  for (std::size_t i = 0; i < extra.size(); ++i) bounds.push_back(least_ratio(extra[i], alone[i], best));
   std::size_t within = 0;
   while (within < bounds.size() && bounds[within] <= 1.3) ++within;
   const int last_within = within == 0 ? 0 : static_cast<int>(within) + 1;  // the turn; 0: none
