@@ -109,7 +109,9 @@ struct mm_figure {
   double gflops;  // median over the calls of one measurement
   bool packed = false;  // oneDNN on a packed weight, one matmul per thread, as the CPU experts run
   bool streamed = false;  // packed, each call on the next of as many weights as the layer has experts
-  bool blas = false;      // "packed" over the BLAS (packed_linear::over_blas): as fp32 experts run there
+  // packed for: "oneDNN"; "BLAS" (packed_linear::over_blas, no copy) or "libxsmm" (for_xsmm) as fp32
+  // experts may run
+  std::string library = "oneDNN";
 };
 
 mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type) {
@@ -119,13 +121,16 @@ mm_figure measure_mm(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarT
 // The same shape as the CPU's experts run it: the weight packed once (packed_linear), every thread
 // multiplying its own rows at once; GFLOP/s of all threads together. With `weights` > 1 each call
 // takes the next of that many weights, so (as in a MoE layer) weights come from memory, not cache.
-// With `blas`, the weights are multiplied as they are by the BLAS (fp32), as the engine's experts
-// are where that won at load.
+// With library "BLAS" the weights are multiplied as they are by the BLAS, with "libxsmm" packed for
+// it (fp32 both), as the engine's experts are where that won at load.
 mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::ScalarType type, std::int64_t weights = 1,
-                         bool blas = false) {
+                         const std::string& library = "oneDNN") {
   std::vector<packed_linear> w;
   for (std::int64_t i = 0; i < weights; ++i) {
-    w.push_back(blas ? packed_linear::over_blas({at::randn({n, k}).to(type)}) : packed_linear(at::randn({n, k}).to(type)));
+    const at::Tensor weight = at::randn({n, k}).to(type);
+    w.push_back(library == "BLAS"      ? packed_linear::over_blas({weight})
+                : library == "libxsmm" ? packed_linear::for_xsmm({weight})
+                                       : packed_linear(weight));
   }
   const int threads = at::get_num_threads();
   std::vector<at::Tensor> xs, ys;  // outputs kept, as the experts' kernel keeps its buffers
@@ -153,7 +158,7 @@ mm_figure measure_packed(std::int64_t m, std::int64_t k, std::int64_t n, at::Sca
     seconds.push_back(ms_since(t) / 1e3);
   }
   const double flops = 2.0 * static_cast<double>(calls * threads) * static_cast<double>(m * k) * static_cast<double>(n);
-  return {m, k, n, flops / summarise(seconds).median / 1e9, true, weights > 1, blas};
+  return {m, k, n, flops / summarise(seconds).median / 1e9, true, weights > 1, library};
 }
 
 // The MoE's per-expert shape at each length (gate/up: tokens * top_k / experts rows), a 512-row
@@ -175,12 +180,14 @@ std::vector<mm_figure> measure_ceiling(const text_config& c,
       out.push_back(measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts));
     }
   }
-  if (type == at::kFloat && packed_linear::blas_available()) {
-    // What fp32 experts on the BLAS can reach at each length: their weights from memory, each thread
-    // its own expert.
+  // What fp32 experts on the BLAS or on libxsmm can reach at each length: their weights from memory,
+  // each thread its own expert.
+  for (const auto& [library, here] : {std::pair{"BLAS", packed_linear::blas_available()},
+                                      std::pair{"libxsmm", packed_linear::xsmm_available()}}) {
+    if (type != at::kFloat || !here) continue;
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       out.push_back(
-          measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts, true));
+          measure_packed(expert_rows[i], c.hidden_size, 2 * c.moe_intermediate_size, type, c.num_experts, library));
     }
   }
   return out;
@@ -559,7 +566,7 @@ int run(const arguments& args) {
       std::cout << nlohmann::json{{"kind", "matmul"}, {"dtype", args.dtype},
                                   {"threads", args.threads}, {"blas", blas},
                                   {"m", f.m}, {"k", f.k}, {"n", f.n}, {"gflops", f.gflops},
-                                  {"packed", f.packed}, {"streamed", f.streamed}, {"over_blas", f.blas}}
+                                  {"packed", f.packed}, {"streamed", f.streamed}, {"library", f.packed ? f.library : "at::mm"}}
                        .dump()
                 << "\n";
     }
@@ -572,17 +579,19 @@ int run(const arguments& args) {
               load_faults.major);
   print_memory("before load", before_load);
   print_memory("after load", after_load);
-  std::printf("  packed at load for oneDNN: %.1f MiB\n", static_cast<double>(m->packed_bytes()) / (1 << 20));
+  std::printf("  packed at load: %.1f MiB\n", static_cast<double>(m->packed_bytes()) / (1 << 20));
   if (const std::string choice = m->matmul_choice(); !choice.empty()) std::printf("  matmuls: %s\n", choice.c_str());
   if (const std::string schedule = m->expert_schedule(); !schedule.empty()) {
     std::printf("  experts: %s\n", schedule.c_str());
   }
   std::printf("\n  matmul ceiling (x @ w.T, %s, %d threads; at::mm's fp32 BLAS: %s; packed: oneDNN on a weight "
-              "packed once, a matmul per thread; BLAS: the weight as it is, on that BLAS, a matmul per thread)\n",
+              "packed once, a matmul per thread; BLAS: the weight as it is, on that BLAS, a matmul per thread; "
+              "libxsmm: its kernels on a weight packed once for them, a matmul per thread)\n",
               bf16 ? "bf16" : "f32", args.threads, blas.empty() ? "not OpenBLAS" : blas.c_str());
   for (const auto& f : ceiling) {
-    const std::string kind = std::string(f.blas ? "BLAS " : "") + (f.streamed ? "streamed" : f.packed ? "packed" : "at::mm");
-    std::printf("    %-13s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", kind.c_str(),
+    const std::string kind =
+        !f.packed ? "at::mm" : (f.library == "oneDNN" ? "" : f.library + " ") + (f.streamed ? "streamed" : "packed");
+    std::printf("    %-16s %5lld x %4lld x %4lld %8.1f GFLOP/s\n", kind.c_str(),
                 static_cast<long long>(f.m), static_cast<long long>(f.k), static_cast<long long>(f.n), f.gflops);
   }
   std::printf("    ceiling: %.1f GFLOP/s\n", peak);

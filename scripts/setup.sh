@@ -15,6 +15,7 @@ packages=(
   libopenblas0-openmp  # BLAS for libtorch, threaded with OpenMP
   libtorch-dev         # the clef engine's tensors (Debian's CPU libtorch 1.13)
   libdnnl-dev          # oneDNN's GEMMs for the fused CPU attention (libtorch's bf16 matmuls run on it too)
+  libxsmm-dev          # JIT small-GEMM kernels for fp32 experts packed at load, where they beat both
   libpcre2-dev         # the tokenizer's split regex needs Unicode classes
   libutf8proc-dev      # the tokenizer's NFC normalisation
   libssl-dev           # sha256 model fingerprints (libcrypto); TLS for the systemone engine (libssl)

@@ -163,7 +163,7 @@ clef_engine::clef_engine(const clef_engine_options& options)
                options.model.dtype ? "engine.dtype" : used.dtype_reason,
                used.head_dtype == compute_dtype::bf16 ? "bf16" : "f32");
   if (model_->packed_bytes() > 0) {
-    spdlog::info("clef engine: {} MiB of weights packed at load for oneDNN's matmul (their mapped pages handed back)",
+    spdlog::info("clef engine: {} MiB of weights packed at load for oneDNN or libxsmm (their mapped pages handed back)",
                  model_->packed_bytes() >> 20);
   }
   if (const std::string choice = model_->matmul_choice(); !choice.empty()) {

@@ -188,9 +188,47 @@ TEST(cpu_blas_weights, multiply_like_the_plain_matmul_of_the_parts_stacked) {
   EXPECT_THROW((void)packed_linear::over_blas({gate, at::randn({8, 81})}), std::invalid_argument);
 }
 
-// The fused experts over BLAS weights give what they give over oneDNN-packed ones (fp32, the sums'
-// order aside), whole experts or chunks: the engine takes whichever is faster here.
-TEST(cpu_blas_weights, experts_over_the_blas_equal_the_packed_experts) {
+// fp32 weights packed for libxsmm, several side by side as one (a block of 32 outputs across both
+// parts, a narrower last block), inputs in one step (80) or several (512): the products of ATen's
+// matmul of the weights stacked, for every row count; a row's result is the same bit for bit
+// whatever rows share its call; refusals.
+TEST(cpu_xsmm_weights, multiply_like_the_plain_matmul_of_the_parts_stacked_whatever_the_rows) {
+  if (!packed_linear::xsmm_available()) GTEST_SKIP() << "no libxsmm in this build or no kernels for this CPU";
+  at::manual_seed(14);
+  for (const std::int64_t in : {80, 512}) {
+    const at::Tensor gate = at::randn({40, in}), up = at::randn({50, in});
+    const packed_linear xsmm = packed_linear::for_xsmm({gate, up});
+    EXPECT_TRUE(xsmm.packed());
+    EXPECT_EQ(xsmm.bytes(), packed_linear::xsmm_bytes_for(90, in));
+    EXPECT_EQ(xsmm.in_features(), in);
+    EXPECT_EQ(xsmm.out_features(), 90);
+    const at::Tensor stacked = at::cat({gate, up});
+    const at::Tensor x = at::randn({600, in});
+    const at::Tensor all = xsmm.parallel(x);
+    ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, 90}));
+    EXPECT_LE((all - at::matmul(x, stacked.t())).abs().max().item<double>(), 1e-4 * std::sqrt(in / 80.0)) << in;
+    for (const std::int64_t rows : {1, 17, 256, 300}) {
+      at::Tensor y = at::empty({rows, 90});
+      xsmm.multiply(x.data_ptr(), y.data_ptr(), rows);
+      EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << in << " inputs, " << rows << " rows";
+    }
+  }
+  const at::Tensor w = at::randn({32, 64});
+  EXPECT_THROW((void)packed_linear::for_xsmm({}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::for_xsmm({w.to(at::kBFloat16)}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::for_xsmm({w, at::randn({8, 65})}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::for_xsmm({w}, at::empty({100}, at::TensorOptions().dtype(at::kByte))),
+               std::invalid_argument);
+  // Strided weights are read through their strides.
+  const at::Tensor wide = at::randn({64, 32});
+  const at::Tensor x = at::randn({5, 64});
+  EXPECT_LE((packed_linear::for_xsmm({wide.t()}).parallel(x) - at::matmul(x, wide)).abs().max().item<double>(), 1e-4);
+}
+
+// The fused experts over BLAS weights, and over libxsmm-packed ones where this build has libxsmm,
+// give what they give over oneDNN-packed ones (fp32, the sums' order aside), whole experts or
+// chunks: the engine takes whichever is fastest here.
+TEST(cpu_blas_weights, experts_over_the_blas_or_libxsmm_equal_the_packed_experts) {
   if (!onednn_built() || !packed_linear::blas_available()) GTEST_SKIP() << "no oneDNN build or no cblas_sgemm";
   at::manual_seed(12);
   const std::int64_t tokens = 600, top_k = 2, n_experts = 5, hidden = 48, inter = 40;
@@ -199,7 +237,7 @@ TEST(cpu_blas_weights, experts_over_the_blas_equal_the_packed_experts) {
   const at::Tensor experts = at::stack({at::zeros_like(t), 1 + t % (n_experts - 1)}, 1);
   ASSERT_TRUE(at::all(experts.select(1, 0) != experts.select(1, 1)).item<bool>());
   const at::Tensor weights = at::rand({tokens, top_k}), b = at::randn({tokens, hidden});
-  std::vector<packed_linear> gate_up, down, gate_up_blas, down_blas;
+  std::vector<packed_linear> gate_up, down, gate_up_blas, down_blas, gate_up_xsmm, down_xsmm;
   for (std::int64_t e = 0; e < n_experts; ++e) {
     const at::Tensor g = at::randn({inter, hidden}).div(7), u = at::randn({inter, hidden}).div(7),
                      d = at::randn({hidden, inter}).div(6);
@@ -207,6 +245,10 @@ TEST(cpu_blas_weights, experts_over_the_blas_equal_the_packed_experts) {
     down.emplace_back(d);
     gate_up_blas.push_back(packed_linear::over_blas({g, u}));
     down_blas.push_back(packed_linear::over_blas({d}));
+    if (packed_linear::xsmm_available()) {
+      gate_up_xsmm.push_back(packed_linear::for_xsmm({g, u}));
+      down_xsmm.push_back(packed_linear::for_xsmm({d}));
+    }
   }
   const at::Tensor packed = experts_cpu(b, experts, weights, gate_up, down);
   const at::Tensor blas = experts_cpu(b, experts, weights, gate_up_blas, down_blas);
@@ -214,6 +256,11 @@ TEST(cpu_blas_weights, experts_over_the_blas_equal_the_packed_experts) {
   ASSERT_GT(scale, 0.1);
   EXPECT_LE((blas - packed).abs().max().item<double>(), 1e-5 * scale);
   EXPECT_TRUE(at::equal(experts_cpu(b, experts, weights, gate_up_blas, down_blas, 256), blas));
+  if (packed_linear::xsmm_available()) {  // the third library the engine may take
+    const at::Tensor xsmm = experts_cpu(b, experts, weights, gate_up_xsmm, down_xsmm);
+    EXPECT_LE((xsmm - packed).abs().max().item<double>(), 1e-5 * scale);
+    EXPECT_TRUE(at::equal(experts_cpu(b, experts, weights, gate_up_xsmm, down_xsmm, 256), xsmm));
+  }
 }
 
 // The per-token sum must be bit for bit the index_add_ loop it replaces (the reference's order),

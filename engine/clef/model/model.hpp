@@ -164,17 +164,19 @@ class model {
   virtual void trace(std::span<const std::int32_t> ids, const record_media* media,
                      const stage_observer& observe) = 0;
 
-  // Whether the release has the tower that reads this kind of media and the token ids to place it.
-  // Bytes of the weights packed at load for oneDNN's matmul (the CPU's experts, and in fp32 its
-  // attention projections); their mapped pages were handed back. 0 when nothing was packed.
+  // Bytes of the weights packed at load for oneDNN's matmul or libxsmm's kernels (the CPU's
+  // experts, and in fp32 its attention projections); their mapped pages were handed back. 0 when
+  // nothing was packed.
   virtual std::int64_t packed_bytes() const noexcept = 0;
   // How the CPU's packed experts are shared among threads, chosen by timing them at load, with
   // the timings (thinker::calibrate_experts); empty when the experts are not packed.
   virtual std::string expert_schedule() const = 0;
-  // Which library runs the CPU's fp32 matmuls of the experts and the attention projections (oneDNN
-  // on weights packed at load, or the BLAS on them as they are), chosen by timing both at load,
-  // with the timings (thinker::choose_matmuls); empty where there was no choice.
+  // Which library runs the CPU's fp32 matmuls of the experts (oneDNN or libxsmm on weights packed
+  // at load, or the BLAS on them as they are) and of the attention projections (oneDNN or the
+  // BLAS), chosen by timing each at load, with the timings (thinker::choose_matmuls); empty where
+  // there was no choice.
   virtual std::string matmul_choice() const = 0;
+  // Whether the release has the tower that reads this kind of media and the token ids to place it.
   virtual bool reads_images() const noexcept = 0;
   virtual bool reads_audio() const noexcept = 0;
 

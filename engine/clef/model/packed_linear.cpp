@@ -26,6 +26,9 @@
 // The C API of oneDNN 2.x (Debian 12 ships 2.6); 3.x replaced its memory and matmul descriptors.
 static_assert(DNNL_VERSION_MAJOR == 2, "packed_linear is written against oneDNN 2.x");
 #endif
+#if BATON_XSMM
+#include <libxsmm.h>
+#endif
 
 namespace baton::clef::detail {
 
@@ -154,6 +157,33 @@ cblas_sgemm_fn blas_sgemm() {
   return fn;
 }
 
+// libxsmm's packed weights: blocks of xsmm_block outputs (the last one narrower where the outputs
+// are not a multiple), each block input-major (for every input, the block's outputs side by side),
+// so that a kernel reads it as a column-major [outputs x inputs] matrix. The kernel adds
+// xsmm_step_k inputs at a time over a batch of steps (its batch-reduce form), which keeps the slice
+// of the rows it reads in cache; 32 x 256 was fastest at 32-256 rows on an AVX2 EPYC (scratch
+// program, docs/performance.md).
+constexpr std::int64_t xsmm_block = 32;
+
+std::int64_t xsmm_step_k(std::int64_t in) { return in % 256 == 0 ? 256 : in; }
+
+#if BATON_XSMM
+// C [m x n] = Σ_steps A_step [m x k] · B_step [k x n], column-major: A a block of the packed weight
+// (lda m), B the rows of x read as columns (ldb: x's row length), C the rows of y (ldc: y's).
+libxsmm_smmfunction_reducebatch_strd xsmm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t ldb,
+                                                 std::int64_t ldc) {
+  const libxsmm_blasint lda = m, b_ld = ldb, c_ld = ldc;
+  const float alpha = 1, beta = 0;
+  const int flags = LIBXSMM_GEMM_FLAG_NONE, prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+  // Strides between the steps, in bytes: the next k inputs of the block, the next k rows of B.
+  const auto kernel = libxsmm_smmdispatch_reducebatch_strd(
+      m, n, k, static_cast<libxsmm_blasint>(m * k * sizeof(float)), static_cast<libxsmm_blasint>(k * sizeof(float)),
+      &lda, &b_ld, &c_ld, &alpha, &beta, &flags, &prefetch);
+  if (kernel == nullptr) throw std::runtime_error("packed matmul: libxsmm made no kernel for this CPU");
+  return kernel;
+}
+#endif
+
 }  // namespace
 
 struct packed_linear::impl {
@@ -162,9 +192,66 @@ struct packed_linear::impl {
   at::Tensor data;                // the packed weight
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
+  std::int64_t xsmm_k = 0;        // packed for libxsmm instead (in `data`): inputs per step
 };
 
 bool packed_linear::blas_available() noexcept { return blas_sgemm() != nullptr; }
+
+bool packed_linear::xsmm_available() noexcept {
+#if BATON_XSMM
+  static const bool available = [] {
+    libxsmm_init();
+    const libxsmm_blasint n = 8;
+    const float alpha = 1, beta = 0;
+    return libxsmm_smmdispatch(n, n, n, &n, &n, &n, &alpha, &beta, nullptr, nullptr) != nullptr;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+std::int64_t packed_linear::xsmm_bytes_for(std::int64_t out, std::int64_t in) {
+  return out * in * static_cast<std::int64_t>(sizeof(float));
+}
+
+packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
+  if (!xsmm_available()) throw std::logic_error("packed matmul: no libxsmm kernels in this build or on this CPU");
+  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
+  const std::int64_t in = parts.front().size(1);
+  std::int64_t out = 0;
+  for (const auto& w : parts) {
+    if (w.scalar_type() != at::kFloat || w.dim() != 2 || w.size(1) != in || !w.device().is_cpu() ||
+        w.size(0) > INT32_MAX || in > INT32_MAX) {
+      throw std::invalid_argument("packed matmul: libxsmm takes fp32 CPU weights [out, in] of one width");
+    }
+    out += w.size(0);
+  }
+  const std::int64_t bytes = xsmm_bytes_for(out, in);
+  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
+    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {in, out, dnnl_f32};
+  p.impl_->xsmm_k = xsmm_step_k(in);
+  p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  auto* packed = reinterpret_cast<float*>(p.impl_->data.data_ptr());
+  // Block by block: its rows, which may lie in two parts, written transposed into place.
+  for (std::int64_t first = 0; first < out; first += xsmm_block) {
+    const std::int64_t width = std::min(xsmm_block, out - first);
+    std::vector<at::Tensor> rows;
+    std::int64_t start = 0;
+    for (const auto& w : parts) {
+      const std::int64_t from = std::max(first, start), to = std::min(first + width, start + w.size(0));
+      if (from < to) rows.push_back(w.narrow(0, from - start, to - from));
+      start += w.size(0);
+    }
+    const at::Tensor block = rows.size() == 1 ? rows.front() : at::cat(rows);
+    at::from_blob(packed + first * in, {in, width}, at::TensorOptions().dtype(at::kFloat)).copy_(block.t());
+  }
+  return p;
+}
 
 packed_linear packed_linear::over_blas(std::vector<at::Tensor> parts) {
   if (!blas_available()) throw std::logic_error("packed matmul: the process has no cblas_sgemm");
@@ -225,6 +312,28 @@ std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data
 // (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives per weight
 // shape instead of one per row count. The scratchpad is the thread's, grown as needed.
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
+#if BATON_XSMM
+  if (impl_->xsmm_k > 0) {
+    // Calls of at most 256 rows: a kernel is generated per row count, so this bounds how many.
+    const std::int64_t in = impl_->shape.in, out = impl_->shape.out, k = impl_->xsmm_k;
+    const auto steps = static_cast<unsigned long long>(in / k);
+    const std::int64_t whole = out / xsmm_block, rest = out % xsmm_block;
+    const auto* a = static_cast<const float*>(impl_->data.data_ptr());
+    for (std::int64_t done = 0; done < rows; done += 256) {
+      const std::int64_t n = std::min<std::int64_t>(256, rows - done);
+      const float* b = static_cast<const float*>(x) + done * in;
+      float* c = static_cast<float*>(y) + done * out;
+      if (whole > 0) {
+        const auto kernel = xsmm_kernel(xsmm_block, n, k, in, out);
+        for (std::int64_t block = 0; block < whole; ++block) {
+          kernel(a + block * xsmm_block * in, b, c + block * xsmm_block, &steps);
+        }
+      }
+      if (rest > 0) xsmm_kernel(rest, n, k, in, out)(a + whole * xsmm_block * in, b, c + whole * xsmm_block, &steps);
+    }
+    return;
+  }
+#endif
   if (!impl_->parts.empty()) {
     // Single-threaded inside the caller's parallel region, as OpenBLAS runs any call made there.
     // Calls of at most 256 rows, so that a work item of 256 or 512 rows of an expert makes the very
@@ -282,6 +391,13 @@ at::Tensor packed_linear::parallel(const at::Tensor& x) const {
 struct packed_linear::impl {};
 bool packed_linear::blas_available() noexcept { return false; }
 packed_linear packed_linear::over_blas(std::vector<at::Tensor>) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+bool packed_linear::xsmm_available() noexcept { return false; }
+std::int64_t packed_linear::xsmm_bytes_for(std::int64_t, std::int64_t) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {

@@ -167,10 +167,10 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       continue;
     }
     if (packed_experts_) {
-      if (blas_experts_) {
+      if (experts_on_ == expert_library::blas) {
         blas_experts(files, p, y);
       } else if (y.gate_up_packed.empty()) {  // layer 0 may be packed already (choose_matmuls)
-        pack_experts(files, p, y);
+        packed_bytes_ += pack_experts(files, p, y, experts_on_);
       }
       continue;
     }
@@ -211,10 +211,14 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   if (grouped_) expert_ids_ = at::arange(config_.num_experts, at::TensorOptions().dtype(at::kLong).device(device_));
 }
 
-void thinker::pack_experts(const release& files, const std::string& prefix, layer& y) {
+std::int64_t thinker::pack_experts(const release& files, const std::string& prefix, layer& y,
+                                  expert_library library) const {
   const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  const std::int64_t gate_up_bytes = packed_linear::bytes_for(2 * inter, hidden, type_),
-                     down_bytes = packed_linear::bytes_for(hidden, inter, type_);
+  const bool xsmm = library == expert_library::xsmm;
+  const std::int64_t gate_up_bytes = xsmm ? packed_linear::xsmm_bytes_for(2 * inter, hidden)
+                                          : packed_linear::bytes_for(2 * inter, hidden, type_),
+                     down_bytes = xsmm ? packed_linear::xsmm_bytes_for(hidden, inter)
+                                       : packed_linear::bytes_for(hidden, inter, type_);
   // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
   const auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
   const std::int64_t per_expert = aligned(gate_up_bytes) + aligned(down_bytes);
@@ -227,16 +231,22 @@ void thinker::pack_experts(const release& files, const std::string& prefix, laye
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
       auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
       const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
-      y.gate_up_packed[static_cast<std::size_t>(e)] =
-          packed_linear(at::cat({w("gate_proj.weight"), w("up_proj.weight")}), slot.narrow(0, 0, gate_up_bytes));
-      y.down_packed[static_cast<std::size_t>(e)] =
-          packed_linear(w("down_proj.weight"), slot.narrow(0, aligned(gate_up_bytes), down_bytes));
+      const at::Tensor gate_up_slot = slot.narrow(0, 0, gate_up_bytes),
+                       down_slot = slot.narrow(0, aligned(gate_up_bytes), down_bytes);
+      const auto i = static_cast<std::size_t>(e);
+      if (xsmm) {
+        y.gate_up_packed[i] = packed_linear::for_xsmm({w("gate_proj.weight"), w("up_proj.weight")}, gate_up_slot);
+        y.down_packed[i] = packed_linear::for_xsmm({w("down_proj.weight")}, down_slot);
+      } else {
+        y.gate_up_packed[i] = packed_linear(at::cat({w("gate_proj.weight"), w("up_proj.weight")}), gate_up_slot);
+        y.down_packed[i] = packed_linear(w("down_proj.weight"), down_slot);
+      }
       for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
         release_pages(files.thinker_tensor(x + name));
       }
     }
   });
-  packed_bytes_ += per_expert * experts;
+  return per_expert * experts;
 }
 
 namespace {
@@ -296,7 +306,7 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
   static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>,
-                  std::tuple<bool, bool, std::string>>
+                  std::tuple<expert_library, bool, std::string>>
       chosen;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
@@ -304,41 +314,55 @@ void thinker::choose_matmuls(const release& files) {
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
-      std::tie(blas_experts_, blas_projections_, matmul_choice_) = it->second;
+      std::tie(experts_on_, blas_projections_, matmul_choice_) = it->second;
       matmul_choice_ += ", kept from an earlier load in this process";
       return;
     }
   }
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch batch(config_, type_, 1024);
-  auto winner = [](bool blas_won) { return blas_won ? "the BLAS" : "oneDNN, packed"; };
   matmul_choice_ = "fp32 ";
   if (packed_experts_) {
     // Schedules aside (calibrate_experts picks among them afterwards): whole experts per work item.
     auto time_experts = [&](const layer& y) {
       return best_ms(2, [&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0); });
     };
-    double packed_experts = 0, blas = 0;
+    double fastest = 0;
+    std::string timings;
     {
       layer y;
       blas_experts(files, p, y);
-      blas = time_experts(y);
+      fastest = time_experts(y);
+      experts_on_ = expert_library::blas;
+      timings = "BLAS " + ms_text(fastest);
     }
-    {
-      // Packed where layer 0 keeps them, so the loop does not pack them again if oneDNN wins.
-      layer& y = layers_.front();
-      const std::int64_t counted = packed_bytes_;
-      pack_experts(files, p, y);
-      packed_experts = time_experts(y);
-      blas_experts_ = blas < packed_experts;
-      if (blas_experts_) {
-        y.gate_up_packed.clear();
-        y.down_packed.clear();
-        packed_bytes_ = counted;
+    // The fastest packed copy so far stays in layers_, so the loop does not pack layer 0 again.
+    layer& kept = layers_.front();
+    std::int64_t kept_bytes = 0;
+    for (const auto& [library, name] : {std::pair{expert_library::onednn, "oneDNN packed "},
+                                       std::pair{expert_library::xsmm, "libxsmm packed "}}) {
+      if (library == expert_library::xsmm && !packed_linear::xsmm_available()) continue;
+      layer y;
+      const std::int64_t bytes = pack_experts(files, p, y, library);
+      const double ms = time_experts(y);
+      timings += std::string(", ") + name + ms_text(ms);
+      if (ms < fastest) {
+        fastest = ms;
+        experts_on_ = library;
+        kept.gate_up_packed = std::move(y.gate_up_packed);
+        kept.down_packed = std::move(y.down_packed);
+        kept_bytes = bytes;
       }
     }
-    matmul_choice_ += std::string("experts on ") + winner(blas_experts_) + " (layer 0, 1024 tokens: BLAS " +
-                      ms_text(blas) + ", oneDNN packed " + ms_text(packed_experts) + "), ";
+    if (experts_on_ == expert_library::blas) {
+      kept.gate_up_packed.clear();
+      kept.down_packed.clear();
+    }
+    packed_bytes_ += kept_bytes;
+    const char* winner = experts_on_ == expert_library::blas     ? "the BLAS"
+                         : experts_on_ == expert_library::onednn ? "oneDNN, packed"
+                                                                 : "libxsmm, packed";
+    matmul_choice_ += std::string("experts on ") + winner + " (layer 0, 1024 tokens: " + timings + "), ";
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
@@ -346,10 +370,10 @@ void thinker::choose_matmuls(const release& files) {
   const packed_linear q_packed(q);
   const double q_onednn = best_ms(2, [&] { (void)q_packed.parallel(x); });
   blas_projections_ = q_blas < q_onednn;
-  matmul_choice_ += std::string("projections on ") + winner(blas_projections_) + " (q_proj: BLAS " + ms_text(q_blas) +
-                    ", oneDNN packed " + ms_text(q_onednn) + ")";
+  matmul_choice_ += std::string("projections on ") + (blas_projections_ ? "the BLAS" : "oneDNN, packed") +
+                    " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " + ms_text(q_onednn) + ")";
   const std::lock_guard lock(chosen_mutex);
-  chosen.emplace(key, std::make_tuple(blas_experts_, blas_projections_, matmul_choice_));
+  chosen.emplace(key, std::make_tuple(experts_on_, blas_projections_, matmul_choice_));
 }
 
 void thinker::calibrate_experts() {
