@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -271,15 +272,18 @@ struct calibration_batch {
   }
 };
 
-// The best of `rounds` timings of f, in ms, after one untimed call (first touch of buffers).
-template <typename F>
-double best_ms(int rounds, F&& f) {
-  f();
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < rounds; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+// Each candidate's best of `rounds` timings, in ms, after one untimed call each (first touch of
+// buffers, kernels generated). The candidates take turns within every round, so a slow minute of
+// the VM slows all of them, not the one it falls on.
+std::vector<double> best_ms_in_turn(int rounds, const std::vector<std::function<void()>>& candidates) {
+  for (const auto& f : candidates) f();
+  std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      candidates[i]();
+      best[i] = std::min(best[i], std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
   }
   return best;
 }
@@ -323,52 +327,57 @@ void thinker::choose_matmuls(const release& files) {
   const calibration_batch batch(config_, type_, 1024);
   matmul_choice_ = "fp32 ";
   if (packed_experts_) {
-    // Schedules aside (calibrate_experts picks among them afterwards): whole experts per work item.
-    auto time_experts = [&](const layer& y) {
-      return best_ms(2, [&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0); });
+    // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
+    // among them afterwards): whole experts per work item.
+    struct candidate {
+      expert_library library;
+      const char* name;
+      layer y;
+      std::int64_t bytes = 0;
     };
-    double fastest = 0;
-    std::string timings;
-    {
-      layer y;
-      blas_experts(files, p, y);
-      fastest = time_experts(y);
-      experts_on_ = expert_library::blas;
-      timings = "BLAS " + ms_text(fastest);
+    std::vector<candidate> candidates;
+    candidates.reserve(3);
+    candidates.push_back({expert_library::blas, "BLAS ", {}});
+    blas_experts(files, p, candidates.back().y);
+    candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
+    if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
+    for (auto& c : candidates) {
+      if (c.library != expert_library::blas) c.bytes = pack_experts(files, p, c.y, c.library);
     }
-    // The fastest packed copy so far stays in layers_, so the loop does not pack layer 0 again.
-    layer& kept = layers_.front();
-    std::int64_t kept_bytes = 0;
-    for (const auto& [library, name] : {std::pair{expert_library::onednn, "oneDNN packed "},
-                                       std::pair{expert_library::xsmm, "libxsmm packed "}}) {
-      if (library == expert_library::xsmm && !packed_linear::xsmm_available()) continue;
-      layer y;
-      const std::int64_t bytes = pack_experts(files, p, y, library);
-      const double ms = time_experts(y);
-      timings += std::string(", ") + name + ms_text(ms);
-      if (ms < fastest) {
-        fastest = ms;
-        experts_on_ = library;
-        kept.gate_up_packed = std::move(y.gate_up_packed);
-        kept.down_packed = std::move(y.down_packed);
-        kept_bytes = bytes;
+    std::vector<std::function<void()>> runs;
+    for (const auto& c : candidates) {
+      runs.emplace_back([&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, c.y.gate_up_packed, c.y.down_packed, 0); });
+    }
+    const std::vector<double> ms = best_ms_in_turn(3, runs);
+    const auto pick = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    candidate& winner = candidates[pick];
+    experts_on_ = winner.library;
+    if (experts_on_ != expert_library::blas) {  // layer 0 stays packed: the loop does not pack it again
+      layer& kept = layers_.front();
+      kept.gate_up_packed = std::move(winner.y.gate_up_packed);
+      kept.down_packed = std::move(winner.y.down_packed);
+      packed_bytes_ += winner.bytes;
+      // The BLAS's timing read the mapped weights again after packing had handed them back.
+      for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+        for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
+          release_pages(files.thinker_tensor(p + "mlp.experts." + std::to_string(e) + "." + name));
+        }
       }
     }
-    if (experts_on_ == expert_library::blas) {
-      kept.gate_up_packed.clear();
-      kept.down_packed.clear();
+    const char* name = experts_on_ == expert_library::blas     ? "the BLAS"
+                       : experts_on_ == expert_library::onednn ? "oneDNN, packed"
+                                                               : "libxsmm, packed";
+    matmul_choice_ += std::string("experts on ") + name + " (layer 0, 1024 tokens, best of 3 in turn: ";
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      matmul_choice_ += std::string(i == 0 ? "" : ", ") + candidates[i].name + ms_text(ms[i]);
     }
-    packed_bytes_ += kept_bytes;
-    const char* winner = experts_on_ == expert_library::blas     ? "the BLAS"
-                         : experts_on_ == expert_library::onednn ? "oneDNN, packed"
-                                                                 : "libxsmm, packed";
-    matmul_choice_ += std::string("experts on ") + winner + " (layer 0, 1024 tokens: " + timings + "), ";
+    matmul_choice_ += "), ";
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
-  const double q_blas = best_ms(2, [&] { (void)dense(x, q); });
   const packed_linear q_packed(q);
-  const double q_onednn = best_ms(2, [&] { (void)q_packed.parallel(x); });
+  const std::vector<double> q_ms = best_ms_in_turn(3, {[&] { (void)dense(x, q); }, [&] { (void)q_packed.parallel(x); }});
+  const double q_blas = q_ms[0], q_onednn = q_ms[1];
   blas_projections_ = q_blas < q_onednn;
   matmul_choice_ += std::string("projections on ") + (blas_projections_ ? "the BLAS" : "oneDNN, packed") +
                     " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " + ms_text(q_onednn) + ")";
@@ -410,14 +419,11 @@ void thinker::calibrate_experts() {
   }
   std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
   if (candidates.size() > 1) {
-    (void)experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, 0);  // first touch of buffers
-    for (int round = 0; round < 3; ++round) {
-      for (std::size_t i = 0; i < candidates.size(); ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        (void)experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, candidates[i]);
-        best[i] = std::min(best[i], std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      }
+    std::vector<std::function<void()>> runs;
+    for (const std::int64_t chunk : candidates) {
+      runs.emplace_back([&, chunk] { (void)experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, chunk); });
     }
+    best = best_ms_in_turn(3, runs);
   }
   const auto pick = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
   expert_chunk_rows_ = candidates[pick];
