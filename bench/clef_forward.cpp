@@ -8,11 +8,12 @@
 //   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
 //                [--tokens 512,2048,8192] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
 //                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--init bench|transformers]
-//                [--experts default|grouped] [--json]
+//                [--experts default|grouped|onednn|xsmm|blas] [--json]
 //
 // --experts grouped runs the MoE as the GPU's grouped matmuls (model_options::grouped_experts;
 // on the CPU, or a libtorch without at::_grouped_mm, a matmul per expert stands in for them), to
-// count its operations per layer anywhere.
+// count its operations per layer anywhere; onednn, xsmm or blas puts the CPU's packed experts on
+// that library instead of the one timed at load (model_options::experts), to compare them.
 // --init transformers draws the weights as transformers initialises a model (bench/random_release.hpp),
 // into build/bench-release-...-transformers: a second kind of random release, routed less evenly.
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, its int8
@@ -206,6 +207,7 @@ struct arguments {
   int threads = 2;
   std::int64_t score_budget_mib = 0;  // 0: the engine's default
   bool grouped_experts = false;       // --experts grouped
+  expert_library experts = expert_library::measured;  // --experts onednn|xsmm|blas
   std::vector<std::int64_t> tokens = {512, 2048, 8192};  // long histories are the normal case
   int warmup = 1, runs = 5;
   bool json = false;
@@ -251,15 +253,22 @@ arguments parse_arguments(int argc, char** argv) {
       a.init = init == "bench" ? weight_init::bench : weight_init::transformers;
     } else if (key == "--experts") {
       const std::string experts = value();
-      if (experts != "default" && experts != "grouped") throw std::runtime_error("--experts is default or grouped");
-      a.grouped_experts = experts == "grouped";
+      if (experts == "grouped") {
+        a.grouped_experts = true;
+      } else if (experts == "onednn" || experts == "xsmm" || experts == "blas") {
+        a.experts = experts == "onednn" ? expert_library::onednn
+                    : experts == "xsmm" ? expert_library::xsmm
+                                        : expert_library::blas;
+      } else if (experts != "default") {
+        throw std::runtime_error("--experts is default, grouped, onednn, xsmm or blas");
+      }
     } else if (key == "--json") {
       a.json = true;
     } else {
       throw std::runtime_error(
           "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
           "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] "
-          "[--score-budget-mib N] [--init bench|transformers] [--experts default|grouped] [--json]");
+          "[--score-budget-mib N] [--init bench|transformers] [--experts default|grouped|onednn|xsmm|blas] [--json]");
     }
   }
   if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
@@ -519,6 +528,7 @@ int run(const arguments& args) {
   options.device = args.device;
   options.score_budget_bytes = args.score_budget_mib << 20;
   options.grouped_experts = args.grouped_experts;
+  options.experts = args.experts;
   const memory_snapshot before_load = read_memory();
   const faults f0 = read_faults();
   const auto load_start = clock_type::now();

@@ -4,8 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <stdexcept>
+#include <string>
 
+#include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/model.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 #include "support/files.hpp"
 #include "support/tensor_values.hpp"
 
@@ -31,11 +35,20 @@ double relative_error(std::span<const float> got, std::span<const float> want, d
   return worst;
 }
 
-class thinker_paths : public testing::TestWithParam<bool> {};
+// The expert paths: the default one (the library timed at load), the grouped one (a GPU's, on the
+// CPU with a matmul per expert standing in for at::_grouped_mm), and each library the CPU's packed
+// experts can run on, asked for by name, where this build and CPU have it.
+enum class expert_path { measured, grouped, onednn, xsmm, blas };
 
-// Both expert paths: the default one, and the grouped one (a GPU's, on the CPU with a matmul per
-// expert standing in for at::_grouped_mm).
+class thinker_paths : public testing::TestWithParam<expert_path> {};
+
 TEST_P(thinker_paths, text_case_matches_the_reference_stage_by_stage) {
+  const expert_path path = GetParam();
+  if ((path == expert_path::onednn && !detail::onednn_built()) ||
+      (path == expert_path::xsmm && !detail::packed_linear::xsmm_available()) ||
+      (path == expert_path::blas && (!detail::onednn_built() || !detail::packed_linear::blas_available()))) {
+    GTEST_SKIP() << "this build or CPU lacks that library";
+  }
   const safetensors_file ref(thinker_dir() / "tiny_ref_text.safetensors");
   const tensor_view* ids_view = ref.find("in.input_ids");
   ASSERT_NE(ids_view, nullptr);
@@ -46,8 +59,15 @@ TEST_P(thinker_paths, text_case_matches_the_reference_stage_by_stage) {
   model_options options;
   options.head = false;
   options.threads = 1;  // see clef_engine_test.cpp
-  options.grouped_experts = GetParam();
+  options.grouped_experts = path == expert_path::grouped;
+  options.experts = path == expert_path::onednn ? expert_library::onednn
+                    : path == expert_path::xsmm ? expert_library::xsmm
+                    : path == expert_path::blas ? expert_library::blas
+                                                : expert_library::measured;
   const auto m = model::load(thinker_dir() / "model", options);
+  if (options.experts != expert_library::measured) {
+    EXPECT_NE(m->matmul_choice().find("(asked for)"), std::string::npos) << m->matmul_choice();
+  }
   std::map<std::string, std::vector<float>, std::less<>> stages;
   m->trace(ids, nullptr, [&](std::string_view stage, std::span<const float> values, std::int64_t rows) {
     EXPECT_EQ(rows, static_cast<std::int64_t>(ids.size()));
@@ -70,8 +90,46 @@ TEST_P(thinker_paths, text_case_matches_the_reference_stage_by_stage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(experts, thinker_paths, testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "grouped" : "default"); });
+std::string path_name(const testing::TestParamInfo<expert_path>& info) {
+  static constexpr const char* names[] = {"default", "grouped", "onednn", "xsmm", "blas"};
+  return names[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(experts, thinker_paths,
+                         testing::Values(expert_path::measured, expert_path::grouped, expert_path::onednn,
+                                         expert_path::xsmm, expert_path::blas),
+                         path_name);
+
+// A library that cannot run the experts it is asked for fails the load, saying why: bf16 on the
+// BLAS (fp32 only; where oneDNN has no bf16 kernels the bf16 experts are not packed at all), and
+// any library for experts that are not packed (the grouped path).
+TEST(thinker_paths_asked, a_library_that_cannot_run_the_experts_is_a_load_error) {
+  model_options options;
+  options.head = false;
+  options.threads = 1;
+  options.dtype = compute_dtype::bf16;
+  options.experts = expert_library::blas;
+  try {
+    (void)model::load(thinker_dir() / "model", options);
+    ADD_FAILURE() << "bf16 experts on the BLAS loaded";
+  } catch (const std::invalid_argument& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("experts on the BLAS were asked for, but"), std::string::npos) << why;
+    const bool packed = detail::onednn_runs(at::kBFloat16);
+    EXPECT_NE(why.find(packed ? "fp32 only" : "not packed"), std::string::npos) << why;
+  }
+  options.dtype = compute_dtype::f32;
+  options.grouped_experts = true;
+  options.experts = expert_library::onednn;
+  try {
+    (void)model::load(thinker_dir() / "model", options);
+    ADD_FAILURE() << "grouped experts on oneDNN loaded";
+  } catch (const std::invalid_argument& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("experts on oneDNN, packed were asked for, but"), std::string::npos) << why;
+    EXPECT_NE(why.find("not packed"), std::string::npos) << why;
+  }
+}
 
 // The processor outputs of a case (pixel values, grids, mel features) as the model's media input.
 struct case_media {

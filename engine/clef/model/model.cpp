@@ -149,7 +149,7 @@ class model_impl final : public model {
         device_(prepared_device(options)),
         options_(resolved(options, files_, device_)),
         thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes,
-                 options_.grouped_experts) {
+                 options_.grouped_experts, options_.experts) {
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }

@@ -44,6 +44,14 @@ struct prefix_cache_counters {
   std::int64_t entries = 0, bytes = 0, max_bytes = 0;
 };
 
+// Which library multiplies the CPU's packed experts (fp32, and bf16 with oneDNN).
+enum class expert_library {
+  measured,  // fp32: the fastest of the three on layer 0, timed at load; bf16: oneDNN
+  onednn,    // oneDNN's matmul on weights packed at load into its blocked layout
+  xsmm,      // libxsmm's kernels on weights packed at load in blocks of 32 outputs (fp32)
+  blas,      // the BLAS libtorch runs at::mm on, over the weights as they are (fp32)
+};
+
 struct model_options {
   // Thinker weights and activations. None: the file's (bf16 stays bf16, nothing is converted),
   // except a bf16 release on a CPU without bf16 arithmetic, which runs in f32 where the copy fits
@@ -61,6 +69,10 @@ struct model_options {
   // and count that path on the CPU. A CUDA bf16 model takes it anyway where at::_grouped_mm
   // runs (libtorch >= 2.8, a GPU it supports: probed at load).
   bool grouped_experts = false;
+  // A library named instead of the one timed at load, for the tests and the bench. One the build or
+  // the CPU lacks, one without kernels for the dtype, or experts that are not packed (int8 ones,
+  // the grouped path, a GPU) make the load fail, saying which.
+  expert_library experts = expert_library::measured;
   prefix_cache_options prefix_cache;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.
   std::string dtype_reason;

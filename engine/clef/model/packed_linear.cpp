@@ -7,11 +7,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <new>
 #include <optional>
 #include <mutex>
@@ -146,8 +148,10 @@ struct memory {
   memory& operator=(const memory&) = delete;
 };
 
-// cblas_sgemm as OpenBLAS and netlib's CBLAS export it; found at run time in the BLAS libtorch
-// loaded, so that the engine multiplies with the very library at::mm uses (and links no other).
+// cblas_sgemm as OpenBLAS and netlib's CBLAS export it; found at run time in the process's BLAS.
+// With Debian's libtorch that is the very library at::mm uses (libblas.so.3, OpenBLAS); with
+// another libtorch it is the system BLAS that libxsmm is linked with, a candidate timed like the
+// others.
 using cblas_sgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                                 int lda, const float* b, int ldb, float beta, float* c, int ldc);
 constexpr int cblas_row_major = 101, cblas_no_trans = 111, cblas_trans = 112;
@@ -162,25 +166,62 @@ cblas_sgemm_fn blas_sgemm() {
 // so that a kernel reads it as a column-major [outputs x inputs] matrix. The kernel adds
 // xsmm_step_k inputs at a time over a batch of steps (its batch-reduce form), which keeps the slice
 // of the rows it reads in cache; 32 x 256 was fastest at 32-256 rows on an AVX2 EPYC (scratch
-// program, docs/performance.md).
-constexpr std::int64_t xsmm_block = 32;
+// program, docs/performance.md). A call takes at most xsmm_rows rows.
+constexpr std::int64_t xsmm_block = 32, xsmm_rows = 256;
 
-std::int64_t xsmm_step_k(std::int64_t in) { return in % 256 == 0 ? 256 : in; }
+// 256 inputs a step, or the largest divisor of `in` below that, or (where that would be a short
+// step) all of them in one.
+std::int64_t xsmm_step_k(std::int64_t in) {
+  for (std::int64_t k = std::min<std::int64_t>(256, in); k >= 64; --k) {
+    if (in % k == 0) return k;
+  }
+  return in;
+}
 
 #if BATON_XSMM
 // C [m x n] = Σ_steps A_step [m x k] · B_step [k x n], column-major: A a block of the packed weight
 // (lda m), B the rows of x read as columns (ldb: x's row length), C the rows of y (ldc: y's).
+// Null where libxsmm makes no such kernel.
 libxsmm_smmfunction_reducebatch_strd xsmm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t ldb,
                                                  std::int64_t ldc) {
   const libxsmm_blasint lda = m, b_ld = ldb, c_ld = ldc;
   const float alpha = 1, beta = 0;
   const int flags = LIBXSMM_GEMM_FLAG_NONE, prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
   // Strides between the steps, in bytes: the next k inputs of the block, the next k rows of B.
-  const auto kernel = libxsmm_smmdispatch_reducebatch_strd(
+  return libxsmm_smmdispatch_reducebatch_strd(
       m, n, k, static_cast<libxsmm_blasint>(m * k * sizeof(float)), static_cast<libxsmm_blasint>(k * sizeof(float)),
       &lda, &b_ld, &c_ld, &alpha, &beta, &flags, &prefetch);
-  if (kernel == nullptr) throw std::runtime_error("packed matmul: libxsmm made no kernel for this CPU");
-  return kernel;
+}
+
+// A packed shape's kernels for every row count a call takes: whole blocks and the narrower last
+// one. Made when the first weight of the shape is packed (512 kernels in ~12 ms) and kept for the
+// process, so that a forward only indexes them: no code generated and no failure on the request
+// path.
+struct xsmm_kernels {
+  std::array<libxsmm_smmfunction_reducebatch_strd, xsmm_rows> whole{}, rest{};
+};
+
+const xsmm_kernels& kernels_for(std::int64_t in, std::int64_t out) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<const xsmm_kernels>> made;
+  const std::lock_guard lock(mutex);
+  auto& slot = made[{in, out}];
+  if (!slot) {
+    auto k = std::make_unique<xsmm_kernels>();
+    const std::int64_t step = xsmm_step_k(in), whole = out / xsmm_block, rest = out % xsmm_block;
+    for (std::int64_t n = 1; n <= xsmm_rows; ++n) {
+      const auto i = static_cast<std::size_t>(n - 1);
+      if (whole > 0) k->whole[i] = xsmm_kernel(xsmm_block, n, step, in, out);
+      if (rest > 0) k->rest[i] = xsmm_kernel(rest, n, step, in, out);
+      if ((whole > 0 && k->whole[i] == nullptr) || (rest > 0 && k->rest[i] == nullptr)) {
+        made.erase({in, out});
+        throw std::runtime_error("packed matmul: libxsmm made no kernel for " + std::to_string(n) + " rows of a [" +
+                                 std::to_string(out) + ", " + std::to_string(in) + "] weight on this CPU");
+      }
+    }
+    slot = std::move(k);
+  }
+  return *slot;
 }
 #endif
 
@@ -193,17 +234,19 @@ struct packed_linear::impl {
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
   std::int64_t xsmm_k = 0;        // packed for libxsmm instead (in `data`): inputs per step
+#if BATON_XSMM
+  const xsmm_kernels* kernels = nullptr;  // … and the kernels for its shape
+#endif
 };
 
 bool packed_linear::blas_available() noexcept { return blas_sgemm() != nullptr; }
 
 bool packed_linear::xsmm_available() noexcept {
 #if BATON_XSMM
+  // Asked for the kind of kernel the engine runs (LIBXSMM_TARGET may restrict the instruction set).
   static const bool available = [] {
     libxsmm_init();
-    const libxsmm_blasint n = 8;
-    const float alpha = 1, beta = 0;
-    return libxsmm_smmdispatch(n, n, n, &n, &n, &n, &alpha, &beta, nullptr, nullptr) != nullptr;
+    return xsmm_kernel(xsmm_block, 1, 256, 256, xsmm_block) != nullptr;
   }();
   return available;
 #else
@@ -221,11 +264,14 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::
   const std::int64_t in = parts.front().size(1);
   std::int64_t out = 0;
   for (const auto& w : parts) {
-    if (w.scalar_type() != at::kFloat || w.dim() != 2 || w.size(1) != in || !w.device().is_cpu() ||
-        w.size(0) > INT32_MAX || in > INT32_MAX) {
+    if (w.scalar_type() != at::kFloat || w.dim() != 2 || w.size(1) != in || !w.device().is_cpu()) {
       throw std::invalid_argument("packed matmul: libxsmm takes fp32 CPU weights [out, in] of one width");
     }
     out += w.size(0);
+  }
+  // libxsmm's sizes, leading dimensions and strides (a block's step: 32 x k floats) are ints.
+  if (out > INT32_MAX || xsmm_block * xsmm_step_k(in) * static_cast<std::int64_t>(sizeof(float)) > INT32_MAX) {
+    throw std::invalid_argument("packed matmul: a weight too large for libxsmm's int sizes");
   }
   const std::int64_t bytes = xsmm_bytes_for(out, in);
   if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
@@ -235,6 +281,9 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::
   p.impl_ = std::make_unique<impl>();
   p.impl_->shape = {in, out, dnnl_f32};
   p.impl_->xsmm_k = xsmm_step_k(in);
+#if BATON_XSMM
+  p.impl_->kernels = &kernels_for(in, out);
+#endif
   p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
   auto* packed = reinterpret_cast<float*>(p.impl_->data.data_ptr());
   // Block by block: its rows, which may lie in two parts, written transposed into place.
@@ -314,22 +363,18 @@ std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
 #if BATON_XSMM
   if (impl_->xsmm_k > 0) {
-    // Calls of at most 256 rows: a kernel is generated per row count, so this bounds how many.
-    const std::int64_t in = impl_->shape.in, out = impl_->shape.out, k = impl_->xsmm_k;
-    const auto steps = static_cast<unsigned long long>(in / k);
+    const std::int64_t in = impl_->shape.in, out = impl_->shape.out;
+    const auto steps = static_cast<unsigned long long>(in / impl_->xsmm_k);
     const std::int64_t whole = out / xsmm_block, rest = out % xsmm_block;
     const auto* a = static_cast<const float*>(impl_->data.data_ptr());
-    for (std::int64_t done = 0; done < rows; done += 256) {
-      const std::int64_t n = std::min<std::int64_t>(256, rows - done);
+    for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
+      const auto i = static_cast<std::size_t>(std::min(xsmm_rows, rows - done) - 1);
       const float* b = static_cast<const float*>(x) + done * in;
       float* c = static_cast<float*>(y) + done * out;
-      if (whole > 0) {
-        const auto kernel = xsmm_kernel(xsmm_block, n, k, in, out);
-        for (std::int64_t block = 0; block < whole; ++block) {
-          kernel(a + block * xsmm_block * in, b, c + block * xsmm_block, &steps);
-        }
+      for (std::int64_t block = 0; block < whole; ++block) {
+        impl_->kernels->whole[i](a + block * xsmm_block * in, b, c + block * xsmm_block, &steps);
       }
-      if (rest > 0) xsmm_kernel(rest, n, k, in, out)(a + whole * xsmm_block * in, b, c + whole * xsmm_block, &steps);
+      if (rest > 0) impl_->kernels->rest[i](a + whole * xsmm_block * in, b, c + whole * xsmm_block, &steps);
     }
     return;
   }

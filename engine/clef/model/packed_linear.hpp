@@ -1,9 +1,9 @@
 // A weight packed once, at load, into oneDNN's blocked layout for its matmul, so the expert
 // matmuls of a few rows each no longer pack their weight on every call (a fifth of the MoE's time
 // at 512 tokens, docs/performance.md). Only in builds with oneDNN (onednn_built()).
-// Or, in fp32, the weight as it is multiplied by the BLAS libtorch runs at::mm on: where that BLAS
-// beats oneDNN's kernels (OpenBLAS against oneDNN 2.6 on an AVX2-only CPU: 2x), the engine
-// measures it at load and takes it (thinker::choose_matmuls), and no packed copy is made.
+// Or, in fp32, the weight as it is multiplied by the process's BLAS (libtorch's own on Debian):
+// where that BLAS beats oneDNN's kernels (OpenBLAS against oneDNN 2.6 on an AVX2-only CPU: 2x),
+// the engine measures it at load and takes it (thinker::choose_matmuls), and no packed copy is made.
 // Or, in fp32, packed once into blocks of 32 outputs for libxsmm's batch-reduce GEMM kernels,
 // generated for the CPU at run time: OpenBLAS's speed without its per-call packing of the weight
 // (64 rows on an AVX2-only EPYC: 170 against 145 GFLOP/s). Also measured at load.

@@ -43,6 +43,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
 }
 
+const char* expert_library_name(expert_library library) {
+  switch (library) {
+    case expert_library::onednn: return "oneDNN, packed";
+    case expert_library::xsmm: return "libxsmm, packed";
+    case expert_library::blas: return "the BLAS";
+    case expert_library::measured: break;
+  }
+  return "the library timed at load";
+}
+
 // Hands the pages of a mapped weight that is no longer read back to the kernel (whole pages
 // inside it only): they were read once to pack it, and would otherwise count as resident.
 void release_pages(const tensor_view& v) {
@@ -98,7 +108,7 @@ at::Tensor grouped_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 }  // namespace
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
-                 std::int64_t score_budget_bytes, bool grouped_experts)
+                 std::int64_t score_budget_bytes, bool grouped_experts, expert_library experts)
     : config_(files.text()),
       type_(type),
       device_(device),
@@ -112,7 +122,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_attention_(device.is_cpu() && onednn_runs(type)),
-      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_) {
+      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_),
+      experts_asked_(experts) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -124,8 +135,26 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  if (experts != expert_library::measured) {
+    std::string why;
+    if (!packed_experts_) {
+      why = "this model's experts are not packed on the CPU (int8 experts, the grouped path, a GPU or no oneDNN)";
+    } else if (experts != expert_library::onednn && type_ != at::kFloat) {
+      why = "it multiplies fp32 only";
+    } else if (experts == expert_library::blas && !packed_linear::blas_available()) {
+      why = "the process has no cblas_sgemm";
+    } else if (experts == expert_library::xsmm && !packed_linear::xsmm_available()) {
+      why = "this build or this CPU has no libxsmm kernels";
+    }
+    if (!why.empty()) {
+      throw std::invalid_argument(std::string("clef model: experts on ") + expert_library_name(experts) +
+                                  " were asked for, but " + why);
+    }
+    experts_on_ = experts;
+  }
   // fp32 on a CPU with oneDNN: the experts (when packed: not int8 ones, which ATen widens, nor the
-  // grouped path's stacks) and the attention projections go to the faster library.
+  // grouped path's stacks, and unless a library was asked for) and the attention projections go
+  // to the fastest library.
   if (cpu_attention_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
     choose_matmuls(files);
   }
@@ -309,12 +338,12 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, int>,
                   std::tuple<expert_library, bool, std::string>>
       chosen;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
-                                   at::get_num_threads(), packed_experts_);
+                                   at::get_num_threads(), packed_experts_, static_cast<int>(experts_asked_));
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
@@ -326,7 +355,9 @@ void thinker::choose_matmuls(const release& files) {
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch batch(config_, type_, 1024);
   matmul_choice_ = "fp32 ";
-  if (packed_experts_) {
+  if (packed_experts_ && experts_asked_ != expert_library::measured) {
+    matmul_choice_ += std::string("experts on ") + expert_library_name(experts_on_) + " (asked for), ";
+  } else if (packed_experts_) {
     // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
     // among them afterwards): whole experts per work item.
     struct candidate {
@@ -341,12 +372,21 @@ void thinker::choose_matmuls(const release& files) {
     blas_experts(files, p, candidates.back().y);
     candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
     if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
-    for (auto& c : candidates) {
-      if (c.library != expert_library::blas) c.bytes = pack_experts(files, p, c.y, c.library);
+    std::string dropped;
+    for (auto c = candidates.begin(); c != candidates.end();) {
+      try {
+        if (c->library != expert_library::blas) c->bytes = pack_experts(files, p, c->y, c->library);
+        ++c;
+      } catch (const std::runtime_error& e) {  // libxsmm made no kernel for this shape: not a candidate
+        dropped += std::string(", ") + c->name + "not run: " + e.what();
+        c = candidates.erase(c);
+      }
     }
     std::vector<std::function<void()>> runs;
     for (const auto& c : candidates) {
-      runs.emplace_back([&] { (void)experts_cpu(batch.b, batch.experts, batch.weights, c.y.gate_up_packed, c.y.down_packed, 0); });
+      runs.emplace_back([&batch, &y = c.y] {
+        (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0);
+      });
     }
     const std::vector<double> ms = best_ms_in_turn(3, runs);
     const auto pick = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
@@ -364,14 +404,12 @@ void thinker::choose_matmuls(const release& files) {
         }
       }
     }
-    const char* name = experts_on_ == expert_library::blas     ? "the BLAS"
-                       : experts_on_ == expert_library::onednn ? "oneDNN, packed"
-                                                               : "libxsmm, packed";
-    matmul_choice_ += std::string("experts on ") + name + " (layer 0, 1024 tokens, best of 3 in turn: ";
+    matmul_choice_ += std::string("experts on ") + expert_library_name(experts_on_) +
+                      " (layer 0, 1024 tokens, best of 3 in turn: ";
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       matmul_choice_ += std::string(i == 0 ? "" : ", ") + candidates[i].name + ms_text(ms[i]);
     }
-    matmul_choice_ += "), ";
+    matmul_choice_ += dropped + "), ";
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;

@@ -38,9 +38,11 @@ class thinker {
  public:
   // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
   // grouped_experts: the grouped expert path (moe_grouped) even where at::_grouped_mm is missing,
-  // a matmul per expert standing in for it (model_options::grouped_experts).
+  // a matmul per expert standing in for it (model_options::grouped_experts). experts: the CPU's
+  // packed experts' library, or measured (model_options::experts); std::invalid_argument where
+  // the one named cannot run them.
   thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes,
-          bool grouped_experts = false);
+          bool grouped_experts = false, expert_library experts = expert_library::measured);
 
   // Token embeddings [N, hidden] in the compute dtype for `ids` [N] int64 on the device.
   at::Tensor embed(const at::Tensor& ids) const;
@@ -98,18 +100,15 @@ class thinker {
     at::Tensor gate_up, down, gate_up_scale, down_scale;
   };
   void stack_experts(const release& files, const std::string& prefix, layer& y, expert_staging& staging) const;
-  // Which library multiplies the CPU's packed experts (experts_cpu): oneDNN or libxsmm on a copy
-  // packed at load, or the BLAS on the weights as they are (fp32 only for the last two).
-  enum class expert_library { onednn, xsmm, blas };
   // The experts of a layer packed for the CPU (packed_experts_) for oneDNN or libxsmm, into one
   // arena per layer; returns the arena's bytes.
   std::int64_t pack_experts(const release& files, const std::string& prefix, layer& y, expert_library library) const;
   // The same experts over the BLAS, as they are in the release (experts_on_ blas).
   void blas_experts(const release& files, const std::string& prefix, layer& y) const;
   // fp32 on the CPU: times layer 0's experts (1,024 tokens; only where they are packed, so not int8
-  // ones, which ATen widens, nor grouped ones) packed for oneDNN, packed for libxsmm and as they are
-  // on the BLAS, and its q projection packed for oneDNN and on the BLAS, and keeps the fastest of
-  // each (experts_on_, blas_projections_).
+  // ones, which ATen widens, nor grouped ones, and no library was asked for) packed for oneDNN,
+  // packed for libxsmm and as they are on the BLAS, and its q projection packed for oneDNN and on
+  // the BLAS, and keeps the fastest of each (experts_on_, blas_projections_).
   // Done before the other layers are packed, so a copy is made only where it pays (layer 0's packed
   // experts stay in layers_ when a packed library wins); kept for the process's later loads of the
   // same shape and thread count.
@@ -165,7 +164,8 @@ class thinker {
   // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
   bool cpu_attention_ = false;    // attention (attention_cpu)
   bool packed_experts_ = false;   // the experts through experts_cpu (packed_linear)
-  expert_library experts_on_ = expert_library::onednn;  // … and their library (choose_matmuls in fp32)
+  expert_library experts_asked_ = expert_library::measured;  // … their library as model_options asks
+  expert_library experts_on_ = expert_library::onednn;       // … and the one they run on (choose_matmuls)
   bool blas_projections_ = false; // fp32: q, k, v and o through at::mm, not packed (choose_matmuls)
   std::string matmul_choice_;
   std::int64_t packed_bytes_ = 0;
