@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -253,12 +254,12 @@ arguments parse_arguments(int argc, char** argv) {
       a.init = init == "bench" ? weight_init::bench : weight_init::transformers;
     } else if (key == "--experts") {
       const std::string experts = value();
+      static const std::map<std::string, expert_library> libraries = {
+          {"onednn", expert_library::onednn}, {"xsmm", expert_library::xsmm}, {"blas", expert_library::blas}};
       if (experts == "grouped") {
         a.grouped_experts = true;
-      } else if (experts == "onednn" || experts == "xsmm" || experts == "blas") {
-        a.experts = experts == "onednn" ? expert_library::onednn
-                    : experts == "xsmm" ? expert_library::xsmm
-                                        : expert_library::blas;
+      } else if (const auto it = libraries.find(experts); it != libraries.end()) {
+        a.experts = it->second;
       } else if (experts != "default") {
         throw std::runtime_error("--experts is default, grouped, onednn, xsmm or blas");
       }

@@ -194,21 +194,23 @@ libxsmm_smmfunction_reducebatch_strd xsmm_kernel(std::int64_t m, std::int64_t n,
 }
 
 // A packed shape's kernels for every row count a call takes: whole blocks and the narrower last
-// one. Made when the first weight of the shape is packed (512 kernels in ~12 ms) and kept for the
-// process, so that a forward only indexes them: no code generated and no failure on the request
-// path.
+// one, each adding `steps` steps of the shape's input step. Made when the first weight of the
+// shape is packed (512 kernels in ~12 ms) and kept for the process, so that a forward only indexes
+// them: no code generated and no failure on the request path.
 struct xsmm_kernels {
+  unsigned long long steps = 0;
   std::array<libxsmm_smmfunction_reducebatch_strd, xsmm_rows> whole{}, rest{};
 };
 
-const xsmm_kernels& kernels_for(std::int64_t in, std::int64_t out) {
+const xsmm_kernels& kernels_for(std::int64_t in, std::int64_t out, std::int64_t step) {
   static std::mutex mutex;
   static std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<const xsmm_kernels>> made;
   const std::lock_guard lock(mutex);
   auto& slot = made[{in, out}];
   if (!slot) {
     auto k = std::make_unique<xsmm_kernels>();
-    const std::int64_t step = xsmm_step_k(in), whole = out / xsmm_block, rest = out % xsmm_block;
+    k->steps = static_cast<unsigned long long>(in / step);
+    const std::int64_t whole = out / xsmm_block, rest = out % xsmm_block;
     for (std::int64_t n = 1; n <= xsmm_rows; ++n) {
       const auto i = static_cast<std::size_t>(n - 1);
       if (whole > 0) k->whole[i] = xsmm_kernel(xsmm_block, n, step, in, out);
@@ -233,9 +235,8 @@ struct packed_linear::impl {
   at::Tensor data;                // the packed weight
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
-  std::int64_t xsmm_k = 0;        // packed for libxsmm instead (in `data`): inputs per step
 #if BATON_XSMM
-  const xsmm_kernels* kernels = nullptr;  // … and the kernels for its shape
+  const xsmm_kernels* kernels = nullptr;  // packed for libxsmm instead (in `data`): its shape's kernels
 #endif
 };
 
@@ -254,10 +255,6 @@ bool packed_linear::xsmm_available() noexcept {
 #endif
 }
 
-std::int64_t packed_linear::xsmm_bytes_for(std::int64_t out, std::int64_t in) {
-  return out * in * static_cast<std::int64_t>(sizeof(float));
-}
-
 packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
   if (!xsmm_available()) throw std::logic_error("packed matmul: no libxsmm kernels in this build or on this CPU");
   if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
@@ -270,7 +267,8 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::
     out += w.size(0);
   }
   // libxsmm's sizes, leading dimensions and strides (a block's step: 32 x k floats) are ints.
-  if (out > INT32_MAX || xsmm_block * xsmm_step_k(in) * static_cast<std::int64_t>(sizeof(float)) > INT32_MAX) {
+  const std::int64_t step = xsmm_step_k(in);
+  if (out > INT32_MAX || xsmm_block * step * static_cast<std::int64_t>(sizeof(float)) > INT32_MAX) {
     throw std::invalid_argument("packed matmul: a weight too large for libxsmm's int sizes");
   }
   const std::int64_t bytes = xsmm_bytes_for(out, in);
@@ -280,9 +278,8 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::
   packed_linear p;
   p.impl_ = std::make_unique<impl>();
   p.impl_->shape = {in, out, dnnl_f32};
-  p.impl_->xsmm_k = xsmm_step_k(in);
 #if BATON_XSMM
-  p.impl_->kernels = &kernels_for(in, out);
+  p.impl_->kernels = &kernels_for(in, out, step);
 #endif
   p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
   auto* packed = reinterpret_cast<float*>(p.impl_->data.data_ptr());
@@ -362,9 +359,8 @@ std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data
 // shape instead of one per row count. The scratchpad is the thread's, grown as needed.
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
 #if BATON_XSMM
-  if (impl_->xsmm_k > 0) {
+  if (const xsmm_kernels* kernels = impl_->kernels) {
     const std::int64_t in = impl_->shape.in, out = impl_->shape.out;
-    const auto steps = static_cast<unsigned long long>(in / impl_->xsmm_k);
     const std::int64_t whole = out / xsmm_block, rest = out % xsmm_block;
     const auto* a = static_cast<const float*>(impl_->data.data_ptr());
     for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
@@ -372,9 +368,9 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
       const float* b = static_cast<const float*>(x) + done * in;
       float* c = static_cast<float*>(y) + done * out;
       for (std::int64_t block = 0; block < whole; ++block) {
-        impl_->kernels->whole[i](a + block * xsmm_block * in, b, c + block * xsmm_block, &steps);
+        kernels->whole[i](a + block * xsmm_block * in, b, c + block * xsmm_block, &kernels->steps);
       }
-      if (rest > 0) impl_->kernels->rest[i](a + whole * xsmm_block * in, b, c + whole * xsmm_block, &steps);
+      if (rest > 0) kernels->rest[i](a + whole * xsmm_block * in, b, c + whole * xsmm_block, &kernels->steps);
     }
     return;
   }
@@ -439,9 +435,6 @@ packed_linear packed_linear::over_blas(std::vector<at::Tensor>) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 bool packed_linear::xsmm_available() noexcept { return false; }
-std::int64_t packed_linear::xsmm_bytes_for(std::int64_t, std::int64_t) {
-  throw std::logic_error("packed matmul: this build has no oneDNN");
-}
 packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
@@ -462,6 +455,10 @@ std::int64_t packed_linear::in_features() const noexcept { return 0; }
 std::int64_t packed_linear::out_features() const noexcept { return 0; }
 
 #endif
+
+std::int64_t packed_linear::xsmm_bytes_for(std::int64_t out, std::int64_t in) {
+  return out * in * static_cast<std::int64_t>(sizeof(float));
+}
 
 at::Tensor packed_linear::arena(std::int64_t bytes) {
   constexpr std::size_t huge = 2u << 20;

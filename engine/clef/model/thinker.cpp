@@ -62,6 +62,14 @@ void release_pages(const tensor_view& v) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+// release_pages for expert e's three mapped weights in the layer at `prefix`.
+void release_expert_pages(const release& files, const std::string& prefix, std::int64_t e) {
+  const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+  for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
+    release_pages(files.thinker_tensor(x + name));
+  }
+}
+
 // Whether at::_grouped_mm runs on `device`: libtorch 2.8 has it for compute capability 9.x only,
 // and says so by throwing; elsewhere the per-expert loop serves. Asked once, at load.
 bool grouped_mm_runs([[maybe_unused]] at::Device device) {
@@ -271,9 +279,7 @@ std::int64_t thinker::pack_experts(const release& files, const std::string& pref
         y.gate_up_packed[i] = packed_linear(at::cat({w("gate_proj.weight"), w("up_proj.weight")}), gate_up_slot);
         y.down_packed[i] = packed_linear(w("down_proj.weight"), down_slot);
       }
-      for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
-        release_pages(files.thinker_tensor(x + name));
-      }
+      release_expert_pages(files, prefix, e);
     }
   });
   return per_expert * experts;
@@ -398,11 +404,7 @@ void thinker::choose_matmuls(const release& files) {
       kept.down_packed = std::move(winner.y.down_packed);
       packed_bytes_ += winner.bytes;
       // The BLAS's timing read the mapped weights again after packing had handed them back.
-      for (std::int64_t e = 0; e < config_.num_experts; ++e) {
-        for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
-          release_pages(files.thinker_tensor(p + "mlp.experts." + std::to_string(e) + "." + name));
-        }
-      }
+      for (std::int64_t e = 0; e < config_.num_experts; ++e) release_expert_pages(files, p, e);
     }
     matmul_choice_ += std::string("experts on ") + expert_library_name(experts_on_) +
                       " (layer 0, 1024 tokens, best of 3 in turn: ";
