@@ -225,6 +225,48 @@ TEST(cpu_xsmm_weights, multiply_like_the_plain_matmul_of_the_parts_stacked_whate
   EXPECT_LE((packed_linear::for_xsmm({wide.t()}).parallel(x) - at::matmul(x, wide)).abs().max().item<double>(), 1e-4);
 }
 
+// int8 weights packed for libxsmm with their scales, two parts side by side (a block across both,
+// a narrower last one), inputs in one step or several: bit for bit the fp32 path on the weights
+// widened, times the scales; within fp32's rounding of ATen's int8 path (the widened weight's
+// matmul, then mul_ by the scales); a row's result the same whatever rows share its call;
+// refusals.
+TEST(cpu_xsmm_weights, int8_ones_multiply_as_the_widened_weights_then_their_scales) {
+  if (!packed_linear::xsmm_available()) GTEST_SKIP() << "no libxsmm in this build or no kernels for this CPU";
+  at::manual_seed(15);
+  auto int8 = [](std::int64_t out, std::int64_t in) { return at::randint(-127, 128, {out, in}).to(at::kChar); };
+  for (const std::int64_t in : {80, 512}) {
+    const at::Tensor gate = int8(40, in), up = int8(50, in);
+    const at::Tensor gate_scale = at::rand({40}).add(0.5).div(127), up_scale = at::rand({50}).add(0.5).div(127);
+    const packed_linear q = packed_linear::for_xsmm_int8({gate, up}, {gate_scale, up_scale});
+    EXPECT_TRUE(q.packed());
+    EXPECT_EQ(q.bytes(), packed_linear::xsmm_int8_bytes_for(90, in));
+    EXPECT_LT(q.bytes(), packed_linear::xsmm_bytes_for(90, in) / 3);  // a byte a weight, and the scales
+    EXPECT_EQ(q.in_features(), in);
+    EXPECT_EQ(q.out_features(), 90);
+    const at::Tensor widened = at::cat({gate, up}).to(at::kFloat), scale = at::cat({gate_scale, up_scale});
+    const at::Tensor x = at::randn({600, in});
+    const at::Tensor all = q.parallel(x);
+    ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, 90}));
+    EXPECT_TRUE(at::equal(all, packed_linear::for_xsmm({widened}).parallel(x).mul_(scale))) << in;
+    const at::Tensor aten = at::matmul(x, widened.t()).mul_(scale);
+    EXPECT_LE((all - aten).abs().max().item<double>(), 1e-5 * aten.abs().max().item<double>()) << in;
+    for (const std::int64_t rows : {1, 17, 256, 300}) {
+      at::Tensor y = at::empty({rows, 90});
+      q.multiply(x.data_ptr(), y.data_ptr(), rows);
+      EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << in << " inputs, " << rows << " rows";
+    }
+  }
+  const at::Tensor w = int8(32, 64), s = at::ones({32});
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({}, {}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({w.to(at::kFloat)}, {s}), std::invalid_argument);  // not int8
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({w}, {}), std::invalid_argument);                  // no scales
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({w}, {at::ones({31})}), std::invalid_argument);    // one short
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({w}, {s.to(at::kDouble)}), std::invalid_argument);
+  EXPECT_THROW((void)packed_linear::for_xsmm({w}), std::invalid_argument);  // int8 to the fp32 packing
+  EXPECT_THROW((void)packed_linear::for_xsmm_int8({w}, {s}, at::empty({100}, at::TensorOptions().dtype(at::kByte))),
+               std::invalid_argument);
+}
+
 // The fused experts over BLAS weights, and over libxsmm-packed ones where this build has libxsmm,
 // give what they give over oneDNN-packed ones (fp32, the sums' order aside), whole experts or
 // chunks: the engine takes whichever is fastest here.

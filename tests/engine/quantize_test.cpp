@@ -267,9 +267,10 @@ TEST_F(quantize_int8_test, int8_layers_stay_close_to_fp32_in_both_compute_dtypes
   }
 }
 
-// An int8 release in fp32 (an AVX2-only CPU's default) still puts its attention projections on the
-// faster library, timed at load; its int8 experts, widened by ATen per matmul, are not timed.
-TEST_F(quantize_int8_test, in_fp32_the_projections_library_is_chosen_and_the_experts_are_left_as_they_are) {
+// An int8 release in fp32 (an AVX2-only CPU's default) times its int8 experts at load as an fp32
+// release times its own: widened per block on libxsmm's kernels, or per matmul by ATen onto the
+// BLAS. It keeps the faster, and its attention projections go to the faster library too.
+TEST_F(quantize_int8_test, in_fp32_the_experts_and_projections_libraries_are_chosen) {
   if (!detail::onednn_built() || !detail::packed_linear::blas_available()) {
     GTEST_SKIP() << "no oneDNN build or no cblas_sgemm: nothing to choose between";
   }
@@ -278,21 +279,88 @@ TEST_F(quantize_int8_test, in_fp32_the_projections_library_is_chosen_and_the_exp
   options.threads = 2;
   const auto m = model::load(int8_dir(), options);
   const std::string choice = m->matmul_choice();
-  EXPECT_NE(choice.find("fp32 projections on "), std::string::npos) << choice;
+  EXPECT_EQ(choice.rfind("fp32 ", 0), 0u) << choice;
+  EXPECT_NE(choice.find("projections on "), std::string::npos) << choice;
   EXPECT_NE(choice.find("q_proj: BLAS "), std::string::npos) << choice;
-  EXPECT_EQ(choice.find("experts"), std::string::npos) << choice;
-  // Packed bytes are the projections', only where oneDNN won them.
-  EXPECT_EQ(m->packed_bytes() > 0, choice.find("on oneDNN, packed") != std::string::npos) << choice;
   const text_config& c = m->files().text();
   const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
   using detail::packed_linear;
   const std::int64_t projections = c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) +
                                                    2 * packed_linear::bytes_for(kv, h, at::kFloat) +
                                                    packed_linear::bytes_for(h, q, at::kFloat));
-  EXPECT_LE(m->packed_bytes(), projections) << "no more than q, k, v and o";
-  // An fp32 release of the same shape makes its own choice, the experts' included.
+  const bool projections_packed = choice.find("on oneDNN, packed") != std::string::npos;
+  if (!packed_linear::xsmm_available()) {  // ATen's widening is all there is: nothing timed
+    EXPECT_EQ(choice.find("experts"), std::string::npos) << choice;
+    EXPECT_EQ(m->packed_bytes() > 0, projections_packed) << choice;
+    return;
+  }
+  EXPECT_NE(choice.find("int8 experts on "), std::string::npos) << choice;
+  EXPECT_NE(choice.find("the BLAS, widened per matmul by ATen "), std::string::npos) << choice;
+  EXPECT_NE(choice.find("libxsmm packed, widened per block "), std::string::npos) << choice;
+  // Packed: the experts' int8 copies (a 4 KiB-aligned slot per weight) where libxsmm won, and the
+  // projections where oneDNN won them.
+  const std::int64_t i = c.moe_intermediate_size;
+  auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
+  const std::int64_t experts = c.num_layers * c.num_experts *
+                               (aligned(packed_linear::xsmm_int8_bytes_for(2 * i, h)) +
+                                aligned(packed_linear::xsmm_int8_bytes_for(h, i)));
+  const bool on_xsmm = choice.find("int8 experts on libxsmm") != std::string::npos;
+  EXPECT_EQ(m->packed_bytes() >= experts, on_xsmm) << choice;
+  EXPECT_LE(m->packed_bytes(), experts + projections) << choice;
+  EXPECT_EQ(m->packed_bytes() > (on_xsmm ? experts : 0), projections_packed) << choice;
+  // An fp32 release of the same shape makes its own choice, among its own candidates.
   const std::string full = model::load(tiny_release(), options)->matmul_choice();
   EXPECT_NE(full.find("fp32 experts on "), std::string::npos) << full;
+  EXPECT_EQ(full.find("int8"), std::string::npos) << full;
+}
+
+// Each library the int8 experts may run on, named: the same hidden states within fp32's rounding
+// (only the order of each product's sum differs); oneDNN, which takes no int8 weights, and any
+// library in bf16 (ATen widens them there) are load errors that say why.
+TEST_F(quantize_int8_test, int8_experts_on_each_library_trace_alike_and_the_others_are_refused) {
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 1, 2, 3, 4};
+  auto options_for = [](expert_library library, compute_dtype type) {
+    model_options options;
+    options.head = false;
+    options.threads = 2;
+    options.dtype = type;
+    options.experts = library;
+    return options;
+  };
+  auto trace = [&](expert_library library, const char* named) {
+    std::vector<float> out;
+    const auto m = model::load(int8_dir(), options_for(library, compute_dtype::f32));
+    EXPECT_NE(m->matmul_choice().find(std::string("int8 experts on ") + named + " (asked for)"), std::string::npos)
+        << m->matmul_choice();
+    m->trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
+      if (stage == "final_hidden") out.assign(v.begin(), v.end());
+    });
+    return out;
+  };
+  auto refusal = [&](expert_library library, compute_dtype type) -> std::string {
+    try {
+      (void)model::load(int8_dir(), options_for(library, type));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "loaded";
+  };
+  if (!detail::onednn_built() || !detail::packed_linear::blas_available()) {
+    GTEST_SKIP() << "no oneDNN build or no cblas_sgemm: the int8 experts have one path";
+  }
+  const std::vector<float> blas = trace(expert_library::blas, "the BLAS");
+  ASSERT_FALSE(blas.empty());
+  if (detail::packed_linear::xsmm_available()) {
+    const std::vector<float> xsmm = trace(expert_library::xsmm, "libxsmm, packed");
+    ASSERT_EQ(xsmm.size(), blas.size());
+    double worst = 0;
+    for (std::size_t k = 0; k < blas.size(); ++k) worst = std::max(worst, std::abs(static_cast<double>(xsmm[k]) - blas[k]));
+    EXPECT_LT(worst, 1e-4);
+  }
+  const std::string onednn = refusal(expert_library::onednn, compute_dtype::f32);
+  EXPECT_NE(onednn.find("not int8 ones"), std::string::npos) << onednn;
+  const std::string bf16 = refusal(expert_library::xsmm, compute_dtype::bf16);
+  EXPECT_NE(bf16.find("int8 experts in bf16"), std::string::npos) << bf16;
 }
 
 // The grouped expert path (a CUDA model's) with int8 experts: widened per layer, each row scaled

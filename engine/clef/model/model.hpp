@@ -44,12 +44,15 @@ struct prefix_cache_counters {
   std::int64_t entries = 0, bytes = 0, max_bytes = 0;
 };
 
-// Which library multiplies the CPU's packed experts (fp32, and bf16 with oneDNN).
+// Which library multiplies the CPU's packed experts (fp32, and bf16 with oneDNN; int8 ones computed
+// in fp32: libxsmm or the BLAS).
 enum class expert_library {
-  measured,  // fp32: the fastest of the three on layer 0, timed at load; bf16: oneDNN
-  onednn,    // oneDNN's matmul on weights packed at load into its blocked layout
-  xsmm,      // libxsmm's kernels on weights packed at load in blocks of 32 outputs (fp32)
-  blas,      // the BLAS libtorch runs at::mm on, over the weights as they are (fp32)
+  measured,  // fp32: the fastest on layer 0, timed at load; bf16: oneDNN
+  onednn,    // oneDNN's matmul on weights packed at load into its blocked layout (fp32, bf16)
+  xsmm,      // libxsmm's kernels on weights packed at load in blocks of 32 outputs (fp32; int8
+             // ones widened a block at a time)
+  blas,      // the BLAS libtorch runs at::mm on, over the weights as they are (fp32; int8 ones
+             // widened per matmul by ATen)
 };
 
 struct model_options {
@@ -70,8 +73,8 @@ struct model_options {
   // runs (libtorch >= 2.8, a GPU it supports: probed at load).
   bool grouped_experts = false;
   // A library named instead of the one timed at load, for the tests and the bench. One the build or
-  // the CPU lacks, one without kernels for the dtype, or experts that are not packed (int8 ones,
-  // the grouped path, a GPU) make the load fail, saying which.
+  // the CPU lacks, one without kernels for the dtype, or experts that are not packed (int8 ones in
+  // bf16, the grouped path, a GPU) make the load fail, saying which.
   expert_library experts = expert_library::measured;
   prefix_cache_options prefix_cache;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.

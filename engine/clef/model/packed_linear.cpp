@@ -1,5 +1,7 @@
 #include "engine/clef/model/packed_linear.hpp"
 
+#include "engine/clef/model/tensors.hpp"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -236,7 +238,9 @@ struct packed_linear::impl {
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
 #if BATON_XSMM
-  const xsmm_kernels* kernels = nullptr;  // packed for libxsmm instead (in `data`): its shape's kernels
+  // Packed for libxsmm instead (in `data`; an int8 one, shape.type s8, followed by its scales): its
+  // shape's kernels.
+  const xsmm_kernels* kernels = nullptr;
 #endif
 };
 
@@ -255,35 +259,35 @@ bool packed_linear::xsmm_available() noexcept {
 #endif
 }
 
-packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
-  if (!xsmm_available()) throw std::logic_error("packed matmul: no libxsmm kernels in this build or on this CPU");
+namespace {
+
+// The width of xsmm weights made of `parts` [out_i, in] of `type` (one in for all), refused where
+// libxsmm cannot take them.
+std::int64_t xsmm_inputs(const std::vector<at::Tensor>& parts, at::ScalarType type, std::int64_t& out) {
+  if (!packed_linear::xsmm_available()) {
+    throw std::logic_error("packed matmul: no libxsmm kernels in this build or on this CPU");
+  }
   if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
   const std::int64_t in = parts.front().size(1);
-  std::int64_t out = 0;
+  out = 0;
   for (const auto& w : parts) {
-    if (w.scalar_type() != at::kFloat || w.dim() != 2 || w.size(1) != in || !w.device().is_cpu()) {
-      throw std::invalid_argument("packed matmul: libxsmm takes fp32 CPU weights [out, in] of one width");
+    if (w.scalar_type() != type || w.dim() != 2 || w.size(1) != in || !w.device().is_cpu()) {
+      throw std::invalid_argument(std::string("packed matmul: libxsmm takes ") +
+                                  (type == at::kFloat ? "fp32" : "int8") + " CPU weights [out, in] of one width");
     }
     out += w.size(0);
   }
   // libxsmm's sizes, leading dimensions and strides (a block's step: 32 x k floats) are ints.
-  const std::int64_t step = xsmm_step_k(in);
-  if (out > INT32_MAX || xsmm_block * step * static_cast<std::int64_t>(sizeof(float)) > INT32_MAX) {
+  if (out > INT32_MAX || xsmm_block * xsmm_step_k(in) * static_cast<std::int64_t>(sizeof(float)) > INT32_MAX) {
     throw std::invalid_argument("packed matmul: a weight too large for libxsmm's int sizes");
   }
-  const std::int64_t bytes = xsmm_bytes_for(out, in);
-  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
-    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
-  }
-  packed_linear p;
-  p.impl_ = std::make_unique<impl>();
-  p.impl_->shape = {in, out, dnnl_f32};
-#if BATON_XSMM
-  p.impl_->kernels = &kernels_for(in, out, step);
-#endif
-  p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
-  auto* packed = reinterpret_cast<float*>(p.impl_->data.data_ptr());
-  // Block by block: its rows, which may lie in two parts, written transposed into place.
+  return in;
+}
+
+// The parts' rows side by side, block by block (a block's rows may lie in two parts), each block
+// written transposed into place at `packed` (elements of the parts' type).
+void pack_xsmm_blocks(const std::vector<at::Tensor>& parts, std::int64_t in, std::int64_t out, void* packed) {
+  const auto elem = static_cast<std::int64_t>(parts.front().element_size());
   for (std::int64_t first = 0; first < out; first += xsmm_block) {
     const std::int64_t width = std::min(xsmm_block, out - first);
     std::vector<at::Tensor> rows;
@@ -294,8 +298,69 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::
       start += w.size(0);
     }
     const at::Tensor block = rows.size() == 1 ? rows.front() : at::cat(rows);
-    at::from_blob(packed + first * in, {in, width}, at::TensorOptions().dtype(at::kFloat)).copy_(block.t());
+    at::from_blob(static_cast<char*>(packed) + first * in * elem, {in, width}, block.options()).copy_(block.t());
   }
+}
+
+// Where an int8 weight's scales start in its storage: they end it, after its bytes 64-byte aligned.
+std::int64_t xsmm_scale_offset(std::int64_t out, std::int64_t in) {
+  return packed_linear::xsmm_int8_bytes_for(out, in) - out * static_cast<std::int64_t>(sizeof(float));
+}
+
+// y's `width` columns of `rows` rows (`ld` apart) times their scales, as ATen's mul_ rounds.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void scale_columns(float* y, std::int64_t ld,
+                                                                                std::int64_t rows, std::int64_t width,
+                                                                                const float* scale) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < width; ++j) y[r * ld + j] *= scale[j];
+  }
+}
+
+}  // namespace
+
+packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
+  std::int64_t out = 0;
+  const std::int64_t in = xsmm_inputs(parts, at::kFloat, out);
+  const std::int64_t bytes = xsmm_bytes_for(out, in);
+  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
+    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {in, out, dnnl_f32};
+#if BATON_XSMM
+  p.impl_->kernels = &kernels_for(in, out, xsmm_step_k(in));
+#endif
+  p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  pack_xsmm_blocks(parts, in, out, p.impl_->data.data_ptr());
+  return p;
+}
+
+packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>& parts, const std::vector<at::Tensor>& scales,
+                                           at::Tensor storage) {
+  std::int64_t out = 0;
+  const std::int64_t in = xsmm_inputs(parts, at::kChar, out);
+  if (scales.size() != parts.size()) throw std::invalid_argument("packed matmul: a scale vector per int8 weight");
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (scales[i].scalar_type() != at::kFloat || scales[i].dim() != 1 || scales[i].size(0) != parts[i].size(0)) {
+      throw std::invalid_argument("packed matmul: an int8 weight's scales are fp32 [out]");
+    }
+  }
+  const std::int64_t bytes = xsmm_int8_bytes_for(out, in);
+  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
+    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {in, out, dnnl_s8};
+#if BATON_XSMM
+  p.impl_->kernels = &kernels_for(in, out, xsmm_step_k(in));
+#endif
+  p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  pack_xsmm_blocks(parts, in, out, p.impl_->data.data_ptr());
+  at::from_blob(static_cast<std::byte*>(p.impl_->data.data_ptr()) + xsmm_scale_offset(out, in), {out},
+                at::TensorOptions().dtype(at::kFloat))
+      .copy_(at::cat(scales));
   return p;
 }
 
@@ -361,16 +426,37 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
 #if BATON_XSMM
   if (const xsmm_kernels* kernels = impl_->kernels) {
     const std::int64_t in = impl_->shape.in, out = impl_->shape.out;
+    const auto* b = static_cast<const float*>(x);
+    auto* c = static_cast<float*>(y);
+    if (impl_->shape.type == dnnl_s8) {
+      // A block of outputs at a time, widened once into the thread's buffer for all the rows.
+      const auto* q = static_cast<const std::int8_t*>(impl_->data.data_ptr());
+      const auto* scale = reinterpret_cast<const float*>(static_cast<const std::byte*>(impl_->data.data_ptr()) +
+                                                         xsmm_scale_offset(out, in));
+      thread_local std::vector<float> widened;
+      if (widened.size() < static_cast<std::size_t>(xsmm_block * in)) widened.resize(static_cast<std::size_t>(xsmm_block * in));
+      for (std::int64_t first = 0; first < out; first += xsmm_block) {
+        const std::int64_t width = std::min(xsmm_block, out - first);
+        widen_int8_to_f32(q + first * in, widened.data(), width * in);
+        const auto& kernel = width == xsmm_block ? kernels->whole : kernels->rest;
+        for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
+          const auto i = static_cast<std::size_t>(std::min(xsmm_rows, rows - done) - 1);
+          kernel[i](widened.data(), b + done * in, c + done * out + first, &kernels->steps);
+        }
+        scale_columns(c + first, out, rows, width, scale + first);
+      }
+      return;
+    }
     const std::int64_t whole = out / xsmm_block, rest = out % xsmm_block;
     const auto* a = static_cast<const float*>(impl_->data.data_ptr());
     for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
       const auto i = static_cast<std::size_t>(std::min(xsmm_rows, rows - done) - 1);
-      const float* b = static_cast<const float*>(x) + done * in;
-      float* c = static_cast<float*>(y) + done * out;
+      const float* rows_in = b + done * in;
+      float* rows_out = c + done * out;
       for (std::int64_t block = 0; block < whole; ++block) {
-        kernels->whole[i](a + block * xsmm_block * in, b, c + block * xsmm_block, &kernels->steps);
+        kernels->whole[i](a + block * xsmm_block * in, rows_in, rows_out + block * xsmm_block, &kernels->steps);
       }
-      if (rest > 0) kernels->rest[i](a + whole * xsmm_block * in, b, c + whole * xsmm_block, &kernels->steps);
+      if (rest > 0) kernels->rest[i](a + whole * xsmm_block * in, rows_in, rows_out + whole * xsmm_block, &kernels->steps);
     }
     return;
   }
@@ -438,6 +524,9 @@ bool packed_linear::xsmm_available() noexcept { return false; }
 packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
+packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&, at::Tensor) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
@@ -458,6 +547,10 @@ std::int64_t packed_linear::out_features() const noexcept { return 0; }
 
 std::int64_t packed_linear::xsmm_bytes_for(std::int64_t out, std::int64_t in) {
   return out * in * static_cast<std::int64_t>(sizeof(float));
+}
+
+std::int64_t packed_linear::xsmm_int8_bytes_for(std::int64_t out, std::int64_t in) {
+  return (out * in + 63) / 64 * 64 + out * static_cast<std::int64_t>(sizeof(float));
 }
 
 at::Tensor packed_linear::arena(std::int64_t bytes) {

@@ -41,6 +41,16 @@ class packed_linear {
   // weights are not read afterwards. Each output is summed over the inputs in order, whatever the
   // row count, so a row's result does not depend on how many rows share its call.
   static packed_linear for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage = {});
+  // Bytes the libxsmm copy of an int8 weight [out, in] takes, its scales included.
+  static std::int64_t xsmm_int8_bytes_for(std::int64_t out, std::int64_t in);
+  // int8 weights [out_i, in] with their fp32 scales [out_i] (one per output), packed side by side
+  // in for_xsmm's layout at a byte a weight. multiply() widens one block of outputs at a time into
+  // a buffer of the thread (exact: |q| <= 127) and runs the fp32 kernels on it, then scales the
+  // block's outputs: x · widened weightᵀ, times the scale, rounded as ATen's int8 path rounds it.
+  // Every row reads the block while it is in cache, and the weights stream at a quarter of fp32's
+  // bytes.
+  static packed_linear for_xsmm_int8(const std::vector<at::Tensor>& parts, const std::vector<at::Tensor>& scales,
+                                     at::Tensor storage = {});
 
   packed_linear() noexcept;
   // Packs w [out, in] (fp32 or bf16, on the CPU, any strides) into `storage` (bytes, at least
@@ -56,8 +66,9 @@ class packed_linear {
   // x [rows, in] (the weight's dtype) @ wᵀ: [rows, out], in blocks of 256 rows spread over the
   // threads (each block as multiply() would do it): for a whole batch's tokens.
   at::Tensor parallel(const at::Tensor& x) const;
-  // x [rows, in] (row-major, the weight's dtype) @ wᵀ into y [rows, out], on the calling thread,
-  // allocating nothing after the thread's first calls: for kernels that keep their own buffers.
+  // x [rows, in] (row-major, the weight's dtype; fp32 for int8 weights) @ wᵀ into y [rows, out],
+  // on the calling thread, allocating nothing after the thread's first calls: for kernels that
+  // keep their own buffers.
   void multiply(const void* x, void* y, std::int64_t rows) const;
 
   std::int64_t in_features() const noexcept;

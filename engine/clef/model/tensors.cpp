@@ -26,11 +26,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void widen_to_bf16(
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void widen_to_f32(
-    const std::int8_t* in, float* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
-}
-
 std::atomic<std::int64_t> ops_started{0};
 thread_local int op_depth = 0;  // an operation's inner calls are not counted
 std::mutex counting_mutex;
@@ -106,6 +101,11 @@ at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device d
   return t.to(device, type);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default"))) void widen_int8_to_f32(
+    const std::int8_t* in, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+}
+
 at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type) {
   if (q.scalar_type() != at::kChar || !q.device().is_cpu() || !q.is_contiguous() ||
       (type != at::kBFloat16 && type != at::kFloat)) {
@@ -120,7 +120,7 @@ at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type) {
   if (type == at::kBFloat16) {
     widen_to_bf16(in, reinterpret_cast<std::uint16_t*>(buffer.data_ptr()), n);
   } else {
-    widen_to_f32(in, buffer.data_ptr<float>(), n);
+    widen_int8_to_f32(in, buffer.data_ptr<float>(), n);
   }
   return buffer.narrow(0, 0, n).view(q.sizes());
 }

@@ -27,6 +27,8 @@ at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device d
 // a buffer of the calling thread that the thread's next call overwrites (experts run side by side,
 // and a fresh 3 MiB tensor per matmul costs more than the conversion); elsewhere a new tensor.
 at::Tensor widen_int8(const at::Tensor& q, at::ScalarType type);
+// The same conversion on n values into `out`.
+void widen_int8_to_f32(const std::int8_t* in, float* out, std::int64_t n);
 
 // A copy of `v` as an int64 tensor on `device` (indices, spans).
 at::Tensor long_tensor(const std::vector<std::int64_t>& v, at::Device device);

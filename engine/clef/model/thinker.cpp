@@ -63,6 +63,15 @@ void release_pages(const tensor_view& v) {
 }
 
 // release_pages for expert e's three mapped weights in the layer at `prefix`.
+// Whether the CPU's experts go through experts_cpu (packed_linear): fp32 and bf16 ones with oneDNN,
+// and int8 ones computed in fp32, on libxsmm's kernels (ATen widens them per matmul otherwise, and
+// where the BLAS is asked for).
+bool packs_experts(bool int8, at::ScalarType type, bool cpu_attention, bool grouped, expert_library asked) {
+  if (!cpu_attention || grouped) return false;
+  if (!int8) return true;
+  return type == at::kFloat && asked != expert_library::blas && packed_linear::xsmm_available();
+}
+
 void release_expert_pages(const release& files, const std::string& prefix, std::int64_t e) {
   const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
   for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
@@ -130,7 +139,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
       fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
       cpu_attention_(device.is_cpu() && onednn_runs(type)),
-      packed_experts_(cpu_attention_ && !files.int8_experts() && !grouped_),
+      int8_experts_(files.int8_experts()),
+      packed_experts_(packs_experts(int8_experts_, type, cpu_attention_, grouped_, experts)),
       experts_asked_(experts) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
@@ -145,8 +155,17 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
   if (experts != expert_library::measured) {
     std::string why;
+    const bool int8 = int8_experts_;
+    // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
+    const bool int8_on_blas = int8 && experts == expert_library::blas && cpu_attention_ && !grouped_ &&
+                              type_ == at::kFloat && packed_linear::blas_available();
     if (!packed_experts_) {
-      why = "this model's experts are not packed on the CPU (int8 experts, the grouped path, a GPU or no oneDNN)";
+      if (!int8_on_blas) {
+        why = "this model's experts are not packed on the CPU (int8 experts in bf16 or without libxsmm, the grouped "
+              "path, a GPU or no oneDNN)";
+      }
+    } else if (int8 && experts == expert_library::onednn) {
+      why = "it packs fp32 and bf16 weights, not int8 ones";
     } else if (experts != expert_library::onednn && type_ != at::kFloat) {
       why = "it multiplies fp32 only";
     } else if (experts == expert_library::blas && !packed_linear::blas_available()) {
@@ -160,9 +179,9 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     }
     experts_on_ = experts;
   }
-  // fp32 on a CPU with oneDNN: the experts (when packed: not int8 ones, which ATen widens, nor the
-  // grouped path's stacks, and unless a library was asked for) and the attention projections go
-  // to the fastest library.
+  // fp32 on a CPU with oneDNN: the experts (fp32 ones; int8 ones, libxsmm's per-block widening
+  // against ATen's per matmul; not the grouped path's stacks; unless a library was asked for) and
+  // the attention projections go to the fastest library.
   if (cpu_attention_ && type_ == at::kFloat && packed_linear::blas_available() && config_.num_layers > 0) {
     choose_matmuls(files);
   }
@@ -212,23 +231,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       }
       continue;
     }
-    for (std::int64_t e = 0; e < config_.num_experts; ++e) {
-      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-      if (!files.int8_experts()) {
-        y.gate.push_back(w(x + "gate_proj.weight"));
-        y.up.push_back(w(x + "up_proj.weight"));
-        y.down.push_back(w(x + "down_proj.weight"));
-        continue;
-      }
-      // int8 weights stay int8 (a view of the mapping on the CPU) and are converted per matmul;
-      // the scales stay fp32, so the output is scaled with one rounding.
-      y.gate.push_back(raw(x + "gate_proj.weight"));
-      y.up.push_back(raw(x + "up_proj.weight"));
-      y.down.push_back(raw(x + "down_proj.weight"));
-      y.gate_scale.push_back(raw(x + "gate_proj.weight_scale"));
-      y.up_scale.push_back(raw(x + "up_proj.weight_scale"));
-      y.down_scale.push_back(raw(x + "down_proj.weight_scale"));
-    }
+    aten_experts(files, p, y);
   }
   if (packed_experts_ && !layers_.empty()) calibrate_experts();
   // inv_freq exactly as the reference builds it: fp32 from an int64 arange.
@@ -252,11 +255,14 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
 std::int64_t thinker::pack_experts(const release& files, const std::string& prefix, layer& y,
                                   expert_library library) const {
   const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  const bool xsmm = library == expert_library::xsmm;
-  const std::int64_t gate_up_bytes = xsmm ? packed_linear::xsmm_bytes_for(2 * inter, hidden)
-                                          : packed_linear::bytes_for(2 * inter, hidden, type_),
-                     down_bytes = xsmm ? packed_linear::xsmm_bytes_for(hidden, inter)
-                                       : packed_linear::bytes_for(hidden, inter, type_);
+  const bool xsmm = library == expert_library::xsmm, int8 = files.int8_experts();
+  if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
+  auto bytes_for = [&](std::int64_t out, std::int64_t in) {
+    return int8   ? packed_linear::xsmm_int8_bytes_for(out, in)
+           : xsmm ? packed_linear::xsmm_bytes_for(out, in)
+                  : packed_linear::bytes_for(out, in, type_);
+  };
+  const std::int64_t gate_up_bytes = bytes_for(2 * inter, hidden), down_bytes = bytes_for(hidden, inter);
   // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
   const auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
   const std::int64_t per_expert = aligned(gate_up_bytes) + aligned(down_bytes);
@@ -268,11 +274,17 @@ std::int64_t thinker::pack_experts(const release& files, const std::string& pref
     for (std::int64_t e = begin; e < end; ++e) {
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
       auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
+      auto raw = [&](const char* name) { return view_tensor(files.thinker_tensor(x + name)); };
       const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
       const at::Tensor gate_up_slot = slot.narrow(0, 0, gate_up_bytes),
                        down_slot = slot.narrow(0, aligned(gate_up_bytes), down_bytes);
       const auto i = static_cast<std::size_t>(e);
-      if (xsmm) {
+      if (int8) {
+        y.gate_up_packed[i] = packed_linear::for_xsmm_int8({raw("gate_proj.weight"), raw("up_proj.weight")},
+                                                           {raw("gate_proj.weight_scale"), raw("up_proj.weight_scale")},
+                                                           gate_up_slot);
+        y.down_packed[i] = packed_linear::for_xsmm_int8({raw("down_proj.weight")}, {raw("down_proj.weight_scale")}, down_slot);
+      } else if (xsmm) {
         y.gate_up_packed[i] = packed_linear::for_xsmm({w("gate_proj.weight"), w("up_proj.weight")}, gate_up_slot);
         y.down_packed[i] = packed_linear::for_xsmm({w("down_proj.weight")}, down_slot);
       } else {
@@ -331,6 +343,28 @@ std::string ms_text(double ms) {
 
 }  // namespace
 
+void thinker::aten_experts(const release& files, const std::string& prefix, layer& y) const {
+  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+    const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+    if (!files.int8_experts()) {
+      for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
+                                std::pair{&y.down, "down_proj.weight"}}) {
+        list->push_back(weight_tensor(files.thinker_tensor(x + name), type_, device_));
+      }
+      continue;
+    }
+    // int8 weights stay int8 (a view of the mapping on the CPU) and are converted per matmul;
+    // the scales stay fp32, so the output is scaled with one rounding.
+    for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
+                              std::pair{&y.down, "down_proj.weight"}, std::pair{&y.gate_scale, "gate_proj.weight_scale"},
+                              std::pair{&y.up_scale, "up_proj.weight_scale"},
+                              std::pair{&y.down_scale, "down_proj.weight_scale"}}) {
+      const at::Tensor t = view_tensor(files.thinker_tensor(x + name));
+      list->push_back(device_.is_cpu() ? t : t.to(device_));
+    }
+  }
+}
+
 void thinker::blas_experts(const release& files, const std::string& prefix, layer& y) const {
   y.gate_up_packed.resize(static_cast<std::size_t>(config_.num_experts));
   y.down_packed.resize(static_cast<std::size_t>(config_.num_experts));
@@ -344,16 +378,17 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, int>,
-                  std::tuple<expert_library, bool, std::string>>
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int>,
+                  std::tuple<expert_library, bool, bool, std::string>>
       chosen;
+  const bool int8 = int8_experts_;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
-                                   at::get_num_threads(), packed_experts_, static_cast<int>(experts_asked_));
+                                   at::get_num_threads(), packed_experts_, int8, static_cast<int>(experts_asked_));
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
-      std::tie(experts_on_, blas_projections_, matmul_choice_) = it->second;
+      std::tie(experts_on_, packed_experts_, blas_projections_, matmul_choice_) = it->second;
       matmul_choice_ += ", kept from an earlier load in this process";
       return;
     }
@@ -361,11 +396,13 @@ void thinker::choose_matmuls(const release& files) {
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch batch(config_, type_, 1024);
   matmul_choice_ = "fp32 ";
-  if (packed_experts_ && experts_asked_ != expert_library::measured) {
-    matmul_choice_ += std::string("experts on ") + expert_library_name(experts_on_) + " (asked for), ";
+  const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
+  if (experts_asked_ != expert_library::measured && (packed_experts_ || int8)) {
+    matmul_choice_ += experts_on + expert_library_name(experts_on_) + " (asked for), ";
   } else if (packed_experts_) {
     // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
-    // among them afterwards): whole experts per work item.
+    // among them afterwards): whole experts per work item. int8 experts: widened per matmul by
+    // ATen (onto the BLAS) or per block of outputs on libxsmm.
     struct candidate {
       expert_library library;
       const char* name;
@@ -374,14 +411,20 @@ void thinker::choose_matmuls(const release& files) {
     };
     std::vector<candidate> candidates;
     candidates.reserve(3);
-    candidates.push_back({expert_library::blas, "BLAS ", {}});
-    blas_experts(files, p, candidates.back().y);
-    candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
-    if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
+    if (int8) {
+      candidates.push_back({expert_library::blas, "the BLAS, widened per matmul by ATen ", {}});
+      aten_experts(files, p, candidates.back().y);
+      candidates.push_back({expert_library::xsmm, "libxsmm packed, widened per block ", {}});
+    } else {
+      candidates.push_back({expert_library::blas, "BLAS ", {}});
+      blas_experts(files, p, candidates.back().y);
+      candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
+      if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
+    }
     std::string dropped;
     for (auto c = candidates.begin(); c != candidates.end();) {
       try {
-        if (c->library != expert_library::blas) c->bytes = pack_experts(files, p, c->y, c->library);
+        if (c->y.gate_up_packed.empty() && c->y.gate.empty()) c->bytes = pack_experts(files, p, c->y, c->library);
         ++c;
       } catch (const std::runtime_error& e) {  // libxsmm made no kernel for this shape: not a candidate
         dropped += std::string(", ") + c->name + "not run: " + e.what();
@@ -390,15 +433,18 @@ void thinker::choose_matmuls(const release& files) {
     }
     std::vector<std::function<void()>> runs;
     for (const auto& c : candidates) {
-      runs.emplace_back([&batch, &y = c.y] {
-        (void)experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0);
+      runs.emplace_back([this, &batch, &y = c.y] {
+        (void)(y.gate.empty() ? experts_cpu(batch.b, batch.experts, batch.weights, y.gate_up_packed, y.down_packed, 0)
+                              : experts_aten(y, batch.b, batch.experts, batch.weights));
       });
     }
     const std::vector<double> ms = best_ms_in_turn(3, runs);
     const auto pick = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
     candidate& winner = candidates[pick];
     experts_on_ = winner.library;
-    if (experts_on_ != expert_library::blas) {  // layer 0 stays packed: the loop does not pack it again
+    if (int8 && experts_on_ == expert_library::blas) {
+      packed_experts_ = false;  // ATen's path: the layer loop keeps the int8 weights as they are
+    } else if (experts_on_ != expert_library::blas) {  // layer 0 stays packed: the loop does not pack it again
       layer& kept = layers_.front();
       kept.gate_up_packed = std::move(winner.y.gate_up_packed);
       kept.down_packed = std::move(winner.y.down_packed);
@@ -406,8 +452,7 @@ void thinker::choose_matmuls(const release& files) {
       // The BLAS's timing read the mapped weights again after packing had handed them back.
       for (std::int64_t e = 0; e < config_.num_experts; ++e) release_expert_pages(files, p, e);
     }
-    matmul_choice_ += std::string("experts on ") + expert_library_name(experts_on_) +
-                      " (layer 0, 1024 tokens, best of 3 in turn: ";
+    matmul_choice_ += experts_on + expert_library_name(experts_on_) + " (layer 0, 1024 tokens, best of 3 in turn: ";
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       matmul_choice_ += std::string(i == 0 ? "" : ", ") + candidates[i].name + ms_text(ms[i]);
     }
@@ -422,7 +467,7 @@ void thinker::choose_matmuls(const release& files) {
   matmul_choice_ += std::string("projections on ") + (blas_projections_ ? "the BLAS" : "oneDNN, packed") +
                     " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " + ms_text(q_onednn) + ")";
   const std::lock_guard lock(chosen_mutex);
-  chosen.emplace(key, std::make_tuple(experts_on_, blas_projections_, matmul_choice_));
+  chosen.emplace(key, std::make_tuple(experts_on_, packed_experts_, blas_projections_, matmul_choice_));
 }
 
 void thinker::calibrate_experts() {
@@ -435,11 +480,11 @@ void thinker::calibrate_experts() {
   // Measured once per process for a shape, dtype and thread count: a model loaded again (a
   // reload, a second engine on the same release) keeps the earlier choice.
   static std::mutex measured_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, int>,
                   std::pair<std::int64_t, std::string>>
       measured;
   const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts, top_k,
-                                   static_cast<int>(type_), at::get_num_threads());
+                                   static_cast<int>(type_), int8_experts_, at::get_num_threads());
   {
     const std::lock_guard lock(measured_mutex);
     if (const auto it = measured.find(key); it != measured.end()) {
@@ -818,15 +863,20 @@ at::Tensor thinker::moe_grouped(const layer& w, const at::Tensor& b) const {
 }
 
 at::Tensor thinker::moe_block(const layer& w, const at::Tensor& b) const {
-  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
-  const auto n_experts = static_cast<std::size_t>(config_.num_experts);
+  const std::int64_t top_k = config_.experts_per_token;
   const at::Tensor router_logits = dense(b, w.router);
   const at::Tensor probs = at::softmax(router_logits, 1, at::kFloat);
   auto [weights, experts] = at::topk(probs, top_k, -1);
   if (config_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(b.scalar_type());
   if (packed_experts_) return experts_cpu(b, experts, weights, w.gate_up_packed, w.down_packed, expert_chunk_rows_);
+  return experts_aten(w, b, experts, weights);
+}
 
+at::Tensor thinker::experts_aten(const layer& w, const at::Tensor& b, const at::Tensor& experts,
+                                 const at::Tensor& weights) const {
+  const std::int64_t n_tokens = b.size(0), top_k = config_.experts_per_token;
+  const auto n_experts = static_cast<std::size_t>(config_.num_experts);
   // Group the (token, slot) pairs by expert: one matmul per active expert over all its tokens.
   const at::Tensor flat = experts.reshape({-1});
   const at::Tensor order = std::get<1>(at::sort(flat, c10::optional<bool>(true), 0, false));

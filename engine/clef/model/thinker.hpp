@@ -86,8 +86,9 @@ class thinker {
     // compute dtype, kept as their transposed views (the [experts, in, out] grouped_mm takes);
     // with int8, the scales [experts, 2 * moe_inter] and [experts, hidden].
     at::Tensor gate_up_all, down_all, gate_up_scale_all, down_scale_all;
-    // The CPU with oneDNN, fp32 or bf16 experts: each expert's gate and up rows as one packed
-    // weight [2 * moe_inter, hidden], and down packed, instead of the lists above.
+    // The CPU with oneDNN, fp32 or bf16 experts (int8 ones in fp32, on libxsmm): each expert's gate
+    // and up rows as one packed weight [2 * moe_inter, hidden], and down packed, instead of the
+    // lists above.
     std::vector<packed_linear> gate_up_packed, down_packed;
     // fp32 on the CPU with oneDNN: q, k, v and o packed (the tensors above then undefined), since
     // OpenBLAS may run fp32 on older kernels than the CPU has (OPENBLAS_CORETYPE).
@@ -103,12 +104,16 @@ class thinker {
   // The experts of a layer packed for the CPU (packed_experts_) for oneDNN or libxsmm, into one
   // arena per layer; returns the arena's bytes.
   std::int64_t pack_experts(const release& files, const std::string& prefix, layer& y, expert_library library) const;
-  // The same experts over the BLAS, as they are in the release (experts_on_ blas).
+  // The same experts over the BLAS, as they are in the release (experts_on_ blas, fp32).
   void blas_experts(const release& files, const std::string& prefix, layer& y) const;
-  // fp32 on the CPU: times layer 0's experts (1,024 tokens; only where they are packed, so not int8
-  // ones, which ATen widens, nor grouped ones, and no library was asked for) packed for oneDNN,
-  // packed for libxsmm and as they are on the BLAS, and its q projection packed for oneDNN and on
-  // the BLAS, and keeps the fastest of each (experts_on_, blas_projections_).
+  // The experts of a layer as weight lists for experts_aten: in the compute dtype, or int8 views
+  // of the mapping with their scales.
+  void aten_experts(const release& files, const std::string& prefix, layer& y) const;
+  // fp32 on the CPU: times layer 0's experts (1,024 tokens; where they are packed, so not grouped
+  // ones, and no library was asked for) packed for oneDNN, packed for libxsmm and as they are on
+  // the BLAS (int8 ones: widened per block on libxsmm, and per matmul by ATen, which then keeps
+  // them unpacked), and its q projection packed for oneDNN and on the BLAS, and keeps the fastest
+  // of each (experts_on_, packed_experts_, blas_projections_).
   // Done before the other layers are packed, so a copy is made only where it pays (layer 0's packed
   // experts stay in layers_ when a packed library wins); kept for the process's later loads of the
   // same shape and thread count.
@@ -144,6 +149,11 @@ class thinker {
                                const std::vector<std::int64_t>& past) const;
   at::Tensor moe(const layer& w, const at::Tensor& b) const;
   at::Tensor moe_block(const layer& w, const at::Tensor& b) const;
+  // The routed experts through ATen, an expert's matmuls at a time over the weight lists (int8
+  // ones widened per matmul): b [N, hidden], experts [N, top_k] int64, weights [N, top_k] in b's
+  // dtype. Where they are not packed (int8 ones in bf16, a GPU, no oneDNN).
+  at::Tensor experts_aten(const layer& w, const at::Tensor& b, const at::Tensor& experts,
+                          const at::Tensor& weights) const;
   // Times layer 0's packed experts on random activations with whole experts per thread and with
   // chunks of 256 and 512 rows, and keeps the fastest (expert_chunk_rows_): the same results,
   // and which wins depends on the cores (a 16-core machine waits on its busiest expert). Kept
@@ -163,6 +173,7 @@ class thinker {
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
   // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
   bool cpu_attention_ = false;    // attention (attention_cpu)
+  bool int8_experts_ = false;     // the release's experts are int8 (with scales)
   bool packed_experts_ = false;   // the experts through experts_cpu (packed_linear)
   expert_library experts_asked_ = expert_library::measured;  // … their library as model_options asks
   expert_library experts_on_ = expert_library::onednn;       // … and the one they run on (choose_matmuls)
