@@ -62,7 +62,6 @@ void release_pages(const tensor_view& v) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-// release_pages for expert e's three mapped weights in the layer at `prefix`.
 // Whether the CPU's experts go through experts_cpu (packed_linear): fp32 and bf16 ones with oneDNN,
 // and int8 ones computed in fp32, on libxsmm's kernels (ATen widens them per matmul otherwise, and
 // where the BLAS is asked for).
@@ -72,6 +71,7 @@ bool packs_experts(bool int8, at::ScalarType type, bool cpu_attention, bool grou
   return type == at::kFloat && asked != expert_library::blas && packed_linear::xsmm_available();
 }
 
+// release_pages for expert e's three mapped weights in the layer at `prefix`.
 void release_expert_pages(const release& files, const std::string& prefix, std::int64_t e) {
   const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
   for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
@@ -155,16 +155,15 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
   if (experts != expert_library::measured) {
     std::string why;
-    const bool int8 = int8_experts_;
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
-    const bool int8_on_blas = int8 && experts == expert_library::blas && cpu_attention_ && !grouped_ &&
+    const bool int8_on_blas = int8_experts_ && experts == expert_library::blas && cpu_attention_ && !grouped_ &&
                               type_ == at::kFloat && packed_linear::blas_available();
     if (!packed_experts_) {
       if (!int8_on_blas) {
         why = "this model's experts are not packed on the CPU (int8 experts in bf16 or without libxsmm, the grouped "
               "path, a GPU or no oneDNN)";
       }
-    } else if (int8 && experts == expert_library::onednn) {
+    } else if (int8_experts_ && experts == expert_library::onednn) {
       why = "it packs fp32 and bf16 weights, not int8 ones";
     } else if (experts != expert_library::onednn && type_ != at::kFloat) {
       why = "it multiplies fp32 only";
@@ -178,6 +177,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                                   " were asked for, but " + why);
     }
     experts_on_ = experts;
+  } else if (int8_experts_ && packed_experts_) {
+    experts_on_ = expert_library::xsmm;  // the one library that packs them (choose_matmuls may keep ATen's path)
   }
   // fp32 on a CPU with oneDNN: the experts (fp32 ones; int8 ones, libxsmm's per-block widening
   // against ATen's per matmul; not the grouped path's stacks; unless a library was asked for) and
@@ -255,7 +256,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
 std::int64_t thinker::pack_experts(const release& files, const std::string& prefix, layer& y,
                                   expert_library library) const {
   const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  const bool xsmm = library == expert_library::xsmm, int8 = files.int8_experts();
+  const bool xsmm = library == expert_library::xsmm, int8 = int8_experts_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
   auto bytes_for = [&](std::int64_t out, std::int64_t in) {
     return int8   ? packed_linear::xsmm_int8_bytes_for(out, in)
@@ -346,7 +347,7 @@ std::string ms_text(double ms) {
 void thinker::aten_experts(const release& files, const std::string& prefix, layer& y) const {
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-    if (!files.int8_experts()) {
+    if (!int8_experts_) {
       for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
                                 std::pair{&y.down, "down_proj.weight"}}) {
         list->push_back(weight_tensor(files.thinker_tensor(x + name), type_, device_));
