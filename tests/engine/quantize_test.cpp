@@ -363,6 +363,59 @@ TEST_F(quantize_int8_test, int8_experts_on_each_library_trace_alike_and_the_othe
   EXPECT_NE(bf16.find("int8 experts in bf16"), std::string::npos) << bf16;
 }
 
+// Where the experts' packed copy would not fit in four fifths of the memory the load plans with,
+// they stay mapped, and the choice says why: an int8 release's through ATen (the hidden states of
+// asking for the BLAS; each load times its projections' library itself, so not bit for bit), an
+// fp32 one's over the BLAS. Only the projections may be packed.
+TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not_fit) {
+  if (!detail::onednn_built() || !detail::packed_linear::blas_available()) {
+    GTEST_SKIP() << "no oneDNN build or no cblas_sgemm: nothing is packed";
+  }
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 1, 2, 3, 4};
+  auto load = [](const fs::path& dir, std::int64_t memory, expert_library library) {
+    model_options options;
+    options.head = false;
+    options.threads = 2;
+    options.dtype = compute_dtype::f32;
+    options.load_memory_bytes = memory;
+    options.experts = library;
+    return model::load(dir, options);
+  };
+  auto final_hidden = [&](model& m) {
+    std::vector<float> out;
+    m.trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
+      if (stage == "final_hidden") out.assign(v.begin(), v.end());
+    });
+    return out;
+  };
+  const auto cramped = load(int8_dir(), 4096, expert_library::measured);
+  const std::string choice = cramped->matmul_choice();
+  EXPECT_NE(choice.find("int8 experts on the BLAS (a packed copy ("), std::string::npos) << choice;
+  EXPECT_NE(choice.find("would not fit in four fifths of the 1 MiB available"), std::string::npos) << choice;
+  const text_config& c = cramped->files().text();
+  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
+  using detail::packed_linear;
+  const std::int64_t projections = c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) +
+                                                   2 * packed_linear::bytes_for(kv, h, at::kFloat) +
+                                                   packed_linear::bytes_for(h, q, at::kFloat));
+  EXPECT_LE(cramped->packed_bytes(), projections) << choice;
+  const std::vector<float> got = final_hidden(*cramped);
+  ASSERT_FALSE(got.empty());
+  const std::vector<float> asked = final_hidden(*load(int8_dir(), 0, expert_library::blas));
+  ASSERT_EQ(got.size(), asked.size());
+  double worst = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(static_cast<double>(got[k]) - asked[k]));
+  EXPECT_LT(worst, 1e-5);
+  // Room enough: packed as usual where libxsmm wins (its copy's bytes are counted).
+  const auto roomy = load(int8_dir(), 1ll << 40, expert_library::measured);
+  EXPECT_EQ(roomy->matmul_choice().find("would not fit"), std::string::npos) << roomy->matmul_choice();
+  // An fp32 release: over the BLAS, no copy.
+  const auto fp32 = load(tiny_release(), 4096, expert_library::measured);
+  EXPECT_NE(fp32->matmul_choice().find("fp32 experts on the BLAS (a packed copy ("), std::string::npos)
+      << fp32->matmul_choice();
+  EXPECT_LE(fp32->packed_bytes(), projections) << fp32->matmul_choice();
+}
+
 // The grouped expert path (a CUDA model's) with int8 experts: widened per layer, each row scaled
 // by its own expert's scales; on the CPU with a matmul per expert in place of at::_grouped_mm.
 TEST_F(quantize_int8_test, int8_grouped_experts_trace_as_the_per_expert_loop) {

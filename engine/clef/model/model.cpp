@@ -101,11 +101,12 @@ std::int64_t f32_copy_bytes(const release& files, bool int8_experts) {
 // 4 MiB on the CPU (blocks that stay in cache and come from the allocator's free lists; 64 MiB
 // blocks were mapped afresh and page-faulted for every chunk) and 1 GiB on a GPU.
 model_options resolved(model_options options, const release& files, const at::Device& device) {
+  if (options.load_memory_bytes <= 0 && device.is_cpu()) options.load_memory_bytes = available_memory();
   if (!options.dtype) {
     const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
     const bool file_bf16 = v.type == dtype::bf16;
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
-    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts()), available_memory(),
+    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts()), options.load_memory_bytes,
                                        files.int8_experts() ? 0 : f32_copy_bytes(files, true));
     options.dtype = choice.dtype;
     options.dtype_reason = std::move(choice.reason);
@@ -149,7 +150,7 @@ class model_impl final : public model {
         device_(prepared_device(options)),
         options_(resolved(options, files_, device_)),
         thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes,
-                 options_.grouped_experts, options_.experts) {
+                 options_.grouped_experts, options_.experts, options_.load_memory_bytes) {
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }

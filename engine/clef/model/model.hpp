@@ -76,6 +76,12 @@ struct model_options {
   // the CPU lacks, one without kernels for the dtype, or experts that are not packed (int8 ones in
   // bf16, the grouped path, a GPU) make the load fail, saying which.
   expert_library experts = expert_library::measured;
+  // Free memory the load plans with: an f32 copy of a bf16 release (choose_dtype) and the CPU
+  // experts' packed copy are made only where they fit in four fifths of it (the packed copy
+  // replaces mapped pages the kernel could evict with memory it cannot; without it the experts
+  // stay mapped, over the BLAS in fp32, through ATen otherwise). 0: MemAvailable at load; set by
+  // the tests.
+  std::int64_t load_memory_bytes = 0;
   prefix_cache_options prefix_cache;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.
   std::string dtype_reason;
@@ -85,7 +91,8 @@ struct model_options {
 // release; `native_bf16`: the device multiplies bf16 natively (always on a GPU); `f32_copy_bytes`:
 // what converting the thinker's bf16 weights to f32 would cost; `available_bytes`: free memory;
 // `int8_f32_copy_bytes`: the same for an int8 copy of the release (`baton quantize --int8`, whose
-// experts are widened per matmul and never copied), 0 when the release is one already. Where bf16
+// experts stay int8: mapped, or packed at a byte a weight where that copy fits, checked apart by
+// the thinker), 0 when the release is one already. Where bf16
 // would be emulated for want of memory and that copy would fit, the reason says so.
 struct dtype_choice {
   compute_dtype dtype;

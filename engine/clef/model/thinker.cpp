@@ -125,7 +125,8 @@ at::Tensor grouped_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 }  // namespace
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
-                 std::int64_t score_budget_bytes, bool grouped_experts, expert_library experts)
+                 std::int64_t score_budget_bytes, bool grouped_experts, expert_library experts,
+                 std::int64_t memory_bytes)
     : config_(files.text()),
       type_(type),
       device_(device),
@@ -177,6 +178,22 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                                   " were asked for, but " + why);
     }
     experts_on_ = experts;
+  } else if (packed_experts_ && memory_bytes > 0 && packed_copy_bytes() > memory_bytes / 5 * 4) {
+    // A packed copy replaces mapped pages the kernel could evict with memory it cannot.
+    const auto text = [](std::int64_t bytes) {  // rounded up, in GiB from 1 GiB on
+      const int shift = bytes >= (1ll << 30) ? 30 : 20;
+      return std::to_string((bytes + (1ll << shift) - 1) >> shift) + (shift == 30 ? " GiB" : " MiB");
+    };
+    no_room_ = "a packed copy (" + text(packed_copy_bytes()) + ") would not fit in four fifths of the " +
+               text(memory_bytes) + " available";
+    experts_on_ = expert_library::blas;
+    // In fp32 the BLAS multiplies them as they are; otherwise ATen's path, int8 ones widened per matmul.
+    if (type_ != at::kFloat || int8_experts_ || !packed_linear::blas_available()) packed_experts_ = false;
+    // Said here where choose_matmuls will not say it (bf16, no BLAS); it replaces this otherwise.
+    if (!packed_experts_) {
+      matmul_choice_ = std::string(type_ == at::kFloat ? "fp32" : "bf16") + (int8_experts_ ? " int8" : "") +
+                       " experts through ATen (" + no_room_ + ")";
+    }
   } else if (int8_experts_ && packed_experts_) {
     experts_on_ = expert_library::xsmm;  // the one library that packs them (choose_matmuls may keep ATen's path)
   }
@@ -344,6 +361,17 @@ std::string ms_text(double ms) {
 
 }  // namespace
 
+std::int64_t thinker::packed_copy_bytes() const {
+  const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  auto bytes = [&](std::int64_t out, std::int64_t in) {
+    const std::int64_t b = int8_experts_         ? packed_linear::xsmm_int8_bytes_for(out, in)
+                           : type_ == at::kFloat ? packed_linear::xsmm_bytes_for(out, in)
+                                                 : packed_linear::bytes_for(out, in, type_);
+    return (b + 4095) / 4096 * 4096;  // each weight on its own pages, as pack_experts lays them out
+  };
+  return config_.num_layers * config_.num_experts * (bytes(2 * inter, hidden) + bytes(hidden, inter));
+}
+
 void thinker::aten_experts(const release& files, const std::string& prefix, layer& y) const {
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
@@ -379,13 +407,15 @@ void thinker::blas_experts(const release& files, const std::string& prefix, laye
 
 void thinker::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int>,
-                  std::tuple<expert_library, bool, bool, std::string>>
+  static std::map<
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int, std::string>,
+      std::tuple<expert_library, bool, bool, std::string>>
       chosen;
   const bool int8 = int8_experts_;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
-                                   at::get_num_threads(), packed_experts_, int8, static_cast<int>(experts_asked_));
+                                   at::get_num_threads(), packed_experts_, int8, static_cast<int>(experts_asked_),
+                                   no_room_);
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
@@ -398,8 +428,9 @@ void thinker::choose_matmuls(const release& files) {
   const calibration_batch batch(config_, type_, 1024);
   matmul_choice_ = "fp32 ";
   const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
-  if (experts_asked_ != expert_library::measured && (packed_experts_ || int8)) {
-    matmul_choice_ += experts_on + expert_library_name(experts_on_) + " (asked for), ";
+  if ((experts_asked_ != expert_library::measured || !no_room_.empty()) && (packed_experts_ || int8)) {
+    matmul_choice_ += experts_on + expert_library_name(experts_on_) + " (" +
+                      (no_room_.empty() ? std::string("asked for") : no_room_) + "), ";
   } else if (packed_experts_) {
     // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
     // among them afterwards): whole experts per work item. int8 experts: widened per matmul by

@@ -41,8 +41,11 @@ class thinker {
   // a matmul per expert standing in for it (model_options::grouped_experts). experts: the CPU's
   // packed experts' library, or measured (model_options::experts); std::invalid_argument where
   // the one named cannot run them.
+  // `memory_bytes`: free memory the load plans with (model_options::load_memory_bytes); 0: unknown,
+  // packed experts not limited.
   thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes,
-          bool grouped_experts = false, expert_library experts = expert_library::measured);
+          bool grouped_experts = false, expert_library experts = expert_library::measured,
+          std::int64_t memory_bytes = 0);
 
   // Token embeddings [N, hidden] in the compute dtype for `ids` [N] int64 on the device.
   at::Tensor embed(const at::Tensor& ids) const;
@@ -69,7 +72,8 @@ class thinker {
   // timings; empty when the experts are not packed.
   const std::string& expert_schedule() const noexcept { return expert_schedule_; }
   // Which library runs the CPU's fp32 expert and projection matmuls, as timed at load (choose_matmuls),
-  // with the timings; empty where there was no choice (bf16, no BLAS found, not the CPU).
+  // with the timings, or why the experts were left unpacked for want of memory; empty where there
+  // was no choice (bf16, no BLAS found, not the CPU).
   const std::string& matmul_choice() const noexcept { return matmul_choice_; }
 
   at::ScalarType type() const noexcept { return type_; }
@@ -109,6 +113,9 @@ class thinker {
   // The experts of a layer as weight lists for experts_aten: in the compute dtype, or int8 views
   // of the mapping with their scales.
   void aten_experts(const release& files, const std::string& prefix, layer& y) const;
+  // Bytes of the smallest packed copy of every layer's experts (libxsmm's layout in fp32 and
+  // int8, oneDNN's in bf16), laid out as pack_experts lays them.
+  std::int64_t packed_copy_bytes() const;
   // fp32 on the CPU: times layer 0's experts (1,024 tokens; where they are packed, so not grouped
   // ones, and no library was asked for) packed for oneDNN, packed for libxsmm and as they are on
   // the BLAS (int8 ones: widened per block on libxsmm, and per matmul by ATen, which then keeps
@@ -179,6 +186,7 @@ class thinker {
   expert_library experts_on_ = expert_library::onednn;       // … and the one they run on (choose_matmuls)
   bool blas_projections_ = false; // fp32: q, k, v and o through at::mm, not packed (choose_matmuls)
   std::string matmul_choice_;
+  std::string no_room_;  // why the experts were left unpacked for want of memory (empty: they were not)
   std::int64_t packed_bytes_ = 0;
   std::int64_t expert_chunk_rows_ = 0;  // experts_cpu's work items: 0 whole experts, else rows
   std::string expert_schedule_;
