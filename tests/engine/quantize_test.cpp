@@ -305,9 +305,7 @@ TEST_F(quantize_int8_test, in_fp32_the_experts_and_projections_libraries_are_cho
                                (aligned(packed_linear::xsmm_int8_bytes_for(2 * i, h)) +
                                 aligned(packed_linear::xsmm_int8_bytes_for(h, i)));
   const bool on_xsmm = choice.find("int8 experts on libxsmm") != std::string::npos;
-  EXPECT_EQ(m->packed_bytes() >= experts, on_xsmm) << choice;
-  EXPECT_LE(m->packed_bytes(), experts + projections) << choice;
-  EXPECT_EQ(m->packed_bytes() > (on_xsmm ? experts : 0), projections_packed) << choice;
+  EXPECT_EQ(m->packed_bytes(), (on_xsmm ? experts : 0) + (projections_packed ? projections : 0)) << choice;
   // An fp32 release of the same shape makes its own choice, among its own candidates.
   const std::string full = model::load(tiny_release(), options)->matmul_choice();
   EXPECT_NE(full.find("fp32 experts on "), std::string::npos) << full;
@@ -390,8 +388,6 @@ TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not
   };
   const auto cramped = load(int8_dir(), 4096, expert_library::measured);
   const std::string choice = cramped->matmul_choice();
-  EXPECT_NE(choice.find("int8 experts on the BLAS (a packed copy ("), std::string::npos) << choice;
-  EXPECT_NE(choice.find("would not fit in four fifths of the 1 MiB available"), std::string::npos) << choice;
   const text_config& c = cramped->files().text();
   const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
   using detail::packed_linear;
@@ -399,21 +395,29 @@ TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not
                                                    2 * packed_linear::bytes_for(kv, h, at::kFloat) +
                                                    packed_linear::bytes_for(h, q, at::kFloat));
   EXPECT_LE(cramped->packed_bytes(), projections) << choice;
+  // An fp32 release: over the BLAS, no copy.
+  const auto fp32 = load(tiny_release(), 4096, expert_library::measured);
+  EXPECT_NE(fp32->matmul_choice().find("fp32 experts on the BLAS (a packed copy ("), std::string::npos)
+      << fp32->matmul_choice();
+  EXPECT_NE(fp32->matmul_choice().find("would not fit in the 1 MiB the load leaves it"), std::string::npos)
+      << fp32->matmul_choice();
+  EXPECT_LE(fp32->packed_bytes(), projections) << fp32->matmul_choice();
+  if (!packed_linear::xsmm_available()) {  // int8 experts are never packed without libxsmm
+    EXPECT_EQ(choice.find("would not fit"), std::string::npos) << choice;
+    return;
+  }
+  EXPECT_NE(choice.find("int8 experts on the BLAS (a packed copy ("), std::string::npos) << choice;
+  EXPECT_NE(choice.find("would not fit in the 1 MiB the load leaves it"), std::string::npos) << choice;
   const std::vector<float> got = final_hidden(*cramped);
   ASSERT_FALSE(got.empty());
   const std::vector<float> asked = final_hidden(*load(int8_dir(), 0, expert_library::blas));
   ASSERT_EQ(got.size(), asked.size());
   double worst = 0;
   for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(static_cast<double>(got[k]) - asked[k]));
-  EXPECT_LT(worst, 1e-5);
-  // Room enough: packed as usual where libxsmm wins (its copy's bytes are counted).
+  EXPECT_LT(worst, 1e-4);
+  // Room enough: packed as usual where libxsmm wins.
   const auto roomy = load(int8_dir(), 1ll << 40, expert_library::measured);
   EXPECT_EQ(roomy->matmul_choice().find("would not fit"), std::string::npos) << roomy->matmul_choice();
-  // An fp32 release: over the BLAS, no copy.
-  const auto fp32 = load(tiny_release(), 4096, expert_library::measured);
-  EXPECT_NE(fp32->matmul_choice().find("fp32 experts on the BLAS (a packed copy ("), std::string::npos)
-      << fp32->matmul_choice();
-  EXPECT_LE(fp32->packed_bytes(), projections) << fp32->matmul_choice();
 }
 
 // The grouped expert path (a CUDA model's) with int8 experts: widened per layer, each row scaled

@@ -5,6 +5,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <limits>
@@ -115,6 +116,16 @@ model_options resolved(model_options options, const release& files, const at::De
   return options;
 }
 
+// The most the CPU experts' packed copy may take: four fifths of the memory the load plans with,
+// less the other weights it converts to f32 (a bf16 release computed in f32); 0 where that memory
+// is unknown (not limited).
+std::int64_t packing_budget(const model_options& options, const release& files) {
+  if (options.load_memory_bytes <= 0) return 0;
+  const bool converted = options.dtype == compute_dtype::f32 &&
+                         files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight").type == dtype::bf16;
+  return std::max<std::int64_t>(1, options.load_memory_bytes / 5 * 4 - (converted ? f32_copy_bytes(files, true) : 0));
+}
+
 // Keeps the activations' memory in the process between forwards. glibc hands blocks above its
 // mmap threshold (32 MiB at most), and freed memory above its trim threshold (per thread arena
 // too), back to the kernel, and every forward then page-faults them in afresh: 127,000 faults
@@ -150,7 +161,7 @@ class model_impl final : public model {
         device_(prepared_device(options)),
         options_(resolved(options, files_, device_)),
         thinker_(files_, detail::scalar_type(*options_.dtype), device_, options_.score_budget_bytes,
-                 options_.grouped_experts, options_.experts, options_.load_memory_bytes) {
+                 options_.grouped_experts, options_.experts, packing_budget(options_, files_)) {
     if (options.head) {
       head_.emplace(files_, detail::scalar_type(options_.head_dtype), device_, options_.score_budget_bytes);
     }

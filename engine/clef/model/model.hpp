@@ -47,7 +47,7 @@ struct prefix_cache_counters {
 // Which library multiplies the CPU's packed experts (fp32, and bf16 with oneDNN; int8 ones computed
 // in fp32: libxsmm or the BLAS).
 enum class expert_library {
-  measured,  // fp32: the fastest on layer 0, timed at load; bf16: oneDNN
+  measured,  // fp32: the fastest on layer 0, timed at load (where the process has the BLAS); bf16: oneDNN
   onednn,    // oneDNN's matmul on weights packed at load into its blocked layout (fp32, bf16)
   xsmm,      // libxsmm's kernels on weights packed at load in blocks of 32 outputs (fp32; int8
              // ones widened a block at a time)
@@ -72,15 +72,16 @@ struct model_options {
   // and count that path on the CPU. A CUDA bf16 model takes it anyway where at::_grouped_mm
   // runs (libtorch >= 2.8, a GPU it supports: probed at load).
   bool grouped_experts = false;
-  // A library named instead of the one timed at load, for the tests and the bench. One the build or
-  // the CPU lacks, one without kernels for the dtype, or experts that are not packed (int8 ones in
-  // bf16, the grouped path, a GPU) make the load fail, saying which.
+  // A library named instead of the one timed at load, for the tests and the bench (the memory check
+  // below is then skipped). One the build or the CPU lacks, one without kernels for the dtype or
+  // for int8 weights (oneDNN), or experts that are not packed (int8 ones in bf16, the grouped path,
+  // a GPU) make the load fail, saying which; the BLAS for int8 experts in fp32 is ATen's widening.
   expert_library experts = expert_library::measured;
   // Free memory the load plans with: an f32 copy of a bf16 release (choose_dtype) and the CPU
-  // experts' packed copy are made only where they fit in four fifths of it (the packed copy
-  // replaces mapped pages the kernel could evict with memory it cannot; without it the experts
-  // stay mapped, over the BLAS in fp32, through ATen otherwise). 0: MemAvailable at load; set by
-  // the tests.
+  // experts' packed copy, with the other weights converted to f32, are made only where they fit in
+  // four fifths of it (the packed copy replaces mapped pages the kernel could evict with memory it
+  // cannot; without it the experts are multiplied as they are, over the BLAS in fp32, through ATen
+  // otherwise). 0: MemAvailable at load; set by the tests.
   std::int64_t load_memory_bytes = 0;
   prefix_cache_options prefix_cache;
   // Set at load when `dtype` was not given: why the model runs the dtype it does.

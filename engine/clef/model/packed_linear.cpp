@@ -307,6 +307,7 @@ std::int64_t xsmm_scale_offset(std::int64_t out, std::int64_t in) {
   return packed_linear::xsmm_int8_bytes_for(out, in) - out * static_cast<std::int64_t>(sizeof(float));
 }
 
+#if BATON_XSMM
 // y's `width` columns of `rows` rows (`ld` apart) times their scales, as ATen's mul_ rounds.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_columns(float* y, std::int64_t ld,
                                                                                 std::int64_t rows, std::int64_t width,
@@ -315,6 +316,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_columns(
     for (std::int64_t j = 0; j < width; ++j) y[r * ld + j] *= scale[j];
   }
 }
+#endif
 
 }  // namespace
 
@@ -357,6 +359,9 @@ packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>& parts,
   p.impl_->kernels = &kernels_for(in, out, xsmm_step_k(in));
 #endif
   p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  if (reinterpret_cast<std::uintptr_t>(p.impl_->data.data_ptr()) % 64 != 0) {
+    throw std::invalid_argument("packed matmul: an int8 weight's storage must be 64-byte aligned (its scales follow it)");
+  }
   pack_xsmm_blocks(parts, in, out, p.impl_->data.data_ptr());
   at::from_blob(static_cast<std::byte*>(p.impl_->data.data_ptr()) + xsmm_scale_offset(out, in), {out},
                 at::TensorOptions().dtype(at::kFloat))
@@ -429,21 +434,22 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
     const auto* b = static_cast<const float*>(x);
     auto* c = static_cast<float*>(y);
     if (impl_->shape.type == dnnl_s8) {
-      // A block of outputs at a time, widened once into the thread's buffer for all the rows.
+      // Per call of at most 256 rows (which stay in cache), a block of outputs at a time: widened
+      // into the thread's buffer, multiplied, its columns scaled.
       const auto* q = static_cast<const std::int8_t*>(impl_->data.data_ptr());
       const auto* scale = reinterpret_cast<const float*>(static_cast<const std::byte*>(impl_->data.data_ptr()) +
                                                          xsmm_scale_offset(out, in));
       thread_local std::vector<float> widened;
       if (widened.size() < static_cast<std::size_t>(xsmm_block * in)) widened.resize(static_cast<std::size_t>(xsmm_block * in));
-      for (std::int64_t first = 0; first < out; first += xsmm_block) {
-        const std::int64_t width = std::min(xsmm_block, out - first);
-        widen_int8_to_f32(q + first * in, widened.data(), width * in);
-        const auto& kernel = width == xsmm_block ? kernels->whole : kernels->rest;
-        for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
-          const auto i = static_cast<std::size_t>(std::min(xsmm_rows, rows - done) - 1);
-          kernel[i](widened.data(), b + done * in, c + done * out + first, &kernels->steps);
+      for (std::int64_t done = 0; done < rows; done += xsmm_rows) {
+        const std::int64_t n = std::min(xsmm_rows, rows - done);
+        for (std::int64_t first = 0; first < out; first += xsmm_block) {
+          const std::int64_t width = std::min(xsmm_block, out - first);
+          widen_int8_to_f32(q + first * in, widened.data(), width * in);
+          const auto& kernel = width == xsmm_block ? kernels->whole : kernels->rest;
+          kernel[static_cast<std::size_t>(n - 1)](widened.data(), b + done * in, c + done * out + first, &kernels->steps);
+          scale_columns(c + done * out + first, out, n, width, scale + first);
         }
-        scale_columns(c + first, out, rows, width, scale + first);
       }
       return;
     }

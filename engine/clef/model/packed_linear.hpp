@@ -46,9 +46,9 @@ class packed_linear {
   // int8 weights [out_i, in] with their fp32 scales [out_i] (one per output), packed side by side
   // in for_xsmm's layout at a byte a weight. multiply() widens one block of outputs at a time into
   // a buffer of the thread (exact: |q| <= 127) and runs the fp32 kernels on it, then scales the
-  // block's outputs: x · widened weightᵀ, times the scale, rounded as ATen's int8 path rounds it.
-  // Every row reads the block while it is in cache, and the weights stream at a quarter of fp32's
-  // bytes.
+  // block's outputs with one rounding, as ATen's mul_ does: for_xsmm's products on the widened
+  // weights, times the scales. Every row of a call reads the block while it is in cache, and the
+  // weights stream at a quarter of fp32's bytes. `storage` must be 64-byte aligned.
   static packed_linear for_xsmm_int8(const std::vector<at::Tensor>& parts, const std::vector<at::Tensor>& scales,
                                      at::Tensor storage = {});
 

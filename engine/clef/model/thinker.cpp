@@ -63,12 +63,14 @@ void release_pages(const tensor_view& v) {
 }
 
 // Whether the CPU's experts go through experts_cpu (packed_linear): fp32 and bf16 ones with oneDNN,
-// and int8 ones computed in fp32, on libxsmm's kernels (ATen widens them per matmul otherwise, and
-// where the BLAS is asked for).
+// and int8 ones computed in fp32, on libxsmm's kernels, where choose_matmuls times them against
+// ATen's path (it runs where the process has the BLAS). ATen widens int8 ones per matmul otherwise,
+// and where the BLAS is asked for.
 bool packs_experts(bool int8, at::ScalarType type, bool cpu_attention, bool grouped, expert_library asked) {
   if (!cpu_attention || grouped) return false;
   if (!int8) return true;
-  return type == at::kFloat && asked != expert_library::blas && packed_linear::xsmm_available();
+  return type == at::kFloat && asked != expert_library::blas && packed_linear::xsmm_available() &&
+         packed_linear::blas_available();
 }
 
 // release_pages for expert e's three mapped weights in the layer at `prefix`.
@@ -126,7 +128,7 @@ at::Tensor grouped_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 
 thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                  std::int64_t score_budget_bytes, bool grouped_experts, expert_library experts,
-                 std::int64_t memory_bytes)
+                 std::int64_t packing_budget_bytes)
     : config_(files.text()),
       type_(type),
       device_(device),
@@ -159,13 +161,13 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
     const bool int8_on_blas = int8_experts_ && experts == expert_library::blas && cpu_attention_ && !grouped_ &&
                               type_ == at::kFloat && packed_linear::blas_available();
-    if (!packed_experts_) {
+    if (int8_experts_ && experts == expert_library::onednn) {
+      why = "it packs fp32 and bf16 weights, not int8 ones";
+    } else if (!packed_experts_) {
       if (!int8_on_blas) {
         why = "this model's experts are not packed on the CPU (int8 experts in bf16 or without libxsmm, the grouped "
               "path, a GPU or no oneDNN)";
       }
-    } else if (int8_experts_ && experts == expert_library::onednn) {
-      why = "it packs fp32 and bf16 weights, not int8 ones";
     } else if (experts != expert_library::onednn && type_ != at::kFloat) {
       why = "it multiplies fp32 only";
     } else if (experts == expert_library::blas && !packed_linear::blas_available()) {
@@ -178,14 +180,15 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                                   " were asked for, but " + why);
     }
     experts_on_ = experts;
-  } else if (packed_experts_ && memory_bytes > 0 && packed_copy_bytes() > memory_bytes / 5 * 4) {
+  } else if (const std::int64_t copy = packed_experts_ ? packed_copy_bytes() : 0;
+             packing_budget_bytes > 0 && copy > packing_budget_bytes) {
     // A packed copy replaces mapped pages the kernel could evict with memory it cannot.
     const auto text = [](std::int64_t bytes) {  // rounded up, in GiB from 1 GiB on
       const int shift = bytes >= (1ll << 30) ? 30 : 20;
       return std::to_string((bytes + (1ll << shift) - 1) >> shift) + (shift == 30 ? " GiB" : " MiB");
     };
-    no_room_ = "a packed copy (" + text(packed_copy_bytes()) + ") would not fit in four fifths of the " +
-               text(memory_bytes) + " available";
+    no_room_ = "a packed copy (" + text(copy) + ") would not fit in the " + text(packing_budget_bytes) +
+               " the load leaves it";
     experts_on_ = expert_library::blas;
     // In fp32 the BLAS multiplies them as they are; otherwise ATen's path, int8 ones widened per matmul.
     if (type_ != at::kFloat || int8_experts_ || !packed_linear::blas_available()) packed_experts_ = false;
@@ -194,8 +197,6 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       matmul_choice_ = std::string(type_ == at::kFloat ? "fp32" : "bf16") + (int8_experts_ ? " int8" : "") +
                        " experts through ATen (" + no_room_ + ")";
     }
-  } else if (int8_experts_ && packed_experts_) {
-    experts_on_ = expert_library::xsmm;  // the one library that packs them (choose_matmuls may keep ATen's path)
   }
   // fp32 on a CPU with oneDNN: the experts (fp32 ones; int8 ones, libxsmm's per-block widening
   // against ATen's per matmul; not the grouped path's stacks; unless a library was asked for) and

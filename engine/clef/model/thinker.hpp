@@ -41,11 +41,11 @@ class thinker {
   // a matmul per expert standing in for it (model_options::grouped_experts). experts: the CPU's
   // packed experts' library, or measured (model_options::experts); std::invalid_argument where
   // the one named cannot run them.
-  // `memory_bytes`: free memory the load plans with (model_options::load_memory_bytes); 0: unknown,
-  // packed experts not limited.
+  // `packing_budget_bytes`: the most the CPU experts' packed copy may take (above it they stay
+  // mapped, unless a library is asked for); 0: not limited.
   thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes,
           bool grouped_experts = false, expert_library experts = expert_library::measured,
-          std::int64_t memory_bytes = 0);
+          std::int64_t packing_budget_bytes = 0);
 
   // Token embeddings [N, hidden] in the compute dtype for `ids` [N] int64 on the device.
   at::Tensor embed(const at::Tensor& ids) const;
