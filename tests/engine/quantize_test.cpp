@@ -60,6 +60,14 @@ std::string load_message(const fs::path& dir) {
   return "loaded";
 }
 
+// Bytes of every layer's q, k, v and o packed for oneDNN in fp32 (where it wins them at load).
+std::int64_t packed_projection_bytes(const text_config& c) {
+  using detail::packed_linear;
+  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
+  return c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) + 2 * packed_linear::bytes_for(kv, h, at::kFloat) +
+                         packed_linear::bytes_for(h, q, at::kFloat));
+}
+
 class quantize_int8_test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -283,11 +291,8 @@ TEST_F(quantize_int8_test, in_fp32_the_experts_and_projections_libraries_are_cho
   EXPECT_NE(choice.find("projections on "), std::string::npos) << choice;
   EXPECT_NE(choice.find("q_proj: BLAS "), std::string::npos) << choice;
   const text_config& c = m->files().text();
-  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
+  const std::int64_t h = c.hidden_size, projections = packed_projection_bytes(c);
   using detail::packed_linear;
-  const std::int64_t projections = c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) +
-                                                   2 * packed_linear::bytes_for(kv, h, at::kFloat) +
-                                                   packed_linear::bytes_for(h, q, at::kFloat));
   const bool projections_packed = choice.find("on oneDNN, packed") != std::string::npos;
   if (!packed_linear::xsmm_available()) {  // ATen's widening is all there is: nothing timed
     EXPECT_EQ(choice.find("experts"), std::string::npos) << choice;
@@ -388,12 +393,7 @@ TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not
   };
   const auto cramped = load(int8_dir(), 4096, expert_library::measured);
   const std::string choice = cramped->matmul_choice();
-  const text_config& c = cramped->files().text();
-  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, h = c.hidden_size;
-  using detail::packed_linear;
-  const std::int64_t projections = c.num_layers * (packed_linear::bytes_for(q, h, at::kFloat) +
-                                                   2 * packed_linear::bytes_for(kv, h, at::kFloat) +
-                                                   packed_linear::bytes_for(h, q, at::kFloat));
+  const std::int64_t projections = packed_projection_bytes(cramped->files().text());
   EXPECT_LE(cramped->packed_bytes(), projections) << choice;
   // An fp32 release: over the BLAS, no copy.
   const auto fp32 = load(tiny_release(), 4096, expert_library::measured);
@@ -402,7 +402,7 @@ TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not
   EXPECT_NE(fp32->matmul_choice().find("would not fit in the 1 MiB the load leaves it"), std::string::npos)
       << fp32->matmul_choice();
   EXPECT_LE(fp32->packed_bytes(), projections) << fp32->matmul_choice();
-  if (!packed_linear::xsmm_available()) {  // int8 experts are never packed without libxsmm
+  if (!detail::packed_linear::xsmm_available()) {  // int8 experts are never packed without libxsmm
     EXPECT_EQ(choice.find("would not fit"), std::string::npos) << choice;
     return;
   }

@@ -320,49 +320,42 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_columns(
 
 }  // namespace
 
-packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
+packed_linear packed_linear::xsmm_packed(const std::vector<at::Tensor>& parts, at::ScalarType type,
+                                         at::Tensor storage) {
   std::int64_t out = 0;
-  const std::int64_t in = xsmm_inputs(parts, at::kFloat, out);
-  const std::int64_t bytes = xsmm_bytes_for(out, in);
+  const std::int64_t in = xsmm_inputs(parts, type, out);
+  const std::int64_t bytes = type == at::kChar ? xsmm_int8_bytes_for(out, in) : xsmm_bytes_for(out, in);
   if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
     throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
   }
   packed_linear p;
   p.impl_ = std::make_unique<impl>();
-  p.impl_->shape = {in, out, dnnl_f32};
+  p.impl_->shape = {in, out, type == at::kChar ? dnnl_s8 : dnnl_f32};
 #if BATON_XSMM
   p.impl_->kernels = &kernels_for(in, out, xsmm_step_k(in));
 #endif
   p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  if (type == at::kChar && reinterpret_cast<std::uintptr_t>(p.impl_->data.data_ptr()) % 64 != 0) {
+    throw std::invalid_argument("packed matmul: an int8 weight's storage must be 64-byte aligned (its scales follow it)");
+  }
   pack_xsmm_blocks(parts, in, out, p.impl_->data.data_ptr());
   return p;
 }
 
+packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>& parts, at::Tensor storage) {
+  return xsmm_packed(parts, at::kFloat, std::move(storage));
+}
+
 packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>& parts, const std::vector<at::Tensor>& scales,
                                            at::Tensor storage) {
-  std::int64_t out = 0;
-  const std::int64_t in = xsmm_inputs(parts, at::kChar, out);
+  packed_linear p = xsmm_packed(parts, at::kChar, std::move(storage));
   if (scales.size() != parts.size()) throw std::invalid_argument("packed matmul: a scale vector per int8 weight");
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (scales[i].scalar_type() != at::kFloat || scales[i].dim() != 1 || scales[i].size(0) != parts[i].size(0)) {
       throw std::invalid_argument("packed matmul: an int8 weight's scales are fp32 [out]");
     }
   }
-  const std::int64_t bytes = xsmm_int8_bytes_for(out, in);
-  if (storage.defined() && storage.nbytes() < static_cast<std::size_t>(bytes)) {
-    throw std::invalid_argument("packed matmul: the storage is smaller than the packed weight");
-  }
-  packed_linear p;
-  p.impl_ = std::make_unique<impl>();
-  p.impl_->shape = {in, out, dnnl_s8};
-#if BATON_XSMM
-  p.impl_->kernels = &kernels_for(in, out, xsmm_step_k(in));
-#endif
-  p.impl_->data = storage.defined() ? storage.narrow(0, 0, bytes) : at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
-  if (reinterpret_cast<std::uintptr_t>(p.impl_->data.data_ptr()) % 64 != 0) {
-    throw std::invalid_argument("packed matmul: an int8 weight's storage must be 64-byte aligned (its scales follow it)");
-  }
-  pack_xsmm_blocks(parts, in, out, p.impl_->data.data_ptr());
+  const std::int64_t in = p.impl_->shape.in, out = p.impl_->shape.out;
   at::from_blob(static_cast<std::byte*>(p.impl_->data.data_ptr()) + xsmm_scale_offset(out, in), {out},
                 at::TensorOptions().dtype(at::kFloat))
       .copy_(at::cat(scales));

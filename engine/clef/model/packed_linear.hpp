@@ -75,6 +75,9 @@ class packed_linear {
   std::int64_t out_features() const noexcept;
 
  private:
+  // for_xsmm and for_xsmm_int8: the parts (fp32 or int8) checked and packed into `storage`.
+  static packed_linear xsmm_packed(const std::vector<at::Tensor>& parts, at::ScalarType type, at::Tensor storage);
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };
