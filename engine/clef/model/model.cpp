@@ -88,6 +88,11 @@ std::int64_t available_memory() {
   return 0;
 }
 
+// Whether the thinker's weights are bf16 in the release (its first projection's dtype).
+bool bf16_release(const release& files) {
+  return files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight").type == dtype::bf16;
+}
+
 // Bytes of the thinker's text weights in f32 when its bf16 matrices are converted (int8 experts
 // stay int8; embeddings and lm_head stay in the file's dtype, converted by the row).
 // `int8_experts`: as if its experts were int8 (an int8 copy of it).
@@ -104,8 +109,7 @@ std::int64_t f32_copy_bytes(const release& files, bool int8_experts) {
 model_options resolved(model_options options, const release& files, const at::Device& device) {
   if (options.load_memory_bytes <= 0 && device.is_cpu()) options.load_memory_bytes = available_memory();
   if (!options.dtype) {
-    const auto& v = files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight");
-    const bool file_bf16 = v.type == dtype::bf16;
+    const bool file_bf16 = bf16_release(files);
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
     dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts()), options.load_memory_bytes,
                                        files.int8_experts() ? 0 : f32_copy_bytes(files, true));
@@ -121,8 +125,7 @@ model_options resolved(model_options options, const release& files, const at::De
 // is unknown (not limited).
 std::int64_t packing_budget(const model_options& options, const release& files) {
   if (options.load_memory_bytes <= 0) return 0;
-  const bool converted = options.dtype == compute_dtype::f32 &&
-                         files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight").type == dtype::bf16;
+  const bool converted = options.dtype == compute_dtype::f32 && bf16_release(files);
   return std::max<std::int64_t>(1, options.load_memory_bytes / 5 * 4 - (converted ? f32_copy_bytes(files, true) : 0));
 }
 

@@ -73,6 +73,9 @@ bool packs_experts(bool int8, at::ScalarType type, bool cpu_attention, bool grou
          packed_linear::blas_available();
 }
 
+// `bytes` rounded up to whole 4 KiB pages: each packed expert weight starts on its own page.
+std::int64_t page_aligned(std::int64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 // release_pages for expert e's three mapped weights in the layer at `prefix`.
 void release_expert_pages(const release& files, const std::string& prefix, std::int64_t e) {
   const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
@@ -273,18 +276,12 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
 
 std::int64_t thinker::pack_experts(const release& files, const std::string& prefix, layer& y,
                                   expert_library library) const {
-  const std::int64_t experts = config_.num_experts, inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  const std::int64_t experts = config_.num_experts;
   const bool xsmm = library == expert_library::xsmm, int8 = int8_experts_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
-  auto bytes_for = [&](std::int64_t out, std::int64_t in) {
-    return int8   ? packed_linear::xsmm_int8_bytes_for(out, in)
-           : xsmm ? packed_linear::xsmm_bytes_for(out, in)
-                  : packed_linear::bytes_for(out, in, type_);
-  };
-  const std::int64_t gate_up_bytes = bytes_for(2 * inter, hidden), down_bytes = bytes_for(hidden, inter);
+  const auto [gate_up_bytes, down_bytes] = packed_expert_bytes(library);
   // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
-  const auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
-  const std::int64_t per_expert = aligned(gate_up_bytes) + aligned(down_bytes);
+  const std::int64_t per_expert = page_aligned(gate_up_bytes) + page_aligned(down_bytes);
   const at::Tensor arena = packed_linear::arena(per_expert * experts);
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
   y.down_packed.resize(static_cast<std::size_t>(experts));
@@ -296,7 +293,7 @@ std::int64_t thinker::pack_experts(const release& files, const std::string& pref
       auto raw = [&](const char* name) { return view_tensor(files.thinker_tensor(x + name)); };
       const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
       const at::Tensor gate_up_slot = slot.narrow(0, 0, gate_up_bytes),
-                       down_slot = slot.narrow(0, aligned(gate_up_bytes), down_bytes);
+                       down_slot = slot.narrow(0, page_aligned(gate_up_bytes), down_bytes);
       const auto i = static_cast<std::size_t>(e);
       if (int8) {
         y.gate_up_packed[i] = packed_linear::for_xsmm_int8({raw("gate_proj.weight"), raw("up_proj.weight")},
@@ -362,15 +359,21 @@ std::string ms_text(double ms) {
 
 }  // namespace
 
-std::int64_t thinker::packed_copy_bytes() const {
+std::pair<std::int64_t, std::int64_t> thinker::packed_expert_bytes(expert_library library) const {
   const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
   auto bytes = [&](std::int64_t out, std::int64_t in) {
-    const std::int64_t b = int8_experts_         ? packed_linear::xsmm_int8_bytes_for(out, in)
-                           : type_ == at::kFloat ? packed_linear::xsmm_bytes_for(out, in)
-                                                 : packed_linear::bytes_for(out, in, type_);
-    return (b + 4095) / 4096 * 4096;  // each weight on its own pages, as pack_experts lays them out
+    return int8_experts_                        ? packed_linear::xsmm_int8_bytes_for(out, in)
+           : library == expert_library::xsmm ? packed_linear::xsmm_bytes_for(out, in)
+                                             : packed_linear::bytes_for(out, in, type_);
   };
-  return config_.num_layers * config_.num_experts * (bytes(2 * inter, hidden) + bytes(hidden, inter));
+  return {bytes(2 * inter, hidden), bytes(hidden, inter)};
+}
+
+std::int64_t thinker::packed_copy_bytes() const {
+  // The smallest copy: libxsmm's layout in fp32 (and int8), oneDNN's in bf16.
+  const auto [gate_up, down] =
+      packed_expert_bytes(type_ == at::kFloat ? expert_library::xsmm : expert_library::onednn);
+  return config_.num_layers * config_.num_experts * (page_aligned(gate_up) + page_aligned(down));
 }
 
 void thinker::aten_experts(const release& files, const std::string& prefix, layer& y) const {

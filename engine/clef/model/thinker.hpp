@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/clef/model/cpu_kernels.hpp"
@@ -113,6 +114,8 @@ class thinker {
   // The experts of a layer as weight lists for experts_aten: in the compute dtype, or int8 views
   // of the mapping with their scales.
   void aten_experts(const release& files, const std::string& prefix, layer& y) const;
+  // Bytes of one expert's packed gate and up, and down, for `library` (int8 ones: libxsmm's).
+  std::pair<std::int64_t, std::int64_t> packed_expert_bytes(expert_library library) const;
   // Bytes of the smallest packed copy of every layer's experts (libxsmm's layout in fp32 and
   // int8, oneDNN's in bf16), laid out as pack_experts lays them.
   std::int64_t packed_copy_bytes() const;
