@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "engine/clef/model/cpu_kernels.hpp"
@@ -188,29 +189,37 @@ TEST(cpu_blas_weights, multiply_like_the_plain_matmul_of_the_parts_stacked) {
   EXPECT_THROW((void)packed_linear::over_blas({gate, at::randn({8, 81})}), std::invalid_argument);
 }
 
-// fp32 weights packed for libxsmm, several side by side as one (a block of 32 outputs across both
-// parts, a narrower last block), inputs in one step (80) or several (512): the products of ATen's
-// matmul of the weights stacked, for every row count; a row's result is the same bit for bit
-// whatever rows share its call; refusals.
+// The two parts' rows in the tests below: a block of 32 outputs across both parts and a narrower
+// last block (40 + 50), or whole blocks in each part and a narrower last one (64 + 40). Whole
+// blocks of a part that starts on a block are packed by oneDNN, the others by ATen.
+const std::vector<std::pair<std::int64_t, std::int64_t>> xsmm_part_rows = {{40, 50}, {64, 40}};
+
+// fp32 weights packed for libxsmm, several side by side as one (xsmm_part_rows), inputs in one
+// step (80) or several (512): the products of ATen's matmul of the weights stacked, for every row
+// count; a row's result is the same bit for bit whatever rows share its call; refusals.
 TEST(cpu_xsmm_weights, multiply_like_the_plain_matmul_of_the_parts_stacked_whatever_the_rows) {
   if (!packed_linear::xsmm_available()) GTEST_SKIP() << "no libxsmm in this build or no kernels for this CPU";
   at::manual_seed(14);
-  for (const std::int64_t in : {80, 512}) {
-    const at::Tensor gate = at::randn({40, in}), up = at::randn({50, in});
-    const packed_linear xsmm = packed_linear::for_xsmm({gate, up});
-    EXPECT_TRUE(xsmm.packed());
-    EXPECT_EQ(xsmm.bytes(), packed_linear::xsmm_bytes_for(90, in));
-    EXPECT_EQ(xsmm.in_features(), in);
-    EXPECT_EQ(xsmm.out_features(), 90);
-    const at::Tensor stacked = at::cat({gate, up});
-    const at::Tensor x = at::randn({600, in});
-    const at::Tensor all = xsmm.parallel(x);
-    ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, 90}));
-    EXPECT_LE((all - at::matmul(x, stacked.t())).abs().max().item<double>(), 1e-4 * std::sqrt(in / 80.0)) << in;
-    for (const std::int64_t rows : {1, 17, 256, 300}) {
-      at::Tensor y = at::empty({rows, 90});
-      xsmm.multiply(x.data_ptr(), y.data_ptr(), rows);
-      EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << in << " inputs, " << rows << " rows";
+  for (const auto& [gate_rows, up_rows] : xsmm_part_rows) {
+    const std::int64_t out = gate_rows + up_rows;
+    for (const std::int64_t in : {80, 512}) {
+      const at::Tensor gate = at::randn({gate_rows, in}), up = at::randn({up_rows, in});
+      const packed_linear xsmm = packed_linear::for_xsmm({gate, up});
+      EXPECT_TRUE(xsmm.packed());
+      EXPECT_EQ(xsmm.bytes(), packed_linear::xsmm_bytes_for(out, in));
+      EXPECT_EQ(xsmm.in_features(), in);
+      EXPECT_EQ(xsmm.out_features(), out);
+      const at::Tensor stacked = at::cat({gate, up});
+      const at::Tensor x = at::randn({600, in});
+      const at::Tensor all = xsmm.parallel(x);
+      ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, out}));
+      EXPECT_LE((all - at::matmul(x, stacked.t())).abs().max().item<double>(), 1e-4 * std::sqrt(in / 80.0))
+          << gate_rows << " + " << up_rows << " outputs, " << in << " inputs";
+      for (const std::int64_t rows : {1, 17, 256, 300}) {
+        at::Tensor y = at::empty({rows, out});
+        xsmm.multiply(x.data_ptr(), y.data_ptr(), rows);
+        EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << out << " outputs, " << in << " inputs, " << rows << " rows";
+      }
     }
   }
   const at::Tensor w = at::randn({32, 64});
@@ -225,35 +234,38 @@ TEST(cpu_xsmm_weights, multiply_like_the_plain_matmul_of_the_parts_stacked_whate
   EXPECT_LE((packed_linear::for_xsmm({wide.t()}).parallel(x) - at::matmul(x, wide)).abs().max().item<double>(), 1e-4);
 }
 
-// int8 weights packed for libxsmm with their scales, two parts side by side (a block across both,
-// a narrower last one), inputs in one step or several: bit for bit the fp32 path on the weights
-// widened, times the scales; within fp32's rounding of ATen's int8 path (the widened weight's
-// matmul, then mul_ by the scales); a row's result the same whatever rows share its call;
-// refusals.
+// int8 weights packed for libxsmm with their scales, two parts side by side (xsmm_part_rows),
+// inputs in one step or several: bit for bit the fp32 path on the weights widened, times the
+// scales; within fp32's rounding of ATen's int8 path (the widened weight's matmul, then mul_ by the
+// scales); a row's result the same whatever rows share its call; refusals.
 TEST(cpu_xsmm_weights, int8_ones_multiply_as_the_widened_weights_then_their_scales) {
   if (!packed_linear::xsmm_available()) GTEST_SKIP() << "no libxsmm in this build or no kernels for this CPU";
   at::manual_seed(15);
   auto int8 = [](std::int64_t out, std::int64_t in) { return at::randint(-127, 128, {out, in}).to(at::kChar); };
-  for (const std::int64_t in : {80, 512}) {
-    const at::Tensor gate = int8(40, in), up = int8(50, in);
-    const at::Tensor gate_scale = at::rand({40}).add(0.5).div(127), up_scale = at::rand({50}).add(0.5).div(127);
-    const packed_linear q = packed_linear::for_xsmm_int8({gate, up}, {gate_scale, up_scale});
-    EXPECT_TRUE(q.packed());
-    EXPECT_EQ(q.bytes(), packed_linear::xsmm_int8_bytes_for(90, in));
-    EXPECT_LT(q.bytes(), packed_linear::xsmm_bytes_for(90, in) / 3);  // a byte a weight, and the scales
-    EXPECT_EQ(q.in_features(), in);
-    EXPECT_EQ(q.out_features(), 90);
-    const at::Tensor widened = at::cat({gate, up}).to(at::kFloat), scale = at::cat({gate_scale, up_scale});
-    const at::Tensor x = at::randn({600, in});
-    const at::Tensor all = q.parallel(x);
-    ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, 90}));
-    EXPECT_TRUE(at::equal(all, packed_linear::for_xsmm({widened}).parallel(x).mul_(scale))) << in;
-    const at::Tensor aten = at::matmul(x, widened.t()).mul_(scale);
-    EXPECT_LE((all - aten).abs().max().item<double>(), 1e-5 * aten.abs().max().item<double>()) << in;
-    for (const std::int64_t rows : {1, 17, 256, 300}) {
-      at::Tensor y = at::empty({rows, 90});
-      q.multiply(x.data_ptr(), y.data_ptr(), rows);
-      EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << in << " inputs, " << rows << " rows";
+  for (const auto& [gate_rows, up_rows] : xsmm_part_rows) {
+    const std::int64_t out = gate_rows + up_rows;
+    for (const std::int64_t in : {80, 512}) {
+      const at::Tensor gate = int8(gate_rows, in), up = int8(up_rows, in);
+      const at::Tensor gate_scale = at::rand({gate_rows}).add(0.5).div(127),
+                       up_scale = at::rand({up_rows}).add(0.5).div(127);
+      const packed_linear q = packed_linear::for_xsmm_int8({gate, up}, {gate_scale, up_scale});
+      EXPECT_TRUE(q.packed());
+      EXPECT_EQ(q.bytes(), packed_linear::xsmm_int8_bytes_for(out, in));
+      EXPECT_LT(q.bytes(), packed_linear::xsmm_bytes_for(out, in) / 3);  // a byte a weight, and the scales
+      EXPECT_EQ(q.in_features(), in);
+      EXPECT_EQ(q.out_features(), out);
+      const at::Tensor widened = at::cat({gate, up}).to(at::kFloat), scale = at::cat({gate_scale, up_scale});
+      const at::Tensor x = at::randn({600, in});
+      const at::Tensor all = q.parallel(x);
+      ASSERT_EQ(all.sizes(), (std::vector<std::int64_t>{600, out}));
+      EXPECT_TRUE(at::equal(all, packed_linear::for_xsmm({widened}).parallel(x).mul_(scale))) << out << ", " << in;
+      const at::Tensor aten = at::matmul(x, widened.t()).mul_(scale);
+      EXPECT_LE((all - aten).abs().max().item<double>(), 1e-5 * aten.abs().max().item<double>()) << out << ", " << in;
+      for (const std::int64_t rows : {1, 17, 256, 300}) {
+        at::Tensor y = at::empty({rows, out});
+        q.multiply(x.data_ptr(), y.data_ptr(), rows);
+        EXPECT_TRUE(at::equal(y, all.narrow(0, 0, rows))) << out << " outputs, " << in << " inputs, " << rows << " rows";
+      }
     }
   }
   const at::Tensor w = int8(32, 64), s = at::ones({32});

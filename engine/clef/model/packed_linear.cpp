@@ -150,6 +150,24 @@ struct memory {
   memory& operator=(const memory&) = delete;
 };
 
+// `from` (at `src`) copied into `to` (at `dst`) by a oneDNN reorder on the calling thread's stream.
+// Its primitives are JIT-compiled per layout pair and kept in oneDNN's primitive cache, so packing
+// many weights of one shape compiles once.
+void reorder(const dnnl_memory_desc_t& from, const void* src, const dnnl_memory_desc_t& to, void* dst) {
+  memory in(from, const_cast<void*>(src)), out(to, dst);
+  dnnl_primitive_desc_t pd = nullptr;
+  check(dnnl_reorder_primitive_desc_create(&pd, &from, cpu_engine(), &to, cpu_engine(), nullptr), "reorder_desc_create");
+  dnnl_primitive_t primitive = nullptr;
+  const dnnl_status_t status = dnnl_primitive_create(&primitive, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check(status, "reorder_create");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, in.m}, {DNNL_ARG_TO, out.m}};
+  const dnnl_status_t run = dnnl_primitive_execute(primitive, thread_stream(), 2, args);
+  dnnl_stream_wait(thread_stream());
+  dnnl_primitive_destroy(primitive);
+  check(run, "reorder");
+}
+
 // cblas_sgemm as OpenBLAS and netlib's CBLAS export it; found at run time in the process's BLAS.
 // With Debian's libtorch that is the very library at::mm uses (libblas.so.3, OpenBLAS); with
 // another libtorch it is the system BLAS that libxsmm is linked with, a candidate timed like the
@@ -285,10 +303,30 @@ std::int64_t xsmm_inputs(const std::vector<at::Tensor>& parts, at::ScalarType ty
 }
 
 // The parts' rows side by side, block by block (a block's rows may lie in two parts), each block
-// written transposed into place at `packed` (elements of the parts' type).
+// written transposed into place at `packed` (elements of the parts' type). Whole blocks of a part
+// that starts on a block go through one oneDNN reorder each: ATen copies a transposed int8 block
+// a byte at a time, ~8x slower, which made loading the int8 experts take seconds a layer
+// (docs/performance.md). The rest, a block across two parts or a narrower last one, through ATen.
 void pack_xsmm_blocks(const std::vector<at::Tensor>& parts, std::int64_t in, std::int64_t out, void* packed) {
   const auto elem = static_cast<std::int64_t>(parts.front().element_size());
-  for (std::int64_t first = 0; first < out; first += xsmm_block) {
+  const dnnl_data_type_t type = parts.front().scalar_type() == at::kChar ? dnnl_s8 : dnnl_f32;
+  std::int64_t first = 0;  // the first row not yet packed
+  for (const auto& w : parts) {
+    const std::int64_t blocks = w.size(0) / xsmm_block;
+    if (blocks > 0 && in > 0) {
+      // [blocks, in, 32]: block b's input i, output j is w[32 b + j, i], read through w's strides.
+      const dnnl_dims_t dims = {blocks, in, xsmm_block};
+      const dnnl_dims_t from_strides = {xsmm_block * w.stride(0), w.stride(1), w.stride(0)},
+                        to_strides = {in * xsmm_block, xsmm_block, 1};
+      dnnl_memory_desc_t from, to;
+      check(dnnl_memory_desc_init_by_strides(&from, 3, dims, type, from_strides), "memory_desc_init");
+      check(dnnl_memory_desc_init_by_strides(&to, 3, dims, type, to_strides), "memory_desc_init");
+      reorder(from, w.data_ptr(), to, static_cast<char*>(packed) + first * in * elem);
+    }
+    first += blocks * xsmm_block;
+    if (w.size(0) % xsmm_block != 0) break;  // the next rows share a block with this part's last ones
+  }
+  for (; first < out; first += xsmm_block) {
     const std::int64_t width = std::min(xsmm_block, out - first);
     std::vector<at::Tensor> rows;
     std::int64_t start = 0;
@@ -398,21 +436,7 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
   dnnl_memory_desc_t from;
   const dnnl_dims_t dims = {w.size(1), w.size(0)}, strides = {w.stride(1), w.stride(0)};
   check(dnnl_memory_desc_init_by_strides(&from, 2, dims, impl_->shape.type, strides), "memory_desc_init");
-  dnnl_primitive_desc_t pd = nullptr;
-  check(dnnl_reorder_primitive_desc_create(&pd, &from, cpu_engine(), &impl_->layout, cpu_engine(), nullptr),
-        "reorder_desc_create");
-  dnnl_primitive_t reorder = nullptr;
-  const dnnl_status_t status = dnnl_primitive_create(&reorder, pd);
-  dnnl_primitive_desc_destroy(pd);
-  check(status, "reorder_create");
-  {
-    memory src(from, w.data_ptr());
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.m}, {DNNL_ARG_TO, impl_->weights->m}};
-    const dnnl_status_t run = dnnl_primitive_execute(reorder, thread_stream(), 2, args);
-    dnnl_stream_wait(thread_stream());
-    dnnl_primitive_destroy(reorder);
-    check(run, "reorder");
-  }
+  reorder(from, w.data_ptr(), impl_->layout, impl_->data.data_ptr());
 }
 
 std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data.defined() ? impl_->data.numel() : 0; }
