@@ -484,11 +484,23 @@ error body_too_large(std::size_t bytes, const request_limits& limits) {
 
 namespace {
 
+// Whether the text's value is an object: its first byte after a UTF-8 byte-order mark and
+// whitespace (both of which the parser skips) is `{`.
+bool opens_object(std::string_view text) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text[first] == '{';
+}
+
 // The body as JSON, or the refusal of a body that is too large or not acceptable JSON.
 std::optional<error> parse_body(std::string_view body, const request_limits& limits, json& doc) {
   if (body.size() > limits.max_body_bytes) return body_too_large(body.size(), limits);
   json_parse_error err;
   if (parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) return std::nullopt;
+  // A value that is not an object (1e999, "\ud800") is refused as that first, as a readable one is.
+  if (err.what != json_parse_error::kind::syntax && !opens_object(body)) {
+    return make_error(400, "INVALID_JSON", "request body must be a JSON object");
+  }
   json loc = json::array({"body"});
   for (const json& p : err.path) loc.push_back(p);
   switch (err.what) {
@@ -543,7 +555,11 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
   request r;
 
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
+    if (it->is_string() && it->get_ref<const std::string&>().empty()) {
+      // Absent means the served model; an empty name is no name.
+      v.issues.push_back(simple_issue(loc_of({"model"}), "string_too_short", "model must not be empty",
+                                      json{{"min_length", 1}}));
+    } else if (it->is_string()) {
       r.model = it->get<std::string>();
     } else {
       v.issues.push_back(simple_issue(loc_of({"model"}), "string_type", "Input should be a valid string"));

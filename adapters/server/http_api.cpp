@@ -230,6 +230,8 @@ http_api::response http_api::make(unsigned version, bool keep_alive, bool head_o
 }
 
 std::optional<error> http_api::host_refusal(const head& h) const {
+  // Two could name two servers, and checks that read one would pass the other (RFC 9112 §3.2).
+  if (h.count(http::field::host) > 1) return make_error(400, "BAD_REQUEST", "the request has more than one Host header");
   const auto it = h.find(http::field::host);
   if (it == h.end()) return std::nullopt;  // browsers always send one: only HTTP/1.0 tools do not
   if (const auto host = host_of(it->value())) {
@@ -252,6 +254,8 @@ std::optional<error> http_api::host_refusal(const head& h) const {
 }
 
 std::optional<error> http_api::origin_refusal(const head& h) const {
+  // A browser sends one (RFC 6454 §7.3); with two, the one checked might not be the one that counts.
+  if (h.count(http::field::origin) > 1) return make_error(400, "BAD_REQUEST", "the request has more than one Origin header");
   const auto it = h.find(http::field::origin);
   if (it == h.end()) return std::nullopt;  // not a browser's request (curl, the SDKs, agents)
   const std::string origin = boost::algorithm::to_lower_copy(std::string(it->value()));

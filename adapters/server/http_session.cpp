@@ -52,6 +52,11 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
 
  private:
   static constexpr std::size_t max_head_bytes = 16 * 1024;
+
+  // Beast's parser refused the bytes (not a peer that went away: that ends a message early).
+  static bool is_parse_error(beast::error_code ec) {
+    return ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::partial_message;
+  }
   static constexpr std::size_t max_linger_bytes = 64u << 20;
 
   void read_head() {
@@ -78,9 +83,7 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     }
     if (ec) {
       // A head Beast cannot parse gets a 400; a peer that went away or stalled gets nothing.
-      if (ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::partial_message) {
-        respond(hub_->api.unreadable(11, http_api::unreadable_reason::malformed), true);
-      }
+      if (is_parse_error(ec)) respond(hub_->api.unreadable(11, http_api::unreadable_reason::malformed), true);
       return;
     }
     const auto& req = parser_->get();
@@ -162,7 +165,11 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
       respond(hub_->api.unreadable(parser_->get().version(), http_api::unreadable_reason::body_too_large), true);
       return;
     }
-    if (ec) return;  // the peer went away or stalled
+    if (ec) {
+      // A body Beast cannot parse (a bad chunk) gets a 400; a peer that went away or stalled gets nothing.
+      if (is_parse_error(ec)) respond(hub_->api.unreadable(parser_->get().version(), http_api::unreadable_reason::malformed), true);
+      return;
+    }
     stream_.expires_never();  // a decision may take its time; the write sets its own limit
     // Guarded: a decision's completions and timers run here, and fail only this request.
     hub_->api.handle(std::move(*ticket_), parser_->release(), guarded_executor(stream_.get_executor(), weak_from_this()),

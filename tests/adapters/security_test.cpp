@@ -170,6 +170,34 @@ TEST_F(security_test, configured_origins_may_call) {
                  403, "ORIGIN_REFUSED");
 }
 
+// A request with two Host or two Origin headers is refused: the checks read one, and something
+// behind the server might read the other. No browser sends either twice.
+TEST_F(security_test, a_second_host_or_origin_header_is_refused) {
+  const unsigned short port = start_with("");
+  const std::string self = "127.0.0.1:" + std::to_string(port);
+  const std::string upgrade =
+      "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+      "Sec-WebSocket-Version: 13\r\n";
+  auto raw = [&](const std::string& target, const std::string& head_lines) {
+    http_client c(port);
+    EXPECT_TRUE(c.write_raw("GET " + target + " HTTP/1.1\r\n" + head_lines + "\r\n"));
+    return c.read_response();
+  };
+  const std::string two_hosts = "Host: " + self + "\r\nHost: attacker.example\r\n";
+  const std::string two_origins =
+      "Host: " + self + "\r\nOrigin: http://" + self + "\r\nOrigin: https://attacker.example\r\n";
+  for (const std::string& target : {"/v1/escalations", "/health"}) {
+    SCOPED_TRACE(target);
+    expect_refusal(raw(target, two_hosts), 400, "BAD_REQUEST");
+    expect_refusal(raw(target, two_origins), 400, "BAD_REQUEST");
+  }
+  expect_refusal(raw("/v1/agent", two_hosts + upgrade), 400, "BAD_REQUEST");
+  expect_refusal(raw("/v1/review", two_origins + upgrade), 400, "BAD_REQUEST");
+  // One of each is this server's own request.
+  EXPECT_EQ(raw("/v1/escalations", "Host: " + self + "\r\nOrigin: http://" + self + "\r\n").status, 200);
+  EXPECT_EQ(raw("/v1/agent", "Host: " + self + "\r\n" + upgrade).status, 101);
+}
+
 // Keys do not replace the checks: a browser may hold a reviewer's key (the inbox stores it).
 TEST_F(security_test, the_checks_apply_with_keys) {
   const unsigned short port = start_with("", keys);

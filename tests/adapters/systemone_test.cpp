@@ -664,6 +664,36 @@ TEST_F(systemone_test, sizes_encodings_and_bad_input) {
   EXPECT_EQ(again.post("/v1/systemone", simple_request).status, 200);
 }
 
+// A chunked body the HTTP parser refuses (a size that is not hex, one that overflows, data
+// without its line end) gets 400 in the one error body, the connection closes, and the server
+// goes on.
+TEST_F(systemone_test, a_body_that_is_not_readable_http_gets_a_400) {
+  const unsigned short port = start({});
+  const std::string head =
+      "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& body : {std::string("zz\r\n{}\r\n0\r\n\r\n"), std::string("ffffffffffffffffff\r\n{}\r\n0\r\n\r\n"),
+                                  std::string("2\r\n{}XX0\r\n\r\n")}) {
+    SCOPED_TRACE(body);
+    test::http_client c(port);
+    ASSERT_TRUE(c.write_raw(head + body));
+    const auto res = c.read_response();
+    EXPECT_EQ(res.status, 400) << res.body;
+    EXPECT_EQ(res.body_json()["code"], "BAD_REQUEST");
+    EXPECT_TRUE(res.body_json().contains("detail"));
+    EXPECT_TRUE(c.closed_by_server());
+  }
+  // A well-formed chunked body is read, and the server still answers.
+  test::http_client c(port);
+  std::ostringstream hex;
+  hex << std::hex << simple_request.size();
+  ASSERT_TRUE(c.write_raw(head + hex.str() + "\r\n" + simple_request + "\r\n0\r\n\r\n"));
+  const auto res = c.read_response();
+  EXPECT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body_json()["answers"]["billing"]["noul"], 0.5);
+  EXPECT_EQ(engine_->calls, 1);
+}
+
 TEST_F(systemone_test, a_large_body_is_refused_on_its_head_and_the_client_still_reads_the_answer) {
   const unsigned short port = start(keys_yaml, ", max_body_bytes: 4096");
   // 16 MiB is far more than the socket buffers hold: the client is still writing when the 413

@@ -123,6 +123,13 @@ std::vector<malformed> cases() {
       {"unterminated_string_saying_surrogate", R"({"state": "surrogate)", 400, "INVALID_JSON", "", ""},
       {"raw_tab_in_string", "{\"state\":\"ill-formed UTF-8\tx\"}", 400, "INVALID_JSON", "", ""},
       {"number_overflow", R"({"state":{"x":1e400},"questions":{"q":{"type":"noul"}}})", 422, "INVALID_REQUEST", R"(["body","state","x"])", "finite_number"},
+      {"number_overflow_after_a_bom", "\xEF\xBB\xBF" R"( {"state":{"x":1e400},"questions":{"q":{"type":"noul"}}})", 422, "INVALID_REQUEST", R"(["body","state","x"])", "finite_number"},
+      // A value that is not an object is refused as such, whatever else is wrong with it.
+      {"top_level_overflow", "1e999", 400, "INVALID_JSON", "", ""},
+      {"top_level_lone_surrogate", R"( "\ud800")", 400, "INVALID_JSON", "", ""},
+      {"array_of_overflows", R"([1e400])", 400, "INVALID_JSON", "", ""},
+      {"top_level_long_integer", std::string(400, '7'), 400, "INVALID_JSON", "", ""},
+      {"empty_model", R"({"model":"","state":"s","questions":{"q":{"type":"noul"}}})", 422, "INVALID_REQUEST", R"(["body","model"])", "string_too_short"},
       {"body_over_limit", R"({"state":")" + std::string(2000, 'a') + R"(","questions":{"q":{"type":"noul"}}})", 413, "REQUEST_TOO_LARGE", "", "", small_body()},
       {"images_not_list", with_media(R"("images":"data:image/png;base64,AAAA")"), 422, "INVALID_REQUEST", R"(["body","images"])", "list_type"},
       {"image_ftp_url", with_media(R"("images":["ftp://example.com/a.png"])"), 422, "INVALID_REQUEST", R"(["body","images",0])", "url_scheme"},
