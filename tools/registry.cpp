@@ -40,11 +40,11 @@ risk_level read_risk(const YAML::Node& v) {
   fail(v, "unknown risk " + ticked(s) + " (low, medium or high)");
 }
 
-void check_integer(const field* f, std::int64_t min, const std::string& what) {
+void check_integer(const field* f, std::int64_t min, std::int64_t max, const std::string& what) {
   if (!f) return;
   const json v = to_json(f->value, what);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < min) {
-    fail(f->value, what + " must be an integer ≥ " + std::to_string(min));
+  if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
+    fail(f->value, what + " must be an integer from " + std::to_string(min) + " to " + std::to_string(max));
   }
 }
 
@@ -68,7 +68,7 @@ json read_executor(const YAML::Node& n, const std::string& tool_what) {
     if (!argv) fail(n, what + " has no argv");
     const json a = to_json(argv->value, what);
     if (!a.is_array() || a.empty() ||
-        !std::all_of(a.begin(), a.end(), [](const json& s) { return s.is_string() && !s.empty(); })) {
+        !std::all_of(a.begin(), a.end(), [](const json& s) { return s.is_string() && !s.get_ref<const std::string&>().empty(); })) {
       fail(argv->value, what + "'s argv must be a non-empty list of non-empty strings");
     }
   } else {
@@ -79,8 +79,10 @@ json read_executor(const YAML::Node& n, const std::string& tool_what) {
       fail(f.key_node, "unknown key " + ticked(f.key) + " in a " + t + " executor");
     }
   }
-  check_integer(find(fields, "timeout_ms"), 1, what + "'s timeout_ms");
-  check_integer(find(fields, "retries"), 0, what + "'s retries");
+  // As baton.yaml bounds them (executors.timeout_ms, engine.retries): a larger timeout overflowed
+  // the deadline's clock arithmetic and the call timed out at once.
+  check_integer(find(fields, "timeout_ms"), 1, std::int64_t(1) << 40, what + "'s timeout_ms");
+  check_integer(find(fields, "retries"), 0, 10, what + "'s retries");
   return to_json(n, what);
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 namespace baton::tools::yaml {
 
@@ -27,15 +28,14 @@ std::vector<field> read_map(const YAML::Node& n, std::string_view what,
                             std::initializer_list<std::string_view> allowed) {
   if (!n.IsMap()) fail(n, std::string(what) + " must be a mapping");
   std::vector<field> out;
+  std::unordered_set<std::string> keys;  // a scan of `out` per key was quadratic in a large map
   for (auto it = n.begin(); it != n.end(); ++it) {
     if (!it->first.IsScalar()) fail(it->first, std::string(what) + ": keys must be strings");
     std::string key = it->first.Scalar();
     if (allowed.size() && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       fail(it->first, "unknown key " + ticked(key) + " in " + std::string(what));
     }
-    for (const field& f : out) {
-      if (f.key == key) fail(it->first, "duplicate key " + ticked(key) + " in " + std::string(what));
-    }
+    if (!keys.insert(key).second) fail(it->first, "duplicate key " + ticked(key) + " in " + std::string(what));
     out.push_back({std::move(key), it->first, it->second});
   }
   return out;
@@ -76,25 +76,37 @@ json scalar_to_json(const YAML::Node& n) {
   return s;
 }
 
-}  // namespace
-
-json to_json(const YAML::Node& n, std::string_view what) {
+// An alias repeats its anchor's node wherever it is used, so a few hundred bytes of aliases of
+// aliases expand to billions of nodes; `left` of them may still be read.
+json to_json(const YAML::Node& n, std::string_view what, std::size_t& left) {
+  if (left == 0) {
+    fail(n, std::string(what) + " expands to more than " + std::to_string(max_json_nodes) +
+                " values (aliases of aliases?)");
+  }
+  --left;
   switch (n.Type()) {
     case YAML::NodeType::Scalar:
       return scalar_to_json(n);
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const YAML::Node& item : n) a.push_back(to_json(item, what));
+      for (const YAML::Node& item : n) a.push_back(to_json(item, what, left));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what);
+      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what, left);
       return o;
     }
     default:
       return nullptr;
   }
+}
+
+}  // namespace
+
+json to_json(const YAML::Node& n, std::string_view what) {
+  std::size_t left = max_json_nodes;
+  return to_json(n, what, left);
 }
 
 result<std::string> read_text(const std::filesystem::path& file, const char* code) {

@@ -62,6 +62,14 @@ bool read_count(const command_args& args, std::string_view flag, std::size_t& ou
   return n.has_value();
 }
 
+bool overwrites_an_input(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs) {
+  for (const auto& input : inputs) {
+    std::error_code ec;
+    if (!input.empty() && std::filesystem::equivalent(output, input, ec) && !ec) return true;
+  }
+  return false;
+}
+
 std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const char* command, std::ostream& err) {
   auto dir = hf_cache::resolve_model_dir(arg, {}, hf_cache::default_root());
   if (!dir) {

@@ -40,6 +40,10 @@ bool read_count(const command_args& args, std::string_view flag, std::size_t& ou
 // Writes "baton COMMAND: what" and a hint to `err`; returns exit_usage (64).
 int usage_error(std::ostream& err, const std::string& what, const char* command);
 
+// Whether writing `output` would overwrite one of `inputs` (the same file, by whatever path);
+// a path that does not exist yet is none of them.
+bool overwrites_an_input(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs);
+
 // A --model argument as every command takes it (a directory, or ORG/NAME[@REV] in the Hugging
 // Face cache) resolved to a directory; nullopt once "baton COMMAND: why" is on `err` (exit 66).
 std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const char* command, std::ostream& err);

@@ -469,6 +469,10 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
 
   std::ofstream dump_file;
   if (!options.dump.empty()) {
+    if (file && *file != "-" && overwrites_an_input(options.dump, {std::filesystem::path(*file)})) {
+      err << "baton decide: --dump " << options.dump << " is the input; name another file\n";
+      return exit_cant_create;
+    }
     dump_file.open(options.dump, std::ios::binary | std::ios::trunc);
     if (!dump_file) {
       err << "baton decide: cannot write " << options.dump << "\n";

@@ -1,12 +1,12 @@
 #include "adapters/cli/serve_cli.hpp"
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
 #include <filesystem>
 #include <ostream>
 
+#include "adapters/cli/cli.hpp"
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/log/decision_log.hpp"
@@ -89,7 +89,7 @@ int serve_main(std::span<const std::string_view> args, std::ostream& out, std::o
   }
 
   // Standard output carries the listening line only; the server's log lines go to standard error.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("baton"));
+  log_to_stderr();
 
   // Every thread started from here on inherits the mask: the signals wait for sigwait below.
   sigset_t signals;

@@ -273,6 +273,18 @@ class sqlite_source final : public log_source {
     return result<bool>(boost::system::in_place_value, found);
   }
 
+  result<void> check_storage() override {
+    const statement s = prepare("PRAGMA quick_check(1)");
+    if (!s) return failed();
+    const int rc = sqlite3_step(s.get());
+    if (rc != SQLITE_ROW) return failed();
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0));
+    std::string verdict = text ? text : "";
+    if (verdict == "ok") return {};
+    std::replace(verdict.begin(), verdict.end(), '\n', ' ');
+    return make_error(500, "LOG_DAMAGED", "the database file is damaged (SQLite's quick_check: " + verdict + ")");
+  }
+
   bool instance_chains() const override { return false; }
 
  private:
@@ -581,6 +593,11 @@ result<chain_report> log_reader::verify() const {
       {"decisions", "decisions"}, {"tool_runs", "tool runs"}, {"escalations", "escalations"},
       {"resolutions", "resolutions"}, {"deliveries", "deliveries"}, {"reloads", "reloads"}};
   chain_report report;
+  // Every log has its decisions table from the first row on: without it, this is another database.
+  auto decisions = impl_->source->has_table("decisions");
+  if (!decisions) return decisions.error();
+  if (!*decisions) return make_error(422, "NOT_A_LOG", "the database has no decisions table: it is not a decision log");
+  if (auto sound = impl_->source->check_storage(); !sound) return sound.error();
   for (const auto& [table, noun] : tables) {
     // A log written by an older baton lacks the newer tables: they have no rows to check.
     auto exists = impl_->source->has_table(table);

@@ -30,6 +30,9 @@ class log_source {
                                  const std::function<void(std::span<const cell>)>& row) = 0;
   virtual result<bool> has_table(const std::string& table) = 0;
   virtual result<bool> has_column(const std::string& table, const std::string& column) = 0;
+  // Whether the store's own structures are sound: SQLite's quick_check of every page (a damaged
+  // index reads as rows missing, not as an error); PostgreSQL checks its own pages.
+  virtual result<void> check_storage() = 0;
   // Whether each instance has chains of its own (the `instance` column says whose a row is) or
   // a table is one chain.
   virtual bool instance_chains() const = 0;

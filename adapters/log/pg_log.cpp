@@ -266,6 +266,8 @@ class postgres_source final : public log_source {
     return make_error(400, "SQL_FAILED", r.message);
   }
 
+  result<void> check_storage() override { return {}; }  // PostgreSQL checks its own pages
+
   result<bool> has_table(const std::string& table) override {
     const parameter p[] = {table};
     bool found = false;

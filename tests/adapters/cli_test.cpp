@@ -10,6 +10,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "adapters/cli/cli.hpp"
 #include "core/answers.hpp"
 #include "engine/keyword/keyword_engine.hpp"
@@ -292,6 +295,29 @@ void expect_same_encoding(const json& got, const json& want) {
       EXPECT_EQ(got["questions"][q][key], want["questions"][q][key]) << key;
     }
   }
+}
+
+// --dump naming the input file would truncate it before it is read.
+TEST(cli_clef, decide_refuses_to_dump_over_its_input) {
+  const test::scratch_dir scratch("baton-dump-input");
+  const auto input = scratch / "one.json";
+  const std::string request = R"({"state":"s","questions":{"q":{"type":"noul","instructions":"i"}}})";
+  std::ofstream(input, std::ios::binary) << request;
+  const std::string input_arg = input.string(), model_arg = (tiny / "release").string();
+  const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--dump", input_arg, input_arg});
+  EXPECT_EQ(r.code, exit_cant_create) << r.err;
+  EXPECT_NE(r.err.find("--dump " + input_arg + " is the input"), std::string::npos) << r.err;
+  EXPECT_EQ(test::read_file(input), request);
+}
+
+// The executable's log lines (the clef engine's start-up lines among them) go to standard error:
+// standard output is the command's JSON.
+TEST(cli, log_lines_go_to_standard_error) {
+  log_to_stderr();
+  log_to_stderr();  // again: no "logger already exists"
+  const auto sinks = spdlog::default_logger()->sinks();
+  ASSERT_EQ(sinks.size(), 1u);
+  EXPECT_NE(std::dynamic_pointer_cast<spdlog::sinks::stderr_color_sink_mt>(sinks[0]), nullptr);
 }
 
 TEST(cli_clef, decide_dump_matches_the_reference_trace) {

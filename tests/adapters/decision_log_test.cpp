@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <sstream>
@@ -295,6 +296,36 @@ TEST_F(decision_log_test, verify_names_a_changed_middle_row) {
   const auto r = cli({"log", "verify", "--db", db_arg_});
   EXPECT_EQ(r.code, 3);
   EXPECT_NE(r.out.find("bad: decisions seq 3 (id \"d-3\"): row_hash does not match"), std::string::npos) << r.out;
+}
+
+// A database that is not a decision log is not "ok", nor is one whose pages are damaged: an
+// index page overwritten reads as rows missing, which the chains alone might not see.
+TEST_F(decision_log_test, verify_refuses_what_is_not_a_sound_decision_log) {
+  std::filesystem::create_directories(options_.path.parent_path());
+  { std::ofstream empty(options_.path); }
+  auto r = cli({"log", "verify", "--db", db_arg_});
+  EXPECT_NE(r.code, exit_ok) << r.out;
+  EXPECT_NE(r.err.find("not a decision log"), std::string::npos) << r.err;
+  EXPECT_EQ(raw_exec("CREATE TABLE unrelated (x INTEGER)").first, SQLITE_OK);
+  r = cli({"log", "verify", "--db", db_arg_});
+  EXPECT_NE(r.code, exit_ok) << r.out;
+  EXPECT_NE(r.err.find("not a decision log"), std::string::npos) << r.err;
+
+  std::filesystem::remove(options_.path);
+  write_decisions(300);
+  ASSERT_EQ(cli({"log", "verify", "--db", db_arg_}).code, exit_ok);
+  // Overwrite the middle of the file's last page but one (a b-tree page of a table or an index).
+  const auto size = std::filesystem::file_size(options_.path);
+  ASSERT_GT(size, 8u * 4096u);
+  {
+    std::fstream f(options_.path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(size - 4096 - 2048));
+    const std::string garbage(512, '\xA5');
+    f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  r = cli({"log", "verify", "--db", db_arg_});
+  EXPECT_NE(r.code, exit_ok) << r.out;
+  EXPECT_EQ(r.out.find("ok:"), std::string::npos) << r.out;
 }
 
 TEST_F(decision_log_test, verify_names_a_changed_tool_run) {

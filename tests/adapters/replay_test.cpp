@@ -584,6 +584,18 @@ TEST_F(calibrate_test, the_text_report_and_usage) {
   EXPECT_EQ(calibrate({"--target-precision", "0.5", "--fallback-precision", "0.9"}).code, exit_usage);
   EXPECT_EQ(calibrate({"--min-support", "0"}).code, exit_usage);
   EXPECT_EQ(calibrate({"--out", path("no/such/dir/lanes.yaml")}).code, exit_cant_create);
+  // An output that is one of the inputs is refused before anything is written (it replaced the
+  // log with the HTML page, or the policy with the lanes, and exited 0).
+  const std::string log_before = test::read_file(db_), policy_before = test::read_file(policy_file_);
+  for (const std::string& input : {db_, policy_file_, registry_file_}) {
+    for (const char* flag : {"--out", "--html"}) {
+      const auto refused = calibrate({flag, input});
+      EXPECT_EQ(refused.code, exit_cant_create) << flag << " " << input;
+      EXPECT_NE(refused.err.find("is one of the files calibrate reads"), std::string::npos) << refused.err;
+    }
+  }
+  EXPECT_EQ(test::read_file(db_), log_before);
+  EXPECT_EQ(test::read_file(policy_file_), policy_before);
   const auto help = cli({"calibrate", "--help"});
   EXPECT_EQ(help.code, exit_ok);
   for (const char* word : {"--target-precision", "--min-support", "--out", "--html", "Wilson", "held-out", "audit",

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "tools/registry.hpp"
 
 namespace baton::tools {
@@ -192,12 +194,45 @@ TEST(registry, refuses_unknown_risk_and_executor_type) {
   EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A, executor: {type: command, argv: []}}\n"
                         "  - {id: b, description: B}\n"),
             "tools.yaml:2: tool `a`'s executor's argv must be a non-empty list of non-empty strings");
-  EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
-                        "    executor: {type: http, url: \"http://x/\", timeout_ms: 0}\n"),
-            "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer ≥ 1");
+  EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A, executor: {type: command, argv: [prog, \"\"]}}\n"
+                        "  - {id: b, description: B}\n"),
+            "tools.yaml:2: tool `a`'s executor's argv must be a non-empty list of non-empty strings");
+  const std::string http_with = "tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+                                "    executor: {type: http, url: \"http://x/\", ";
+  EXPECT_EQ(parse_error(http_with + "timeout_ms: 0}\n"),
+            "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer from 1 to 1099511627776");
+  // Past 2^40 ms the deadline's arithmetic overflowed and the call timed out at once.
+  EXPECT_EQ(parse_error(http_with + "timeout_ms: 9223372036854775807}\n"),
+            "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer from 1 to 1099511627776");
+  EXPECT_EQ(parse_error(http_with + "retries: 4294967296}\n"),
+            "tools.yaml:5: tool `b`'s executor's retries must be an integer from 0 to 10");
+  EXPECT_EQ(parse_error(http_with + "timeout_ms: 1099511627776, retries: 10}\n"), "loaded");
   EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                         "    executor:\n      type: agent\n      url: x\n"),
             "tools.yaml:7: unknown key `url` in a agent executor");
+}
+
+// Aliases of aliases: 600 bytes that expand to 9^9 strings are refused at once, not expanded
+// (that took 8 GB and did not finish in 20 s); a large map is read in linear time (100,000
+// values took 21 s when each key was compared with every one before it).
+TEST(registry, refuses_an_alias_bomb_and_reads_large_maps_quickly) {
+  std::string argv = "        - &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    const std::string p = "*a" + std::to_string(i - 1);
+    argv += "        - &a" + std::to_string(i) + " [" + p;
+    for (int j = 1; j < 9; ++j) argv += ", " + p;
+    argv += "]\n";
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const std::string bombed = parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+                                         "    executor:\n      type: command\n      argv:\n" + argv);
+  EXPECT_EQ(bombed, "tools.yaml:8: tool `b`'s executor expands to more than 100000 values (aliases of aliases?)");
+  std::string values;
+  for (int i = 0; i < 100000; ++i) values += (i ? ", v" : "v") + std::to_string(i) + ": null";
+  const std::string many = parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+                                       "    parameters:\n      p: {type: choice, instructions: P, values: {" + values + "}}\n");
+  EXPECT_NE(many, "loaded");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
 TEST(registry, refuses_http_urls_the_executor_cannot_call) {
