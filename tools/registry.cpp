@@ -14,13 +14,15 @@ namespace {
 
 using namespace yaml;
 
+// `noun` names the value in messages where its key does not (a choice value's description).
 std::string read_nonempty(const std::vector<field>& fields, std::string_view key, const YAML::Node& owner,
-                          const std::string& what) {
+                          const std::string& what, std::string_view noun = {}) {
+  const std::string name(noun.empty() ? key : noun);
   const field* f = find(fields, key);
-  if (!f) fail(owner, what + " has no " + std::string(key));
-  std::string s = read_string(f->value, what + "'s " + std::string(key));
+  if (!f) fail(owner, what + " has no " + name);
+  std::string s = read_string(f->value, what + "'s " + name);
   // An empty value (`key:`) has its mark after the key, on the next line.
-  if (s.empty()) fail(f->value.IsNull() ? f->key_node : f->value, what + " has an empty " + std::string(key));
+  if (s.empty()) fail(f->value.IsNull() ? f->key_node : f->value, what + " has an empty " + name);
   return s;
 }
 
@@ -132,7 +134,7 @@ parameter read_parameter(const field& entry, const std::string& tool_what, const
                             " values, over the engine's limit of " + std::to_string(limits.max_choice_options));
   }
   for (const field& v : labels) {
-    p.values[v.key] = read_nonempty(labels, v.key, values->value, "value " + ticked(v.key) + " of " + what);
+    p.values[v.key] = read_nonempty(labels, v.key, values->value, "value " + ticked(v.key) + " of " + what, "description");
   }
   return p;
 }

@@ -110,6 +110,9 @@ json to_json(const YAML::Node& n, std::string_view what) {
 }
 
 result<std::string> read_text(const std::filesystem::path& file, const char* code) {
+  std::error_code ec;
+  // A directory opens as a stream and reads as nothing: "empty" would be the wrong complaint.
+  if (std::filesystem::is_directory(file, ec)) return make_error(422, code, file.string() + ": is a directory, not a file");
   std::ifstream in(file, std::ios::binary);
   if (!in) return make_error(422, code, file.string() + ": cannot read the file");
   std::ostringstream text;

@@ -482,8 +482,9 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
   std::ostream* dump = options.dump.empty() ? nullptr : &dump_file;
   if (!file || *file == "-") return run_decide(in, out, *engine, options, dump);
   std::ifstream input(*file, std::ios::binary);
-  if (!input) {
-    err << "baton decide: cannot read " << *file << "\n";
+  std::error_code ec;
+  if (!input || std::filesystem::is_directory(*file, ec)) {
+    err << "baton decide: cannot read " << *file << (input ? ": it is a directory" : "") << "\n";
     return exit_no_input;
   }
   options.jsonl = options.jsonl || file->ends_with(".jsonl");
@@ -497,8 +498,9 @@ std::istream* open_input(const std::optional<std::string>& file, std::istream& i
                          std::ostream& err, const char* command) {
   if (!file || *file == "-") return &in;
   storage.open(*file, std::ios::binary);
-  if (!storage) {
-    err << "baton " << command << ": cannot read " << *file << "\n";
+  std::error_code ec;
+  if (!storage || std::filesystem::is_directory(*file, ec)) {
+    err << "baton " << command << ": cannot read " << *file << (storage ? ": it is a directory" : "") << "\n";
     return nullptr;
   }
   return &storage;

@@ -1,6 +1,7 @@
 #include "adapters/cli/log_cli.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <ostream>
@@ -12,6 +13,8 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "core/json.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+#include "tools/executor_kinds.hpp"
 
 namespace baton {
 
@@ -77,13 +80,23 @@ std::unique_ptr<log_reader> open_log(const command_args& a, std::ostream& err, c
   return std::move(*reader);
 }
 
+// A cell as JSON, which has no infinities and carries only UTF-8: an infinite or NaN result is
+// null, and bytes that are not UTF-8 (a blob, text stored as such) are replaced with U+FFFD.
 void render_cell(const cell& v, std::string& out) {
   if (const auto* n = std::get_if<std::int64_t>(&v)) {
     out += std::to_string(*n);
   } else if (const auto* d = std::get_if<double>(&v)) {
-    render_double(*d, out);
+    if (std::isfinite(*d)) {
+      render_double(*d, out);
+    } else {
+      out += "null";
+    }
   } else if (const auto* t = std::get_if<std::string_view>(&v)) {
-    render_string(*t, out);
+    if (valid_utf8(*t)) {
+      render_string(*t, out);
+    } else {
+      render_string(tools::detail::valid_utf8(*t), out);
+    }
   } else {
     out += "null";
   }

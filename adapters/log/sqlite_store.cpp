@@ -360,6 +360,13 @@ class sqlite_store final : public decision_store {
     return written;
   }
 
+  // The rows into the database file itself, and the WAL emptied: SQLite does that when the last
+  // connection closes, but a reader (the inbox's, the audit queries') may close after this one,
+  // and a read-only connection cannot. A copy of the file alone then held none of the rows.
+  ~sqlite_store() override {
+    if (db()) sqlite3_exec(db(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+  }
+
  private:
   // One chained table: its statements and, inside a transaction, its chain head.
   struct table {

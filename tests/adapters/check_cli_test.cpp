@@ -268,6 +268,12 @@ TEST_F(check_warnings, what_serve_refuses_is_an_error_with_its_line) {
   const auto missing = cli({"check", "--config", file("missing.yaml")});
   EXPECT_EQ(missing.code, exit_config);
   EXPECT_EQ(missing.err, file("missing.yaml") + ":3: `registry` " + file("none.yaml") + ": cannot read the file\n");
+  // A directory reads as nothing: it is named as what it is, not as an empty registry.
+  std::filesystem::create_directories(dir_ / "tools.d");
+  write(dir_ / "dir.yaml", "registry: tools.d\npolicy: policy.yaml\n");
+  const auto dir = cli({"check", "--config", file("dir.yaml")});
+  EXPECT_EQ(dir.code, exit_config);
+  EXPECT_EQ(dir.err, file("dir.yaml") + ":1: `registry` " + file("tools.d") + ": is a directory, not a file\n");
 
   write(dir_ / "bad.yaml", "registry: tools.yaml\nengine:\n  name: gpt\n");
   const auto bad = cli({"check", "--config", file("bad.yaml")});

@@ -161,6 +161,11 @@ TEST(cli, usage_errors) {
   EXPECT_NE(unknown.err.find("known engines: keyword"), std::string::npos);
   EXPECT_EQ(cli({"decide", "a.json", "b.json"}).code, exit_usage);
   EXPECT_EQ(cli({"decide", "/nonexistent/requests.json"}).code, exit_no_input);
+  const test::scratch_dir dir("baton-decide-dir");
+  const std::string dir_arg = dir.path().string();
+  const auto directory = cli({"decide", dir_arg});
+  EXPECT_EQ(directory.code, exit_no_input);
+  EXPECT_EQ(directory.err, "baton decide: cannot read " + dir_arg + ": it is a directory\n");
 }
 
 // The keyword engine with a small body limit, to test limits without megabytes of input.

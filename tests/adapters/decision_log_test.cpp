@@ -16,6 +16,7 @@
 
 #include "adapters/cli/cli.hpp"
 #include "adapters/log/decision_log.hpp"
+#include "adapters/log/log_reader.hpp"
 #include "adapters/log/sqlite_log.hpp"
 #include "core/sha256.hpp"
 #include "cli_run.hpp"
@@ -328,6 +329,29 @@ TEST_F(decision_log_test, verify_refuses_what_is_not_a_sound_decision_log) {
   EXPECT_EQ(r.out.find("ok:"), std::string::npos) << r.out;
 }
 
+// Closed while a reader (the inbox's, an auditor's) still has the file open, the log leaves its
+// rows in the file itself: a copy of baton.db alone holds them (it held none, all in -wal).
+TEST_F(decision_log_test, a_closed_log_leaves_its_rows_in_the_file_itself) {
+  write_decisions(1);
+  auto reader = log::log_reader::open(options_.path);
+  ASSERT_TRUE(reader) << reader.error().message;
+  ASSERT_TRUE((*reader)->verify());  // SQLite opens the file at a connection's first read
+  write_decisions(3, 2);
+  std::error_code ec;
+  const auto wal = std::filesystem::path(options_.path.string() + "-wal");
+  EXPECT_TRUE(!std::filesystem::exists(wal) || std::filesystem::file_size(wal, ec) == 0);
+  const auto copy = dir_ / "copy.db";
+  std::filesystem::copy_file(options_.path, copy);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(copy.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM decisions", -1, &count, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(count, 0), 4);
+  sqlite3_finalize(count);
+  sqlite3_close(db);
+}
+
 TEST_F(decision_log_test, verify_names_a_changed_tool_run) {
   write_decisions(2);
   EXPECT_EQ(raw_exec("DROP TRIGGER tool_runs_no_update; UPDATE tool_runs SET output = '{\"refunded\":false}'").first,
@@ -540,6 +564,9 @@ TEST_F(decision_log_test, sql_writes_json_lines_and_serves_the_views) {
   ASSERT_EQ(buckets.size(), 2u);
   EXPECT_EQ(buckets[0], test::parse(R"({"bucket":0.3,"count":2,"avg_confidence":0.31})"));
   EXPECT_EQ(buckets[1]["bucket"], 0.9);
+  // JSON has no infinities and carries only UTF-8 (these lines were not JSON before).
+  EXPECT_EQ(sql("SELECT 1e308 * 10 AS inf, x'ff00fe41' AS b, 'caf' || char(233) AS t").at(0),
+            test::parse(R"({"inf":null,"b":"\ufffd\u0000\ufffdA","t":"café"})"));
 }
 
 // `baton log --help` names every view the log has, so an auditor finds the escalation views too.

@@ -775,7 +775,9 @@ TEST_F(replay_server_test, the_keyword_engine_decides_the_logged_states_again_wi
     ws_client agent(server_->port());
     int n = 0;
     for (const char* text : {"please look up order 5", "wipe the disk now", "echo the call back", "nothing to do"}) {
-      const json d = agent.request(decide("k-" + std::to_string(n++), {user(text)}));
+      json d = agent.request(decide("k-" + std::to_string(n++), {user(text)}));
+      // The echo turn's tool runs after its decision: its result may come before the next one.
+      while (d.value("type", "") == "tool_result") d = agent.read();
       ASSERT_EQ(d.value("type", ""), "decision") << d;
     }
   }

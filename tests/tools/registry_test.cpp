@@ -171,6 +171,13 @@ TEST(registry, refuses_empty_and_missing_descriptions) {
             "tools.yaml:3: tool `b` has no description");
   EXPECT_EQ(parse_error(std::string(two_tools) + "finish: {description: \"\"}\n"),
             "tools.yaml:4: `finish` has an empty description");
+  // A choice value's text is its description, whatever its label.
+  const std::string with_values = "tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+                                  "    parameters:\n      p: {type: choice, instructions: P, values: {x: X, y: ";
+  EXPECT_EQ(parse_error(with_values + "\"\"}}\n"),
+            "tools.yaml:6: value `y` of parameter `p` of tool `b` has an empty description");
+  EXPECT_EQ(parse_error(with_values + "[1, 2]}}\n"),
+            "tools.yaml:6: value `y` of parameter `p` of tool `b`'s description must be a string");
 }
 
 TEST(registry, refuses_bad_ids) {
