@@ -77,7 +77,7 @@ Exit status:
   2   the single request was refused; its error body is on standard output
   64  usage error
   66  FILE cannot be read, or --model ORG/NAME is not in the cache
-  73  the --dump FILE cannot be written
+  73  the --dump FILE cannot be written, or is the input FILE
 )";
 
 constexpr const char* encode_help = R"(Usage: baton encode --model DIR|ORG/NAME[@REV] [--max-length N] [FILE|-]
