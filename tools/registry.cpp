@@ -134,6 +134,7 @@ parameter read_parameter(const field& entry, const std::string& tool_what, const
                             " values, over the engine's limit of " + std::to_string(limits.max_choice_options));
   }
   for (const field& v : labels) {
+    if (v.key.empty()) fail(v.key_node, "a value of " + what + " has an empty label");
     p.values[v.key] = read_nonempty(labels, v.key, values->value, "value " + ticked(v.key) + " of " + what, "description");
   }
   return p;

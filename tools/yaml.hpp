@@ -54,7 +54,12 @@ auto parse(std::string_view yaml_text, std::string_view file_name, const char* c
     return make_error(422, code, std::string(file_name) + ":" + std::to_string(line) + ": " + reason);
   };
   try {
-    return read(YAML::Load(std::string(yaml_text)));
+    // One document a file: yaml-cpp's Load reads the first and would drop the others unseen.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml_text));
+    for (std::size_t i = 1; i < documents.size(); ++i) {
+      if (!documents[i].IsNull()) fail(documents[i], "a second YAML document (after `---`): one document a file");
+    }
+    return read(documents.empty() ? YAML::Node() : documents.front());
   } catch (const yaml_error& e) {
     return err(e.line, e.reason);
   } catch (const YAML::Exception& e) {

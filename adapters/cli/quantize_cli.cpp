@@ -9,6 +9,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "engine/clef/clef_engine.hpp"
 #include "engine/clef/model/quantize.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
@@ -72,6 +73,9 @@ int quantize_main(std::span<const std::string_view> args, std::ostream& out, std
     err << "baton quantize: " << tenth * 10 << " %\n";
   };
   try {
+    // The copy takes SRC's tokenizer as it is: one the engine would refuse is refused here, before
+    // the weights are written.
+    clef::check_release_tokenizer(src);
     clef::quantize_int8(src, dst, progress);
   } catch (const clef::load_error& e) {
     err << "baton quantize: " << e.what() << "\n";

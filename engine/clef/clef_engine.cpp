@@ -49,6 +49,16 @@ void check_control_ids(const std::filesystem::path& dir, const nlohmann::json& c
   }
 }
 
+// The tokenizer against the release: its control ids, and no id past the thinker's vocabulary.
+void check_vocabulary(const std::filesystem::path& dir, const nlohmann::json& config, std::int64_t vocab_size,
+                      const tokenizer& t) {
+  check_control_ids(dir, config, t);
+  if (t.size() > static_cast<std::size_t>(vocab_size)) {
+    throw load_error(dir.string() + ": the tokenizer has " + std::to_string(t.size()) +
+                     " ids but the thinker's vocabulary only " + std::to_string(vocab_size));
+  }
+}
+
 std::vector<question_layout> layouts(const encoded_record& r) {
   std::vector<question_layout> out;
   out.reserve(r.questions.size());
@@ -186,13 +196,14 @@ clef_engine::clef_engine(const clef_engine_options& options)
                  "int8 copy of the release (baton quantize --int8), which computes in f32 here");
   }
   description_.release_date = file_date(options.model_dir / "config.json");
-  check_control_ids(options.model_dir, model_->files().config(), encoder_.text_tokenizer());
-  if (encoder_.text_tokenizer().size() > static_cast<std::size_t>(model_->files().text().vocab_size)) {
-    throw load_error(options.model_dir.string() + ": the tokenizer has " +
-                     std::to_string(encoder_.text_tokenizer().size()) +
-                     " ids but the thinker's vocabulary only " +
-                     std::to_string(model_->files().text().vocab_size));
-  }
+  check_vocabulary(options.model_dir, model_->files().config(), model_->files().text().vocab_size,
+                   encoder_.text_tokenizer());
+}
+
+void check_release_tokenizer(const std::filesystem::path& dir) {
+  const std::unique_ptr<tokenizer> t = load_tokenizer(dir);
+  const release files(dir, /*head=*/false);  // mapped, not read: only its config is looked at
+  check_vocabulary(dir, files.config(), files.text().vocab_size, *t);
 }
 
 std::vector<result<decision>> clef_engine::decide(std::span<const request> batch) {

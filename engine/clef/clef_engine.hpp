@@ -98,4 +98,9 @@ std::string served_model_id(const std::filesystem::path& model_dir);
 // the weights without reading tens of GB.
 std::string release_fingerprint(const std::filesystem::path& model_dir);
 
+// What a clef_engine checks of a release's tokenizer when it loads (the prompt's control tokens
+// read as one token each, config.json's ids for them, no id past the thinker's vocabulary),
+// without its weights; throws load_error. `baton quantize` copies the tokenizer as it is.
+void check_release_tokenizer(const std::filesystem::path& dir);
+
 }  // namespace baton::clef

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -553,6 +554,28 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
   EXPECT_EQ(inside.code, exit_cant_create);
   EXPECT_NE(inside.err.find("is inside the source release"), std::string::npos) << inside.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "fp32" / "int8.partial"));
+
+  // The copy takes SRC's tokenizer as it is: one `decide` would refuse is refused before anything
+  // is written (it was copied, and quantize said "written").
+  std::filesystem::copy(tiny / "release", dir / "badtok");
+  std::ofstream(dir / "badtok" / "tokenizer.json", std::ios::trunc) << "not json";
+  const auto badtok = cli({"quantize", "--int8", (dir / "badtok").string(), (dir / "badtok-int8").string()});
+  EXPECT_EQ(badtok.code, exit_no_input) << badtok.err;
+  EXPECT_NE(badtok.err.find("tokenizer.json"), std::string::npos) << badtok.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "badtok-int8"));
+  std::filesystem::copy(tiny / "release", dir / "badid");
+  {
+    std::string config = test::read_file(dir / "badid" / "config.json");
+    const auto at = config.find("\"im_start_token_id\": 332");
+    ASSERT_NE(at, std::string::npos);
+    config.replace(at, std::strlen("\"im_start_token_id\": 332"), "\"im_start_token_id\": 5");
+    std::ofstream(dir / "badid" / "config.json", std::ios::trunc) << config;
+  }
+  const auto badid = cli({"quantize", "--int8", (dir / "badid").string(), (dir / "badid-int8").string()});
+  EXPECT_EQ(badid.code, exit_no_input) << badid.err;
+  EXPECT_NE(badid.err.find("im_start_token_id is 5 but the tokenizer reads <|im_start|> as 332"), std::string::npos)
+      << badid.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "badid-int8"));
 
   // SRC by repository name, from the Hugging Face cache as every --model takes it.
   const auto cache = dir / "hub";

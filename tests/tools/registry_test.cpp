@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "tools/registry.hpp"
 
@@ -178,6 +180,16 @@ TEST(registry, refuses_empty_and_missing_descriptions) {
             "tools.yaml:6: value `y` of parameter `p` of tool `b` has an empty description");
   EXPECT_EQ(parse_error(with_values + "[1, 2]}}\n"),
             "tools.yaml:6: value `y` of parameter `p` of tool `b`'s description must be a string");
+  // An empty label was refused only later, by the compiled schema, with no file and no line.
+  EXPECT_EQ(parse_error(with_values + "Y, \"\": Z}}\n"), "tools.yaml:6: a value of parameter `p` of tool `b` has an empty label");
+}
+
+// A second document was dropped unseen: yaml-cpp's Load reads the first only.
+TEST(registry, refuses_a_second_yaml_document) {
+  EXPECT_EQ(parse_error(std::string(valid) + "---\ntools:\n  - {id: c, description: C}\n"),
+            "tools.yaml:" + std::to_string(std::count(valid, valid + std::strlen(valid), '\n') + 2) +
+                ": a second YAML document (after `---`): one document a file");
+  EXPECT_EQ(parse_error(std::string(valid) + "---\n"), "loaded");  // an empty one after it is nothing
 }
 
 TEST(registry, refuses_bad_ids) {
