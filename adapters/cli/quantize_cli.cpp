@@ -25,8 +25,9 @@ output channel (symmetric), and everything else as it was: the other tensors, th
 tokenizer and processor files. config.json records the quantization, so `baton decide` and
 `baton serve` load DST like any release (its fingerprint is its own); expert weights then take
 half the memory of bf16. SRC is a release directory or ORG/NAME[@REV] in the Hugging Face cache
-(`baton pull`). SRC is read, never written; DST is written as DST.partial, checked by loading it,
-then renamed, so a DST that exists is complete.
+(`baton pull`). SRC is read, never written, and its tokenizer checked first as the engine checks
+it; DST is written as DST.partial, checked by loading it, then renamed, so a DST that exists is
+complete.
 
 Options:
   --int8      int8 experts (the only scheme; required)
