@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tools/registry.hpp"
 
@@ -176,12 +179,13 @@ TEST(registry, refuses_empty_and_missing_descriptions) {
   // A choice value's text is its description, whatever its label.
   const std::string with_values = "tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                                   "    parameters:\n      p: {type: choice, instructions: P, values: {x: X, y: ";
-  EXPECT_EQ(parse_error(with_values + "\"\"}}\n"),
-            "tools.yaml:6: value `y` of parameter `p` of tool `b` has an empty description");
-  EXPECT_EQ(parse_error(with_values + "[1, 2]}}\n"),
-            "tools.yaml:6: value `y` of parameter `p` of tool `b`'s description must be a string");
-  // An empty label was refused only later, by the compiled schema, with no file and no line.
-  EXPECT_EQ(parse_error(with_values + "Y, \"\": Z}}\n"), "tools.yaml:6: a value of parameter `p` of tool `b` has an empty label");
+  for (const auto& [rest, message] : std::vector<std::pair<std::string, std::string>>{
+           {"\"\"", "value `y` of parameter `p` of tool `b` has an empty description"},
+           {"[1, 2]", "value `y` of parameter `p` of tool `b`'s description must be a string"},
+           // An empty label was refused only later, by the compiled schema, with no file or line.
+           {"Y, \"\": Z", "a value of parameter `p` of tool `b` has an empty label"}}) {
+    EXPECT_EQ(parse_error(with_values + rest + "}}\n"), "tools.yaml:6: " + message) << rest;
+  }
 }
 
 // A second document was dropped unseen: yaml-cpp's Load reads the first only.
@@ -218,14 +222,15 @@ TEST(registry, refuses_unknown_risk_and_executor_type) {
             "tools.yaml:2: tool `a`'s executor's argv must be a non-empty list of non-empty strings");
   const std::string http_with = "tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                                 "    executor: {type: http, url: \"http://x/\", ";
-  EXPECT_EQ(parse_error(http_with + "timeout_ms: 0}\n"),
-            "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer from 1 to 1099511627776");
-  // Past 2^40 ms the deadline's arithmetic overflowed and the call timed out at once.
-  EXPECT_EQ(parse_error(http_with + "timeout_ms: 9223372036854775807}\n"),
-            "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer from 1 to 1099511627776");
-  EXPECT_EQ(parse_error(http_with + "retries: 4294967296}\n"),
-            "tools.yaml:5: tool `b`'s executor's retries must be an integer from 0 to 10");
-  EXPECT_EQ(parse_error(http_with + "timeout_ms: 1099511627776, retries: 10}\n"), "loaded");
+  const std::string timeout_range = "tools.yaml:5: tool `b`'s executor's timeout_ms must be an integer from 1 to 1099511627776";
+  for (const auto& [fields, message] : std::vector<std::pair<std::string, std::string>>{
+           {"timeout_ms: 0", timeout_range},
+           // Past 2^40 ms the deadline's arithmetic overflowed and the call timed out at once.
+           {"timeout_ms: 9223372036854775807", timeout_range},
+           {"retries: 4294967296", "tools.yaml:5: tool `b`'s executor's retries must be an integer from 0 to 10"},
+           {"timeout_ms: 1099511627776, retries: 10", "loaded"}}) {
+    EXPECT_EQ(parse_error(http_with + fields + "}\n"), message) << fields;
+  }
   EXPECT_EQ(parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                         "    executor:\n      type: agent\n      url: x\n"),
             "tools.yaml:7: unknown key `url` in a agent executor");
