@@ -77,11 +77,15 @@ json scalar_to_json(const YAML::Node& n) {
 }
 
 // An alias repeats its anchor's node wherever it is used, so a few hundred bytes of aliases of
-// aliases expand to billions of nodes; `left` of them may still be read.
-json to_json(const YAML::Node& n, std::string_view what, std::size_t& left) {
+// aliases expand to billions of nodes; `left` of them may still be read. An alias inside its own
+// anchor (`&a [*a]`) is a cycle: the depth stops it before the stack does.
+json to_json(const YAML::Node& n, std::string_view what, std::size_t& left, std::size_t depth) {
   if (left == 0) {
     fail(n, std::string(what) + " expands to more than " + std::to_string(max_json_nodes) +
                 " values (aliases of aliases?)");
+  }
+  if (depth > max_json_depth) {
+    fail(n, std::string(what) + " nests deeper than " + std::to_string(max_json_depth) + " levels (an alias inside its own anchor?)");
   }
   --left;
   switch (n.Type()) {
@@ -89,12 +93,12 @@ json to_json(const YAML::Node& n, std::string_view what, std::size_t& left) {
       return scalar_to_json(n);
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const YAML::Node& item : n) a.push_back(to_json(item, what, left));
+      for (const YAML::Node& item : n) a.push_back(to_json(item, what, left, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what, left);
+      for (const field& f : read_map(n, what)) o[f.key] = to_json(f.value, what, left, depth + 1);
       return o;
     }
     default:
@@ -106,7 +110,7 @@ json to_json(const YAML::Node& n, std::string_view what, std::size_t& left) {
 
 json to_json(const YAML::Node& n, std::string_view what) {
   std::size_t left = max_json_nodes;
-  return to_json(n, what, left);
+  return to_json(n, what, left, 0);
 }
 
 result<std::string> read_text(const std::filesystem::path& file, const char* code) {

@@ -41,8 +41,9 @@ const field* find(const std::vector<field>& fields, std::string_view key);
 // A null value reads as the empty string.
 std::string read_string(const YAML::Node& v, std::string_view what);
 // A plain scalar reads as YAML 1.2 core types (bool, integer, float, string); a quoted one as a
-// string. A value of more than max_json_nodes nodes, aliases expanded, is refused.
-inline constexpr std::size_t max_json_nodes = 100000;
+// string. A value of more than max_json_nodes nodes, aliases expanded, or nested deeper than
+// max_json_depth, is refused.
+inline constexpr std::size_t max_json_nodes = 100000, max_json_depth = 256;
 json to_json(const YAML::Node& n, std::string_view what);
 
 // Reads `yaml_text` with `read(root)`; a yaml_error or a yaml-cpp error becomes 422 `code` with

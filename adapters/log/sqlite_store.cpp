@@ -363,8 +363,12 @@ class sqlite_store final : public decision_store {
   // The rows into the database file itself, and the WAL emptied: SQLite does that when the last
   // connection closes, but a reader (the inbox's, the audit queries') may close after this one,
   // and a read-only connection cannot. A copy of the file alone then held none of the rows.
+  // Without waiting: a reader in the middle of a query leaves the rest in the WAL (still durable)
+  // rather than holding up the stop for the busy timeout.
   ~sqlite_store() override {
-    if (db()) sqlite3_exec(db(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+    if (!db()) return;
+    sqlite3_busy_timeout(db(), 0);
+    sqlite3_exec(db(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
   }
 
  private:

@@ -251,6 +251,10 @@ TEST(registry, refuses_an_alias_bomb_and_reads_large_maps_quickly) {
   const std::string bombed = parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
                                          "    executor:\n      type: command\n      argv:\n" + argv);
   EXPECT_EQ(bombed, "tools.yaml:8: tool `b`'s executor expands to more than 100000 values (aliases of aliases?)");
+  // An alias inside its own anchor is a cycle: refused, where it overflowed the stack.
+  const std::string cycle = parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
+                                        "    executor: {type: command, argv: &a [x, *a]}\n");
+  EXPECT_NE(cycle.find("nests deeper than 256 levels (an alias inside its own anchor?)"), std::string::npos) << cycle;
   std::string values;
   for (int i = 0; i < 100000; ++i) values += (i ? ", v" : "v") + std::to_string(i) + ": null";
   const std::string many = parse_error("tools:\n  - {id: a, description: A}\n  - id: b\n    description: B\n"
