@@ -690,10 +690,10 @@ int calibrate_main(std::span<const std::string_view> args, std::ostream& out, st
   }
   review_inputs in;
   if (auto failed = read_review_inputs(a, "calibrate", in, err)) return *failed;
+  const std::filesystem::path config(a.get("--config").value_or("config/baton.yaml"));
   for (const char* flag : {"--out", "--html"}) {
     const auto file = a.get(flag);
-    const std::filesystem::path config(a.get("--config").value_or("config/baton.yaml"));
-    if (file && overwrites_an_input(*file, {in.db.url.empty() ? in.db.path : std::filesystem::path(), in.policy_file,
+    if (file && overwrites_an_input(*file, {in.db.shared() ? std::filesystem::path() : in.db.path, in.policy_file,
                                             in.registry_file, config})) {
       err << "baton calibrate: " << flag << " " << *file << " is one of the files calibrate reads; name another\n";
       return exit_cant_create;

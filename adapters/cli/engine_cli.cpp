@@ -435,6 +435,23 @@ std::optional<int> read_engine_flags(const command_args& a, engine_options& opti
   return std::nullopt;
 }
 
+namespace {
+
+// Opens FILE (or returns `in` for - or none); nullptr after reporting an unreadable file.
+std::istream* open_input(const std::optional<std::string>& file, std::istream& in, std::ifstream& storage,
+                         std::ostream& err, const char* command) {
+  if (!file || *file == "-") return &in;
+  storage.open(*file, std::ios::binary);
+  std::error_code ec;
+  if (!storage || std::filesystem::is_directory(*file, ec)) {
+    err << "baton " << command << ": cannot read " << *file << (storage ? ": it is a directory" : "") << "\n";
+    return nullptr;
+  }
+  return &storage;
+}
+
+}  // namespace
+
 int decide_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;
   if (auto problem = parse_args(args, {"--engine", "--confidence", "--model", "--model-id", "--dtype", "--head-dtype",
@@ -480,33 +497,13 @@ int decide_main(std::span<const std::string_view> args, std::istream& in, std::o
     }
   }
   std::ostream* dump = options.dump.empty() ? nullptr : &dump_file;
-  if (!file || *file == "-") return run_decide(in, out, *engine, options, dump);
-  std::ifstream input(*file, std::ios::binary);
-  std::error_code ec;
-  if (!input || std::filesystem::is_directory(*file, ec)) {
-    err << "baton decide: cannot read " << *file << (input ? ": it is a directory" : "") << "\n";
-    return exit_no_input;
-  }
-  options.jsonl = options.jsonl || file->ends_with(".jsonl");
-  return run_decide(input, out, *engine, options, dump);
+  std::ifstream storage;
+  std::istream* input = open_input(file, in, storage, err, "decide");
+  if (!input) return exit_no_input;
+  options.jsonl = options.jsonl || (file && file->ends_with(".jsonl"));
+  return run_decide(*input, out, *engine, options, dump);
 }
 
-namespace {
-
-// Opens FILE (or returns `in` for - or none); nullptr after reporting an unreadable file.
-std::istream* open_input(const std::optional<std::string>& file, std::istream& in, std::ifstream& storage,
-                         std::ostream& err, const char* command) {
-  if (!file || *file == "-") return &in;
-  storage.open(*file, std::ios::binary);
-  std::error_code ec;
-  if (!storage || std::filesystem::is_directory(*file, ec)) {
-    err << "baton " << command << ": cannot read " << *file << (storage ? ": it is a directory" : "") << "\n";
-    return nullptr;
-  }
-  return &storage;
-}
-
-}  // namespace
 
 int encode_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   command_args a;

@@ -13,7 +13,6 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "core/json.hpp"
-#include "engine/tokenizer/tokenizer.hpp"
 #include "tools/executor_kinds.hpp"
 
 namespace baton {
@@ -92,11 +91,7 @@ void render_cell(const cell& v, std::string& out) {
       out += "null";
     }
   } else if (const auto* t = std::get_if<std::string_view>(&v)) {
-    if (valid_utf8(*t)) {
-      render_string(*t, out);
-    } else {
-      render_string(tools::detail::valid_utf8(*t), out);
-    }
+    render_string(tools::detail::valid_utf8(*t), out);
   } else {
     out += "null";
   }

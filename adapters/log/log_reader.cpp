@@ -274,12 +274,11 @@ class sqlite_source final : public log_source {
   }
 
   result<void> check_storage() override {
-    const statement s = prepare("PRAGMA quick_check(1)");
-    if (!s) return failed();
-    const int rc = sqlite3_step(s.get());
-    if (rc != SQLITE_ROW) return failed();
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0));
-    std::string verdict = text ? text : "";
+    std::string verdict;
+    auto read = query("PRAGMA quick_check(1)", {}, [&](std::span<const column_value> row) {
+      if (const auto* t = std::get_if<std::string_view>(&row[0].value)) verdict = *t;
+    });
+    if (!read) return read.error();
     if (verdict == "ok") return {};
     std::replace(verdict.begin(), verdict.end(), '\n', ' ');
     return make_error(500, "LOG_DAMAGED", "the database file is damaged (SQLite's quick_check: " + verdict + ")");
@@ -593,15 +592,15 @@ result<chain_report> log_reader::verify() const {
       {"decisions", "decisions"}, {"tool_runs", "tool runs"}, {"escalations", "escalations"},
       {"resolutions", "resolutions"}, {"deliveries", "deliveries"}, {"reloads", "reloads"}};
   chain_report report;
-  // Every log has its decisions table from the first row on: without it, this is another database.
-  auto decisions = impl_->source->has_table("decisions");
-  if (!decisions) return decisions.error();
-  if (!*decisions) return make_error(422, "NOT_A_LOG", "the database has no decisions table: it is not a decision log");
   if (auto sound = impl_->source->check_storage(); !sound) return sound.error();
   for (const auto& [table, noun] : tables) {
-    // A log written by an older baton lacks the newer tables: they have no rows to check.
+    // A log written by an older baton lacks the newer tables: they have no rows to check. Every
+    // log has its decisions table from the first row on: without it, this is another database.
     auto exists = impl_->source->has_table(table);
     if (!exists) return exists.error();
+    if (!*exists && tables[0].first == table) {
+      return make_error(422, "NOT_A_LOG", "the database has no decisions table: it is not a decision log");
+    }
     if (!*exists) continue;
     auto n = impl_->verify_chain(table, report);
     if (!n) return n.error();

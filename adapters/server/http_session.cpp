@@ -52,12 +52,12 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
 
  private:
   static constexpr std::size_t max_head_bytes = 16 * 1024;
+  static constexpr std::size_t max_linger_bytes = 64u << 20;
 
   // Beast's parser refused the bytes (not a peer that went away: that ends a message early).
   static bool is_parse_error(beast::error_code ec) {
     return ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::partial_message;
   }
-  static constexpr std::size_t max_linger_bytes = 64u << 20;
 
   void read_head() {
     answered_ = false;
