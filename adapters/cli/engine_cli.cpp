@@ -28,9 +28,10 @@ constexpr const char* decide_help = R"(Usage: baton decide [--engine NAME] [--co
                     [--head-dtype f32|bf16] [--max-length N] [--threads N] [--batch-tokens N]
                     [--prefix-cache on|off] [--media-root DIR] [--dump FILE] [FILE|-]
 
-Reads one SystemOne request (a JSON object) or many (JSONL: one object per line) from FILE, or
-from standard input when FILE is - or absent, and writes one response per request in the same
-form: a SystemOne response, or an error body {"error","code","detail"} for a refused request.
+Reads one SystemOne request (a JSON object) or many (JSONL: one object per line; blank lines are
+skipped) from FILE, or from standard input when FILE is - or absent, and writes one response per
+request in the same form and order: a SystemOne response, or an error body
+{"error","code","detail"} for a refused request.
 Every request is answered by the chosen engine whatever its "model" field names; the response's
 "model" says which model answered.
 
@@ -58,9 +59,10 @@ Options:
   --media-root DIR      clef: media items given as file paths ("images": ["cat.png"]) are read
                         from under DIR, and from nowhere else (without it, paths are refused);
                         data URLs and {"content_type","base64"} items need no root
-  --dump FILE           clef: one line per input with the record's input_ids, question and
-                        option spans and logits, the media placeholders' spans, and the
-                        response (or the refusal)
+  --dump FILE           clef: one line per request with its "id" (the record's, else its
+                        line number in FILE), the record's input_ids, question and option
+                        spans and logits, the media placeholders' spans, and the response
+                        (or the refusal)
   --confidence METRIC   how "confidence" is computed for choice and score answers:
                           p_max   the largest probability (default, as the Clef reference)
                           margin  TypeSafe's normalised form: choice (K*p_max-1)/(K-1),
@@ -145,8 +147,12 @@ class line_reader {
       line.pop_back();
       --size;
     }
+    if (any) ++number_;
     return any;
   }
+
+  // The number of the line `next` read last, from 1.
+  std::size_t number() const noexcept { return number_; }
 
   // Skips blank lines; false at the end.
   bool next_nonblank(std::string& line, std::size_t& size) {
@@ -161,6 +167,7 @@ class line_reader {
  private:
   std::istream& in_;
   std::size_t keep_;
+  std::size_t number_ = 0;
   char chunk_[8192];
 };
 
@@ -235,13 +242,13 @@ class jsonl_decider {
         dump_(dump) {}
 
   // `size` is the request's full length; one over the limit was cut short when it was read.
-  void add(std::string_view line, std::size_t size) {
+  // `number` is its (first) line's number in the input.
+  void add(std::string_view line, std::size_t size, std::size_t number) {
     const engine_description& d = engine_.describe();
-    ++lines_;
     request_line meta;
     auto parsed = size > d.limits.max_body_bytes ? result<request>(body_too_large(size, d.limits))
                                                  : parse_request_line(line, d.limits, d.model_id, meta);
-    if (meta.id.is_null()) meta.id = lines_;
+    if (meta.id.is_null()) meta.id = number;
     ids_.push_back(std::move(meta.id));
     if (parsed) {
       slots_.emplace_back(requests_.size());
@@ -317,7 +324,6 @@ class jsonl_decider {
   std::vector<std::size_t> max_lengths_;  // per request
   std::vector<std::variant<std::size_t, error>> slots_;  // a request's index in requests_, or its refusal
   std::vector<json> ids_;                                // per slot: the record id or line number
-  std::size_t lines_ = 0;
   std::string buffer_;
   std::string dump_buffer_;
   int last_status_ = exit_ok;
@@ -348,6 +354,7 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
     // One request spread over several lines.
     std::string body = std::move(line);
     std::size_t body_size = size;
+    const std::size_t first = reader.number();
     while (reader.next(line, size)) {
       body_size += size + 1;
       if (body.size() <= limits.max_body_bytes) {
@@ -356,7 +363,7 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
       }
     }
     jsonl_decider decider(out, engine, options, dump);
-    decider.add(body, body_size);
+    decider.add(body, body_size, first);
     decider.flush();
     return decider.last_status();
   }
@@ -364,7 +371,7 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
   jsonl_decider decider(out, engine, options, dump);
   std::size_t requests = 0;
   do {
-    decider.add(line, size);
+    decider.add(line, size, reader.number());
     ++requests;
     // When the producer pauses, answer what has arrived before waiting for more: a process that
     // writes a line and waits for its answer gets it.

@@ -363,6 +363,23 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
   }
 }
 
+// Blank lines are skipped; a request with no id is named in the dump by its line in the input.
+TEST(cli_clef, decide_dump_names_a_request_without_id_by_its_line) {
+  const test::scratch_dir scratch("baton-dump-lines");
+  const auto dump = scratch / "dump.jsonl";
+  const std::string dump_arg = dump.string(), model_arg = (tiny / "release").string();
+  const std::string request = R"({"state":"hi","questions":{"q":{"type":"noul","question":"Is it?"}}})";
+  const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1", "--jsonl", "--dump",
+                      dump_arg},
+                     "\n" + request + "\n\r\n\n" + request + "\n");
+  EXPECT_EQ(r.code, exit_ok) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 2u) << r.out;
+  const auto traces = lines(test::read_file(dump));
+  ASSERT_EQ(traces.size(), 2u);
+  EXPECT_EQ(test::parse(traces[0])["id"], 2);
+  EXPECT_EQ(test::parse(traces[1])["id"], 5);
+}
+
 // The media records name files under the vectors' folder: --media-root lets them be read from
 // there and nowhere else; --dump shows where each item's placeholders sit.
 TEST(cli_clef, decide_reads_media_under_the_media_root_only) {
