@@ -61,4 +61,8 @@ void render_rounded(double v, int decimals, std::string& out);
 // Python round(v, decimals) as a double.
 double round_decimals(double v, int decimals);
 
+// `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Python's errors="replace" does: what
+// goes into JSON (a tool's output, a log cell) must be valid UTF-8.
+std::string replace_invalid_utf8(std::string_view s);
+
 }  // namespace baton

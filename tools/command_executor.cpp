@@ -271,7 +271,7 @@ class command_run : public std::enable_shared_from_this<command_run> {
     const bool cut = err_cut_ || tail.size() > stderr_tail_bytes;
     if (cut) tail.remove_prefix(tail.size() - std::min(tail.size(), stderr_tail_bytes));
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r' || tail.back() == ' ')) tail.remove_suffix(1);
-    if (!tail.empty()) d += "; stderr: " + std::string(cut ? "…" : "") + valid_utf8(tail);
+    if (!tail.empty()) d += "; stderr: " + std::string(cut ? "…" : "") + replace_invalid_utf8(tail);
     return d;
   }
 

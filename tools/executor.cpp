@@ -70,43 +70,9 @@ json output_from_text(std::string_view text) {
   json value;
   json_parse_error err;
   if (parse_json(text, value, err)) return value;
-  return valid_utf8(text);
+  return replace_invalid_utf8(text);
 }
 
-std::string valid_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    // The length of the sequence b starts and the allowed range of its second byte (RFC 3629).
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (b < 0x80) len = 1;
-    else if (b >= 0xc2 && b <= 0xdf) len = 2;
-    else if (b == 0xe0) len = 3, lo = 0xa0;
-    else if (b == 0xed) len = 3, hi = 0x9f;
-    else if (b >= 0xe1 && b <= 0xef) len = 3;
-    else if (b == 0xf0) len = 4, lo = 0x90;
-    else if (b >= 0xf1 && b <= 0xf3) len = 4;
-    else if (b == 0xf4) len = 4, hi = 0x8f;
-    std::size_t good = len ? 1 : 0;  // bytes of a well-formed prefix
-    while (good && good < len && i + good < s.size()) {
-      const auto c = static_cast<unsigned char>(s[i + good]);
-      if (c < (good == 1 ? lo : 0x80) || c > (good == 1 ? hi : 0xbf)) break;
-      ++good;
-    }
-    if (len && good == len) {
-      out.append(s.data() + i, len);
-      i += len;
-    } else {
-      // One replacement per maximal ill-formed prefix, as Python and the Unicode standard do.
-      out += "\xef\xbf\xbd";
-      i += std::max<std::size_t>(good, 1);
-    }
-  }
-  return out;
-}
 
 }  // namespace detail
 

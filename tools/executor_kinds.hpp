@@ -31,8 +31,4 @@ std::string call_body(const tool_call& call);
 // A body or stdout as the outcome's output: its JSON value when it parses, else the text.
 json output_from_text(std::string_view text);
 
-// `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Python's errors="replace" does:
-// outputs and details go into JSON frames and the log, which must stay valid UTF-8.
-std::string valid_utf8(std::string_view s);
-
 }  // namespace baton::tools::detail

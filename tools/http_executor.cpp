@@ -136,7 +136,7 @@ class http_run : public std::enable_shared_from_this<http_run> {
     if (!response.reason().empty()) detail += " " + std::string(response.reason());
     if (!response.body().empty()) {
       constexpr std::size_t excerpt = 200;
-      detail += ": " + valid_utf8(std::string_view(response.body()).substr(0, excerpt));
+      detail += ": " + replace_invalid_utf8(std::string_view(response.body()).substr(0, excerpt));
       if (response.body().size() > excerpt) detail += "…";
     }
     failed({"EXECUTOR_HTTP_STATUS", std::move(detail), status >= 500});

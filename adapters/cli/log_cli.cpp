@@ -13,7 +13,6 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "core/json.hpp"
-#include "tools/executor_kinds.hpp"
 
 namespace baton {
 
@@ -91,7 +90,7 @@ void render_cell(const cell& v, std::string& out) {
       out += "null";
     }
   } else if (const auto* t = std::get_if<std::string_view>(&v)) {
-    render_string(tools::detail::valid_utf8(*t), out);
+    render_string(replace_invalid_utf8(*t), out);
   } else {
     out += "null";
   }

@@ -247,5 +247,13 @@ TEST(json_parse, depth_is_bounded) {
   EXPECT_EQ(e.path.size(), 64u);
 }
 
+TEST(json, invalid_utf8_is_replaced_as_python_does) {
+  EXPECT_EQ(replace_invalid_utf8("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(replace_invalid_utf8("a\xe2\x82z"), "a\xef\xbf\xbdz");                      // truncated: one U+FFFD
+  EXPECT_EQ(replace_invalid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");                // overlong: one per byte
+  EXPECT_EQ(replace_invalid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
+  EXPECT_EQ(replace_invalid_utf8("\xf0\x9f\x98"), "\xef\xbf\xbd");                        // cut at the end
+}
+
 }  // namespace
 }  // namespace baton
