@@ -103,11 +103,35 @@ result<decision> systemone_answer(const request& req, int status, const std::str
   return decision_from_response(req, *answered);
 }
 
+// Interim answers (100 Continue, 103 Early Hints) come before the final one and are skipped, as
+// RFC 9110 §15.2 asks of a client; taking one as the answer would leave the real one on the
+// connection for the next request. After `max_interim` of them the last is returned as it is.
+constexpr int max_interim = 8;
+
 template <class Stream>
 net::awaitable<void> exchange(Stream& s, const http::request<http::string_body>& msg, beast::flat_buffer& buffer,
-                              http::response_parser<http::string_body>& parser, beast::error_code& ec) {
+                              http::response<http::string_body>& res, beast::error_code& ec) {
   co_await http::async_write(s, msg, net::redirect_error(net::use_awaitable, ec));
-  if (!ec) co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+  for (int interim = 0; !ec; ++interim) {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::size_t(64) << 20);
+    co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;
+    res = parser.release();
+    const unsigned code = res.result_int();
+    if (code < 100 || code >= 200 || code == 101 || interim == max_interim) co_return;
+  }
+}
+
+// Whether a connection has bytes no request asked for: what the last exchange left in its buffer,
+// or, for one in the pool, anything the server sent since. Such a connection is closed, never
+// reused: its next answer would belong to another request.
+bool has_unread(connection& c, std::size_t buffered) {
+  if (buffered > 0) return true;
+  if (auto* s = std::get_if<tls_stream>(&c); s && SSL_pending(s->native_handle()) > 0) return true;
+  beast::error_code ec;
+  const std::size_t waiting = tcp_of(c).socket().available(ec);
+  return ec || waiting > 0;
 }
 
 }  // namespace
@@ -222,11 +246,12 @@ struct systemone_engine::impl {
       }
       wait = true;
       std::unique_ptr<connection> conn;
-      const bool reused = !idle.empty();
-      if (reused) {
+      while (!conn && !idle.empty()) {
         conn = std::move(idle.back());
         idle.pop_back();
+        if (has_unread(*conn, 0)) conn.reset();
       }
+      const bool reused = conn != nullptr;
       beast::error_code ec;
       if (!conn) {
         conn = tls ? std::make_unique<connection>(std::in_place_type<tls_stream>, io, *tls)
@@ -256,9 +281,8 @@ struct systemone_engine::impl {
       }
       tcp_of(*conn).expires_after(options.timeout);
       beast::flat_buffer buffer;
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(std::size_t(64) << 20);
-      co_await std::visit([&](auto& s) { return exchange(s, msg, buffer, parser, ec); }, *conn);
+      http::response<http::string_body> res;
+      co_await std::visit([&](auto& s) { return exchange(s, msg, buffer, res, ec); }, *conn);
       if (ec && reused && stale(ec)) {
         --attempt;  // on a new connection (or the next pooled one) at once; the pool is finite
         wait = false;
@@ -269,9 +293,10 @@ struct systemone_engine::impl {
                                            : "the connection failed: " + ec.message();
         continue;
       }
-      http::response<http::string_body> res = parser.release();
-      if (res.keep_alive() && idle.size() < options.connections) idle.push_back(std::move(conn));
       const int status = static_cast<int>(res.result_int());
+      if (res.keep_alive() && status >= 200 && idle.size() < options.connections && !has_unread(*conn, buffer.size())) {
+        idle.push_back(std::move(conn));
+      }
       if (cloudflare()) request_id = request_id_of(res);
       if (status == 408 || status == 429 || status >= 500) {
         last = cloudflare() ? workers_ai::retried_reply(status, res.body(), request_id)

@@ -89,6 +89,8 @@ class scripted_server {
     std::chrono::milliseconds sleep{0};
     bool close_after = false;  // closes the connection without saying so (a kept-alive timeout)
     std::function<std::string(const std::string&)> body_of{};  // when set: the body, from the request's
+    std::string before{};  // raw bytes sent before the reply (interim responses)
+    std::string after{};   // raw bytes sent after it (a response no request asked for)
   };
 
   explicit scripted_server(std::vector<reply> script, net::ssl::context* tls = nullptr)
@@ -172,7 +174,9 @@ class scripted_server {
       for (const auto& [k, v] : r.headers) res.set(k, v);
       res.body() = r.body_of ? r.body_of(req.body()) : r.body;
       res.prepare_payload();
-      http::write(s, res, ec);
+      if (!r.before.empty()) net::write(s, net::buffer(r.before), ec);
+      if (!ec) http::write(s, res, ec);
+      if (!ec && !r.after.empty()) net::write(s, net::buffer(r.after), ec);
       if (ec || r.close_after) return;
     }
   }
@@ -318,6 +322,38 @@ TEST(systemone_engine, a_pooled_connection_the_server_closed_is_no_failed_attemp
     ASSERT_TRUE(out[0]) << i << ": " << out[0].error().message;
   }
   EXPECT_EQ(server.requests(), 3);
+}
+
+// Interim responses (RFC 9110 §15.2) come before the answer: they are skipped, and the answer
+// read is the request's own, not left on the connection for the next request.
+TEST(systemone_engine, interim_responses_are_skipped) {
+  const std::string other = std::string(good_answer).replace(good_answer.find("0.25"), 4, "0.75");
+  scripted_server server({{200, good_answer, {}, 0ms, false, {},
+                           "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"},
+                          {200, other, {}}});
+  auto engine = engine_for(server.url(), [](auto& o) { o.retries = 0; });
+  for (const double person : {0.25, 0.75}) {
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << out[0].error().message;
+    EXPECT_EQ(out[0]->probabilities[1][0], person);
+  }
+  EXPECT_EQ(server.connections(), 1);
+}
+
+// A connection with bytes no request asked for (here a second response after the answer) is
+// closed: the next request must not read them as its answer.
+TEST(systemone_engine, a_connection_with_unasked_bytes_is_not_reused) {
+  const std::string stale = std::string(good_answer).replace(good_answer.find("0.25"), 4, "0.99");
+  const std::string extra = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(stale.size()) + "\r\n\r\n" + stale;
+  scripted_server server({{200, good_answer, {}, 0ms, false, {}, {}, extra}, {200, good_answer, {}}});
+  auto engine = engine_for(server.url(), [](auto& o) { o.retries = 0; });
+  for (int i = 0; i < 2; ++i) {
+    const auto out = engine->decide(std::vector<request>{sample_request()});
+    ASSERT_TRUE(out[0]) << i << ": " << out[0].error().message;
+    EXPECT_EQ(out[0]->probabilities[1][0], 0.25) << i;
+  }
+  EXPECT_EQ(server.connections(), 2);
 }
 
 TEST(systemone_engine, retry_after_values_are_bounded) {
