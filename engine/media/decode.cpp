@@ -3,6 +3,8 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/avstring.h>
+#include <libavutil/dict.h>
 #include <libavutil/error.h>
 #include <libavutil/log.h>
 #include <libswresample/swresample.h>
@@ -17,6 +19,8 @@ extern "C" {
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace baton::media {
 namespace {
@@ -36,6 +40,13 @@ constexpr AVCodecID audio_codecs[] = {
     AV_CODEC_ID_VORBIS,    AV_CODEC_ID_AAC};
 constexpr AVCodecID video_codecs[] = {AV_CODEC_ID_H264, AV_CODEC_ID_HEVC, AV_CODEC_ID_VP8,
                                       AV_CODEC_ID_VP9,  AV_CODEC_ID_AV1,  AV_CODEC_ID_MPEG4};
+
+// The containers media is read from (FFmpeg's demuxer names): single files of pictures or
+// sound, whose codec is checked next. Others are refused before their demuxer runs: some open
+// further files or URLs (concat, HLS, DASH, SDP), which a request's bytes must never make baton do.
+constexpr const char* containers =
+    "png_pipe,jpeg_pipe,webp_pipe,gif,gif_pipe,bmp_pipe,tiff_pipe,wav,mp3,flac,ogg,aac,mov,matroska,mpegts,avi,asf,"
+    "h264,hevc,ivf,m4v,obu";
 
 template <std::size_t N>
 bool accepted(const AVCodecID (&codecs)[N], AVCodecID id) {
@@ -137,6 +148,13 @@ struct job {
 
 int interrupt(void* opaque) { return static_cast<const job*>(opaque)->late() ? 1 : 0; }
 
+// A demuxer's request to open another file or URL: always refused (the input is the bytes given).
+int refuse_open(AVFormatContext*, AVIOContext**, const char*, int, AVDictionary**) { return AVERROR(EPERM); }
+
+struct dictionary_closer {
+  void operator()(AVDictionary** d) const { av_dict_free(d); }
+};
+
 void silence_ffmpeg() {
   static std::once_flag once;
   std::call_once(once, [] { av_log_set_level(AV_LOG_QUIET); });
@@ -159,16 +177,34 @@ result<void> open_input(input& in, std::span<const std::byte> bytes, const job& 
     av_free(buffer);
     return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode context");
   }
+  // The container is named first, and one this kind is not read from is refused unopened.
+  const AVInputFormat* container = nullptr;
+  if (const int rc = av_probe_input_buffer2(in.io.get(), &container, "", nullptr, 0, 0); rc < 0) {
+    return j.failed("open", rc);
+  }
+  if (av_match_list(container->name, containers, ',') <= 0) {
+    return j.invalid(std::string("a ") + container->name + " container is not read (only plain media files)");
+  }
   AVFormatContext* f = avformat_alloc_context();
   if (f == nullptr) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode context");
   f->pb = in.io.get();
   f->flags |= AVFMT_FLAG_CUSTOM_IO;
   f->error_recognition = strict;
   f->interrupt_callback = {&interrupt, const_cast<job*>(&j)};
+  f->io_open = &refuse_open;
+  AVDictionary* options = nullptr;
+  std::unique_ptr<AVDictionary*, dictionary_closer> free_options(&options);
+  av_dict_set(&options, "protocol_whitelist", "none", 0);
   // avformat_open_input frees f when it fails.
-  if (const int rc = avformat_open_input(&f, nullptr, nullptr, nullptr); rc < 0) return j.failed("open", rc);
+  if (const int rc = avformat_open_input(&f, nullptr, container, &options); rc < 0) return j.failed("open", rc);
   in.format.reset(f);
-  if (const int rc = avformat_find_stream_info(f, nullptr); rc < 0) return j.failed("stream info", rc);
+  // Finding the streams decodes a first frame: its decoder refuses a picture over the limit before
+  // allocating it (a few bytes of PNG can declare 16000 x 16000).
+  std::vector<AVDictionary*> stream_options(f->nb_streams, nullptr);
+  for (AVDictionary*& d : stream_options) av_dict_set_int(&d, "max_pixels", j.lim.max_pixels, 0);
+  const int found = avformat_find_stream_info(f, stream_options.data());
+  for (AVDictionary*& d : stream_options) av_dict_free(&d);
+  if (found < 0) return j.failed("stream info", found);
   // The container's own claim refuses a long input early; the decoders check what they produce.
   if (f->duration != AV_NOPTS_VALUE && static_cast<double>(f->duration) / AV_TIME_BASE > j.lim.max_seconds) {
     return j.too_long();
@@ -183,6 +219,7 @@ result<std::unique_ptr<AVCodecContext, codec_closer>> open_decoder(const AVStrea
   if (!ctx) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decoder");
   if (const int rc = avcodec_parameters_to_context(ctx.get(), stream->codecpar); rc < 0) return j.failed("decoder", rc);
   ctx->err_recognition = strict;
+  ctx->max_pixels = j.lim.max_pixels;
   ctx->thread_count = 1;  // the request path's threads are baton's to schedule
   if (const int rc = avcodec_open2(ctx.get(), codec, nullptr); rc < 0) return j.failed("decoder", rc);
   return ctx;
@@ -195,6 +232,17 @@ result<void> check_pixels(std::int64_t width, std::int64_t height, const job& j)
                        std::to_string(j.lim.max_pixels) + " pixels");
   }
   return {};
+}
+
+// A PNG's declared width and height (its first chunk, IHDR, after the 8-byte signature), or 0 x 0.
+std::pair<std::int64_t, std::int64_t> png_declared_size(std::span<const std::byte> bytes) {
+  if (bytes.size() < 24 || std::memcmp(bytes.data() + 12, "IHDR", 4) != 0) return {0, 0};
+  const auto big_endian = [&](std::size_t at) {
+    std::int64_t v = 0;
+    for (std::size_t i = 0; i < 4; ++i) v = v << 8 | std::to_integer<std::int64_t>(bytes[at + i]);
+    return v;
+  };
+  return {big_endian(16), big_endian(20)};
 }
 
 // One stream being decoded: its decoder and what to do with each frame (an error stops the decode).
@@ -404,7 +452,13 @@ result<stream_decoder> open_stream(input& in, std::span<const std::byte> bytes, 
   if (!index) return index.error();
   const AVStream* stream = in.format->streams[*index];
   if (type == AVMEDIA_TYPE_VIDEO) {
-    if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
+    std::int64_t width = stream->codecpar->width, height = stream->codecpar->height;
+    if ((width <= 0 || height <= 0) && stream->codecpar->codec_id == AV_CODEC_ID_PNG) {
+      // The decoder refused to size a picture over the limit, so the stream has none: the
+      // header's IHDR chunk says what it declared.
+      std::tie(width, height) = png_declared_size(bytes);
+    }
+    if (auto r = check_pixels(width, height, j); !r) return r.error();
   }
   auto codec = open_decoder(stream, j);
   if (!codec) return codec.error();

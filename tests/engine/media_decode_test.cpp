@@ -1,6 +1,7 @@
 // engine/media against the Clef reference's decodes of tests/data/vectors/clef-omni-tiny/media, and
 // damaged copies of those files (in memory) that must give errors, never a crash or a hang.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/crc.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -610,6 +612,56 @@ TEST(media_decode, limits_give_413_naming_the_limit) {
   ASSERT_FALSE(mp4);
   EXPECT_EQ(mp4.error().status, 504);
   EXPECT_EQ(mp4.error().code, "MEDIA_TIMEOUT");
+}
+
+// A PNG chunk: length, type, data, CRC-32 (the IEEE polynomial, as zlib computes it).
+void png_chunk(std::vector<std::byte>& out, const char* type, const std::vector<std::uint8_t>& data) {
+  const auto put32 = [&](std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::byte>(v >> shift & 0xff));
+  };
+  put32(static_cast<std::uint32_t>(data.size()));
+  std::vector<std::uint8_t> typed(type, type + 4);
+  typed.insert(typed.end(), data.begin(), data.end());
+  for (const std::uint8_t b : typed) out.push_back(static_cast<std::byte>(b));
+  put32(~av_crc(av_crc_get_table(AV_CRC_32_IEEE_LE), UINT32_MAX, typed.data(), typed.size()));
+}
+
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// 74 bytes of PNG can declare 16000 x 16000 RGBA at 16 bits: 2 GB that FFmpeg allocated (and
+// touched) while finding the streams, before the size was checked. It is refused from its header.
+TEST(media_decode, a_picture_declared_over_the_limit_is_refused_before_it_is_allocated) {
+  std::vector<std::byte> png;
+  for (const int b : {0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a}) png.push_back(static_cast<std::byte>(b));
+  png_chunk(png, "IHDR", {0, 0, 0x3e, 0x80, 0, 0, 0x3e, 0x80, 16, 6, 0, 0, 0});  // 16000 x 16000, 16-bit RGBA
+  png_chunk(png, "IDAT", {0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01});
+  png_chunk(png, "IEND", {});
+  const long before = minor_faults();
+  const auto r = decode_image(png, {});
+  const long faults = minor_faults() - before;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 413);
+  EXPECT_EQ(r.error().message, "image is 16000x16000, more than 8294400 pixels");
+  EXPECT_LT(faults, 25'000) << "pages touched: " << faults;  // 100 MB; the picture is 2 GB
+}
+
+// FFmpeg's concat demuxer reads the files its playlist names: a request's bytes must not make baton
+// open anything. So are HLS and the other demuxers that open further inputs.
+TEST(media_decode, a_playlist_is_not_followed) {
+  const std::string playlist = "ffconcat version 1.0\nfile clip_sound_2s.mp4\n";
+  const auto r = decode_video(std::as_bytes(std::span(playlist)), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 422);
+  EXPECT_EQ(r.error().message, "not a decodable video: a concat container is not read (only plain media files)");
+  const std::string hls = "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nclip_sound_2s.mp4\n#EXT-X-ENDLIST\n";
+  const auto h = decode_video(std::as_bytes(std::span(hls)), {});
+  ASSERT_FALSE(h);
+  EXPECT_EQ(h.error().status, 422);
+  EXPECT_NE(h.error().message.find("container is not read"), std::string::npos) << h.error().message;
 }
 
 // Odd widths and heights, 4:2:0 chroma (planes of half the size, rounded up) included, come back
