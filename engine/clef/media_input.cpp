@@ -1,6 +1,7 @@
 #include "engine/clef/media_input.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -88,6 +89,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
   std::vector<std::vector<float>> decoded_audio;
   decoded_audio.reserve(r.audio.size() + r.videos.size());
   std::vector<std::span<const float>> clips, soundtracks;
+  std::vector<std::string> clip_names, soundtrack_names;  // for errors: the item each clip came from
   for (std::size_t i = 0; i < r.audio.size(); ++i) {
     const std::string where = item_name("audio", i);
     const media_item& item = r.audio[i];
@@ -101,6 +103,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
       clips.emplace_back(decoded_audio.emplace_back(std::move(*d)));
     }
     if (clips.back().empty()) return make_error(422, "INVALID_MEDIA", where + ": the audio has no samples");
+    clip_names.push_back(where);
   }
 
   bool all_sound = !r.videos.empty() && s.soundtracks;
@@ -122,20 +125,34 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
     out.videos.push_back(std::move(*p));
     soundtracks.emplace_back(raw ? std::span<const float>(item.raw->audio)
                                  : std::span<const float>(decoded_audio.emplace_back(std::move(v.audio))));
+    soundtrack_names.push_back(where + "'s soundtrack");
     all_sound = all_sound && (raw || v.has_audio) && !soundtracks.back().empty();
   }
   // The reference reads the soundtracks only when every video has one (use_audio_in_video).
   out.audio_in_video = all_sound;
-  if (out.audio_in_video) clips.insert(clips.end(), soundtracks.begin(), soundtracks.end());
+  if (out.audio_in_video) {
+    clips.insert(clips.end(), soundtracks.begin(), soundtracks.end());
+    clip_names.insert(clip_names.end(), soundtrack_names.begin(), soundtrack_names.end());
+  }
 
   // The processor pads every audio of the call to the longest before the features are taken.
   std::size_t longest = 0;
   for (const auto& c : clips) longest = std::max(longest, c.size());
   if (!clips.empty() && longest < min_audio_samples) {
-    return make_error(422, "INVALID_MEDIA", "audio: shorter than " + std::to_string(min_audio_samples) +
+    const std::string which = clips.size() == 1 ? clip_names[0] : "every audio of the request";
+    return make_error(422, "INVALID_MEDIA", which + ": shorter than " + std::to_string(min_audio_samples) +
                                                 " samples at 16 kHz, too short for a spectrogram");
   }
-  for (const auto& c : clips) out.audio.push_back(log_mel_features(c, longest));
+  for (std::size_t i = 0; i < clips.size(); ++i) {
+    out.audio.push_back(log_mel_features(clips[i], longest));
+    // NaN samples in a float file, or samples so loud (~1e18) that their power overflows float32,
+    // would reach the model as NaN: the input's fault, not the engine's.
+    const auto& values = out.audio.back().values;
+    if (!std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); })) {
+      return make_error(422, "INVALID_MEDIA", clip_names[i] + ": its samples are not finite numbers, or so far outside "
+                                                              "[-1, 1] that their spectrogram overflows");
+    }
+  }
   return out;
 }
 

@@ -276,6 +276,29 @@ TEST_F(clef_engine_test, media_errors_name_the_item_and_spare_the_batch) {
   EXPECT_TRUE(results[3].error().message.starts_with("audio[0]: ")) << results[3].error().message;
 }
 
+// Audio the spectrogram cannot take is the request's fault (422, naming the item), not a 500
+// "not a probability" from the NaN it would become: samples of 1e19 overflow float32 power.
+TEST_F(clef_engine_test, audio_too_loud_or_too_short_is_refused_naming_the_item) {
+  const auto media = record_cases(true);
+  auto base = to_request(media_case(media, "image_basic"), engine_->describe().limits);
+  ASSERT_TRUE(base);
+  base->images.clear();
+  request loud = *base, short_clip = *base;
+  raw_media samples;
+  samples.audio.assign(16000, 1e19f);
+  loud.audio = {raw_item(std::move(samples))};
+  raw_media few;
+  few.audio.assign(100, 0.5f);
+  short_clip.audio = {raw_item(std::move(few))};
+  const auto results = engine_->decide(std::vector<request>{loud, short_clip});
+  ASSERT_FALSE(results[0]);
+  EXPECT_EQ(results[0].error().code, "INVALID_MEDIA");
+  EXPECT_TRUE(results[0].error().message.starts_with("audio[0]: its samples are not finite")) << results[0].error().message;
+  ASSERT_FALSE(results[1]);
+  EXPECT_EQ(results[1].error().code, "INVALID_MEDIA");
+  EXPECT_EQ(results[1].error().message, "audio[0]: shorter than 201 samples at 16 kHz, too short for a spectrogram");
+}
+
 TEST_F(clef_engine_test, a_batch_gives_each_record_its_alone_logits_and_answers) {
   std::vector<request> requests;
   std::vector<std::size_t> windows;
