@@ -363,7 +363,14 @@ struct validator {
     }
     std::string_view head = s.substr(5, comma - 5);  // "<mime>[;param]*;base64"
     constexpr std::string_view b64_tag = ";base64";
-    if (head.size() < b64_tag.size() || head.substr(head.size() - b64_tag.size()) != b64_tag) {
+    // RFC 2397's tokens, like MIME's, are case-insensitive: ";BASE64" is the same tag.
+    const auto tag_at_end = [&] {
+      if (head.size() < b64_tag.size()) return false;
+      const std::string_view tail = head.substr(head.size() - b64_tag.size());
+      return std::equal(tail.begin(), tail.end(), b64_tag.begin(),
+                        [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+    };
+    if (!tag_at_end()) {
       issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
       return false;
     }

@@ -120,6 +120,11 @@ TEST(request, media_scheme_case_and_odd_paths) {
   const request r = parse_ok(R"({"state":"s","questions":{"q":{"type":"noul"}},"audio":["dir/clip://a.wav"]})");
   ASSERT_EQ(r.audio.size(), 1u);
   EXPECT_EQ(r.audio[0].source, media_source::path);
+  // A data URL's tags are case-insensitive (RFC 2397), ";BASE64" as much as "DATA:" and the type.
+  const request shouted = parse_ok(R"({"state":"s","questions":{"q":{"type":"noul"}},"images":["DATA:IMAGE/PNG;BASE64,AA=="]})");
+  ASSERT_EQ(shouted.images.size(), 1u);
+  EXPECT_EQ(shouted.images[0].source, media_source::inline_base64);
+  EXPECT_EQ(shouted.images[0].mime, "image/png");
 }
 
 // Inline items count toward the 413 limits at parse; a path or URL does not (its size is unknown
