@@ -532,7 +532,9 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
                                                     "` is not one of this connection's that awaits a tool_result")));
     return false;
   }
-  if (it->second.reported) {
+  // The connection's own record, then the desk's: a resolved decision is awaited again by every
+  // connection that resumes its session, and by the next process after a restart.
+  if (it->second.reported || !desk_->claim_tool_result(f.decision)) {
     c->send(protocol::render_error_frame(
         id, make_error(409, "DUPLICATE_TOOL_RESULT", "decision `" + f.decision + "` already has its tool_result")));
     return false;
@@ -547,6 +549,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
       } else {
         // Not in the log: the agent may report it again.
         if (const auto again = c->awaited_.find(decision); again != c->awaited_.end()) again->second.reported = false;
+        desk_->release_tool_result(decision);
         c->send(protocol::render_error_frame(id, ok.error()));
       }
       --in_flight_;

@@ -65,6 +65,7 @@ struct escalation_desk::waiting {
   std::string tool;      // "" unless the agent runs it
   bool acknowledged = false;  // its delivery row is being written
   std::string tool_result;    // baton's tool_result frame, once a tool it runs for this resolution ran
+  bool tool_reported = false;  // the agent's tool_result for it is in the log, or being written
   bool baton_runs = false;    // its tool is one baton runs (http, command)
   bool resolved_here = false;  // this desk wrote it (and runs its tool)
   int polls = 0;               // times its tool run was looked for in a shared log
@@ -210,10 +211,12 @@ void escalation_desk::start() {
     log::resolution_record res;
     escalation esc;
     std::string tool_result;  // baton's tool_result frame of the tool it ran for it, when it did
+    bool tool_reported = false;  // a run of its tool is in the log (the agent's, for one it runs)
   };
   std::vector<unacknowledged_resolution> waiting;
   for (log::escalation_history& h : *unacknowledged) {
-    waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run)});
+    waiting.push_back(
+        {std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run), h.tool_run.has_value()});
   }
 
   std::size_t expired = 0;
@@ -235,11 +238,12 @@ void escalation_desk::start() {
     routing_.counters.resolution(res.outcome, res.by);
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
     run_if_baton_runs(*routing, res, owned->escalation.row);
-    waiting.push_back({std::move(res), owned->escalation, {}});
+    waiting.push_back({std::move(res), owned->escalation, {}, false});
   }
-  for (auto& [res, esc, tool_result] : waiting) {
+  for (auto& [res, esc, tool_result, reported] : waiting) {
     auto w = waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row));
     w.tool_result = std::move(tool_result);
+    w.tool_reported = reported;
     waiting_.emplace(res.id, std::move(w));
   }
   for (auto& [id, e] : pending_) arm(*e);
@@ -436,8 +440,12 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
         if (settled(res.id)) continue;  // acknowledged here since
         waiting made = waiting_for(*routing, res, h.row.escalation, resolution_object_of(*routing, res, h.row.escalation));
         made.tool_result = std::move(tool_result);
+        made.tool_reported = h.tool_run.has_value();
         to_deliver.push_back(waiting_.emplace(res.id, std::move(made)).first->second);
-      } else if (w->second.tool_result.empty() && !tool_result.empty()) {
+        continue;
+      }
+      if (h.tool_run) w->second.tool_reported = true;  // reported, or run, on another instance
+      if (w->second.tool_result.empty() && !tool_result.empty()) {
         // The tool another instance ran for it has run: a session connected here hears of it.
         w->second.tool_result = tool_result;
         if (const auto s = sessions_.find(w->second.session); s != sessions_.end()) {
@@ -916,6 +924,23 @@ void escalation_desk::deliver(const waiting& w) {
     // The run of a tool baton ran, when it ran before this desk delivered (another instance's).
     if (!w.tool_result.empty()) c->send(w.tool_result);
   });
+}
+
+bool escalation_desk::claim_tool_result(const std::string& decision) {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, w] : waiting_) {
+    if (w.decision != decision || w.tool.empty()) continue;
+    if (w.tool_reported) return false;
+    w.tool_reported = true;
+  }
+  return true;
+}
+
+void escalation_desk::release_tool_result(const std::string& decision) {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, w] : waiting_) {
+    if (w.decision == decision) w.tool_reported = false;
+  }
 }
 
 escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,

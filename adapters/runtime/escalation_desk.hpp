@@ -132,6 +132,12 @@ class escalation_desk {
   // `then` runs (on an I/O thread) once none is, written or failed. A `resume` is answered after
   // it: the client that sends `ack` then `resume` knows from the answer that the ack is durable.
   bool defer_until_acks_written(const std::string& session, std::function<void()> then);
+  // One tool_result per resolved decision, whichever connection (or, after a restart, process)
+  // sends it: true when `decision` is not a waiting resolution's, or its agent-run tool has no
+  // result yet (it is then claimed until release_tool_result, which a result the log refused
+  // calls); false when it has one.
+  bool claim_tool_result(const std::string& decision);
+  void release_tool_result(const std::string& decision);
 
   // The most escalations a list or a snapshot holds (oldest first).
   static constexpr std::size_t max_listed = 1000;

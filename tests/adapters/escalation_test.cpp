@@ -263,6 +263,39 @@ TEST_F(escalation_test, a_disconnected_agent_gets_its_resolution_when_it_resumes
   EXPECT_EQ(back.request({{"type", "resume"}, {"session", "esc-away"}})["resolutions"], 0);
 }
 
+// A resolved decision's agent-run tool has one result, whichever connection reports it: a resume
+// on another connection, or after a restart, awaits it again but takes no second one.
+TEST_F(escalation_test, a_resolved_decisions_tool_result_is_taken_once_across_connections_and_restarts) {
+  const unsigned short port = start();
+  ws_client agent(port);
+  const json d = agent.request(unsure("esc-once"));
+  ASSERT_EQ(d["action"], "escalate") << d;
+  const json res = resolve(d["escalation"], {{"outcome", "execute"}, {"reason", "fine"}});
+  ASSERT_EQ(last_status_, 200) << res;
+  ASSERT_EQ(agent.read_type("resolution")["resolution"]["id"], res["id"]);
+  const json first = agent.request({{"type", "tool_result"}, {"id", "t1"}, {"decision", d["decision"]}, {"ok", true}});
+  EXPECT_EQ(first.value("type", ""), "ack") << first;
+
+  // Not acknowledged, so a resume elsewhere gets the resolution again; the result is in already.
+  ws_client other(port);
+  EXPECT_EQ(other.request({{"type", "resume"}, {"session", "esc-once"}})["resolutions"], 1);
+  EXPECT_EQ(other.read()["type"], "resolution");
+  const json second = other.request({{"type", "tool_result"}, {"id", "t2"}, {"decision", d["decision"]}, {"ok", true}});
+  EXPECT_EQ(second["code"], "DUPLICATE_TOOL_RESULT") << second;
+  agent.close();
+  other.close();
+
+  restart();
+  ws_client after(server_->port());
+  EXPECT_EQ(after.request({{"type", "resume"}, {"session", "esc-once"}})["resolutions"], 1);
+  EXPECT_EQ(after.read()["type"], "resolution");
+  const json third = after.request({{"type", "tool_result"}, {"id", "t3"}, {"decision", d["decision"]}, {"ok", true}});
+  EXPECT_EQ(third["code"], "DUPLICATE_TOOL_RESULT") << third;
+  after.close();
+  server_.reset();
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM tool_runs")[0]["n"], 1);
+}
+
 TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_across_a_restart) {
   write("policy.yaml", std::string(policy_yaml) +
                            "escalation:\n  deadline_s: 1\n  tools:\n    lookup_order: {on_deadline: execute}\n"
