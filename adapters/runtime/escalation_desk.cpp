@@ -223,12 +223,25 @@ void escalation_desk::start() {
   for (const log::escalation_row& row : *pending) {
     auto owned = std::make_unique<entry>();
     owned->escalation = read_back(*routing, row);
-    if (owned->escalation.row.deadline_ms > now) {
+    // What the registry and policy served now no longer allow (a tool since denied, removed or
+    // changed) is denied as a reload denies it; else its deadline, had it passed while baton was
+    // down. Either is resolved now, durably, before anything is served.
+    const bool passed = owned->escalation.row.deadline_ms <= now;
+    const auto why = passed ? std::nullopt : misfit(*routing, owned->escalation.row);
+    if (!passed && !why) {
       add_pending(std::move(owned));
       continue;
     }
-    // Passed while baton was down: resolved now, durably, before anything is served.
-    auto res = prepare_deadline(*routing, *owned);
+    log::resolution_record res;
+    if (why) {
+      protocol::resolve_input in;
+      in.reason = "denied at start-up with the registry and policy since changed: " + *why +
+                  " (what no longer fits is denied, as its deadline would deny it)";
+      in.force = true;
+      res = std::move(*prepare(*routing, *owned, std::move(in), deadline_reviewer, "deadline"));  // a forced deny
+    } else {
+      res = prepare_deadline(*routing, *owned);
+    }
     std::promise<result<void>> written;
     auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
     const result<void> ok = queued ? written.get_future().get() : queued;
@@ -248,8 +261,8 @@ void escalation_desk::start() {
   }
   for (auto& [id, e] : pending_) arm(*e);
   if (!pending_.empty() || !waiting_.empty() || expired) {
-    spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed), {} resolutions wait for their "
-                 "agent", pending_.size(), expired, waiting_.size());
+    spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed, or no longer fits), {} resolutions "
+                 "wait for their agent", pending_.size(), expired, waiting_.size());
   }
   // Other instances' rows as they commit; all of it again after a lost connection; every 2 s the
   // runs of tools other instances ran for resolutions waiting here (no notification names them).
@@ -645,15 +658,23 @@ protocol::resolve_input escalation_desk::deadline_input(const log::escalation_re
 }
 
 log::resolution_record escalation_desk::prepare_deadline(const routing_snapshot& routing, const entry& e) const {
-  auto res = prepare(routing, e, deadline_input(e.escalation.row), deadline_reviewer, "deadline");
-  if (res) return std::move(*res);
-  // The configured `execute` no longer fits the registry (a tool renamed, a parameter changed):
-  // denied, saying why, rather than left pending for ever.
+  protocol::resolve_input in = deadline_input(e.escalation.row);
+  const auto& deny_list = routing.policy.deny;
+  std::string why;
+  if (in.execute && std::find(deny_list.begin(), deny_list.end(), *in.tool) != deny_list.end()) {
+    why = "the policy now denies `" + *in.tool + "` (rules.deny)";
+  } else {
+    auto res = prepare(routing, e, std::move(in), deadline_reviewer, "deadline");
+    if (res) return std::move(*res);
+    why = "its execute no longer fits the registry (" + res.error().message + ")";
+  }
+  // The configured `execute` is no longer allowed (a tool renamed or denied, a parameter
+  // changed): denied, saying why, rather than run or left pending for ever.
   protocol::resolve_input deny = deadline_input(e.escalation.row);
   deny.execute = false;
   deny.tool.reset();
   deny.arguments.reset();
-  deny.reason += "; denied: its execute no longer fits the registry (" + res.error().message + ")";
+  deny.reason += "; denied: " + why;
   auto denied = prepare(routing, e, std::move(deny), deadline_reviewer, "deadline");
   return std::move(*denied);  // a forced deny has nothing left to refuse
 }

@@ -544,6 +544,36 @@ TEST_F(escalation_test, a_deadline_whose_execute_no_longer_fits_the_registry_is_
   EXPECT_NE(e["resolution"]["reason"].get<std::string>().find("no longer fits the registry"), std::string::npos) << e;
 }
 
+// A tool the policy denies since an escalation was raised is not run for it, whether baton was
+// restarted (as a reload would deny it) or its deadline passed while baton was down.
+TEST_F(escalation_test, a_tool_denied_while_baton_was_down_is_not_run_for_its_escalation) {
+  const std::string escalation_policy = "escalation:\n  on_deadline: execute\n  tools:\n    lookup_order: {deadline_s: 1}\n";
+  write("policy.yaml", std::string(policy_yaml) + escalation_policy);
+  ws_client agent(start());
+  const json late = agent.request(unsure("deny-late"));
+  const json open = agent.request(unsure("deny-open", "echo_cmd"));
+  ASSERT_EQ(late["action"], "escalate") << late;
+  ASSERT_EQ(open["action"], "escalate") << open;
+  agent.close();
+  server_.reset();
+  std::string policy = std::string(policy_yaml) + escalation_policy;
+  policy.replace(policy.find("deny: [wipe_disk]"), 17, "deny: [wipe_disk, lookup_order, echo_cmd]");
+  write("policy.yaml", policy);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  start();
+  const json was_late = get("/v1/escalations/" + late["escalation"].get<std::string>());
+  EXPECT_EQ(was_late["status"], "resolved") << was_late;
+  EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
+  EXPECT_NE(was_late["resolution"]["reason"].get<std::string>().find("the policy now denies `lookup_order`"),
+            std::string::npos) << was_late;
+  const json was_open = get("/v1/escalations/" + open["escalation"].get<std::string>());
+  EXPECT_EQ(was_open["status"], "resolved") << was_open;
+  EXPECT_EQ(was_open["resolution"]["outcome"], "deny");
+  EXPECT_NE(was_open["resolution"]["reason"].get<std::string>().find("denied at start-up"), std::string::npos) << was_open;
+  server_.reset();
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM tool_runs")[0]["n"], 0);
+}
+
 // The registry and policy of the evidence tests: a high-risk tool beyond max_risk, and a score
 // question whose trigger fires on the scripted engine's flat answer (score 1 of 0–2).
 class evidence_test : public escalation_test {
