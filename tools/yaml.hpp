@@ -68,7 +68,12 @@ auto parse(std::string_view yaml_text, std::string_view file_name, const char* c
   }
 }
 
-// The whole file, or 422 `code` "FILE: cannot read the file".
-result<std::string> read_text(const std::filesystem::path& file, const char* code);
+// The most a registry, policy or server configuration file may hold.
+inline constexpr std::size_t max_config_bytes = std::size_t(16) << 20;
+
+// The whole file, or 422 `code` "FILE: why": not a regular file (a FIFO, a device), more than
+// `max_bytes`, or unreadable.
+result<std::string> read_text(const std::filesystem::path& file, const char* code,
+                              std::size_t max_bytes = max_config_bytes);
 
 }  // namespace baton::tools::yaml

@@ -7,7 +7,6 @@
 #include <charconv>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 
 #include "core/hf_cache.hpp"
@@ -477,8 +476,9 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
     secret = read_env(env->value, "the `env` of " + what, what, env_name);
   } else {
     const std::filesystem::path p = read_path(file->value, "the `file` of " + what, base);
-    std::ifstream in(p);
-    if (!in || !std::getline(in, secret)) fail(file->value, what + ": cannot read a key from " + p.string());
+    auto text = read_text(p, "INVALID_CONFIG", 64 * 1024);  // a regular file of a key or two
+    if (!text) fail(file->value, what + ": " + text.error().message);
+    secret = text->substr(0, text->find('\n'));
   }
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.front()))) secret.erase(0, 1);

@@ -267,7 +267,7 @@ TEST_F(check_warnings, what_serve_refuses_is_an_error_with_its_line) {
   write(dir_ / "missing.yaml", "# the registry\n\nregistry: none.yaml\npolicy: policy.yaml\n");
   const auto missing = cli({"check", "--config", file("missing.yaml")});
   EXPECT_EQ(missing.code, exit_config);
-  EXPECT_EQ(missing.err, file("missing.yaml") + ":3: `registry` " + file("none.yaml") + ": cannot read the file\n");
+  EXPECT_EQ(missing.err, file("missing.yaml") + ":3: `registry` " + file("none.yaml") + ": cannot read the file (No such file or directory)\n");
   // A directory reads as nothing: it is named as what it is, not as an empty registry.
   std::filesystem::create_directories(dir_ / "tools.d");
   write(dir_ / "dir.yaml", "registry: tools.d\npolicy: policy.yaml\n");

@@ -134,7 +134,7 @@ server: {max_body_bytes: 1024, request_deadline_ms: 1500}
   EXPECT_EQ(short_key, "/etc/baton/baton.yaml:1: key `a`: the key must be at least 16 characters");
   EXPECT_EQ(short_key.find("short\n"), std::string::npos);
   EXPECT_EQ(problem("auth: {keys: [{name: a, role: agent, file: /nonexistent/key}]}\n"),
-            "/etc/baton/baton.yaml:1: key `a`: cannot read a key from /nonexistent/key");
+            "/etc/baton/baton.yaml:1: key `a`: /nonexistent/key: cannot read the file (No such file or directory)");
   EXPECT_EQ(problem("auth: {requests_per_second: 0}\n"),
             "/etc/baton/baton.yaml:1: `auth.requests_per_second` must be a number above 0");
   EXPECT_EQ(problem("auth: {burst: 5}\n"), "/etc/baton/baton.yaml:1: `auth.burst` needs `auth.requests_per_second`");
@@ -453,7 +453,7 @@ TEST(serve_cli, usage_and_configuration_errors) {
   EXPECT_NE(help_out.find("Usage: baton serve"), std::string::npos);
   auto [missing, m_out, m_err] = run({"serve", "--config", "/nonexistent/baton.yaml"});
   EXPECT_EQ(missing, 78);
-  EXPECT_EQ(m_err, "baton serve: /nonexistent/baton.yaml: cannot read the file\n");
+  EXPECT_EQ(m_err, "baton serve: /nonexistent/baton.yaml: cannot read the file (No such file or directory)\n");
   auto [listen, l_out, l_err] =
       run({"serve", "--config", (test::source_dir() / "config/baton.yaml").c_str(), "--listen", "nowhere"});
   EXPECT_EQ(listen, 64);

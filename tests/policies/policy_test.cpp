@@ -403,7 +403,7 @@ TEST(Policy, ConfigLoadsAgainstTheConfigRegistry) {
 
   const auto missing = load_policy(BATON_SOURCE_DIR "/config/no-such-policy.yaml", *r);
   ASSERT_FALSE(missing.has_value());
-  EXPECT_EQ(missing.error().message, BATON_SOURCE_DIR "/config/no-such-policy.yaml: cannot read the file");
+  EXPECT_EQ(missing.error().message, BATON_SOURCE_DIR "/config/no-such-policy.yaml: cannot read the file (No such file or directory)");
 }
 
 }  // namespace

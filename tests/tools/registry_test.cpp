@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,7 +154,29 @@ TEST(registry, a_missing_file_is_an_error) {
   auto r = load_registry("/nonexistent/tools.yaml", {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, "INVALID_REGISTRY");
-  EXPECT_EQ(r.error().message, "/nonexistent/tools.yaml: cannot read the file");
+  EXPECT_EQ(r.error().message, "/nonexistent/tools.yaml: cannot read the file (No such file or directory)");
+}
+
+// A FIFO would block the load (a reload stuck for good) and /dev/zero never ends: only regular
+// files are read, and at most 16 MiB of one.
+TEST(registry, only_a_regular_file_of_bounded_size_is_read) {
+  const auto dir = std::filesystem::temp_directory_path() / ("baton-registry-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto fifo = dir / "fifo.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [path, why] : {std::pair<std::string, std::string>{fifo.string(), "is not a regular file"},
+                                  {"/dev/zero", "is not a regular file"}}) {
+    auto r = load_registry(path, {});
+    ASSERT_FALSE(r) << path;
+    EXPECT_EQ(r.error().message, path + ": " + why);
+  }
+  const auto big = dir / "big.yaml";
+  std::ofstream(big).put('\n');
+  std::filesystem::resize_file(big, (std::size_t(16) << 20) + 1);
+  auto r = load_registry(big, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, big.string() + ": is 16777217 bytes, more than the 16777216 a configuration file may be");
+  std::filesystem::remove_all(dir);
 }
 
 const char* two_tools = "tools:\n  - {id: a, description: A}\n  - {id: b, description: B}\n";
