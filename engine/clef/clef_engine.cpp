@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -37,22 +38,39 @@ std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
 }
 
 // config.json names the ids of <|im_start|> and <|im_end|>: the tokenizer must agree.
-void check_control_ids(const std::filesystem::path& dir, const nlohmann::json& config, const tokenizer& t) {
+// Each control id the config names must be the id the tokenizer reads its token as: a media id
+// that is another token (or past the vocabulary) would fail every media request as the caller's
+// fault, or an index past the embeddings.
+void check_control_ids(const std::filesystem::path& dir, const release& files, const tokenizer& t) {
+  const nlohmann::json& config = files.config();
+  const auto check = [&](const char* key, const char* token, std::int64_t id) {
+    const auto ids = t.encode(token);
+    if (ids.size() != 1 || ids[0] != id) {
+      throw load_error((dir / "config.json").string() + ": " + key + " is " + std::to_string(id) +
+                       " but the tokenizer reads " + token + " as " +
+                       (ids.size() == 1 ? std::to_string(ids[0]) : std::string("several tokens")));
+    }
+  };
   for (const auto& [key, token] : {std::pair{"im_start_token_id", "<|im_start|>"}, std::pair{"im_end_token_id", "<|im_end|>"}}) {
     const auto it = config.find(key);
-    if (it == config.end() || !it->is_number_integer()) continue;
-    const auto ids = t.encode(token);
-    if (ids.size() != 1 || ids[0] != it->get<std::int64_t>()) {
-      throw load_error((dir / "config.json").string() + ": " + key + " is " + it->dump() + " but the tokenizer reads " +
-                       token + " as " + (ids.size() == 1 ? std::to_string(ids[0]) : std::string("several tokens")));
-    }
+    if (it != config.end() && it->is_number_integer()) check(key, token, it->get<std::int64_t>());
+  }
+  const media_tokens& m = files.tokens();
+  for (const auto& [key, token, id] :
+       {std::tuple{"image_token_id", "<|image_pad|>", &m.image}, std::tuple{"video_token_id", "<|video_pad|>", &m.video},
+        std::tuple{"audio_token_id", "<|audio_pad|>", &m.audio},
+        std::tuple{"vision_start_token_id", "<|vision_start|>", &m.vision_start},
+        std::tuple{"vision_end_token_id", "<|vision_end|>", &m.vision_end},
+        std::tuple{"audio_start_token_id", "<|audio_start|>", &m.audio_start},
+        std::tuple{"audio_end_token_id", "<|audio_end|>", &m.audio_end}}) {
+    if (*id) check(key, token, **id);
   }
 }
 
 // The tokenizer against the release: its control ids, and no id past the thinker's vocabulary.
-void check_vocabulary(const std::filesystem::path& dir, const nlohmann::json& config, std::int64_t vocab_size,
-                      const tokenizer& t) {
-  check_control_ids(dir, config, t);
+void check_vocabulary(const std::filesystem::path& dir, const release& files, const tokenizer& t) {
+  const std::int64_t vocab_size = files.text().vocab_size;
+  check_control_ids(dir, files, t);
   if (t.size() > static_cast<std::size_t>(vocab_size)) {
     throw load_error(dir.string() + ": the tokenizer has " + std::to_string(t.size()) +
                      " ids but the thinker's vocabulary only " + std::to_string(vocab_size));
@@ -196,14 +214,13 @@ clef_engine::clef_engine(const clef_engine_options& options)
                  "int8 copy of the release (baton quantize --int8), which computes in f32 here");
   }
   description_.release_date = file_date(options.model_dir / "config.json");
-  check_vocabulary(options.model_dir, model_->files().config(), model_->files().text().vocab_size,
-                   encoder_.text_tokenizer());
+  check_vocabulary(options.model_dir, model_->files(), encoder_.text_tokenizer());
 }
 
 void check_release_tokenizer(const std::filesystem::path& dir) {
   const std::unique_ptr<tokenizer> t = load_tokenizer(dir);
   const release files(dir, /*head=*/false);  // mapped, not read: only its config is looked at
-  check_vocabulary(dir, files.config(), files.text().vocab_size, *t);
+  check_vocabulary(dir, files, *t);
 }
 
 std::vector<result<decision>> clef_engine::decide(std::span<const request> batch) {

@@ -364,6 +364,27 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
 }
 
 // Blank lines are skipped; a request with no id is named in the dump by its line in the input.
+// A media id in config.json that is another token would fail every media request as the caller's
+// fault (one past the vocabulary, as an engine failure): the load refuses it.
+TEST(cli_clef, a_media_token_id_the_tokenizer_disagrees_with_is_refused_at_load) {
+  const test::scratch_dir scratch("baton-media-id");
+  const auto release = scratch / "release";
+  std::filesystem::copy(tiny / "release", release);
+  for (const char* wrong : {"332", "1000"}) {
+    std::string config = test::read_file(tiny / "release" / "config.json");
+    config.replace(config.find("\"image_token_id\": 343"), std::strlen("\"image_token_id\": 343"),
+                   std::string("\"image_token_id\": ") + wrong);
+    std::ofstream(release / "config.json", std::ios::trunc) << config;
+    const std::string model_arg = release.string();
+    const auto r = cli({"decide", "--engine", "clef", "--model", model_arg, "--threads", "1"},
+                       R"({"state":"hi","questions":{"q":{"type":"noul"}}})");
+    EXPECT_EQ(r.code, exit_engine_failed) << wrong;
+    EXPECT_NE(r.err.find(std::string("image_token_id is ") + wrong + " but the tokenizer reads <|image_pad|> as 343"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(cli_clef, decide_dump_names_a_request_without_id_by_its_line) {
   const test::scratch_dir scratch("baton-dump-lines");
   const auto dump = scratch / "dump.jsonl";
