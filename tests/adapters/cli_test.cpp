@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -614,6 +615,26 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
   EXPECT_NE(badid.err.find("im_start_token_id is 5 but the tokenizer reads <|im_start|> as 332"), std::string::npos)
       << badid.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "badid-int8"));
+
+  // A NaN in a source weight is the source's fault: 66, as for any release that cannot be read.
+  std::filesystem::copy(tiny / "release", dir / "nan");
+  {
+    const auto shard = dir / "nan" / "model-00002-of-00003.safetensors";
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    const auto begin = test::parse(header)["thinker.model.layers.0.mlp.experts.0.gate_proj.weight"]["data_offsets"][0];
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes + begin.get<std::uint64_t>()));
+    f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  }
+  const auto nan = cli({"quantize", "--int8", (dir / "nan").string(), (dir / "nan-int8").string()});
+  EXPECT_EQ(nan.code, exit_no_input) << nan.err;
+  EXPECT_NE(nan.err.find("experts.0.gate_proj.weight: non-finite weights in row 0"), std::string::npos) << nan.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "nan-int8"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "nan-int8.partial"));
 
   // SRC by repository name, from the Hugging Face cache as every --model takes it.
   const auto cache = dir / "hub";

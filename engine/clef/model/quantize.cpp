@@ -92,7 +92,8 @@ void quantize_rows(const tensor_view& w, const std::string& name, std::vector<st
       // NaN never wins std::max: taken as infinite, so the row is refused below.
       amax = std::isnan(row[c]) ? INFINITY : std::max(amax, std::abs(row[c]));
     }
-    if (!std::isfinite(amax)) throw std::runtime_error("tensor " + name + ": non-finite weights in row " + std::to_string(r));
+    // The source's fault (exit 66), not the destination's.
+    if (!std::isfinite(amax)) throw load_error("tensor " + name + ": non-finite weights in row " + std::to_string(r));
     const float scale = amax / 127.0f;
     scales[r] = scale;
     for (std::int64_t c = 0; c < cols; ++c) {
