@@ -1,16 +1,12 @@
 #include "tools/yaml.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstring>
 #include <unordered_set>
+
+#include "core/files.hpp"
 
 namespace baton::tools::yaml {
 
@@ -118,34 +114,10 @@ json to_json(const YAML::Node& n, std::string_view what) {
 }
 
 result<std::string> read_text(const std::filesystem::path& file, const char* code, std::size_t max_bytes) {
-  const std::string name = file.string();
-  // Opened without blocking and checked before it is read: a FIFO would wait for a writer (a
-  // reload stuck for good), and /dev/zero never ends.
-  const int fd = ::open(name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return make_error(422, code, name + ": cannot read the file (" + std::strerror(errno) + ")");
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } close_it{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) return make_error(422, code, name + ": cannot read the file (" + std::strerror(errno) + ")");
-  if (S_ISDIR(st.st_mode)) return make_error(422, code, name + ": is a directory, not a file");
-  if (!S_ISREG(st.st_mode)) return make_error(422, code, name + ": is not a regular file");
-  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
-    return make_error(422, code, name + ": is " + std::to_string(st.st_size) + " bytes, more than the " +
-                                     std::to_string(max_bytes) + " a configuration file may be");
-  }
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error(422, code, name + ": cannot read the file (" + std::strerror(errno) + ")");
-    if (n == 0) break;  // cut short since it was measured
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
-  return text;
+  std::string why;
+  auto text = read_regular_file(file, max_bytes, why);
+  if (!text) return make_error(422, code, file.string() + ": " + why);
+  return std::move(*text);
 }
 
 }  // namespace baton::tools::yaml

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/clef/model/json_file.hpp"
 #include "engine/clef/model/rope_index.hpp"
 #include "engine/clef/release_reads.hpp"
 
@@ -47,9 +47,9 @@ result<vision_patches> patches(const rgb_frames& frames, const std::string& wher
 pixel_bounds read_pixel_bounds(const std::filesystem::path& model_dir) {
   pixel_bounds b;
   const auto path = model_dir / preprocessor_config_json;
-  std::ifstream in(path);
-  if (!in) return b;
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return b;
+  const nlohmann::json j = read_json_file(path);
   auto read = [&](const char* key, std::int64_t& out) {
     const auto it = j.find(key);
     if (it == j.end()) return;
@@ -58,7 +58,6 @@ pixel_bounds read_pixel_bounds(const std::filesystem::path& model_dir) {
     }
     out = it->get<std::int64_t>();
   };
-  if (!j.is_object()) throw load_error(path.string() + ": not a JSON object");
   read("min_pixels", b.min_pixels);
   read("max_pixels", b.max_pixels);
   if (b.min_pixels > b.max_pixels) throw load_error(path.string() + ": min_pixels is above max_pixels");

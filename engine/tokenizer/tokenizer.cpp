@@ -9,17 +9,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <new>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "core/files.hpp"
 #include "engine/tokenizer/tokenizer_files.hpp"
 
 namespace baton {
@@ -437,13 +436,15 @@ class piece_cache {
 
 // ---- reading files ------------------------------------------------------------------------------
 
+// Qwen's tokenizer.json is ~11 MB; a FIFO or a device in its place is refused, not waited on.
+constexpr std::size_t max_tokenizer_file_bytes = std::size_t(256) << 20;
+
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw bad_input(fs::exists(path) ? "cannot be read" : "does not exist");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw bad_input("cannot be read");
-  return s.str();
+  if (!fs::exists(path)) throw bad_input("does not exist");
+  std::string why;
+  auto text = read_regular_file(path, max_tokenizer_file_bytes, why);
+  if (!text) throw bad_input(why);  // about_file names the file
+  return std::move(*text);
 }
 
 json parse_json(const std::string& text) {

@@ -2,6 +2,7 @@
 // tests/engine/data/make_releases.py (the make_test_releases fixture), each broken copy of it, and
 // small hand-made safetensors files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "engine/clef/model/model.hpp"
 #include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/tensors.hpp"
+#include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 
 namespace baton::clef {
@@ -334,6 +336,37 @@ TEST_P(broken_release, head_faults_do_not_stop_a_bare_thinker_load) {
 INSTANTIATE_TEST_SUITE_P(variants, broken_release, testing::ValuesIn(broken_cases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// What a release's files can do to the loader before it refuses them: a million layers of one
+// expert each passed the layers x experts bound and built 12.6M tensor names (4 GB); a FIFO for
+// config.json blocked the load for good; a config nested a million deep took GBs to parse.
+TEST(release_loader, configs_that_would_cost_the_loader_are_refused_first) {
+  const test::scratch_dir dir("baton-release-config");
+  const auto copy = dir / "release";
+  std::filesystem::copy(release_dir("valid"), copy);
+  const auto config = copy / "config.json";
+  const std::string valid = test::read_file(config);
+  const auto load_message = [&] {
+    try {
+      const release r(copy);
+    } catch (const load_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  std::string layers = valid;
+  layers.replace(layers.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 1048576");
+  layers.replace(layers.find("\"num_experts\": 4"), 16, "\"num_experts\": 1");
+  std::ofstream(config, std::ios::trunc) << layers;
+  expect_mentions(load_message(), {"config.json", "implausibly many layers"});
+
+  std::ofstream(config, std::ios::trunc) << std::string(1 << 20, '[');
+  expect_mentions(load_message(), {"config.json", "nested over 64 levels"});
+
+  std::filesystem::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  expect_mentions(load_message(), {"config.json", "is not a regular file"});
+}
+
 // Hand-made safetensors files in a fresh temporary directory.
 class safetensors_header : public testing::Test {
  protected:
@@ -373,7 +406,28 @@ TEST_F(safetensors_header, file_shorter_than_the_length_field_is_truncated) {
 }
 
 TEST_F(safetensors_header, header_that_is_not_json_is_rejected) {
-  expect_mentions(load_message(write("{not json", "")), {"t.safetensors", "not a JSON object"});
+  expect_mentions(load_message(write("{not json", "")), {"t.safetensors", "not valid JSON"});
+  expect_mentions(load_message(write("[1]", "")), {"t.safetensors", "not a JSON object"});
+}
+
+// 100 MB of "[" (within the header limit) took 8 GB to refuse: the nesting is checked first.
+TEST_F(safetensors_header, deeply_nested_header_is_refused_before_it_is_built) {
+  expect_mentions(load_message(write(std::string(1 << 20, '['), "")), {"t.safetensors", "nested over 64 levels"});
+}
+
+// Tensors whose data ranges overlap would read each other's bytes.
+TEST_F(safetensors_header, overlapping_tensors_are_refused) {
+  const auto path = write(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                          std::string(12, '\0'));
+  expect_mentions(load_message(path), {"t.safetensors", "tensor b", "overlaps tensor a"});
+}
+
+// A FIFO would block the load for good: only regular files are mapped.
+TEST_F(safetensors_header, a_fifo_is_refused_without_waiting) {
+  const auto path = dir_ / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  expect_mentions(load_message(path), {"fifo.safetensors", "is not a regular file"});
 }
 
 TEST_F(safetensors_header, unknown_dtype_names_the_tensor) {

@@ -175,7 +175,7 @@ TEST(registry, only_a_regular_file_of_bounded_size_is_read) {
   std::filesystem::resize_file(big, (std::size_t(16) << 20) + 1);
   auto r = load_registry(big, {});
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().message, big.string() + ": is 16777217 bytes, more than the 16777216 a configuration file may be");
+  EXPECT_EQ(r.error().message, big.string() + ": is 16777217 bytes, more than the 16777216 such a file may be");
   std::filesystem::remove_all(dir);
 }
 

@@ -2,22 +2,26 @@
 // nlohmann::ordered_json where a copy must keep the key order. Throws load_error.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <string>
 
+#include "core/files.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef {
 
+// The largest a release's JSON file may be: the 30B thinker's index is ~2 MB, its config ~20 kB.
+inline constexpr std::size_t max_release_json_bytes = std::size_t(64) << 20;
+
 template <class Json = nlohmann::json>
 Json read_json_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw load_error(p.string() + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  Json j = Json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
+  std::string why;
+  auto text = read_regular_file(p, max_release_json_bytes, why);
+  if (!text) throw load_error(p.string() + ": " + why);
+  if (!json_depth_within(*text, 64)) throw load_error(p.string() + ": not valid JSON, or nested over 64 levels");
+  Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw load_error(p.string() + ": not valid JSON");
   if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
   return j;

@@ -120,7 +120,8 @@ text_config parse_text_config(const nlohmann::json& root, const std::filesystem:
   if (c.num_heads % c.num_kv_heads != 0) {
     throw load_error(where + ": num_attention_heads must be a multiple of num_key_value_heads");
   }
-  // Layers x experts is the number of tensors to look up; a real thinker has 48 x 128.
+  // Each layer is ~3 x experts + 10 tensors to look up; a real thinker has 48 layers of 128 experts.
+  if (c.num_layers > 1024) throw load_error(where + ": implausibly many layers (num_hidden_layers)");
   if (c.num_layers * c.num_experts > (1 << 20)) {
     throw load_error(where + ": num_hidden_layers x num_experts is implausibly large");
   }

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 namespace baton::clef {
 
@@ -53,14 +55,47 @@ std::int64_t tensor_view::numel() const noexcept {
   return n;
 }
 
+namespace {
+
+// A SAX handler that only follows the nesting: false (stop) past `max` levels or on a syntax error.
+struct depth_check : nlohmann::json_sax<nlohmann::json> {
+  std::size_t depth = 0, max = 0;
+  explicit depth_check(std::size_t m) : max(m) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth <= max; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth <= max; }
+  bool end_array() override { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+}  // namespace
+
+bool json_depth_within(std::string_view text, std::size_t max_depth) {
+  depth_check check(max_depth);
+  return nlohmann::json::sax_parse(text, &check);
+}
+
 mapped_file::mapped_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking: a FIFO in a release would wait for a writer for good. Only a regular file is mapped.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw load_error(path.string() + ": cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string why = errno_text();
     ::close(fd);
     throw load_error(path.string() + ": cannot stat: " + why);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw load_error(path.string() + (S_ISDIR(st.st_mode) ? ": is a directory, not a file" : ": is not a regular file"));
   }
   size_ = static_cast<std::size_t>(st.st_size);
   if (size_ > 0) {
@@ -92,13 +127,16 @@ safetensors_file::safetensors_file(const std::filesystem::path& path) : path_(pa
                      std::to_string(header_bytes) + " bytes in a file of " +
                      std::to_string(file_.size()) + ")");
   }
-  const auto* header_begin = reinterpret_cast<const char*>(file_.data() + 8);
-  nlohmann::json header = nlohmann::json::parse(header_begin, header_begin + header_bytes, nullptr,
-                                                /*allow_exceptions=*/false);
+  const std::string_view header_text(reinterpret_cast<const char*>(file_.data() + 8), header_bytes);
+  if (!json_depth_within(header_text, 64)) {
+    throw load_error(where + ": the safetensors header is not valid JSON, or nested over 64 levels");
+  }
+  nlohmann::json header = nlohmann::json::parse(header_text, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object()) throw load_error(where + ": the safetensors header is not a JSON object");
 
   const std::byte* data_begin = file_.data() + 8 + header_bytes;
   const std::size_t data_size = file_.size() - 8 - header_bytes;
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>> ranges;  // [begin, end) of each tensor's bytes
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     const std::string what = where + ": tensor " + name;
@@ -144,7 +182,18 @@ safetensors_file::safetensors_file(const std::filesystem::path& path) : path_(pa
     }
     view.data = data_begin + begin;
     view.bytes = expected;
+    if (end > begin) ranges.emplace_back(begin, end, name);
     tensors_.emplace(name, std::move(view));
+  }
+  // Two tensors on the same bytes would each read the other's values: the format forbids it.
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i) {
+    const auto& [begin, end, name] = ranges[i];
+    const auto& [before_begin, before_end, before] = ranges[i - 1];
+    if (begin < before_end) {
+      throw load_error(where + ": tensor " + name + " (bytes " + std::to_string(begin) + " to " + std::to_string(end) +
+                       ") overlaps tensor " + before + " (to " + std::to_string(before_end) + ")");
+    }
   }
 }
 

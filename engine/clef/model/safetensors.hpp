@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton::clef {
@@ -30,6 +31,11 @@ struct tensor_view {
 
   std::int64_t numel() const noexcept;
 };
+
+// Whether `text` is valid JSON nested at most `max_depth` deep, checked by a SAX pass that builds
+// nothing: nlohmann's parser holds a document of any depth (100 MB of "[" took 8 GB before it
+// was refused).
+bool json_depth_within(std::string_view text, std::size_t max_depth);
 
 // A read-only private mapping of a whole file. Pages are read from disk only when touched.
 class mapped_file {
