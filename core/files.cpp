@@ -15,7 +15,7 @@ std::optional<std::string> read_regular_file(const std::filesystem::path& path, 
     why = std::string("cannot read the file (") + std::strerror(errno) + ")";
     return std::nullopt;
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return system_error();
   struct closer {
     int fd;

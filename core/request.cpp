@@ -374,6 +374,9 @@ struct validator {
       issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
       return false;
     }
+    // Forwarded as the contract spells it: another server may not read ";BASE64".
+    item.data.replace(5 + head.size() - b64_tag.size(), b64_tag.size(), b64_tag);
+    head = std::string_view(item.data).substr(5, comma - 5);
     head.remove_suffix(b64_tag.size());
     item.mime = std::string(head.substr(0, head.find(';')));
     item.payload_offset = comma + 1;

@@ -949,16 +949,31 @@ void escalation_desk::deliver(const waiting& w) {
 
 bool escalation_desk::claim_tool_result(const std::string& decision) {
   std::lock_guard lock(mutex_);
-  for (auto& [id, w] : waiting_) {
+  // Reported here already, its resolution since acknowledged (a connection that resumed before
+  // the acknowledgement still awaits it).
+  if (reported_.contains(decision)) return false;
+  bool resolved = false;
+  for (const auto& [id, w] : waiting_) {
     if (w.decision != decision || w.tool.empty()) continue;
     if (w.tool_reported) return false;
-    w.tool_reported = true;
+    resolved = true;
+  }
+  if (!resolved) return true;  // no resolution's: the connection's own record decides
+  for (auto& [id, w] : waiting_) {
+    if (w.decision == decision) w.tool_reported = true;
+  }
+  reported_.insert(decision);
+  reported_order_.push_back(decision);
+  if (reported_order_.size() > max_remembered_results) {
+    reported_.erase(reported_order_.front());
+    reported_order_.pop_front();
   }
   return true;
 }
 
 void escalation_desk::release_tool_result(const std::string& decision) {
   std::lock_guard lock(mutex_);
+  reported_.erase(decision);
   for (auto& [id, w] : waiting_) {
     if (w.decision == decision) w.tool_reported = false;
   }

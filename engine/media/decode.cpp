@@ -13,14 +13,14 @@ extern "C" {
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
-#include <utility>
+#include <string_view>
 
 namespace baton::media {
 namespace {
@@ -45,8 +45,8 @@ constexpr AVCodecID video_codecs[] = {AV_CODEC_ID_H264, AV_CODEC_ID_HEVC, AV_COD
 // sound, whose codec is checked next. Others are refused before their demuxer runs: some open
 // further files or URLs (concat, HLS, DASH, SDP), which a request's bytes must never make baton do.
 constexpr const char* containers =
-    "png_pipe,jpeg_pipe,webp_pipe,gif,gif_pipe,bmp_pipe,tiff_pipe,wav,mp3,flac,ogg,aac,mov,matroska,mpegts,avi,asf,"
-    "h264,hevc,ivf,m4v,obu";
+    "png_pipe,jpeg_pipe,mjpeg,webp_pipe,gif,gif_pipe,wav,mp3,flac,ogg,aac,mov,matroska,mpegts,avi,asf,h264,hevc,ivf,"
+    "m4v,obu";
 
 template <std::size_t N>
 bool accepted(const AVCodecID (&codecs)[N], AVCodecID id) {
@@ -121,6 +121,8 @@ struct job {
   const char* kind;  // "image", "audio", "video"
   const limits& lim;
   clock::time_point deadline;
+  // The picture size a decoder refused for being over lim.max_pixels (see ffmpeg_log), or 0.
+  std::int64_t refused_width = 0, refused_height = 0;
 
   bool late() const { return clock::now() > deadline; }
   error invalid(const std::string& why) const {
@@ -128,6 +130,10 @@ struct job {
   }
   error too_large(const std::string& what) const {
     return make_error(413, "MEDIA_TOO_LARGE", std::string(kind) + " " + what);
+  }
+  error too_large_picture(std::int64_t width, std::int64_t height) const {
+    return too_large("is " + std::to_string(width) + "x" + std::to_string(height) + ", more than " +
+                     std::to_string(lim.max_pixels) + " pixels");
   }
   error too_long() const {
     char seconds[32];
@@ -142,11 +148,39 @@ struct job {
   // the input itself.
   error failed(const char* step, int code) const {
     if (late()) return timed_out();
+    if (refused_width > 0) return too_large_picture(refused_width, refused_height);
     return invalid(std::string(step) + ": " + av_message(code));
   }
 };
 
 int interrupt(void* opaque) { return static_cast<const job*>(opaque)->late() ? 1 : 0; }
+
+// The job decoding on this thread (decoders run with one thread, on the caller's).
+thread_local job* current_job = nullptr;
+
+// FFmpeg's log, otherwise silent, read for one message: a decoder given max_pixels refuses a
+// bigger picture before allocating it, saying "Picture size WxH ..." (av_image_check_size2), and
+// leaves the stream with no size at all. That message is the only place the declared size is.
+void ffmpeg_log(void*, int, const char* format, va_list args) {
+  constexpr std::string_view refusal = "Picture size %ux%u";
+  if (current_job == nullptr || current_job->refused_width > 0 || std::string_view(format).substr(0, refusal.size()) != refusal) {
+    return;
+  }
+  va_list copy;
+  va_copy(copy, args);
+  const unsigned width = va_arg(copy, unsigned), height = va_arg(copy, unsigned);
+  va_end(copy);
+  current_job->refused_width = width;
+  current_job->refused_height = height;
+}
+
+// Makes `j` the thread's job while it decodes.
+struct decoding {
+  explicit decoding(job& j) { current_job = &j; }
+  ~decoding() { current_job = nullptr; }
+  decoding(const decoding&) = delete;
+  decoding& operator=(const decoding&) = delete;
+};
 
 // A demuxer's request to open another file or URL: always refused (the input is the bytes given).
 int refuse_open(AVFormatContext*, AVIOContext**, const char*, int, AVDictionary**) { return AVERROR(EPERM); }
@@ -157,7 +191,10 @@ struct dictionary_closer {
 
 void silence_ffmpeg() {
   static std::once_flag once;
-  std::call_once(once, [] { av_log_set_level(AV_LOG_QUIET); });
+  std::call_once(once, [] {
+    av_log_set_level(AV_LOG_QUIET);
+    av_log_set_callback(&ffmpeg_log);
+  });
 }
 
 struct input {
@@ -183,7 +220,7 @@ result<void> open_input(input& in, std::span<const std::byte> bytes, const job& 
     return j.failed("open", rc);
   }
   if (av_match_list(container->name, containers, ',') <= 0) {
-    return j.invalid(std::string("a ") + container->name + " container is not read (only plain media files)");
+    return j.invalid(std::string("its container (") + container->name + ") is not read: only plain media files are");
   }
   AVFormatContext* f = avformat_alloc_context();
   if (f == nullptr) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode context");
@@ -227,22 +264,8 @@ result<std::unique_ptr<AVCodecContext, codec_closer>> open_decoder(const AVStrea
 
 result<void> check_pixels(std::int64_t width, std::int64_t height, const job& j) {
   if (width <= 0 || height <= 0) return j.invalid("no frame size");
-  if (width * height > j.lim.max_pixels) {
-    return j.too_large("is " + std::to_string(width) + "x" + std::to_string(height) + ", more than " +
-                       std::to_string(j.lim.max_pixels) + " pixels");
-  }
+  if (width > j.lim.max_pixels / height) return j.too_large_picture(width, height);  // no product to overflow
   return {};
-}
-
-// A PNG's declared width and height (its first chunk, IHDR, after the 8-byte signature), or 0 x 0.
-std::pair<std::int64_t, std::int64_t> png_declared_size(std::span<const std::byte> bytes) {
-  if (bytes.size() < 24 || std::memcmp(bytes.data() + 12, "IHDR", 4) != 0) return {0, 0};
-  const auto big_endian = [&](std::size_t at) {
-    std::int64_t v = 0;
-    for (std::size_t i = 0; i < 4; ++i) v = v << 8 | std::to_integer<std::int64_t>(bytes[at + i]);
-    return v;
-  };
-  return {big_endian(16), big_endian(20)};
 }
 
 // One stream being decoded: its decoder and what to do with each frame (an error stops the decode).
@@ -452,13 +475,8 @@ result<stream_decoder> open_stream(input& in, std::span<const std::byte> bytes, 
   if (!index) return index.error();
   const AVStream* stream = in.format->streams[*index];
   if (type == AVMEDIA_TYPE_VIDEO) {
-    std::int64_t width = stream->codecpar->width, height = stream->codecpar->height;
-    if ((width <= 0 || height <= 0) && stream->codecpar->codec_id == AV_CODEC_ID_PNG) {
-      // The decoder refused to size a picture over the limit, so the stream has none: the
-      // header's IHDR chunk says what it declared.
-      std::tie(width, height) = png_declared_size(bytes);
-    }
-    if (auto r = check_pixels(width, height, j); !r) return r.error();
+    if (j.refused_width > 0) return j.too_large_picture(j.refused_width, j.refused_height);
+    if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
   }
   auto codec = open_decoder(stream, j);
   if (!codec) return codec.error();
@@ -473,7 +491,8 @@ job make_job(const char* kind, const limits& lim) {
 }  // namespace
 
 result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& lim) {
-  const job j = make_job("image", lim);
+  job j = make_job("image", lim);
+  const decoding on_this_thread(j);
   input in;
   auto opened = open_stream(in, bytes, AVMEDIA_TYPE_VIDEO, image_codecs, j);
   if (!opened) return opened.error();
@@ -497,7 +516,8 @@ result<rgb_frames> decode_image(std::span<const std::byte> bytes, const limits& 
 }
 
 result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const limits& lim) {
-  const job j = make_job("audio", lim);
+  job j = make_job("audio", lim);
+  const decoding on_this_thread(j);
   input in;
   auto opened = open_stream(in, bytes, AVMEDIA_TYPE_AUDIO, audio_codecs, j);
   if (!opened) return opened.error();
@@ -514,7 +534,8 @@ result<std::vector<float>> decode_audio(std::span<const std::byte> bytes, const 
 }
 
 result<video> decode_video(std::span<const std::byte> bytes, const limits& lim) {
-  const job j = make_job("video", lim);
+  job j = make_job("video", lim);
+  const decoding on_this_thread(j);
   input in;
   auto opened = open_stream(in, bytes, AVMEDIA_TYPE_VIDEO, video_codecs, j);
   if (!opened) return opened.error();

@@ -128,7 +128,9 @@ net::awaitable<void> exchange(Stream& s, const http::request<http::string_body>&
 // reused: its next answer would belong to another request.
 bool has_unread(connection& c, std::size_t buffered) {
   if (buffered > 0) return true;
-  if (auto* s = std::get_if<tls_stream>(&c); s && SSL_pending(s->native_handle()) > 0) return true;
+  // TLS: records OpenSSL holds, decrypted or not (bytes Asio's TLS engine buffered before
+  // OpenSSL saw them are out of reach; the socket check below sees what is still to come).
+  if (auto* s = std::get_if<tls_stream>(&c); s && SSL_has_pending(s->native_handle())) return true;
   beast::error_code ec;
   const std::size_t waiting = tcp_of(c).socket().available(ec);
   return ec || waiting > 0;

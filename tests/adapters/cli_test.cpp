@@ -364,7 +364,6 @@ TEST(cli_clef, decide_dump_matches_the_reference_trace) {
   }
 }
 
-// Blank lines are skipped; a request with no id is named in the dump by its line in the input.
 // A media id in config.json that is another token would fail every media request as the caller's
 // fault (one past the vocabulary, as an engine failure): the load refuses it.
 TEST(cli_clef, a_media_token_id_the_tokenizer_disagrees_with_is_refused_at_load) {
@@ -386,6 +385,7 @@ TEST(cli_clef, a_media_token_id_the_tokenizer_disagrees_with_is_refused_at_load)
   }
 }
 
+// Blank lines are skipped; a request with no id is named in the dump by its line in the input.
 TEST(cli_clef, decide_dump_names_a_request_without_id_by_its_line) {
   const test::scratch_dir scratch("baton-dump-lines");
   const auto dump = scratch / "dump.jsonl";

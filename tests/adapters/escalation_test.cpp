@@ -282,18 +282,30 @@ TEST_F(escalation_test, a_resolved_decisions_tool_result_is_taken_once_across_co
   EXPECT_EQ(other.read()["type"], "resolution");
   const json second = other.request({{"type", "tool_result"}, {"id", "t2"}, {"decision", d["decision"]}, {"ok", true}});
   EXPECT_EQ(second["code"], "DUPLICATE_TOOL_RESULT") << second;
+  // Acknowledged (durably: a resume is answered after the ack's row), the resolution waits no
+  // more; the connection that resumed before still may not add a result.
+  agent.send(json{{"type", "ack"}, {"resolution", res["id"]}});
+  EXPECT_EQ(agent.request({{"type", "resume"}, {"session", "esc-once"}})["resolutions"], 0);
+  const json late = other.request({{"type", "tool_result"}, {"id", "t2b"}, {"decision", d["decision"]}, {"ok", true}});
+  EXPECT_EQ(late["code"], "DUPLICATE_TOOL_RESULT") << late;
+
+  // Reported, not acknowledged, then a restart: the next process reads the result from the log.
+  const json d2 = agent.request(unsure("esc-twice"));
+  ASSERT_EQ(d2["action"], "escalate") << d2;
+  ASSERT_EQ(resolve(d2["escalation"], {{"outcome", "execute"}, {"reason", "fine"}})["outcome"], "execute");
+  agent.read_type("resolution");
+  EXPECT_EQ(agent.request({{"type", "tool_result"}, {"id", "t4"}, {"decision", d2["decision"]}, {"ok", true}})["type"], "ack");
   agent.close();
   other.close();
-
   restart();
   ws_client after(server_->port());
-  EXPECT_EQ(after.request({{"type", "resume"}, {"session", "esc-once"}})["resolutions"], 1);
+  EXPECT_EQ(after.request({{"type", "resume"}, {"session", "esc-twice"}})["resolutions"], 1);
   EXPECT_EQ(after.read()["type"], "resolution");
-  const json third = after.request({{"type", "tool_result"}, {"id", "t3"}, {"decision", d["decision"]}, {"ok", true}});
+  const json third = after.request({{"type", "tool_result"}, {"id", "t5"}, {"decision", d2["decision"]}, {"ok", true}});
   EXPECT_EQ(third["code"], "DUPLICATE_TOOL_RESULT") << third;
   after.close();
   server_.reset();
-  EXPECT_EQ(sql("SELECT count(*) AS n FROM tool_runs")[0]["n"], 1);
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM tool_runs")[0]["n"], 2);
 }
 
 TEST_F(escalation_test, deadlines_resolve_with_the_configured_outcome_also_across_a_restart) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -174,9 +175,10 @@ class scripted_server {
       for (const auto& [k, v] : r.headers) res.set(k, v);
       res.body() = r.body_of ? r.body_of(req.body()) : r.body;
       res.prepare_payload();
-      if (!r.before.empty()) net::write(s, net::buffer(r.before), ec);
-      if (!ec) http::write(s, res, ec);
-      if (!ec && !r.after.empty()) net::write(s, net::buffer(r.after), ec);
+      // In one write, so that what comes after the reply is there when the client reads it.
+      std::ostringstream raw;
+      raw << r.before << res << r.after;
+      net::write(s, net::buffer(raw.str()), ec);
       if (ec || r.close_after) return;
     }
   }

@@ -125,6 +125,7 @@ TEST(request, media_scheme_case_and_odd_paths) {
   ASSERT_EQ(shouted.images.size(), 1u);
   EXPECT_EQ(shouted.images[0].source, media_source::inline_base64);
   EXPECT_EQ(shouted.images[0].mime, "image/png");
+  EXPECT_EQ(shouted.images[0].data, "DATA:IMAGE/PNG;base64,AA==");  // forwarded as the contract spells the tag
 }
 
 // Inline items count toward the 413 limits at parse; a path or URL does not (its size is unknown

@@ -614,6 +614,18 @@ TEST(media_decode, limits_give_413_naming_the_limit) {
   EXPECT_EQ(mp4.error().code, "MEDIA_TIMEOUT");
 }
 
+// Each picture format over max_pixels is 413 naming its size, whether its container states the
+// size (GIF) or only its decoder finds it, and refuses it unallocated (JPEG, WebP, PNG).
+TEST(media_decode, every_image_format_over_the_pixel_limit_is_413_with_its_size) {
+  for (const image_format& f : image_formats) {
+    SCOPED_TRACE(f.encoder);
+    const auto r = decode_image(encode_image(f.encoder, f.muxer, f.pixels, f.frames, 100, 60), {.max_pixels = 5999});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().status, 413);
+    EXPECT_EQ(r.error().message, "image is 100x60, more than 5999 pixels");
+  }
+}
+
 // A PNG chunk: length, type, data, CRC-32 (the IEEE polynomial, as zlib computes it).
 void png_chunk(std::vector<std::byte>& out, const char* type, const std::vector<std::uint8_t>& data) {
   const auto put32 = [&](std::uint32_t v) {
@@ -656,12 +668,12 @@ TEST(media_decode, a_playlist_is_not_followed) {
   const auto r = decode_video(std::as_bytes(std::span(playlist)), {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().status, 422);
-  EXPECT_EQ(r.error().message, "not a decodable video: a concat container is not read (only plain media files)");
+  EXPECT_EQ(r.error().message, "not a decodable video: its container (concat) is not read: only plain media files are");
   const std::string hls = "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nclip_sound_2s.mp4\n#EXT-X-ENDLIST\n";
   const auto h = decode_video(std::as_bytes(std::span(hls)), {});
   ASSERT_FALSE(h);
   EXPECT_EQ(h.error().status, 422);
-  EXPECT_NE(h.error().message.find("container is not read"), std::string::npos) << h.error().message;
+  EXPECT_NE(h.error().message.find(") is not read: only plain media files are"), std::string::npos) << h.error().message;
 }
 
 // Odd widths and heights, 4:2:0 chroma (planes of half the size, rounded up) included, come back

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/scratch_dir.hpp"
 #include "tools/registry.hpp"
 
 namespace baton::tools {
@@ -160,8 +161,7 @@ TEST(registry, a_missing_file_is_an_error) {
 // A FIFO would block the load (a reload stuck for good) and /dev/zero never ends: only regular
 // files are read, and at most 16 MiB of one.
 TEST(registry, only_a_regular_file_of_bounded_size_is_read) {
-  const auto dir = std::filesystem::temp_directory_path() / ("baton-registry-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::scratch_dir dir("baton-registry-files");
   const auto fifo = dir / "fifo.yaml";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const auto& [path, why] : {std::pair<std::string, std::string>{fifo.string(), "is not a regular file"},
@@ -176,7 +176,6 @@ TEST(registry, only_a_regular_file_of_bounded_size_is_read) {
   auto r = load_registry(big, {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message, big.string() + ": is 16777217 bytes, more than the 16777216 such a file may be");
-  std::filesystem::remove_all(dir);
 }
 
 const char* two_tools = "tools:\n  - {id: a, description: A}\n  - {id: b, description: B}\n";

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
-#include "core/files.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef {
@@ -17,11 +17,14 @@ inline constexpr std::size_t max_release_json_bytes = std::size_t(64) << 20;
 
 template <class Json = nlohmann::json>
 Json read_json_file(const std::filesystem::path& p) {
-  std::string why;
-  auto text = read_regular_file(p, max_release_json_bytes, why);
-  if (!text) throw load_error(p.string() + ": " + why);
-  if (!json_depth_within(*text, 64)) throw load_error(p.string() + ": not valid JSON, or nested over 64 levels");
-  Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const mapped_file file(p);  // a regular file only: a FIFO would block the load for good
+  if (file.size() > max_release_json_bytes) {
+    throw load_error(p.string() + ": is " + std::to_string(file.size()) + " bytes, more than the " +
+                     std::to_string(max_release_json_bytes) + " such a file may be");
+  }
+  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
+  if (!json_depth_within(text, 64)) throw load_error(p.string() + ": not valid JSON, or nested over 64 levels");
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw load_error(p.string() + ": not valid JSON");
   if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
   return j;

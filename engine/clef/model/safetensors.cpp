@@ -85,7 +85,7 @@ bool json_depth_within(std::string_view text, std::size_t max_depth) {
 
 mapped_file::mapped_file(const std::filesystem::path& path) {
   // Without blocking: a FIFO in a release would wait for a writer for good. Only a regular file is mapped.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) throw load_error(path.string() + ": cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
