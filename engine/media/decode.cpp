@@ -168,10 +168,12 @@ void ffmpeg_log(void*, int, const char* format, va_list args) {
   }
   va_list copy;
   va_copy(copy, args);
-  const unsigned width = va_arg(copy, unsigned), height = va_arg(copy, unsigned);
+  const std::uint64_t width = va_arg(copy, unsigned), height = va_arg(copy, unsigned);
   va_end(copy);
-  current_job->refused_width = width;
-  current_job->refused_height = height;
+  // The same message refuses a size of 0 or one past FFmpeg's own bounds: that is damage, not size.
+  if (width == 0 || height == 0 || width * height <= static_cast<std::uint64_t>(current_job->lim.max_pixels)) return;
+  current_job->refused_width = static_cast<std::int64_t>(width);
+  current_job->refused_height = static_cast<std::int64_t>(height);
 }
 
 // Makes `j` the thread's job while it decodes.
