@@ -49,6 +49,22 @@ class escalation_test : public server_test {
     start();
   }
 
+  // Starts the stopped server on `file` changed to `text`, once 1 s deadlines have passed.
+  void start_changed(const std::string& file, const std::string& text) {
+    write(file, text);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    start();
+  }
+
+  // Escalation `id` denied by baton (`by: deadline`), its reason holding `why`.
+  void expect_denied(const std::string& id, const std::string& why) {
+    const json e = get("/v1/escalations/" + id);
+    EXPECT_EQ(e["status"], "resolved") << e;
+    EXPECT_EQ(e["resolution"]["outcome"], "deny");
+    EXPECT_EQ(e["resolution"]["by"], "deadline");
+    EXPECT_NE(e["resolution"]["reason"].get<std::string>().find(why), std::string::npos) << e;
+  }
+
   int last_status_ = 0;
 };
 
@@ -546,14 +562,8 @@ TEST_F(escalation_test, a_deadline_whose_execute_no_longer_fits_the_registry_is_
   // The registry changes while baton is down: `high` is no longer a priority.
   std::string registry = registry_yaml;
   registry.replace(registry.find("high: Urgent"), 12, "urgent: Now");
-  write("tools.yaml", registry);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  start();
-  const json e = get("/v1/escalations/" + d["escalation"].get<std::string>());
-  EXPECT_EQ(e["status"], "resolved") << e;
-  EXPECT_EQ(e["resolution"]["outcome"], "deny");
-  EXPECT_EQ(e["resolution"]["by"], "deadline");
-  EXPECT_NE(e["resolution"]["reason"].get<std::string>().find("no longer fits the registry"), std::string::npos) << e;
+  start_changed("tools.yaml", registry);
+  expect_denied(d["escalation"], "no longer fits the registry");
 }
 
 // A tool the policy denies since an escalation was raised is not run for it, whether baton was
@@ -570,18 +580,9 @@ TEST_F(escalation_test, a_tool_denied_while_baton_was_down_is_not_run_for_its_es
   server_.reset();
   std::string policy = std::string(policy_yaml) + escalation_policy;
   policy.replace(policy.find("deny: [wipe_disk]"), 17, "deny: [wipe_disk, lookup_order, echo_cmd]");
-  write("policy.yaml", policy);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  start();
-  const json was_late = get("/v1/escalations/" + late["escalation"].get<std::string>());
-  EXPECT_EQ(was_late["status"], "resolved") << was_late;
-  EXPECT_EQ(was_late["resolution"]["outcome"], "deny");
-  EXPECT_NE(was_late["resolution"]["reason"].get<std::string>().find("the policy now denies `lookup_order`"),
-            std::string::npos) << was_late;
-  const json was_open = get("/v1/escalations/" + open["escalation"].get<std::string>());
-  EXPECT_EQ(was_open["status"], "resolved") << was_open;
-  EXPECT_EQ(was_open["resolution"]["outcome"], "deny");
-  EXPECT_NE(was_open["resolution"]["reason"].get<std::string>().find("denied at start-up"), std::string::npos) << was_open;
+  start_changed("policy.yaml", policy);
+  expect_denied(late["escalation"], "the policy now denies `lookup_order`");
+  expect_denied(open["escalation"], "denied at start-up");
   server_.reset();
   EXPECT_EQ(sql("SELECT count(*) AS n FROM tool_runs")[0]["n"], 0);
 }
