@@ -65,7 +65,6 @@ struct escalation_desk::waiting {
   std::string tool;      // "" unless the agent runs it
   bool acknowledged = false;  // its delivery row is being written
   std::string tool_result;    // baton's tool_result frame, once a tool it runs for this resolution ran
-  bool tool_reported = false;  // the agent's tool_result for it is in the log, or being written
   bool baton_runs = false;    // its tool is one baton runs (http, command)
   bool resolved_here = false;  // this desk wrote it (and runs its tool)
   int polls = 0;               // times its tool run was looked for in a shared log
@@ -211,12 +210,11 @@ void escalation_desk::start() {
     log::resolution_record res;
     escalation esc;
     std::string tool_result;  // baton's tool_result frame of the tool it ran for it, when it did
-    bool tool_reported = false;  // a run of its tool is in the log (the agent's, for one it runs)
   };
   std::vector<unacknowledged_resolution> waiting;
   for (log::escalation_history& h : *unacknowledged) {
-    waiting.push_back(
-        {std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run), h.tool_run.has_value()});
+    if (h.tool_run) remember_reported(h.row.escalation.decision);  // the agent's next tool_result is a second
+    waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run)});
   }
 
   std::size_t expired = 0;
@@ -251,12 +249,11 @@ void escalation_desk::start() {
     routing_.counters.resolution(res.outcome, res.by);
     // A tool baton runs itself runs as it would have at the deadline (once the I/O threads run).
     run_if_baton_runs(*routing, res, owned->escalation.row);
-    waiting.push_back({std::move(res), owned->escalation, {}, false});
+    waiting.push_back({std::move(res), owned->escalation, {}});
   }
-  for (auto& [res, esc, tool_result, reported] : waiting) {
+  for (auto& [res, esc, tool_result] : waiting) {
     auto w = waiting_for(*routing, res, esc.row, resolution_object_of(*routing, res, esc.row));
     w.tool_result = std::move(tool_result);
-    w.tool_reported = reported;
     waiting_.emplace(res.id, std::move(w));
   }
   for (auto& [id, e] : pending_) arm(*e);
@@ -448,17 +445,14 @@ void escalation_desk::take_in(const log_view& view, std::uint64_t started) {
         remove_pending_locked(it);
       }
       std::string tool_result = logged_tool_result(h.tool_run);
+      if (h.tool_run) remember_reported(h.row.escalation.decision);  // reported, or run, on any instance
       auto w = waiting_.find(res.id);
       if (w == waiting_.end()) {
         if (settled(res.id)) continue;  // acknowledged here since
         waiting made = waiting_for(*routing, res, h.row.escalation, resolution_object_of(*routing, res, h.row.escalation));
         made.tool_result = std::move(tool_result);
-        made.tool_reported = h.tool_run.has_value();
         to_deliver.push_back(waiting_.emplace(res.id, std::move(made)).first->second);
-        continue;
-      }
-      if (h.tool_run) w->second.tool_reported = true;  // reported, or run, on another instance
-      if (w->second.tool_result.empty() && !tool_result.empty()) {
+      } else if (w->second.tool_result.empty() && !tool_result.empty()) {
         // The tool another instance ran for it has run: a session connected here hears of it.
         w->second.tool_result = tool_result;
         if (const auto s = sessions_.find(w->second.session); s != sessions_.end()) {
@@ -947,36 +941,32 @@ void escalation_desk::deliver(const waiting& w) {
   });
 }
 
-bool escalation_desk::claim_tool_result(const std::string& decision) {
-  std::lock_guard lock(mutex_);
-  // Reported here already, its resolution since acknowledged (a connection that resumed before
-  // the acknowledgement still awaits it).
-  if (reported_.contains(decision)) return false;
-  bool resolved = false;
-  for (const auto& [id, w] : waiting_) {
-    if (w.decision != decision || w.tool.empty()) continue;
-    if (w.tool_reported) return false;
-    resolved = true;
-  }
-  if (!resolved) return true;  // no resolution's: the connection's own record decides
-  for (auto& [id, w] : waiting_) {
-    if (w.decision == decision) w.tool_reported = true;
-  }
-  reported_.insert(decision);
+void escalation_desk::remember_reported(const std::string& decision) {
+  if (!reported_.insert(decision).second) return;
   reported_order_.push_back(decision);
   if (reported_order_.size() > max_remembered_results) {
     reported_.erase(reported_order_.front());
     reported_order_.pop_front();
   }
+}
+
+bool escalation_desk::claim_tool_result(const std::string& decision) {
+  std::lock_guard lock(mutex_);
+  // Reported already (here, or in the log), its resolution perhaps acknowledged since: a
+  // connection that resumed before the acknowledgement still awaits it.
+  if (reported_.contains(decision)) return false;
+  const bool resolved = std::any_of(waiting_.begin(), waiting_.end(),
+                                    [&](const auto& w) { return w.second.decision == decision && !w.second.tool.empty(); });
+  if (resolved) remember_reported(decision);  // else no resolution's: the connection's own record decides
   return true;
 }
 
 void escalation_desk::release_tool_result(const std::string& decision) {
   std::lock_guard lock(mutex_);
-  reported_.erase(decision);
-  for (auto& [id, w] : waiting_) {
-    if (w.decision == decision) w.tool_reported = false;
-  }
+  if (reported_.erase(decision) == 0) return;
+  // The log refused it (rare): its order entry goes too, so that a later claim is kept its time.
+  const auto at = std::find(reported_order_.rbegin(), reported_order_.rend(), decision);
+  if (at != reported_order_.rend()) reported_order_.erase(std::next(at).base());
 }
 
 escalation_desk::attached escalation_desk::attach(const std::string& session, const std::shared_ptr<agent_connection>& c,

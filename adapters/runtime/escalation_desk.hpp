@@ -234,11 +234,13 @@ class escalation_desk {
   std::map<std::uint64_t, const entry*> raised_order_;
   std::uint64_t raised_count_ = 0;
   std::map<std::string, waiting> waiting_;                 // resolution id → not acknowledged yet
-  // Resolved decisions whose agent-run tool reported here, kept after the acknowledgement (the
-  // most recent max_remembered_results): a connection that resumed before it may report again.
+  // Resolved decisions whose tool has a result (reported here, or read from the log), kept after
+  // the acknowledgement (the most recent max_remembered_results): a connection that resumed
+  // before it may report again. With mutex_ held, or before serving.
   static constexpr std::size_t max_remembered_results = 65536;
   std::unordered_set<std::string> reported_;
   std::deque<std::string> reported_order_;
+  void remember_reported(const std::string& decision);
   std::map<std::string, std::weak_ptr<agent_connection>> sessions_;  // session → its connection
   std::map<std::string, std::vector<std::function<void()>>> ack_waiters_;  // session → resumes waiting for its acks
   std::map<std::string, int> tools_running_;  // session → tools baton runs for its resolutions, not finished
