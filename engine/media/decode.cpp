@@ -187,10 +187,6 @@ struct decoding {
 // A demuxer's request to open another file or URL: always refused (the input is the bytes given).
 int refuse_open(AVFormatContext*, AVIOContext**, const char*, int, AVDictionary**) { return AVERROR(EPERM); }
 
-struct dictionary_closer {
-  void operator()(AVDictionary** d) const { av_dict_free(d); }
-};
-
 void silence_ffmpeg() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -232,10 +228,11 @@ result<void> open_input(input& in, std::span<const std::byte> bytes, const job& 
   f->interrupt_callback = {&interrupt, const_cast<job*>(&j)};
   f->io_open = &refuse_open;
   AVDictionary* options = nullptr;
-  std::unique_ptr<AVDictionary*, dictionary_closer> free_options(&options);
   av_dict_set(&options, "protocol_whitelist", "none", 0);
   // avformat_open_input frees f when it fails.
-  if (const int rc = avformat_open_input(&f, nullptr, container, &options); rc < 0) return j.failed("open", rc);
+  const int opened = avformat_open_input(&f, nullptr, container, &options);
+  av_dict_free(&options);
+  if (opened < 0) return j.failed("open", opened);
   in.format.reset(f);
   // Finding the streams decodes a first frame: its decoder refuses a picture over the limit before
   // allocating it (a few bytes of PNG can declare 16000 x 16000).
@@ -264,7 +261,9 @@ result<std::unique_ptr<AVCodecContext, codec_closer>> open_decoder(const AVStrea
   return ctx;
 }
 
+// A stream or frame's size; one a decoder refused for max_pixels has none, and is too large.
 result<void> check_pixels(std::int64_t width, std::int64_t height, const job& j) {
+  if (j.refused_width > 0) return j.too_large_picture(j.refused_width, j.refused_height);
   if (width <= 0 || height <= 0) return j.invalid("no frame size");
   if (width > j.lim.max_pixels / height) return j.too_large_picture(width, height);  // no product to overflow
   return {};
@@ -477,7 +476,6 @@ result<stream_decoder> open_stream(input& in, std::span<const std::byte> bytes, 
   if (!index) return index.error();
   const AVStream* stream = in.format->streams[*index];
   if (type == AVMEDIA_TYPE_VIDEO) {
-    if (j.refused_width > 0) return j.too_large_picture(j.refused_width, j.refused_height);
     if (auto r = check_pixels(stream->codecpar->width, stream->codecpar->height, j); !r) return r.error();
   }
   auto codec = open_decoder(stream, j);
