@@ -304,13 +304,18 @@ struct validator {
 
   static constexpr std::size_t max_path_bytes = 4096;  // Linux's PATH_MAX
 
+  // Whether `text` is `lower` (lower case ASCII) in any case.
+  static bool equals_nocase(std::string_view lower, std::string_view text) {
+    return lower.size() == text.size() && std::equal(lower.begin(), lower.end(), text.begin(), [](char l, char c) {
+             return l == std::tolower(static_cast<unsigned char>(c));
+           });
+  }
+
   // A string item: a data URL, an http(s) URL or a local path, told apart by their start.
   bool read_media_string(const json& loc, media_item& item) {
     const std::string_view s = item.data;
     auto starts_with_nocase = [&](std::string_view prefix) {
-      return s.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), s.begin(), [](char p, char c) {
-               return p == std::tolower(static_cast<unsigned char>(c));
-             });
+      return s.size() >= prefix.size() && equals_nocase(prefix, s.substr(0, prefix.size()));
     };
     const std::size_t scheme_end = s.find("://");
     const bool has_scheme = scheme_end != std::string_view::npos && scheme_end > 0 &&
@@ -364,13 +369,7 @@ struct validator {
     std::string_view head = s.substr(5, comma - 5);  // "<mime>[;param]*;base64"
     constexpr std::string_view b64_tag = ";base64";
     // RFC 2397's tokens, like MIME's, are case-insensitive: ";BASE64" is the same tag.
-    const auto tag_at_end = [&] {
-      if (head.size() < b64_tag.size()) return false;
-      const std::string_view tail = head.substr(head.size() - b64_tag.size());
-      return std::equal(tail.begin(), tail.end(), b64_tag.begin(),
-                        [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
-    };
-    if (!tag_at_end()) {
+    if (head.size() < b64_tag.size() || !equals_nocase(b64_tag, head.substr(head.size() - b64_tag.size()))) {
       issues.push_back(simple_issue(loc, "url_syntax", "data URLs must be base64-encoded (;base64,)"));
       return false;
     }
