@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <tuple>
 
 #include "core/answers.hpp"
 #include "core/sha256.hpp"
@@ -37,8 +37,8 @@ std::unique_ptr<tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   return t;
 }
 
-// config.json names the ids of <|im_start|> and <|im_end|>: the tokenizer must agree.
-// Each control id the config names must be the id the tokenizer reads its token as: a media id
+// Each control id config.json names (<|im_start|>, <|im_end|>, the media ones) must be the id the
+// tokenizer reads its token as: a media id
 // that is another token (or past the vocabulary) would fail every media request as the caller's
 // fault, or an index past the embeddings.
 void check_control_ids(const std::filesystem::path& dir, const release& files, const tokenizer& t) {

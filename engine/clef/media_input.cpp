@@ -88,7 +88,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
   std::vector<std::vector<float>> decoded_audio;
   decoded_audio.reserve(r.audio.size() + r.videos.size());
   std::vector<std::span<const float>> clips, soundtracks;
-  std::vector<std::string> clip_names, soundtrack_names;  // for errors: the item each clip came from
+  std::vector<std::string> clip_names;  // for errors: the item each clip came from
   for (std::size_t i = 0; i < r.audio.size(); ++i) {
     const std::string where = item_name("audio", i);
     const media_item& item = r.audio[i];
@@ -124,14 +124,13 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
     out.videos.push_back(std::move(*p));
     soundtracks.emplace_back(raw ? std::span<const float>(item.raw->audio)
                                  : std::span<const float>(decoded_audio.emplace_back(std::move(v.audio))));
-    soundtrack_names.push_back(where + "'s soundtrack");
     all_sound = all_sound && (raw || v.has_audio) && !soundtracks.back().empty();
   }
   // The reference reads the soundtracks only when every video has one (use_audio_in_video).
   out.audio_in_video = all_sound;
   if (out.audio_in_video) {
     clips.insert(clips.end(), soundtracks.begin(), soundtracks.end());
-    clip_names.insert(clip_names.end(), soundtrack_names.begin(), soundtrack_names.end());
+    for (std::size_t i = 0; i < soundtracks.size(); ++i) clip_names.push_back(item_name("videos", i) + "'s soundtrack");
   }
 
   // The processor pads every audio of the call to the longest before the features are taken.
