@@ -23,9 +23,10 @@ Json read_json_file(const std::filesystem::path& p) {
                      std::to_string(max_release_json_bytes) + " such a file may be");
   }
   const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  if (!json_depth_within(text, 64)) throw load_error(p.string() + ": not valid JSON, or nested over 64 levels");
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw load_error(p.string() + ": not valid JSON");
+  if (!json_depth_within(text, max_json_depth)) {
+    throw load_error(p.string() + ": not valid JSON, or nested over " + std::to_string(max_json_depth) + " levels");
+  }
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);  // valid: the depth pass read it all
   if (!j.is_object()) throw load_error(p.string() + ": not a JSON object");
   return j;
 }

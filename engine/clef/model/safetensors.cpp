@@ -128,8 +128,9 @@ safetensors_file::safetensors_file(const std::filesystem::path& path) : path_(pa
                      std::to_string(file_.size()) + ")");
   }
   const std::string_view header_text(reinterpret_cast<const char*>(file_.data() + 8), header_bytes);
-  if (!json_depth_within(header_text, 64)) {
-    throw load_error(where + ": the safetensors header is not valid JSON, or nested over 64 levels");
+  if (!json_depth_within(header_text, max_json_depth)) {
+    throw load_error(where + ": the safetensors header is not valid JSON, or nested over " +
+                     std::to_string(max_json_depth) + " levels");
   }
   nlohmann::json header = nlohmann::json::parse(header_text, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object()) throw load_error(where + ": the safetensors header is not a JSON object");

@@ -36,6 +36,8 @@ struct tensor_view {
 // nothing: nlohmann's parser holds a document of any depth (100 MB of "[" took 8 GB before it
 // was refused).
 bool json_depth_within(std::string_view text, std::size_t max_depth);
+// The nesting a release's JSON (a safetensors header, config.json, the index) may have.
+inline constexpr std::size_t max_json_depth = 64;
 
 // A read-only private mapping of a whole file. Pages are read from disk only when touched.
 class mapped_file {
