@@ -237,6 +237,12 @@ bool parse_json(std::string_view text, json& out, json_parse_error& err,
   return false;
 }
 
+json parse_json_or_null(std::string_view text) {
+  json out;
+  json_parse_error err;
+  return parse_json(text, out, err) ? out : json();
+}
+
 void render_string(std::string_view s, std::string& out) {
   static constexpr char hex[] = "0123456789abcdef";
   out.push_back('"');

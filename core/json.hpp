@@ -44,6 +44,9 @@ struct json_parse_error {
 // Python's json.loads does.
 bool parse_json(std::string_view text, json& out, json_parse_error& err,
                 const json_parse_options& options = {});
+// The value of a JSON text baton wrote itself (a log cell): null when it does not parse (a row
+// written by hand), so that a reader shows what it can.
+json parse_json_or_null(std::string_view text);
 
 // Python json.dumps(v, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys).
 void render_json(const json& v, std::string& out, bool sort_keys);

@@ -40,13 +40,7 @@ double real(std::span<const column_value> row, std::string_view name) {
 }
 
 // A JSON text the log holds; null when it does not parse (a row written by hand).
-json parsed(std::string_view text) {
-  json out;
-  json_parse_error err;
-  return parse_json(text, out, err, json_parse_options{}) ? out : json();
-}
-
-json json_column(std::span<const column_value> row, std::string_view name) { return parsed(text(row, name)); }
+json json_column(std::span<const column_value> row, std::string_view name) { return parse_json_or_null(text(row, name)); }
 
 escalation_row escalation_from(std::span<const column_value> row) {
   escalation_row out;

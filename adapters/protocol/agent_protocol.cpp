@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "adapters/protocol/fields.hpp"
+#include "adapters/protocol/frame_opener.hpp"
 #include "core/ids.hpp"
 
 namespace baton::protocol {
@@ -203,14 +203,9 @@ bool valid_session_id(std::string_view s) noexcept {
 }
 
 result<frame> parse_frame(std::string_view text, const request_limits& limits, json& id) {
-  id = nullptr;
-  json f;
-  json_parse_error err;
-  if (!parse_json(text, f, err, json_parse_options{limits.max_json_depth})) {
-    return make_error(400, "INVALID_JSON", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
-  }
-  if (!f.is_object()) return make_error(400, "INVALID_JSON", "a frame must be a JSON object");
-  if (const auto it = f.find("id"); it != f.end()) id = *it;
+  auto opened = open_frame(text, limits.max_json_depth, id);
+  if (!opened) return opened.error();
+  json& f = *opened;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string()) {
     return make_error(422, "UNKNOWN_TYPE", "a frame needs a \"type\": decide, tool_result, resume or ack");
@@ -389,140 +384,6 @@ std::string render(const tool_result_ack_frame& f) {
 
 std::string render(const resolution_frame& f) {
   return "{\"type\":\"resolution\",\"resolution\":" + render(f.resolution) + "}";
-}
-
-namespace {
-
-result<server_frame> read_decision(const json& frame) {
-  fields f(frame, "decision frame");
-  decision_frame d;
-  d.id = f.value("id");
-  d.decision = f.text("decision");
-  d.session = f.text("session");
-  d.turn = f.integer("turn");
-  d.action = f.text("action");
-  d.tool = f.text_or_null("tool");
-  d.arguments = f.value("arguments");
-  d.lane = f.text("lane");
-  d.confidence = f.number("confidence");
-  d.executor = f.optional_text("executor");
-  const json answers = f.value("answers");
-  d.model = f.text("model");
-  const json usage = f.value("usage");
-  if (f.find("error_code")) d.error_code = f.text("error_code");
-  if (f.find("fallback_of")) d.fallback_of = f.text("fallback_of");
-  if (f.find("escalation") || f.find("deadline_at")) {
-    d.escalation.emplace();
-    d.escalation->id = f.text("escalation");
-    d.escalation->deadline_ms = f.iso_time("deadline_at");
-  }
-  const json timings = f.value("timings_ms");
-  if (!f.ok()) return f.failure();
-  fields t(timings, "decision frame: timings_ms");
-  d.timings_ms.queue = t.number("queue");
-  d.timings_ms.compile = t.number("compile");
-  d.timings_ms.engine = t.number("engine");
-  d.timings_ms.policy = t.number("policy");
-  d.timings_ms.log = t.number("log");
-  d.timings_ms.total = t.number("total");
-  if (!t.ok()) return t.failure();
-  fields u(usage, "decision frame: usage");
-  d.usage.input_tokens = u.integer("input_tokens");
-  d.usage.cached_tokens = u.integer("cached_tokens");
-  d.usage.state_truncated = u.boolean("state_truncated");
-  d.usage.events_dropped = u.integer("events_dropped");
-  d.usage.media_dropped = u.integer("media_dropped");
-  if (!u.ok()) return u.failure();
-  if (!answers.is_null()) {
-    // The wire has the answers alone: the response around them is the frame's model and no usage.
-    auto r = response_from_json(
-        json{{"model", d.model}, {"answers", answers}, {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}});
-    if (!r) return r.error();
-    d.answers = std::move(*r);
-  }
-  return server_frame(std::move(d));
-}
-
-result<server_frame> read_tool_outcome(const json& frame) {
-  fields f(frame, "tool_result frame");
-  tool_outcome_frame r;
-  r.decision = f.text("decision");
-  r.tool = f.text("tool");
-  r.outcome.ok = f.boolean("ok");
-  if (!r.outcome.ok) {
-    r.outcome.error_code = f.text("error_code");
-    r.outcome.detail = f.text("detail");
-  }
-  r.outcome.attempts = static_cast<int>(f.integer("attempts"));
-  r.outcome.output = f.value("output");
-  if (f.find("event")) r.event = f.value("event");
-  if (!f.ok()) return f.failure();
-  return server_frame(std::move(r));
-}
-
-result<server_frame> read_resumed(const json& frame) {
-  fields f(frame, "resumed frame");
-  resumed_frame r;
-  r.ref = f.value("ref");
-  r.session = f.text("session");
-  const json pending = f.value("pending");
-  const std::int64_t resolutions = f.integer("resolutions");
-  if (f.ok() && resolutions < 0) f.fail("`resolutions` is negative");
-  if (f.ok() && !pending.is_array()) f.fail("`pending` is not a list");
-  for (const json& e : f.ok() ? pending : json::array()) {
-    if (!e.is_string()) {
-      f.fail("`pending` holds something other than escalation ids");
-      break;
-    }
-    r.pending.push_back(e.get<std::string>());
-  }
-  if (!f.ok()) return f.failure();
-  r.resolutions = static_cast<std::size_t>(resolutions);
-  return server_frame(std::move(r));
-}
-
-result<server_frame> read_tool_result_ack(const json& frame) {
-  fields f(frame, "ack frame");
-  tool_result_ack_frame a;
-  a.ref = f.value("ref");
-  a.decision = f.text("decision");
-  if (!f.ok()) return f.failure();
-  return server_frame(std::move(a));
-}
-
-result<server_frame> read_resolution(const json& frame) {
-  fields f(frame, "resolution frame");
-  const json resolution = f.value("resolution");
-  if (!f.ok()) return f.failure();
-  auto r = parse_resolution(resolution);
-  if (!r) return r.error();
-  return server_frame(resolution_frame{std::move(*r)});
-}
-
-}  // namespace
-
-result<server_frame> parse_server_frame(std::string_view text, std::size_t max_json_depth) {
-  json frame;
-  json_parse_error err;
-  if (!parse_json(text, frame, err, json_parse_options{max_json_depth})) {
-    return make_error(502, "BAD_UPSTREAM_RESPONSE",
-                      "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
-  }
-  fields f(frame, "agent frame");
-  const std::string type = f.text("type");
-  if (!f.ok()) return f.failure();
-  if (type == "decision") return read_decision(frame);
-  if (type == "tool_result") return read_tool_outcome(frame);
-  if (type == "resumed") return read_resumed(frame);
-  if (type == "ack") return read_tool_result_ack(frame);
-  if (type == "resolution") return read_resolution(frame);
-  if (type == "error") {
-    auto e = parse_error_frame(frame);
-    if (!e) return e.error();
-    return server_frame(std::move(*e));
-  }
-  f.fail("unknown type \"" + type + "\"");
-  return f.failure();
 }
 
 }  // namespace baton::protocol

@@ -190,11 +190,4 @@ std::string render(const tool_result_ack_frame& f);
 // {"type":"resolution","resolution":{…}}
 std::string render(const resolution_frame& f);
 
-using server_frame = std::variant<decision_frame, tool_outcome_frame, resumed_frame, tool_result_ack_frame,
-                                  resolution_frame, error_frame>;
-
-// A frame the server sent on /v1/agent: 502 BAD_UPSTREAM_RESPONSE when it is not JSON (nested at
-// most `max_json_depth` levels), not one of these or not as render() writes it.
-result<server_frame> parse_server_frame(std::string_view text, std::size_t max_json_depth = 64);
-
 }  // namespace baton::protocol

@@ -1,7 +1,5 @@
 #include "adapters/protocol/error_frame.hpp"
 
-#include "adapters/protocol/fields.hpp"
-
 namespace baton::protocol {
 
 std::string render_error_frame(const json& ref, const error& e) {
@@ -19,26 +17,5 @@ std::string render_error_frame(const json& ref, const error& e) {
 }
 
 std::string render(const error_frame& f) { return render_error_frame(f.ref, f.error); }
-
-result<error_frame> parse_error_frame(const json& frame) {
-  fields f(frame, "error frame");
-  error_frame out;
-  out.ref = f.value("ref");
-  int status = 0;
-  if (const json* retry = f.find("retry_after_ms")) {
-    if (*retry == 1000) {
-      status = 429;
-    } else if (*retry == 100) {
-      status = 503;
-    } else {
-      f.fail("`retry_after_ms` is neither 1000 (429) nor 100 (503)");
-    }
-  }
-  if (!f.ok()) return f.failure();
-  auto e = error_from_json(frame, status);
-  if (!e) return e.error();
-  out.error = std::move(*e);
-  return out;
-}
 
 }  // namespace baton::protocol

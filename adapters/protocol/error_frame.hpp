@@ -21,8 +21,4 @@ struct error_frame {
 std::string render_error_frame(const json& ref, const error& e);
 std::string render(const error_frame& f);
 
-// An error frame as a client reads it (`type` already known to be "error"): 502
-// BAD_UPSTREAM_RESPONSE naming the first field that is not as render() writes it.
-result<error_frame> parse_error_frame(const json& frame);
-
 }  // namespace baton::protocol

@@ -1,6 +1,6 @@
 #include "adapters/protocol/review_protocol.hpp"
 
-#include "adapters/protocol/fields.hpp"
+#include "adapters/protocol/frame_opener.hpp"
 #include "core/ids.hpp"
 
 namespace baton::protocol {
@@ -55,14 +55,9 @@ result<resolve_input> parse_resolve_input(const json& body) {
 }
 
 result<resolve_frame> parse_review_frame(std::string_view text, json& id) {
-  id = nullptr;
-  json f;
-  json_parse_error err;
-  if (!parse_json(text, f, err, json_parse_options{})) {
-    return make_error(400, "INVALID_JSON", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
-  }
-  if (!f.is_object()) return make_error(400, "INVALID_JSON", "a frame must be a JSON object");
-  if (const auto it = f.find("id"); it != f.end()) id = *it;
+  auto opened = open_frame(text, json_parse_options{}.max_depth, id);
+  if (!opened) return opened.error();
+  const json& f = *opened;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string() || type->get_ref<const std::string&>() != "resolve") {
     return make_error(422, "UNKNOWN_TYPE", "reviewers send `resolve` frames: a \"type\" of \"resolve\"");
@@ -219,202 +214,6 @@ std::string render(const tool_run_frame& f) {
 }
 std::string render(const resolve_result_frame& f) {
   return render_json(json{{"type", "resolve_result"}, {"ref", f.ref}, {"resolution", as_json(f.resolution)}}, false);
-}
-
-result<tool_run_object> parse_tool_run(const json& body) {
-  fields f(body, "tool run");
-  tool_run_object r;
-  r.id = f.text("id");
-  r.tool = f.text("tool");
-  r.executor = f.text("executor");
-  r.ok = f.boolean("ok");
-  if (r.ok) {
-    if (const json* code = f.find("error_code"); !code || !code->is_null()) f.fail("`error_code` is not null, but the run is ok");
-  } else {
-    r.error_code = f.text("error_code");
-  }
-  r.detail = f.text("detail");
-  r.output = f.value("output");
-  r.attempts = static_cast<int>(f.integer("attempts"));
-  r.duration_ms = f.number("duration_ms");
-  r.created_ms = f.time("created_ms", "created_at");
-  if (!f.ok()) return f.failure();
-  return r;
-}
-
-result<resolution_object> parse_resolution(const json& body) {
-  fields f(body, "resolution");
-  resolution_object r;
-  r.id = f.text("id");
-  r.escalation = f.text("escalation");
-  r.decision = f.text("decision");
-  r.session = f.text("session");
-  r.turn = f.integer("turn");
-  r.outcome = f.text("outcome");
-  r.tool = f.text_or_null("tool");
-  r.arguments = f.value("arguments");
-  r.reason = f.text("reason");
-  r.reviewer = f.text("reviewer");
-  r.by = f.text("by");
-  r.forced = f.boolean("forced");
-  r.created_ms = f.time("created_ms", "created_at");
-  r.executor = f.optional_text("executor");
-  if (!f.ok()) return f.failure();
-  return r;
-}
-
-result<escalation_object> parse_escalation(const json& body) {
-  fields f(body, "escalation");
-  escalation_object e;
-  e.id = f.text("id");
-  const std::string status = f.text("status");
-  e.decision = f.text("decision");
-  e.session = f.text("session");
-  e.turn = f.integer("turn");
-  e.created_ms = f.time("created_ms", "created_at");
-  e.deadline_ms = f.time("deadline_ms", "deadline_at");
-  e.on_deadline = f.text("on_deadline");
-  e.reason = f.text("reason");
-  e.question = f.text("question");
-  e.tool = f.text_or_null("tool");
-  e.arguments = f.value("arguments");
-  e.confidence = f.number("confidence");
-  e.candidates = f.value("candidates");
-  e.state = f.value("state");
-  e.evidence = f.value("evidence");
-  e.registry_hash = f.text("registry_hash");
-  e.policy_hash = f.text("policy_hash");
-  const json resolution = f.value("resolution");
-  if (!f.ok()) return f.failure();
-  if (!resolution.is_null()) {
-    auto r = parse_resolution(resolution);
-    if (!r) return r.error();
-    e.resolution = std::move(*r);
-    if (const auto run = resolution.find("tool_run"); run != resolution.end() && !run->is_null()) {
-      auto t = parse_tool_run(*run);
-      if (!t) return t.error();
-      e.tool_run = std::move(*t);
-    }
-  }
-  if (status != (e.resolution ? "resolved" : "pending")) {
-    f.fail("`status` is " + status + ", but the resolution is " + (e.resolution ? "there" : "null"));
-    return f.failure();
-  }
-  return e;
-}
-
-namespace {
-
-result<std::vector<escalation_object>> parse_escalations(fields& f, const char* key) {
-  const json list = f.value(key);
-  if (f.ok() && !list.is_array()) f.fail(ticked(key) + " is not a list");
-  if (!f.ok()) return f.failure();
-  std::vector<escalation_object> out;
-  for (const json& item : list) {
-    auto e = parse_escalation(item);
-    if (!e) return e.error();
-    out.push_back(std::move(*e));
-  }
-  return out;
-}
-
-}  // namespace
-
-result<escalation_list> parse_escalation_list(const json& body) {
-  fields f(body, "escalation list");
-  auto list = parse_escalations(f, "escalations");
-  if (!list) return list.error();
-  return escalation_list{std::move(*list)};
-}
-
-result<tools_list> parse_tools_list(const json& body) {
-  fields f(body, "tools list");
-  tools_list out;
-  const json tools = f.value("tools");
-  out.finish = f.optional_text("finish");
-  out.registry_hash = f.text("registry_hash");
-  if (f.ok() && !tools.is_array()) f.fail("`tools` is not a list");
-  for (const json& t : f.ok() ? tools : json::array()) {
-    fields tf(t, "tools list: tool");
-    tool_entry entry;
-    entry.id = tf.text("id");
-    entry.description = tf.text("description");
-    entry.risk = tf.text("risk");
-    entry.executor = tf.text("executor");
-    const json parameters = tf.value("parameters");
-    if (tf.ok() && !parameters.is_array()) tf.fail("`parameters` is not a list");
-    for (const json& p : tf.ok() ? parameters : json::array()) {
-      fields pf(p, "tools list: parameter");
-      tool_parameter param;
-      param.name = pf.text("name");
-      param.type = pf.text("type");
-      param.instructions = pf.text("instructions");
-      const json values = pf.value("values");
-      param.fixed = pf.optional_text("fixed");
-      if (pf.ok() && !values.is_array()) pf.fail("`values` is not a list");
-      for (const json& v : pf.ok() ? values : json::array()) {
-        fields vf(v, "tools list: value");
-        tool_parameter_value value{vf.text("value"), vf.text("description")};
-        if (!vf.ok()) return vf.failure();
-        param.values.push_back(std::move(value));
-      }
-      if (!pf.ok()) return pf.failure();
-      entry.parameters.push_back(std::move(param));
-    }
-    if (!tf.ok()) return tf.failure();
-    out.tools.push_back(std::move(entry));
-  }
-  if (!f.ok()) return f.failure();
-  return out;
-}
-
-result<review_server_frame> parse_review_server_frame(std::string_view text, std::size_t max_json_depth) {
-  json frame;
-  json_parse_error err;
-  if (!parse_json(text, frame, err, json_parse_options{max_json_depth})) {
-    return make_error(502, "BAD_UPSTREAM_RESPONSE", "the frame is not JSON: " + err.message + " at byte " + std::to_string(err.byte));
-  }
-  fields f(frame, "review frame");
-  const std::string type = f.text("type");
-  if (!f.ok()) return f.failure();
-  if (type == "snapshot") {
-    auto list = parse_escalations(f, "escalations");
-    if (!list) return list.error();
-    return review_server_frame(snapshot_frame{std::move(*list)});
-  }
-  if (type == "escalation" || type == "resolved") {
-    auto e = parse_escalation(f.value("escalation"));
-    if (!e) return e.error();
-    if (type == "resolved") return review_server_frame(resolved_frame{std::move(*e)});
-    return review_server_frame(escalation_frame{std::move(*e)});
-  }
-  if (type == "tool_run") {
-    tool_run_frame out;
-    out.escalation = f.text("escalation");
-    const json run = f.value("tool_run");
-    if (!f.ok()) return f.failure();
-    auto r = parse_tool_run(run);
-    if (!r) return r.error();
-    out.tool_run = std::move(*r);
-    return review_server_frame(std::move(out));
-  }
-  if (type == "resolve_result") {
-    resolve_result_frame out;
-    out.ref = f.value("ref");
-    const json resolution = f.value("resolution");
-    if (!f.ok()) return f.failure();
-    auto r = parse_resolution(resolution);
-    if (!r) return r.error();
-    out.resolution = std::move(*r);
-    return review_server_frame(std::move(out));
-  }
-  if (type == "error") {
-    auto e = parse_error_frame(frame);
-    if (!e) return e.error();
-    return review_server_frame(std::move(*e));
-  }
-  f.fail("unknown type \"" + type + "\"");
-  return f.failure();
 }
 
 }  // namespace baton::protocol

@@ -144,15 +144,6 @@ std::string render(const escalation_object& e);
 std::string render(const escalation_list& l);
 std::string render(const tools_list& t);
 
-// Each reads what its render() writes (a client's view, and the golden-frame tests): 502
-// BAD_UPSTREAM_RESPONSE naming the first field that is missing or of another type, or a `*_at`
-// that is not its `*_ms`. Unknown fields are ignored.
-result<tool_run_object> parse_tool_run(const json& body);
-result<resolution_object> parse_resolution(const json& body);
-result<escalation_object> parse_escalation(const json& body);
-result<escalation_list> parse_escalation_list(const json& body);
-result<tools_list> parse_tools_list(const json& body);
-
 // /v1/review, server → client.
 struct snapshot_frame {  // the pending escalations, first
   std::vector<escalation_object> escalations;
@@ -177,13 +168,5 @@ std::string render(const escalation_frame& f);
 std::string render(const resolved_frame& f);
 std::string render(const tool_run_frame& f);
 std::string render(const resolve_result_frame& f);
-
-using review_server_frame =
-    std::variant<snapshot_frame, escalation_frame, resolved_frame, tool_run_frame, resolve_result_frame, error_frame>;
-
-// A frame the server sent on /v1/review: 502 BAD_UPSTREAM_RESPONSE when it is not JSON (nested at
-// most `max_json_depth` levels: an escalation's state is the agent's history), not one of these
-// or not as render() writes it.
-result<review_server_frame> parse_review_server_frame(std::string_view text, std::size_t max_json_depth = 64);
 
 }  // namespace baton::protocol

@@ -20,7 +20,7 @@
 #include <mutex>
 #include <thread>
 
-#include "adapters/test_certificates.hpp"
+#include "support/test_certificates.hpp"
 #include "engine/media/source.hpp"
 #include "support/scratch_dir.hpp"
 

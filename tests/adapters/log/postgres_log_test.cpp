@@ -15,8 +15,8 @@
 
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
-#include "cli_run.hpp"
-#include "log_rows.hpp"
+#include "support/cli_run.hpp"
+#include "support/log_rows.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 

@@ -13,8 +13,8 @@
 
 #include "core/ids.hpp"
 
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

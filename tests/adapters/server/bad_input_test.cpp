@@ -19,8 +19,8 @@
 #include "engine/scheduler.hpp"
 #include "tools/schema_compiler.hpp"
 
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "core/sha256.hpp"
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "adapters/server/auth.hpp"
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

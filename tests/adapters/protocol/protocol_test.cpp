@@ -8,6 +8,7 @@
 
 #include "adapters/protocol/agent_protocol.hpp"
 #include "adapters/protocol/review_protocol.hpp"
+#include "support/protocol_readback.hpp"
 #include "core/ids.hpp"
 #include "support/files.hpp"
 

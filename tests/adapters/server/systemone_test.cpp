@@ -17,10 +17,10 @@
 #include "adapters/server/running_server.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/factory/make_engine.hpp"
-#include "http_client.hpp"
+#include "support/http_client.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
-#include "ws_client.hpp"
+#include "support/ws_client.hpp"
 
 namespace baton {
 namespace {

@@ -19,8 +19,8 @@
 #include "adapters/log/log_reader.hpp"
 #include "adapters/log/sqlite_log.hpp"
 #include "core/sha256.hpp"
-#include "cli_run.hpp"
-#include "log_rows.hpp"
+#include "support/cli_run.hpp"
+#include "support/log_rows.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 

@@ -19,7 +19,7 @@
 #include "core/answers.hpp"
 #include "engine/keyword/keyword_engine.hpp"
 #include "support/env_var.hpp"
-#include "cli_run.hpp"
+#include "support/cli_run.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 

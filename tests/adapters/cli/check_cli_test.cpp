@@ -7,7 +7,7 @@
 #include <string>
 
 #include "adapters/cli/cli.hpp"
-#include "cli_run.hpp"
+#include "support/cli_run.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "support/env_var.hpp"
 #include "support/files.hpp"

@@ -17,12 +17,12 @@
 #include "adapters/server/running_server.hpp"
 #include "engine/systemone/systemone_engine.hpp"
 #include "engine/systemone/workers_ai.hpp"
-#include "http_client.hpp"
+#include "support/http_client.hpp"
 #include "support/env_var.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
-#include "test_certificates.hpp"
-#include "ws_client.hpp"
+#include "support/test_certificates.hpp"
+#include "support/ws_client.hpp"
 
 namespace baton {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <sqlite3.h>
 
-#include "server_fixture.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

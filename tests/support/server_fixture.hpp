@@ -16,10 +16,10 @@
 
 #include "adapters/cli/cli.hpp"
 #include "adapters/server/running_server.hpp"
-#include "cli_run.hpp"
+#include "support/cli_run.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
-#include "ws_client.hpp"
+#include "support/ws_client.hpp"
 
 namespace baton::test_server {
 

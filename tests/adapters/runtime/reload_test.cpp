@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

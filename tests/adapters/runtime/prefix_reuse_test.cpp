@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 
-#include "http_client.hpp"
-#include "server_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/server_fixture.hpp"
 
 namespace baton {
 namespace {

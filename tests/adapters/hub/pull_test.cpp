@@ -38,7 +38,7 @@
 #include "core/sha256.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "support/env_var.hpp"
-#include "cli_run.hpp"
+#include "support/cli_run.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
 

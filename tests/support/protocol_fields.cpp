@@ -1,4 +1,4 @@
-#include "adapters/protocol/fields.hpp"
+#include "support/protocol_fields.hpp"
 
 #include <chrono>
 #include <cstdio>

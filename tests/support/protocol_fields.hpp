@@ -1,5 +1,5 @@
-// Internal to baton_protocol: reading what baton sent (server frames, reviewer HTTP bodies) back
-// into the protocol's structs, for clients and the golden-frame tests.
+// Reading an object baton rendered back, field by field (protocol_readback.hpp): the first field
+// that is not as rendered is named.
 #pragma once
 
 #include <cstdint>
