@@ -4,6 +4,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "adapters/protocol/frame_opener.hpp"
+#include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/tool_runs.hpp"
 #include "core/ids.hpp"
 #include "tools/arguments.hpp"
@@ -81,6 +83,7 @@ agent_service::agent_service(const server_config& config, decision_engine& engin
     : config_(config), engine_(engine), scheduler_(scheduler), log_(log), metrics_(m), routing_(std::move(routing)),
       desk_(std::make_unique<escalation_desk>(
           log, escalation_routing{routing_, config.server.max_pending_tool_results, m}, io)),
+      reads_(std::make_unique<escalation_reads>(*desk_)),
       reloader_(std::make_unique<routing_reloader>(
           config, routing_, *desk_, log, engine.describe().limits,
           fallback ? &fallback->engine.describe().limits : nullptr, std::move(io))),
@@ -101,6 +104,10 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
   return on_tool_result(c, std::move(id), std::move(std::get<protocol::tool_result_frame>(*f)));
 }
 
+json agent_service::frame_id(std::string_view text) const {
+  return protocol::frame_id(text, engine_.describe().limits.max_json_depth);
+}
+
 std::string agent_service::scoped(const agent_connection& c, const std::string& session) const {
   return c.owner_.empty() ? session : c.owner_ + "/" + session;
 }
@@ -108,8 +115,8 @@ std::string agent_service::scoped(const agent_connection& c, const std::string& 
 bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f) {
   const std::string session = scoped(*c, f.session);
   // The answer and what follows it, on the connection's strand.
-  auto answer = std::make_shared<std::function<void(escalation_desk::attached)>>(
-      [this, c, id = std::move(id), name = std::move(f.session)](escalation_desk::attached a) mutable {
+  auto answer = std::make_shared<std::function<void(resolution_delivery::attached)>>(
+      [this, c, id = std::move(id), name = std::move(f.session)](resolution_delivery::attached a) mutable {
         c->send(protocol::render(protocol::resumed_frame{std::move(id), name, std::move(a.pending), a.frames.size()}));
         for (const std::string& frame : a.frames) c->send(frame);
         for (const std::string& frame : a.tool_results) c->send(frame);
@@ -119,16 +126,16 @@ bool agent_service::on_resume(const std::shared_ptr<agent_connection>& c, json i
   // sends `ack` then `resume` knows from it that the ack is durable. The session is attached when
   // the wait ends, in the order the resumes came, so that a dying connection's resume cannot take
   // the session back from its reconnect's.
-  const bool deferred = desk_->defer_until_acks_written(session, [this, c, session, answer] {
-    auto a = desk_->attach(session, c, true);
+  const bool deferred = desk_->delivery().defer_until_acks_written(session, [this, c, session, answer] {
+    auto a = desk_->delivery().attach(session, c, true);
     boost::asio::post(c->strand(), [answer, a = std::move(a)]() mutable { (*answer)(std::move(a)); });
   });
-  if (!deferred) (*answer)(desk_->attach(session, c, true));
+  if (!deferred) (*answer)(desk_->delivery().attach(session, c, true));
   return true;
 }
 
 bool agent_service::on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f) {
-  if (auto ok = desk_->acknowledge(f.resolution, c->owner_); !ok) {
+  if (auto ok = desk_->delivery().acknowledge(f.resolution, c->owner_); !ok) {
     c->send(protocol::render_error_frame(id, ok.error()));
     return false;
   }
@@ -384,7 +391,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
         return;
       }
       if (escalates) {
-        desk_->attach(t->session.session, t->conn, false);  // its resolution comes to this connection
+        desk_->delivery().attach(t->session.session, t->conn, false);  // its resolution comes to this connection
         desk_->raised(*t->escalation);
       }
       send_decision(t);
@@ -393,7 +400,7 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   };
   result<void> queued;
   if (escalates) {
-    t->escalation = desk_->make_escalation(*t->routing, rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
+    t->escalation = make_escalation(*t->routing, rec, t->answers ? &*t->answers : nullptr, t->session.state_text());
     const std::string id = rec.id;
     queued = log_.append(std::move(rec), [id](result<void> ok) {
       if (!ok) spdlog::error("decision {} is not in the log: {}", id, ok.error().message);
@@ -534,7 +541,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   }
   // The connection's own record, then the desk's: a resolved decision is awaited again by every
   // connection that resumes its session, and by the next process after a restart.
-  if (it->second.reported || !desk_->claim_tool_result(f.decision)) {
+  if (it->second.reported || !desk_->delivery().claim_tool_result(f.decision)) {
     c->send(protocol::render_error_frame(
         id, make_error(409, "DUPLICATE_TOOL_RESULT", "decision `" + f.decision + "` already has its tool_result")));
     return false;
@@ -549,7 +556,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
       } else {
         // Not in the log: the agent may report it again.
         if (const auto again = c->awaited_.find(decision); again != c->awaited_.end()) again->second.reported = false;
-        desk_->release_tool_result(decision);
+        desk_->delivery().release_tool_result(decision);
         c->send(protocol::render_error_frame(id, ok.error()));
       }
       --in_flight_;

@@ -19,6 +19,7 @@
 #include "adapters/protocol/agent_protocol.hpp"
 #include "adapters/runtime/agent_connection.hpp"
 #include "adapters/runtime/escalation_desk.hpp"
+#include "adapters/runtime/escalation_reads.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/reloader.hpp"
 #include "adapters/runtime/routing.hpp"
@@ -55,6 +56,14 @@ class agent_service {
 
   // The escalations to a person: start() it before serving.
   escalation_desk& desk() noexcept { return *desk_; }
+  // Reading them back (GET /v1/escalations).
+  escalation_reads& escalations() noexcept { return *reads_; }
+
+  // The registry, policy and executors that serve now.
+  std::shared_ptr<const routing_snapshot> routing() const { return routing_.current(); }
+
+  // The `id` of a frame refused before it is read (its rate), read as on_frame() would read it.
+  json frame_id(std::string_view text) const;
 
   // Reloads of the registry and policy (SIGHUP, POST /v1/admin/reload).
   routing_reloader& reloader() noexcept { return *reloader_; }
@@ -94,6 +103,7 @@ class agent_service {
   metrics& metrics_;
   routing_state routing_;  // a turn takes the snapshot serving when it starts
   std::unique_ptr<escalation_desk> desk_;
+  std::unique_ptr<escalation_reads> reads_;  // after desk_: its reads end before the desk goes
   std::unique_ptr<routing_reloader> reloader_;
   std::optional<fallback_engine> fallback_;
   session_table sessions_;

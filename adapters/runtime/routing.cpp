@@ -31,4 +31,9 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
   return std::shared_ptr<const routing_snapshot>(std::move(r));
 }
 
+std::string executor_kind(const routing_snapshot& routing, const std::string& tool) {
+  const auto it = routing.executors.find(tool);
+  return it == routing.executors.end() ? "agent" : std::string(it->second->kind());
+}
+
 }  // namespace baton

@@ -29,6 +29,10 @@ struct routing_snapshot {
   std::string schema_hash;  // of those questions (every turn without extra questions)
 };
 
+// Who runs `tool`: its executor's kind (http, command), or agent for a tool the registry has none
+// for.
+std::string executor_kind(const routing_snapshot& routing, const std::string& tool);
+
 // Reads config.registry and config.policy and checks everything before anything is used: the
 // registry against `limits` (the serving engine's), the policy against the registry, the
 // questions against `limits` and, when a fallback engine serves, `fallback_limits` too; then

@@ -92,15 +92,9 @@ class agent_session : public agent_connection,
   }
 
   // The `id` of a frame refused for its rate, so that the client knows which request to send
-  // again; null when the frame is not a JSON object with one. Parsing is no work the limit saves:
-  // the frame is read and bounded by max_frame_bytes, and no turn starts.
-  static json id_of(const std::string& frame, bool text) {
-    if (!text) return nullptr;
-    const json parsed = json::parse(frame, nullptr, false);
-    if (!parsed.is_object()) return nullptr;
-    const auto it = parsed.find("id");
-    return it == parsed.end() ? json(nullptr) : *it;
-  }
+  // again (null for a binary frame). Reading it is no work the limit saves: the frame is read and
+  // bounded by max_frame_bytes, and no turn starts.
+  json id_of(const std::string& frame, bool text) const { return text ? hub_->service.frame_id(frame) : json(nullptr); }
 
   bool take_token() {
     const double rate = double(hub_->options.max_frames_per_second);

@@ -28,55 +28,6 @@ std::string quoted(std::string_view v) {
   return out;
 }
 
-// The routes; anything else is counted as "other" so that a scan of random paths cannot grow the
-// metrics without bound.
-struct route {
-  std::string_view path;
-  http::verb method;
-};
-constexpr route routes[] = {
-    {"/v1/systemone", http::verb::post},
-    {"/v1/decisions", http::verb::post},
-    {"/v1/models", http::verb::get},
-    {"/health", http::verb::get},
-    {"/metrics", http::verb::get},
-    {"/v1/agent", http::verb::get},
-    {"/v1/review", http::verb::get},
-    {"/v1/escalations", http::verb::get},
-    {"/v1/tools", http::verb::get},
-    {"/v1/admin/reload", http::verb::post},
-    // The {id} routes: matched by match_route, named by these paths in the metrics.
-    {"/v1/escalations/{id}", http::verb::get},
-    {"/v1/escalations/{id}/resolve", http::verb::post},
-};
-
-// The route of `path`, and the escalation id it names.
-const route* route_named(std::string_view path) {
-  for (const route& r : routes) {
-    if (r.path == path) return &r;
-  }
-  return nullptr;
-}
-
-const route* match_route(std::string_view path, std::string& escalation) {
-  if (path.find('{') == std::string_view::npos) {
-    if (const route* r = route_named(path)) return r;
-  }
-  constexpr std::string_view prefix = "/v1/escalations/";
-  constexpr std::string_view resolve = "/resolve";
-  if (!path.starts_with(prefix)) return nullptr;
-  std::string_view rest = path.substr(prefix.size());
-  const bool resolving = rest.ends_with(resolve);
-  if (resolving) rest.remove_suffix(resolve.size());
-  // An id is what new_id makes: letters, digits and dashes.
-  if (rest.empty() || rest.size() > 64 ||
-      !std::all_of(rest.begin(), rest.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; })) {
-    return nullptr;
-  }
-  escalation = std::string(rest);
-  return route_named(resolving ? "/v1/escalations/{id}/resolve" : "/v1/escalations/{id}");
-}
-
 // A query parameter's value (no decoding: the values read here are plain words and numbers).
 std::string_view query_param(std::string_view target, std::string_view name) {
   const auto q = target.find('?');
@@ -122,6 +73,31 @@ result<std::string> gunzip(std::string_view in, std::size_t limit) {
 }
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+// GET /v1/tools: the registry's tools and their parameters, for a reviewer's edited arguments.
+protocol::tools_list tools_list_of(const routing_snapshot& routing) {
+  protocol::tools_list list;
+  for (const tools::tool& t : routing.registry.tools) {
+    protocol::tool_entry& entry = list.tools.emplace_back();
+    entry.id = t.id;
+    entry.description = t.description;
+    entry.risk = tools::to_string(t.risk);
+    entry.executor = executor_kind(routing, t.id);
+    for (const tools::parameter& p : t.parameters) {
+      protocol::tool_parameter& param = entry.parameters.emplace_back();
+      param.name = p.name;
+      param.type = tools::to_string(p.type);
+      param.instructions = p.instructions;
+      for (const auto& [label, description] : p.values.items()) {
+        param.values.push_back({label, description.get<std::string>()});
+      }
+      param.fixed = p.value;
+    }
+  }
+  list.finish = routing.registry.finish;
+  list.registry_hash = routing.registry.hash;
+  return list;
+}
 
 // POST /v1/admin/reload's answer.
 std::string reload_json(const routing_reloader::report& r) {
@@ -199,6 +175,65 @@ std::optional<http_reply> handshake_refusal(const http_api::head& h) {
 
 }  // namespace
 
+// One endpoint. Adding one is a row here and its handler: admit() (the method, the role, the body's
+// size), handle() and upgrade() read the row, and /metrics counts it under its path. Anything else
+// is counted as "other", so that a scan of random paths cannot grow the metrics without bound.
+struct http_api::route {
+  enum class kind {
+    http,       // a request answered by `answer`; a body of at most small_body_bytes (dropped)
+    decision,   // the same, its body a decision of up to server.max_body_bytes (refused while draining)
+    websocket,  // only an upgrade (upgrade()); a plain request is 426
+  };
+  std::string_view path;  // "{id}": an escalation id (what new_id makes: letters, digits, dashes)
+  http::verb method;      // GET routes answer HEAD too
+  kind how;
+  std::optional<endpoint> role;  // what the caller's role must may_use; none: open to everyone
+  void (http_api::*answer)(const ticket&, request&, boost::asio::any_io_executor, reply);  // null for a websocket
+};
+
+using route_kind = http_api::route::kind;
+
+const http_api::route http_api::routes_[] = {
+    {"/v1/systemone", http::verb::post, route_kind::decision, endpoint::decide, &http_api::decide},
+    {"/v1/decisions", http::verb::post, route_kind::decision, endpoint::decide, &http_api::decide},
+    {"/v1/models", http::verb::get, route_kind::http, endpoint::models, &http_api::models},
+    {"/health", http::verb::get, route_kind::http, std::nullopt, &http_api::health},
+    {"/metrics", http::verb::get, route_kind::http, endpoint::metrics, &http_api::metrics_text},
+    {"/v1/agent", http::verb::get, route_kind::websocket, endpoint::agent_ws, nullptr},
+    {"/v1/review", http::verb::get, route_kind::websocket, endpoint::review_ws, nullptr},
+    {"/v1/escalations", http::verb::get, route_kind::http, endpoint::escalations, &http_api::list_escalations},
+    {"/v1/tools", http::verb::get, route_kind::http, endpoint::escalations, &http_api::tools},
+    {"/v1/admin/reload", http::verb::post, route_kind::http, endpoint::admin, &http_api::reload},
+    {"/v1/escalations/{id}", http::verb::get, route_kind::http, endpoint::escalations, &http_api::get_escalation},
+    {"/v1/escalations/{id}/resolve", http::verb::post, route_kind::http, endpoint::resolve, &http_api::resolve_escalation},
+};
+
+namespace {
+
+bool valid_id(std::string_view id) {
+  return !id.empty() && id.size() <= 64 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
+}
+
+}  // namespace
+
+const http_api::route* http_api::match(std::string_view path, std::string& escalation) {
+  for (const route& r : routes_) {
+    const auto hole = r.path.find("{id}");
+    if (hole == std::string_view::npos) {
+      if (r.path == path) return &r;
+      continue;
+    }
+    const std::string_view before = r.path.substr(0, hole), after = r.path.substr(hole + 4);
+    if (path.size() < before.size() + after.size() || !path.starts_with(before) || !path.ends_with(after)) continue;
+    const std::string_view id = path.substr(before.size(), path.size() - before.size() - after.size());
+    if (!valid_id(id)) continue;
+    escalation = std::string(id);
+    return &r;
+  }
+  return nullptr;
+}
+
 http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
                    agent_service& agents, std::function<metrics::scraped()> scrape)
     : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), scrape_(std::move(scrape)) {
@@ -212,9 +247,7 @@ http_api::response http_api::make(unsigned version, bool keep_alive, bool head_o
   metrics_.request(route_name, r.status);
   response res{static_cast<http::status>(r.status), version};
   res.set(http::field::server, "baton");
-  res.set(http::field::content_type, route_name == "/metrics" && r.status == 200
-                                         ? "text/plain; version=0.0.4; charset=utf-8"
-                                         : "application/json");
+  res.set(http::field::content_type, "application/json");
   res.set("x-typesafe-request-id", id);
   res.set("X-Request-Id", id);
   // Answers are about this moment and this caller; none is read as anything but its type.
@@ -278,17 +311,18 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                                                                   bool keep_alive, const boost::asio::ip::address& from) {
   const std::string_view path = path_of(h.target());
   ticket t;
-  const route* found = match_route(path, t.escalation);
+  const route* found = match(path, t.escalation);
   t.received = std::chrono::steady_clock::now();
-  t.decide = found && (found->path == "/v1/systemone" || found->path == "/v1/decisions");
+  t.to = found;
+  t.decide = found && found->how == route::kind::decision;
   t.id = new_id(t.decide ? 'd' : 'q');
-  t.route = found ? found->path : "other";
+  t.name = found ? found->path : "other";
   auto refuse = [&](http_reply r) {
-    return make(h.version(), keep_alive, h.method() == http::verb::head, t.route, std::move(r), t.id);
+    return make(h.version(), keep_alive, h.method() == http::verb::head, t.name, std::move(r), t.id);
   };
 
   const inbox_asset* a = find_inbox_asset(path);
-  if (a) t.route = "/inbox";
+  if (a) t.name = "/inbox";
   // A name that is not this server's is a DNS rebinding: a page of another site, which the
   // browser now sends here.
   if (auto e = host_refusal(h)) return refuse(error_reply(*e));
@@ -325,8 +359,8 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                                                                       std::to_string(http_api::small_body_bytes) +
                                                                       " bytes of body")));
   }
-  if (path == "/health") return t;
-  if (path == "/v1/agent" || path == "/v1/review") {
+  if (!found->role) return t;
+  if (found->how == route::kind::websocket) {
     return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", quoted(path) + " is a WebSocket endpoint")));
   }
   // An address that keeps sending wrong keys waits, whatever key it sends now: answering a right
@@ -335,13 +369,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   auto who = auth_.authenticate(bearer(h), from);
   if (!who) return refuse(error_reply(who.error()));
   t.who = *who;
-  const endpoint e = t.decide                          ? endpoint::decide
-                     : path == "/v1/admin/reload"      ? endpoint::admin
-                     : found->method == http::verb::post ? endpoint::resolve
-                     : !t.escalation.empty() || path == "/v1/escalations" || path == "/v1/tools" ? endpoint::escalations
-                     : path == "/metrics"              ? endpoint::metrics
-                                                       : endpoint::models;
-  if (!may_use(t.who->role, e)) return refuse(error_reply(forbidden(*t.who, e)));
+  if (!may_use(t.who->role, *found->role)) return refuse(error_reply(forbidden(*t.who, *found->role)));
   // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
   if (found->method == http::verb::post && !declares_json(h)) {
     return refuse(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
@@ -362,114 +390,106 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
 }
 
 void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done) {
-  const bool head_only = req.method() == http::verb::head;
-  auto answer = [&](http_reply r) { done(make(req.version(), req.keep_alive(), head_only, t.route, std::move(r), t.id)); };
-  if (t.route == "/health") {
-    answer(http_reply{200, agents_.health_json(), {}, false});
-    return;
-  }
-  if (t.route == "/v1/models") {
-    answer(http_reply{200, systemone_.models_json(), {}, false});
-    return;
-  }
-  if (t.route == "/metrics") {
-    answer(http_reply{200, metrics_.render(scrape_()), {}, false});
-    return;
-  }
-  if (t.route == "/v1/tools") {
-    answer(http_reply{200, agents_.desk().tools_json(), {}, false});
-    return;
-  }
-  if (t.route == "/v1/admin/reload") {
-    const unsigned version = req.version();
-    const bool keep_alive = req.keep_alive();
-    // Answered once the reload is applied (or refused), on the connection's strand.
-    agents_.reloader().reload(
-        t.who->name, [this, version, keep_alive, id = t.id, route = t.route, strand = std::move(strand),
-                      done = std::move(done)](result<routing_reloader::report> r) {
-          boost::asio::post(strand, [this, version, keep_alive, id, route, r = std::move(r), done]() {
-            http_reply reply = r ? http_reply{200, reload_json(*r), {}, false} : error_reply(r.error());
-            done(make(version, keep_alive, false, route, std::move(reply), id));
-          });
-        });
-    return;
-  }
-  if (t.route.starts_with("/v1/escalations")) {
-    const unsigned version = req.version();
-    const bool keep_alive = req.keep_alive();
-    const std::string id = t.id;
-    const std::string_view route = t.route;
-    handle_escalations(t, req, strand, [this, version, keep_alive, head_only, route, id, done](http_reply r) {
-      done(make(version, keep_alive, head_only, route, std::move(r), id));
+  const route& r = *t.to;
+  auto answer = [this, version = req.version(), keep_alive = req.keep_alive(), head_only = req.method() == http::verb::head,
+                 name = t.name, id = t.id, done = std::move(done)](http_reply reply) {
+    done(make(version, keep_alive, head_only, name, std::move(reply), id));
+  };
+  (this->*r.answer)(t, req, std::move(strand), std::move(answer));
+}
+
+void http_api::health(const ticket&, request&, boost::asio::any_io_executor, reply done) {
+  done(http_reply{200, agents_.health_json(), {}, false});
+}
+
+void http_api::models(const ticket&, request&, boost::asio::any_io_executor, reply done) {
+  done(http_reply{200, systemone_.models_json(), {}, false});
+}
+
+void http_api::metrics_text(const ticket&, request&, boost::asio::any_io_executor, reply done) {
+  done(http_reply{200, metrics_.render(scrape_()), {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}}, false});
+}
+
+void http_api::tools(const ticket&, request&, boost::asio::any_io_executor, reply done) {
+  done(http_reply{200, protocol::render(tools_list_of(*agents_.routing())), {}, false});
+}
+
+void http_api::reload(const ticket& t, request&, boost::asio::any_io_executor strand, reply done) {
+  // Answered once the reload is applied (or refused).
+  agents_.reloader().reload(t.who->name, [strand = std::move(strand), done = std::move(done)](result<routing_reloader::report> r) {
+    boost::asio::post(strand, [r = std::move(r), done]() {
+      done(r ? http_reply{200, reload_json(*r), {}, false} : error_reply(r.error()));
     });
-    return;
+  });
+}
+
+namespace {
+
+// A handler's answer on the connection's strand: a read of the log or a resolution answers from
+// another thread.
+std::function<void(result<std::string>)> body_on(boost::asio::any_io_executor strand, std::function<void(http_reply)> done) {
+  return [strand = std::move(strand), done = std::move(done)](result<std::string> r) {
+    boost::asio::post(strand, [r = std::move(r), done]() {
+      done(r ? http_reply{200, std::move(*r), {}, false} : error_reply(r.error()));
+    });
+  };
+}
+
+}  // namespace
+
+void http_api::list_escalations(const ticket&, request& req, boost::asio::any_io_executor strand, reply done) {
+  const std::string_view status = query_param(req.target(), "status");
+  const std::string_view limit_text = query_param(req.target(), "limit");
+  std::size_t limit = 100;
+  if (!limit_text.empty()) {
+    const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+    if (ec != std::errc() || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 1000) {
+      done(error_reply(make_error(422, "INVALID_REQUEST", "limit must be a whole number from 1 to 1000")));
+      return;
+    }
   }
+  agents_.escalations().list(status.empty() ? "pending" : status, limit, body_on(std::move(strand), std::move(done)));
+}
+
+void http_api::get_escalation(const ticket& t, request&, boost::asio::any_io_executor strand, reply done) {
+  agents_.escalations().get(t.escalation, body_on(std::move(strand), std::move(done)));
+}
+
+void http_api::resolve_escalation(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done) {
+  // Answered once the resolution is durable.
+  agents_.desk().resolve_body(t.escalation, req.body(), t.who->name,
+                              [strand = std::move(strand), done = std::move(done)](result<protocol::resolution_object> r) {
+                                boost::asio::post(strand, [r = std::move(r), done]() {
+                                  done(r ? http_reply{200, protocol::render(*r), {}, false} : error_reply(r.error()));
+                                });
+                              });
+}
+
+void http_api::decide(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done) {
   std::string body = std::move(req.body());
   if (const auto enc = req.find(http::field::content_encoding); enc != req.end()) {
     const std::string_view coding = enc->value();
     if (boost::beast::iequals(coding, "gzip") || boost::beast::iequals(coding, "x-gzip")) {
       auto inflated = gunzip(body, config_.server.max_body_bytes);
-      if (!inflated) {
-        answer(error_reply(inflated.error()));
-        return;
-      }
+      if (!inflated) return done(error_reply(inflated.error()));
       body = std::move(*inflated);
     } else if (!boost::beast::iequals(coding, "identity")) {
-      answer(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
-                                    "Content-Encoding " + quoted(coding) + ": only gzip and identity are read")));
-      return;
+      return done(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+                                         "Content-Encoding " + quoted(coding) + ": only gzip and identity are read")));
     }
   }
-  const unsigned version = req.version();
-  const bool keep_alive = req.keep_alive();
-  const std::string id = t.id;
-  const std::string_view route = t.route;
-  systemone_.decide(id, t.who->name, std::move(body), t.received, std::move(strand),
-                    [this, version, keep_alive, route, id, done = std::move(done)](http_reply r) {
-                      done(make(version, keep_alive, false, route, std::move(r), id));
-                    });
-}
-
-void http_api::handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
-                                  std::function<void(http_reply)> done) {
-  escalation_desk& desk = agents_.desk();
-  auto body_of = [](result<std::string> r) {
-    return r ? http_reply{200, std::move(*r), {}, false} : error_reply(r.error());
-  };
-  if (t.escalation.empty()) {
-    const std::string_view status = query_param(req.target(), "status");
-    const std::string_view limit_text = query_param(req.target(), "limit");
-    std::size_t limit = 100;
-    if (!limit_text.empty()) {
-      const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
-      if (ec != std::errc() || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 1000) {
-        done(error_reply(make_error(422, "INVALID_REQUEST", "limit must be a whole number from 1 to 1000")));
-        return;
-      }
-    }
-    done(body_of(desk.list_json(status.empty() ? "pending" : status, limit)));
-    return;
-  }
-  if (req.method() != http::verb::post) {
-    done(body_of(desk.get_json(t.escalation)));
-    return;
-  }
-  // Answered once the resolution is durable, on the connection's strand.
-  desk.resolve_body(t.escalation, req.body(), t.who->name,
-                    [strand = std::move(strand), done = std::move(done)](result<protocol::resolution_object> r) {
-                      boost::asio::post(strand, [r = std::move(r), done]() {
-                        done(r ? http_reply{200, protocol::render(*r), {}, false} : error_reply(r.error()));
-                      });
-                    });
+  systemone_.decide(t.id, t.who->name, std::move(body), t.received, std::move(strand), std::move(done));
 }
 
 std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(const head& h, bool keep_alive,
                                                                             const boost::asio::ip::address& from) {
   const std::string_view path = path_of(h.target());
   const std::string id = new_id('q');
-  const bool review = path == "/v1/review";
-  const std::string_view route = path == "/v1/agent" ? "/v1/agent" : review ? "/v1/review" : "other";
-  const endpoint e = review ? endpoint::review_ws : endpoint::agent_ws;
+  std::string unused;
+  const route* found = match(path, unused);
+  if (found && found->how != route::kind::websocket) found = nullptr;
+  const bool review = found && *found->role == endpoint::review_ws;
+  const std::string_view name = found ? found->path : "other";
   // A browser cannot set headers on a WebSocket: the inbox offers its key as a subprotocol,
   // `bearer.KEY`, beside `baton.review`, which the answer then names.
   std::string authorization(bearer(h));
@@ -492,7 +512,7 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
     refusal = error_reply(*host);
   } else if (auto origin = origin_refusal(h)) {
     refusal = error_reply(*origin);
-  } else if (route == "other") {
+  } else if (!found) {
     refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + quoted(path) +
                                                            " (the agent API is /v1/agent, reviewers' /v1/review)"));
   } else if (auto bad = handshake_refusal(h)) {
@@ -501,17 +521,17 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
     refusal = error_reply(too_many_failures(*failed), *failed);
   } else if (auto who = auth_.authenticate(authorization, from); !who) {
     refusal = error_reply(who.error());
-  } else if (!may_use((*who)->role, e)) {
-    refusal = error_reply(forbidden(**who, e));
+  } else if (!may_use((*who)->role, *found->role)) {
+    refusal = error_reply(forbidden(**who, *found->role));
   } else if (const auto wait = auth_.admit(**who)) {
     refusal = error_reply(rate_limited(**who, *wait), *wait);
   } else if (systemone_.draining()) {
     refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
   } else {
-    metrics_.request(route, 101);
+    metrics_.request(name, 101);
     return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id, review, std::move(subprotocol)};
   }
-  return make(h.version(), keep_alive, false, route, std::move(refusal), id);
+  return make(h.version(), keep_alive, false, name, std::move(refusal), id);
 }
 
 http_api::response http_api::unreadable(unsigned version, unreadable_reason why) {

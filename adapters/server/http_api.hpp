@@ -32,11 +32,15 @@ class http_api {
   using request = boost::beast::http::request<boost::beast::http::string_body>;
   using response = boost::beast::http::response<boost::beast::http::string_body>;
 
+  // One endpoint: what it answers, who may call it and how (http_api.cpp's route table).
+  struct route;
+
   // A request whose head was admitted: its body may be read.
   struct ticket {
     std::string id;                 // x-typesafe-request-id
-    std::string_view route;         // the route's path, for the metrics
-    bool decide = false;            // POST /v1/systemone or /v1/decisions
+    const route* to = nullptr;      // what answers it
+    std::string_view name;          // the route's path, for the metrics
+    bool decide = false;            // a decision (POST /v1/systemone or /v1/decisions): its body is read whole
     std::string escalation;         // the {id} of /v1/escalations/{id}[/resolve]
     const caller* who = nullptr;    // null for /health
     std::chrono::steady_clock::time_point received;  // when the head arrived: deadlines count from it
@@ -60,8 +64,9 @@ class http_api {
   std::variant<ticket, response> admit(const head& h, std::optional<std::uint64_t> content_length, bool keep_alive,
                                        const boost::asio::ip::address& from);
 
-  // Answers an admitted request whose body has been read. `done` runs once, on `strand` (inline
-  // for everything but a decision and an escalation's resolve).
+  // Answers an admitted request whose body has been read, through its route's handler. `done`
+  // runs once, on `strand`: inline for what memory answers, later for a decision, a reload and
+  // what the decision log answers.
   void handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
 
   // Decides on a WebSocket upgrade's head, and checks the handshake itself, so that every
@@ -79,10 +84,23 @@ class http_api {
   response unreadable(unsigned version, unreadable_reason why);
 
  private:
+  static const route routes_[];
+  // The route of `path`, and the escalation id it names; null for none.
+  static const route* match(std::string_view path, std::string& escalation);
+
   response make(unsigned version, bool keep_alive, bool head_only, std::string_view route, http_reply&& r,
                 const std::string& id);
-  void handle_escalations(const ticket& t, const request& req, boost::asio::any_io_executor strand,
-                          std::function<void(http_reply)> done);
+  // The routes' handlers: each answers an admitted request once, through `done`, on `strand`.
+  using reply = std::function<void(http_reply)>;
+  void health(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void models(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void metrics_text(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void tools(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void reload(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void list_escalations(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void get_escalation(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void resolve_escalation(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
+  void decide(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done);
   // 403 HOST_REFUSED for a Host that does not name this server (DNS rebinding), 403
   // ORIGIN_REFUSED for an Origin that is neither the server's own nor allowed.
   std::optional<error> host_refusal(const head& h) const;
