@@ -685,6 +685,25 @@ bool request::has_raw_media() const noexcept {
   return false;
 }
 
+void render_state(const request& r, std::string& out, bool sort_keys) {
+  if (!r.history) return render_json(r.state, out, sort_keys);
+  out += '[';
+  bool first = true;
+  r.history.for_each([&](const json& event) {
+    if (!first) out += ',';
+    first = false;
+    render_json(event, out, sort_keys);
+  });
+  out += ']';
+}
+
+std::string_view state_text(const request& r, std::string& scratch) {
+  if (!r.history && r.state.is_string()) return r.state.get_ref<const std::string&>();
+  scratch.clear();
+  render_state(r, scratch, true);
+  return scratch;
+}
+
 void render_request(const request& r, std::string& out, std::string_view model) {
   out += '{';
   if (model.empty()) model = r.model;
@@ -694,7 +713,7 @@ void render_request(const request& r, std::string& out, std::string_view model) 
     out += ',';
   }
   out += "\"state\":";
-  render_json(r.state, out, false);
+  render_state(r, out, false);
   out += ",\"questions\":{";
   for (std::size_t i = 0; i < r.questions.size(); ++i) {
     const question& q = r.questions[i];

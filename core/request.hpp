@@ -74,9 +74,31 @@ struct media_item {
 
 media_item raw_item(raw_media m);
 
+// A state a request refers to rather than holds: an agent session's history, an array of events
+// its holder keeps alive and unchanged until the engine has answered (no copy per turn). The engine
+// reads it without the run of `dropped` events at `dropped_at`: the oldest that a context window
+// left out (tools::drop_oldest_events).
+struct history_view {
+  const json* events = nullptr;  // an array; null: the request holds its state
+  std::size_t dropped_at = 0;
+  std::size_t dropped = 0;
+
+  explicit operator bool() const noexcept { return events != nullptr; }
+  std::size_t size() const noexcept { return events ? events->size() - dropped : 0; }  // the events read
+  // Each event read, in order.
+  template <class F>
+  void for_each(F&& f) const {
+    if (!events) return;
+    for (std::size_t i = 0; i < events->size(); ++i) {
+      if (i < dropped_at || i >= dropped_at + dropped) f((*events)[i]);
+    }
+  }
+};
+
 struct request {
   std::string model;  // empty when absent
-  json state;         // string, object or array
+  json state;         // string, object or array; null when `history` holds it
+  history_view history;  // an agent turn's state, referred to
   std::vector<question> questions;
   std::vector<media_item> images;
   std::vector<media_item> audio;
@@ -89,6 +111,13 @@ struct request {
   bool has_media() const noexcept { return !images.empty() || !audio.empty() || !videos.empty(); }
   bool has_raw_media() const noexcept;
 };
+
+// The state as JSON text, render_json's with `sort_keys`: `state`, or the history's events read, as
+// one array.
+void render_state(const request& r, std::string& out, bool sort_keys);
+// The state as the Clef reference reads it (render_text): a string state itself, anything else
+// rendered with sorted keys into `scratch`.
+std::string_view state_text(const request& r, std::string& scratch);
 
 // The decision log's `state_hash` of what was decided on: "sha256:…" of the rendered state and,
 // when `media` has any, each of its items as sent (field, content type, data; two requests that

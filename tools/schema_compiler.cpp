@@ -84,18 +84,36 @@ void put_events(json::array_t& events, std::size_t at, std::vector<json>&& taken
 result<dropped_events> drop_oldest_events(request& req, const event_dropping& how, const overflow_measure& overflow) {
   dropped_events out;
   out.at = how.keep_first;
-  if (!req.state.is_array()) return out;
+  history_view& view = req.history;
+  if (!view && !req.state.is_array()) return out;
   auto over = overflow(req);
   if (!over) return over.error();
-  json::array_t& events = req.state.get_ref<json::array_t&>();
-  if (*over == 0 || events.size() <= how.keep_first + 1) return out;
-  const std::size_t droppable = events.size() - how.keep_first - 1;
+  const std::size_t total = view ? view.events->size() : req.state.size();
+  if (*over == 0 || total <= how.keep_first + 1) return out;
+  const std::size_t droppable = total - how.keep_first - 1;
 
+  // The `n` oldest droppable events left out: a referred history is read without them, a held
+  // array loses them (moved out, to be put back).
+  auto leave_out = [&](std::size_t n) {
+    if (view) {
+      view.dropped_at = how.keep_first;
+      view.dropped = n;
+      return std::vector<json>();
+    }
+    return take_events(req.state.get_ref<json::array_t&>(), how.keep_first, n);
+  };
+  auto put_back = [&](std::vector<json>&& taken) {
+    if (view) {
+      view.dropped = 0;
+    } else {
+      put_events(req.state.get_ref<json::array_t&>(), how.keep_first, std::move(taken));
+    }
+  };
   // Whether the state fits with the `n` oldest droppable events left out.
   auto fits_without = [&](std::size_t n) -> result<bool> {
-    std::vector<json> taken = take_events(events, how.keep_first, n);
+    std::vector<json> taken = leave_out(n);
     auto o = overflow(req);
-    put_events(events, how.keep_first, std::move(taken));
+    put_back(std::move(taken));
     if (!o) return o.error();
     return result<bool>(boost::system::in_place_value, *o == 0);
   };
@@ -117,7 +135,8 @@ result<dropped_events> drop_oldest_events(request& req, const event_dropping& ho
   const std::size_t chunk = std::bit_floor(std::max<std::size_t>(share, 1));
   const std::size_t cut = std::min(droppable, (tightest + chunk - 1) / chunk * chunk);
 
-  out.events = take_events(events, how.keep_first, cut);
+  out.events = leave_out(cut);
+  if (view) out.skipped = cut;
   return out;
 }
 

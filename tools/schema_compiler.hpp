@@ -50,19 +50,24 @@ struct event_dropping {
   double fraction = 0.25;      // in (0, 1]: a chunk's share of the droppable events that fit
 };
 
-// The events drop_oldest_events took out of a state, oldest first, and where they were.
+// The events drop_oldest_events left out of a state, from `at`: of a state the request holds, the
+// events themselves, oldest first (restore_events puts them back); of a history it refers to, how
+// many it skips.
 struct dropped_events {
   std::size_t at = 0;
   std::vector<json> events;
-  std::size_t count() const noexcept { return events.size(); }
+  std::size_t skipped = 0;
+  std::size_t count() const noexcept { return events.size() + skipped; }
 };
 
 // Tokens of the state the engine would cut to fit its window (decision_engine::state_overflow).
 using overflow_measure = std::function<result<std::size_t>(const request&)>;
 
-// Drops the oldest events of `req.state` (an array; any other state is left as it is) until
-// `overflow` says it fits: never the first `keep_first` nor the newest event. When even those do
-// not fit, everything else is dropped and the engine cuts what remains (its end).
+// Drops the oldest events of the request's state until `overflow` says it fits: never the first
+// `keep_first` nor the newest event. A history the request refers to (an agent turn's) is read
+// without them, and stays as it is; an array state the request holds loses them; any other state is
+// left as it is. When even the kept events do not fit, everything else is dropped and the engine
+// cuts what remains (its end).
 //
 // Cuts fall on multiples of a chunk: `fraction` of the droppable events that fit (those kept by
 // the smallest cut that fits), rounded down to a power of two, at least 1; the fewest chunks that

@@ -7,6 +7,7 @@
 #include "adapters/protocol/frame_opener.hpp"
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/tool_runs.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "tools/arguments.hpp"
 #include "tools/schema_compiler.hpp"
@@ -19,37 +20,48 @@ using clock_type = std::chrono::steady_clock;
 
 }  // namespace
 
-// One decide frame's way through the pipeline. Its session is released when both the engine has
-// handed the history back and the decision (with its tool run) is finished: parts_ counts them.
-// The turn's history becomes the session's only if the decision reached the agent (`delivered`):
-// a decision the log refused is retried by the agent with the same turn.
+// One decide frame's way through the pipeline, a phase at a time. Its request refers to the
+// session's history, which the turn holds: an engine reads it until it answers, even past its
+// timeout, so the session goes back (hand_back) once the decision is over and no engine holds the
+// request. The turn's history becomes the session's only if the decision reached the agent: a
+// decision the log refused is retried by the agent with the same turn.
+enum class agent_service::turn_phase {
+  engine,       // the engine decides; its timer runs
+  first_pass,   // a fallback lane: the first pass's row is being written
+  fallback,     // the larger engine decides the same request; its timer runs
+  logging,      // decided (with an engine's answer or without): its row is being written
+  delivered,    // the decision went out; a tool baton runs may be running
+  answered,     // over, the decision delivered
+  refused,      // over, an error frame instead: the session is as it was
+  handed_back,  // the session has it back
+};
+
 struct agent_service::turn {
+  using phase = turn_phase;
+  phase at = phase::engine;
+  bool engine_holds = false;  // an engine has the request (reads the history) and has not answered
+
   std::shared_ptr<agent_connection> conn;
   json frame_id;
   protocol::decide_frame frame;
   session_turn session;
+  request req;  // the questions, the media and a view of session.history; with an engine while it holds it
   // The registry, policy and executors the turn decides and runs with, to its end, whatever a
   // reload swaps in meanwhile.
   std::shared_ptr<const routing_snapshot> routing;
   clock_type::time_point received;
   std::string schema_hash;
   boost::asio::steady_timer timer;
-  bool engine_back = false;  // the scheduler answered
-  bool timed_out = false;    // the decision was made without the engine
-  bool in_fallback = false;  // the fallback engine is deciding again
-  int phase = 0;             // which engine the timer is for: a handler of an earlier phase is stale
-  std::string first_pass;    // the first pass's decision id, once a fallback lane sent the turn on
-  bool delivered = false;    // the decision frame went out
-  int parts = 2;
-  std::unique_ptr<request> req;  // the first pass's request while its row is written, before the fallback
-  // The history's oldest events the engine is not sent (its window), back in it once the engine
-  // answers; how many, for the frame and the log.
+  std::string first_pass;  // the first pass's decision id, once a fallback lane sent the turn on
+  // The history's oldest events the engine is not sent (its window).
   tools::dropped_events dropped;
-  std::size_t events_dropped = 0;
   // The session's media items the request carries (indices into session.media) and how many it
   // holds that the request does not (with dropped events, or past the engine's limits).
   std::vector<std::size_t> media_sent;
   std::size_t media_dropped = 0;
+  // Events a tool baton ran returned while an engine still read the history (it answered late):
+  // they join the history once it is back.
+  std::vector<json> late_events;
   double compile_ms = 0, queue_ms = 0, engine_ms = 0, policy_ms = 0, log_ms = 0;
   std::optional<response> answers;
   std::string error_code;
@@ -62,7 +74,6 @@ struct agent_service::turn {
 
   agent_service* owner = nullptr;
   std::weak_ptr<const int> owner_alive;
-  bool finished = false;  // the session was handed back (finish_part, or a refused submit)
 
   turn(agent_service* o, std::shared_ptr<agent_connection> c, json id, protocol::decide_frame&& f, session_turn&& s)
       : conn(std::move(c)), frame_id(std::move(id)), frame(std::move(f)), session(std::move(s)),
@@ -70,11 +81,15 @@ struct agent_service::turn {
   turn(const turn&) = delete;
   turn& operator=(const turn&) = delete;
   // A turn whose handlers stopped (one threw and the last guard closed its connection) still
-  // hands its session back, as finish_part would: else the session stays busy until a restart
-  // and a graceful stop waits for it.
+  // hands its session back: else the session stays busy until a restart and a graceful stop
+  // waits for it.
   ~turn() {
-    if (!finished && !owner_alive.expired()) owner->hand_back(*this);
+    if (at != phase::handed_back && !owner_alive.expired()) owner->hand_back(*this);
   }
+
+  bool fell_back() const noexcept { return !first_pass.empty(); }  // the larger engine decided
+  bool deciding() const noexcept { return at == phase::engine || at == phase::fallback; }
+  bool went_out() const noexcept { return at == phase::delivered || at == phase::answered; }
 };
 
 agent_service::agent_service(const server_config& config, decision_engine& engine, scheduler& scheduler,
@@ -162,68 +177,64 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   // Every turn asks the registry's questions, validated once when they were loaded; extra
   // questions are validated with them.
   std::shared_ptr<const routing_snapshot> routing = routing_.current();
-  request req;
-  if (f.questions.is_null()) {
-    req = routing->questions;
-  } else {
-    auto compiled = tools::compile_questions(routing->registry, engine_.describe().limits, f.questions);
-    if (!compiled) {
-      sessions_.abort(std::move(*begun));
-      --in_flight_;
-      c->send(protocol::render_error_frame(id, compiled.error()));
-      return false;
-    }
-    req = std::move(*compiled);
-  }
-  req.state = std::move(begun->history);
-  req.cache_scope = c->caller_;
   auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
   t->routing = std::move(routing);
-  fit_window(t, req, engine_);
-  if (auto media = attach_media(t, req, engine_); !media) {
+  if (t->frame.questions.is_null()) {
+    t->req = t->routing->questions;
+  } else {
+    auto compiled = tools::compile_questions(t->routing->registry, engine_.describe().limits, t->frame.questions);
+    if (!compiled) {
+      refuse(t, compiled.error());
+      return false;
+    }
+    t->req = std::move(*compiled);
+  }
+  t->req.history.events = &t->session.history;
+  t->req.cache_scope = c->caller_;
+  fit_window(t, engine_);
+  if (auto media = attach_media(t, engine_); !media) {
     // Refused as a SystemOne request with these media is: the session stays as it was.
-    refuse_turn(t, req, media.error());
+    refuse(t, media.error());
     return false;
   }
   t->received = started;
-  t->schema_hash = t->frame.questions.is_null() ? t->routing->schema_hash : tools::schema_hash(req);
+  t->schema_hash = t->frame.questions.is_null() ? t->routing->schema_hash : tools::schema_hash(t->req);
   t->compile_ms = ms_since(started);
-
-  auto submitted = scheduler_.submit(std::move(req), [this, t](scheduled_result r) {
-    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
-  });
-  if (!submitted) {
-    refuse_turn(t, req, submitted.error());
-    return true;
-  }
-  arm_timer(t, config_.engine.timeout);
+  if (auto submitted = submit(t, scheduler_, config_.engine.timeout); !submitted) refuse(t, submitted.error());
   return true;
 }
 
-void agent_service::refuse_turn(const std::shared_ptr<turn>& t, request& req, const error& e) {
-  tools::restore_events(req.state, std::move(t->dropped));
-  t->session.history = std::move(req.state);
-  t->finished = true;
-  sessions_.abort(std::move(t->session));
-  --in_flight_;
-  t->conn->send(protocol::render_error_frame(t->frame_id, e));
+result<void> agent_service::submit(const std::shared_ptr<turn>& t, scheduler& to, std::chrono::milliseconds timeout) {
+  // Moved only when queued: a refused request stays with the turn.
+  auto submitted = to.submit(std::move(t->req), [this, t](scheduled_result r) {
+    boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
+  });
+  if (!submitted) return submitted;
+  t->engine_holds = true;
+  arm_timer(t, timeout);
+  return {};
 }
 
-void agent_service::fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine) {
-  auto dropped = tools::drop_oldest_events(req, config_.history,
+void agent_service::refuse(const std::shared_ptr<turn>& t, const error& e) {
+  t->conn->send(protocol::render_error_frame(t->frame_id, e));
+  over(t, turn::phase::refused);
+}
+
+void agent_service::fit_window(const std::shared_ptr<turn>& t, decision_engine& engine) {
+  t->req.history.dropped = 0;
+  auto dropped = tools::drop_oldest_events(t->req, config_.history,
                                            [&engine](const request& r) { return engine.state_overflow(r); });
   // A request the engine refuses (what state_overflow reports) goes as it is: decide() refuses it
   // the same way, and the policy's on_engine_error decides.
   t->dropped = dropped ? std::move(*dropped) : tools::dropped_events{};
-  t->events_dropped = t->dropped.count();
 }
 
-result<void> agent_service::attach_media(const std::shared_ptr<turn>& t, request& req, decision_engine& engine) {
+result<void> agent_service::attach_media(const std::shared_ptr<turn>& t, decision_engine& engine) {
   const request_limits& limits = engine.describe().limits;
-  tools::attached_media attached = tools::attach_media(req, t->session.media, limits, t->dropped);
+  tools::attached_media attached = tools::attach_media(t->req, t->session.media, limits, t->dropped);
   t->media_sent = std::move(attached.sent);
   t->media_dropped = attached.left_out;
-  return check_media_limits(req, limits);
+  return check_media_limits(t->req, limits);
 }
 
 void agent_service::capture_state(const std::shared_ptr<turn>& t) {
@@ -233,41 +244,56 @@ void agent_service::capture_state(const std::shared_ptr<turn>& t) {
   if (log_.options().store_state) t->state_text = t->session.state_text();
 }
 
+void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout) {
+  // A handler already queued when the timer is cancelled still runs, with success: the phase it
+  // was armed in tells it apart.
+  t->timer.expires_after(timeout);
+  t->timer.async_wait([this, t, armed = t->at](boost::system::error_code ec) {
+    if (!ec && t->at == armed && t->engine_holds) on_timeout(t);
+  });
+}
+
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
-  if (t->engine_back) return;
-  t->timed_out = true;
-  t->error_code = t->in_fallback ? "FALLBACK_TIMEOUT" : "ENGINE_TIMEOUT";
+  const bool fallback = t->at == turn::phase::fallback;
+  t->error_code = fallback ? "FALLBACK_TIMEOUT" : "ENGINE_TIMEOUT";
   metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
-  t->act = t->in_fallback ? policies::on_fallback_failure(t->routing->policy)
-                          : policies::on_engine_failure(t->routing->policy);
+  t->act = fallback ? policies::on_fallback_failure(t->routing->policy) : policies::on_engine_failure(t->routing->policy);
   t->policy_ms = ms_since(p0);
   spdlog::warn("session {} turn {}: no {} answer in time; policy decides {}", t->session.session, t->session.turn,
-               t->in_fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
+               fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
   capture_state(t);
-  decide_and_log(t);
+  decide_and_log(t);  // the engine still holds the request: the session waits for its answer
 }
 
 void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r) {
-  t->engine_back = true;
-  tools::restore_events(r.req.state, std::move(t->dropped));
-  t->session.history = std::move(r.req.state);
-  if (t->timed_out) {
-    // The decision was made without the engine; finish_part() hands the history to the session.
-    finish_part(t);
+  t->engine_holds = false;
+  t->req = std::move(r.req);
+  for (json& e : t->late_events) t->session.add_event(std::move(e));
+  t->late_events.clear();
+  if (!t->deciding()) {
+    // Decided without it, past its timeout: the session goes back once that decision is over.
+    try_hand_back(t);
     return;
   }
   t->timer.cancel();
+  const bool fallback = t->at == turn::phase::fallback;
+  // A media item the caller named that cannot be read (missing, unreadable, too large, not media)
+  // is the caller's to mend, as a SystemOne request's 4xx is: not the engine's failure.
+  if (!fallback && !r.outcome && is_media_refusal(r.outcome.error())) {
+    refuse(t, r.outcome.error());
+    return;
+  }
   t->queue_ms = r.queue_ms;
   t->engine_ms = r.engine_ms;
   metrics_.stage_ms("agent", metrics::stage::queue, r.queue_ms);
   if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
   const auto p0 = clock_type::now();
   const policies::policy& policy = t->routing->policy;
-  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
+  const decision_engine& engine = fallback ? fallback_->engine : engine_;
   if (r.outcome) {
-    auto resp = make_response(r.req, *r.outcome, policy.metric, engine.describe().model_id);
+    auto resp = make_response(t->req, *r.outcome, policy.metric, engine.describe().model_id);
     if (resp) {
       t->answers = std::move(*resp);
     } else {
@@ -276,7 +302,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   } else {
     t->error_code = r.outcome.error().code;
   }
-  if (t->in_fallback) {
+  if (fallback) {
     t->act = t->answers ? policies::decide_after_fallback(policy, t->routing->registry, *t->answers)
                         : policies::on_fallback_failure(policy);
   } else {
@@ -287,24 +313,15 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   if (t->act.what == policies::action::fallback && fallback_) {
     // The first pass is logged as it is, and once it is durable (the fallback's row names it) the
     // larger engine answers the same request.
+    t->at = turn::phase::first_pass;
     capture_state(t);
     log::decision_record first = make_record(t, new_id('d'));
     t->first_pass = first.id;
-    r.req.state = std::move(t->session.history);
-    t->req = std::make_unique<request>(std::move(r.req));
     auto logged = [this, t](result<void> ok) {
       boost::asio::post(t->conn->strand(), [this, t, ok]() {
-        if (ok) {
-          start_fallback(t, std::move(*t->req));
-          t->req.reset();
-          return;
-        }
         // Not logged, so not decided: the agent retries the turn.
-        t->session.history = std::move(t->req->state);
-        t->req.reset();
-        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
-        finish_part(t);
-        finish_part(t);
+        if (!ok) return refuse(t, ok.error());
+        start_fallback(t);
       });
     };
     if (auto queued = log_.append(std::move(first), logged); !queued) logged(queued.error());
@@ -317,52 +334,30 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
                  t->error_code, policies::to_string(t->act.what));
   }
   capture_state(t);
-  finish_part(t);
   decide_and_log(t);
 }
 
-void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout) {
-  // A handler already queued when the timer is re-armed still runs, with success: the phase it
-  // was armed for tells it apart.
-  const int phase = ++t->phase;
-  t->timer.expires_after(timeout);
-  t->timer.async_wait([this, t, phase](boost::system::error_code ec) {
-    if (!ec && phase == t->phase) on_timeout(t);
-  });
-}
-
-void agent_service::start_fallback(const std::shared_ptr<turn>& t, request&& req) {
-  t->in_fallback = true;
-  t->engine_back = false;
+void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
+  t->at = turn::phase::fallback;
   t->answers.reset();
   t->error_code.clear();
-  // The larger engine's window is its own.
-  fit_window(t, req, fallback_->engine);
-  // Its media limits are its own too: an engine that reads none of a kind fails the pass.
-  auto submitted = attach_media(t, req, fallback_->engine);
-  if (submitted) {
-    submitted = fallback_->sched.submit(std::move(req), [this, t](scheduled_result r) {
-      boost::asio::post(t->conn->strand(), [this, t, r = std::move(r)]() mutable { on_engine(t, std::move(r)); });
-    });
-  }
-  if (!submitted) {
-    t->engine_back = true;
-    // The larger engine got nothing: the row says so, not what the pass would have sent.
-    t->media_sent.clear();
-    t->media_dropped = t->session.media.size();
-    tools::restore_events(req.state, std::move(t->dropped));
-    t->session.history = std::move(req.state);
-    t->error_code = submitted.error().code;
-    metrics_.engine_error("agent", t->error_code);
-    t->act = policies::on_fallback_failure(t->routing->policy);
-    finish_part(t);
-    decide_and_log(t);
-    return;
-  }
-  arm_timer(t, fallback_->timeout);
+  // The larger engine's window is its own, and so are its media limits: an engine that reads
+  // none of a kind fails the pass.
+  fit_window(t, fallback_->engine);
+  auto submitted = attach_media(t, fallback_->engine);
+  if (submitted) submitted = submit(t, fallback_->sched, fallback_->timeout);
+  if (submitted) return;
+  // The larger engine got nothing: the row says so, not what the pass would have sent.
+  t->media_sent.clear();
+  t->media_dropped = t->session.media.size();
+  t->error_code = submitted.error().code;
+  metrics_.engine_error("agent", t->error_code);
+  t->act = policies::on_fallback_failure(t->routing->policy);
+  decide_and_log(t);
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
+  t->at = turn::phase::logging;
   if (const tools::tool* tool = tools::find_tool(t->routing->registry, t->act.tool)) {
     tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
   }
@@ -385,11 +380,8 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
     boost::asio::post(t->conn->strand(), [this, t, ok, escalates]() {
       t->log_ms = ms_since(t->log_started);
       metrics_.stage_ms("agent", metrics::stage::log, t->log_ms);
-      if (!ok) {
-        t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
-        finish_part(t);
-        return;
-      }
+      // Not durable, so not reported: the agent retries the turn.
+      if (!ok) return refuse(t, ok.error());
       if (escalates) {
         desk_->delivery().attach(t->session.session, t->conn, false);  // its resolution comes to this connection
         desk_->raised(*t->escalation);
@@ -409,16 +401,12 @@ void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   } else {
     queued = log_.append(std::move(rec), std::move(on_durable));
   }
-  if (!queued) {
-    // Not durable, so not reported: the agent retries the turn.
-    t->conn->send(protocol::render_error_frame(t->frame_id, queued.error()));
-    finish_part(t);
-  }
+  if (!queued) refuse(t, queued.error());
 }
 
 log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t, std::string id) {
-  const decision_engine& engine = t->in_fallback ? fallback_->engine : engine_;
-  const engine_options& options = t->in_fallback ? *config_.fallback : config_.engine;
+  const decision_engine& engine = t->fell_back() ? fallback_->engine : engine_;
+  const engine_options& options = t->fell_back() ? *config_.fallback : config_.engine;
   log::decision_record rec;
   rec.id = std::move(id);
   if (!t->frame_id.is_null()) rec.request_id = render_json(t->frame_id, false);
@@ -448,7 +436,7 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t, 
   rec.error_code = t->error_code;
   rec.fallback_of = t->first_pass;
   if (t->answers) rec.cached_tokens = t->answers->usage.cached_tokens;
-  rec.events_dropped = static_cast<std::int64_t>(t->events_dropped);
+  rec.events_dropped = static_cast<std::int64_t>(t->dropped.count());
   if (!t->media_sent.empty()) {
     rec.media = json::array();
     for (const std::size_t i : t->media_sent) rec.media.push_back(tools::logged_item(t->session.media[i]));
@@ -471,14 +459,14 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   f.confidence = a.confidence;
   if (const auto ex = t->routing->executors.find(a.tool); ex != t->routing->executors.end()) f.executor = ex->second->kind();
   f.answers = t->answers;
-  f.model = t->answers ? t->answers->model : (t->in_fallback ? fallback_->engine : engine_).describe().model_id;
+  f.model = t->answers ? t->answers->model : (t->fell_back() ? fallback_->engine : engine_).describe().model_id;
   if (t->answers) {
     const usage& u = t->answers->usage;
     f.usage.input_tokens = u.input_tokens;
     f.usage.cached_tokens = u.cached_tokens.value_or(0);
     f.usage.state_truncated = u.state_truncated.value_or(false);
   }
-  f.usage.events_dropped = static_cast<std::int64_t>(t->events_dropped);
+  f.usage.events_dropped = static_cast<std::int64_t>(t->dropped.count());
   f.usage.media_dropped = static_cast<std::int64_t>(t->media_dropped);
   f.error_code = t->error_code;
   f.fallback_of = t->first_pass;
@@ -487,19 +475,19 @@ void agent_service::send_decision(const std::shared_ptr<turn>& t) {
   f.timings_ms = {t->queue_ms, t->compile_ms, t->engine_ms, t->policy_ms, t->log_ms, total};
   metrics_.decision("agent", policies::to_string(a.what));
   metrics_.stage_ms("agent", metrics::stage::total, total);
-  t->delivered = true;
+  t->at = turn::phase::delivered;
   t->conn->send(protocol::render(f));
 }
 
 void agent_service::after_decision(const std::shared_ptr<turn>& t) {
   const auto ex = t->routing->executors.find(t->act.tool);
   if (t->act.what != policies::action::execute || ex == t->routing->executors.end()) {
-    finish_part(t);
+    over(t, turn::phase::answered);
     return;
   }
   if (ex->second->agent_runs()) {
     t->conn->await_tool(t->decision_id, t->act.tool, config_.server.max_pending_tool_results);
-    finish_part(t);
+    over(t, turn::phase::answered);
     return;
   }
   ex->second->run(tools::tool_call{t->decision_id, t->act.tool, t->act.arguments},
@@ -513,7 +501,12 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
   metrics_.tool_run(t->act.tool, o.ok);
   json event = {{"role", "tool"}, {"tool", t->act.tool}, {"ok", o.ok}, {"output", o.output}};
   if (!o.ok) event["error_code"] = o.error_code;
-  t->session.add_event(event);  // the session is busy, and the turn holds its history until finish_part()
+  // The session is busy, and the turn holds its history until it hands it back.
+  if (t->engine_holds) {
+    t->late_events.push_back(event);
+  } else {
+    t->session.add_event(event);
+  }
 
   log::tool_run_record run =
       tool_run_of(t->decision_id, t->act.tool, t->routing->executors.at(t->act.tool)->kind(), o);
@@ -523,7 +516,7 @@ void agent_service::on_tool_done(const std::shared_ptr<turn>& t, tools::tool_out
     boost::asio::post(t->conn->strand(), [this, t, ok, frame = std::move(frame)]() mutable {
       if (!ok) t->conn->send(protocol::render_error_frame(t->frame_id, ok.error()));
       t->conn->send(std::move(frame));
-      finish_part(t);
+      over(t, turn::phase::answered);
     });
   };
   auto queued = log_.append(std::move(run), send);
@@ -567,20 +560,24 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   return true;
 }
 
-void agent_service::finish_part(const std::shared_ptr<turn>& t) {
-  if (--t->parts > 0) return;
-  hand_back(*t);
+void agent_service::over(const std::shared_ptr<turn>& t, turn_phase how) {
+  t->at = how;
+  try_hand_back(t);
+}
+
+void agent_service::try_hand_back(const std::shared_ptr<turn>& t) {
+  if (!t->engine_holds && (t->at == turn::phase::answered || t->at == turn::phase::refused)) hand_back(*t);
 }
 
 void agent_service::hand_back(turn& t) {
-  t.finished = true;
-  if (t.delivered) {
+  if (t.went_out()) {
     sessions_.commit(std::move(t.session));
     sessions_.release(t.session.session);
   } else {
-    // Not delivered (the log refused the decision): the agent retries the same turn.
+    // Not delivered (refused, or the log refused the decision): the agent retries the same turn.
     sessions_.abort(std::move(t.session));
   }
+  t.at = turn::phase::handed_back;
   --in_flight_;
 }
 

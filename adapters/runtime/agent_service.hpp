@@ -70,31 +70,36 @@ class agent_service {
 
  private:
   struct turn;
+  enum class turn_phase;  // where a turn is: agent_service.cpp
   bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
   bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
   bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);
   std::string scoped(const agent_connection& c, const std::string& session) const;
+  // Hands the turn's request to `to`'s queue, its timer armed for `timeout`; its error when the
+  // queue refuses it (the request then stays with the turn).
+  result<void> submit(const std::shared_ptr<turn>& t, scheduler& to, std::chrono::milliseconds timeout);
   void on_engine(const std::shared_ptr<turn>& t, scheduled_result&& r);
   void on_timeout(const std::shared_ptr<turn>& t);
-  // Drops the oldest events of the turn's request until the engine's window takes it.
-  void fit_window(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
+  // Leaves the history's oldest events out of the turn's request until the engine's window takes it.
+  void fit_window(const std::shared_ptr<turn>& t, decision_engine& engine);
   // Puts the session's media the engine takes into the request (tools::attach_media: not those of
   // dropped events, the newest within its limits) and checks them as a SystemOne request's.
-  result<void> attach_media(const std::shared_ptr<turn>& t, request& req, decision_engine& engine);
+  result<void> attach_media(const std::shared_ptr<turn>& t, decision_engine& engine);
   void capture_state(const std::shared_ptr<turn>& t);
-  // A turn refused before an engine had it: the session gets its history back as it was, and the
-  // agent the error.
-  void refuse_turn(const std::shared_ptr<turn>& t, request& req, const error& e);
-  void start_fallback(const std::shared_ptr<turn>& t, request&& req);
+  // A turn refused instead of decided: the agent gets the error, the session its history as it was.
+  void refuse(const std::shared_ptr<turn>& t, const error& e);
+  void start_fallback(const std::shared_ptr<turn>& t);
   void arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout);
   log::decision_record make_record(const std::shared_ptr<turn>& t, std::string id);
   void decide_and_log(const std::shared_ptr<turn>& t);
   void send_decision(const std::shared_ptr<turn>& t);
   void after_decision(const std::shared_ptr<turn>& t);
   void on_tool_done(const std::shared_ptr<turn>& t, tools::tool_outcome&& o);
-  void finish_part(const std::shared_ptr<turn>& t);
-  void hand_back(turn& t);  // the turn is over: its session commits (delivered) or aborts
+  // The decision is over (answered or refused): the session goes back once no engine holds it.
+  void over(const std::shared_ptr<turn>& t, turn_phase how);
+  void try_hand_back(const std::shared_ptr<turn>& t);
+  void hand_back(turn& t);  // its session commits (the decision went out) or aborts
 
   const server_config& config_;
   decision_engine& engine_;

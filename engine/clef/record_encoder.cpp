@@ -103,12 +103,7 @@ result<encoded_record> encode_record(const request& r, const piece_tokenizer& to
 
   std::string text;  // one scratch buffer for every rendered piece
   // A string state is its own text: no copy of what may be the largest piece.
-  if (r.state.is_string()) {
-    tok.encode(r.state.get_ref<const std::string&>(), ids);
-  } else {
-    render_text(r.state, text);
-    tok.encode(text, ids);
-  }
+  tok.encode(state_text(r, text), ids);
   const std::size_t state_tokens = ids.size() - rec.prefix_tokens;
 
   // The schema and suffix go to their own buffer: how much state fits depends on their length.

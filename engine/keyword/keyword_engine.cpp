@@ -145,7 +145,7 @@ decision keyword_engine::decide_one(const request& r) {
 
   // The query: the state's words (a JSON state is rendered as the reference renders it).
   query_.clear();
-  std::int64_t words_read = static_cast<std::int64_t>(hash_words(r.state, query_));
+  std::int64_t words_read = static_cast<std::int64_t>(words::append_hashes(state_text(r, text_), query_));
   std::sort(query_.begin(), query_.end());
 
   const double k1 = params_.k1;

@@ -40,17 +40,29 @@ class scripted_engine : public decision_engine {
   }
   const engine_description& describe() const noexcept override { return description_; }
 
+  // The state an engine reads, as one value: an agent turn's request refers to its session's history.
+  static json state_of(const request& r) {
+    if (!r.history) return r.state;
+    json events = json::array();
+    r.history.for_each([&](const json& e) { events.push_back(e); });
+    return events;
+  }
+
   std::vector<result<decision>> decide(std::span<const request> batch) override {
     std::vector<result<decision>> out;
     for (const request& r : batch) {
+      const json state = state_of(r);
       json script = json::object();
-      for (const json& e : r.state) {
+      for (const json& e : state) {
         if (e.is_object() && e.value("role", "") == "script") script = e;
       }
       {
         std::lock_guard lock(mutex_);
-        last_state_ = r.state;
+        last_state_ = state;
+        // Kept past the turn, which holds the history the request refers to: a copy holds its state.
         last_request_ = r;
+        last_request_.history = {};
+        last_request_.state = state;
         scopes_.push_back(r.cache_scope);
         ++calls_;
       }
@@ -60,7 +72,7 @@ class scripted_engine : public decision_engine {
         continue;
       }
       decision d;
-      d.input_tokens = r.state.is_array() ? 10 * std::int64_t(r.state.size()) : 10;
+      d.input_tokens = state.is_array() ? 10 * std::int64_t(state.size()) : 10;
       d.cached_tokens = script.value("cached_tokens", std::int64_t{0});
       for (const question& q : r.questions) {
         const std::size_t n = q.option_count();
@@ -85,7 +97,7 @@ class scripted_engine : public decision_engine {
 
   result<std::size_t> state_overflow(const request& r) override {
     std::lock_guard lock(mutex_);
-    const std::size_t events = r.state.is_array() ? r.state.size() : 1;
+    const std::size_t events = r.history ? r.history.size() : r.state.is_array() ? r.state.size() : 1;
     return result<std::size_t>(boost::system::in_place_value, window_ && events > *window_ ? 10 * (events - *window_) : 0);
   }
   std::optional<prefix_cache_stats> cache_stats() const override {

@@ -272,6 +272,38 @@ TEST(drop_oldest_events, keeps_the_first_events_and_the_newest_and_drops_whole_c
   }
 }
 
+// An agent turn's request refers to its session's history: the same cut is made by skipping the
+// events, the history is left as it is, and the engine reads the same state as from a held copy.
+TEST(drop_oldest_events, a_history_the_request_refers_to_is_read_without_the_dropped_events_and_left_as_it_is) {
+  const json history = history_of(45).state;
+  request viewed;
+  viewed.history.events = &history;
+  std::size_t calls = 0;
+  auto measure = [&](const request& r) -> result<std::size_t> {
+    ++calls;
+    std::size_t tokens = 0;
+    r.history.for_each([&](const json& e) { tokens += e["tokens"].get<std::size_t>(); });
+    return result<std::size_t>(boost::system::in_place_value, tokens > 200 ? tokens - 200 : 0);
+  };
+  auto d = drop_oldest_events(viewed, {1, 0.25}, measure);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->count(), 28u);
+  EXPECT_TRUE(d->events.empty());
+  EXPECT_EQ(viewed.history.size(), 17u);
+  EXPECT_EQ(*measure(viewed), 0u);
+  EXPECT_EQ(history, history_of(45).state);
+
+  request held = history_of(45);
+  token_window w{200};
+  ASSERT_TRUE(drop_oldest_events(held, {1, 0.25}, std::ref(w)));
+  std::string from_view, from_held;
+  render_state(viewed, from_view, false);
+  render_state(held, from_held, false);
+  EXPECT_EQ(from_view, from_held);
+  std::string scratch;
+  EXPECT_EQ(state_text(viewed, scratch), render_json(held.state, true));
+}
+
 TEST(drop_oldest_events, the_fraction_sizes_the_chunk) {
   // As above with keep_first 1: 18 droppable events fit after the smallest cut (25).
   auto dropped = [](double fraction) {

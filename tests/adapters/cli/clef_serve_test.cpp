@@ -292,6 +292,55 @@ TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request)
 }
 
 
+// A media item the agent named that the engine cannot read (here a path under the media root that
+// is not there) is the agent's to mend, as a SystemOne request gets its 4xx: an error frame naming
+// the item, nothing logged, no on_engine_error lane, and the session as it was, so the turn sent
+// again without it is decided.
+TEST(clef_example, a_turn_naming_a_missing_media_file_is_an_error_to_the_agent_not_an_engine_failure) {
+  const test::scratch_dir dir("baton-clef-media-missing");
+  const fs::path config = dir / "baton.yaml";
+  std::ofstream(config) << "engine:\n"
+                        << "  name: clef\n"
+                        << "  model: " << (tiny / "release").string() << "\n"
+                        << "  dtype: f32\n"
+                        << "  threads: 1\n"
+                        << "  max_length: 4096\n"
+                        << "  media: {roots: [" << tiny.string() << "]}\n"
+                        << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
+                        << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
+                        << "log: {path: " << (dir / "decisions.db").string() << "}\n";
+  const json text = {{"role", "user"}, {"content", "Where is my parcel? Here is its label."}};
+  json with_typo = text;
+  with_typo["images"] = json::array({"media/no_such_label.png"});
+  serve_process server({"--config", config.string(), "--listen", "127.0.0.1:0"});
+  const unsigned short port = server.port();
+  ASSERT_NE(port, 0);
+  test::ws_client agent(port);
+  const json refused =
+      agent.request({{"type", "decide"}, {"id", 7}, {"session", "parcel"}, {"turn", 1}, {"history", json::array({with_typo})}});
+  EXPECT_EQ(refused["type"], "error") << refused;
+  EXPECT_EQ(refused["code"], "MEDIA_UNAVAILABLE") << refused;
+  EXPECT_EQ(refused["ref"], 7);
+  EXPECT_NE(refused.value("error", "").find("images[0]"), std::string::npos) << refused;
+  // The same turn again, without the item: the session took nothing of the refused one.
+  const json decided =
+      agent.request({{"type", "decide"}, {"id", 8}, {"session", "parcel"}, {"turn", 1}, {"history", json::array({text})}});
+  ASSERT_EQ(decided["type"], "decision") << decided;
+  EXPECT_EQ(decided["turn"], 1);
+  EXPECT_TRUE(decided.value("error_code", "").empty()) << decided;
+  EXPECT_EQ(decided["lane"].get<std::string>().find("on_engine_error"), std::string::npos) << decided;
+  EXPECT_EQ(server.stop(), 0);
+  auto log = log::log_reader::open(dir / "decisions.db");
+  ASSERT_TRUE(log) << log.error().message;
+  std::vector<std::string> rows;
+  // One decision, the second frame's, and no engine failure among the rows.
+  ASSERT_TRUE((*log)->sql("SELECT count(*) || ' ' || sum(coalesce(error_code, '') != '') FROM decisions",
+                          [](auto) {}, [&](std::span<const log::cell> row) {
+                            rows.emplace_back(std::get<std::string_view>(row[0]));
+                          }));
+  EXPECT_EQ(rows, std::vector<std::string>{"1 0"});
+}
+
 TEST(clef_cli, decide_model_id_names_the_responses_model) {
   const std::string release = (tiny / "release").string();
   const std::string request = R"({"state":"hello","questions":{"q":{"type":"noul"}}})";
