@@ -3,11 +3,7 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <memory>
 #include <ostream>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "adapters/cli/check_cli.hpp"
 #include "adapters/cli/calibrate_cli.hpp"
@@ -48,12 +44,6 @@ Exit status: 64 for a usage error; each command documents its own.
 )";
 
 }  // namespace
-
-void log_to_stderr() {
-  // Made, not registered by name (stderr_color_mt would throw the second time).
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("baton", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
-}
 
 int run_cli(std::span<const std::string_view> args, std::istream& in, std::ostream& out, std::ostream& err) {
   if (args.empty()) {

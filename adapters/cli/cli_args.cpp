@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <memory>
 #include <ostream>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "adapters/cli/exit_codes.hpp"
 #include "core/hf_cache.hpp"
@@ -77,6 +81,12 @@ std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const c
     return std::nullopt;
   }
   return std::move(*dir);
+}
+
+void log_to_stderr() {
+  // Made, not registered by name (stderr_color_mt would throw the second time).
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("baton", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
 }
 
 }  // namespace baton

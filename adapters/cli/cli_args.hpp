@@ -1,4 +1,5 @@
-// What every `baton` subcommand shares: its argument parser, usage errors and count flags.
+// What every `baton` subcommand shares: its argument parser, usage errors, count flags and where its
+// log lines go.
 #pragma once
 
 #include <cstddef>
@@ -47,5 +48,10 @@ bool overwrites_an_input(const std::filesystem::path& output, std::initializer_l
 // A --model argument as every command takes it (a directory, or ORG/NAME[@REV] in the Hugging
 // Face cache) resolved to a directory; nullopt once "baton COMMAND: why" is on `err` (exit 66).
 std::optional<std::filesystem::path> model_dir_arg(std::string_view arg, const char* command, std::ostream& err);
+
+// Sends spdlog's default logger (the engines' start-up lines, the server's log) to standard
+// error: standard output carries a command's results (JSON lines, the listening line). Once per
+// process, before run_cli; calling it again is harmless.
+void log_to_stderr();
 
 }  // namespace baton

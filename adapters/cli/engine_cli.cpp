@@ -16,6 +16,7 @@
 #include "adapters/cli/exit_codes.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
+#include "engine/factory/engine_settings.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 
@@ -395,21 +396,20 @@ std::optional<int> read_engine_flags(const command_args& a, engine_options& opti
     if (!dir) return exit_no_input;
     clef_options.model_dir = std::move(*dir);
   }
-  if (auto v = a.get("--model-id")) {
-    if (v->empty()) return usage_error(err, "--model-id needs a name", command);
-    clef_options.model_id = std::string(*v);
-  }
-  if (auto v = a.get("--dtype")) {
-    clef::compute_dtype d{};
-    if (!clef::parse_compute_dtype(*v, d)) return usage_error(err, "--dtype takes f32 or bf16", command);
-    clef_options.model.dtype = d;
-  }
-  if (auto v = a.get("--head-dtype")) {
-    if (!clef::parse_compute_dtype(*v, clef_options.model.head_dtype)) {
-      return usage_error(err, "--head-dtype takes f32 or bf16", command);
+  // The settings the config takes too, by the same rules (engine/factory/engine_settings.hpp).
+  for (const std::string_view key : {"model_id", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens"}) {
+    std::string flag = "--" + std::string(key);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const auto v = a.get(flag);
+    if (!v) continue;
+    json value = std::string(*v);
+    std::int64_t n = 0;
+    if (const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+        clef_setting(key) == setting_kind::integer && ec == std::errc() && end == v->data() + v->size()) {
+      value = n;
     }
+    if (auto problem = set_clef_setting(options, key, value)) return usage_error(err, flag + " " + *problem, command);
   }
-  if (auto v = a.get("--device")) clef_options.model.device = std::string(*v);
   if (auto v = a.get("--prefix-cache")) {
     if (*v != "on" && *v != "off") return usage_error(err, "--prefix-cache takes on or off", command);
     clef_options.model.prefix_cache.enabled = *v == "on";
@@ -417,15 +417,6 @@ std::optional<int> read_engine_flags(const command_args& a, engine_options& opti
   if (auto v = a.get("--media-root")) {
     if (!std::filesystem::is_directory(*v)) return usage_error(err, "--media-root needs a directory", command);
     clef_options.media.sources.roots = {std::string(*v)};
-  }
-  if (!read_count(a, "--max-length", clef_options.max_length)) {
-    return usage_error(err, "--max-length needs a positive number of tokens", command);
-  }
-  std::size_t threads = 0;
-  if (!read_count(a, "--threads", threads)) return usage_error(err, "--threads needs a positive number", command);
-  clef_options.model.threads = static_cast<int>(std::min<std::size_t>(threads, 4096));  // the config's bound
-  if (!read_count(a, "--batch-tokens", clef_options.batch_tokens)) {
-    return usage_error(err, "--batch-tokens needs a positive number", command);
   }
   const bool is_clef = options.name == "clef";
   if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", command);

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <ostream>
 
-#include "adapters/cli/cli.hpp"
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/log/decision_log.hpp"

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/hf_cache.hpp"
+#include "engine/factory/engine_settings.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton {
@@ -286,27 +287,10 @@ void read_engine(const YAML::Node& n, engine_options& e, const std::filesystem::
         if (!dir) fail(f.value, what + ": " + dir.error().message);
         e.clef.model_dir = std::move(*dir);
       }
-    } else if (f.key == "model_id") {
-      if (e.name != "clef") fail(f.value, what + " is read only by the clef engine");
-      e.clef.model_id = read_string(f.value, what);
-      if (e.clef.model_id.empty()) fail(f.value, what + " must not be empty");
-    } else if (f.key == "dtype" || f.key == "head_dtype") {
-      const std::string d = read_string(f.value, what);
-      if (d != "f32" && d != "bf16") fail(f.value, what + " must be f32 or bf16");
-      const clef::compute_dtype dtype = d == "bf16" ? clef::compute_dtype::bf16 : clef::compute_dtype::f32;
-      if (f.key == "dtype") {
-        e.clef.model.dtype = dtype;
-      } else {
-        e.clef.model.head_dtype = dtype;
-      }
-    } else if (f.key == "device") {
-      e.clef.model.device = read_string(f.value, what);
-    } else if (f.key == "threads") {
-      e.clef.model.threads = static_cast<int>(read_integer(f.value, what, 0, 4096));
-    } else if (f.key == "max_length") {
-      e.clef.max_length = read_count(f.value, what);
-    } else if (f.key == "batch_tokens") {
-      e.clef.batch_tokens = read_count(f.value, what);
+    } else if (const auto kind = clef_setting(f.key)) {
+      if (f.key == "model_id" && e.name != "clef") fail(f.value, what + " is read only by the clef engine");
+      const json value = *kind == setting_kind::text ? json(read_string(f.value, what)) : to_json(f.value, what);
+      if (auto problem = set_clef_setting(e, f.key, value)) fail(f.value, what + " " + *problem);
     } else if (f.key == "max_batch") {
       e.max_batch = read_count(f.value, what, 65536);
     } else if (f.key == "queue_capacity") {
