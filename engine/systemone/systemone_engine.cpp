@@ -3,44 +3,32 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <variant>
 
+#include "core/http_client.hpp"
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
-#include "core/tls_client.hpp"
 #include "engine/systemone/workers_ai.hpp"
 
 namespace baton {
 
 namespace net = boost::asio;
-namespace ssl = net::ssl;
-namespace beast = boost::beast;
-namespace http = beast::http;
+namespace http = boost::beast::http;
 using tcp = net::ip::tcp;
 using clock_type = std::chrono::steady_clock;
-using tls_stream = beast::ssl_stream<beast::tcp_stream>;
-// A pooled connection: plain, or TLS over TCP. Timeouts are the TCP layer's either way.
-using connection = std::variant<beast::tcp_stream, tls_stream>;
+using http_client::connection;
 
 namespace {
 
 error bad_response(std::string message) { return make_error(502, "BAD_UPSTREAM_RESPONSE", std::move(message)); }
 
 // Retry-After as the SDKs read it, retry-after-ms first, then whole seconds; at most `cap`.
-std::optional<std::chrono::milliseconds> retry_after(const http::response<http::string_body>& res,
+std::optional<std::chrono::milliseconds> retry_after(const http_client::response& res,
                                                      std::chrono::milliseconds cap) {
   auto number = [](std::string_view s) -> std::optional<double> {
     double v = 0;
@@ -60,19 +48,8 @@ std::optional<std::chrono::milliseconds> retry_after(const http::response<http::
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(*ms, double(cap.count()))));
 }
 
-// A kept-alive connection the server closed while it sat in the pool fails like this, before
-// any answer: not the server's failure, so not an attempt.
-bool stale(const beast::error_code& ec) {
-  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-         ec == net::error::broken_pipe || ec == ssl::error::stream_truncated;
-}
-
-beast::tcp_stream& tcp_of(connection& c) {
-  return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); }, c);
-}
-
 // Cloudflare's id of the call, which its support asks for: cf-ai-req-id, else the edge's cf-ray.
-std::string request_id_of(const http::response<http::string_body>& res) {
+std::string request_id_of(const http_client::response& res) {
   for (const char* name : {"cf-ai-req-id", "cf-ray"}) {
     if (const auto it = res.find(name); it != res.end() && !it->value().empty()) return std::string(it->value());
   }
@@ -101,39 +78,6 @@ result<decision> systemone_answer(const request& req, int status, const std::str
   auto answered = response_from_json(parsed);
   if (!answered) return answered.error();
   return decision_from_response(req, *answered);
-}
-
-// Interim answers (100 Continue, 103 Early Hints) come before the final one and are skipped, as
-// RFC 9110 §15.2 asks of a client; taking one as the answer would leave the real one on the
-// connection for the next request. After `max_interim` of them the last is returned as it is.
-constexpr int max_interim = 8;
-
-template <class Stream>
-net::awaitable<void> exchange(Stream& s, const http::request<http::string_body>& msg, beast::flat_buffer& buffer,
-                              http::response<http::string_body>& res, beast::error_code& ec) {
-  co_await http::async_write(s, msg, net::redirect_error(net::use_awaitable, ec));
-  for (int interim = 0; !ec; ++interim) {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(std::size_t(64) << 20);
-    co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return;
-    res = parser.release();
-    const unsigned code = res.result_int();
-    if (code < 100 || code >= 200 || code == 101 || interim == max_interim) co_return;
-  }
-}
-
-// Whether a connection has bytes no request asked for: what the last exchange left in its buffer,
-// or, for one in the pool, anything the server sent since. Such a connection is closed, never
-// reused: its next answer would belong to another request.
-bool has_unread(connection& c, std::size_t buffered) {
-  if (buffered > 0) return true;
-  // TLS: records OpenSSL holds, decrypted or not (bytes Asio's TLS engine buffered before
-  // OpenSSL saw them are out of reach; the socket check below sees what is still to come).
-  if (auto* s = std::get_if<tls_stream>(&c); s && SSL_has_pending(s->native_handle())) return true;
-  beast::error_code ec;
-  const std::size_t waiting = tcp_of(c).socket().available(ec);
-  return ec || waiting > 0;
 }
 
 }  // namespace
@@ -191,8 +135,8 @@ struct systemone_engine::impl {
   http_url url;
   engine_description description;
   net::io_context io;  // driven by decide(), on the scheduler's worker thread only
-  tcp::resolver::results_type endpoints;  // resolved once, at start-up
-  std::optional<ssl::context> tls;        // https: the peer verified against its CAs
+  http_client::endpoints endpoints;       // resolved once, at start-up
+  std::optional<net::ssl::context> tls;   // https: the peer verified against its CAs
   std::vector<std::unique_ptr<connection>> idle;
   int failures_in_row = 0;
   clock_type::time_point open_until{};
@@ -211,10 +155,23 @@ struct systemone_engine::impl {
     return r;
   }
 
-  // SNI and the certificate checked for the URL's host; the caller bounds it in time.
-  net::awaitable<void> handshake(tls_stream& s, beast::error_code& ec) {
-    tls_client::expect_host(s, url.host, ec);
-    if (!ec) co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
+  // A kept-alive connection from the pool with nothing unread on it, or none.
+  std::unique_ptr<connection> pooled() {
+    while (!idle.empty()) {
+      auto conn = std::move(idle.back());
+      idle.pop_back();
+      if (!conn->has_unread()) return conn;
+    }
+    return nullptr;
+  }
+
+  // What a failed connect says, for the error when the retries run out.
+  std::string connect_failure(const http_client::failure& f) const {
+    if (f.at == http_client::step::connect) return "cannot connect to " + url.host_header + ": " + f.detail;
+    const std::string why = f.why == http_client::fault::timeout
+                                ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
+                                : f.detail;
+    return "TLS handshake with " + url.host_header + " failed: " + why;
   }
 
   // One request, with its retries, on a connection from the pool.
@@ -225,7 +182,7 @@ struct systemone_engine::impl {
     }
     std::string body;
     render_request(req, body, options.model);
-    http::request<http::string_body> msg(http::verb::post, url.target, 11);
+    http_client::request msg(http::verb::post, url.target, 11);
     msg.set(http::field::host, url.host_header);
     msg.set(http::field::content_type, "application/json");
     msg.set(http::field::accept, "application/json");
@@ -247,67 +204,47 @@ struct systemone_engine::impl {
         delay = std::clamp(delay * 2, options.backoff, options.backoff_max);
       }
       wait = true;
-      std::unique_ptr<connection> conn;
-      while (!conn && !idle.empty()) {
-        conn = std::move(idle.back());
-        idle.pop_back();
-        if (has_unread(*conn, 0)) conn.reset();
-      }
+      auto conn = pooled();
       const bool reused = conn != nullptr;
-      beast::error_code ec;
       if (!conn) {
-        conn = tls ? std::make_unique<connection>(std::in_place_type<tls_stream>, io, *tls)
-                   : std::make_unique<connection>(std::in_place_type<beast::tcp_stream>, io);
-        beast::tcp_stream& link = tcp_of(*conn);
-        link.expires_after(options.connect_timeout);  // for the TLS handshake too
-        co_await link.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
-        if (ec) {
-          last = "cannot connect to " + url.host_header + ": " + ec.message();
+        conn = std::make_unique<connection>(io.get_executor(), tls ? &*tls : nullptr);
+        if (auto c = co_await conn->connect(endpoints, url.host, clock_type::now() + options.connect_timeout); !c) {
+          last = connect_failure(c.error());
+          // A certificate this client does not trust will not become trusted by trying again.
+          if (c.error().why == http_client::fault::untrusted) {
+            co_return logged(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
+          }
           continue;
         }
-        link.socket().set_option(tcp::no_delay(true), ec);
-        if (auto* s = std::get_if<tls_stream>(conn.get())) {
-          co_await handshake(*s, ec);
-          if (ec) {
-            const std::string untrusted = tls_client::verify_failure(s->native_handle());
-            const std::string why = ec == beast::error::timeout
-                                        ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
-                                    : !untrusted.empty() ? untrusted
-                                                         : ec.message();
-            last = "TLS handshake with " + url.host_header + " failed: " + why;
-            // A certificate this client does not trust will not become trusted by trying again.
-            if (!untrusted.empty()) co_return logged(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
-            continue;
-          }
+      }
+      conn->expires_after(options.timeout);
+      auto res = co_await conn->exchange(msg, std::uint64_t(64) << 20);
+      if (!res) {
+        // A kept-alive connection the server closed while it sat in the pool fails like this,
+        // before any answer: not the server's failure, so not an attempt.
+        if (reused && res.error().why == http_client::fault::closed) {
+          --attempt;  // on a new connection (or the next pooled one) at once; the pool is finite
+          wait = false;
+          continue;
         }
-      }
-      tcp_of(*conn).expires_after(options.timeout);
-      beast::flat_buffer buffer;
-      http::response<http::string_body> res;
-      co_await std::visit([&](auto& s) { return exchange(s, msg, buffer, res, ec); }, *conn);
-      if (ec && reused && stale(ec)) {
-        --attempt;  // on a new connection (or the next pooled one) at once; the pool is finite
-        wait = false;
+        last = res.error().why == http_client::fault::timeout
+                   ? "no answer within " + std::to_string(options.timeout.count()) + " ms"
+                   : "the connection failed: " + res.error().detail;
         continue;
       }
-      if (ec) {
-        last = ec == beast::error::timeout ? "no answer within " + std::to_string(options.timeout.count()) + " ms"
-                                           : "the connection failed: " + ec.message();
-        continue;
-      }
-      const int status = static_cast<int>(res.result_int());
-      if (res.keep_alive() && status >= 200 && idle.size() < options.connections && !has_unread(*conn, buffer.size())) {
+      const int status = static_cast<int>(res->result_int());
+      if (res->keep_alive() && status >= 200 && idle.size() < options.connections && !conn->has_unread()) {
         idle.push_back(std::move(conn));
       }
-      if (cloudflare()) request_id = request_id_of(res);
+      if (cloudflare()) request_id = request_id_of(*res);
       if (status == 408 || status == 429 || status >= 500) {
-        last = cloudflare() ? workers_ai::retried_reply(status, res.body(), request_id)
+        last = cloudflare() ? workers_ai::retried_reply(status, res->body(), request_id)
                             : "the server answered " + std::to_string(status);
-        if (const auto asked = retry_after(res, options.backoff_max)) delay = *asked;
+        if (const auto asked = retry_after(*res, options.backoff_max)) delay = *asked;
         continue;
       }
-      if (!cloudflare()) co_return systemone_answer(req, status, res.body());
-      co_return logged(workers_ai::answer(req, status, res.body(), {request_id, options.model, options.key_env, options.account_env}),
+      if (!cloudflare()) co_return systemone_answer(req, status, res->body());
+      co_return logged(workers_ai::answer(req, status, res->body(), {request_id, options.model, options.key_env, options.account_env}),
                        request_id);
     }
     co_return logged(make_error(502, "UPSTREAM_UNREACHABLE",
@@ -342,20 +279,20 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
-  boost::system::error_code ec;
   if (p->url.tls) {
-    p->tls.emplace(ssl::context::tls_client);
-    tls_client::configure(*p->tls, options.ca_file, ec);
-    if (ec) {
+    auto tls = http_client::tls_context(options.ca_file);
+    if (!tls) {
       return make_error(400, "INVALID_ENGINE_CA_FILE",
                         "the systemone engine cannot load " +
                             (options.ca_file.empty() ? std::string("the system's CA certificates") : "the CA file " + options.ca_file.string()) +
-                            ": " + ec.message());
+                            ": " + tls.error().message());
     }
+    p->tls.emplace(std::move(*tls));
   } else if (!options.ca_file.empty()) {
     return make_error(400, "INVALID_ENGINE_CA_FILE", "the systemone engine's ca_file is for https URLs; `" + options.url + "` is not one");
   }
   // Resolved once: a resolver has no timeout, and the scheduler's thread must not hang on one.
+  boost::system::error_code ec;
   p->endpoints = tcp::resolver(p->io).resolve(p->url.host, p->url.port, ec);
   if (ec) {
     return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's host `" + p->url.host + "` does not resolve: " + ec.message());
