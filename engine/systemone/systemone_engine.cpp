@@ -4,7 +4,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -13,6 +12,7 @@
 #include "core/http_client.hpp"
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
+#include "engine/systemone/dialect.hpp"
 #include "engine/systemone/workers_ai.hpp"
 
 namespace baton {
@@ -46,38 +46,6 @@ std::optional<std::chrono::milliseconds> retry_after(const http_client::response
   if (!ms) return std::nullopt;
   // Clamped before the cast: "inf" or 1e300 must not overflow it.
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(*ms, double(cap.count()))));
-}
-
-// Cloudflare's id of the call, which its support asks for: cf-ai-req-id, else the edge's cf-ray.
-std::string request_id_of(const http_client::response& res) {
-  for (const char* name : {"cf-ai-req-id", "cf-ray"}) {
-    if (const auto it = res.find(name); it != res.end() && !it->value().empty()) return std::string(it->value());
-  }
-  return {};
-}
-
-// The decision in a SystemOne server's reply that is not retried, or its refusal.
-result<decision> systemone_answer(const request& req, int status, const std::string& body) {
-  json parsed;
-  json_parse_error perr;
-  const bool is_json = parse_json(body, parsed, perr);
-  if (status != 200) {
-    std::optional<error> refused;
-    if (is_json) {
-      if (auto e = error_from_json(parsed, status)) refused = std::move(*e);
-    }
-    const std::string what = refused ? refused->message : body.substr(0, 200);
-    if (status == 400 || status == 404 || status == 413 || status == 422) {
-      // The server refused this request: the caller's to know, with the server's issues.
-      if (refused) return *refused;
-      return make_error(status, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
-    }
-    return make_error(502, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
-  }
-  if (!is_json) return bad_response("the answer is not JSON: " + perr.message);
-  auto answered = response_from_json(parsed);
-  if (!answered) return answered.error();
-  return decision_from_response(req, *answered);
 }
 
 }  // namespace
@@ -132,6 +100,7 @@ result<decision> decision_from_response(const request& req, const response& r) {
 
 struct systemone_engine::impl {
   systemone_engine_options options;
+  std::unique_ptr<const systemone_dialect> dialect;
   http_url url;
   engine_description description;
   net::io_context io;  // driven by decide(), on the scheduler's worker thread only
@@ -140,20 +109,6 @@ struct systemone_engine::impl {
   std::vector<std::unique_ptr<connection>> idle;
   int failures_in_row = 0;
   clock_type::time_point open_until{};
-
-  bool cloudflare() const { return options.flavor == systemone_flavor::workers_ai; }
-
-  // Workers AI: the outcome goes to the log with Cloudflare's request id (in the message of a
-  // failure), which is what its support asks for.
-  result<decision> logged(result<decision> r, const std::string& request_id) const {
-    if (!cloudflare()) return r;
-    if (r) {
-      spdlog::debug("Workers AI {} answered (request id {})", options.model, request_id.empty() ? "none" : request_id);
-    } else {
-      spdlog::warn("Workers AI {} failed: {} {}", options.model, r.error().code, r.error().message);
-    }
-    return r;
-  }
 
   // A kept-alive connection from the pool with nothing unread on it, or none.
   std::unique_ptr<connection> pooled() {
@@ -193,7 +148,7 @@ struct systemone_engine::impl {
     msg.prepare_payload();
 
     std::string last = "no attempt";
-    std::string request_id;  // Workers AI: the last reply's
+    std::string request_id;  // the last reply's, when the dialect has one
     auto delay = options.backoff;
     bool wait = false;
     for (int attempt = 0; attempt <= options.retries; ++attempt) {
@@ -212,7 +167,7 @@ struct systemone_engine::impl {
           last = connect_failure(c.error());
           // A certificate this client does not trust will not become trusted by trying again.
           if (c.error().why == http_client::fault::untrusted) {
-            co_return logged(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
+            co_return dialect->returned(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
           }
           continue;
         }
@@ -236,20 +191,17 @@ struct systemone_engine::impl {
       if (res->keep_alive() && status >= 200 && idle.size() < options.connections && !conn->has_unread()) {
         idle.push_back(std::move(conn));
       }
-      if (cloudflare()) request_id = request_id_of(*res);
+      request_id = dialect->request_id(*res);
       if (status == 408 || status == 429 || status >= 500) {
-        last = cloudflare() ? workers_ai::retried_reply(status, res->body(), request_id)
-                            : "the server answered " + std::to_string(status);
+        last = dialect->retried(status, res->body(), request_id);
         if (const auto asked = retry_after(*res, options.backoff_max)) delay = *asked;
         continue;
       }
-      if (!cloudflare()) co_return systemone_answer(req, status, res->body());
-      co_return logged(workers_ai::answer(req, status, res->body(), {request_id, options.model, options.key_env, options.account_env}),
-                       request_id);
+      co_return dialect->returned(dialect->answer(req, status, res->body(), request_id), request_id);
     }
-    co_return logged(make_error(502, "UPSTREAM_UNREACHABLE",
-                                url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
-                     request_id);
+    co_return dialect->returned(make_error(502, "UPSTREAM_UNREACHABLE",
+                                           url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
+                                request_id);
   }
 };
 
@@ -257,25 +209,15 @@ systemone_engine::systemone_engine(std::unique_ptr<impl> p) : impl_(std::move(p)
 systemone_engine::~systemone_engine() = default;
 
 result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engine_options options) {
-  const bool cloudflare = options.flavor == systemone_flavor::workers_ai;
-  std::string path = "/v1/systemone";
-  if (cloudflare) {
-    if (options.url.empty()) options.url = workers_ai_defaults::url;
-    if (options.model.empty()) options.model = workers_ai_defaults::model;
-    if (options.account.empty() || options.api_key.empty()) {
-      return make_error(400, "ENGINE_NEEDS_CREDENTIALS", "the systemone engine's workers-ai flavor needs a Cloudflare account id and an API token");
-    }
-    auto run = workers_ai::run_path(options.account, options.model);
-    if (!run) {
-      return make_error(400, "INVALID_ENGINE_URL", "the workers-ai account id or the model `" + options.model +
-                                                       "` holds characters a URL path cannot take as they are");
-    }
-    path = std::move(*run);
-  }
+  // The one place the flavor is read: its dialect decides the rest.
+  auto dialect = options.flavor == systemone_flavor::workers_ai
+                     ? workers_ai::make_dialect(options)
+                     : result<std::unique_ptr<const systemone_dialect>>(make_systemone_dialect());
+  if (!dialect) return dialect.error();
   std::string reason;
   auto base = options.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  auto url = parse_http_url(base + path, reason, true);
+  auto url = parse_http_url(base + (*dialect)->path(), reason, true);
   if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
@@ -299,11 +241,12 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   }
   options.connections = std::max<std::size_t>(1, options.connections);
   p->options = std::move(options);
+  p->dialect = std::move(*dialect);
   engine_description& d = p->description;
   d.model_id = p->options.model.empty() ? "systemone" : p->options.model;
-  d.fingerprint = sha256_hex((cloudflare ? "workers-ai " : "systemone ") + base + " " + p->options.model);
+  d.fingerprint = sha256_hex(p->dialect->name() + " " + base + " " + p->options.model);
   d.limits = request_limits{};  // the server checks its own; baton only bounds what it forwards
-  d.description = cloudflare ? "Workers AI's " + p->options.model + " at " + base : "the SystemOne server at " + base;
+  d.description = p->dialect->description(base, p->options.model);
   d.release_date = "1970-01-01";  // unknown: another server's model
   return std::unique_ptr<systemone_engine>(new systemone_engine(std::move(p)));
 }
