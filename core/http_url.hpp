@@ -1,6 +1,7 @@
-// The URLs baton calls (an http executor, the systemone engine): `http://host[:port]/path`, and
-// `https://` for the systemone engine only. The http executor has no TLS client, so there https is
-// refused where the configuration loads rather than failing on the first call.
+// The URLs baton calls (an http executor, the systemone engine, media URLs, the hub):
+// `http://host[:port]/path`, and `https://` where the caller speaks TLS. The http executor makes no
+// TLS connections, so there https is refused where the configuration loads rather than failing on
+// the first call.
 #pragma once
 
 #include <optional>

@@ -6,14 +6,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -22,22 +15,20 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/hf_cache.hpp"
+#include "core/http_client.hpp"
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
-#include "core/tls_client.hpp"
 
 namespace baton::hub {
 
 namespace fs = std::filesystem;
 namespace net = boost::asio;
 namespace ssl = net::ssl;
-namespace beast = boost::beast;
-namespace http = beast::http;
+namespace http = boost::beast::http;
 
 namespace {
 
@@ -115,7 +106,7 @@ class getter {
       signals->async_wait([&](const boost::system::error_code& ec, int) {
         if (ec) return;
         out.interrupted = true;
-        if (link_ != nullptr) link_->cancel();
+        if (conn_ != nullptr) conn_->cancel();
       });
     }
     net::co_spawn(io, follow(std::move(url), range_from, sink, error_body, out), [&](std::exception_ptr e) {
@@ -127,12 +118,18 @@ class getter {
   }
 
  private:
-  error transport(const beast::error_code& ec, const std::string& doing, const std::string& url) const {
-    if (ec == beast::error::timeout) {
+  error transport(const http_client::failure& f, const std::string& url) const {
+    using http_client::step;
+    const std::string doing = f.at == step::handshake     ? "the TLS handshake with"
+                              : f.at == step::write       ? "sending the request to"
+                              : f.at == step::read_header ? "reading the answer of"
+                              : f.at == step::read_body   ? "reading"
+                                                          : "connecting to";
+    if (f.why == http_client::fault::timeout) {
       return make_error(504, "HUB_UNAVAILABLE", doing + " " + url + ": no answer within " +
                                                     std::to_string(options_.timeout.count()) + " s");
     }
-    return make_error(502, "HUB_UNAVAILABLE", doing + " " + url + ": " + ec.message());
+    return make_error(502, "HUB_UNAVAILABLE", doing + " " + url + ": " + f.detail);
   }
 
   net::awaitable<void> follow(std::string url, std::uint64_t range_from, body_sink& sink, string_sink& error_body,
@@ -145,24 +142,17 @@ class getter {
         co_return;
       }
       if (u->tls && !tls_) {
-        tls_.emplace(ssl::context::tls_client);
-        boost::system::error_code ec;
-        tls_client::configure(*tls_, {}, ec);
-        if (ec) {
-          tls_.reset();
-          out.failed = make_error(502, "HUB_UNAVAILABLE", "the CA certificates for https do not load: " + ec.message());
+        auto made = http_client::tls_context({});
+        if (!made) {
+          out.failed = make_error(502, "HUB_UNAVAILABLE", "the CA certificates for https do not load: " + made.error().message());
           co_return;
         }
+        tls_.emplace(std::move(*made));
       }
-      std::optional<std::string> next;
-      if (!u->tls) {
-        beast::tcp_stream s(co_await net::this_coro::executor);
-        next = co_await exchange(s, *u, url, hop == 0, range_from, sink, error_body, out);
-      } else {
-        beast::ssl_stream<beast::tcp_stream> s(co_await net::this_coro::executor, *tls_);
-        next = co_await exchange(s, *u, url, hop == 0, range_from, sink, error_body, out);
-      }
-      link_ = nullptr;
+      http_client::connection conn(co_await net::this_coro::executor, u->tls ? &*tls_ : nullptr);
+      conn_ = &conn;
+      const std::optional<std::string> next = co_await exchange(conn, *u, url, hop == 0, range_from, sink, error_body, out);
+      conn_ = nullptr;
       if (!next) co_return;
       // A Location may be relative to the host that sent it (the hub's own renames are).
       url = next->starts_with("/") ? std::string(u->tls ? "https://" : "http://") + u->host_header + *next : *next;
@@ -171,35 +161,23 @@ class getter {
   }
 
   // One request on a fresh connection; the next URL for a redirect, else nullopt (done or failed).
-  template <class Stream>
-  net::awaitable<std::optional<std::string>> exchange(Stream& s, const http_url& u, const std::string& url,
+  net::awaitable<std::optional<std::string>> exchange(http_client::connection& conn, const http_url& u, const std::string& url,
                                                       bool first, std::uint64_t range_from,
                                                       body_sink& sink, string_sink& error_body, get_outcome& out) {
-    beast::error_code ec;
-    beast::tcp_stream& link = beast::get_lowest_layer(s);
-    link_ = &link;
-    auto stopped = [&](const error& e) {
-      out.failed = out.interrupted ? make_error(503, "INTERRUPTED", "interrupted") : e;
+    // Whether the transfer ends after a step, failed or stopped by a signal: out.failed says why
+    // (INTERRUPTED after a signal, whatever the step did: a failure then is the signal's doing).
+    auto stopped = [&](const auto& step_outcome) {
+      if (!out.interrupted && step_outcome) return false;
+      out.failed = out.interrupted ? make_error(503, "INTERRUPTED", "interrupted") : transport(step_outcome.error(), url);
+      return true;
     };
-    net::ip::tcp::resolver resolver(co_await net::this_coro::executor);
-    link.expires_after(options_.timeout);
-    const auto found = co_await resolver.async_resolve(u.host, u.port, net::redirect_error(net::use_awaitable, ec));
-    if (!ec && !out.interrupted) co_await link.async_connect(found, net::redirect_error(net::use_awaitable, ec));
-    if (ec || out.interrupted) {
-      stopped(transport(ec, "connecting to", url));
-      co_return std::nullopt;
-    }
-    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
-      tls_client::expect_host(s, u.host, ec);
-      if (!ec) co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
-      if (ec) {
-        const std::string untrusted = tls_client::verify_failure(s.native_handle());
-        stopped(untrusted.empty() ? transport(ec, "the TLS handshake with", url)
-                                  : make_error(502, "HUB_UNAVAILABLE", "the TLS handshake with " + url + ": " + untrusted));
-        co_return std::nullopt;
-      }
-    }
-    http::request<http::empty_body> req(http::verb::get, u.target, 11);
+    // The lookup, the connection, the TLS handshake and the request: one timeout.
+    const auto deadline = http_client::clock_type::now() + options_.timeout;
+    const auto found = co_await http_client::resolve(u.host, u.port, deadline);
+    if (stopped(found)) co_return std::nullopt;
+    const auto connected = co_await conn.connect(*found, u.host, deadline);
+    if (stopped(connected)) co_return std::nullopt;
+    http_client::request req(http::verb::get, u.target, 11);
     req.set(http::field::host, u.host_header);
     req.set(http::field::user_agent, "baton/0.1");
     req.set(http::field::accept, "*/*");
@@ -209,20 +187,13 @@ class getter {
     }
     if (range_from > 0) req.set(http::field::range, "bytes=" + std::to_string(range_from) + "-");
     req.keep_alive(false);
-    co_await http::async_write(s, req, net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      stopped(transport(ec, "sending the request to", url));
-      co_return std::nullopt;
-    }
-    beast::flat_buffer buffer;
+    const auto sent = co_await conn.write(req);
+    if (stopped(sent)) co_return std::nullopt;
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
-    link.expires_after(options_.timeout);
-    co_await http::async_read_header(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      stopped(transport(ec, "reading the answer of", url));
-      co_return std::nullopt;
-    }
+    conn.expires_after(options_.timeout);
+    const auto answered = co_await conn.read_header(parser);
+    if (stopped(answered)) co_return std::nullopt;
     const auto& head = parser.get();
     out.status = head.result_int();
     if (first) {
@@ -247,9 +218,8 @@ class getter {
     while (!parser.is_done()) {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
-      link.expires_after(options_.timeout);
-      co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
+      conn.expires_after(options_.timeout);
+      const auto read_some = co_await conn.read_body(parser);
       const std::size_t got = chunk.size() - parser.get().body().size;
       if (got > 0) {
         if (auto r = to.write(chunk.data(), got); !r) {
@@ -257,10 +227,7 @@ class getter {
           co_return std::nullopt;
         }
       }
-      if (ec || out.interrupted) {
-        stopped(transport(ec, "reading", url));
-        co_return std::nullopt;
-      }
+      if (stopped(read_some)) co_return std::nullopt;
     }
     co_return std::nullopt;
   }
@@ -268,7 +235,7 @@ class getter {
   const hub_options& options_;
   const http_url& endpoint_;
   std::optional<ssl::context>& tls_;
-  beast::tcp_stream* link_ = nullptr;  // the connection a signal cancels
+  http_client::connection* conn_ = nullptr;  // the connection a signal cancels
 };
 
 // What a status other than 200 / 206 means for `what` (the repository, or one of its files).

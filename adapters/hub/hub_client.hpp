@@ -29,7 +29,7 @@ struct hub_options {
   bool token_file_read = false;        // whether that file was asked (no --token-env given)
   std::chrono::seconds timeout{60};    // for each connect and each read: a stalled transfer fails
   bool stop_on_sigint = false;         // SIGINT and SIGTERM end a transfer, keeping its .part
-  // https peers are verified against the system's CAs (core/tls_client.hpp).
+  // https peers are verified against the system's CAs (core/http_client.hpp).
 };
 
 // One file of a revision, as the listing gives it.

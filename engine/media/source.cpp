@@ -2,13 +2,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
+#include <boost/beast/core/string.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,8 +17,8 @@
 #include <thread>
 
 #include "core/base64.hpp"
+#include "core/http_client.hpp"
 #include "core/http_url.hpp"
-#include "core/tls_client.hpp"
 
 namespace baton::media {
 
@@ -32,7 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace net = boost::asio;
-namespace ssl = net::ssl;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
@@ -124,10 +117,11 @@ result<std::vector<std::byte>> load_path(const media_item& item, const source_po
 
 // ---- URLs
 
-using endpoints = tcp::resolver::results_type;
+using http_client::endpoints;
 
 // getaddrinfo cannot be cancelled or bounded: it runs on a thread of its own, and an answer that
-// comes after the deadline is dropped with that thread.
+// comes after the deadline is dropped with that thread. Not http_client::resolve: that is Asio's
+// resolver, whose thread the private io_context below would wait for when it is destroyed.
 result<endpoints> resolve(const http_url& url, clock_type::time_point deadline, std::chrono::milliseconds timeout,
                           std::string_view where) {
   struct lookup {
@@ -163,63 +157,41 @@ struct fetch {
   std::string_view where;
   clock_type::time_point deadline;
 
-  error transport(const beast::error_code& ec, const std::string& doing) const {
-    if (ec == beast::error::timeout) {
+  error transport(const http_client::failure& f) const {
+    using http_client::step;
+    if (f.why == http_client::fault::timeout) {
       return fail(504, "MEDIA_TIMEOUT", where,
                   "`" + shown + "` was not loaded within " + std::to_string(policy.url_timeout.count()) + " ms");
     }
-    if (ec == http::error::body_limit) return too_large(where, policy.max_bytes);
-    return unavailable(where, doing + " `" + shown + "` failed: " + ec.message());
+    if (f.why == http_client::fault::too_large) return too_large(where, policy.max_bytes);
+    const char* doing = f.at == step::handshake     ? "the TLS handshake for"
+                        : f.at == step::write       ? "sending the request for"
+                        : f.at == step::read_header ? "reading the answer to"
+                        : f.at == step::read_body   ? "reading the body of"
+                                                    : "connecting for";
+    return unavailable(where, std::string(doing) + " `" + shown + "` failed: " + f.detail);
   }
 
-  template <class Stream>
-  net::awaitable<result<std::vector<std::byte>>> exchange(Stream& s) {
-    beast::error_code ec;
-    beast::tcp_stream& link = beast::get_lowest_layer(s);
-    http::request<http::empty_body> req(http::verb::get, url.target, 11);
+  // One GET on a new connection: the body of a 200, never a redirect's target.
+  net::awaitable<result<std::vector<std::byte>>> run(const http_client::endpoints& to, net::ssl::context* tls) {
+    http_client::connection conn(co_await net::this_coro::executor, tls);
+    if (auto c = co_await conn.connect(to, url.host, deadline); !c) co_return transport(c.error());
+    http_client::request req(http::verb::get, url.target, 11);
     req.set(http::field::host, url.host_header);
     req.set(http::field::user_agent, "baton");
     req.set(http::field::accept, "*/*");
     req.keep_alive(false);
-    link.expires_at(deadline);
-    co_await http::async_write(s, req, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return transport(ec, "sending the request for");
-    beast::flat_buffer buffer;
+    if (auto w = co_await conn.write(req); !w) co_return transport(w.error());
     http::response_parser<http::vector_body<std::byte>> parser;
     parser.body_limit(policy.max_bytes);
-    co_await http::async_read_header(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return transport(ec, "reading the answer to");
+    if (auto h = co_await conn.read_header(parser); !h) co_return transport(h.error());
     const unsigned status = parser.get().result_int();
     if (status >= 300 && status < 400) {
       co_return refused(where, "`" + shown + "` answered " + std::to_string(status) + ", a redirect; redirects are not followed");
     }
     if (status != 200) co_return unavailable(where, "`" + shown + "` answered " + std::to_string(status) + ", not 200");
-    co_await http::async_read(s, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return transport(ec, "reading the body of");
+    if (auto b = co_await conn.read_body(parser); !b) co_return transport(b.error());
     co_return std::move(parser.get().body());
-  }
-
-  net::awaitable<result<std::vector<std::byte>>> run(const endpoints& to, ssl::context* tls) {
-    beast::error_code ec;
-    if (tls == nullptr) {
-      beast::tcp_stream s(co_await net::this_coro::executor);
-      s.expires_at(deadline);
-      co_await s.async_connect(to, net::redirect_error(net::use_awaitable, ec));
-      if (ec) co_return transport(ec, "connecting for");
-      co_return co_await exchange(s);
-    }
-    beast::ssl_stream<beast::tcp_stream> s(co_await net::this_coro::executor, *tls);
-    beast::get_lowest_layer(s).expires_at(deadline);
-    co_await beast::get_lowest_layer(s).async_connect(to, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return transport(ec, "connecting for");
-    tls_client::expect_host(s, url.host, ec);
-    if (!ec) co_await s.async_handshake(ssl::stream_base::client, net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      const std::string untrusted = tls_client::verify_failure(s.native_handle());
-      if (untrusted.empty()) co_return transport(ec, "the TLS handshake for");
-      co_return unavailable(where, "the TLS handshake for `" + shown + "` failed: " + untrusted);
-    }
-    co_return co_await exchange(s);
   }
 };
 
@@ -235,12 +207,11 @@ result<std::vector<std::byte>> load_url(const media_item& item, const source_pol
   auto to = resolve(*url, deadline, policy.url_timeout, where);
   if (!to) return to.error();
 
-  std::optional<ssl::context> tls;
+  std::optional<net::ssl::context> tls;
   if (url->tls) {
-    boost::system::error_code ec;
-    tls.emplace(ssl::context::tls_client);
-    tls_client::configure(*tls, policy.ca_file, ec);
-    if (ec) return unavailable(where, "the CA certificates for https do not load: " + ec.message());
+    auto made = http_client::tls_context(policy.ca_file);
+    if (!made) return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
+    tls.emplace(std::move(*made));
   }
   // Declared before the io_context: a coroutine it still holds when it is destroyed may write here.
   result<std::vector<std::byte>> out = fail(504, "MEDIA_TIMEOUT", where,

@@ -1,5 +1,7 @@
 #include "engine/systemone/workers_ai.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "core/answers.hpp"
@@ -55,6 +57,78 @@ result<envelope> read(std::string_view body) {
   return envelope_from_json(parsed);
 }
 
+class dialect final : public systemone_dialect {
+ public:
+  dialect(std::string path, std::string model, std::string key_env, std::string account_env)
+      : path_(std::move(path)), model_(std::move(model)), key_env_(std::move(key_env)), account_env_(std::move(account_env)) {}
+
+  std::string path() const override { return path_; }
+  std::string name() const override { return "workers-ai"; }
+  std::string description(const std::string& base, const std::string& model) const override {
+    return "Workers AI's " + model + " at " + base;
+  }
+
+  // Cloudflare's id of the call, which its support asks for: cf-ai-req-id, else the edge's cf-ray.
+  std::string request_id(const http_client::response& reply) const override {
+    for (const char* name : {"cf-ai-req-id", "cf-ray"}) {
+      if (const auto it = reply.find(name); it != reply.end() && !it->value().empty()) return std::string(it->value());
+    }
+    return {};
+  }
+
+  result<decision> answer(const request& req, int status, const std::string& body, const std::string& request_id) const override {
+    const std::string tag = reply_tag(status, request_id);
+    auto env = read(body);
+    // The status says what went wrong even when the body is not an envelope (a proxy's HTML page).
+    const std::string said = env ? quoted(env->errors) : "";
+    if (status == 401 || status == 403) {
+      return make_error(502, "UPSTREAM_AUTH_FAILED",
+                        "Workers AI refused the API token" + tag + said + "; set " + ticked_env(key_env_) +
+                            " to a Cloudflare API token with Workers AI permission on the account in " + ticked_env(account_env_));
+    }
+    if (status == 404) {
+      return make_error(502, "UPSTREAM_NOT_FOUND",
+                        "Workers AI found no model `" + model_ + "` for the account" + tag + said + "; check the account id in " +
+                            ticked_env(account_env_) + " and the model name");
+    }
+    if (status == 400 || status == 413 || status == 422) {
+      // This request was refused: the caller's to know, with Cloudflare's reasons.
+      return make_error(status, "UPSTREAM_REFUSED", "Workers AI refused the request" + tag + said);
+    }
+    if (status < 200 || status >= 300) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered" + tag + said);
+    if (!env) return tagged(env.error(), tag);
+    if (!env->success) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered success: false" + tag + said);
+    auto answered = response_from_json(env->result);
+    if (!answered) return tagged(answered.error(), tag);
+    auto d = decision_from_response(req, *answered);
+    if (!d) return tagged(d.error(), tag);
+    return d;
+  }
+
+  std::string retried(int status, const std::string& body, const std::string& request_id) const override {
+    auto env = read(body);
+    return "the server answered " + std::to_string(status) + (env ? quoted(env->errors) : "") +
+           (request_id.empty() ? std::string() : " (request id " + request_id + ")");
+  }
+
+  // The outcome goes to the log with the request id (in the message of a failure), which is what
+  // Cloudflare's support asks for.
+  result<decision> returned(result<decision> r, const std::string& request_id) const override {
+    if (r) {
+      spdlog::debug("Workers AI {} answered (request id {})", model_, request_id.empty() ? "none" : request_id);
+    } else {
+      spdlog::warn("Workers AI {} failed: {} {}", model_, r.error().code, r.error().message);
+    }
+    return r;
+  }
+
+ private:
+  std::string path_;
+  std::string model_;
+  std::string key_env_;      // where the token came from
+  std::string account_env_;  // where the account came from
+};
+
 }  // namespace
 
 std::optional<std::string> run_path(std::string_view account, std::string_view model) {
@@ -95,39 +169,19 @@ result<envelope> envelope_from_json(const json& body) {
   return e;
 }
 
-result<decision> answer(const request& req, int status, std::string_view body, const reply_context& c) {
-  const std::string tag = reply_tag(status, c.request_id);
-  auto env = read(body);
-  // The status says what went wrong even when the body is not an envelope (a proxy's HTML page).
-  const std::string said = env ? quoted(env->errors) : "";
-  if (status == 401 || status == 403) {
-    return make_error(502, "UPSTREAM_AUTH_FAILED",
-                      "Workers AI refused the API token" + tag + said + "; set " + ticked_env(c.key_env) +
-                          " to a Cloudflare API token with Workers AI permission on the account in " + ticked_env(c.account_env));
+result<std::unique_ptr<const systemone_dialect>> make_dialect(systemone_engine_options& options) {
+  if (options.url.empty()) options.url = workers_ai_defaults::url;
+  if (options.model.empty()) options.model = workers_ai_defaults::model;
+  if (options.account.empty() || options.api_key.empty()) {
+    return make_error(400, "ENGINE_NEEDS_CREDENTIALS", "the systemone engine's workers-ai flavor needs a Cloudflare account id and an API token");
   }
-  if (status == 404) {
-    return make_error(502, "UPSTREAM_NOT_FOUND",
-                      "Workers AI found no model `" + std::string(c.model) + "` for the account" + tag + said + "; check the account id in " +
-                          ticked_env(c.account_env) + " and the model name");
+  auto path = run_path(options.account, options.model);
+  if (!path) {
+    return make_error(400, "INVALID_ENGINE_URL", "the workers-ai account id or the model `" + options.model +
+                                                     "` holds characters a URL path cannot take as they are");
   }
-  if (status == 400 || status == 413 || status == 422) {
-    // This request was refused: the caller's to know, with Cloudflare's reasons.
-    return make_error(status, "UPSTREAM_REFUSED", "Workers AI refused the request" + tag + said);
-  }
-  if (status < 200 || status >= 300) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered" + tag + said);
-  if (!env) return tagged(env.error(), tag);
-  if (!env->success) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered success: false" + tag + said);
-  auto answered = response_from_json(env->result);
-  if (!answered) return tagged(answered.error(), tag);
-  auto d = decision_from_response(req, *answered);
-  if (!d) return tagged(d.error(), tag);
-  return d;
-}
-
-std::string retried_reply(int status, std::string_view body, std::string_view request_id) {
-  auto env = read(body);
-  return "the server answered " + std::to_string(status) + (env ? quoted(env->errors) : "") +
-         (request_id.empty() ? std::string() : " (request id " + std::string(request_id) + ")");
+  return std::unique_ptr<const systemone_dialect>(
+      std::make_unique<dialect>(std::move(*path), options.model, options.key_env, options.account_env));
 }
 
 }  // namespace baton::workers_ai

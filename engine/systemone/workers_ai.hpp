@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #include "core/error.hpp"
 #include "core/request.hpp"
 #include "engine/decision_engine.hpp"
+#include "engine/systemone/dialect.hpp"
+#include "engine/systemone/systemone_engine.hpp"
 
 namespace baton::workers_ai {
 
@@ -39,24 +42,16 @@ std::optional<std::string> run_path(std::string_view account, std::string_view m
 // `messages` array.
 result<envelope> envelope_from_json(const json& body);
 
-// What a message tells the operator to check, and the request's id at Cloudflare.
-struct reply_context {
-  std::string_view request_id;   // cf-ai-req-id, else cf-ray; empty: none came
-  std::string_view model;
-  std::string_view key_env;      // where the token came from
-  std::string_view account_env;  // where the account came from
-};
-
-// The decision in a reply that is not retried, checked as a SystemOne answer
-// (decision_from_response). Else: 401/403 502 UPSTREAM_AUTH_FAILED (which token variable to fix),
-// 404 502 UPSTREAM_NOT_FOUND (the account or the model), 400/413/422 that status with
-// UPSTREAM_REFUSED, success: false or another status 502 UPSTREAM_REFUSED, a body that is not an
-// envelope or whose result is not an answer to `req` 502 BAD_UPSTREAM_RESPONSE. Every message
-// quotes `errors` and names the request id.
-result<decision> answer(const request& req, int status, std::string_view body, const reply_context& c);
-
-// A reply that is retried (408, 429, 5xx), as the error message says it when the retries run out:
-// its status, its quoted errors when it is an envelope, and the request id.
-std::string retried_reply(int status, std::string_view body, std::string_view request_id);
+// The systemone engine's `workers-ai` dialect (dialect.hpp) for `options`, whose url and model it
+// fills with workers_ai_defaults when they are empty. 400 ENGINE_NEEDS_CREDENTIALS without an
+// account or a token, 400 INVALID_ENGINE_URL for an account or a model run_path refuses.
+// Replies are envelopes whose result is checked as a SystemOne answer (decision_from_response).
+// Else: 401/403 502 UPSTREAM_AUTH_FAILED (which token variable to fix), 404 502
+// UPSTREAM_NOT_FOUND (the account or the model), 400/413/422 that status with UPSTREAM_REFUSED,
+// success: false or another status 502 UPSTREAM_REFUSED, a body that is not an envelope or whose
+// result is not an answer to the request 502 BAD_UPSTREAM_RESPONSE. A retried reply (408, 429,
+// 5xx) is told by its status and quoted errors. Every message quotes `errors` and names the
+// request id (cf-ai-req-id, else cf-ray), and every outcome goes to the log with it.
+result<std::unique_ptr<const systemone_dialect>> make_dialect(systemone_engine_options& options);
 
 }  // namespace baton::workers_ai
