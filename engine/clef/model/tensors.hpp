@@ -9,7 +9,7 @@
 #include <chrono>
 #include <vector>
 
-#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/model_types.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef::detail {

@@ -9,6 +9,7 @@
 
 #include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/packed_linear.hpp"
+#include "engine/clef/model/release.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
