@@ -125,11 +125,11 @@ class model {
   // nothing was packed.
   virtual std::int64_t packed_bytes() const noexcept = 0;
   // How the CPU's packed experts are shared among threads, chosen by timing them at load, with
-  // the timings (thinker::calibrate_experts); empty when the experts are not packed.
+  // the timings (expert_plan::calibrate_experts); empty when the experts are not packed.
   virtual std::string expert_schedule() const = 0;
   // Which library runs the CPU's fp32 matmuls of the experts (oneDNN or libxsmm on weights packed
   // at load, or the BLAS on them as they are) and of the attention projections (oneDNN or the
-  // BLAS), chosen by timing each at load, with the timings (thinker::choose_matmuls); empty where
+  // BLAS), chosen by timing each at load, with the timings (expert_plan::choose_matmuls); empty where
   // there was no choice.
   virtual std::string matmul_choice() const = 0;
   // Whether the release has the tower that reads this kind of media and the token ids to place it.
