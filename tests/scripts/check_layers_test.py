@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """scripts/check_layers.py on small trees of its own: it passes a tree whose includes point down and
 names each include that points up, sideways or at a folder outside the picture, and each external
-header outside the folders allowed it; and it passes this repository."""
+header outside the folders allowed it; inside a folder that orders its own files, each include
+that points up or sideways, each file missing from that picture and each name in it with no file;
+and it passes this repository."""
 import os
 import subprocess
 import sys
@@ -22,6 +24,11 @@ core
 ```external-includes
 sqlite3.h: adapters/log
 ```
+
+```layers core
+json | error
+base
+```
 """
 
 
@@ -34,7 +41,8 @@ class check_layers(unittest.TestCase):
     def tree(self, files):
         d = tempfile.TemporaryDirectory()
         self.addCleanup(d.cleanup)
-        files = {"docs/architecture.md": ARCHITECTURE, "core/json.hpp": "#pragma once\n",
+        files = {"docs/architecture.md": ARCHITECTURE, "core/json.hpp": '#pragma once\n#include "core/base.hpp"\n',
+                 "core/error.hpp": '#pragma once\n#include "core/base.hpp"\n', "core/base.hpp": "#pragma once\n",
                  "adapters/log/log.hpp": '#pragma once\n#include <sqlite3.h>\n#include "core/json.hpp"\n',
                  "adapters/runtime/turn.cpp": '#include "core/json.hpp"\n',
                  "adapters/cli/main.cpp": '#include "adapters/runtime/turn.hpp"\n#include "adapters/log/log.hpp"\n',
@@ -69,6 +77,29 @@ class check_layers(unittest.TestCase):
         code, out = run(self.tree({"adapters/runtime/turn.cpp": "#include <sqlite3.h>\n"}))
         self.assertEqual(code, 1)
         self.assertIn("adapters/runtime/turn.cpp:1: <sqlite3.h> is included only in adapters/log", out)
+
+    def refused(self, files):
+        """What check_layers prints of a tree it must fail."""
+        code, out = run(self.tree(files))
+        self.assertEqual(code, 1, out)
+        return out
+
+    def test_an_include_above_inside_a_folder_is_named(self):
+        out = self.refused({"core/base.cpp": '#include "core/base.hpp"\n#include "core/json.hpp"\n#include "error.hpp"\n'})
+        self.assertIn("core/base.cpp:2: includes core/json.hpp: json is above base in core/", out)
+        self.assertIn("core/base.cpp:3: includes core/error.hpp: error is above base in core/", out)
+
+    def test_an_include_beside_inside_a_folder_is_named(self):
+        self.assertIn("core/error.cpp:2: includes core/json.hpp: json is beside error in core/",
+                      self.refused({"core/error.cpp": '#include "core/error.hpp"\n#include "core/json.hpp"\n'}))
+
+    def test_a_file_missing_from_its_folders_picture_is_named(self):
+        self.assertIn("core/extra.hpp: extra is not in docs/architecture.md's layers of core/",
+                      self.refused({"core/extra.hpp": '#pragma once\n#include "core/base.hpp"\n'}))
+
+    def test_a_name_without_a_file_in_a_folders_picture_is_named(self):
+        self.assertIn("docs/architecture.md's layers of core/ name gone, which has no source file there",
+                      self.refused({"docs/architecture.md": ARCHITECTURE.replace("json | error\n", "json | error | gone\n")}))
 
     def test_this_repository_passes(self):
         code, out = run(ROOT)

@@ -1,4 +1,4 @@
-// Qwen3-Omni's audio tower (qwen3-omni-thinker.md §6.2, §6.3): 100-frame chunks through three
+// Qwen3-Omni's audio tower (transformers' Qwen3OmniMoeAudioEncoder): 100-frame chunks through three
 // stride-2 convolutions, sinusoidal positions per chunk, encoder layers with windowed attention
 // (n_window_infer mel frames per window), and the output projection to the text width.
 // Engine-internal (ATen): only engine/clef/model .cpp files include it.
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/clef/model/audio_features.hpp"
+#include "engine/clef/model/release.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {

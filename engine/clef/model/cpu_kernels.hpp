@@ -61,7 +61,7 @@ void rms_norm_rope_cpu(at::Tensor& x, const at::Tensor& weight, double eps, cons
 // (an expert of a few rows spent as long in its ~13 ATen operations' allocations and dispatch
 // as in arithmetic). Threads take work items of whole experts, or of at most `chunk_rows` rows
 // (a multiple of 256) of one, the biggest first; the results are the same bit for bit either
-// way, so the choice is the machine's (thinker::calibrate_experts). Then per token, in ascending
+// way, so the choice is the machine's (expert_plan::calibrate_experts). Then per token, in ascending
 // expert order, out += down · weight, rounded to the dtype wherever the reference's separate
 // operations round (as sum_in_expert_order). b [N, hidden] fp32 or bf16; experts [N, top_k]
 // int64 (distinct per token); weights [N, top_k] of b's dtype; gate_up[e] packs [2·inter, hidden]

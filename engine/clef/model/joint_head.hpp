@@ -1,8 +1,10 @@
-// The joint schema head (clef-engine.md §3.6), one record at a time, as the reference runs it.
+// The joint schema head of Cloudflare's reference joint_schema_model.py, one record at a time, as
+// the reference runs it.
 #pragma once
 
 #include <vector>
 
+#include "engine/clef/model/release.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {

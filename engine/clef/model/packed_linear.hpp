@@ -3,7 +3,7 @@
 // at 512 tokens, docs/performance.md). Only in builds with oneDNN (onednn_built()).
 // Or, in fp32, the weight as it is multiplied by the process's BLAS (libtorch's own on Debian):
 // where that BLAS beats oneDNN's kernels (OpenBLAS against oneDNN 2.6 on an AVX2-only CPU: 2x),
-// the engine measures it at load and takes it (thinker::choose_matmuls), and no packed copy is made.
+// the engine measures it at load and takes it (expert_plan::choose_matmuls), and no packed copy is made.
 // Or, in fp32, packed once into blocks of 32 outputs for libxsmm's batch-reduce GEMM kernels,
 // generated for the CPU at run time: OpenBLAS's speed without its per-call packing of the weight
 // (64 rows on an AVX2-only EPYC: 170 against 145 GFLOP/s). Also measured at load.

@@ -1,10 +1,11 @@
-// The prefix cache (issue 19): records already run keep their keys and values in every layer and
-// their final hidden states (thinker.hpp's prefix_state), and a later record that starts with the
-// same tokens, in the same scope and with the same media, reuses them for its longest shared run
-// of whole blocks. Keyed by content, not by session: a session's next turn, new questions about
-// the same state and a fallback to the same engine all hit. As vLLM's automatic prefix caching,
-// blocks are chained hashes (a block's hash covers every token before it); a match is confirmed
-// token by token, so a hash collision only misses. LRU by bytes; an entry in use is pinned.
+// The prefix cache (docs/prefix-cache.md): records already run keep their keys and values in
+// every layer and their final hidden states (thinker.hpp's prefix_state), and a later record that
+// starts with the same tokens, in the same scope and with the same media, reuses them for its
+// longest shared run of whole blocks. Keyed by content, not by session: a session's next turn, new
+// questions about the same state and a fallback to the same engine all hit. As vLLM's automatic
+// prefix caching, blocks are chained hashes (a block's hash covers every token before it); a match
+// is confirmed token by token, so a hash collision only misses. LRU by bytes; an entry in use is
+// pinned.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/model_types.hpp"
 #include "engine/clef/model/thinker.hpp"
 
 namespace baton::clef::detail {

@@ -1,6 +1,6 @@
-// Qwen3-Omni's multimodal rotary positions (qwen3-omni-thinker.md §4): three position ids (time,
-// height, width) per token, from the prompt's media blocks. A port of transformers v4.57.6
-// get_rope_index for one unpadded sequence, including its audio-in-video interleaving.
+// Qwen3-Omni's multimodal rotary positions: three position ids (time, height, width) per token,
+// from the prompt's media blocks. A port of transformers v4.57.6 get_rope_index for one unpadded
+// sequence, including its audio-in-video interleaving.
 // This header is torch-free so that the rest of baton compiles without ATen.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/model_types.hpp"
 #include "engine/clef/model/release.hpp"
 
 namespace baton::clef {

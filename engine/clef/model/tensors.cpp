@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -99,6 +101,13 @@ at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device d
   at::Tensor t = view_tensor(v);
   if (t.scalar_type() == type && device.is_cpu()) return t;
   return t.to(device, type);
+}
+
+void release_pages(const tensor_view& v) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(v.data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(v.data) + v.bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void widen_int8_to_f32(

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <vector>
 
-#include "engine/clef/model/model.hpp"
+#include "engine/clef/model/model_types.hpp"
 #include "engine/clef/model/safetensors.hpp"
 
 namespace baton::clef::detail {
@@ -22,6 +22,10 @@ at::Tensor view_tensor(const tensor_view& v);
 
 // The weight in `type` on `device`: the mapping itself when nothing needs converting.
 at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device);
+
+// Hands the whole pages inside a mapped tensor back to the kernel: for a weight packed at load,
+// whose mapping is read once to pack it and would otherwise count as resident.
+void release_pages(const tensor_view& v);
 
 // The int8 tensor `q` as `type` (exact for bf16 and fp32), for one matmul: on the CPU it lives in
 // a buffer of the calling thread that the thread's next call overwrites (experts run side by side,

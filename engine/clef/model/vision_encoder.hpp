@@ -1,11 +1,12 @@
-// Qwen3-Omni's vision tower (qwen3-omni-thinker.md §5.3): Conv3d patch embedding, the learned
-// position table interpolated to the grid, 2-D rotary attention blocks confined to each frame
-// pair, the 2 x 2 merger, and the deepstack mergers fed by intermediate blocks (§5.4).
+// Qwen3-Omni's vision tower (transformers' Qwen3OmniMoeVisionEncoder): Conv3d patch embedding,
+// the learned position table interpolated to the grid, 2-D rotary attention blocks confined to
+// each frame pair, the 2 x 2 merger, and the deepstack mergers fed by intermediate blocks.
 // Engine-internal (ATen): only engine/clef/model .cpp files include it.
 #pragma once
 
 #include <vector>
 
+#include "engine/clef/model/release.hpp"
 #include "engine/clef/model/tensors.hpp"
 #include "engine/clef/model/vision_preprocess.hpp"
 
