@@ -161,117 +161,141 @@ void escalation_sync::take_in_named(const std::string& lines) {
   take_in(view, started);
 }
 
-void escalation_sync::take_in(const log_view& view, std::uint64_t started) {
-  const std::shared_ptr<const routing_snapshot> routing = desk_.routing();
+// One take_in: what the log's view says, against what this desk holds, and what is to be done once
+// the book's lock is released.
+struct escalation_sync::intake {
+  const log_view& view;
+  std::uint64_t started;  // begin_read() before the reads: what this desk settled since wins
+  const routing_snapshot& routing;
+  std::set<std::string> pending_in_log, waiting_in_log;
   std::vector<waiting_resolution> to_deliver;
   std::vector<std::pair<std::shared_ptr<agent_connection>, std::string>> tool_results;
-  std::vector<std::string> gone;
+  std::vector<std::string> gone;  // resolved and acknowledged elsewhere: their `resolved` frames
+
+  // Whether the view holds all there is of a session's escalations.
+  bool whole(const std::string& session) const {
+    return view.whole == log_view::scope::all || (view.whole == log_view::scope::session && session == view.session);
+  }
+};
+
+bool escalation_sync::settled_since_locked(const std::string& id, std::uint64_t started) const {
+  const auto it = settled_here_.find(id);
+  return it != settled_here_.end() && it->second >= started;
+}
+
+std::string escalation_sync::resolved_frame(const routing_snapshot& routing, const pending_escalation& p,
+                                            const log::resolution_record& res) {
+  const auto object = resolution_object_of(routing, res, p.escalation.row);
+  return protocol::render(protocol::resolved_frame{protocol::escalation_view(p.escalation.row, p.escalation.evidence, object)});
+}
+
+void escalation_sync::take_in(const log_view& view, std::uint64_t started) {
+  const std::shared_ptr<const routing_snapshot> routing = desk_.routing();
+  intake in{view, started, *routing, {}, {}, {}, {}, {}};
   {
     std::lock_guard lock(book_.mutex);
-    // What this desk settled after the reads began is newer than what they say.
-    const auto settled = [&](const std::string& id) {
-      const auto it = settled_here_.find(id);
-      return it != settled_here_.end() && it->second >= started;
-    };
-    // Whether the view holds all there is of a session's escalations.
-    const auto whole = [&](const std::string& session) {
-      return view.whole == log_view::scope::all || (view.whole == log_view::scope::session && session == view.session);
-    };
-    const auto resolved_frame = [&](const pending_escalation& p, const log::resolution_record& res) {
-      const auto object = resolution_object_of(*routing, res, p.escalation.row);
-      return protocol::render(protocol::resolved_frame{
-          protocol::escalation_view(p.escalation.row, p.escalation.evidence, object)});
-    };
-    std::set<std::string> pending_in_log, waiting_in_log;
-    for (const log::escalation_row& row : view.pending) {
-      const std::string& id = row.escalation.id;
-      pending_in_log.insert(id);
-      if (book_.pending.contains(id) || settled(id)) continue;
-      // Raised on another instance: shown here, its deadline armed here too (the database takes
-      // one resolution, whichever desk writes first).
-      auto owned = std::make_unique<pending_escalation>();
-      owned->escalation = read_back(*routing, row);
-      // Its own instance, when alive, resolves it at the deadline; the others 2 s later, if it did not.
-      desk_.arm_locked(*owned, std::chrono::seconds(2));
-      book_.broadcast_locked(protocol::render(
-          protocol::escalation_frame{protocol::escalation_view(owned->escalation.row, owned->escalation.evidence)}));
-      book_.add_pending_locked(std::move(owned));
-    }
-    for (const log::escalation_history& h : view.unacknowledged) {
-      const log::resolution_record& res = *h.resolution;
-      waiting_in_log.insert(res.id);
-      if (const auto it = book_.pending.find(res.escalation); it != book_.pending.end()) {
-        // Resolved on another instance. One this desk is writing a resolution for gets
-        // DUPLICATE_ROW, and the desk's finish settles it.
-        if (it->second->resolving) continue;
-        book_.broadcast_locked(resolved_frame(*it->second, res));
-        book_.remove_pending_locked(it);
-      }
-      std::string tool_result = logged_tool_result(h.tool_run);
-      if (h.tool_run) delivery_.remember_reported_locked(h.row.escalation.decision);  // reported, or run, on any instance
-      auto w = book_.waiting.find(res.id);
-      if (w == book_.waiting.end()) {
-        if (settled(res.id)) continue;  // acknowledged here since
-        waiting_resolution made = resolution_delivery::waiting_for(
-            *routing, res, h.row.escalation, resolution_object_of(*routing, res, h.row.escalation));
-        made.tool_result = std::move(tool_result);
-        to_deliver.push_back(book_.waiting.emplace(res.id, std::move(made)).first->second);
-      } else if (w->second.tool_result.empty() && !tool_result.empty()) {
-        // The tool another instance ran for it has run: a session connected here hears of it.
-        w->second.tool_result = tool_result;
-        if (auto conn = book_.connection_locked(w->second.session)) tool_results.emplace_back(std::move(conn), std::move(tool_result));
-      }
-    }
-    // Resolved and acknowledged elsewhere before this desk heard of the resolution.
-    for (const log::escalation_history& h : view.settled) {
-      if (const auto it = book_.pending.find(h.row.escalation.id); it != book_.pending.end() && !it->second->resolving) {
-        book_.broadcast_locked(resolved_frame(*it->second, *h.resolution));
-        book_.remove_pending_locked(it);
-      }
-    }
-    // Acknowledged on another instance: named, or missing from a whole view.
-    const auto drop_waiting = [&](std::map<std::string, waiting_resolution>::iterator it) {
-      const std::string session = it->second.session;
-      auto next = book_.waiting.erase(it);
-      book_.forget_if_done_locked(session);
-      return next;
-    };
-    for (const std::string& id : view.acknowledged) {
-      if (const auto it = book_.waiting.find(id); it != book_.waiting.end() && !it->second.acknowledged && !settled(id)) {
-        drop_waiting(it);
-      }
-    }
-    for (auto it = book_.waiting.begin(); it != book_.waiting.end();) {
-      if (!whole(it->second.session) || waiting_in_log.contains(it->first) || it->second.acknowledged ||
-          settled(it->first)) {
-        ++it;
-      } else {
-        it = drop_waiting(it);
-      }
-    }
-    // Resolved and acknowledged on another instance between two reads.
-    for (auto it = book_.pending.begin(); it != book_.pending.end();) {
-      const auto next = std::next(it);
-      if (whole(it->second->escalation.row.session) && !pending_in_log.contains(it->first) && !it->second->resolving &&
-          !settled(it->first)) {
-        gone.push_back(it->first);
-        book_.remove_pending_locked(it);
-      }
-      it = next;
-    }
+    take_in_pending_locked(in);
+    take_in_resolutions_locked(in);
+    take_in_acknowledgements_locked(in);
     // Reads are one at a time: what was settled before this one began, no later read can undo.
     std::erase_if(settled_here_, [&](const auto& s) { return s.second < started; });
   }
-  for (const waiting_resolution& w : to_deliver) delivery_.deliver(w);
-  for (auto& [conn, frame] : tool_results) {
+  for (const waiting_resolution& w : in.to_deliver) delivery_.deliver(w);
+  for (auto& [conn, frame] : in.tool_results) {
     boost::asio::post(conn->strand(), [conn, frame = std::move(frame)]() mutable { conn->send(std::move(frame)); });
   }
-  for (const std::string& id : gone) {
+  for (const std::string& id : in.gone) {
     auto found = reader_.escalation(id);
     if (!found || !*found || !(*found)->resolution) continue;
     const std::string frame = protocol::render(protocol::resolved_frame{history_object(*routing, **found)});
     std::lock_guard lock(book_.mutex);
     book_.broadcast_locked(frame);
+  }
+}
+
+void escalation_sync::take_in_pending_locked(intake& in) {
+  for (const log::escalation_row& row : in.view.pending) {
+    const std::string& id = row.escalation.id;
+    in.pending_in_log.insert(id);
+    if (book_.pending.contains(id) || settled_since_locked(id, in.started)) continue;
+    // Raised on another instance: shown here, its deadline armed here too (the database takes
+    // one resolution, whichever desk writes first).
+    auto owned = std::make_unique<pending_escalation>();
+    owned->escalation = read_back(in.routing, row);
+    // Its own instance, when alive, resolves it at the deadline; the others 2 s later, if it did not.
+    desk_.arm_locked(*owned, std::chrono::seconds(2));
+    book_.broadcast_locked(protocol::render(
+        protocol::escalation_frame{protocol::escalation_view(owned->escalation.row, owned->escalation.evidence)}));
+    book_.add_pending_locked(std::move(owned));
+  }
+}
+
+void escalation_sync::take_in_resolutions_locked(intake& in) {
+  for (const log::escalation_history& h : in.view.unacknowledged) {
+    const log::resolution_record& res = *h.resolution;
+    in.waiting_in_log.insert(res.id);
+    if (const auto it = book_.pending.find(res.escalation); it != book_.pending.end()) {
+      // Resolved on another instance. One this desk is writing a resolution for gets
+      // DUPLICATE_ROW, and the desk's finish settles it.
+      if (it->second->resolving) continue;
+      book_.broadcast_locked(resolved_frame(in.routing, *it->second, res));
+      book_.remove_pending_locked(it);
+    }
+    std::string tool_result = logged_tool_result(h.tool_run);
+    if (h.tool_run) delivery_.remember_reported_locked(h.row.escalation.decision);  // reported, or run, on any instance
+    auto w = book_.waiting.find(res.id);
+    if (w == book_.waiting.end()) {
+      if (settled_since_locked(res.id, in.started)) continue;  // acknowledged here since
+      waiting_resolution made = resolution_delivery::waiting_for(in.routing, res, h.row.escalation,
+                                                                 resolution_object_of(in.routing, res, h.row.escalation));
+      made.tool_result = std::move(tool_result);
+      in.to_deliver.push_back(book_.waiting.emplace(res.id, std::move(made)).first->second);
+    } else if (w->second.tool_result.empty() && !tool_result.empty()) {
+      // The tool another instance ran for it has run: a session connected here hears of it.
+      w->second.tool_result = tool_result;
+      if (auto conn = book_.connection_locked(w->second.session)) in.tool_results.emplace_back(std::move(conn), std::move(tool_result));
+    }
+  }
+  // Resolved and acknowledged elsewhere before this desk heard of the resolution.
+  for (const log::escalation_history& h : in.view.settled) {
+    if (const auto it = book_.pending.find(h.row.escalation.id); it != book_.pending.end() && !it->second->resolving) {
+      book_.broadcast_locked(resolved_frame(in.routing, *it->second, *h.resolution));
+      book_.remove_pending_locked(it);
+    }
+  }
+}
+
+void escalation_sync::take_in_acknowledgements_locked(intake& in) {
+  // Acknowledged on another instance: named, or missing from a whole view.
+  const auto drop_waiting = [&](std::map<std::string, waiting_resolution>::iterator it) {
+    const std::string session = it->second.session;
+    auto next = book_.waiting.erase(it);
+    book_.forget_if_done_locked(session);
+    return next;
+  };
+  for (const std::string& id : in.view.acknowledged) {
+    if (const auto it = book_.waiting.find(id);
+        it != book_.waiting.end() && !it->second.acknowledged && !settled_since_locked(id, in.started)) {
+      drop_waiting(it);
+    }
+  }
+  for (auto it = book_.waiting.begin(); it != book_.waiting.end();) {
+    if (!in.whole(it->second.session) || in.waiting_in_log.contains(it->first) || it->second.acknowledged ||
+        settled_since_locked(it->first, in.started)) {
+      ++it;
+    } else {
+      it = drop_waiting(it);
+    }
+  }
+  // Resolved and acknowledged on another instance between two reads.
+  for (auto it = book_.pending.begin(); it != book_.pending.end();) {
+    const auto next = std::next(it);
+    if (in.whole(it->second->escalation.row.session) && !in.pending_in_log.contains(it->first) && !it->second->resolving &&
+        !settled_since_locked(it->first, in.started)) {
+      in.gone.push_back(it->first);
+      book_.remove_pending_locked(it);
+    }
+    it = next;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "adapters/runtime/escalation_book.hpp"
+#include "adapters/runtime/routing.hpp"
 
 namespace baton {
 
@@ -65,6 +66,17 @@ class escalation_sync {
   // their session is connected here) and acknowledgements. `started`: begin_read() before the
   // reads; what this desk settled since wins.
   void take_in(const log_view& view, std::uint64_t started);
+  // Its steps, with the book's lock held: escalations raised elsewhere; resolutions made
+  // elsewhere (delivered here when their session is connected here); acknowledgements, and what
+  // a whole view no longer holds.
+  struct intake;
+  void take_in_pending_locked(intake& in);
+  void take_in_resolutions_locked(intake& in);
+  void take_in_acknowledgements_locked(intake& in);
+  // Whether this desk settled `id` after the reads that began at `started`: then it knows better.
+  bool settled_since_locked(const std::string& id, std::uint64_t started) const;
+  static std::string resolved_frame(const routing_snapshot& routing, const pending_escalation& p,
+                                    const log::resolution_record& res);
   std::uint64_t begin_read();
   void catch_up_later();  // from the change feed's thread: catch_up() on an I/O thread, coalesced
   // A notification's lines ("e ID", "v ID ESCALATION", "d RESOLUTION"): reads what they name

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <optional>
 
-#include "adapters/test_certificates.hpp"
 #include "core/http_client.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/test_certificates.hpp"
 
 namespace baton::http_client {
 namespace {
