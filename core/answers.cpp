@@ -1,5 +1,7 @@
 #include "core/answers.hpp"
 
+#include "core/error_codes.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -69,7 +71,7 @@ std::vector<double> softmax(std::span<const float> logits) {
 
 result<response> make_response(const request& req, const decision& d, confidence_metric metric,
                                 std::string model) {
-  auto failed = [](std::string why) { return make_error(500, "INFERENCE_FAILED", std::move(why)); };
+  auto failed = [](std::string why) { return make_error(500, codes::inference_failed, std::move(why)); };
   if (d.probabilities.size() != req.questions.size())
     return failed("the engine answered " + std::to_string(d.probabilities.size()) + " questions of " +
                   std::to_string(req.questions.size()));
@@ -342,7 +344,7 @@ result<response> response_from_json(const json& body) {
   response r;
   response_reader reader;
   if (!reader.read(body, r))
-    return make_error(502, "BAD_UPSTREAM_RESPONSE", "not a SystemOne response: " + reader.problem);
+    return make_error(502, codes::bad_upstream_response, "not a SystemOne response: " + reader.problem);
   return r;
 }
 

@@ -1,5 +1,7 @@
 #include "core/error.hpp"
 
+#include "core/error_codes.hpp"
+
 namespace baton {
 
 std::string issues_message(const std::vector<issue>& detail) {
@@ -70,7 +72,7 @@ result<error> error_from_json(const json& body, int status) {
   // T and E are both `error` here, so each return says which one it is.
   auto bad = [](std::string what) {
     return result<error>(boost::system::in_place_error,
-                         make_error(502, "BAD_UPSTREAM_RESPONSE", "error body: " + std::move(what)));
+                         make_error(502, codes::bad_upstream_response, "error body: " + std::move(what)));
   };
   if (!body.is_object()) return bad("not an object");
   const auto msg = body.find("error");

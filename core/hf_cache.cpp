@@ -1,5 +1,7 @@
 #include "core/hf_cache.hpp"
 
+#include "core/error_codes.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -110,7 +112,7 @@ result<fs::path> find_snapshot(const fs::path& root, const model_ref& ref) {
   const std::string pull = "; `baton pull " + ref.repo + (ref.revision == "main" ? "" : " --revision " + ref.revision) +
                            "` downloads it";
   if (!fs::is_directory(repo, ec)) {
-    return make_error(404, "MODEL_NOT_CACHED", ref.repo + " is not in the model cache " + root.string() + pull);
+    return make_error(404, codes::model_not_cached, ref.repo + " is not in the model cache " + root.string() + pull);
   }
   std::string commit;
   if (const auto file = ref_file(repo, ref.revision); file && fs::is_regular_file(*file, ec)) {
@@ -121,7 +123,7 @@ result<fs::path> find_snapshot(const fs::path& root, const model_ref& ref) {
   if (!commit.empty() && commit.find('/') == std::string::npos && fs::is_directory(repo / "snapshots" / commit, ec)) {
     return repo / "snapshots" / commit;
   }
-  return make_error(404, "MODEL_NOT_CACHED",
+  return make_error(404, codes::model_not_cached,
                     ref.repo + " has no snapshot of revision " + ref.revision + " in " + repo.string() + pull);
 }
 

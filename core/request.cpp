@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/error_codes.hpp"
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
 
@@ -277,9 +278,9 @@ struct validator {
   std::optional<error> refusal() {
     if (!issues.empty()) {
       for (issue& i : too_large) issues.push_back(std::move(i));
-      return make_error(422, "INVALID_REQUEST", std::move(issues));
+      return make_error(422, codes::invalid_request, std::move(issues));
     }
-    if (!too_large.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(too_large));
+    if (!too_large.empty()) return make_error(413, codes::request_too_large, std::move(too_large));
     return std::nullopt;
   }
 
@@ -486,7 +487,7 @@ void append_instruction_text(const question& q, std::string& out) {
 }
 
 error body_too_large(std::size_t bytes, const request_limits& limits) {
-  return make_error(413, "REQUEST_TOO_LARGE",
+  return make_error(413, codes::request_too_large,
                     "request body is " + std::to_string(bytes) + " bytes; the limit is " +
                         std::to_string(limits.max_body_bytes));
 }
@@ -508,27 +509,27 @@ std::optional<error> parse_body(std::string_view body, const request_limits& lim
   if (parse_json(body, doc, err, json_parse_options{limits.max_json_depth})) return std::nullopt;
   // A value that is not an object (1e999, "\ud800") is refused as that first, as a readable one is.
   if (err.what != json_parse_error::kind::syntax && !opens_object(body)) {
-    return make_error(400, "INVALID_JSON", "request body must be a JSON object");
+    return make_error(400, codes::invalid_json, "request body must be a JSON object");
   }
   json loc = json::array({"body"});
   for (const json& p : err.path) loc.push_back(p);
   switch (err.what) {
     case json_parse_error::kind::syntax:
-      return make_error(400, "INVALID_JSON",
+      return make_error(400, codes::invalid_json,
                         "request body is not valid JSON: " + err.message + " at byte " + std::to_string(err.byte));
     case json_parse_error::kind::unicode:
-      return make_error(422, "INVALID_REQUEST",
+      return make_error(422, codes::invalid_request,
                         {simple_issue(loc, "string_unicode", "Input should be a valid string: " + err.message)});
     case json_parse_error::kind::too_deep:
-      return make_error(422, "INVALID_REQUEST",
+      return make_error(422, codes::invalid_request,
                         {simple_issue(loc, "json_too_deep", err.message, json{{"max_depth", limits.max_json_depth}})});
     case json_parse_error::kind::non_finite:
-      return make_error(422, "INVALID_REQUEST",
+      return make_error(422, codes::invalid_request,
                         {simple_issue(loc, "finite_number", "Input should be a finite number")});
     case json_parse_error::kind::long_integer:
-      return make_error(422, "INVALID_REQUEST", {simple_issue(loc, "int_too_long", err.message)});
+      return make_error(422, codes::invalid_request, {simple_issue(loc, "int_too_long", err.message)});
   }
-  return make_error(400, "INVALID_JSON", "request body is not valid JSON");
+  return make_error(400, codes::invalid_json, "request body is not valid JSON");
 }
 
 }  // namespace
@@ -549,7 +550,7 @@ result<request> parse_request_line(std::string_view body, const request_limits& 
   if (auto id = doc.find("id"); id != doc.end()) meta.id = *id;
   if (auto m = doc.find("max_length"); m != doc.end() && !m->is_null()) {
     if (!m->is_number_unsigned() || m->get<std::uint64_t>() == 0) {
-      return make_error(422, "INVALID_REQUEST",
+      return make_error(422, codes::invalid_request,
                         {simple_issue(json::array({"max_length"}), "greater_than",
                                       "Input should be a positive integer", json{{"gt", 0}})});
     }
@@ -559,7 +560,7 @@ result<request> parse_request_line(std::string_view body, const request_limits& 
 }
 
 result<request> request_from_json(json&& body, const request_limits& limits, std::string_view model_id) {
-  if (!body.is_object()) return make_error(400, "INVALID_JSON", "request body must be a JSON object");
+  if (!body.is_object()) return make_error(400, codes::invalid_json, "request body must be a JSON object");
   validator v{limits, {}, {}};
   request r;
 
@@ -619,7 +620,7 @@ result<request> request_from_json(json&& body, const request_limits& limits, std
                                  std::to_string(limits.max_total_options) + ")",
                              json{{"options", total}, {"max_options", limits.max_total_options}});
       if (!model_id.empty()) i.ctx["model"] = model_id;
-      return make_error(422, "TOO_MANY_OPTIONS", {std::move(i)});
+      return make_error(422, codes::too_many_options, {std::move(i)});
     }
   }
   return r;

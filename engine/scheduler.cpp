@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -25,15 +26,15 @@ scheduler::~scheduler() { stop(); }
 
 result<void> scheduler::submit(request&& req, callback done, time_point deadline) {
   std::unique_lock lock(mutex_);
-  if (stopping_) return make_error(503, "SHUTTING_DOWN", "the server is shutting down");
+  if (stopping_) return make_error(503, codes::shutting_down, "the server is shutting down");
   if (queue_.size() >= options_.queue_capacity) {
-    return make_error(503, "OVERLOADED", "the engine queue is full (" + std::to_string(options_.queue_capacity) +
+    return make_error(503, codes::overloaded, "the engine queue is full (" + std::to_string(options_.queue_capacity) +
                                              " requests); retry later");
   }
   if (deadline != time_point::max()) {
     const double wait_ms = double(queue_.size()) * ms_per_request_;
     if (std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(wait_ms) > deadline) {
-      return make_error(503, "OVERLOADED", "the engine queue holds about " + std::to_string(static_cast<long>(wait_ms)) +
+      return make_error(503, codes::overloaded, "the engine queue holds about " + std::to_string(static_cast<long>(wait_ms)) +
                                                " ms of work, more than the request may wait; retry later");
     }
   }
@@ -77,7 +78,7 @@ void scheduler::work() {
     for (job& j : expired) {
       const double waited = ms_since(j.queued_at);
       j.done(scheduled_result{std::move(j.req),
-                              make_error(504, "DEADLINE_EXCEEDED",
+                              make_error(504, codes::deadline_exceeded,
                                          "the request waited " + std::to_string(static_cast<long>(waited)) +
                                              " ms for the engine, past its deadline"),
                               waited, 0, 0});
@@ -109,8 +110,8 @@ void scheduler::work() {
       scheduled_result r{std::move(batch[i]),
                          i < out.size() ? std::move(out[i])
                          : !thrown.empty()
-                             ? result<decision>(make_error(500, "INFERENCE_FAILED", "the engine failed: " + thrown))
-                             : result<decision>(make_error(500, "INFERENCE_FAILED",
+                             ? result<decision>(make_error(500, codes::inference_failed, "the engine failed: " + thrown))
+                             : result<decision>(make_error(500, codes::inference_failed,
                                                            "the engine answered fewer requests than asked")),
                          ms_between(jobs[i].queued_at, start), ms_between(start, end), jobs.size()};
       jobs[i].done(std::move(r));

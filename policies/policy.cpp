@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "core/error_codes.hpp"
 #include "core/sha256.hpp"
 #include "tools/arguments.hpp"
 #include "tools/yaml.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 using namespace tools::yaml;
 
-constexpr const char* invalid = "INVALID_POLICY";
+constexpr const char* invalid = codes::invalid_policy;
 
 double read_number(const YAML::Node& v, const std::string& what) {
   const json n = to_json(v, what);

@@ -22,6 +22,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/error_codes.hpp"
 #include "tools/executor_kinds.hpp"
 
 namespace baton::tools::detail {
@@ -240,19 +241,19 @@ class command_run : public std::enable_shared_from_this<command_run> {
     tool_outcome o;
     o.attempts = 1;
     if (stop_ == stop_reason::too_large) {
-      o.error_code = "EXECUTOR_OUTPUT_TOO_LARGE";
+      o.error_code = codes::executor_output_too_large;
       o.detail = "stdout went over " + std::to_string(config_->max_output_bytes) + " bytes; the command was killed";
     } else if (stop_ == stop_reason::timeout) {
-      o.error_code = "EXECUTOR_TIMEOUT";
+      o.error_code = codes::executor_timeout;
       o.detail = "no answer within " + std::to_string(config_->timeout.count()) + " ms; the command was killed";
     } else if (wait_errno_) {
-      o.error_code = "EXECUTOR_EXIT_STATUS";
+      o.error_code = codes::executor_exit_status;
       o.detail = "the exit status was lost: " + errno_text(wait_errno_);
     } else if (WIFEXITED(status_) && WEXITSTATUS(status_) == 0) {
       o.ok = true;
       o.output = output_from_text(out_);
     } else {
-      o.error_code = "EXECUTOR_EXIT_STATUS";
+      o.error_code = codes::executor_exit_status;
       o.detail = failure_detail();
     }
     finish(std::move(o));
@@ -279,7 +280,7 @@ class command_run : public std::enable_shared_from_this<command_run> {
   void spawn_failed(std::string detail) {
     tool_outcome o;
     o.attempts = 1;
-    o.error_code = "EXECUTOR_SPAWN_FAILED";
+    o.error_code = codes::executor_spawn_failed;
     o.detail = std::move(detail);
     finish(std::move(o));
   }
@@ -360,7 +361,7 @@ std::unique_ptr<executor> make_command_executor(const json& config, net::any_io_
     }
   }
   if (c->argv.empty() || c->argv[0].empty()) {
-    return make_failing_executor("command", "EXECUTOR_SPAWN_FAILED", "the executor has no argv", std::move(io));
+    return make_failing_executor("command", codes::executor_spawn_failed, "the executor has no argv", std::move(io));
   }
   c->timeout = timeout_of(config, limits);
   c->max_output_bytes = limits.max_output_bytes;

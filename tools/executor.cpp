@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "core/error_codes.hpp"
 #include "tools/executor_kinds.hpp"
 
 namespace baton::tools {
@@ -36,11 +37,11 @@ std::unique_ptr<executor> make_executor(const tool& t, boost::asio::any_io_execu
   if (type == "http") return detail::make_http_executor(t.executor, std::move(io), limits);
   if (type == "command") return detail::make_command_executor(t.executor, std::move(io), limits);
   if (type != "agent") {
-    return detail::make_failing_executor(type, "EXECUTOR_NOT_RUNNABLE", "unknown executor type `" + type + "`",
+    return detail::make_failing_executor(type, codes::executor_not_runnable, "unknown executor type `" + type + "`",
                                          std::move(io));
   }
   tool_outcome o;
-  o.error_code = "EXECUTOR_NOT_RUNNABLE";
+  o.error_code = codes::executor_not_runnable;
   o.detail = "tool `" + t.id + "` is run by the agent, which answers with tool_result; baton does not run it";
   return std::make_unique<failing_executor>("agent", true, std::move(o), std::move(io));
 }

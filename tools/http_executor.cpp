@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "core/error_codes.hpp"
 #include "core/http_client.hpp"
 #include "core/http_url.hpp"
 #include "tools/executor_kinds.hpp"
@@ -32,26 +33,26 @@ struct attempt_failure {
 };
 
 attempt_failure timed_out(const http_config& c) {
-  return {"EXECUTOR_TIMEOUT", "no answer within " + std::to_string(c.timeout.count()) + " ms", true};
+  return {codes::executor_timeout, "no answer within " + std::to_string(c.timeout.count()) + " ms", true};
 }
 
 attempt_failure failure_of(const http_config& c, const http_client::failure& f) {
   using http_client::step;
   if (f.why == http_client::fault::timeout) return timed_out(c);
   switch (f.at) {
-    case step::resolve: return {"EXECUTOR_UNREACHABLE", "cannot resolve " + c.url.host + ": " + f.detail, true};
+    case step::resolve: return {codes::executor_unreachable, "cannot resolve " + c.url.host + ": " + f.detail, true};
     case step::connect:
-    case step::handshake: return {"EXECUTOR_UNREACHABLE", "cannot connect to " + c.url.host_header + ": " + f.detail, true};
+    case step::handshake: return {codes::executor_unreachable, "cannot connect to " + c.url.host_header + ": " + f.detail, true};
     // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
     case step::write:
-      return {"EXECUTOR_UNREACHABLE", "the connection failed while sending the request: " + f.detail, false};
+      return {codes::executor_unreachable, "the connection failed while sending the request: " + f.detail, false};
     case step::read_header:
     case step::read_body: break;
   }
   if (f.why == http_client::fault::too_large) {
-    return {"EXECUTOR_OUTPUT_TOO_LARGE", "the response body is over " + std::to_string(c.max_output_bytes) + " bytes", false};
+    return {codes::executor_output_too_large, "the response body is over " + std::to_string(c.max_output_bytes) + " bytes", false};
   }
-  return {"EXECUTOR_UNREACHABLE", "the connection failed while reading the response: " + f.detail, false};
+  return {codes::executor_unreachable, "the connection failed while reading the response: " + f.detail, false};
 }
 
 // One attempt on a new connection, within the attempt's deadline: the outcome's output, or how
@@ -78,7 +79,7 @@ net::awaitable<std::optional<attempt_failure>> attempt(const http_config& c, con
     detail += ": " + replace_invalid_utf8(std::string_view(response->body()).substr(0, excerpt));
     if (response->body().size() > excerpt) detail += "…";
   }
-  co_return attempt_failure{"EXECUTOR_HTTP_STATUS", std::move(detail), status >= 500};
+  co_return attempt_failure{codes::executor_http_status, std::move(detail), status >= 500};
 }
 
 // One call, its attempts and the backoff between them. It owns what it needs (the config, the
@@ -126,7 +127,7 @@ class http_executor final : public executor {
                     if (e) {
                       // Errors are values in post(); an exception (out of memory) still ends the run once.
                       outcome = {};
-                      outcome.error_code = "EXECUTOR_UNREACHABLE";
+                      outcome.error_code = codes::executor_unreachable;
                       outcome.detail = "the call failed unexpectedly";
                       outcome.duration_ms = ms_since(start);
                     }
@@ -148,7 +149,7 @@ std::unique_ptr<executor> make_http_executor(const json& config, net::any_io_exe
   std::string reason;
   auto parsed = parse_http_url(url, reason);
   if (!parsed) {
-    return make_failing_executor("http", "EXECUTOR_UNREACHABLE", "the url `" + url + "` " + reason, std::move(io));
+    return make_failing_executor("http", codes::executor_unreachable, "the url `" + url + "` " + reason, std::move(io));
   }
   c->url = std::move(*parsed);
   c->timeout = timeout_of(config, limits);

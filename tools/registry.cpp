@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/error_codes.hpp"
 #include "core/http_url.hpp"
 #include "core/request.hpp"
 #include "core/sha256.hpp"
@@ -328,7 +329,7 @@ std::string registry::canonical_json() const {
 
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
                                 const request_limits& limits) {
-  return yaml::parse(yaml_text, file_name, "INVALID_REGISTRY", [&](const YAML::Node& root) {
+  return yaml::parse(yaml_text, file_name, codes::invalid_registry, [&](const YAML::Node& root) {
     registry r = read_registry(root, limits);
     r.source.file = file_name;
     return r;
@@ -336,7 +337,7 @@ result<registry> parse_registry(std::string_view yaml_text, std::string_view fil
 }
 
 result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits) {
-  auto text = yaml::read_text(file, "INVALID_REGISTRY");
+  auto text = yaml::read_text(file, codes::invalid_registry);
   if (!text) return text.error();
   return parse_registry(*text, file.string(), limits);
 }

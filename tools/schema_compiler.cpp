@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "core/error_codes.hpp"
 #include "core/sha256.hpp"
 
 namespace baton::tools {
@@ -31,13 +32,13 @@ result<request> compile_questions(const registry& r, const request_limits& limit
   if (extra_questions.is_object()) {
     for (const auto& [id, q] : extra_questions.items()) {
       if (questions.contains(id)) {
-        return make_error(422, "QUESTION_CONFLICT",
+        return make_error(422, codes::question_conflict,
                           "question `" + id + "` is one the registry asks; give extra questions other ids");
       }
       questions[id] = q;
     }
   } else if (!extra_questions.is_null()) {
-    return make_error(422, "INVALID_REQUEST", "questions: extra questions must be an object of id → question");
+    return make_error(422, codes::invalid_request, "questions: extra questions must be an object of id → question");
   }
 
   json body = json::object();
@@ -49,7 +50,7 @@ result<request> compile_questions(const registry& r, const request_limits& limit
 result<request> compile_schema(const registry& r, json history, const request_limits& limits,
                                const json& extra_questions) {
   if (!history.is_array()) {
-    return make_error(422, "INVALID_HISTORY", "the history must be a JSON array of events");
+    return make_error(422, codes::invalid_history, "the history must be a JSON array of events");
   }
   auto req = compile_questions(r, limits, extra_questions);
   if (req) req->state = std::move(history);

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "adapters/cli/exit_codes.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "core/sha256.hpp"
 
@@ -702,7 +703,7 @@ int calibrate_main(std::span<const std::string_view> args, std::ostream& out, st
   auto log = log::log_reader::open(in.db);
   if (!log) {
     err << "baton calibrate: " << log.error().message << "\n";
-    return log.error().code == "NO_LOG" ? exit_no_input : exit_read_failed;
+    return log.error().code == codes::no_log ? exit_no_input : exit_read_failed;
   }
   auto report = calibrate_log(**log, in, options);
   if (!report) {

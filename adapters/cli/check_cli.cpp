@@ -14,6 +14,7 @@
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/runtime/routing.hpp"
 #include "adapters/runtime/server_config.hpp"
+#include "core/error_codes.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/clef/schema_cost.hpp"
 #include "engine/factory/make_engine.hpp"
@@ -137,7 +138,7 @@ result<clef::schema_cost> schema_cost_of(const request& questions, const clef::c
     return encoder ? clef::measure_schema(questions, release_pieces(encoder->text_tokenizer()))
                    : clef::measure_schema(questions, clef::byte_tokenizer());
   } catch (const std::exception& e) {
-    return make_error(500, "INFERENCE_FAILED", e.what());
+    return make_error(500, codes::inference_failed, e.what());
   }
 }
 
@@ -199,7 +200,7 @@ std::variant<report, check_failure> run_check(const std::filesystem::path& file,
   boost::asio::io_context io;
   auto routing = load_routing(c, limits, fallback_limits ? &*fallback_limits : nullptr, io.get_executor());
   if (!routing) {
-    const bool policy = routing.error().code == "INVALID_POLICY";
+    const bool policy = routing.error().code == codes::invalid_policy;
     return check_failure{located(routing.error(), policy ? c.policy : c.registry, c, policy ? "policy" : "registry")};
   }
   r.registry = (*routing)->registry;

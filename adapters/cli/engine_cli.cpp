@@ -14,6 +14,7 @@
 
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
+#include "core/error_codes.hpp"
 #include "core/request.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/factory/engine_settings.hpp"
@@ -184,7 +185,7 @@ void write_dump_line(const json& id, const clef::clef_trace* trace, const respon
   line["ok"] = encoded != nullptr && refusal == nullptr;
   if (encoded == nullptr || refusal != nullptr) {
     line["error"] = refusal ? refusal->message : std::string("not run");
-    line["code"] = refusal ? refusal->code : std::string("INTERNAL");
+    line["code"] = refusal ? refusal->code : std::string(codes::internal);
     render_json(line, out, false);
     out.push_back('\n');
     return;
@@ -275,7 +276,7 @@ class jsonl_decider {
     for (std::size_t s = 0; s < slots_.size(); ++s) {
       // The request's answer, or why it has none: refused when read, by the engine, or by
       // make_response (an engine that broke its contract, 500).
-      result<response> outcome = make_error(500, "INFERENCE_FAILED", "no answer");
+      result<response> outcome = make_error(500, codes::inference_failed, "no answer");
       const clef::clef_trace* trace = nullptr;
       if (const error* refused = std::get_if<error>(&slots_[s])) {
         outcome = *refused;
@@ -340,7 +341,7 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
   std::string line;
   std::size_t size = 0;
   if (!reader.next_nonblank(line, size)) {
-    out << render_error(make_error(400, "INVALID_JSON", "no request: the input is empty")) << '\n';
+    out << render_error(make_error(400, codes::invalid_json, "no request: the input is empty")) << '\n';
     return exit_refused;
   }
 
@@ -590,12 +591,12 @@ int tokenize_main(std::span<const std::string_view> args, std::istream& in, std:
     std::optional<error> refused;
     if (jsonl) {
       if (!parse_json(line, value, parse_error) || !value.is_string()) {
-        refused = make_error(422, "INVALID_TEXT", "the line is not a JSON string");
+        refused = make_error(422, codes::invalid_text, "the line is not a JSON string");
       } else {
         text = value.get_ref<const std::string&>();
       }
     } else if (!valid_utf8(text)) {
-      refused = make_error(422, "INVALID_TEXT", "the line is not valid UTF-8");
+      refused = make_error(422, codes::invalid_text, "the line is not valid UTF-8");
     }
     buffer.clear();
     if (refused) {

@@ -16,6 +16,7 @@
 #include "adapters/cli/cli_args.hpp"
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/hub/hub_client.hpp"
+#include "core/error_codes.hpp"
 #include "core/hf_cache.hpp"
 #include "engine/clef/clef_engine.hpp"
 #include "engine/clef/release_reads.hpp"
@@ -79,13 +80,13 @@ Exit status: 0; 64 usage error.
 )";
 
 int exit_for(const error& e) {
-  if (e.code == "HUB_UNAUTHORIZED") return exit_no_perm;
-  if (e.code == "HUB_NOT_FOUND" || e.code == "NOT_A_RELEASE") return exit_no_input;
-  if (e.code == "CHECKSUM_MISMATCH") return exit_data_error;
-  if (e.code == "DISK_FULL" || e.code == "CANNOT_WRITE") return exit_io_error;
-  if (e.code == "TRANSFER_INCOMPLETE") return exit_temp_fail;
-  if (e.code == "INTERRUPTED") return exit_interrupted;
-  if (e.code == "BAD_ENDPOINT" || e.code == "BAD_REVISION") return exit_usage;
+  if (e.code == codes::hub_unauthorized) return exit_no_perm;
+  if (e.code == codes::hub_not_found || e.code == codes::not_a_release) return exit_no_input;
+  if (e.code == codes::checksum_mismatch) return exit_data_error;
+  if (e.code == codes::disk_full || e.code == codes::cannot_write) return exit_io_error;
+  if (e.code == codes::transfer_incomplete) return exit_temp_fail;
+  if (e.code == codes::interrupted) return exit_interrupted;
+  if (e.code == codes::bad_endpoint || e.code == codes::bad_revision) return exit_usage;
   return exit_unavailable;
 }
 
@@ -171,11 +172,11 @@ result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::st
   }
   const std::string what = rev.repo + "@" + rev.revision;
   if (!listed.contains(std::string(clef::release_files::config_json))) {
-    return make_error(404, "NOT_A_RELEASE", what + " has no config.json: it is not a Clef-Omni release");
+    return make_error(404, codes::not_a_release, what + " has no config.json: it is not a Clef-Omni release");
   }
   for (const auto& shard : shards) {
     if (!listed.contains(shard)) {
-      return make_error(404, "NOT_A_RELEASE", what + ": the index names " + shard + ", which the revision does not have");
+      return make_error(404, codes::not_a_release, what + ": the index names " + shard + ", which the revision does not have");
     }
   }
   return plan;
@@ -240,7 +241,7 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
     std::ifstream in(*index_path, std::ios::binary);
     const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!index.is_object()) {
-      return fail(make_error(404, "NOT_A_RELEASE", rev->repo + ": " + f.path + " is not a JSON object"));
+      return fail(make_error(404, codes::not_a_release, rev->repo + ": " + f.path + " is not a JSON object"));
     }
     shards = clef::release_files::shards_read(index);
   }

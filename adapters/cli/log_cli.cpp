@@ -12,6 +12,7 @@
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
+#include "core/error_codes.hpp"
 #include "core/json.hpp"
 
 namespace baton {
@@ -265,8 +266,8 @@ int copy_main(const command_args& a, std::ostream& out, std::ostream& err) {
   if (!copied) {
     err << "baton log copy: " << copied.error().message << "\n";
     const std::string& code = copied.error().code;
-    if (code == "NO_LOG") return exit_no_input;
-    return code == "CHAIN_BROKEN" || code == "COPY_MISMATCH" || code == "COPY_REFUSED" ? exit_chain_broken : exit_failed;
+    if (code == codes::no_log) return exit_no_input;
+    return code == codes::chain_broken || code == codes::copy_mismatch || code == codes::copy_refused ? exit_chain_broken : exit_failed;
   }
   std::string counts;
   for (const auto& [noun, n] : copied->counts) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + noun;

@@ -12,6 +12,7 @@
 #include "adapters/cli/engine_cli.hpp"
 #include "adapters/cli/exit_codes.hpp"
 #include "adapters/runtime/server_config.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "tools/schema_compiler.hpp"
@@ -721,7 +722,7 @@ int replay_main(std::span<const std::string_view> args, std::ostream& out, std::
   auto log = log::log_reader::open(in.db);
   if (!log) {
     err << "baton replay: " << log.error().message << "\n";
-    return log.error().code == "NO_LOG" ? exit_no_input : exit_read_failed;
+    return log.error().code == codes::no_log ? exit_no_input : exit_read_failed;
   }
   if (a.has("--engine")) {
     auto made = make_engine(engine_options);

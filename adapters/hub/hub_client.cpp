@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error_codes.hpp"
 #include "core/hf_cache.hpp"
 #include "core/http_client.hpp"
 #include "core/http_url.hpp"
@@ -49,7 +50,7 @@ struct string_sink : body_sink {
   explicit string_sink(std::size_t l) : limit(l) {}
   result<void> begin(const http::response_header<>&) override { return {}; }
   result<void> write(const char* data, std::size_t size) override {
-    if (body.size() + size > limit) return make_error(502, "HUB_UNAVAILABLE", "the hub's answer is over " + format_bytes(limit));
+    if (body.size() + size > limit) return make_error(502, codes::hub_unavailable, "the hub's answer is over " + format_bytes(limit));
     body.append(data, size);
     return {};
   }
@@ -110,7 +111,7 @@ class getter {
       });
     }
     net::co_spawn(io, follow(std::move(url), range_from, sink, error_body, out), [&](std::exception_ptr e) {
-      if (e) out.failed = make_error(502, "HUB_UNAVAILABLE", "the transfer failed unexpectedly");
+      if (e) out.failed = make_error(502, codes::hub_unavailable, "the transfer failed unexpectedly");
       if (signals) signals->cancel();
     });
     io.run();
@@ -126,10 +127,10 @@ class getter {
                               : f.at == step::read_body   ? "reading"
                                                           : "connecting to";
     if (f.why == http_client::fault::timeout) {
-      return make_error(504, "HUB_UNAVAILABLE", doing + " " + url + ": no answer within " +
+      return make_error(504, codes::hub_unavailable, doing + " " + url + ": no answer within " +
                                                     std::to_string(options_.timeout.count()) + " s");
     }
-    return make_error(502, "HUB_UNAVAILABLE", doing + " " + url + ": " + f.detail);
+    return make_error(502, codes::hub_unavailable, doing + " " + url + ": " + f.detail);
   }
 
   net::awaitable<void> follow(std::string url, std::uint64_t range_from, body_sink& sink, string_sink& error_body,
@@ -138,13 +139,13 @@ class getter {
       std::string reason;
       const auto u = parse_http_url(url, reason, true);
       if (!u) {
-        out.failed = make_error(502, "HUB_UNAVAILABLE", "the hub sent to `" + url + "`, which " + reason);
+        out.failed = make_error(502, codes::hub_unavailable, "the hub sent to `" + url + "`, which " + reason);
         co_return;
       }
       if (u->tls && !tls_) {
         auto made = http_client::tls_context({});
         if (!made) {
-          out.failed = make_error(502, "HUB_UNAVAILABLE", "the CA certificates for https do not load: " + made.error().message());
+          out.failed = make_error(502, codes::hub_unavailable, "the CA certificates for https do not load: " + made.error().message());
           co_return;
         }
         tls_.emplace(std::move(*made));
@@ -157,7 +158,7 @@ class getter {
       // A Location may be relative to the host that sent it (the hub's own renames are).
       url = next->starts_with("/") ? std::string(u->tls ? "https://" : "http://") + u->host_header + *next : *next;
     }
-    out.failed = make_error(502, "HUB_UNAVAILABLE", "more than " + std::to_string(max_redirects) + " redirects");
+    out.failed = make_error(502, codes::hub_unavailable, "more than " + std::to_string(max_redirects) + " redirects");
   }
 
   // One request on a fresh connection; the next URL for a redirect, else nullopt (done or failed).
@@ -168,7 +169,7 @@ class getter {
     // (INTERRUPTED after a signal, whatever the step did: a failure then is the signal's doing).
     auto stopped = [&](const auto& step_outcome) {
       if (!out.interrupted && step_outcome) return false;
-      out.failed = out.interrupted ? make_error(503, "INTERRUPTED", "interrupted") : transport(step_outcome.error(), url);
+      out.failed = out.interrupted ? make_error(503, codes::interrupted, "interrupted") : transport(step_outcome.error(), url);
       return true;
     };
     // The lookup, the connection, the TLS handshake and the request: one timeout.
@@ -253,7 +254,7 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
             ? "the token in " + o.token_file + " (huggingface-cli login's) was refused: check that it is valid and may read this repository (or set " +
                   o.token_env + " to another)"
             : "the token in " + o.token_env + " was refused: check that it is valid and may read this repository (or name another variable with --token-env)";
-    return make_error(static_cast<int>(g.status), "HUB_UNAUTHORIZED",
+    return make_error(static_cast<int>(g.status), codes::hub_unauthorized,
                       what + ": the hub answered " + std::to_string(g.status) + gated +
                           ": the repository is gated or private, or the token is wrong; " + fix + " (tokens: " +
                           std::string(default_endpoint) + "/settings/tokens)");
@@ -263,13 +264,13 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
     if (g.error_code == "RepoNotFound") missing = "no repository " + std::string(repo) + " (or it is private: set " + o.token_env + ")";
     else if (g.error_code == "RevisionNotFound") missing = "no revision " + std::string(revision) + " in " + std::string(repo);
     else if (g.error_code == "EntryNotFound") missing = "no such file in " + std::string(repo) + "@" + std::string(revision);
-    return make_error(404, "HUB_NOT_FOUND", what + ": " + missing + " (the hub answered 404)");
+    return make_error(404, codes::hub_not_found, what + ": " + missing + " (the hub answered 404)");
   }
   std::string detail = body.substr(0, 200);
   for (char& c : detail) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  return make_error(502, "HUB_UNAVAILABLE", what + ": the hub answered " + std::to_string(g.status) +
+  return make_error(502, codes::hub_unavailable, what + ": the hub answered " + std::to_string(g.status) +
                                                 (detail.empty() ? "" : ": " + detail) + "; `" + pull + "` again later");
 }
 
@@ -285,7 +286,7 @@ class part_sink : public body_sink {
 
   result<void> open_and_hash() {
     fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+    if (fd_ < 0) return make_error(500, codes::cannot_write, part_.string() + ": " + std::strerror(errno));
     if (have_ == 0 || file_.sha256.empty()) return {};
     // A resumed LFS file is hashed whole: the bytes already there first.
     std::ifstream in(part_, std::ios::binary);
@@ -296,7 +297,7 @@ class part_sink : public body_sink {
       hash_->update(buffer.data(), static_cast<std::size_t>(in.gcount()));
       read += static_cast<std::uint64_t>(in.gcount());
     }
-    if (read != have_) return make_error(500, "CANNOT_WRITE", part_.string() + ": cannot read it back");
+    if (read != have_) return make_error(500, codes::cannot_write, part_.string() + ": cannot read it back");
     return {};
   }
 
@@ -308,7 +309,7 @@ class part_sink : public body_sink {
     }
     // A whole body (the server ignored Range, or answered another one): start over.
     if (have_ > 0 && ::ftruncate(fd_, 0) != 0) {
-      return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+      return make_error(500, codes::cannot_write, part_.string() + ": " + std::strerror(errno));
     }
     have_ = resumed_from_ = 0;
     hash_.emplace();
@@ -317,7 +318,7 @@ class part_sink : public body_sink {
 
   result<void> write(const char* data, std::size_t size) override {
     if (have_ + size > file_.size) {
-      return make_error(502, "CHECKSUM_MISMATCH", file_.path + ": the hub sent more than its " +
+      return make_error(502, codes::checksum_mismatch, file_.path + ": the hub sent more than its " +
                                                       std::to_string(file_.size) + " bytes");
     }
     for (std::size_t done = 0; done < size;) {
@@ -325,12 +326,12 @@ class part_sink : public body_sink {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         if (errno == ENOSPC || errno == EDQUOT) {
-          return make_error(507, "DISK_FULL", "no space left on the device of " + part_.parent_path().string() +
+          return make_error(507, codes::disk_full, "no space left on the device of " + part_.parent_path().string() +
                                                   " while writing " + file_.path + "; free " +
                                                   format_bytes(file_.size - have_) +
                                                   " there (or pull with --dir elsewhere) and run the same command: it resumes");
         }
-        return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+        return make_error(500, codes::cannot_write, part_.string() + ": " + std::strerror(errno));
       }
       done += static_cast<std::size_t>(n);
     }
@@ -345,7 +346,7 @@ class part_sink : public body_sink {
     fd_ = -1;
     // Durable before the rename makes it visible under its name.
     if (::fdatasync(fd) != 0 || ::close(fd) != 0) {
-      return make_error(500, "CANNOT_WRITE", part_.string() + ": " + std::strerror(errno));
+      return make_error(500, codes::cannot_write, part_.string() + ": " + std::strerror(errno));
     }
     return {};
   }
@@ -379,14 +380,14 @@ class blob_lock {
   result<void> acquire(const fs::path& path, const std::function<void()>& on_wait) {
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
-    if (ec) return make_error(500, "CANNOT_WRITE", path.parent_path().string() + ": " + ec.message());
+    if (ec) return make_error(500, codes::cannot_write, path.parent_path().string() + ": " + ec.message());
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+    if (fd_ < 0) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return {};
-    if (errno != EWOULDBLOCK) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+    if (errno != EWOULDBLOCK) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
     if (on_wait) on_wait();
     while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) return make_error(500, "CANNOT_WRITE", path.string() + ": " + std::strerror(errno));
+      if (errno != EINTR) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
     }
     return {};
   }
@@ -403,7 +404,7 @@ result<void> link_snapshot(const fs::path& blob, const fs::path& link) {
   fs::remove(tmp, ec);
   fs::create_symlink(fs::relative(blob, link.parent_path()), tmp, ec);
   if (!ec) fs::rename(tmp, link, ec);
-  if (ec) return make_error(500, "CANNOT_WRITE", link.string() + ": " + ec.message());
+  if (ec) return make_error(500, codes::cannot_write, link.string() + ": " + ec.message());
   return {};
 }
 
@@ -452,7 +453,7 @@ result<hub_client> hub_client::make(hub_options options) {
   while (options.endpoint.ends_with("/")) options.endpoint.pop_back();
   std::string reason;
   auto endpoint = parse_http_url(options.endpoint, reason, true);
-  if (!endpoint) return make_error(400, "BAD_ENDPOINT", "the hub endpoint `" + options.endpoint + "` " + reason);
+  if (!endpoint) return make_error(400, codes::bad_endpoint, "the hub endpoint `" + options.endpoint + "` " + reason);
   return hub_client(std::move(options), std::move(*endpoint));
 }
 
@@ -471,7 +472,7 @@ result<hub_revision> hub_client::list(std::string_view repo, std::string_view re
   if (g.status != 200) return status_error(options_, repo, revision, g, what, error_body.body);
 
   const auto j = nlohmann::json::parse(body.body, nullptr, /*allow_exceptions=*/false);
-  auto bad = [&](const std::string& why) { return make_error(502, "HUB_UNAVAILABLE", what + ": the hub's file list " + why); };
+  auto bad = [&](const std::string& why) { return make_error(502, codes::hub_unavailable, what + ": the hub's file list " + why); };
   if (!j.is_object()) return bad("is not a JSON object");
   hub_revision out{std::string(repo), std::string(revision), string_field(j, "sha"), {}};
   if (!hf_cache::is_commit(out.commit)) return bad("has no commit `sha`");
@@ -525,7 +526,7 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
     return link;
   }
   fs::create_directories(blobs, ec);
-  if (ec) return make_error(500, "CANNOT_WRITE", blobs.string() + ": " + ec.message());
+  if (ec) return make_error(500, codes::cannot_write, blobs.string() + ": " + ec.message());
 
   const fs::path part = blob.string() + ".part";
   std::uint64_t have = size_or_zero(part);
@@ -536,7 +537,7 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
   // Refused before a byte is written: a full disk found halfway wastes the transfer.
   const auto space = fs::space(blobs, ec);
   if (!ec && space.available < file.size - have) {
-    return make_error(507, "DISK_FULL", file.path + " needs " + format_bytes(file.size - have) + " more but " +
+    return make_error(507, codes::disk_full, file.path + " needs " + format_bytes(file.size - have) + " more but " +
                                             blobs.string() + " has " + format_bytes(space.available) +
                                             " free; free space there or pull with --dir elsewhere");
   }
@@ -553,24 +554,24 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
     const std::string resume = "; run the same command again to resume (" + part.string() + " keeps " +
                                format_bytes(sink.have()) + " of " + format_bytes(file.size) + ")";
     if (g.interrupted) {
-      return make_error(503, "INTERRUPTED", file.path + ": interrupted" + resume);
+      return make_error(503, codes::interrupted, file.path + ": interrupted" + resume);
     }
     if (g.failed) {
-      if (g.failed->code == "CHECKSUM_MISMATCH") fs::remove(part, ec);
-      if (g.failed->code != "HUB_UNAVAILABLE") return *g.failed;
-      return make_error(503, "TRANSFER_INCOMPLETE", file.path + ": the transfer stopped: " + g.failed->message + resume);
+      if (g.failed->code == codes::checksum_mismatch) fs::remove(part, ec);
+      if (g.failed->code != codes::hub_unavailable) return *g.failed;
+      return make_error(503, codes::transfer_incomplete, file.path + ": the transfer stopped: " + g.failed->message + resume);
     }
     if (g.status != 200 && g.status != 206) {
       return status_error(options_, rev.repo, rev.revision, g, rev.repo + ": " + file.path, error_body.body);
     }
     if (!g.first_etag.empty() && g.first_etag != file.blob_name()) {
       fs::remove(part, ec);
-      return make_error(502, "CHECKSUM_MISMATCH", file.path + ": the hub's ETag " + g.first_etag +
+      return make_error(502, codes::checksum_mismatch, file.path + ": the hub's ETag " + g.first_etag +
                                                       " is not the listing's " + file.blob_name() +
                                                       " (the revision changed?); nothing was kept");
     }
     if (sink.have() < file.size) {
-      return make_error(503, "TRANSFER_INCOMPLETE", file.path + ": the transfer ended early" + resume);
+      return make_error(503, codes::transfer_incomplete, file.path + ": the transfer ended early" + resume);
     }
   }
   if (auto r = sink.finish(); !r) return r.error();
@@ -578,12 +579,12 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
     const std::string got = sink.digest();
     if (got != "sha256:" + file.sha256) {
       fs::remove(part, ec);
-      return make_error(502, "CHECKSUM_MISMATCH", file.path + ": its sha256 is " + got.substr(7) + ", not the hub's " +
+      return make_error(502, codes::checksum_mismatch, file.path + ": its sha256 is " + got.substr(7) + ", not the hub's " +
                                                       file.sha256 + "; the download was deleted, run the command again");
     }
   }
   fs::rename(part, blob, ec);
-  if (ec) return make_error(500, "CANNOT_WRITE", blob.string() + ": " + ec.message());
+  if (ec) return make_error(500, codes::cannot_write, blob.string() + ": " + ec.message());
   if (auto r = link_snapshot(blob, link); !r) return r.error();
   if (progress) progress(file, fetch_stage::verified, file.size, 0);
   return link;
@@ -592,17 +593,17 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
 result<void> hub_client::write_ref(const fs::path& cache_root, const hub_revision& rev) {
   if (rev.revision == rev.commit) return {};
   const auto ref = hf_cache::ref_file(hf_cache::repo_dir(cache_root, rev.repo), rev.revision);
-  if (!ref) return make_error(400, "BAD_REVISION", "revision `" + rev.revision + "` cannot name a refs/ file");
+  if (!ref) return make_error(400, codes::bad_revision, "revision `" + rev.revision + "` cannot name a refs/ file");
   std::error_code ec;
   fs::create_directories(ref->parent_path(), ec);
   const fs::path tmp = ref->string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << rev.commit;
-    if (!out.flush()) return make_error(500, "CANNOT_WRITE", tmp.string() + ": cannot write");
+    if (!out.flush()) return make_error(500, codes::cannot_write, tmp.string() + ": cannot write");
   }
   fs::rename(tmp, *ref, ec);
-  if (ec) return make_error(500, "CANNOT_WRITE", ref->string() + ": " + ec.message());
+  if (ec) return make_error(500, codes::cannot_write, ref->string() + ": " + ec.message());
   return {};
 }
 

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "adapters/log/pg_log.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton::log {
 
@@ -30,9 +31,9 @@ struct decision_log::impl {
   result<void> push(entry e) {
     {
       std::lock_guard lock(mutex);
-      if (closing) return make_error(503, "SHUTTING_DOWN", "the decision log is closed");
+      if (closing) return make_error(503, codes::shutting_down, "the decision log is closed");
       if (queue.size() >= options.queue_capacity) {
-        return make_error(503, "LOG_BACKLOG", "the decision log cannot keep up; retry later");
+        return make_error(503, codes::log_backlog, "the decision log cannot keep up; retry later");
       }
       queue.push_back(std::move(e));
     }

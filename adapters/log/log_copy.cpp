@@ -5,12 +5,13 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_reader.hpp"
 #include "adapters/log/pg_log.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton::log {
 
 namespace {
 
-error write_failed(const std::string& what) { return make_error(500, "LOG_WRITE_FAILED", "cannot copy the log: " + what); }
+error write_failed(const std::string& what) { return make_error(500, codes::log_write_failed, "cannot copy the log: " + what); }
 
 // Inserts the rows gathered so far into `table` (one statement), then forgets them.
 result<void> flush(PGconn* c, const std::string& table, const std::vector<std::string>& names,
@@ -41,7 +42,7 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
   auto before = (*source)->verify();
   if (!before) return before.error();
   if (before->broken) {
-    return make_error(422, "CHAIN_BROKEN", "the log " + from.string() + " does not verify (" + *before->broken +
+    return make_error(422, codes::chain_broken, "the log " + from.string() + " does not verify (" + *before->broken +
                                                "); nothing was copied");
   }
   auto conn = pg_connect(to.url, to.password, "baton-log-copy");
@@ -66,7 +67,7 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
     const pg_reply r = pg_exec(c, std::string("SELECT EXISTS (SELECT 1 FROM ") + table + ")");
     if (!r) return write_failed(r.message);
     if (std::string_view(PQgetvalue(r.result.get(), 0, 0)) == "t") {
-      return make_error(409, "LOG_NOT_EMPTY", to.url + " already holds " + table +
+      return make_error(409, codes::log_not_empty, to.url + " already holds " + table +
                                                   " rows; the copy goes into an empty log (rows keep their seq)");
     }
   }
@@ -90,7 +91,7 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
             const cell& v = row[i];
             if (const auto* t = std::get_if<std::string_view>(&v); t && t->find('\0') != std::string_view::npos) {
               // libpq would cut the text there, and the copy's hashes would not hold.
-              written = make_error(422, "COPY_REFUSED", std::string(table) + " row " + std::to_string(rows + 1) + ": its " +
+              written = make_error(422, codes::copy_refused, std::string(table) + " row " + std::to_string(rows + 1) + ": its " +
                                                             names[i] + " holds a NUL character, which PostgreSQL text "
                                                             "cannot; nothing was copied");
               return;
@@ -114,13 +115,13 @@ result<copy_report> copy_log(const std::filesystem::path& from, const log_option
   if (!copy) return copy.error();
   auto after = (*copy)->verify();
   if (!after) return after.error();
-  if (after->broken) return make_error(500, "COPY_MISMATCH", "the copy in " + to.url + " does not verify: " + *after->broken);
+  if (after->broken) return make_error(500, codes::copy_mismatch, "the copy in " + to.url + " does not verify: " + *after->broken);
   const auto same = [](const chain_report::chain_end& a, const chain_report::chain_end& b) {
     return a.table == b.table && a.instance == b.instance && a.rows == b.rows && a.row_hash == b.row_hash;
   };
   if (before->counts != after->counts || before->chains.size() != after->chains.size() ||
       !std::equal(before->chains.begin(), before->chains.end(), after->chains.begin(), same)) {
-    return make_error(500, "COPY_MISMATCH", "the copy in " + to.url + " does not end where " + from.string() + " does");
+    return make_error(500, codes::copy_mismatch, "the copy in " + to.url + " does not end where " + from.string() + " does");
   }
   return copy_report{after->counts};
 }

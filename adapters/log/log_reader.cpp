@@ -9,6 +9,7 @@
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/log_source.hpp"
 #include "adapters/log/sqlite_log.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton::log {
 
@@ -224,16 +225,16 @@ class sqlite_source final : public log_source {
     const char* tail = nullptr;
     const statement s = prepare(query, &tail);
     if (!s) {
-      if (sqlite3_errcode(db) == SQLITE_OK) return make_error(400, "SQL_REFUSED", "the query is empty");
-      return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+      if (sqlite3_errcode(db) == SQLITE_OK) return make_error(400, codes::sql_refused, "the query is empty");
+      return make_error(400, codes::sql_failed, sqlite3_errmsg(db));
     }
     // Whatever follows must be blank or comments, not a second statement nor garbage.
     if (const std::string_view rest(tail, static_cast<std::size_t>(query.data() + query.size() - tail));
         prepare(rest) || sqlite3_errcode(db) != SQLITE_OK) {
-      return make_error(400, "SQL_REFUSED", "one statement at a time");
+      return make_error(400, codes::sql_refused, "one statement at a time");
     }
     if (!sqlite3_stmt_readonly(s.get())) {
-      return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
+      return make_error(400, codes::sql_refused, "only statements that read are allowed; this one would change the log");
     }
     std::vector<std::string_view> names;
     for (int i = 0; i < sqlite3_column_count(s.get()); ++i) names.emplace_back(sqlite3_column_name(s.get(), i));
@@ -247,7 +248,7 @@ class sqlite_source final : public log_source {
       for (const column_value& v : values) cells.push_back(v.value);
       row(cells);
     }
-    if (rc != SQLITE_DONE) return make_error(400, "SQL_FAILED", sqlite3_errmsg(db));
+    if (rc != SQLITE_DONE) return make_error(400, codes::sql_failed, sqlite3_errmsg(db));
     return {};
   }
 
@@ -275,14 +276,14 @@ class sqlite_source final : public log_source {
     if (!read) return read.error();
     if (verdict == "ok") return {};
     std::replace(verdict.begin(), verdict.end(), '\n', ' ');
-    return make_error(500, "LOG_DAMAGED", "the database file is damaged (SQLite's quick_check: " + verdict + ")");
+    return make_error(500, codes::log_damaged, "the database file is damaged (SQLite's quick_check: " + verdict + ")");
   }
 
   bool instance_chains() const override { return false; }
 
  private:
   error failed() const {
-    return make_error(500, "LOG_READ_FAILED", std::string("cannot read the decision log: ") + sqlite3_errmsg(db_.get()));
+    return make_error(500, codes::log_read_failed, std::string("cannot read the decision log: ") + sqlite3_errmsg(db_.get()));
   }
 
   statement prepare(std::string_view sql, const char** tail = nullptr) const {
@@ -430,14 +431,14 @@ log_reader::~log_reader() = default;
 result<std::unique_ptr<log_reader>> log_reader::open(const std::filesystem::path& path, int busy_timeout_ms) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    return make_error(404, "NO_LOG", "no decision log at " + path.string());
+    return make_error(404, codes::no_log, "no decision log at " + path.string());
   }
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
   db_handle db(raw);
   auto p = std::make_unique<impl>();
   if (rc != SQLITE_OK) {
-    return make_error(500, "LOG_OPEN_FAILED",
+    return make_error(500, codes::log_open_failed,
                       "cannot open " + path.string() + ": " + (raw ? sqlite3_errmsg(raw) : "out of memory"));
   }
   sqlite3_busy_timeout(raw, busy_timeout_ms);
@@ -593,7 +594,7 @@ result<chain_report> log_reader::verify() const {
     auto exists = impl_->source->has_table(table);
     if (!exists) return exists.error();
     if (!*exists && tables[0].first == table) {
-      return make_error(422, "NOT_A_LOG", "the database has no decisions table: it is not a decision log");
+      return make_error(422, codes::not_a_log, "the database has no decisions table: it is not a decision log");
     }
     if (!*exists) continue;
     auto n = impl_->verify_chain(table, report);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "adapters/log/log_source.hpp"
+#include "core/error_codes.hpp"
 #include "core/json.hpp"
 
 namespace baton::log {
@@ -90,7 +91,7 @@ std::optional<std::string> check_postgres_url(const std::string& url) {
 }
 
 result<pg_conn> pg_connect(const std::string& url, const std::string& password, const char* application) {
-  if (auto problem = check_postgres_url(url)) return make_error(500, "LOG_OPEN_FAILED", *problem);
+  if (auto problem = check_postgres_url(url)) return make_error(500, codes::log_open_failed, *problem);
   // dbname first: the URL expands there, and the keywords after it override what it says. TCP
   // keepalives and a user timeout: a server that vanishes without a reset (a host lost, an
   // address moved at a failover) fails the call within about 30 s instead of the OS's hours.
@@ -100,15 +101,15 @@ result<pg_conn> pg_connect(const std::string& url, const std::string& password, 
   const char* values[] = {url.c_str(), application, "5", "10", "5", "3", "30000",
                           password.empty() ? nullptr : password.c_str(), nullptr};
   pg_conn c(PQconnectdbParams(keywords, values, 1));
-  if (!c) return make_error(500, "LOG_OPEN_FAILED", "cannot connect to " + url + ": out of memory");
+  if (!c) return make_error(500, codes::log_open_failed, "cannot connect to " + url + ": out of memory");
   if (PQstatus(c.get()) != CONNECTION_OK) {
-    return make_error(500, "LOG_OPEN_FAILED", "cannot connect to " + url + ": " + trimmed(PQerrorMessage(c.get())));
+    return make_error(500, codes::log_open_failed, "cannot connect to " + url + ": " + trimmed(PQerrorMessage(c.get())));
   }
   PQsetNoticeProcessor(c.get(), ignore_notice, nullptr);
   // The log's texts are UTF-8 whatever the client's locale says; floats read back exactly (3: also
   // on servers before 12, where the default 0 rounds them).
   if (const pg_reply r = pg_exec_simple(c.get(), "SET client_encoding = 'UTF8'; SET extra_float_digits = 3"); !r) {
-    return make_error(500, "LOG_OPEN_FAILED", "cannot set up the connection to " + url + ": " + r.message);
+    return make_error(500, codes::log_open_failed, "cannot set up the connection to " + url + ": " + r.message);
   }
   return c;
 }
@@ -256,14 +257,14 @@ class postgres_source final : public log_source {
     pg_exec_simple(conn_.get(), "ROLLBACK");
     if (!failure) return {};
     const pg_reply& r = *failure;
-    if (r.empty) return make_error(400, "SQL_REFUSED", "the query is empty");
+    if (r.empty) return make_error(400, codes::sql_refused, "the query is empty");
     if (r.sqlstate == "25006") {
-      return make_error(400, "SQL_REFUSED", "only statements that read are allowed; this one would change the log");
+      return make_error(400, codes::sql_refused, "only statements that read are allowed; this one would change the log");
     }
     if (r.message.find("multiple commands") != std::string::npos) {
-      return make_error(400, "SQL_REFUSED", "one statement at a time");
+      return make_error(400, codes::sql_refused, "one statement at a time");
     }
-    return make_error(400, "SQL_FAILED", r.message);
+    return make_error(400, codes::sql_failed, r.message);
   }
 
   result<void> check_storage() override { return {}; }  // PostgreSQL checks its own pages
@@ -323,14 +324,14 @@ class postgres_source final : public log_source {
   }
 
   static error read_failed(const pg_reply& r) {
-    return make_error(500, "LOG_READ_FAILED", "cannot read the decision log: " + r.message);
+    return make_error(500, codes::log_read_failed, "cannot read the decision log: " + r.message);
   }
 
   // A connection the database dropped (a restart) is made again before the next read.
   result<void> connected() {
     if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) return {};
     auto c = pg_connect(url_, password_, "baton-reader");
-    if (!c) return make_error(500, "LOG_READ_FAILED", "cannot read the decision log: " + c.error().message);
+    if (!c) return make_error(500, codes::log_read_failed, "cannot read the decision log: " + c.error().message);
     conn_ = std::move(*c);
     return {};
   }
@@ -347,8 +348,8 @@ result<std::unique_ptr<log_source>> open_postgres_source(const std::string& url,
   if (!c) return c.error();
   const pg_reply meta = pg_exec(c->get(), "SELECT value FROM baton_meta WHERE key = 'chains'");
   if (!meta) {
-    if (meta.sqlstate == "42P01") return make_error(404, "NO_LOG", "no decision log in " + url + " (no baton_meta table)");
-    return make_error(500, "LOG_OPEN_FAILED", "cannot read " + url + ": " + meta.message);
+    if (meta.sqlstate == "42P01") return make_error(404, codes::no_log, "no decision log in " + url + " (no baton_meta table)");
+    return make_error(500, codes::log_open_failed, "cannot read " + url + ": " + meta.message);
   }
   const bool per_instance = PQntuples(meta.result.get()) == 0 || std::string_view(PQgetvalue(meta.result.get(), 0, 0)) != "global";
   return std::unique_ptr<log_source>(new postgres_source(std::move(*c), url, password, per_instance));

@@ -15,6 +15,7 @@
 
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/pg_log.hpp"
+#include "core/error_codes.hpp"
 #include "core/json.hpp"
 #include "core/sha256.hpp"
 
@@ -229,7 +230,7 @@ const char* chains_name(log_options::chain_mode m) {
 }
 
 [[noreturn]] void open_failed(const log_options& o, const std::string& what) {
-  throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot open the decision log " + o.url + ": " + what));
+  throw error_exception(make_error(500, codes::log_open_failed, "cannot open the decision log " + o.url + ": " + what));
 }
 
 // What a unique or foreign key of a table names, and which rows it must name.
@@ -300,18 +301,18 @@ class postgres_store final : public decision_store {
       if (o.committed_unknown && probe_) unsettled = probe_;
       // Another instance wrote a row with one of our keys, or the database broke a deadlock: again.
       if (o.conflict && ++conflicts < 5) continue;
-      if (!o.lost) return make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write: " + o.problem);
+      if (!o.lost) return make_error(500, codes::log_write_failed, "the decision log cannot write: " + o.problem);
       spdlog::warn("decision log: lost the connection to {} ({}); retrying", options_.url, o.problem);
       conn_.reset();
       if (!wait()) break;
     }
     if (unsettled) {
-      return make_error(500, "LOG_OUTCOME_UNKNOWN",
+      return make_error(500, codes::log_outcome_unknown,
                         "the decision log's database " + options_.url +
                             " went away while a batch was being committed and has not come back to say whether it was (" +
                             last_problem + "): its rows may be in the log");
     }
-    return make_error(503, "LOG_UNAVAILABLE", "the decision log's database " + options_.url + " is unreachable (" +
+    return make_error(503, codes::log_unavailable, "the decision log's database " + options_.url + " is unreachable (" +
                                                   last_problem + "); retry later");
   }
 
@@ -371,7 +372,7 @@ class postgres_store final : public decision_store {
     try {
       const int found = schema_version();
       if (found > known_version) {
-        throw error_exception(make_error(500, "LOG_SCHEMA_TOO_NEW",
+        throw error_exception(make_error(500, codes::log_schema_too_new,
                                          "the decision log " + options_.url + " has schema version " + std::to_string(found) +
                                              "; this baton knows versions up to " + std::to_string(known_version) +
                                              " (a newer baton wrote it)"));
@@ -387,7 +388,7 @@ class postgres_store final : public decision_store {
       const pg_reply mode = pg_exec(db(), "SELECT value FROM baton_meta WHERE key = 'chains'");
       if (!mode) open_failed(options_, mode.message);
       if (const std::string stored = PQgetvalue(mode.result.get(), 0, 0); stored != chains) {
-        throw error_exception(make_error(500, "LOG_CHAINS_MISMATCH",
+        throw error_exception(make_error(500, codes::log_chains_mismatch,
                                          "the decision log " + options_.url + " keeps " + stored +
                                              " chains; `log.chains` says " + chains + " (it is fixed when the database is created)"));
       }
@@ -552,18 +553,18 @@ class postgres_store final : public decision_store {
         std::optional<error>& why = refused[i];
         if (taken->contains(unique[n]) || written[t].contains(unique[n]) ||
             (k.unique2 && (taken2->contains(unique2[n]) || seen2.contains(unique2[n])))) {
-          why = make_error(409, "DUPLICATE_ROW", std::string("the ") + table_names[t] + " row is already in the log: " +
+          why = make_error(409, codes::duplicate_row, std::string("the ") + table_names[t] + " row is already in the log: " +
                                                      (taken->contains(unique[n]) || written[t].contains(unique[n])
                                                           ? std::string(k.unique) + " " + unique[n]
                                                           : std::string(k.unique2) + " " + unique2[n]));
         } else if (k.reference && !known->contains(reference[n]) && !written[k.target].contains(reference[n])) {
-          why = make_error(500, "LOG_WRITE_FAILED", std::string("the decision log cannot write this row: its ") +
+          why = make_error(500, codes::log_write_failed, std::string("the decision log cannot write this row: its ") +
                                                         k.reference + " " + reference[n] + " is not in " +
                                                         table_names[k.target]);
         } else {
           fill(rows[i]);
           if (const std::string nul = first_nul_column(); !nul.empty()) {
-            why = make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write this row: its " + nul +
+            why = make_error(500, codes::log_write_failed, "the decision log cannot write this row: its " + nul +
                                                           " holds a NUL character, which PostgreSQL text cannot");
             continue;
           }
@@ -654,7 +655,7 @@ class postgres_store final : public decision_store {
         return false;
       }
       if (const std::string nul = first_nul_column(); !nul.empty()) {
-        refused[i] = make_error(500, "LOG_WRITE_FAILED", "the decision log cannot write this row: its " + nul +
+        refused[i] = make_error(500, codes::log_write_failed, "the decision log cannot write this row: its " + nul +
                                                              " holds a NUL character, which PostgreSQL text cannot");
         return false;
       }

@@ -7,6 +7,7 @@
 
 #include "adapters/log/decision_log.hpp"
 #include "adapters/log/sqlite_log.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "core/sha256.hpp"
 
@@ -247,7 +248,7 @@ ALTER TABLE decisions ADD COLUMN media_dropped INTEGER;
 constexpr int known_version = migrations[std::size(migrations) - 1].version;
 
 [[noreturn]] void open_failed(const log_options& o, const std::string& what) {
-  throw error_exception(make_error(500, "LOG_OPEN_FAILED", "cannot open the decision log " + o.path.string() + ": " + what));
+  throw error_exception(make_error(500, codes::log_open_failed, "cannot open the decision log " + o.path.string() + ": " + what));
 }
 
 void exec(sqlite3* db, const log_options& o, const std::string& sql) {
@@ -276,7 +277,7 @@ void migrate(sqlite3* db, const log_options& o) {
   const int found = user_version(db, o);
   if (found > known_version) {
     throw error_exception(make_error(
-        500, "LOG_SCHEMA_TOO_NEW",
+        500, codes::log_schema_too_new,
         "the decision log " + o.path.string() + " has schema version " + std::to_string(found) +
             "; this baton knows versions up to " + std::to_string(known_version) + " (a newer baton wrote it)"));
   }
@@ -312,7 +313,7 @@ std::string insert_sql(const char* table) {
 }
 
 error write_failed(sqlite3* db, const char* what) {
-  return make_error(500, "LOG_WRITE_FAILED", std::string("the decision log cannot ") + what + ": " + sqlite3_errmsg(db));
+  return make_error(500, codes::log_write_failed, std::string("the decision log cannot ") + what + ": " + sqlite3_errmsg(db));
 }
 
 class sqlite_store final : public decision_store {
@@ -437,7 +438,7 @@ class sqlite_store final : public decision_store {
       t.prev = std::move(hash);
     } else if (step == SQLITE_CONSTRAINT_UNIQUE && !sqlite3_get_autocommit(db())) {
       // Only this statement was undone; the transaction and the rest of the batch go on.
-      refused = make_error(409, "DUPLICATE_ROW", std::string("the ") + t.name + " row is already in the log: " +
+      refused = make_error(409, codes::duplicate_row, std::string("the ") + t.name + " row is already in the log: " +
                                                      sqlite3_errmsg(db()));
     } else if ((step & 0xff) == SQLITE_CONSTRAINT && !sqlite3_get_autocommit(db())) {
       refused = write_failed(db(), "write this row");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "adapters/protocol/frame_opener.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton::protocol {
@@ -78,9 +79,9 @@ struct checker {
 // Every issue in one INVALID_FRAME (the size issues last), or media sizes alone as the SystemOne
 // API answers them.
 result<frame> invalid(checker& c) {
-  if (c.issues.empty()) return make_error(413, "REQUEST_TOO_LARGE", std::move(c.too_large));
+  if (c.issues.empty()) return make_error(413, codes::request_too_large, std::move(c.too_large));
   for (issue& i : c.too_large) c.issues.push_back(std::move(i));
-  return make_error(422, "INVALID_FRAME", std::move(c.issues));
+  return make_error(422, codes::invalid_frame, std::move(c.issues));
 }
 
 result<frame> read_decide(json& f, const request_limits& limits) {
@@ -190,7 +191,7 @@ result<frame> read_ack(const json& f) {
 error turn_too_large(std::string_view context) {
   std::string msg = "Input should be less than or equal to " + std::to_string(max_turn);
   if (!context.empty()) msg += " (" + std::string(context) + ")";
-  return make_error(422, "INVALID_FRAME",
+  return make_error(422, codes::invalid_frame,
                     {issue{json::array({"turn"}), std::move(msg), "less_than_equal", json{{"le", max_turn}}}});
 }
 
@@ -208,14 +209,14 @@ result<frame> parse_frame(std::string_view text, const request_limits& limits, j
   json& f = *opened;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string()) {
-    return make_error(422, "UNKNOWN_TYPE", "a frame needs a \"type\": decide, tool_result, resume or ack");
+    return make_error(422, codes::unknown_type, "a frame needs a \"type\": decide, tool_result, resume or ack");
   }
   const std::string& t = type->get_ref<const std::string&>();
   if (t == "decide") return read_decide(f, limits);
   if (t == "tool_result") return read_tool_result(f);
   if (t == "resume") return read_resume(f);
   if (t == "ack") return read_ack(f);
-  return make_error(422, "UNKNOWN_TYPE", "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
+  return make_error(422, codes::unknown_type, "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
 }
 
 namespace {

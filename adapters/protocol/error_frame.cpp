@@ -1,5 +1,7 @@
 #include "adapters/protocol/error_frame.hpp"
 
+#include "core/error_codes.hpp"
+
 namespace baton::protocol {
 
 std::string render_error_frame(const json& ref, const error& e) {
@@ -9,9 +11,9 @@ std::string render_error_frame(const json& ref, const error& e) {
   std::string body;
   render_error(e, body);
   out.append(body, 1, body.size() - 2);  // the error body without its braces
-  // DESIGN §7: a full queue or a rate limit says when to come back, never a silent wait.
+  // A full queue or a rate limit says when to come back, never a silent wait.
   if (e.status == 429) out += ",\"retry_after_ms\":1000";
-  if (e.status == 503 && e.code != "SHUTTING_DOWN") out += ",\"retry_after_ms\":100";
+  if (e.status == 503 && e.code != codes::shutting_down) out += ",\"retry_after_ms\":100";
   out += '}';
   return out;
 }

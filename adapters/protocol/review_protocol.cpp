@@ -1,17 +1,18 @@
 #include "adapters/protocol/review_protocol.hpp"
 
 #include "adapters/protocol/frame_opener.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton::protocol {
 
 namespace {
 
-error invalid(std::string message) { return make_error(422, "INVALID_RESOLUTION", std::move(message)); }
+error invalid(std::string message) { return make_error(422, codes::invalid_resolution, std::move(message)); }
 
 // A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
 error invalid_field(json loc, std::string type, std::string msg) {
-  return make_error(422, "INVALID_RESOLUTION", std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
+  return make_error(422, codes::invalid_resolution, std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
 }
 
 }  // namespace
@@ -60,15 +61,15 @@ result<resolve_frame> parse_review_frame(std::string_view text, json& id) {
   const json& f = *opened;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string() || type->get_ref<const std::string&>() != "resolve") {
-    return make_error(422, "UNKNOWN_TYPE", "reviewers send `resolve` frames: a \"type\" of \"resolve\"");
+    return make_error(422, codes::unknown_type, "reviewers send `resolve` frames: a \"type\" of \"resolve\"");
   }
   resolve_frame r;
   const auto escalation = f.find("escalation");
   if (escalation == f.end()) {
-    return make_error(422, "INVALID_FRAME", {issue{json::array({"escalation"}), "Field required (the escalation to resolve)", "missing", nullptr}});
+    return make_error(422, codes::invalid_frame, {issue{json::array({"escalation"}), "Field required (the escalation to resolve)", "missing", nullptr}});
   }
   if (!escalation->is_string()) {
-    return make_error(422, "INVALID_FRAME",
+    return make_error(422, codes::invalid_frame,
                       {issue{json::array({"escalation"}), "Input should be a valid string (an escalation id)", "string_type", nullptr}});
   }
   r.escalation = escalation->get<std::string>();

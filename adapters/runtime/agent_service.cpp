@@ -162,7 +162,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   ++in_flight_;
   if (draining_) {
     --in_flight_;
-    c->send(protocol::render_error_frame(id, make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+    c->send(protocol::render_error_frame(id, make_error(503, codes::shutting_down, "the server is shutting down")));
     return true;
   }
   const auto started = clock_type::now();
@@ -255,7 +255,7 @@ void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milli
 
 void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   const bool fallback = t->at == turn::phase::fallback;
-  t->error_code = fallback ? "FALLBACK_TIMEOUT" : "ENGINE_TIMEOUT";
+  t->error_code = fallback ? codes::fallback_timeout : codes::engine_timeout;
   metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
@@ -528,7 +528,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   const auto it = c->awaited_.find(f.decision);
   if (it == c->awaited_.end()) {
     c->send(protocol::render_error_frame(
-        id, make_error(409, "UNKNOWN_DECISION", "decision `" + f.decision +
+        id, make_error(409, codes::unknown_decision, "decision `" + f.decision +
                                                     "` is not one of this connection's that awaits a tool_result")));
     return false;
   }
@@ -536,7 +536,7 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   // connection that resumes its session, and by the next process after a restart.
   if (it->second.reported || !desk_->delivery().claim_tool_result(f.decision)) {
     c->send(protocol::render_error_frame(
-        id, make_error(409, "DUPLICATE_TOOL_RESULT", "decision `" + f.decision + "` already has its tool_result")));
+        id, make_error(409, codes::duplicate_tool_result, "decision `" + f.decision + "` already has its tool_result")));
     return false;
   }
   it->second.reported = true;

@@ -10,6 +10,7 @@
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/escalation_sync.hpp"
 #include "adapters/runtime/tool_runs.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -17,7 +18,7 @@ namespace baton {
 namespace {
 
 error not_found(const std::string& id) {
-  return make_error(404, "NOT_FOUND", "no escalation " + id);
+  return make_error(404, codes::not_found, "no escalation " + id);
 }
 
 std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
@@ -78,7 +79,7 @@ void escalation_desk::start() {
     std::promise<result<void>> written;
     auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
     const result<void> ok = queued ? written.get_future().get() : queued;
-    if (!ok && ok.error().code != "DUPLICATE_ROW") throw error_exception(ok.error());
+    if (!ok && ok.error().code != codes::duplicate_row) throw error_exception(ok.error());
     ++expired;
     if (!ok) continue;
     routing_.counters.resolution(res.outcome, res.by);
@@ -222,7 +223,7 @@ void escalation_desk::on_deadline(const std::string& id) {
     if (r) return;
     // Another instance's desk wrote it first (its deadline ran there too): finish() took its
     // resolution in.
-    if (sync_ && r.error().code == "ALREADY_RESOLVED") return;
+    if (sync_ && r.error().code == codes::already_resolved) return;
     // Not in the log (a full or failing log): the deadline is tried again in 5 s.
     spdlog::error("escalation {}: its deadline passed, but its resolution is not in the log ({}); retrying in 5 s", id,
                   r.error().message);
@@ -266,7 +267,7 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
     const auto it = book_.pending.find(id);
     if (it != book_.pending.end()) {
       if (it->second->resolving) {
-        prepared = make_error(409, "RESOLUTION_IN_PROGRESS",
+        prepared = make_error(409, codes::resolution_in_progress,
                               "escalation " + id + " is being resolved by another call; read it again in a moment");
       } else {
         prepared = prepare_resolution(*routing, it->second->escalation.row, std::move(in), reviewer, by);
@@ -275,7 +276,7 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
     }
   }
   if (prepared) return write_resolution(id, std::move(*prepared), routing, std::move(done));
-  if (prepared.error().code != "NOT_FOUND") return done(prepared.error());
+  if (prepared.error().code != codes::not_found) return done(prepared.error());
   if (sync_ && !caught_up) {
     // Raised on another instance a moment ago, perhaps, its notification not here yet: read it,
     // then look again.
@@ -287,7 +288,7 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
   if (!found) return done(found.error());
   if (!*found || !(*found)->resolution) return done(not_found(id));
   const log::resolution_record& r = *(*found)->resolution;
-  done(make_error(409, "ALREADY_RESOLVED",
+  done(make_error(409, codes::already_resolved,
                   "escalation " + id + " is already resolved: " + r.outcome + (r.tool.empty() ? "" : " " + r.tool) +
                       " by " + r.reviewer + " at " + iso_utc(r.created_ms) + " (resolution " + r.id + ")"));
 }
@@ -314,15 +315,15 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
     std::lock_guard lock(book_.mutex);
     const auto it = book_.pending.find(id);
     if (it == book_.pending.end()) {
-      failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
-    } else if (!written && written.error().code != "DUPLICATE_ROW") {
+      failed = make_error(409, codes::already_resolved, "escalation " + id + " is already resolved");
+    } else if (!written && written.error().code != codes::duplicate_row) {
       it->second->resolving = false;
       failed = written.error();
     } else if (!written && sync_) {
       // Another instance's resolution won: read it, and it is taken in as any other instance's
       // (reviewers told, the agent's session given it).
       it->second->resolving = false;
-      failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+      failed = make_error(409, codes::already_resolved, "escalation " + id + " is already resolved");
       read_winner = true;
     } else {
       e = std::move(it->second->escalation);
@@ -333,7 +334,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
       }
       if (!written) {
         // Another baton on the same log resolved it first.
-        failed = make_error(409, "ALREADY_RESOLVED", "escalation " + id + " is already resolved");
+        failed = make_error(409, codes::already_resolved, "escalation " + id + " is already resolved");
       } else {
         object = resolution_object_of(*routing, r, e->row);
         w = resolution_delivery::waiting_for(*routing, r, e->row, object);

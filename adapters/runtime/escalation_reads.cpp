@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 
 #include "adapters/runtime/escalation_rules.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton {
 
@@ -10,7 +11,7 @@ escalation_reads::~escalation_reads() { thread_.join(); }
 
 void escalation_reads::list(std::string_view status, std::size_t limit, answer done) {
   if (status != "pending" && status != "resolved" && status != "all") {
-    return done(make_error(422, "INVALID_REQUEST", "status must be pending, resolved or all"));
+    return done(make_error(422, codes::invalid_request, "status must be pending, resolved or all"));
   }
   protocol::escalation_list list;
   if (status != "resolved") list.escalations = desk_.pending_objects(limit);
@@ -29,7 +30,7 @@ void escalation_reads::get(const std::string& id, answer done) {
   boost::asio::post(thread_, [this, id, done = std::move(done)] {
     auto found = desk_.reader().escalation(id);
     if (!found) return done(found.error());
-    if (!*found) return done(make_error(404, "NOT_FOUND", "no escalation " + id));
+    if (!*found) return done(make_error(404, codes::not_found, "no escalation " + id));
     done(protocol::render(history_object(*desk_.routing(), **found)));
   });
 }

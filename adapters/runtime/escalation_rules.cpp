@@ -5,6 +5,7 @@
 
 #include "adapters/protocol/escalation_views.hpp"
 #include "adapters/runtime/escalation_evidence.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "tools/arguments.hpp"
 #include "tools/registry.hpp"
@@ -15,7 +16,7 @@ namespace {
 
 // A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
 error invalid_field(json loc, std::string type, std::string msg) {
-  return make_error(422, "INVALID_RESOLUTION", std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
+  return make_error(422, codes::invalid_resolution, std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
 }
 
 bool denied_by_policy(const routing_snapshot& routing, const std::string& tool) {
@@ -98,7 +99,7 @@ result<log::resolution_record> prepare_resolution(const routing_snapshot& routin
     res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
     if (t) {
       if (auto issues = tools::complete_arguments(*t, res.arguments); !issues.empty()) {
-        return make_error(422, "INVALID_RESOLUTION", std::move(issues));
+        return make_error(422, codes::invalid_resolution, std::move(issues));
       }
     } else if (!res.arguments.is_object() || !res.arguments.empty()) {
       return invalid_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
@@ -110,7 +111,7 @@ result<log::resolution_record> prepare_resolution(const routing_snapshot& routin
     const std::string what = registry_changed && policy_changed ? "the registry and the policy"
                              : registry_changed                 ? "the registry"
                                                                 : "the policy";
-    return make_error(409, "VERSION_CHANGED", what + " changed since escalation " + r.id +
+    return make_error(409, codes::version_changed, what + " changed since escalation " + r.id +
                                                   " was raised; resolve with \"force\": true to resolve it anyway");
   }
   res.id = new_id('v');

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -20,7 +21,7 @@ void routing_reloader::reload(std::string who, done_callback done) {
     if (busy_) {
       // No row: nothing was read. Said here, since a SIGHUP has nobody to answer.
       spdlog::warn("reload by {} refused: another reload is being applied", who);
-      return done(make_error(409, "RELOAD_IN_PROGRESS", "another reload is being applied; try again in a moment"));
+      return done(make_error(409, codes::reload_in_progress, "another reload is being applied; try again in a moment"));
     }
     busy_ = true;
   }

@@ -10,6 +10,7 @@
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/escalation_sync.hpp"
 #include "adapters/runtime/tool_runs.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -183,7 +184,7 @@ result<void> resolution_delivery::acknowledge(const std::string& resolution, con
   if (waiting_here) {
     auto written = [this, resolution](result<void> ok) {
       // Acknowledged already (through another instance, or a second ack racing the first).
-      if (!ok && ok.error().code == "DUPLICATE_ROW") ok = result<void>();
+      if (!ok && ok.error().code == codes::duplicate_row) ok = result<void>();
       boost::asio::post(io_, [this, resolution, ok] { on_acknowledgement_written(resolution, ok); });
     };
     if (auto queued = log_.append(log::delivery_record{resolution, unix_ms()}, written); !queued) written(queued.error());
@@ -193,7 +194,7 @@ result<void> resolution_delivery::acknowledge(const std::string& resolution, con
   const auto session = reader_.acknowledged_session(resolution);
   if (!session) return session.error();
   if (*session && owner_of(**session) == owner) return {};
-  return make_error(404, "UNKNOWN_RESOLUTION",
+  return make_error(404, codes::unknown_resolution,
                     "resolution `" + resolution + "` is not one of this key's sessions' resolutions");
 }
 

@@ -1,5 +1,6 @@
 #include "adapters/runtime/routing.hpp"
 
+#include "core/error_codes.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -20,7 +21,7 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
   // server's are the wire's defaults), or every fallback would fail.
   if (fallback_limits) {
     if (auto fits = tools::compile_questions(r->registry, *fallback_limits); !fits) {
-      return make_error(422, "INVALID_REGISTRY", config.registry.string() +
+      return make_error(422, codes::invalid_registry, config.registry.string() +
                                                      ": the registry's questions do not fit the fallback engine "
                                                      "(routing.fallback): " + fits.error().message);
     }

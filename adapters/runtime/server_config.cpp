@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "core/error_codes.hpp"
 #include "core/hf_cache.hpp"
 #include "engine/factory/engine_settings.hpp"
 #include "tools/yaml.hpp"
@@ -460,7 +461,7 @@ std::string read_secret(const std::vector<field>& fields, const YAML::Node& at, 
     secret = read_env(env->value, "the `env` of " + what, what, env_name);
   } else {
     const std::filesystem::path p = read_path(file->value, "the `file` of " + what, base);
-    auto text = read_text(p, "INVALID_CONFIG", 64 * 1024);  // a regular file of a key or two
+    auto text = read_text(p, codes::invalid_config, 64 * 1024);  // a regular file of a key or two
     if (!text) fail(file->value, what + ": " + text.error().message);
     secret = text->substr(0, text->find('\n'));
   }
@@ -564,7 +565,7 @@ bool parse_listen(std::string_view text, server_options& out) {
 
 result<server_config> parse_server_config(std::string_view yaml_text, const std::filesystem::path& file) {
   const std::filesystem::path base = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
-  return parse(yaml_text, file.string(), "INVALID_CONFIG", [&](const YAML::Node& root) {
+  return parse(yaml_text, file.string(), codes::invalid_config, [&](const YAML::Node& root) {
     server_config c;
     c.file = file;
     c.registry = (base / c.registry).lexically_normal();
@@ -598,7 +599,7 @@ result<server_config> parse_server_config(std::string_view yaml_text, const std:
 }
 
 result<server_config> load_server_config(const std::filesystem::path& file) {
-  auto text = read_text(file, "INVALID_CONFIG");
+  auto text = read_text(file, codes::invalid_config);
   if (!text) return text.error();
   return parse_server_config(*text, file);
 }

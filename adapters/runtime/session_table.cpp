@@ -4,6 +4,7 @@
 #include <array>
 
 #include "adapters/protocol/agent_protocol.hpp"
+#include "core/error_codes.hpp"
 #include "core/request.hpp"
 
 namespace baton {
@@ -78,12 +79,12 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   bool created = false;
   if (it == sessions_.end()) {
     if (append) {
-      return make_error(409, "UNKNOWN_SESSION",
+      return make_error(409, codes::unknown_session,
                         "no session `" + session + "` on this server: send the full history first");
     }
     if (sessions_.size() >= limits_.max_sessions) forget_idle(now);
     if (sessions_.size() >= limits_.max_sessions) {
-      return make_error(503, "TOO_MANY_SESSIONS", "the server holds " + std::to_string(limits_.max_sessions) +
+      return make_error(503, codes::too_many_sessions, "the server holds " + std::to_string(limits_.max_sessions) +
                                                       " sessions; retry later");
     }
     it = sessions_.emplace(session, entry{}).first;
@@ -95,13 +96,13 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
     return e;
   };
   entry& e = it->second;
-  if (e.busy) return make_error(409, "SESSION_BUSY", "session `" + session + "` has a decision in flight");
+  if (e.busy) return make_error(409, codes::session_busy, "session `" + session + "` has a decision in flight");
   if (append && !e.committed) {
-    return make_error(409, "UNKNOWN_SESSION", "session `" + session + "` has no decided turn yet: send the full history");
+    return make_error(409, codes::unknown_session, "session `" + session + "` has no decided turn yet: send the full history");
   }
   const std::int64_t next = e.turn + 1;
   if (turn && (append ? *turn != next : *turn < next)) {
-    return make_error(409, "TURN_OUT_OF_ORDER", "turn " + std::to_string(*turn) + " of session `" + session +
+    return make_error(409, codes::turn_out_of_order, "turn " + std::to_string(*turn) + " of session `" + session +
                                                     "`: the next turn is " + std::to_string(next));
   }
   // A turn the frame left out is the next one, and within the same limit as one it names.
@@ -113,7 +114,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   const std::size_t media_bytes = (append ? e.media_bytes : 0) + added_media;
   const std::size_t bytes = base + (base > 1 && !added.empty() ? 1 : 0) + added.size() + 1 + media_bytes;
   if (bytes > limits_.max_history_bytes) {
-    return refuse(make_error(413, "HISTORY_TOO_LARGE",
+    return refuse(make_error(413, codes::history_too_large,
                              "the history of session `" + session + "` would take " + std::to_string(bytes) +
                                  " bytes" + (media_bytes ? ", " + std::to_string(media_bytes) + " of them media" : "") +
                                  " (limit " + std::to_string(limits_.max_history_bytes) + ")"));
@@ -121,7 +122,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   // Every session's history together is bounded too: memory, not just one session's size.
   const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(e.bytes);
   if (delta > 0 && total_bytes_ + static_cast<std::size_t>(delta) > limits_.max_history_bytes_total) {
-    return refuse(make_error(503, "TOO_MANY_SESSIONS",
+    return refuse(make_error(503, codes::too_many_sessions,
                              "the sessions already hold " + std::to_string(total_bytes_) +
                                  " bytes of history (server.max_history_bytes_total); retry later"));
   }

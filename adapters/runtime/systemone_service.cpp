@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "tools/schema_compiler.hpp"
 
@@ -79,7 +80,7 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
   ++in_flight_;
   auto c = std::make_shared<call>(std::move(id), std::move(caller), received, strand, std::move(done));
   if (draining_) {
-    finish(c, error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+    finish(c, error_reply(make_error(503, codes::shutting_down, "the server is shutting down")));
     return;
   }
   const engine_description& d = engine_.describe();
@@ -93,7 +94,7 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
   if (!serves(req->model)) {
     std::string served = "`" + d.model_id + "`";
     for (const std::string& a : config_.systemone.model_aliases) served += ", `" + a + "`";
-    finish(c, error_reply(make_error(404, "MODEL_NOT_FOUND",
+    finish(c, error_reply(make_error(404, codes::model_not_found,
                                      "model \"" + req->model + "\" not found; this server answers for " + served)));
     return;
   }
@@ -111,7 +112,7 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
       deadline);
   if (!submitted) {
     const error& e = submitted.error();
-    finish(c, error_reply(e.code == "OVERLOADED" ? make_error(503, "QUEUE_FULL", e.message) : e));
+    finish(c, error_reply(e.code == codes::overloaded ? make_error(503, codes::queue_full, e.message) : e));
     return;
   }
   c->timer.expires_at(deadline);
@@ -119,8 +120,8 @@ void systemone_service::decide(std::string id, std::string caller, std::string b
     // An answer queued on the strand before this handler ran wins, even though its cancel()
     // came too late to stop the handler.
     if (ec || c->finished || c->engine_back) return;
-    metrics_.engine_error("systemone", "DEADLINE_EXCEEDED");
-    finish(c, error_reply(make_error(504, "DEADLINE_EXCEEDED",
+    metrics_.engine_error("systemone", codes::deadline_exceeded);
+    finish(c, error_reply(make_error(504, codes::deadline_exceeded,
                                      "no answer from the engine within " +
                                          std::to_string(config_.server.request_deadline.count()) +
                                          " ms (server.request_deadline_ms)")));

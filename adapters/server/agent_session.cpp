@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "adapters/server/websocket_session.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton {
 
@@ -54,7 +55,7 @@ class agent_session : public agent_connection,
     }
     const server_options& o = hub_->options;
     if (buffer_.size() > o.max_frame_bytes) {
-      refuse(make_error(413, "FRAME_TOO_LARGE", "a frame of more than " + std::to_string(o.max_frame_bytes) +
+      refuse(make_error(413, codes::frame_too_large, "a frame of more than " + std::to_string(o.max_frame_bytes) +
                                                     " bytes (server.max_frame_bytes)"));
       close(websocket::close_code::too_big, "frame too large");
       return;
@@ -67,11 +68,11 @@ class agent_session : public agent_connection,
     std::string frame = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
     if (!take_token()) {
-      refuse(make_error(429, "RATE_LIMITED", "more than " + std::to_string(o.max_frames_per_second) +
+      refuse(make_error(429, codes::rate_limited, "more than " + std::to_string(o.max_frames_per_second) +
                                                  " frames per second (server.max_frames_per_second)"),
              id_of(frame, text));
     } else if (!text) {
-      refuse(make_error(400, "BINARY_FRAME", "a binary frame: frames are JSON text"));
+      refuse(make_error(400, codes::binary_frame, "a binary frame: frames are JSON text"));
     } else if (const auto wait = hub_->api.admit_frame(*who_)) {
       refuse(rate_limited(*who_, *wait), id_of(frame, text));  // each frame counts
     } else if (hub_->service.on_frame(shared_from_this(), frame)) {

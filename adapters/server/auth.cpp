@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error_codes.hpp"
 #include "core/sha256.hpp"
 
 namespace baton {
@@ -18,7 +19,7 @@ bool same_digest(std::string_view a, std::string_view b) noexcept {
   return diff == 0;
 }
 
-error unauthorized(std::string message) { return make_error(401, "UNAUTHORIZED", std::move(message)); }
+error unauthorized(std::string message) { return make_error(401, codes::unauthorized, std::move(message)); }
 
 // Adds what a bucket earned since it was last refilled, up to its burst.
 void refill(double& tokens, std::chrono::steady_clock::time_point& refilled, const rate_limit& l,
@@ -65,17 +66,17 @@ bool may_use(role r, endpoint e) noexcept {
 }
 
 error forbidden(const caller& c, endpoint e) {
-  return make_error(403, "FORBIDDEN", "key `" + c.name + "` has role " + std::string(to_string(c.role)) +
+  return make_error(403, codes::forbidden, "key `" + c.name + "` has role " + std::string(to_string(c.role)) +
                                           ", which may not use " + std::string(describe(e)));
 }
 
 error rate_limited(const caller& c, std::chrono::milliseconds wait) {
-  return make_error(429, "RATE_LIMITED", "key `" + c.name + "` is over its rate limit; retry in " +
+  return make_error(429, codes::rate_limited, "key `" + c.name + "` is over its rate limit; retry in " +
                                              std::to_string(wait.count()) + " ms");
 }
 
 error too_many_failures(std::chrono::milliseconds wait) {
-  return make_error(429, "RATE_LIMITED", "too many failed authentications from this address; retry in " +
+  return make_error(429, codes::rate_limited, "too many failed authentications from this address; retry in " +
                                              std::to_string(wait.count()) + " ms");
 }
 

@@ -9,6 +9,7 @@
 #include <charconv>
 
 #include "adapters/server/inbox_assets.hpp"
+#include "core/error_codes.hpp"
 #include "core/ids.hpp"
 
 namespace baton {
@@ -47,7 +48,7 @@ std::string_view query_param(std::string_view target, std::string_view name) {
 // The body of a `Content-Encoding: gzip` request, inflated to at most `limit` bytes (413 beyond).
 result<std::string> gunzip(std::string_view in, std::size_t limit) {
   z_stream z{};
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return make_error(500, "INTERNAL", "zlib could not start");
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return make_error(500, codes::internal, "zlib could not start");
   std::string out;
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   z.avail_in = static_cast<uInt>(in.size());
@@ -65,10 +66,10 @@ result<std::string> gunzip(std::string_view in, std::size_t limit) {
   const bool ended = rc == Z_STREAM_END && z.avail_in == 0;
   inflateEnd(&z);
   if (out.size() > limit) {
-    return make_error(413, "REQUEST_TOO_LARGE", "the gzip body inflates to more than " + std::to_string(limit) +
+    return make_error(413, codes::request_too_large, "the gzip body inflates to more than " + std::to_string(limit) +
                                                     " bytes (server.max_body_bytes)");
   }
-  if (!ended) return make_error(400, "INVALID_JSON", "the body is not valid gzip (Content-Encoding: gzip)");
+  if (!ended) return make_error(400, codes::invalid_json, "the body is not valid gzip (Content-Encoding: gzip)");
   return out;
 }
 
@@ -152,7 +153,7 @@ bool declares_json(const http_api::head& h) {
 // the one error body instead.
 std::optional<http_reply> handshake_refusal(const http_api::head& h) {
   if (h.find(http::field::host) == h.end()) {
-    return error_reply(make_error(400, "INVALID_HANDSHAKE", "a WebSocket upgrade needs a Host header"));
+    return error_reply(make_error(400, codes::invalid_handshake, "a WebSocket upgrade needs a Host header"));
   }
   // 16 bytes in base64: 22 characters of the alphabet, then "==".
   const auto key = h.find(http::field::sec_websocket_key);
@@ -160,12 +161,12 @@ std::optional<http_reply> handshake_refusal(const http_api::head& h) {
   if (k.size() != 24 || !k.ends_with("==") || !std::all_of(k.begin(), k.end() - 2, [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/';
       })) {
-    return error_reply(make_error(400, "INVALID_HANDSHAKE",
+    return error_reply(make_error(400, codes::invalid_handshake,
                                   "Sec-WebSocket-Key must be 16 random bytes in base64 (RFC 6455 §4.1)"));
   }
   const auto version = h.find(http::field::sec_websocket_version);
   if (version == h.end() || version->value() != "13") {
-    http_reply r = error_reply(make_error(426, "UNSUPPORTED_WEBSOCKET_VERSION",
+    http_reply r = error_reply(make_error(426, codes::unsupported_websocket_version,
                                           "the server speaks WebSocket version 13 (Sec-WebSocket-Version)"));
     r.headers.emplace_back("Sec-WebSocket-Version", "13");
     return r;
@@ -264,7 +265,7 @@ http_api::response http_api::make(unsigned version, bool keep_alive, bool head_o
 
 std::optional<error> http_api::host_refusal(const head& h) const {
   // Two could name two servers, and checks that read one would pass the other (RFC 9112 §3.2).
-  if (h.count(http::field::host) > 1) return make_error(400, "BAD_REQUEST", "the request has more than one Host header");
+  if (h.count(http::field::host) > 1) return make_error(400, codes::bad_request, "the request has more than one Host header");
   const auto it = h.find(http::field::host);
   if (it == h.end()) return std::nullopt;  // browsers always send one: only HTTP/1.0 tools do not
   if (const auto host = host_of(it->value())) {
@@ -282,13 +283,13 @@ std::optional<error> http_api::host_refusal(const head& h) const {
     const auto& allowed = config_.server.allowed_hosts;
     if (std::find(allowed.begin(), allowed.end(), *host) != allowed.end()) return std::nullopt;
   }
-  return make_error(403, "HOST_REFUSED", "Host `" + quoted(it->value()) +
+  return make_error(403, codes::host_refused, "Host `" + quoted(it->value()) +
                                              "` does not name this server; list it in server.allowed_hosts");
 }
 
 std::optional<error> http_api::origin_refusal(const head& h) const {
   // A browser sends one (RFC 6454 §7.3); with two, the one checked might not be the one that counts.
-  if (h.count(http::field::origin) > 1) return make_error(400, "BAD_REQUEST", "the request has more than one Origin header");
+  if (h.count(http::field::origin) > 1) return make_error(400, codes::bad_request, "the request has more than one Origin header");
   const auto it = h.find(http::field::origin);
   if (it == h.end()) return std::nullopt;  // not a browser's request (curl, the SDKs, agents)
   const std::string origin = boost::algorithm::to_lower_copy(std::string(it->value()));
@@ -302,7 +303,7 @@ std::optional<error> http_api::origin_refusal(const head& h) const {
       }
     }
   }
-  return make_error(403, "ORIGIN_REFUSED", "Origin `" + quoted(it->value()) +
+  return make_error(403, codes::origin_refused, "Origin `" + quoted(it->value()) +
                                                "` is not this server's own; list it in server.allowed_origins");
 }
 
@@ -329,7 +330,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   // The inbox page is static and open: what it shows comes from the API, which needs a key.
   if (a) {
     if (h.method() != http::verb::get && h.method() != http::verb::head) {
-      http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED", quoted(path) + " answers GET"));
+      http_reply r = error_reply(make_error(405, codes::method_not_allowed, quoted(path) + " answers GET"));
       r.headers.emplace_back("Allow", "GET, HEAD");
       return refuse(std::move(r));
     }
@@ -345,23 +346,23 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   // A page of another site may send requests here (a form, fetch in no-cors mode) without
   // reading the answers: none is acted on.
   if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
-  if (!found) return refuse(error_reply(make_error(404, "NOT_FOUND", "no endpoint at " + quoted(path))));
+  if (!found) return refuse(error_reply(make_error(404, codes::not_found, "no endpoint at " + quoted(path))));
   const bool get_like = found->method == http::verb::get;
   if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
-    http_reply r = error_reply(make_error(405, "METHOD_NOT_ALLOWED",
+    http_reply r = error_reply(make_error(405, codes::method_not_allowed,
                                           quoted(path) + " answers " + std::string(http::to_string(found->method))));
     r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
     return refuse(std::move(r));
   }
   // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
   if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
-    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE", quoted(path) + " reads at most " +
+    return refuse(error_reply(make_error(413, codes::request_too_large, quoted(path) + " reads at most " +
                                                                       std::to_string(http_api::small_body_bytes) +
                                                                       " bytes of body")));
   }
   if (!found->role) return t;
   if (found->how == route::kind::websocket) {
-    return refuse(error_reply(make_error(426, "UPGRADE_REQUIRED", quoted(path) + " is a WebSocket endpoint")));
+    return refuse(error_reply(make_error(426, codes::upgrade_required, quoted(path) + " is a WebSocket endpoint")));
   }
   // An address that keeps sending wrong keys waits, whatever key it sends now: answering a right
   // one would tell a guesser which guess was right.
@@ -372,19 +373,19 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   if (!may_use(t.who->role, *found->role)) return refuse(error_reply(forbidden(*t.who, *found->role)));
   // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
   if (found->method == http::verb::post && !declares_json(h)) {
-    return refuse(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+    return refuse(error_reply(make_error(415, codes::unsupported_media_type,
                                          quoted(path) + " reads JSON: send `Content-Type: application/json`")));
   }
   if (const auto wait = auth_.admit(*t.who)) {
     return refuse(error_reply(rate_limited(*t.who, *wait), *wait));
   }
   if (content_length && *content_length > config_.server.max_body_bytes) {
-    return refuse(error_reply(make_error(413, "REQUEST_TOO_LARGE",
+    return refuse(error_reply(make_error(413, codes::request_too_large,
                                          "a body of " + std::to_string(*content_length) + " bytes; the limit is " +
                                              std::to_string(config_.server.max_body_bytes) + " (server.max_body_bytes)")));
   }
   if (t.decide && systemone_.draining()) {
-    return refuse(error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down")));
+    return refuse(error_reply(make_error(503, codes::shutting_down, "the server is shutting down")));
   }
   return t;
 }
@@ -444,7 +445,7 @@ void http_api::list_escalations(const ticket&, request& req, boost::asio::any_io
   if (!limit_text.empty()) {
     const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
     if (ec != std::errc() || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 1000) {
-      done(error_reply(make_error(422, "INVALID_REQUEST", "limit must be a whole number from 1 to 1000")));
+      done(error_reply(make_error(422, codes::invalid_request, "limit must be a whole number from 1 to 1000")));
       return;
     }
   }
@@ -474,7 +475,7 @@ void http_api::decide(const ticket& t, request& req, boost::asio::any_io_executo
       if (!inflated) return done(error_reply(inflated.error()));
       body = std::move(*inflated);
     } else if (!boost::beast::iequals(coding, "identity")) {
-      return done(error_reply(make_error(415, "UNSUPPORTED_MEDIA_TYPE",
+      return done(error_reply(make_error(415, codes::unsupported_media_type,
                                          "Content-Encoding " + quoted(coding) + ": only gzip and identity are read")));
     }
   }
@@ -513,7 +514,7 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
   } else if (auto origin = origin_refusal(h)) {
     refusal = error_reply(*origin);
   } else if (!found) {
-    refusal = error_reply(make_error(404, "NOT_FOUND", "no WebSocket endpoint at " + quoted(path) +
+    refusal = error_reply(make_error(404, codes::not_found, "no WebSocket endpoint at " + quoted(path) +
                                                            " (the agent API is /v1/agent, reviewers' /v1/review)"));
   } else if (auto bad = handshake_refusal(h)) {
     refusal = std::move(*bad);
@@ -526,7 +527,7 @@ std::variant<http_api::upgrade_ticket, http_api::response> http_api::upgrade(con
   } else if (const auto wait = auth_.admit(**who)) {
     refusal = error_reply(rate_limited(**who, *wait), *wait);
   } else if (systemone_.draining()) {
-    refusal = error_reply(make_error(503, "SHUTTING_DOWN", "the server is shutting down"));
+    refusal = error_reply(make_error(503, codes::shutting_down, "the server is shutting down"));
   } else {
     metrics_.request(name, 101);
     return upgrade_ticket{*who, auth_.open() ? std::string() : (*who)->name, id, review, std::move(subprotocol)};
@@ -538,20 +539,20 @@ http_api::response http_api::unreadable(unsigned version, unreadable_reason why)
   error e;
   switch (why) {
     case unreadable_reason::body_too_large:
-      e = make_error(413, "REQUEST_TOO_LARGE", "the body is larger than " + std::to_string(config_.server.max_body_bytes) +
+      e = make_error(413, codes::request_too_large, "the body is larger than " + std::to_string(config_.server.max_body_bytes) +
                                                    " bytes (server.max_body_bytes)");
       break;
     case unreadable_reason::head_too_large:
-      e = make_error(431, "HEADERS_TOO_LARGE", "the request's head is larger than the server reads");
+      e = make_error(431, codes::headers_too_large, "the request's head is larger than the server reads");
       break;
     case unreadable_reason::malformed:
-      e = make_error(400, "BAD_REQUEST", "the request is not readable HTTP/1.1");
+      e = make_error(400, codes::bad_request, "the request is not readable HTTP/1.1");
       break;
     case unreadable_reason::busy:
-      e = make_error(503, "SERVER_BUSY", "the server holds as many connections or request bytes as it may; retry later");
+      e = make_error(503, codes::server_busy, "the server holds as many connections or request bytes as it may; retry later");
       break;
     case unreadable_reason::internal:
-      e = make_error(500, "INTERNAL", "the server failed on this request (logged); the connection closes");
+      e = make_error(500, codes::internal, "the server failed on this request (logged); the connection closes");
       break;
   }
   return make(version, false, false, "other", error_reply(e), new_id('q'));

@@ -12,6 +12,7 @@
 #include "adapters/runtime/agent_service.hpp"
 #include "adapters/server/handler_guard.hpp"
 #include "adapters/server/listener.hpp"
+#include "core/error_codes.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "engine/scheduler.hpp"
 
@@ -126,7 +127,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   try {
     p->server = std::make_unique<listener>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);
   } catch (const std::exception& e) {
-    start_failure("LISTEN_FAILED", "cannot listen on " + p->config.server.host + ":" +
+    start_failure(codes::listen_failed, "cannot listen on " + p->config.server.host + ":" +
                                        std::to_string(p->config.server.port) + ": " + e.what());
   }
   p->server->start();

@@ -19,6 +19,7 @@
 #include "adapters/server/handler_guard.hpp"
 #include "adapters/server/http_api.hpp"
 #include "adapters/server/shared_state.hpp"
+#include "core/error_codes.hpp"
 
 namespace baton {
 
@@ -42,7 +43,7 @@ class ws_stream_session : public closable_session, public guard_target {
   void handler_failed() noexcept override {
     try {
       enqueue(protocol::render_error_frame(
-          nullptr, make_error(500, "INTERNAL", "the server failed on this connection (logged); it closes")));
+          nullptr, make_error(500, codes::internal, "the server failed on this connection (logged); it closes")));
       close(websocket::close_code::internal_error, "internal error");
     } catch (...) {
       closing_ = true;

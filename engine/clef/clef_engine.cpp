@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/answers.hpp"
+#include "core/error_codes.hpp"
 #include "core/sha256.hpp"
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/release_files.hpp"
@@ -143,7 +144,7 @@ result<encoded_record> clef_encoder::encode(const request& r, std::size_t max_le
   try {
     return encode_record(r, pieces_, options);
   } catch (const std::exception& e) {  // the tokenizer's regex limits, memory
-    return make_error(500, "INFERENCE_FAILED", std::string("the record could not be encoded: ") + e.what());
+    return make_error(500, codes::inference_failed, std::string("the record could not be encoded: ") + e.what());
   }
 }
 
@@ -231,9 +232,9 @@ result<decision> clef_engine::decide_media(const request& r, std::size_t max_len
   // describe().limits refuse what the release cannot read; a caller that skipped validation must
   // not get an answer that silently ignored its media.
   if ((!r.images.empty() || !r.videos.empty()) && !model_->reads_images()) {
-    return make_error(422, "INVALID_REQUEST", "this model does not read images or videos");
+    return make_error(422, codes::invalid_request, "this model does not read images or videos");
   }
-  if (!r.audio.empty() && !model_->reads_audio()) return make_error(422, "INVALID_REQUEST", "this model does not read audio");
+  if (!r.audio.empty() && !model_->reads_audio()) return make_error(422, codes::invalid_request, "this model does not read audio");
   // The preprocessors run ATen kernels (resize, STFT), which report failures by throwing.
   prepared_media media;
   media_block block;
@@ -243,7 +244,7 @@ result<decision> clef_engine::decide_media(const request& r, std::size_t max_len
     media = std::move(*prepared);
     block = media_block_ids(media, model_->files().tokens(), newline_id_);
   } catch (const std::exception& e) {
-    return make_error(500, "INFERENCE_FAILED", std::string("the media could not be prepared: ") + e.what());
+    return make_error(500, codes::inference_failed, std::string("the media could not be prepared: ") + e.what());
   }
   auto e = encoder_.encode(r, max_length, block.ids);
   if (!e) return std::move(e.error());
@@ -270,7 +271,7 @@ result<decision> clef_engine::decide_media(const request& r, std::size_t max_len
     logits = model_->forward({&input, 1});
     cached = model_->last_cached_tokens().at(0);
   } catch (const std::exception& ex) {
-    return make_error(500, "INFERENCE_FAILED", std::string("the model failed: ") + ex.what());
+    return make_error(500, codes::inference_failed, std::string("the model failed: ") + ex.what());
   }
   decision d = to_decision(*e, logits[0]);
   d.cached_tokens = cached;
@@ -344,7 +345,7 @@ std::vector<result<decision>> clef_engine::decide(std::span<const request> batch
       logits = model_->forward(inputs);
     } catch (const std::exception& e) {
       for (const auto i : members) {
-        out[i] = make_error(500, "INFERENCE_FAILED", std::string("the model failed: ") + e.what());
+        out[i] = make_error(500, codes::inference_failed, std::string("the model failed: ") + e.what());
       }
       continue;
     }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error_codes.hpp"
 #include "engine/clef/model/json_file.hpp"
 #include "engine/clef/model/rope_index.hpp"
 #include "engine/clef/release_reads.hpp"
@@ -38,7 +39,7 @@ rgb_frames view_of(const raw_media& r) { return {r.pixels, r.frames, r.height, r
 result<vision_patches> patches(const rgb_frames& frames, const std::string& where, bool video,
                                const pixel_bounds& bounds) {
   auto p = video ? preprocess_video(frames, media::video_sample_fps, bounds) : preprocess_image(frames, bounds);
-  if (auto* e = std::get_if<vision_error>(&p)) return make_error(422, "INVALID_MEDIA", where + ": " + e->message);
+  if (auto* e = std::get_if<vision_error>(&p)) return make_error(422, codes::invalid_media, where + ": " + e->message);
   return std::move(std::get<vision_patches>(p));
 }
 
@@ -101,7 +102,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
       if (!d) return std::move(d.error());
       clips.emplace_back(decoded_audio.emplace_back(std::move(*d)));
     }
-    if (clips.back().empty()) return make_error(422, "INVALID_MEDIA", where + ": the audio has no samples");
+    if (clips.back().empty()) return make_error(422, codes::invalid_media, where + ": the audio has no samples");
     clip_names.push_back(where);
   }
 
@@ -138,7 +139,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
   for (const auto& c : clips) longest = std::max(longest, c.size());
   if (!clips.empty() && longest < min_audio_samples) {
     const std::string which = clips.size() == 1 ? clip_names[0] : "every audio of the request";
-    return make_error(422, "INVALID_MEDIA", which + ": shorter than " + std::to_string(min_audio_samples) +
+    return make_error(422, codes::invalid_media, which + ": shorter than " + std::to_string(min_audio_samples) +
                                                 " samples at 16 kHz, too short for a spectrogram");
   }
   for (std::size_t i = 0; i < clips.size(); ++i) {
@@ -147,7 +148,7 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
     // would reach the model as NaN: the input's fault, not the engine's.
     const auto& values = out.audio.back().values;
     if (!std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); })) {
-      return make_error(422, "INVALID_MEDIA", clip_names[i] + ": its samples are not finite numbers, or so far outside "
+      return make_error(422, codes::invalid_media, clip_names[i] + ": its samples are not finite numbers, or so far outside "
                                                               "[-1, 1] that their spectrogram overflows");
     }
   }
@@ -214,7 +215,7 @@ result<void> check_media_prompt(std::span<const std::int32_t> ids, const prepare
   const bool pads_match = count(t.image) == image_pads && count(t.video) == video_pads && count(t.audio) == audio_pads;
   if (!pads_match || std::holds_alternative<rope_error>(
                          rope_positions(ids, t, vision_merge_size, shape.view()))) {
-    return make_error(422, "INVALID_REQUEST",
+    return make_error(422, codes::invalid_request,
                       "the state or the questions hold media control tokens (such as <|image_pad|>, "
                       "<|vision_start|> or <|audio_start|>), which a request with media cannot carry: they "
                       "would be read as media");

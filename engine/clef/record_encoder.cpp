@@ -1,5 +1,6 @@
 #include "engine/clef/record_encoder.hpp"
 
+#include "core/error_codes.hpp"
 #include "engine/clef/schema_cost.hpp"
 
 #include <algorithm>
@@ -19,7 +20,7 @@ json question_loc(const std::string& id) { return json::array({"body", "question
 error no_questions() {
   issue i{json::array({"body", "questions"}), "Dictionary should have at least 1 item after validation, not 0",
           "too_short", json{{"field_type", "Dictionary"}, {"min_length", 1}, {"actual_length", 0}}};
-  return make_error(422, "INVALID_REQUEST", {std::move(i)});
+  return make_error(422, codes::invalid_request, {std::move(i)});
 }
 
 // The reference indexes choice criteria as a dict and score criteria as a list and refuses empty
@@ -54,7 +55,7 @@ error input_too_long(std::size_t fixed, std::size_t max_length) {
                     std::to_string(max_length);
   issue i{json::array({"body"}), std::move(msg), "input_too_long",
           json{{"max_tokens", max_length}, {"tokens", fixed}}};
-  return make_error(422, "INPUT_TOO_LONG", {std::move(i)});
+  return make_error(422, codes::input_too_long, {std::move(i)});
 }
 
 // Request option indexes in encoded order (§2.3): choice keys sorted by code point, which is
@@ -157,7 +158,7 @@ result<encoded_record> encode_record(const request& r, const piece_tokenizer& to
     piece(field_end);
   }
   piece(prompt_suffix);
-  if (!issues.empty()) return make_error(422, "INVALID_REQUEST", std::move(issues));
+  if (!issues.empty()) return make_error(422, codes::invalid_request, std::move(issues));
 
   const std::size_t fixed = rec.prefix_tokens + schema.size();
   if (fixed > max_length) return input_too_long(fixed, max_length);

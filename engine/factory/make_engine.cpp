@@ -3,6 +3,7 @@
 #include <exception>
 #include <string>
 
+#include "core/error_codes.hpp"
 #include "engine/keyword/keyword_engine.hpp"
 
 namespace baton {
@@ -11,13 +12,13 @@ result<std::unique_ptr<decision_engine>> make_engine(const engine_options& optio
   if (options.name == "keyword") return std::unique_ptr<decision_engine>(std::make_unique<keyword_engine>());
   if (options.name == "clef") {
     if (options.clef.model_dir.empty()) {
-      return make_error(400, "ENGINE_NEEDS_MODEL", "the clef engine needs a release directory (--model DIR)");
+      return make_error(400, codes::engine_needs_model, "the clef engine needs a release directory (--model DIR)");
     }
     // Loading throws (clef::load_error, or torch's own): this is the boundary where it becomes a value.
     try {
       return std::unique_ptr<decision_engine>(std::make_unique<clef::clef_engine>(options.clef));
     } catch (const std::exception& e) {
-      return make_error(500, "ENGINE_LOAD_FAILED",
+      return make_error(500, codes::engine_load_failed,
                         "cannot load the model in " + options.clef.model_dir.string() + ": " + e.what());
     }
   }
@@ -26,7 +27,7 @@ result<std::unique_ptr<decision_engine>> make_engine(const engine_options& optio
     if (!made) return made.error();
     return std::unique_ptr<decision_engine>(std::move(*made));
   }
-  return make_error(400, "UNKNOWN_ENGINE",
+  return make_error(400, codes::unknown_engine,
                     "unknown engine '" + options.name + "'; known engines: keyword, clef, systemone");
 }
 

@@ -1,5 +1,7 @@
 #include "engine/media/decode.hpp"
 
+#include "core/error_codes.hpp"
+
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -126,10 +128,10 @@ struct job {
 
   bool late() const { return clock::now() > deadline; }
   error invalid(const std::string& why) const {
-    return make_error(422, "INVALID_MEDIA", std::string("not a decodable ") + kind + ": " + why);
+    return make_error(422, codes::invalid_media, std::string("not a decodable ") + kind + ": " + why);
   }
   error too_large(const std::string& what) const {
-    return make_error(413, "MEDIA_TOO_LARGE", std::string(kind) + " " + what);
+    return make_error(413, codes::media_too_large, std::string(kind) + " " + what);
   }
   error too_large_picture(std::int64_t width, std::int64_t height) const {
     return too_large("is " + std::to_string(width) + "x" + std::to_string(height) + ", more than " +
@@ -141,7 +143,7 @@ struct job {
     return too_large(std::string("is longer than ") + seconds + " s");
   }
   error timed_out() const {
-    return make_error(504, "MEDIA_TIMEOUT", std::string(kind) + " took longer than " +
+    return make_error(504, codes::media_timeout, std::string(kind) + " took longer than " +
                                                 std::to_string(lim.time_budget.count()) + " ms to decode");
   }
   // An FFmpeg failure: the deadline (our interrupt callback aborts FFmpeg with AVERROR_EXIT) or
@@ -205,12 +207,12 @@ struct input {
 result<void> open_input(input& in, std::span<const std::byte> bytes, const job& j) {
   in.source.bytes = bytes;
   auto* buffer = static_cast<std::uint8_t*>(av_malloc(io_buffer_size));
-  if (buffer == nullptr) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode buffer");
+  if (buffer == nullptr) return make_error(500, codes::out_of_memory, "cannot allocate a decode buffer");
   in.io.reset(avio_alloc_context(buffer, io_buffer_size, 0, &in.source, &memory_source::read, nullptr,
                                  &memory_source::seek));
   if (!in.io) {
     av_free(buffer);
-    return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode context");
+    return make_error(500, codes::out_of_memory, "cannot allocate a decode context");
   }
   // The container is named first, and one this kind is not read from is refused unopened.
   const AVInputFormat* container = nullptr;
@@ -221,7 +223,7 @@ result<void> open_input(input& in, std::span<const std::byte> bytes, const job& 
     return j.invalid(std::string("its container (") + container->name + ") is not read: only plain media files are");
   }
   AVFormatContext* f = avformat_alloc_context();
-  if (f == nullptr) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decode context");
+  if (f == nullptr) return make_error(500, codes::out_of_memory, "cannot allocate a decode context");
   f->pb = in.io.get();
   f->flags |= AVFMT_FLAG_CUSTOM_IO;
   f->error_recognition = strict;
@@ -252,7 +254,7 @@ result<std::unique_ptr<AVCodecContext, codec_closer>> open_decoder(const AVStrea
   const AVCodec* codec = avcodec_find_decoder(stream->codecpar->codec_id);
   if (codec == nullptr) return j.invalid("no decoder for " + std::string(avcodec_get_name(stream->codecpar->codec_id)));
   std::unique_ptr<AVCodecContext, codec_closer> ctx(avcodec_alloc_context3(codec));
-  if (!ctx) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a decoder");
+  if (!ctx) return make_error(500, codes::out_of_memory, "cannot allocate a decoder");
   if (const int rc = avcodec_parameters_to_context(ctx.get(), stream->codecpar); rc < 0) return j.failed("decoder", rc);
   ctx->err_recognition = strict;
   ctx->max_pixels = j.lim.max_pixels;
@@ -295,7 +297,7 @@ result<void> receive(stream_decoder& d, AVFrame* frame, const job& j) {
 result<void> run_decoders(input& in, std::span<stream_decoder*> decoders, const job& j) {
   std::unique_ptr<AVPacket, packet_closer> packet(av_packet_alloc());
   std::unique_ptr<AVFrame, frame_closer> frame(av_frame_alloc());
-  if (!packet || !frame) return make_error(500, "OUT_OF_MEMORY", "cannot allocate a frame");
+  if (!packet || !frame) return make_error(500, codes::out_of_memory, "cannot allocate a frame");
   const auto all_done = [&] { return std::all_of(decoders.begin(), decoders.end(), [](auto* d) { return d->done; }); };
   while (!all_done()) {
     if (j.late()) return j.timed_out();

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/base64.hpp"
+#include "core/error_codes.hpp"
 #include "core/http_client.hpp"
 #include "core/http_url.hpp"
 
@@ -35,10 +36,10 @@ error fail(int status, const char* code, std::string_view where, const std::stri
   return make_error(status, code, std::string(where) + ": " + what);
 }
 
-error refused(std::string_view where, const std::string& what) { return fail(422, "MEDIA_SOURCE_REFUSED", where, what); }
-error unavailable(std::string_view where, const std::string& what) { return fail(422, "MEDIA_UNAVAILABLE", where, what); }
+error refused(std::string_view where, const std::string& what) { return fail(422, codes::media_source_refused, where, what); }
+error unavailable(std::string_view where, const std::string& what) { return fail(422, codes::media_unavailable, where, what); }
 error too_large(std::string_view where, std::size_t limit) {
-  return fail(413, "MEDIA_TOO_LARGE", where, "more than " + std::to_string(limit) + " bytes, the limit");
+  return fail(413, codes::media_too_large, where, "more than " + std::to_string(limit) + " bytes, the limit");
 }
 
 // ---- local files
@@ -144,7 +145,7 @@ result<endpoints> resolve(const http_url& url, clock_type::time_point deadline, 
   }).detach();
   std::unique_lock lock(state->m);
   if (!state->done_cv.wait_until(lock, deadline, [&] { return state->done; })) {
-    return fail(504, "MEDIA_TIMEOUT", where, "`" + url.host + "` did not resolve within " + std::to_string(timeout.count()) + " ms");
+    return fail(504, codes::media_timeout, where, "`" + url.host + "` did not resolve within " + std::to_string(timeout.count()) + " ms");
   }
   if (state->ec) return unavailable(where, "`" + url.host + "` does not resolve: " + state->ec.message());
   return state->found;
@@ -160,7 +161,7 @@ struct fetch {
   error transport(const http_client::failure& f) const {
     using http_client::step;
     if (f.why == http_client::fault::timeout) {
-      return fail(504, "MEDIA_TIMEOUT", where,
+      return fail(504, codes::media_timeout, where,
                   "`" + shown + "` was not loaded within " + std::to_string(policy.url_timeout.count()) + " ms");
     }
     if (f.why == http_client::fault::too_large) return too_large(where, policy.max_bytes);
@@ -214,7 +215,7 @@ result<std::vector<std::byte>> load_url(const media_item& item, const source_pol
     tls.emplace(std::move(*made));
   }
   // Declared before the io_context: a coroutine it still holds when it is destroyed may write here.
-  result<std::vector<std::byte>> out = fail(504, "MEDIA_TIMEOUT", where,
+  result<std::vector<std::byte>> out = fail(504, codes::media_timeout, where,
                                             "`" + item.data + "` was not loaded within " +
                                                 std::to_string(policy.url_timeout.count()) + " ms");
   fetch f{*url, item.data, policy, where, deadline};
@@ -234,7 +235,7 @@ result<std::vector<std::byte>> load_bytes(const media_item& item, const source_p
     case media_source::inline_base64: {
       std::string reason;
       auto bytes = base64_decode(item.base64(), reason);
-      if (!bytes) return fail(422, "INVALID_MEDIA", where, "the base64 payload is not valid: " + reason);
+      if (!bytes) return fail(422, codes::invalid_media, where, "the base64 payload is not valid: " + reason);
       if (bytes->size() > policy.max_bytes) return too_large(where, policy.max_bytes);
       return std::move(*bytes);
     }
@@ -246,7 +247,7 @@ result<std::vector<std::byte>> load_bytes(const media_item& item, const source_p
 }
 
 result<void> check_raw(const raw_media& raw, std::string_view field, std::string_view where) {
-  auto bad = [&](const std::string& what) -> result<void> { return fail(422, "INVALID_MEDIA", where, what); };
+  auto bad = [&](const std::string& what) -> result<void> { return fail(422, codes::invalid_media, where, what); };
   const bool pixels = field != "audio";
   if (!pixels) {
     if (!raw.pixels.empty() || raw.frames != 0) return bad("raw audio has samples only, no pixels");

@@ -1,6 +1,7 @@
 #include "engine/systemone/dialect.hpp"
 
 #include "core/answers.hpp"
+#include "core/error_codes.hpp"
 #include "engine/systemone/systemone_engine.hpp"
 
 namespace baton {
@@ -30,11 +31,11 @@ class plain_dialect final : public systemone_dialect {
       if (status == 400 || status == 404 || status == 413 || status == 422) {
         // The server refused this request: the caller's to know, with the server's issues.
         if (refused) return *refused;
-        return make_error(status, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+        return make_error(status, codes::upstream_refused, "the server answered " + std::to_string(status) + ": " + what);
       }
-      return make_error(502, "UPSTREAM_REFUSED", "the server answered " + std::to_string(status) + ": " + what);
+      return make_error(502, codes::upstream_refused, "the server answered " + std::to_string(status) + ": " + what);
     }
-    if (!is_json) return make_error(502, "BAD_UPSTREAM_RESPONSE", "the answer is not JSON: " + perr.message);
+    if (!is_json) return make_error(502, codes::bad_upstream_response, "the answer is not JSON: " + perr.message);
     auto answered = response_from_json(parsed);
     if (!answered) return answered.error();
     return decision_from_response(req, *answered);

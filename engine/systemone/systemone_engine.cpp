@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/error_codes.hpp"
 #include "core/http_client.hpp"
 #include "core/http_url.hpp"
 #include "core/sha256.hpp"
@@ -25,7 +26,7 @@ using http_client::connection;
 
 namespace {
 
-error bad_response(std::string message) { return make_error(502, "BAD_UPSTREAM_RESPONSE", std::move(message)); }
+error bad_response(std::string message) { return make_error(502, codes::bad_upstream_response, std::move(message)); }
 
 // Retry-After as the SDKs read it, retry-after-ms first, then whole seconds; at most `cap`.
 std::optional<std::chrono::milliseconds> retry_after(const http_client::response& res,
@@ -132,7 +133,7 @@ struct systemone_engine::impl {
   // One request, with its retries, on a connection from the pool.
   net::awaitable<result<decision>> call(const request& req) {
     if (req.has_raw_media()) {
-      co_return make_error(422, "MEDIA_SOURCE_REFUSED",
+      co_return make_error(422, codes::media_source_refused,
                            "raw media (decoded pixels or samples) has no wire form: it cannot be sent to another SystemOne server");
     }
     std::string body;
@@ -167,7 +168,7 @@ struct systemone_engine::impl {
           last = connect_failure(c.error());
           // A certificate this client does not trust will not become trusted by trying again.
           if (c.error().why == http_client::fault::untrusted) {
-            co_return dialect->returned(make_error(502, "UPSTREAM_UNREACHABLE", last), request_id);
+            co_return dialect->returned(make_error(502, codes::upstream_unreachable, last), request_id);
           }
           continue;
         }
@@ -199,7 +200,7 @@ struct systemone_engine::impl {
       }
       co_return dialect->returned(dialect->answer(req, status, res->body(), request_id), request_id);
     }
-    co_return dialect->returned(make_error(502, "UPSTREAM_UNREACHABLE",
+    co_return dialect->returned(make_error(502, codes::upstream_unreachable,
                                            url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
                                 request_id);
   }
@@ -218,26 +219,26 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   auto base = options.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
   auto url = parse_http_url(base + (*dialect)->path(), reason, true);
-  if (!url) return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's url `" + options.url + "` " + reason);
+  if (!url) return make_error(400, codes::invalid_engine_url, "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
   if (p->url.tls) {
     auto tls = http_client::tls_context(options.ca_file);
     if (!tls) {
-      return make_error(400, "INVALID_ENGINE_CA_FILE",
+      return make_error(400, codes::invalid_engine_ca_file,
                         "the systemone engine cannot load " +
                             (options.ca_file.empty() ? std::string("the system's CA certificates") : "the CA file " + options.ca_file.string()) +
                             ": " + tls.error().message());
     }
     p->tls.emplace(std::move(*tls));
   } else if (!options.ca_file.empty()) {
-    return make_error(400, "INVALID_ENGINE_CA_FILE", "the systemone engine's ca_file is for https URLs; `" + options.url + "` is not one");
+    return make_error(400, codes::invalid_engine_ca_file, "the systemone engine's ca_file is for https URLs; `" + options.url + "` is not one");
   }
   // Resolved once: a resolver has no timeout, and the scheduler's thread must not hang on one.
   boost::system::error_code ec;
   p->endpoints = tcp::resolver(p->io).resolve(p->url.host, p->url.port, ec);
   if (ec) {
-    return make_error(400, "INVALID_ENGINE_URL", "the systemone engine's host `" + p->url.host + "` does not resolve: " + ec.message());
+    return make_error(400, codes::invalid_engine_url, "the systemone engine's host `" + p->url.host + "` does not resolve: " + ec.message());
   }
   options.connections = std::max<std::size_t>(1, options.connections);
   p->options = std::move(options);
@@ -259,7 +260,7 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   if (now < p.open_until) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.open_until - now).count();
     return std::vector<result<decision>>(
-        batch.size(), make_error(503, "ENGINE_UNAVAILABLE", "the SystemOne server at " + p.url.host_header + " failed " +
+        batch.size(), make_error(503, codes::engine_unavailable, "the SystemOne server at " + p.url.host_header + " failed " +
                                                                std::to_string(p.failures_in_row) + " calls in a row; not called for " +
                                                                std::to_string(left) + " ms more"));
   }
@@ -274,7 +275,7 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
       try {
         out[i] = co_await p.call(batch[i]);
       } catch (const std::exception& e) {
-        out[i] = make_error(500, "INFERENCE_FAILED", std::string("the SystemOne call failed: ") + e.what());
+        out[i] = make_error(500, codes::inference_failed, std::string("the SystemOne call failed: ") + e.what());
       }
     }
   };
@@ -289,7 +290,7 @@ std::vector<result<decision>> systemone_engine::decide(std::span<const request> 
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (batch[i].has_raw_media()) continue;  // refused here: the server was not called
     const auto& r = out[i];
-    const bool down = !r && (r.error().code == "UPSTREAM_UNREACHABLE" || r.error().code == "BAD_UPSTREAM_RESPONSE");
+    const bool down = !r && (r.error().code == codes::upstream_unreachable || r.error().code == codes::bad_upstream_response);
     (down ? failed : answered) = true;
   }
   if (answered) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/answers.hpp"
+#include "core/error_codes.hpp"
 #include "engine/systemone/systemone_engine.hpp"
 
 namespace baton::workers_ai {
@@ -12,7 +13,7 @@ namespace baton::workers_ai {
 namespace {
 
 error not_an_envelope(const std::string& why) {
-  return make_error(502, "BAD_UPSTREAM_RESPONSE", "the answer is not a Workers AI envelope: " + why);
+  return make_error(502, codes::bad_upstream_response, "the answer is not a Workers AI envelope: " + why);
 }
 
 bool path_safe(char c) {
@@ -82,22 +83,22 @@ class dialect final : public systemone_dialect {
     // The status says what went wrong even when the body is not an envelope (a proxy's HTML page).
     const std::string said = env ? quoted(env->errors) : "";
     if (status == 401 || status == 403) {
-      return make_error(502, "UPSTREAM_AUTH_FAILED",
+      return make_error(502, codes::upstream_auth_failed,
                         "Workers AI refused the API token" + tag + said + "; set " + ticked_env(key_env_) +
                             " to a Cloudflare API token with Workers AI permission on the account in " + ticked_env(account_env_));
     }
     if (status == 404) {
-      return make_error(502, "UPSTREAM_NOT_FOUND",
+      return make_error(502, codes::upstream_not_found,
                         "Workers AI found no model `" + model_ + "` for the account" + tag + said + "; check the account id in " +
                             ticked_env(account_env_) + " and the model name");
     }
     if (status == 400 || status == 413 || status == 422) {
       // This request was refused: the caller's to know, with Cloudflare's reasons.
-      return make_error(status, "UPSTREAM_REFUSED", "Workers AI refused the request" + tag + said);
+      return make_error(status, codes::upstream_refused, "Workers AI refused the request" + tag + said);
     }
-    if (status < 200 || status >= 300) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered" + tag + said);
+    if (status < 200 || status >= 300) return make_error(502, codes::upstream_refused, "Workers AI answered" + tag + said);
     if (!env) return tagged(env.error(), tag);
-    if (!env->success) return make_error(502, "UPSTREAM_REFUSED", "Workers AI answered success: false" + tag + said);
+    if (!env->success) return make_error(502, codes::upstream_refused, "Workers AI answered success: false" + tag + said);
     auto answered = response_from_json(env->result);
     if (!answered) return tagged(answered.error(), tag);
     auto d = decision_from_response(req, *answered);
@@ -173,11 +174,11 @@ result<std::unique_ptr<const systemone_dialect>> make_dialect(systemone_engine_o
   if (options.url.empty()) options.url = workers_ai_defaults::url;
   if (options.model.empty()) options.model = workers_ai_defaults::model;
   if (options.account.empty() || options.api_key.empty()) {
-    return make_error(400, "ENGINE_NEEDS_CREDENTIALS", "the systemone engine's workers-ai flavor needs a Cloudflare account id and an API token");
+    return make_error(400, codes::engine_needs_credentials, "the systemone engine's workers-ai flavor needs a Cloudflare account id and an API token");
   }
   auto path = run_path(options.account, options.model);
   if (!path) {
-    return make_error(400, "INVALID_ENGINE_URL", "the workers-ai account id or the model `" + options.model +
+    return make_error(400, codes::invalid_engine_url, "the workers-ai account id or the model `" + options.model +
                                                      "` holds characters a URL path cannot take as they are");
   }
   return std::unique_ptr<const systemone_dialect>(
