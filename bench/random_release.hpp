@@ -28,7 +28,7 @@ inline text_config bench_text_config() {
                      .experts_per_token = 8, .mrope_section = {16, 8, 8}, .max_position_embeddings = 65536};
 }
 
-// Clef-Omni's thinker text part at its real widths (spec/qwen3-omni-thinker.md §2.1: hidden 2048,
+// Clef-Omni's thinker text part at its real widths (transformers' modeling_qwen3_omni_moe.py: hidden 2048,
 // 32 query / 4 KV heads of 128, 128 experts of width 768, top 8, vocabulary 152,064 rows, MRoPE
 // sections [24, 20, 20]) with `layers` of its 48 layers: a forward's per-layer cost is the real
 // one, and a few layers fit in this machine's memory.
@@ -38,7 +38,7 @@ inline text_config real_text_config(std::int64_t layers) {
                      .experts_per_token = 8, .mrope_section = {24, 20, 20}, .max_position_embeddings = 65536};
 }
 
-// Clef-Omni's head is not published (spec/clef-engine.md §3.2): the shape Clef and Clef-Flash
+// Clef-Omni's head is not published (Cloudflare's reference joint_schema_model.py): the shape Clef and Clef-Flash
 // publish (width 1024, 2 routing and 4 decoder layers, 16 heads, feed-forward 4096), the largest
 // plausible, on the thinker's 2048-wide states.
 inline head_config real_head_config() {

@@ -10,7 +10,7 @@ thing with the same operations on Debian's python3-torch:
     square with an additive causal mask and an fp32 softmax, and the MoE as a loop over the experts
     that got tokens (one-hot mask, torch.where, three nn.Linear products, index_add_);
   - the head with nn.LayerNorm, nn.MultiheadAttention and nn.TransformerDecoderLayer, as
-    spec/clef-engine.md §3.6 describes it, in the release's dtype (the reference moves it there).
+    Cloudflare's reference joint_schema_model.py has it, in the release's dtype (the reference moves it there).
 
 The weights are copied into the process at load, in one dtype, as from_pretrained does, and glibc
 malloc runs with mmap and trimming off, the settings issue 18 measured the reference with (the
@@ -235,7 +235,7 @@ class thinker_text:
         return rms_norm(x, self.weights["thinker.model.norm.weight"], self.eps)[0]
 
 
-# ---- the joint schema head (spec/clef-engine.md §3) ----------------------------------------------
+# ---- the joint schema head (Cloudflare's reference joint_schema_model.py) ----------------------------------------------
 
 class evidence_layer(nn.Module):
     def __init__(self, width, heads, feedforward):

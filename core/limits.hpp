@@ -1,4 +1,4 @@
-// What a model accepts. Defaults are baton's wire defaults (spec/systemone-api.md §9) and
+// What a model accepts. Defaults are baton's wire defaults (docs/systemone.md) and
 // Cloudflare's documented media limits; engines report their own through describe().
 #pragma once
 

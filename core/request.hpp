@@ -1,5 +1,5 @@
-// The SystemOne request: state, ordered typed questions and media, parsed and validated per
-// spec/systemone-api.md. Question order and choice key order are kept exactly as sent.
+// The SystemOne request: state, ordered typed questions and media, parsed and validated as
+// docs/systemone.md says. Question order and choice key order are kept exactly as sent.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The engine interface (DESIGN §3): a batch of validated requests in, one decision or error per
+// The engine interface: a batch of validated requests in, one decision or error per
 // request out. Records are independent: a batch never changes a record's answer (its
 // probabilities only within the rounding of kernels that run on a different shape).
 #pragma once

@@ -1,4 +1,4 @@
-// The engine scheduler (DESIGN §7): model work never runs on I/O threads. Requests queue here
+// The engine scheduler: model work never runs on I/O threads. Requests queue here
 // (bounded) and one worker thread hands whatever has arrived together to the engine as one batch;
 // records stay independent, so batching never changes a record's probabilities.
 // An engine that throws despite its contract fails that batch with 500 INFERENCE_FAILED; the worker

@@ -1,4 +1,4 @@
-// The policy (DESIGN §4): hard rules first (deny, always escalate, risk ceiling, questions that
+// The policy: hard rules first (deny, always escalate, risk ceiling, questions that
 // force escalation), then confidence lanes per tool, and what an engine failure does.
 #pragma once
 
@@ -129,7 +129,7 @@ action decide_action(const policy& p, const tools::registry& registry, const res
 // What an engine error or timeout becomes: escalate or deny, lane "on_engine_error".
 action on_engine_failure(const policy& p);
 
-// The decision on the fallback engine's answers (DESIGN §4: only a person ends the chain): the
+// The decision on the fallback engine's answers (only a person ends the chain): the
 // same rules and lanes, but what would fall back again escalates. The lane says it came after a
 // fallback: "fallback:lane:default", "fallback:rule:deny", …
 action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers);

@@ -1,4 +1,4 @@
-// A tool call's arguments (DESIGN §4), built and checked here only: from the engine's answers
+// A tool call's arguments, built and checked here only: from the engine's answers
 // (choice and boolean parameters), from the registry or the agent's proposal (text parameters),
 // and from a reviewer who runs the tool by hand.
 #pragma once

@@ -1,4 +1,4 @@
-// Executors (DESIGN §4): how baton carries out a chosen tool. One interface, three kinds:
+// Executors: how baton carries out a chosen tool. One interface, three kinds:
 // `agent` (the agent runs it and answers with a tool_result frame), `http` (POST the arguments as
 // JSON, Beast client, timeout and retries) and `command` (argv exec, no shell, timeout, output cap).
 #pragma once

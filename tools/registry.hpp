@@ -1,4 +1,4 @@
-// The YAML tool registry (DESIGN §4): tools with their executors and parameters, an optional
+// The YAML tool registry: tools with their executors and parameters, an optional
 // `finish` option and global questions, validated against the serving engine's limits at load.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The schema compiler (DESIGN §4): (registry, session history) → one SystemOne request.
+// The schema compiler: (registry, session history) → one SystemOne request.
 #pragma once
 
 #include <cstddef>

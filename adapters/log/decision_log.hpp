@@ -1,4 +1,4 @@
-// The decision log (DESIGN §6): append-only SQLite tables for decisions, tool runs,
+// The decision log: append-only SQLite tables for decisions, tool runs,
 // escalations and reloads of the registry and policy (records.hpp), each row chained to the previous one by hash, written by one thread
 // in group commits. Reading it back is log_reader.hpp's.
 #pragma once

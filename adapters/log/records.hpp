@@ -1,4 +1,4 @@
-// The rows of the decision log (DESIGN §6, adapters/log/README.md "Schema"): what the runtime
+// The rows of the decision log (adapters/log/README.md "Schema"): what the runtime
 // appends and what log_reader reads back. Plain types: no SQLite here.
 #pragma once
 

@@ -1,4 +1,4 @@
-// One agent turn from frame to answer (DESIGN §1): session → schema compiler → engine scheduler →
+// One agent turn from frame to answer: session → schema compiler → engine scheduler →
 // policy → decision log → decision frame → executor → tool_result frame. Transport-free: the
 // WebSocket session hands it frames and a way back (agent_connection).
 #pragma once

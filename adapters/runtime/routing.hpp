@@ -1,4 +1,4 @@
-// What decisions are made with (DESIGN §4): the registry, the policy, the executors and the
+// What decisions are made with: the registry, the policy, the executors and the
 // compiled questions, loaded and checked together into one immutable snapshot: at start-up, and
 // again on each reload (SIGHUP, POST /v1/admin/reload), which swaps the whole snapshot at once.
 // A turn takes the serving snapshot when it starts and keeps it to its end.

@@ -1,4 +1,4 @@
-// config/baton.yaml (DESIGN §8): the server, its engine, the registry and policy it routes with,
+// config/baton.yaml: the server, its engine, the registry and policy it routes with,
 // the decision log and the executors' limits. Relative paths are relative to the config file.
 #pragma once
 
@@ -42,7 +42,7 @@ struct server_options {
   std::vector<std::string> allowed_hosts;
 };
 
-// The SystemOne endpoint (spec/systemone-api.md): what it answers for and how.
+// The SystemOne endpoint (docs/systemone.md): what it answers for and how.
 struct systemone_options {
   std::vector<std::string> model_aliases{"jev-latest"};  // names the served model also answers to
   confidence_metric confidence = confidence_metric::p_max;

@@ -1,4 +1,4 @@
-// Agent sessions (DESIGN §1 core/session): each keeps its history and last turn in memory so a
+// Agent sessions: each keeps its history and last turn in memory so a
 // client may send only the new events of a turn. One decision per session at a time.
 //
 // A turn takes the session's history out (no copy) and hands it back with commit() or abort();

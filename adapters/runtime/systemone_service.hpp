@@ -1,4 +1,4 @@
-// POST /v1/systemone and GET /v1/models (spec/systemone-api.md): a SystemOne request from any
+// POST /v1/systemone and GET /v1/models (docs/systemone.md): a SystemOne request from any
 // Jev/SystemOne client, answered by the configured engine through the same scheduler as agent
 // decisions, logged like them (session = the API key's name). Transport-free: the HTTP layer
 // hands it a body and gets an http_reply back.

@@ -1,4 +1,4 @@
-// API keys by role (DESIGN §8; the keys themselves: runtime/api_keys.hpp): which key is calling, whether its role may use an endpoint, and
+// API keys by role (the keys themselves: runtime/api_keys.hpp): which key is calling, whether its role may use an endpoint, and
 // whether it is within its rate. Keys are compared by their sha256 in constant time and never
 // logged: a key is named by its `name` only.
 #pragma once

@@ -1,4 +1,4 @@
-// The listener (DESIGN §7, after Beast's chat-multi example): accepts connections on one
+// The listener (after Beast's chat-multi example): accepts connections on one
 // io_context and starts an http_session for each (http_session.hpp); stops gracefully.
 #pragma once
 

@@ -30,7 +30,7 @@ class running_server {
   // outcome: SIGHUP's way. Not from an I/O thread.
   result<routing_reloader::report> reload(const std::string& who);
 
-  // Graceful shutdown (DESIGN §7): stop accepting, finish in-flight decisions, close sessions
+  // Graceful shutdown: stop accepting, finish in-flight decisions, close sessions
   // with 1001, stop the engine scheduler, flush the log. Idempotent; blocks until done.
   void stop();
   // Blocks until stop() has run (from another thread or a signal).

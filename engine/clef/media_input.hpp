@@ -1,7 +1,7 @@
 // A request's media made ready for the Clef model: loaded (inline, local file or URL), decoded with
 // FFmpeg, preprocessed as the Qwen3-Omni processor does (smart_resize and patches for images and
 // video frames, log-mel features for audio), and the media block of token ids that stands for them
-// in the prompt (clef-engine.md §2.7).
+// in the prompt (Cloudflare's reference encode_record).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The Clef record encoder (spec/clef-engine.md §2): the reference's hand-written ChatML prompt,
+// The Clef record encoder (Cloudflare's reference encode_record): the reference's hand-written ChatML prompt,
 // each piece tokenized on its own, the question and option spans the joint head pools, and the
 // state cut from its end to fit the window.
 #pragma once

@@ -1,4 +1,4 @@
-// The embedded keyword engine (DESIGN §3): no weights, deterministic, microseconds per decision.
+// The embedded keyword engine: no weights, deterministic, microseconds per decision.
 // Each option of a question is a BM25 document (a choice label and the option's description); the
 // state's words are the query; scores / temperature go through a softmax.
 #pragma once

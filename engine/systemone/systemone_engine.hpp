@@ -1,4 +1,4 @@
-// The `systemone` engine (DESIGN §3): a client for any server of the SystemOne wire (another
+// The `systemone` engine: a client for any server of the SystemOne wire (another
 // baton, llama.cpp's server, colibri, Ollaya, TypeSafe Jev, …). It is how a larger model is
 // reached. Every answer is checked against the request it answers: a malformed or partial one is
 // an engine error, never a decision. Its `workers-ai` flavor speaks the same request to Cloudflare's

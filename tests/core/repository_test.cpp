@@ -54,6 +54,49 @@ TEST(repository, refers_to_nothing_beside_the_clone) {
                              << ::testing::PrintToString(found);
 }
 
+// A comment or a doc that sends its reader to a design or spec document the clone does not have
+// leaves them nowhere: it points at docs/ or the public source instead, or says the thing itself.
+TEST(repository, names_no_document_a_clone_lacks) {
+  // Spelled in pieces so that this file does not match itself.
+  const std::vector<std::string> needles = {std::string("DESIGN") + " §", std::string("clef-engine") + ".md",
+                                            std::string("qwen3-omni-thinker") + ".md",
+                                            std::string("systemone-api") + ".md"};
+  std::vector<std::string> found;
+  for (const fs::path& f : source_files()) {
+    const std::string text = test::read_file(test::source_dir() / f);
+    for (const std::string& n : needles) {
+      if (text.find(n) != std::string::npos) found.push_back(f.string() + ": " + n);
+    }
+  }
+  EXPECT_TRUE(found.empty()) << ::testing::PrintToString(found);
+}
+
+// Every error code is a named constant of core/error_codes.hpp: its string stands nowhere else in
+// the production code, so a code is spelt once and a misspelt name does not compile.
+TEST(repository, error_codes_are_spelt_once) {
+  const fs::path root = test::source_dir();
+  const std::string header = test::read_file(root / "core/error_codes.hpp");
+  std::vector<std::string> codes;
+  for (std::size_t at = header.find("= \""); at != std::string::npos; at = header.find("= \"", at + 1)) {
+    codes.push_back(header.substr(at + 2, header.find('"', at + 3) - at - 1));  // the string with its quotes
+  }
+  ASSERT_GT(codes.size(), 80u) << "core/error_codes.hpp has no codes";
+  std::vector<std::string> found;
+  for (const fs::path& f : source_files()) {
+    const std::string top = f.begin()->string();
+    const std::string ext = f.extension().string();
+    if ((top != "core" && top != "engine" && top != "tools" && top != "policies" && top != "adapters") ||
+        (ext != ".cpp" && ext != ".hpp") || f == "core/error_codes.hpp") {
+      continue;
+    }
+    const std::string text = test::read_file(root / f);
+    for (const std::string& code : codes) {
+      if (text.find(code) != std::string::npos) found.push_back(f.string() + ": " + code);
+    }
+  }
+  EXPECT_TRUE(found.empty()) << "name them from core/error_codes.hpp (codes::…):\n" << ::testing::PrintToString(found);
+}
+
 // The ```sha256 block of a PROVENANCE.md: file (relative to its folder) → hex digest.
 std::map<std::string, std::string> listed_sums(const fs::path& provenance) {
   std::map<std::string, std::string> out;

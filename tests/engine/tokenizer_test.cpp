@@ -256,7 +256,7 @@ TEST(tokenizer, tiny_release_tokenizer) {
   EXPECT_EQ(tokenizer::load(release / "tokenizer.json")->encode("<|im_end|> the"), (ids{333, 267}));
 }
 
-// The tiny end-to-end records: each prompt piece is tokenized on its own (clef-engine.md §2.1), so
+// The tiny end-to-end records: each prompt piece is tokenized on its own (Cloudflare's reference encode_record), so
 // every accepted record's ids start with those of the prefix piece and end with the suffix piece.
 TEST(tokenizer, tiny_release_record_prefix_and_suffix) {
   const fs::path dir = test::data_dir() / "vectors" / "clef-omni-tiny";

@@ -183,7 +183,7 @@ at::Tensor audio_encoder::embed(const at::Tensor& mel, std::int64_t frames) cons
 
 at::Tensor audio_encoder::attention(const layer& w, const at::Tensor& a) const {
   // Attention stays inside consecutive windows of window_tokens_, the last one shorter (the
-  // flash-attention / vLLM semantics, qwen3-omni-thinker.md §6.3).
+  // flash-attention / vLLM semantics, transformers' modeling_qwen3_omni_moe.py).
   const std::int64_t n_tokens = a.size(0), heads = config_.encoder_attention_heads,
                      dim = config_.d_model / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));

@@ -19,7 +19,7 @@
 
 namespace baton::clef {
 
-// thinker_config.text_config (qwen3-omni-thinker.md §2.1).
+// thinker_config.text_config (transformers' modeling_qwen3_omni_moe.py).
 struct text_config {
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -38,7 +38,7 @@ struct text_config {
 };
 
 // thinker_config.vision_config and .audio_config: the media encoders' shapes and settings
-// (qwen3-omni-thinker.md §1.5, §1.6, §2.2, §2.3).
+// (transformers' modeling_qwen3_omni_moe.py).
 struct vision_config {
   std::int64_t depth = 0, hidden_size = 0, num_heads = 0, intermediate_size = 0, in_channels = 0,
                patch_size = 0, temporal_patch_size = 0, spatial_merge_size = 0, out_hidden_size = 0,
@@ -54,7 +54,7 @@ struct audio_config {
   std::int64_t max_source_positions = 1500;
 };
 
-// thinker_config's media token ids and timing (qwen3-omni-thinker.md §2.4): absent ids leave that
+// thinker_config's media token ids and timing (transformers' modeling_qwen3_omni_moe.py): absent ids leave that
 // kind of media unusable; the HF class defaults are stale, so none are assumed.
 struct media_tokens {
   std::optional<std::int64_t> image, video, audio, vision_start, vision_end, audio_start, audio_end;
@@ -62,7 +62,7 @@ struct media_tokens {
   double seconds_per_chunk = 2;         // audio-in-video interleaving
 };
 
-// joint_head_config.json: the head's constructor arguments (clef-engine.md §3.1).
+// joint_head_config.json: the head's constructor arguments (Cloudflare's reference joint_schema_model.py).
 struct head_config {
   std::int64_t hidden_size = 0;
   std::int64_t width = 0;
@@ -104,7 +104,7 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_text_ten
 // The vision and audio encoder tensors, for the media configs present.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_media_tensors(
     const std::optional<vision_config>& vision, const std::optional<audio_config>& audio);
-// The joint head tensors (clef-engine.md §3.3).
+// The joint head tensors (Cloudflare's reference joint_schema_model.py).
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_head_tensors(
     const head_config& c);
 

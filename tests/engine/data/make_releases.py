@@ -25,7 +25,7 @@ TEXT = {
     "rope_scaling": {"rope_type": "default", "mrope_section": [4, 2, 2], "interleaved": True},
     "attention_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
 }
-# Small media encoders: the loader checks their tensors against these (qwen3-omni-thinker.md §1.5-1.6).
+# Small media encoders: the loader checks their tensors against these (transformers' modeling_qwen3_omni_moe.py).
 VISION = {"depth": 2, "hidden_size": 8, "intermediate_size": 12, "num_heads": 2, "in_channels": 3,
           "patch_size": 4, "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 32,
           "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
