@@ -216,8 +216,9 @@ result<void> agent_service::submit(const std::shared_ptr<turn>& t, scheduler& to
 }
 
 void agent_service::refuse(const std::shared_ptr<turn>& t, const error& e) {
-  t->conn->send(protocol::render_error_frame(t->frame_id, e));
+  // The session first: an agent that retries as soon as it reads the error finds it free.
   over(t, turn::phase::refused);
+  t->conn->send(protocol::render_error_frame(t->frame_id, e));
 }
 
 void agent_service::fit_window(const std::shared_ptr<turn>& t, decision_engine& engine) {
