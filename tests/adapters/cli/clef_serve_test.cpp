@@ -192,12 +192,9 @@ TEST(clef_example, baton_serve_model_id_overrides_the_config) {
 
 using test_server::cli;
 
-// An agent turn whose event carries an image and an audio clip, over the WebSocket to a real
-// `baton serve --engine clef`, is decided exactly as `baton decide` decides the SystemOne request
-// it stands for: the history with its placeholders as the state, the same media, the registry's
-// questions.
-TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request) {
-  const test::scratch_dir dir("baton-clef-media-turn");
+// A baton.yaml in `dir`: the clef engine on the tiny release (f32, one thread), media read under
+// the vectors' folder, the repository's registry and policy, and a log in `dir` that keeps states.
+fs::path media_config(const test::scratch_dir& dir) {
   const fs::path config = dir / "baton.yaml";
   std::ofstream(config) << "engine:\n"
                         << "  name: clef\n"
@@ -210,6 +207,16 @@ TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request)
                         << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
                         << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
                         << "log: {path: " << (dir / "decisions.db").string() << ", store_state: true}\n";
+  return config;
+}
+
+// An agent turn whose event carries an image and an audio clip, over the WebSocket to a real
+// `baton serve --engine clef`, is decided exactly as `baton decide` decides the SystemOne request
+// it stands for: the history with its placeholders as the state, the same media, the registry's
+// questions.
+TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request) {
+  const test::scratch_dir dir("baton-clef-media-turn");
+  const fs::path config = media_config(dir);
   const json event = {{"role", "user"},
                       {"content", "My parcel looks like this and makes this noise. Refund it?"},
                       {"images", json::array({"media/grad_64x96.png"})},
@@ -298,17 +305,7 @@ TEST(clef_example, an_agent_turn_with_media_is_decided_as_its_systemone_request)
 // again without it is decided.
 TEST(clef_example, a_turn_naming_a_missing_media_file_is_an_error_to_the_agent_not_an_engine_failure) {
   const test::scratch_dir dir("baton-clef-media-missing");
-  const fs::path config = dir / "baton.yaml";
-  std::ofstream(config) << "engine:\n"
-                        << "  name: clef\n"
-                        << "  model: " << (tiny / "release").string() << "\n"
-                        << "  dtype: f32\n"
-                        << "  threads: 1\n"
-                        << "  max_length: 4096\n"
-                        << "  media: {roots: [" << tiny.string() << "]}\n"
-                        << "registry: " << (test::source_dir() / "config/tools.yaml").string() << "\n"
-                        << "policy: " << (test::source_dir() / "config/policy.yaml").string() << "\n"
-                        << "log: {path: " << (dir / "decisions.db").string() << "}\n";
+  const fs::path config = media_config(dir);
   const json text = {{"role", "user"}, {"content", "Where is my parcel? Here is its label."}};
   json with_typo = text;
   with_typo["images"] = json::array({"media/no_such_label.png"});
