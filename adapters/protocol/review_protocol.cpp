@@ -10,46 +10,45 @@ namespace {
 
 error invalid(std::string message) { return make_error(422, codes::invalid_resolution, std::move(message)); }
 
-// A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
-error invalid_field(json loc, std::string type, std::string msg) {
+}  // namespace
+
+error invalid_resolution_field(json loc, std::string type, std::string msg) {
   return make_error(422, codes::invalid_resolution, std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
 }
-
-}  // namespace
 
 result<resolve_input> parse_resolve_input(const json& body) {
   if (!body.is_object()) return invalid("the body must be a JSON object");
   for (const auto& [key, v] : body.items()) {
     if (key != "outcome" && key != "tool" && key != "arguments" && key != "reason" && key != "force" &&
         key != "type" && key != "id" && key != "escalation") {
-      return invalid_field(json::array({key}), "extra_forbidden",
+      return invalid_resolution_field(json::array({key}), "extra_forbidden",
                            "unknown field `" + key + "` (outcome, tool, arguments, reason, force)");
     }
   }
   resolve_input in;
   const auto outcome = body.find("outcome");
-  if (outcome == body.end()) return invalid_field(json::array({"outcome"}), "missing", "`outcome` is required: \"execute\" or \"deny\"");
+  if (outcome == body.end()) return invalid_resolution_field(json::array({"outcome"}), "missing", "`outcome` is required: \"execute\" or \"deny\"");
   if (!outcome->is_string() || (*outcome != "execute" && *outcome != "deny")) {
-    return invalid_field(json::array({"outcome"}), "literal_error", "`outcome` must be \"execute\" or \"deny\"");
+    return invalid_resolution_field(json::array({"outcome"}), "literal_error", "`outcome` must be \"execute\" or \"deny\"");
   }
   in.execute = *outcome == "execute";
   if (const auto t = body.find("tool"); t != body.end() && !t->is_null()) {
-    if (!t->is_string()) return invalid_field(json::array({"tool"}), "string_type", "`tool` must be a tool id");
+    if (!t->is_string()) return invalid_resolution_field(json::array({"tool"}), "string_type", "`tool` must be a tool id");
     in.tool = t->get<std::string>();
   }
   if (const auto a = body.find("arguments"); a != body.end() && !a->is_null()) in.arguments = *a;
   if (!in.execute && (in.tool || in.arguments)) {
-    return invalid_field(json::array({in.tool ? "tool" : "arguments"}), "extra_forbidden", "a deny takes no `tool` nor `arguments`");
+    return invalid_resolution_field(json::array({in.tool ? "tool" : "arguments"}), "extra_forbidden", "a deny takes no `tool` nor `arguments`");
   }
   const auto reason = body.find("reason");
-  if (reason == body.end()) return invalid_field(json::array({"reason"}), "missing", "`reason` is required: say why, for the agent and the auditors");
+  if (reason == body.end()) return invalid_resolution_field(json::array({"reason"}), "missing", "`reason` is required: say why, for the agent and the auditors");
   if (!reason->is_string() || reason->get_ref<const std::string&>().empty()) {
-    return invalid_field(json::array({"reason"}), "string_type", "`reason` is required: say why, for the agent and the auditors");
+    return invalid_resolution_field(json::array({"reason"}), "string_type", "`reason` is required: say why, for the agent and the auditors");
   }
   in.reason = reason->get<std::string>();
-  if (in.reason.size() > 2000) return invalid_field(json::array({"reason"}), "string_too_long", "`reason` is longer than 2000 bytes");
+  if (in.reason.size() > 2000) return invalid_resolution_field(json::array({"reason"}), "string_too_long", "`reason` is longer than 2000 bytes");
   if (const auto f = body.find("force"); f != body.end() && !f->is_null()) {
-    if (!f->is_boolean()) return invalid_field(json::array({"force"}), "bool_type", "`force` must be true or false");
+    if (!f->is_boolean()) return invalid_resolution_field(json::array({"force"}), "bool_type", "`force` must be true or false");
     in.force = f->get<bool>();
   }
   return in;

@@ -28,6 +28,10 @@ struct resolve_input {
 
 // 422 INVALID_RESOLUTION naming the first problem of the body.
 result<resolve_input> parse_resolve_input(const json& body);
+// 422 INVALID_RESOLUTION for one refused field of a resolution, named in `loc` as the agent
+// protocol names a frame's fields: what parse_resolve_input answers, and the desk for a tool or
+// arguments the registry refuses.
+error invalid_resolution_field(json loc, std::string type, std::string msg);
 // {"outcome","tool"?,"arguments"?,"reason","force"}: tool and arguments only when given.
 std::string render(const resolve_input& in);
 

@@ -17,10 +17,6 @@ namespace baton {
 
 namespace {
 
-error not_found(const std::string& id) {
-  return make_error(404, codes::not_found, "no escalation " + id);
-}
-
 std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
   auto reader = log::log_reader::open(o);
   if (!reader) throw error_exception(reader.error());
@@ -138,11 +134,16 @@ void escalation_desk::raised(const escalation& e) {
       if (const auto why = misfit(*routing, e.row)) denied = prepare_misfit_locked(*routing, raised_entry, *why, last_reload_);
     }
   }
-  if (!denied) return;
-  write_resolution(id, std::move(*denied), std::move(routing), [id](result<protocol::resolution_object> r) {
+  if (denied) write_misfit(id, std::move(*denied), std::move(routing), [](bool) {});
+}
+
+void escalation_desk::write_misfit(const std::string& id, log::resolution_record res, snapshot routing,
+                                   std::function<void(bool)> written) {
+  write_resolution(id, std::move(res), std::move(routing), [id, written = std::move(written)](result<protocol::resolution_object> r) {
     // Still pending: its deadline resolves it.
     if (!r) spdlog::error("escalation {} no longer fits the reloaded routing, but its resolution is not in the log: {}",
                           id, r.error().message);
+    written(bool(r));
   });
 }
 
@@ -182,16 +183,11 @@ void escalation_desk::swap_and_resolve_misfits(std::shared_ptr<const routing_sna
   t->left = denied.size();
   t->done = std::move(done);
   for (auto& [id, res] : denied) {
-    write_resolution(id, std::move(res), routing, [t, id = id](result<protocol::resolution_object> r) {
-      if (!r) {
-        // Still pending: its deadline resolves it.
-        spdlog::error("escalation {} no longer fits the reloaded routing, but its resolution is not in the log: {}", id,
-                      r.error().message);
-      }
+    write_misfit(id, std::move(res), routing, [t](bool written) {
       std::size_t left = 0, resolved = 0;
       {
         std::lock_guard lock(t->mutex);
-        if (r) ++t->resolved;
+        if (written) ++t->resolved;
         left = --t->left;
         resolved = t->resolved;
       }
@@ -260,7 +256,7 @@ void escalation_desk::on_review_frame(const std::shared_ptr<review_listener>& l,
 void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input in, const std::string& reviewer,
                                  const char* by, resolved_callback done, bool caught_up) {
   snapshot routing;
-  result<log::resolution_record> prepared = not_found(id);
+  result<log::resolution_record> prepared = no_escalation(id);
   {
     std::lock_guard lock(book_.mutex);
     routing = routing_.routing.current();  // under the lock a reload swaps under (on_deadline)
@@ -286,7 +282,7 @@ void escalation_desk::resolve_as(const std::string& id, protocol::resolve_input 
   // Not pending here: resolved already, or not (yet) an escalation at all.
   auto found = reader_->escalation(id);
   if (!found) return done(found.error());
-  if (!*found || !(*found)->resolution) return done(not_found(id));
+  if (!*found || !(*found)->resolution) return done(no_escalation(id));
   const log::resolution_record& r = *(*found)->resolution;
   done(make_error(409, codes::already_resolved,
                   "escalation " + id + " is already resolved: " + r.outcome + (r.tool.empty() ? "" : " " + r.tool) +
@@ -357,11 +353,7 @@ void escalation_desk::finish(const std::string& id, log::resolution_record r, co
 
 void escalation_desk::add_listener(const std::shared_ptr<review_listener>& l) {
   std::lock_guard lock(book_.mutex);
-  protocol::snapshot_frame snapshot;
-  for (const auto& [order, e] : book_.raised_order) {
-    if (snapshot.escalations.size() == max_listed) break;
-    snapshot.escalations.push_back(pending_object_of(*e));
-  }
+  const protocol::snapshot_frame snapshot{pending_objects_locked(max_listed)};
   // send() only queues: under the lock, nothing the desk says later can overtake the snapshot.
   l->send(protocol::render(snapshot));
   book_.listeners.push_back(l);
@@ -373,8 +365,12 @@ std::size_t escalation_desk::pending() const {
 }
 
 std::vector<protocol::escalation_object> escalation_desk::pending_objects(std::size_t limit) const {
-  std::vector<protocol::escalation_object> out;
   std::lock_guard lock(book_.mutex);
+  return pending_objects_locked(limit);
+}
+
+std::vector<protocol::escalation_object> escalation_desk::pending_objects_locked(std::size_t limit) const {
+  std::vector<protocol::escalation_object> out;
   for (const auto& [order, e] : book_.raised_order) {
     if (out.size() == limit) break;
     out.push_back(pending_object_of(*e));

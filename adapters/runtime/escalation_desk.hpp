@@ -108,6 +108,9 @@ class escalation_desk {
                                                               const std::string& why, const std::string& reload_id);
   using snapshot = std::shared_ptr<const routing_snapshot>;
   void write_resolution(const std::string& id, log::resolution_record res, snapshot routing, resolved_callback done);
+  // A misfit's deny written; `written` says whether it is durable (if not, its deadline resolves it).
+  void write_misfit(const std::string& id, log::resolution_record res, snapshot routing, std::function<void(bool)> written);
+  std::vector<protocol::escalation_object> pending_objects_locked(std::size_t limit) const;
   void finish(const std::string& id, log::resolution_record r, const snapshot& routing, result<void> written,
               resolved_callback done);
   void on_deadline(const std::string& id);

@@ -30,7 +30,7 @@ void escalation_reads::get(const std::string& id, answer done) {
   boost::asio::post(thread_, [this, id, done = std::move(done)] {
     auto found = desk_.reader().escalation(id);
     if (!found) return done(found.error());
-    if (!*found) return done(make_error(404, codes::not_found, "no escalation " + id));
+    if (!*found) return done(no_escalation(id));
     done(protocol::render(history_object(*desk_.routing(), **found)));
   });
 }

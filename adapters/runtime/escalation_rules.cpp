@@ -14,11 +14,6 @@ namespace baton {
 
 namespace {
 
-// A refused field of a resolution, named in `loc` as the agent protocol names a frame's fields.
-error invalid_field(json loc, std::string type, std::string msg) {
-  return make_error(422, codes::invalid_resolution, std::vector<issue>{issue{std::move(loc), std::move(msg), std::move(type), nullptr}});
-}
-
 bool denied_by_policy(const routing_snapshot& routing, const std::string& tool) {
   const auto& deny = routing.policy.deny;
   return std::find(deny.begin(), deny.end(), tool) != deny.end();
@@ -37,6 +32,8 @@ protocol::resolve_input deadline_input(const log::escalation_record& r) {
 }
 
 }  // namespace
+
+error no_escalation(const std::string& id) { return make_error(404, codes::not_found, "no escalation " + id); }
 
 escalation make_escalation(const routing_snapshot& routing, const log::decision_record& d, const response* answers,
                            std::string state) {
@@ -92,17 +89,17 @@ result<log::resolution_record> prepare_resolution(const routing_snapshot& routin
   res.outcome = in.execute ? "execute" : "deny";
   if (in.execute) {
     res.tool = in.tool.value_or(r.tool);
-    if (res.tool.empty()) return invalid_field(json::array({"tool"}), "missing", "`tool` is required: the escalated decision names none");
+    if (res.tool.empty()) return protocol::invalid_resolution_field(json::array({"tool"}), "missing", "`tool` is required: the escalated decision names none");
     const bool finish = res.tool == tools::finish_option && routing.registry.finish;
     const tools::tool* t = tools::find_tool(routing.registry, res.tool);
-    if (!finish && !t) return invalid_field(json::array({"tool"}), "literal_error", "unknown tool `" + res.tool + "`");
+    if (!finish && !t) return protocol::invalid_resolution_field(json::array({"tool"}), "literal_error", "unknown tool `" + res.tool + "`");
     res.arguments = in.arguments ? *in.arguments : res.tool == r.tool ? r.arguments : json::object();
     if (t) {
       if (auto issues = tools::complete_arguments(*t, res.arguments); !issues.empty()) {
         return make_error(422, codes::invalid_resolution, std::move(issues));
       }
     } else if (!res.arguments.is_object() || !res.arguments.empty()) {
-      return invalid_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
+      return protocol::invalid_resolution_field(json::array({"arguments"}), "extra_forbidden", "`finish` takes no arguments");
     }
   }
   const bool registry_changed = r.registry_hash != routing.registry.hash;

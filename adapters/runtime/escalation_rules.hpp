@@ -17,6 +17,9 @@
 
 namespace baton {
 
+// 404 NOT_FOUND: no escalation `id`, pending or resolved.
+error no_escalation(const std::string& id);
+
 // Who resolves what nobody else did in time (a deadline, a misfit): the reviewer `baton`.
 inline constexpr const char* deadline_reviewer = "baton";
 

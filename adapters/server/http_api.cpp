@@ -415,28 +415,27 @@ void http_api::tools(const ticket&, request&, boost::asio::any_io_executor, repl
   done(http_reply{200, protocol::render(tools_list_of(*agents_.routing())), {}, false});
 }
 
-void http_api::reload(const ticket& t, request&, boost::asio::any_io_executor strand, reply done) {
-  // Answered once the reload is applied (or refused).
-  agents_.reloader().reload(t.who->name, [strand = std::move(strand), done = std::move(done)](result<routing_reloader::report> r) {
-    boost::asio::post(strand, [r = std::move(r), done]() {
-      done(r ? http_reply{200, reload_json(*r), {}, false} : error_reply(r.error()));
-    });
-  });
-}
-
 namespace {
 
-// A handler's answer on the connection's strand: a read of the log or a resolution answers from
-// another thread.
-std::function<void(result<std::string>)> body_on(boost::asio::any_io_executor strand, std::function<void(http_reply)> done) {
-  return [strand = std::move(strand), done = std::move(done)](result<std::string> r) {
-    boost::asio::post(strand, [r = std::move(r), done]() {
-      done(r ? http_reply{200, std::move(*r), {}, false} : error_reply(r.error()));
+// An answer that another thread gives (a reload, a read of the log, a durable resolution), put
+// back on the connection's strand: the value's body as a 200, an error as its error body.
+template <class T, class Body>
+std::function<void(result<T>)> on_strand(boost::asio::any_io_executor strand, std::function<void(http_reply)> done, Body body) {
+  return [strand = std::move(strand), done = std::move(done), body](result<T> r) {
+    boost::asio::post(strand, [r = std::move(r), done, body]() mutable {
+      done(r ? http_reply{200, body(std::move(*r)), {}, false} : error_reply(r.error()));
     });
   };
 }
 
+std::string as_is(std::string body) { return body; }
+
 }  // namespace
+
+void http_api::reload(const ticket& t, request&, boost::asio::any_io_executor strand, reply done) {
+  // Answered once the reload is applied (or refused).
+  agents_.reloader().reload(t.who->name, on_strand<routing_reloader::report>(std::move(strand), std::move(done), reload_json));
+}
 
 void http_api::list_escalations(const ticket&, request& req, boost::asio::any_io_executor strand, reply done) {
   const std::string_view status = query_param(req.target(), "status");
@@ -449,21 +448,19 @@ void http_api::list_escalations(const ticket&, request& req, boost::asio::any_io
       return;
     }
   }
-  agents_.escalations().list(status.empty() ? "pending" : status, limit, body_on(std::move(strand), std::move(done)));
+  agents_.escalations().list(status.empty() ? "pending" : status, limit, on_strand<std::string>(std::move(strand), std::move(done), as_is));
 }
 
 void http_api::get_escalation(const ticket& t, request&, boost::asio::any_io_executor strand, reply done) {
-  agents_.escalations().get(t.escalation, body_on(std::move(strand), std::move(done)));
+  agents_.escalations().get(t.escalation, on_strand<std::string>(std::move(strand), std::move(done), as_is));
 }
 
 void http_api::resolve_escalation(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done) {
   // Answered once the resolution is durable.
-  agents_.desk().resolve_body(t.escalation, req.body(), t.who->name,
-                              [strand = std::move(strand), done = std::move(done)](result<protocol::resolution_object> r) {
-                                boost::asio::post(strand, [r = std::move(r), done]() {
-                                  done(r ? http_reply{200, protocol::render(*r), {}, false} : error_reply(r.error()));
-                                });
-                              });
+  agents_.desk().resolve_body(
+      t.escalation, req.body(), t.who->name,
+      on_strand<protocol::resolution_object>(std::move(strand), std::move(done),
+                                             [](const protocol::resolution_object& r) { return protocol::render(r); }));
 }
 
 void http_api::decide(const ticket& t, request& req, boost::asio::any_io_executor strand, reply done) {
