@@ -86,6 +86,7 @@ result<dropped_events> drop_oldest_events(request& req, const event_dropping& ho
   dropped_events out;
   out.at = how.keep_first;
   history_view& view = req.history;
+  view.dropped = 0;  // measured whole first, whatever an earlier window left out
   if (!view && !req.state.is_array()) return out;
   auto over = overflow(req);
   if (!over) return over.error();

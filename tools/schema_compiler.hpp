@@ -64,8 +64,9 @@ struct dropped_events {
 using overflow_measure = std::function<result<std::size_t>(const request&)>;
 
 // Drops the oldest events of the request's state until `overflow` says it fits: never the first
-// `keep_first` nor the newest event. A history the request refers to (an agent turn's) is read
-// without them, and stays as it is; an array state the request holds loses them; any other state is
+// `keep_first` nor the newest event. A history the request refers to (an agent turn's) is measured
+// whole (an earlier window's cut undone: another engine's turn), read without them, and stays as
+// it is; an array state the request holds loses them; any other state is
 // left as it is. When even the kept events do not fit, everything else is dropped and the engine
 // cuts what remains (its end).
 //

@@ -1,7 +1,6 @@
 #include "adapters/cli/engine_cli.hpp"
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -385,11 +384,19 @@ int run_decide(std::istream& in, std::ostream& out, decision_engine& engine, con
   return decider.engine_failures() > 0 ? exit_engine_failed : exit_ok;
 }
 
+namespace {
+
+// A setting's flag: `max_length` is --max-length.
+std::string flag_of(std::string_view key) {
+  std::string flag = "--" + std::string(key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+}  // namespace
+
 std::optional<int> read_engine_flags(const command_args& a, engine_options& options, const char* command,
                                      std::ostream& err) {
-  static constexpr std::array<std::string_view, 10> clef_flags = {
-      "--model", "--model-id", "--dtype", "--head-dtype", "--device", "--max-length", "--threads", "--batch-tokens",
-      "--prefix-cache", "--media-root"};
   clef::clef_engine_options& clef_options = options.clef;
   if (auto v = a.get("--engine")) options.name = std::string(*v);
   if (auto v = a.get("--model")) {
@@ -398,15 +405,14 @@ std::optional<int> read_engine_flags(const command_args& a, engine_options& opti
     clef_options.model_dir = std::move(*dir);
   }
   // The settings the config takes too, by the same rules (engine/factory/engine_settings.hpp).
-  for (const std::string_view key : {"model_id", "dtype", "head_dtype", "device", "threads", "max_length", "batch_tokens"}) {
-    std::string flag = "--" + std::string(key);
-    std::replace(flag.begin(), flag.end(), '_', '-');
+  for (const auto& [key, kind] : clef_settings()) {
+    const std::string flag = flag_of(key);
     const auto v = a.get(flag);
     if (!v) continue;
     json value = std::string(*v);
     std::int64_t n = 0;
     if (const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-        clef_setting(key) == setting_kind::integer && ec == std::errc() && end == v->data() + v->size()) {
+        kind == setting_kind::integer && ec == std::errc() && end == v->data() + v->size()) {
       value = n;
     }
     if (auto problem = set_clef_setting(options, key, value)) return usage_error(err, flag + " " + *problem, command);
@@ -421,7 +427,10 @@ std::optional<int> read_engine_flags(const command_args& a, engine_options& opti
   }
   const bool is_clef = options.name == "clef";
   if (is_clef && clef_options.model_dir.empty()) return usage_error(err, "--engine clef needs --model DIR", command);
-  if (!is_clef && std::any_of(clef_flags.begin(), clef_flags.end(), [&](std::string_view f) { return a.has(f); })) {
+  const bool clef_flags = a.has("--model") || a.has("--prefix-cache") || a.has("--media-root") ||
+                          std::any_of(clef_settings().begin(), clef_settings().end(),
+                                      [&](const clef_setting_name& s) { return a.has(flag_of(s.key)); });
+  if (!is_clef && clef_flags) {
     return usage_error(err, "--model, --model-id, --dtype, --head-dtype, --device, --max-length, --threads, "
                        "--batch-tokens, --prefix-cache and --media-root need --engine clef",
                        command);

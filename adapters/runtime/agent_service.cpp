@@ -222,7 +222,6 @@ void agent_service::refuse(const std::shared_ptr<turn>& t, const error& e) {
 }
 
 void agent_service::fit_window(const std::shared_ptr<turn>& t, decision_engine& engine) {
-  t->req.history.dropped = 0;
   auto dropped = tools::drop_oldest_events(t->req, config_.history,
                                            [&engine](const request& r) { return engine.state_overflow(r); });
   // A request the engine refuses (what state_overflow reports) goes as it is: decide() refuses it

@@ -2,13 +2,12 @@
 
 #include <array>
 #include <cstdint>
-#include <utility>
 
 namespace baton {
 
 namespace {
 
-constexpr std::array<std::pair<std::string_view, setting_kind>, 7> settings = {{
+constexpr std::array<clef_setting_name, 7> settings = {{
     {"model_id", setting_kind::text},
     {"dtype", setting_kind::text},
     {"head_dtype", setting_kind::text},
@@ -30,6 +29,8 @@ std::optional<std::string> integer(const json& v, std::int64_t min, std::int64_t
 constexpr std::int64_t most_tokens = std::int64_t(1) << 40;
 
 }  // namespace
+
+std::span<const clef_setting_name> clef_settings() noexcept { return settings; }
 
 std::optional<setting_kind> clef_setting(std::string_view key) noexcept {
   for (const auto& [name, kind] : settings) {

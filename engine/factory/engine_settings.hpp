@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,12 @@ namespace baton {
 // What a setting's value is: text (model_id, dtype, head_dtype, device) or a whole number
 // (threads, max_length, batch_tokens); none for another key.
 enum class setting_kind { text, integer };
+struct clef_setting_name {
+  std::string_view key;
+  setting_kind kind;
+};
+// Every one of them, in that order: what a caller that takes them all (decide's flags) walks.
+std::span<const clef_setting_name> clef_settings() noexcept;
 std::optional<setting_kind> clef_setting(std::string_view key) noexcept;
 
 // Stores `value` for `key` into `options.clef`: a string for a text setting, an integer for a whole
