@@ -59,8 +59,10 @@ using outcome = boost::system::result<T, failure>;
 // system's CAs when it is empty; the error says why the CAs do not load.
 boost::system::result<boost::asio::ssl::context> tls_context(const std::filesystem::path& ca_file);
 
-// `host`'s addresses, or the failure at step::resolve (fault::timeout at `deadline`: the lookup
-// itself cannot be cancelled and goes on in the background until it ends).
+// `host`'s addresses, or the failure at step::resolve (fault::timeout at `deadline`). The lookup
+// (getaddrinfo, which cannot be cancelled) runs on a thread of its own that holds nothing of the
+// caller's once the caller stops waiting: past the deadline it finishes alone, and a private
+// io_context's run() returns without waiting for it.
 boost::asio::awaitable<outcome<endpoints>> resolve(std::string host, std::string port, clock_type::time_point deadline);
 
 class connection {

@@ -11,10 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
-#include <thread>
+#include <optional>
 
 #include "core/base64.hpp"
 #include "core/error_codes.hpp"
@@ -29,7 +27,6 @@ namespace fs = std::filesystem;
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = net::ip::tcp;
 using clock_type = std::chrono::steady_clock;
 
 error fail(int status, const char* code, std::string_view where, const std::string& what) {
@@ -118,39 +115,6 @@ result<std::vector<std::byte>> load_path(const media_item& item, const source_po
 
 // ---- URLs
 
-using http_client::endpoints;
-
-// getaddrinfo cannot be cancelled or bounded: it runs on a thread of its own, and an answer that
-// comes after the deadline is dropped with that thread. Not http_client::resolve: that is Asio's
-// resolver, whose thread the private io_context below would wait for when it is destroyed.
-result<endpoints> resolve(const http_url& url, clock_type::time_point deadline, std::chrono::milliseconds timeout,
-                          std::string_view where) {
-  struct lookup {
-    std::mutex m;
-    std::condition_variable done_cv;
-    bool done = false;
-    endpoints found;
-    boost::system::error_code ec;
-  };
-  auto state = std::make_shared<lookup>();
-  std::thread([state, host = url.host, port = url.port] {
-    net::io_context io;
-    boost::system::error_code ec;
-    endpoints found = tcp::resolver(io).resolve(host, port, ec);
-    const std::lock_guard lock(state->m);
-    state->found = std::move(found);
-    state->ec = ec;
-    state->done = true;
-    state->done_cv.notify_one();
-  }).detach();
-  std::unique_lock lock(state->m);
-  if (!state->done_cv.wait_until(lock, deadline, [&] { return state->done; })) {
-    return fail(504, codes::media_timeout, where, "`" + url.host + "` did not resolve within " + std::to_string(timeout.count()) + " ms");
-  }
-  if (state->ec) return unavailable(where, "`" + url.host + "` does not resolve: " + state->ec.message());
-  return state->found;
-}
-
 struct fetch {
   const http_url& url;
   const std::string& shown;  // the URL as the caller wrote it
@@ -160,6 +124,13 @@ struct fetch {
 
   error transport(const http_client::failure& f) const {
     using http_client::step;
+    if (f.at == step::resolve) {
+      if (f.why == http_client::fault::timeout) {
+        return fail(504, codes::media_timeout, where,
+                    "`" + url.host + "` did not resolve within " + std::to_string(policy.url_timeout.count()) + " ms");
+      }
+      return unavailable(where, "`" + url.host + "` does not resolve: " + f.detail);
+    }
     if (f.why == http_client::fault::timeout) {
       return fail(504, codes::media_timeout, where,
                   "`" + shown + "` was not loaded within " + std::to_string(policy.url_timeout.count()) + " ms");
@@ -173,10 +144,19 @@ struct fetch {
     return unavailable(where, std::string(doing) + " `" + shown + "` failed: " + f.detail);
   }
 
-  // One GET on a new connection: the body of a 200, never a redirect's target.
-  net::awaitable<result<std::vector<std::byte>>> run(const http_client::endpoints& to, net::ssl::context* tls) {
-    http_client::connection conn(co_await net::this_coro::executor, tls);
-    if (auto c = co_await conn.connect(to, url.host, deadline); !c) co_return transport(c.error());
+  // The host's addresses, then one GET on a new connection: the body of a 200, never a
+  // redirect's target.
+  net::awaitable<result<std::vector<std::byte>>> run() {
+    const auto to = co_await http_client::resolve(url.host, url.port, deadline);
+    if (!to) co_return transport(to.error());
+    std::optional<net::ssl::context> tls;
+    if (url.tls) {
+      auto made = http_client::tls_context(policy.ca_file);
+      if (!made) co_return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
+      tls.emplace(std::move(*made));
+    }
+    http_client::connection conn(co_await net::this_coro::executor, tls ? &*tls : nullptr);
+    if (auto c = co_await conn.connect(*to, url.host, deadline); !c) co_return transport(c.error());
     http_client::request req(http::verb::get, url.target, 11);
     req.set(http::field::host, url.host_header);
     req.set(http::field::user_agent, "baton");
@@ -205,22 +185,13 @@ result<std::vector<std::byte>> load_url(const media_item& item, const source_pol
     return refused(where, "host `" + url->host + "` is not one media may be loaded from");
   }
   const auto deadline = clock_type::now() + policy.url_timeout;
-  auto to = resolve(*url, deadline, policy.url_timeout, where);
-  if (!to) return to.error();
-
-  std::optional<net::ssl::context> tls;
-  if (url->tls) {
-    auto made = http_client::tls_context(policy.ca_file);
-    if (!made) return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
-    tls.emplace(std::move(*made));
-  }
   // Declared before the io_context: a coroutine it still holds when it is destroyed may write here.
   result<std::vector<std::byte>> out = fail(504, codes::media_timeout, where,
                                             "`" + item.data + "` was not loaded within " +
                                                 std::to_string(policy.url_timeout.count()) + " ms");
   fetch f{*url, item.data, policy, where, deadline};
   net::io_context io;
-  net::co_spawn(io, f.run(*to, tls ? &*tls : nullptr), [&](std::exception_ptr e, result<std::vector<std::byte>> r) {
+  net::co_spawn(io, f.run(), [&](std::exception_ptr e, result<std::vector<std::byte>> r) {
     out = e ? unavailable(where, "loading `" + item.data + "` failed") : std::move(r);
   });
   // Every operation has the deadline; the margin only covers the last completion's scheduling.
