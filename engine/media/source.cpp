@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <optional>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "core/base64.hpp"
 #include "core/error_codes.hpp"
@@ -115,6 +117,23 @@ result<std::vector<std::byte>> load_path(const media_item& item, const source_po
 
 // ---- URLs
 
+// The client TLS context for `ca_file`, made on its first https item and shared by every later
+// one (a context is safe to share once made): loading CAs, the system's bundle above all, costs
+// more than many a fetch. CAs that do not load are tried again on the next item. Never freed:
+// OpenSSL may be cleaned up at exit before a static would be destroyed.
+boost::system::result<std::shared_ptr<net::ssl::context>> tls_for(const fs::path& ca_file) {
+  struct cache {
+    std::mutex m;
+    std::map<fs::path, std::shared_ptr<net::ssl::context>> made;
+  };
+  static cache* const contexts = new cache;
+  const std::lock_guard lock(contexts->m);
+  if (const auto it = contexts->made.find(ca_file); it != contexts->made.end()) return it->second;
+  auto made = http_client::tls_context(ca_file);
+  if (!made) return made.error();
+  return contexts->made.emplace(ca_file, std::make_shared<net::ssl::context>(std::move(*made))).first->second;
+}
+
 struct fetch {
   const http_url& url;
   const std::string& shown;  // the URL as the caller wrote it
@@ -149,13 +168,13 @@ struct fetch {
   net::awaitable<result<std::vector<std::byte>>> run() {
     const auto to = co_await http_client::resolve(url.host, url.port, deadline);
     if (!to) co_return transport(to.error());
-    std::optional<net::ssl::context> tls;
+    std::shared_ptr<net::ssl::context> tls;
     if (url.tls) {
-      auto made = http_client::tls_context(policy.ca_file);
+      auto made = tls_for(policy.ca_file);
       if (!made) co_return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
-      tls.emplace(std::move(*made));
+      tls = std::move(*made);
     }
-    http_client::connection conn(co_await net::this_coro::executor, tls ? &*tls : nullptr);
+    http_client::connection conn(co_await net::this_coro::executor, tls.get());
     if (auto c = co_await conn.connect(*to, url.host, deadline); !c) co_return transport(c.error());
     http_client::request req(http::verb::get, url.target, 11);
     req.set(http::field::host, url.host_header);

@@ -512,5 +512,20 @@ TEST_F(media_https, the_peer_is_verified_with_sni) {
   EXPECT_EQ(server.requests(), 1);
 }
 
+// The CAs of a ca_file are loaded once and serve every later item; CAs that do not load are
+// tried again, and refused again, on the next.
+TEST_F(media_https, the_cas_serve_every_item) {
+  media_server server({{"/a.png", answer(200, payload)}}, &server_tls_);
+  auto p = url_policy({"localhost"});
+  p.ca_file = dir_ / "ca.pem";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(loaded(url_item(server.url("localhost") + "/a.png"), p), payload);
+  p.ca_file = dir_ / "missing.pem";
+  for (int i = 0; i < 2; ++i) {
+    expect_refusal(load_bytes(url_item(server.url("localhost") + "/a.png"), p, "images[2]"), 422, "MEDIA_UNAVAILABLE",
+                   "the CA certificates for https do not load");
+  }
+  EXPECT_EQ(server.requests(), 3);
+}
+
 }  // namespace
 }  // namespace baton::media
