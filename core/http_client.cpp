@@ -149,6 +149,12 @@ net::awaitable<outcome<endpoints>> resolve(std::string host, std::string port, c
   co_return std::move(state->found);
 }
 
+request request_to(http::verb verb, const http_url& url) {
+  request req(verb, url.target, 11);
+  req.set(http::field::host, url.host_header);
+  return req;
+}
+
 connection::connection(const net::any_io_executor& executor, net::ssl::context* tls)
     : stream_(tls != nullptr ? decltype(stream_)(std::in_place_type<tls_stream>, executor, *tls)
                              : decltype(stream_)(std::in_place_type<beast::tcp_stream>, executor)) {}

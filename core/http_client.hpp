@@ -27,6 +27,8 @@
 #include <string>
 #include <variant>
 
+#include "core/http_url.hpp"
+
 namespace baton::http_client {
 
 using clock_type = std::chrono::steady_clock;
@@ -64,6 +66,10 @@ boost::system::result<boost::asio::ssl::context> tls_context(const std::filesyst
 // caller's once the caller stops waiting: past the deadline it finishes alone, and a private
 // io_context's run() returns without waiting for it.
 boost::asio::awaitable<outcome<endpoints>> resolve(std::string host, std::string port, clock_type::time_point deadline);
+
+// A request to `url`: `verb` on its target, HTTP/1.1 and its Host. The User-Agent and every
+// other field are the caller's.
+request request_to(boost::beast::http::verb verb, const http_url& url);
 
 class connection {
  public:

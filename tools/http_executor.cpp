@@ -86,8 +86,7 @@ net::awaitable<std::optional<attempt_failure>> attempt(const http_config& c, con
 // request), so it outlives the executor that started it (a registry reload does not cut runs short).
 net::awaitable<tool_outcome> post_call(std::shared_ptr<const http_config> config, std::string body, clock_type::time_point start) {
   const http_config& c = *config;
-  http_client::request req(http::verb::post, c.url.target, 11);
-  req.set(http::field::host, c.url.host_header);
+  auto req = http_client::request_to(http::verb::post, c.url);
   req.set(http::field::user_agent, "baton");
   req.set(http::field::content_type, "application/json");
   req.keep_alive(false);

@@ -176,8 +176,7 @@ struct fetch {
     }
     http_client::connection conn(co_await net::this_coro::executor, tls.get());
     if (auto c = co_await conn.connect(*to, url.host, deadline); !c) co_return transport(c.error());
-    http_client::request req(http::verb::get, url.target, 11);
-    req.set(http::field::host, url.host_header);
+    auto req = http_client::request_to(http::verb::get, url);
     req.set(http::field::user_agent, "baton");
     req.set(http::field::accept, "*/*");
     req.keep_alive(false);

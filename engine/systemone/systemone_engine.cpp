@@ -150,8 +150,7 @@ struct systemone_engine::impl {
   net::awaitable<called> attempts(const request& req) {
     std::string body;
     render_request(req, body, options.model);
-    http_client::request msg(http::verb::post, url.target, 11);
-    msg.set(http::field::host, url.host_header);
+    auto msg = http_client::request_to(http::verb::post, url);
     msg.set(http::field::content_type, "application/json");
     msg.set(http::field::accept, "application/json");
     msg.set(http::field::user_agent, "baton");

@@ -169,6 +169,18 @@ TEST(http_client, a_lookup_outlives_a_caller_that_stopped_waiting) {
   std::this_thread::sleep_for(200ms);  // the lookups left behind end, with no io_context to wake
 }
 
+TEST(http_client, a_request_to_a_url) {
+  std::string reason;
+  const auto url = parse_http_url("http://[::1]:8080/v1/x?y=1", reason);
+  ASSERT_TRUE(url) << reason;
+  const request req = request_to(http::verb::post, *url);
+  EXPECT_EQ(req.method(), http::verb::post);
+  EXPECT_EQ(req.target(), "/v1/x?y=1");
+  EXPECT_EQ(req.version(), 11u);
+  EXPECT_EQ(req[http::field::host], "[::1]:8080");
+  EXPECT_EQ(std::distance(req.begin(), req.end()), 1);  // the Host alone: the rest is the caller's
+}
+
 class http_client_tls : public ::testing::Test {
  protected:
   void SetUp() override { std::ofstream(dir_ / "ca.pem") << ca_.cert_pem(); }
