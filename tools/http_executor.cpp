@@ -39,15 +39,12 @@ attempt_failure timed_out(const http_config& c) {
 attempt_failure failure_of(const http_config& c, const http_client::failure& f) {
   using http_client::step;
   if (f.why == http_client::fault::timeout) return timed_out(c);
-  switch (f.at) {
-    case step::resolve: return {codes::executor_unreachable, "cannot resolve " + c.url.host + ": " + f.detail, true};
-    case step::connect:
-    case step::handshake: return {codes::executor_unreachable, "cannot connect to " + c.url.host_header + ": " + f.detail, true};
-    // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
-    case step::write:
-      return {codes::executor_unreachable, "the connection failed while sending the request: " + f.detail, false};
-    case step::read_header:
-    case step::read_body: break;
+  // No step::handshake: the executor makes no TLS connections.
+  if (f.at == step::resolve) return {codes::executor_unreachable, "cannot resolve " + c.url.host + ": " + f.detail, true};
+  if (f.at == step::connect) return {codes::executor_unreachable, "cannot connect to " + c.url.host_header + ": " + f.detail, true};
+  // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
+  if (f.at == step::write) {
+    return {codes::executor_unreachable, "the connection failed while sending the request: " + f.detail, false};
   }
   if (f.why == http_client::fault::too_large) {
     return {codes::executor_output_too_large, "the response body is over " + std::to_string(c.max_output_bytes) + " bytes", false};
