@@ -1,12 +1,18 @@
 #include "core/http_client.hpp"
 
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace baton::http_client {
 
@@ -49,6 +55,45 @@ void expect_host(beast::ssl_stream<beast::tcp_stream>& s, const std::string& hos
   });
 }
 
+// getaddrinfo cannot be cancelled or bounded in time, and Asio's resolver keeps its io_context
+// busy until it returns: resolve() looks up on a thread of its own, which keeps what it finds in
+// a `lookup` and, while the caller still waits, posts its wake-up to the caller's executor.
+// After the deadline the thread finishes alone and holds nothing of the caller's.
+
+// Whether a caller's execution context still takes wake-ups; it guards its lookups too.
+struct lookup_gate {
+  std::mutex m;
+  bool open = true;
+};
+
+// Closes a context's gate when the context shuts down. A service made after the context's
+// scheduler shuts down before it, so before the scheduler destroys the handlers it holds (a
+// waiting coroutine among them), which it does without a lock that a post from another thread
+// would respect.
+class lookups final : public net::execution_context::service {
+ public:
+  using key_type = lookups;
+  static inline net::execution_context::id id;
+  explicit lookups(net::execution_context& context) : service(context) {}
+  const std::shared_ptr<lookup_gate> gate = std::make_shared<lookup_gate>();
+
+ private:
+  void shutdown() override {
+    const std::lock_guard lock(gate->m);
+    gate->open = false;
+  }
+};
+
+// One lookup, shared by its thread and its caller; all of it under gate->m.
+struct lookup {
+  std::shared_ptr<lookup_gate> gate;
+  bool done = false;
+  error_code ec;
+  endpoints found;
+  net::steady_timer* waiting = nullptr;        // the caller's timer, while the caller waits on it
+  std::optional<net::any_io_executor> caller;  // where `waiting` may be touched, while it is set
+};
+
 }  // namespace
 
 boost::system::result<net::ssl::context> tls_context(const std::filesystem::path& ca_file) {
@@ -66,31 +111,48 @@ boost::system::result<net::ssl::context> tls_context(const std::filesystem::path
 }
 
 net::awaitable<outcome<endpoints>> resolve(std::string host, std::string port, clock_type::time_point deadline) {
-  // Asio's resolver cannot be bounded in time: a timer ends the wait, and the lookup's state
-  // lives on with its handler until getaddrinfo returns.
-  struct lookup {
-    lookup(const net::any_io_executor& executor, clock_type::time_point deadline) : resolver(executor), timer(executor, deadline) {}
-    net::ip::tcp::resolver resolver;
-    net::steady_timer timer;
-    bool done = false;
+  const net::any_io_executor executor = co_await net::this_coro::executor;
+  net::steady_timer timer(executor, deadline);
+  const auto state = std::make_shared<lookup>();
+  state->gate = net::use_service<lookups>(net::query(executor, net::execution::context_as<net::execution_context&>)).gate;
+  state->waiting = &timer;
+  state->caller = executor;
+  // However the wait ends (its coroutine destroyed with the io_context included), the thread
+  // touches nothing of the caller's from then on.
+  struct stop_waiting {
+    lookup& l;
+    ~stop_waiting() {
+      const std::lock_guard lock(l.gate->m);
+      l.waiting = nullptr;
+      l.caller.reset();
+    }
+  } const waited{*state};
+  std::thread([state, host = std::move(host), port = std::move(port)] {
+    net::io_context io;
     error_code ec;
-    endpoints found;
-  };
-  auto l = std::make_shared<lookup>(co_await net::this_coro::executor, deadline);
-  l->resolver.async_resolve(host, port, [l](const error_code& ec, endpoints found) {
-    l->done = true;
-    l->ec = ec;
-    l->found = std::move(found);
-    l->timer.cancel();
-  });
+    endpoints found = net::ip::tcp::resolver(io).resolve(host, port, ec);
+    const std::lock_guard lock(state->gate->m);
+    state->done = true;
+    state->ec = ec;
+    state->found = std::move(found);
+    if (state->waiting == nullptr || !state->gate->open) return;
+    net::post(*state->caller, [state] {
+      const std::lock_guard lock(state->gate->m);
+      if (state->waiting != nullptr) state->waiting->cancel();
+    });
+  }).detach();
   error_code ignored;
-  co_await l->timer.async_wait(net::redirect_error(net::use_awaitable, ignored));
-  if (!l->done) {
-    l->resolver.cancel();
-    co_return failure{step::resolve, fault::timeout, make_error_code(beast::error::timeout).message()};
-  }
-  if (l->ec) co_return failure{step::resolve, fault_of(l->ec), l->ec.message()};
-  co_return std::move(l->found);
+  co_await timer.async_wait(net::redirect_error(net::use_awaitable, ignored));
+  const std::lock_guard lock(state->gate->m);
+  if (!state->done) co_return failure{step::resolve, fault::timeout, make_error_code(beast::error::timeout).message()};
+  if (state->ec) co_return failure{step::resolve, fault_of(state->ec), state->ec.message()};
+  co_return std::move(state->found);
+}
+
+request request_to(http::verb verb, const http_url& url) {
+  request req(verb, url.target, 11);
+  req.set(http::field::host, url.host_header);
+  return req;
 }
 
 connection::connection(const net::any_io_executor& executor, net::ssl::context* tls)

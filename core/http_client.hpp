@@ -27,6 +27,8 @@
 #include <string>
 #include <variant>
 
+#include "core/http_url.hpp"
+
 namespace baton::http_client {
 
 using clock_type = std::chrono::steady_clock;
@@ -59,9 +61,15 @@ using outcome = boost::system::result<T, failure>;
 // system's CAs when it is empty; the error says why the CAs do not load.
 boost::system::result<boost::asio::ssl::context> tls_context(const std::filesystem::path& ca_file);
 
-// `host`'s addresses, or the failure at step::resolve (fault::timeout at `deadline`: the lookup
-// itself cannot be cancelled and goes on in the background until it ends).
+// `host`'s addresses, or the failure at step::resolve (fault::timeout at `deadline`). The lookup
+// (getaddrinfo, which cannot be cancelled) runs on a thread of its own that holds nothing of the
+// caller's once the caller stops waiting: past the deadline it finishes alone, and a private
+// io_context's run() returns without waiting for it.
 boost::asio::awaitable<outcome<endpoints>> resolve(std::string host, std::string port, clock_type::time_point deadline);
+
+// A request to `url`: `verb` on its target, HTTP/1.1 and its Host. The User-Agent and every
+// other field are the caller's.
+request request_to(boost::beast::http::verb verb, const http_url& url);
 
 class connection {
  public:

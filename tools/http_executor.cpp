@@ -39,15 +39,12 @@ attempt_failure timed_out(const http_config& c) {
 attempt_failure failure_of(const http_config& c, const http_client::failure& f) {
   using http_client::step;
   if (f.why == http_client::fault::timeout) return timed_out(c);
-  switch (f.at) {
-    case step::resolve: return {codes::executor_unreachable, "cannot resolve " + c.url.host + ": " + f.detail, true};
-    case step::connect:
-    case step::handshake: return {codes::executor_unreachable, "cannot connect to " + c.url.host_header + ": " + f.detail, true};
-    // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
-    case step::write:
-      return {codes::executor_unreachable, "the connection failed while sending the request: " + f.detail, false};
-    case step::read_header:
-    case step::read_body: break;
+  // No step::handshake: the executor makes no TLS connections.
+  if (f.at == step::resolve) return {codes::executor_unreachable, "cannot resolve " + c.url.host + ": " + f.detail, true};
+  if (f.at == step::connect) return {codes::executor_unreachable, "cannot connect to " + c.url.host_header + ": " + f.detail, true};
+  // The server may have acted on part of a request: only a timeout or a 5xx is tried again.
+  if (f.at == step::write) {
+    return {codes::executor_unreachable, "the connection failed while sending the request: " + f.detail, false};
   }
   if (f.why == http_client::fault::too_large) {
     return {codes::executor_output_too_large, "the response body is over " + std::to_string(c.max_output_bytes) + " bytes", false};
@@ -86,8 +83,7 @@ net::awaitable<std::optional<attempt_failure>> attempt(const http_config& c, con
 // request), so it outlives the executor that started it (a registry reload does not cut runs short).
 net::awaitable<tool_outcome> post_call(std::shared_ptr<const http_config> config, std::string body, clock_type::time_point start) {
   const http_config& c = *config;
-  http_client::request req(http::verb::post, c.url.target, 11);
-  req.set(http::field::host, c.url.host_header);
+  auto req = http_client::request_to(http::verb::post, c.url);
   req.set(http::field::user_agent, "baton");
   req.set(http::field::content_type, "application/json");
   req.keep_alive(false);

@@ -178,8 +178,7 @@ class getter {
     if (stopped(found)) co_return std::nullopt;
     const auto connected = co_await conn.connect(*found, u.host, deadline);
     if (stopped(connected)) co_return std::nullopt;
-    http_client::request req(http::verb::get, u.target, 11);
-    req.set(http::field::host, u.host_header);
+    auto req = http_client::request_to(http::verb::get, u);
     req.set(http::field::user_agent, "baton/0.1");
     req.set(http::field::accept, "*/*");
     // A CDN gets no token: huggingface_hub drops it too when a redirect leaves the hub's host.

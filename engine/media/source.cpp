@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 #include "core/base64.hpp"
 #include "core/error_codes.hpp"
@@ -29,7 +29,6 @@ namespace fs = std::filesystem;
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = net::ip::tcp;
 using clock_type = std::chrono::steady_clock;
 
 error fail(int status, const char* code, std::string_view where, const std::string& what) {
@@ -118,37 +117,21 @@ result<std::vector<std::byte>> load_path(const media_item& item, const source_po
 
 // ---- URLs
 
-using http_client::endpoints;
-
-// getaddrinfo cannot be cancelled or bounded: it runs on a thread of its own, and an answer that
-// comes after the deadline is dropped with that thread. Not http_client::resolve: that is Asio's
-// resolver, whose thread the private io_context below would wait for when it is destroyed.
-result<endpoints> resolve(const http_url& url, clock_type::time_point deadline, std::chrono::milliseconds timeout,
-                          std::string_view where) {
-  struct lookup {
+// The client TLS context for `ca_file`, made on its first https item and shared by every later
+// one (a context is safe to share once made): loading CAs, the system's bundle above all, costs
+// more than many a fetch. CAs that do not load are tried again on the next item. Never freed:
+// OpenSSL may be cleaned up at exit before a static would be destroyed.
+boost::system::result<std::shared_ptr<net::ssl::context>> tls_for(const fs::path& ca_file) {
+  struct cache {
     std::mutex m;
-    std::condition_variable done_cv;
-    bool done = false;
-    endpoints found;
-    boost::system::error_code ec;
+    std::map<fs::path, std::shared_ptr<net::ssl::context>> made;
   };
-  auto state = std::make_shared<lookup>();
-  std::thread([state, host = url.host, port = url.port] {
-    net::io_context io;
-    boost::system::error_code ec;
-    endpoints found = tcp::resolver(io).resolve(host, port, ec);
-    const std::lock_guard lock(state->m);
-    state->found = std::move(found);
-    state->ec = ec;
-    state->done = true;
-    state->done_cv.notify_one();
-  }).detach();
-  std::unique_lock lock(state->m);
-  if (!state->done_cv.wait_until(lock, deadline, [&] { return state->done; })) {
-    return fail(504, codes::media_timeout, where, "`" + url.host + "` did not resolve within " + std::to_string(timeout.count()) + " ms");
-  }
-  if (state->ec) return unavailable(where, "`" + url.host + "` does not resolve: " + state->ec.message());
-  return state->found;
+  static cache* const contexts = new cache;
+  const std::lock_guard lock(contexts->m);
+  if (const auto it = contexts->made.find(ca_file); it != contexts->made.end()) return it->second;
+  auto made = http_client::tls_context(ca_file);
+  if (!made) return made.error();
+  return contexts->made.emplace(ca_file, std::make_shared<net::ssl::context>(std::move(*made))).first->second;
 }
 
 struct fetch {
@@ -160,6 +143,13 @@ struct fetch {
 
   error transport(const http_client::failure& f) const {
     using http_client::step;
+    if (f.at == step::resolve) {
+      if (f.why == http_client::fault::timeout) {
+        return fail(504, codes::media_timeout, where,
+                    "`" + url.host + "` did not resolve within " + std::to_string(policy.url_timeout.count()) + " ms");
+      }
+      return unavailable(where, "`" + url.host + "` does not resolve: " + f.detail);
+    }
     if (f.why == http_client::fault::timeout) {
       return fail(504, codes::media_timeout, where,
                   "`" + shown + "` was not loaded within " + std::to_string(policy.url_timeout.count()) + " ms");
@@ -173,12 +163,20 @@ struct fetch {
     return unavailable(where, std::string(doing) + " `" + shown + "` failed: " + f.detail);
   }
 
-  // One GET on a new connection: the body of a 200, never a redirect's target.
-  net::awaitable<result<std::vector<std::byte>>> run(const http_client::endpoints& to, net::ssl::context* tls) {
-    http_client::connection conn(co_await net::this_coro::executor, tls);
-    if (auto c = co_await conn.connect(to, url.host, deadline); !c) co_return transport(c.error());
-    http_client::request req(http::verb::get, url.target, 11);
-    req.set(http::field::host, url.host_header);
+  // The host's addresses, then one GET on a new connection: the body of a 200, never a
+  // redirect's target.
+  net::awaitable<result<std::vector<std::byte>>> run() {
+    const auto to = co_await http_client::resolve(url.host, url.port, deadline);
+    if (!to) co_return transport(to.error());
+    std::shared_ptr<net::ssl::context> tls;
+    if (url.tls) {
+      auto made = tls_for(policy.ca_file);
+      if (!made) co_return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
+      tls = std::move(*made);
+    }
+    http_client::connection conn(co_await net::this_coro::executor, tls.get());
+    if (auto c = co_await conn.connect(*to, url.host, deadline); !c) co_return transport(c.error());
+    auto req = http_client::request_to(http::verb::get, url);
     req.set(http::field::user_agent, "baton");
     req.set(http::field::accept, "*/*");
     req.keep_alive(false);
@@ -205,22 +203,13 @@ result<std::vector<std::byte>> load_url(const media_item& item, const source_pol
     return refused(where, "host `" + url->host + "` is not one media may be loaded from");
   }
   const auto deadline = clock_type::now() + policy.url_timeout;
-  auto to = resolve(*url, deadline, policy.url_timeout, where);
-  if (!to) return to.error();
-
-  std::optional<net::ssl::context> tls;
-  if (url->tls) {
-    auto made = http_client::tls_context(policy.ca_file);
-    if (!made) return unavailable(where, "the CA certificates for https do not load: " + made.error().message());
-    tls.emplace(std::move(*made));
-  }
   // Declared before the io_context: a coroutine it still holds when it is destroyed may write here.
   result<std::vector<std::byte>> out = fail(504, codes::media_timeout, where,
                                             "`" + item.data + "` was not loaded within " +
                                                 std::to_string(policy.url_timeout.count()) + " ms");
   fetch f{*url, item.data, policy, where, deadline};
   net::io_context io;
-  net::co_spawn(io, f.run(*to, tls ? &*tls : nullptr), [&](std::exception_ptr e, result<std::vector<std::byte>> r) {
+  net::co_spawn(io, f.run(), [&](std::exception_ptr e, result<std::vector<std::byte>> r) {
     out = e ? unavailable(where, "loading `" + item.data + "` failed") : std::move(r);
   });
   // Every operation has the deadline; the margin only covers the last completion's scheduling.

@@ -22,6 +22,7 @@ struct source_policy {
   bool urls = false;                         // http(s) URLs at all
   std::vector<std::string> url_hosts;        // host names (or addresses) URLs may name, exactly, without case
   std::filesystem::path ca_file;             // https: the CAs (PEM) a server must chain to; empty: the system's
+                                             // (read on the first https item that names them, then kept)
   // Per item, whatever its source. An engine passes the smaller of this and its model's
   // per-item limit: a path's or URL's size is unknown until it is loaded.
   std::size_t max_bytes = 64u << 20;

@@ -10,13 +10,7 @@ namespace {
 
 class plain_dialect final : public systemone_dialect {
  public:
-  std::string path() const override { return "/v1/systemone"; }
-  std::string name() const override { return "systemone"; }
-  std::string description(const std::string& base, const std::string&) const override {
-    return "the SystemOne server at " + base;
-  }
-
-  std::string request_id(const http_client::response&) const override { return {}; }
+  std::string request_id(const boost::beast::http::fields&) const override { return {}; }
 
   result<decision> answer(const request& req, int status, const std::string& body, const std::string&) const override {
     json parsed;
@@ -41,15 +35,19 @@ class plain_dialect final : public systemone_dialect {
     return decision_from_response(req, *answered);
   }
 
-  std::string retried(int status, const std::string&, const std::string&) const override {
-    return "the server answered " + std::to_string(status);
-  }
+  std::string retried(const std::string&, const std::string&) const override { return {}; }
 
   result<decision> returned(result<decision> r, const std::string&) const override { return r; }
 };
 
 }  // namespace
 
-std::unique_ptr<const systemone_dialect> make_systemone_dialect() { return std::make_unique<plain_dialect>(); }
+std::unique_ptr<const systemone_dialect> make_systemone_dialect() {
+  auto d = std::make_unique<plain_dialect>();
+  d->path = "/v1/systemone";
+  d->name = "systemone";
+  d->description = "the SystemOne server";
+  return d;
+}
 
 }  // namespace baton

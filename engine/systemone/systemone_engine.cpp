@@ -130,16 +130,27 @@ struct systemone_engine::impl {
     return "TLS handshake with " + url.host_header + " failed: " + why;
   }
 
-  // One request, with its retries, on a connection from the pool.
+  // One request, with its retries, on a connection from the pool; its outcome as the dialect
+  // returns it.
   net::awaitable<result<decision>> call(const request& req) {
     if (req.has_raw_media()) {
       co_return make_error(422, codes::media_source_refused,
                            "raw media (decoded pixels or samples) has no wire form: it cannot be sent to another SystemOne server");
     }
+    auto [outcome, request_id] = co_await attempts(req);
+    co_return dialect->returned(std::move(outcome), request_id);
+  }
+
+  struct called {
+    result<decision> outcome;
+    std::string request_id;  // the last reply's, when the dialect has one
+  };
+
+  // The request's attempts until one is answered, the retries run out or a failure ends them.
+  net::awaitable<called> attempts(const request& req) {
     std::string body;
     render_request(req, body, options.model);
-    http_client::request msg(http::verb::post, url.target, 11);
-    msg.set(http::field::host, url.host_header);
+    auto msg = http_client::request_to(http::verb::post, url);
     msg.set(http::field::content_type, "application/json");
     msg.set(http::field::accept, "application/json");
     msg.set(http::field::user_agent, "baton");
@@ -168,7 +179,7 @@ struct systemone_engine::impl {
           last = connect_failure(c.error());
           // A certificate this client does not trust will not become trusted by trying again.
           if (c.error().why == http_client::fault::untrusted) {
-            co_return dialect->returned(make_error(502, codes::upstream_unreachable, last), request_id);
+            co_return called{make_error(502, codes::upstream_unreachable, last), request_id};
           }
           continue;
         }
@@ -194,15 +205,15 @@ struct systemone_engine::impl {
       }
       request_id = dialect->request_id(*res);
       if (status == 408 || status == 429 || status >= 500) {
-        last = dialect->retried(status, res->body(), request_id);
+        last = "the server answered " + std::to_string(status) + dialect->retried(res->body(), request_id);
         if (const auto asked = retry_after(*res, options.backoff_max)) delay = *asked;
         continue;
       }
-      co_return dialect->returned(dialect->answer(req, status, res->body(), request_id), request_id);
+      co_return called{dialect->answer(req, status, res->body(), request_id), request_id};
     }
-    co_return dialect->returned(make_error(502, codes::upstream_unreachable,
-                                           url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
-                                request_id);
+    co_return called{make_error(502, codes::upstream_unreachable,
+                                url.host_header + ": " + last + " (" + std::to_string(options.retries + 1) + " attempts)"),
+                     request_id};
   }
 };
 
@@ -218,7 +229,7 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   std::string reason;
   auto base = options.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  auto url = parse_http_url(base + (*dialect)->path(), reason, true);
+  auto url = parse_http_url(base + (*dialect)->path, reason, true);
   if (!url) return make_error(400, codes::invalid_engine_url, "the systemone engine's url `" + options.url + "` " + reason);
   auto p = std::make_unique<impl>();
   p->url = std::move(*url);
@@ -245,9 +256,9 @@ result<std::unique_ptr<systemone_engine>> systemone_engine::make(systemone_engin
   p->dialect = std::move(*dialect);
   engine_description& d = p->description;
   d.model_id = p->options.model.empty() ? "systemone" : p->options.model;
-  d.fingerprint = sha256_hex(p->dialect->name() + " " + base + " " + p->options.model);
+  d.fingerprint = sha256_hex(p->dialect->name + " " + base + " " + p->options.model);
   d.limits = request_limits{};  // the server checks its own; baton only bounds what it forwards
-  d.description = p->dialect->description(base, p->options.model);
+  d.description = p->dialect->description + " at " + base;
   d.release_date = "1970-01-01";  // unknown: another server's model
   return std::unique_ptr<systemone_engine>(new systemone_engine(std::move(p)));
 }

@@ -60,17 +60,11 @@ result<envelope> read(std::string_view body) {
 
 class dialect final : public systemone_dialect {
  public:
-  dialect(std::string path, std::string model, std::string key_env, std::string account_env)
-      : path_(std::move(path)), model_(std::move(model)), key_env_(std::move(key_env)), account_env_(std::move(account_env)) {}
-
-  std::string path() const override { return path_; }
-  std::string name() const override { return "workers-ai"; }
-  std::string description(const std::string& base, const std::string& model) const override {
-    return "Workers AI's " + model + " at " + base;
-  }
+  dialect(std::string model, std::string key_env, std::string account_env)
+      : model_(std::move(model)), key_env_(std::move(key_env)), account_env_(std::move(account_env)) {}
 
   // Cloudflare's id of the call, which its support asks for: cf-ai-req-id, else the edge's cf-ray.
-  std::string request_id(const http_client::response& reply) const override {
+  std::string request_id(const boost::beast::http::fields& reply) const override {
     for (const char* name : {"cf-ai-req-id", "cf-ray"}) {
       if (const auto it = reply.find(name); it != reply.end() && !it->value().empty()) return std::string(it->value());
     }
@@ -106,10 +100,9 @@ class dialect final : public systemone_dialect {
     return d;
   }
 
-  std::string retried(int status, const std::string& body, const std::string& request_id) const override {
+  std::string retried(const std::string& body, const std::string& request_id) const override {
     auto env = read(body);
-    return "the server answered " + std::to_string(status) + (env ? quoted(env->errors) : "") +
-           (request_id.empty() ? std::string() : " (request id " + request_id + ")");
+    return (env ? quoted(env->errors) : "") + (request_id.empty() ? std::string() : " (request id " + request_id + ")");
   }
 
   // The outcome goes to the log with the request id (in the message of a failure), which is what
@@ -124,7 +117,6 @@ class dialect final : public systemone_dialect {
   }
 
  private:
-  std::string path_;
   std::string model_;
   std::string key_env_;      // where the token came from
   std::string account_env_;  // where the account came from
@@ -181,8 +173,11 @@ result<std::unique_ptr<const systemone_dialect>> make_dialect(systemone_engine_o
     return make_error(400, codes::invalid_engine_url, "the workers-ai account id or the model `" + options.model +
                                                      "` holds characters a URL path cannot take as they are");
   }
-  return std::unique_ptr<const systemone_dialect>(
-      std::make_unique<dialect>(std::move(*path), options.model, options.key_env, options.account_env));
+  auto d = std::make_unique<dialect>(options.model, options.key_env, options.account_env);
+  d->path = std::move(*path);
+  d->name = "workers-ai";
+  d->description = "Workers AI's " + options.model;
+  return std::unique_ptr<const systemone_dialect>(std::move(d));
 }
 
 }  // namespace baton::workers_ai

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "core/http_client.hpp"
 #include "support/scratch_dir.hpp"
@@ -146,6 +147,38 @@ TEST(http_client, names_resolve_within_the_deadline) {
   io.run();
   ASSERT_TRUE(*found) << found->error().detail;
   EXPECT_EQ((*found)->begin()->endpoint().port(), 80);
+}
+
+// The lookup runs on a thread of its own: a caller whose io_context goes while it waits (or that
+// stopped waiting at its deadline) leaves the lookup to finish alone, touching nothing of the
+// caller's. An address resolves at once, so the lookups here end before, during and after the
+// io_contexts' destruction.
+TEST(http_client, a_lookup_outlives_a_caller_that_stopped_waiting) {
+  for (int i = 0; i < 50; ++i) {
+    net::io_context io;
+    net::co_spawn(io, resolve("127.0.0.1", "80", clock_type::now() + (i % 2 == 0 ? 10s : -1s)),
+                  [&](std::exception_ptr e, outcome<endpoints> r) {
+                    if (e) std::rethrow_exception(e);
+                    if (!r) {
+                      EXPECT_EQ(r.error().at, step::resolve);
+                      EXPECT_EQ(r.error().why, fault::timeout);
+                    }
+                  });
+    io.poll();  // started: the thread looks up, the coroutine waits (a past deadline: not for long)
+  }
+  std::this_thread::sleep_for(200ms);  // the lookups left behind end, with no io_context to wake
+}
+
+TEST(http_client, a_request_to_a_url) {
+  std::string reason;
+  const auto url = parse_http_url("http://[::1]:8080/v1/x?y=1", reason);
+  ASSERT_TRUE(url) << reason;
+  const request req = request_to(http::verb::post, *url);
+  EXPECT_EQ(req.method(), http::verb::post);
+  EXPECT_EQ(req.target(), "/v1/x?y=1");
+  EXPECT_EQ(req.version(), 11u);
+  EXPECT_EQ(req[http::field::host], "[::1]:8080");
+  EXPECT_EQ(std::distance(req.begin(), req.end()), 1);  // the Host alone: the rest is the caller's
 }
 
 class http_client_tls : public ::testing::Test {

@@ -470,6 +470,22 @@ TEST(media_urls, nothing_listening) {
                  422, "MEDIA_UNAVAILABLE", "connecting for");
 }
 
+// A name under .invalid (RFC 6761) never resolves: at once where a resolver answers, else at the
+// deadline; either way the message names the host, within the timeout.
+TEST(media_urls, hosts_that_do_not_resolve) {
+  auto p = url_policy({"no-such-host.invalid"});
+  p.url_timeout = 500ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = load_bytes(url_item("http://no-such-host.invalid/a.png"), p, "images[2]");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  ASSERT_FALSE(r.has_value());
+  if (r.error().code == "MEDIA_TIMEOUT") {
+    expect_refusal(r, 504, "MEDIA_TIMEOUT", "`no-such-host.invalid` did not resolve within 500 ms");
+  } else {
+    expect_refusal(r, 422, "MEDIA_UNAVAILABLE", "`no-such-host.invalid` does not resolve: ");
+  }
+}
+
 class media_https : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -494,6 +510,21 @@ TEST_F(media_https, the_peer_is_verified_with_sni) {
   expect_refusal(load_bytes(url_item(server.url("localhost") + "/a.png"), p, "images[2]"), 422, "MEDIA_UNAVAILABLE",
                  "certificate verify failed");
   EXPECT_EQ(server.requests(), 1);
+}
+
+// The CAs of a ca_file are loaded once and serve every later item; CAs that do not load are
+// tried again, and refused again, on the next.
+TEST_F(media_https, the_cas_serve_every_item) {
+  media_server server({{"/a.png", answer(200, payload)}}, &server_tls_);
+  auto p = url_policy({"localhost"});
+  p.ca_file = dir_ / "ca.pem";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(loaded(url_item(server.url("localhost") + "/a.png"), p), payload);
+  p.ca_file = dir_ / "missing.pem";
+  for (int i = 0; i < 2; ++i) {
+    expect_refusal(load_bytes(url_item(server.url("localhost") + "/a.png"), p, "images[2]"), 422, "MEDIA_UNAVAILABLE",
+                   "the CA certificates for https do not load");
+  }
+  EXPECT_EQ(server.requests(), 3);
 }
 
 }  // namespace
