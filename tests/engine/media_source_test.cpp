@@ -470,8 +470,6 @@ TEST(media_urls, nothing_listening) {
                  422, "MEDIA_UNAVAILABLE", "connecting for");
 }
 
-}
-
 class media_https : public ::testing::Test {
  protected:
   void SetUp() override {
