@@ -182,14 +182,15 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
   }
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
-    if (grouped_) {
+    if (l == 0 && layer0_) {  // made already, as choose_matmuls timed them
+      layers[l] = std::move(*layer0_);
+      layer0_.reset();
+    } else if (grouped_) {
       layers[l] = stack_experts(files, p, buffer);
     } else if (!packed_) {
       layers[l] = aten_experts(files, p);
     } else if (library_ == expert_library::blas) {
       layers[l] = blas_experts(files, p);
-    } else if (l == 0 && !layer0_.gate_up_packed.empty()) {  // packed already by choose_matmuls
-      layers[l] = std::move(layer0_);
     } else {
       layers[l] = pack_experts(files, p, library_);
     }
@@ -383,13 +384,13 @@ void expert_plan::choose_matmuls(const release& files) {
     const auto pick = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
     candidate& winner = candidates[pick];
     library_ = winner.library;
-    if (int8 && library_ == expert_library::blas) {
-      packed_ = false;  // ATen's path: load_experts keeps the int8 weights as they are
-    } else if (library_ != expert_library::blas) {  // layer 0 stays packed: load_experts does not pack it again
-      layer0_ = std::move(winner.y);
-      // The BLAS's timing read the mapped weights again after packing had handed them back.
+    if (int8 && library_ == expert_library::blas) packed_ = false;  // ATen's path: the int8 weights as they are
+    if (library_ != expert_library::blas) {
+      // Packed: the BLAS's timing read the mapped weights again after packing had handed them back.
+      // Over the BLAS, or through ATen, the winner multiplies the mapping: its pages stay.
       for (std::int64_t e = 0; e < config_.num_experts; ++e) release_expert_pages(files, p, e);
     }
+    layer0_ = std::move(winner.y);  // whatever its form: load_experts does not make layer 0 again
     matmul_choice_ += experts_on + expert_library_name(library_) + " (layer 0, 1024 tokens, best of 3 in turn: ";
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       matmul_choice_ += std::string(i == 0 ? "" : ", ") + candidates[i].name + ms_text(ms[i]);

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +36,8 @@ class expert_plan {
               expert_library asked, std::int64_t packing_budget_bytes);
 
   // Every layer's experts in the plan's form, in layer order; where they are packed, their work
-  // items are then timed on layer 0 (calibrate_experts). Called once: layer 0's packed experts may
-  // be the ones choose_matmuls timed, handed over.
+  // items are then timed on layer 0 (calibrate_experts). Called once: layer 0's experts may be the
+  // ones choose_matmuls timed, handed over.
   std::vector<expert_weights> load_experts(const release& files);
 
   // The MoE through moe_grouped's two grouped matmuls, and whether those are at::_grouped_mm.
@@ -80,8 +81,8 @@ class expert_plan {
   // the BLAS (int8 ones: widened per block on libxsmm, and per matmul by ATen, which then keeps
   // them unpacked), and its q projection packed for oneDNN and on the BLAS, and keeps the fastest
   // of each (library_, packed_, blas_projections_). Done before the other layers are packed, so a
-  // copy is made only where it pays (layer 0's packed experts are kept in layer0_ when a packed
-  // library wins); kept for the process's later loads of the same shape and thread count.
+  // copy is made only where it pays (layer 0's experts are kept in layer0_ as the winner made
+  // them, packed or not); kept for the process's later loads of the same shape and thread count.
   void choose_matmuls(const release& files);
   // Times layer 0's packed experts on random activations with whole experts per thread and with
   // chunks of 256 and 512 rows, and keeps the fastest (chunk_rows_): the same results, and which
@@ -104,7 +105,7 @@ class expert_plan {
   std::string no_room_;  // why the experts were left unpacked for want of memory (empty: they were not)
   std::int64_t chunk_rows_ = 0;
   std::string expert_schedule_;
-  expert_weights layer0_;  // layer 0's packed experts as choose_matmuls timed them (empty: none kept)
+  std::optional<expert_weights> layer0_;  // layer 0's experts as choose_matmuls timed the winner (none: not timed)
 };
 
 }  // namespace baton::clef::detail
