@@ -399,10 +399,11 @@ void expert_plan::choose_matmuls(const release& files) {
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
-  const packed_linear q_packed(q);
+  packed_linear q_packed(q);
   const std::vector<double> q_ms = best_ms_in_turn(3, {[&] { (void)dense(x, q); }, [&] { (void)q_packed.parallel(x); }});
   const double q_blas = q_ms[0], q_onednn = q_ms[1];
   blas_projections_ = q_blas < q_onednn;
+  if (!blas_projections_) layer0_q_ = std::move(q_packed);  // the thinker packs it no second time
   matmul_choice_ += std::string("projections on ") + (blas_projections_ ? "the BLAS" : "oneDNN, packed") +
                     " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " + ms_text(q_onednn) + ")";
   const std::lock_guard lock(chosen_mutex);

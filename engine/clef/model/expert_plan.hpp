@@ -46,6 +46,10 @@ class expert_plan {
   // fp32 on the CPU with oneDNN: q, k, v and o packed for oneDNN's matmul, unless the BLAS was
   // timed faster (OpenBLAS may run fp32 on older kernels than the CPU has: OPENBLAS_CORETYPE).
   bool packed_projections() const noexcept;
+  // Layer 0's q_proj as choose_matmuls packed it for oneDNN to time it, handed over once where the
+  // projections are packed; empty where it was not timed (a later load of the same shape), or the
+  // BLAS won.
+  packed_linear take_layer0_q_proj() noexcept { return std::move(layer0_q_); }
   // experts_cpu's work items, as calibrate_experts timed them: 0 whole experts, else rows.
   std::int64_t chunk_rows() const noexcept { return chunk_rows_; }
   // Which library runs the CPU's fp32 expert and projection matmuls, as timed at load, with the
@@ -106,6 +110,7 @@ class expert_plan {
   std::int64_t chunk_rows_ = 0;
   std::string expert_schedule_;
   std::optional<expert_weights> layer0_;  // layer 0's experts as choose_matmuls timed the winner (none: not timed)
+  packed_linear layer0_q_;                // its q_proj packed, where oneDNN won (take_layer0_q_proj)
 };
 
 }  // namespace baton::clef::detail

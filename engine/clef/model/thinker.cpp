@@ -52,27 +52,27 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   lm_head_ = raw("thinker.lm_head.weight");
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  packed_linear timed_q = plan_.take_layer0_q_proj();  // packed already where the plan timed it
   for (std::int64_t l = 0; l < config_.num_layers; ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
     layer& y = layers_[static_cast<std::size_t>(l)];
     y.input_norm = w(p + "input_layernorm.weight");
-    y.q = w(p + "self_attn.q_proj.weight");
-    y.k = w(p + "self_attn.k_proj.weight");
-    y.v = w(p + "self_attn.v_proj.weight");
-    y.o = w(p + "self_attn.o_proj.weight");
+    for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
+                                        std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
+      const std::string n = p + "self_attn." + name + ".weight";
+      if (!plan_.packed_projections()) {
+        *weight = w(n);
+        continue;
+      }
+      // Packed (layer 0's q_proj as the plan timed it), the mapped pages handed back.
+      *packed = packed == &y.q_packed && timed_q.packed() ? std::move(timed_q) : packed_linear(w(n));
+      packed_bytes_ += packed->bytes();
+      release_pages(files.thinker_tensor(n));
+    }
     y.q_norm = w(p + "self_attn.q_norm.weight");
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
-    if (plan_.packed_projections()) {
-      for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
-                                          std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
-        *packed = packed_linear(*weight);
-        packed_bytes_ += packed->bytes();
-        *weight = at::Tensor();
-        release_pages(files.thinker_tensor(p + "self_attn." + name + ".weight"));
-      }
-    }
   }
   std::vector<expert_weights> loaded = plan_.load_experts(files);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
