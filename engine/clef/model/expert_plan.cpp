@@ -53,25 +53,8 @@ void release_expert_pages(const release& files, const std::string& prefix, std::
   }
 }
 
-// 1,024 tokens of random activations for timing layer 0's experts, routed unevenly as trained
-// routers are (random activations through the router spread evenly): each token's experts drawn
-// without replacement with odds 1, 1/2, 1/3, …, so the busiest expert gets ~10 % of the rows, as on
-// a transformers-initialised release.
-struct calibration_batch {
-  at::Tensor b, experts, weights;
-  std::int64_t busiest = 0;  // rows of the busiest expert
-
-  calibration_batch(const text_config& config, at::ScalarType type, std::int64_t tokens) {
-    const std::int64_t top_k = config.experts_per_token;
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    b = at::randn({tokens, config.hidden_size}, generator, f32).to(type);
-    const at::Tensor odds = at::reciprocal(at::arange(1, config.num_experts + 1, f32)).expand({tokens, config.num_experts});
-    experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
-    weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type);
-    busiest = at::bincount(experts.reshape({-1}), {}, config.num_experts).max().item<std::int64_t>();
-  }
-};
+// The calibration batch's tokens.
+constexpr std::int64_t calibration_tokens = 1024;
 
 // Each candidate's best of `rounds` timings, in ms, after one untimed call each (first touch of
 // buffers, kernels generated). The candidates take turns within every round, so a slow minute of
@@ -165,6 +148,23 @@ bool expert_plan::packed_projections() const noexcept {
   return onednn_ && type_ == at::kFloat && !blas_projections_;
 }
 
+// Random activations, routed unevenly as trained routers are (random activations through the
+// router spread evenly): each token's experts drawn without replacement with odds 1, 1/2, 1/3, …,
+// so the busiest expert gets ~10 % of the rows, as on a transformers-initialised release.
+const expert_plan::calibration_batch& expert_plan::calibration() {
+  if (calibration_) return *calibration_;
+  const std::int64_t tokens = calibration_tokens, top_k = config_.experts_per_token;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  calibration_batch batch;
+  batch.b = at::randn({tokens, config_.hidden_size}, generator, f32).to(type_);
+  const at::Tensor odds = at::reciprocal(at::arange(1, config_.num_experts + 1, f32)).expand({tokens, config_.num_experts});
+  batch.experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
+  batch.weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type_);
+  batch.busiest = at::bincount(batch.experts.reshape({-1}), {}, config_.num_experts).max().item<std::int64_t>();
+  return calibration_.emplace(std::move(batch));
+}
+
 std::vector<expert_weights> expert_plan::load_experts(const release& files) {
   std::vector<expert_weights> layers(static_cast<std::size_t>(config_.num_layers));
   staging buffer;
@@ -196,6 +196,7 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
     }
   }
   if (packed_ && !layers.empty()) calibrate_experts(layers.front());
+  calibration_.reset();  // every timing done
   return layers;
 }
 
@@ -341,7 +342,7 @@ void expert_plan::choose_matmuls(const release& files) {
     }
   }
   const std::string p = "thinker.model.layers.0.";
-  const calibration_batch batch(config_, type_, 1024);
+  const calibration_batch& batch = calibration();
   matmul_choice_ = "fp32 ";
   const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
   if ((asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
@@ -412,7 +413,7 @@ void expert_plan::choose_matmuls(const release& files) {
 
 void expert_plan::calibrate_experts(const expert_weights& layer0) {
   prepare_experts_cpu();  // libtorch's bf16 silu asked now, not in the first forward
-  const std::int64_t tokens = 1024, top_k = config_.experts_per_token;
+  const std::int64_t tokens = calibration_tokens, top_k = config_.experts_per_token;
   if (at::get_num_threads() == 1) {  // every schedule is the same work on one thread
     expert_schedule_ = "whole experts per work item on 1 thread";
     return;
@@ -433,7 +434,7 @@ void expert_plan::calibrate_experts(const expert_weights& layer0) {
       return;
     }
   }
-  const calibration_batch batch(config_, type_, tokens);
+  const calibration_batch& batch = calibration();
   const at::Tensor &b = batch.b, &experts = batch.experts, &weights = batch.weights;
   const std::int64_t busiest = batch.busiest;
   // Chunks no expert fills would repeat "whole experts" (an expert has at most `tokens` rows).

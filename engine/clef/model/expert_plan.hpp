@@ -88,6 +88,13 @@ class expert_plan {
   // copy is made only where it pays (layer 0's experts are kept in layer0_ as the winner made
   // them, packed or not); kept for the process's later loads of the same shape and thread count.
   void choose_matmuls(const release& files);
+  // 1,024 tokens of random activations for timing layer 0 (choose_matmuls, calibrate_experts): made
+  // when first asked, once, and let go once the experts are loaded.
+  struct calibration_batch {
+    at::Tensor b, experts, weights;  // b [tokens, hidden] in the compute dtype, each token's experts and weights
+    std::int64_t busiest = 0;        // rows of the busiest expert
+  };
+  const calibration_batch& calibration();
   // Times layer 0's packed experts on random activations with whole experts per thread and with
   // chunks of 256 and 512 rows, and keeps the fastest (chunk_rows_): the same results, and which
   // wins depends on the cores (a 16-core machine waits on its busiest expert). Kept for the
@@ -109,6 +116,7 @@ class expert_plan {
   std::string no_room_;  // why the experts were left unpacked for want of memory (empty: they were not)
   std::int64_t chunk_rows_ = 0;
   std::string expert_schedule_;
+  std::optional<calibration_batch> calibration_;
   std::optional<expert_weights> layer0_;  // layer 0's experts as choose_matmuls timed the winner (none: not timed)
   packed_linear layer0_q_;                // its q_proj packed, where oneDNN won (take_layer0_q_proj)
 };
