@@ -40,6 +40,9 @@ class expert_plan {
   // ones choose_matmuls timed, handed over.
   std::vector<expert_weights> load_experts(const release& files);
 
+  // The CPU, with oneDNN's kernels for the dtype (cpu_kernels' onednn_runs): where the experts and
+  // the fp32 projections may be packed, and where the thinker's attention is attention_cpu.
+  bool onednn() const noexcept { return onednn_; }
   // The MoE through moe_grouped's two grouped matmuls, and whether those are at::_grouped_mm.
   bool grouped() const noexcept { return grouped_; }
   bool native_grouped() const noexcept { return native_grouped_; }

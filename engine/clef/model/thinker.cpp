@@ -39,8 +39,7 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       plan_(files, type, device, grouped_experts, experts, packing_budget_bytes),
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
-      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
-      cpu_attention_(device.is_cpu() && onednn_runs(type)) {
+      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
@@ -206,7 +205,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
 thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths,
                                                            const std::vector<std::int64_t>& past_lengths) const {
   const bool any_past = std::any_of(past_lengths.begin(), past_lengths.end(), [](std::int64_t n) { return n > 0; });
-  if (cpu_attention_ || (fused_attention_ && !any_past)) return {};  // the fused kernels keep their own
+  if (plan_.onednn() || (fused_attention_ && !any_past)) return {};  // the fused kernels keep their own
   const std::int64_t heads = config_.num_heads;
   std::int64_t rows = 1, most = 1;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -274,7 +273,7 @@ at::Tensor thinker::attention(std::size_t l, const at::Tensor& a, const at::Tens
     rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
     k = with_prefixes(k, l, false, past, lengths, kept);
     v = with_prefixes(v, l, true, past, lengths, kept);
-    if (cpu_attention_) {
+    if (plan_.onednn()) {  // attention_cpu
       at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
       attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out, {},
                     past_lengths);

@@ -131,10 +131,11 @@ class thinker {
   at::ScalarType type_;
   at::Device device_;
   std::int64_t score_budget_bytes_;
-  expert_plan plan_;  // how the experts and the fp32 projections run, chosen at load
+  // How the experts and the fp32 projections run, chosen at load. Where it found oneDNN on the CPU
+  // (plan_.onednn()), attention runs in attention_cpu; the norms, q/k norm and rotary go through
+  // cpu_kernels.hpp on any CPU.
+  expert_plan plan_;
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
-  // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
-  bool cpu_attention_ = false;    // attention (attention_cpu)
   std::int64_t packed_bytes_ = 0;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
