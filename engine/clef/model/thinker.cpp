@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/experts.hpp"
+
 // scaled_dot_product_attention takes enable_gqa from libtorch 2.5. Debian's 1.13 lacks it: the
 // chunked attention.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
