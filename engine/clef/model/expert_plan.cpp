@@ -189,8 +189,6 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
       layers[l] = stack_experts(files, p, buffer);
     } else if (!packed_) {
       layers[l] = aten_experts(files, p);
-    } else if (library_ == expert_library::blas) {
-      layers[l] = blas_experts(files, p);
     } else {
       layers[l] = pack_experts(files, p, library_);
     }
@@ -203,12 +201,12 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
 expert_weights expert_plan::pack_experts(const release& files, const std::string& prefix,
                                          expert_library library) const {
   const std::int64_t experts = config_.num_experts;
-  const bool xsmm = library == expert_library::xsmm, int8 = int8_;
+  const bool xsmm = library == expert_library::xsmm, blas = library == expert_library::blas, int8 = int8_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
-  const auto [gate_up_bytes, down_bytes] = packed_expert_bytes(library);
-  // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
+  const auto [gate_up_bytes, down_bytes] = blas ? std::pair<std::int64_t, std::int64_t>() : packed_expert_bytes(library);
+  // One arena per layer (none over the BLAS); 4 KiB alignment keeps each packed weight on its own pages.
   const std::int64_t per_expert = page_aligned(gate_up_bytes) + page_aligned(down_bytes);
-  const at::Tensor arena = packed_linear::arena(per_expert * experts);
+  const at::Tensor arena = blas ? at::Tensor() : packed_linear::arena(per_expert * experts);
   expert_weights y;
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
   y.down_packed.resize(static_cast<std::size_t>(experts));
@@ -218,10 +216,16 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
       auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
       auto raw = [&](const char* name) { return view_tensor(files.thinker_tensor(x + name)); };
+      const auto i = static_cast<std::size_t>(e);
+      if (blas) {  // multiplied as they are: the BLAS reads the mapping (an fp32 release's), which stays
+        auto rows = [&](const char* name) { return w(name).contiguous(); };
+        y.gate_up_packed[i] = packed_linear::over_blas({rows("gate_proj.weight"), rows("up_proj.weight")});
+        y.down_packed[i] = packed_linear::over_blas({rows("down_proj.weight")});
+        continue;
+      }
       const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
       const at::Tensor gate_up_slot = slot.narrow(0, 0, gate_up_bytes),
                        down_slot = slot.narrow(0, page_aligned(gate_up_bytes), down_bytes);
-      const auto i = static_cast<std::size_t>(e);
       if (int8) {
         y.gate_up_packed[i] = packed_linear::for_xsmm_int8({raw("gate_proj.weight"), raw("up_proj.weight")},
                                                            {raw("gate_proj.weight_scale"), raw("up_proj.weight_scale")},
@@ -278,19 +282,6 @@ expert_weights expert_plan::aten_experts(const release& files, const std::string
       const at::Tensor t = view_tensor(files.thinker_tensor(x + name));
       list->push_back(device_.is_cpu() ? t : t.to(device_));
     }
-  }
-  return y;
-}
-
-expert_weights expert_plan::blas_experts(const release& files, const std::string& prefix) const {
-  expert_weights y;
-  y.gate_up_packed.resize(static_cast<std::size_t>(config_.num_experts));
-  y.down_packed.resize(static_cast<std::size_t>(config_.num_experts));
-  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
-    const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-    auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_).contiguous(); };
-    y.gate_up_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("gate_proj.weight"), w("up_proj.weight")});
-    y.down_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("down_proj.weight")});
   }
   return y;
 }
@@ -363,7 +354,7 @@ void expert_plan::choose_matmuls(const release& files) {
       candidates.push_back({expert_library::blas, "the BLAS, widened per matmul by ATen ", aten_experts(files, p)});
       candidates.push_back({expert_library::xsmm, "libxsmm packed, widened per block ", {}});
     } else {
-      candidates.push_back({expert_library::blas, "BLAS ", blas_experts(files, p)});
+      candidates.push_back({expert_library::blas, "BLAS ", pack_experts(files, p, expert_library::blas)});
       candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
       if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
     }

@@ -64,10 +64,9 @@ class expert_plan {
   const std::string& expert_schedule() const noexcept { return expert_schedule_; }
 
  private:
-  // The experts of the layer at `prefix` packed for oneDNN or libxsmm into one arena.
+  // The experts of the layer at `prefix` for the CPU's fused kernel: packed for oneDNN or libxsmm
+  // into one arena, or over the BLAS as they are in the release (fp32).
   expert_weights pack_experts(const release& files, const std::string& prefix, expert_library library) const;
-  // The same experts over the BLAS, as they are in the release (fp32).
-  expert_weights blas_experts(const release& files, const std::string& prefix) const;
   // The same as weight lists for ATen's path: in the compute dtype, or int8 views of the mapping
   // with their scales.
   expert_weights aten_experts(const release& files, const std::string& prefix) const;
