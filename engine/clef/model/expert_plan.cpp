@@ -266,21 +266,14 @@ expert_weights expert_plan::aten_experts(const release& files, const std::string
   expert_weights y;
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-    if (!int8_) {
-      for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
-                                std::pair{&y.down, "down_proj.weight"}}) {
-        list->push_back(weight_tensor(files.thinker_tensor(x + name), type_, device_));
-      }
-      continue;
-    }
     // int8 weights stay int8 (a view of the mapping on the CPU) and are converted per matmul;
     // the scales stay fp32, so the output is scaled with one rounding.
-    for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
-                              std::pair{&y.down, "down_proj.weight"}, std::pair{&y.gate_scale, "gate_proj.weight_scale"},
-                              std::pair{&y.up_scale, "up_proj.weight_scale"},
-                              std::pair{&y.down_scale, "down_proj.weight_scale"}}) {
-      const at::Tensor t = view_tensor(files.thinker_tensor(x + name));
-      list->push_back(device_.is_cpu() ? t : t.to(device_));
+    for (auto [list, scales, name] : {std::tuple{&y.gate, &y.gate_scale, "gate_proj."},
+                                      std::tuple{&y.up, &y.up_scale, "up_proj."},
+                                      std::tuple{&y.down, &y.down_scale, "down_proj."}}) {
+      const tensor_view& weight = files.thinker_tensor(x + name + "weight");
+      list->push_back(int8_ ? mapped_tensor(weight, device_) : weight_tensor(weight, type_, device_));
+      if (int8_) scales->push_back(mapped_tensor(files.thinker_tensor(x + name + "weight_scale"), device_));
     }
   }
   return y;

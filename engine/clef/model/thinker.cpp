@@ -46,12 +46,8 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
-  auto raw = [&](const std::string& name) {
-    at::Tensor t = view_tensor(files.thinker_tensor(name));
-    return device_.is_cpu() ? t : t.to(device_);
-  };
-  embed_ = raw("thinker.model.embed_tokens.weight");
-  lm_head_ = raw("thinker.lm_head.weight");
+  embed_ = mapped_tensor(files.thinker_tensor("thinker.model.embed_tokens.weight"), device_);
+  lm_head_ = mapped_tensor(files.thinker_tensor("thinker.lm_head.weight"), device_);
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
   packed_linear timed_q = plan_.take_layer0_q_proj();  // packed already where the plan timed it
