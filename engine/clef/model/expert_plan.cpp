@@ -53,25 +53,8 @@ void release_expert_pages(const release& files, const std::string& prefix, std::
   }
 }
 
-// 1,024 tokens of random activations for timing layer 0's experts, routed unevenly as trained
-// routers are (random activations through the router spread evenly): each token's experts drawn
-// without replacement with odds 1, 1/2, 1/3, …, so the busiest expert gets ~10 % of the rows, as on
-// a transformers-initialised release.
-struct calibration_batch {
-  at::Tensor b, experts, weights;
-  std::int64_t busiest = 0;  // rows of the busiest expert
-
-  calibration_batch(const text_config& config, at::ScalarType type, std::int64_t tokens) {
-    const std::int64_t top_k = config.experts_per_token;
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    b = at::randn({tokens, config.hidden_size}, generator, f32).to(type);
-    const at::Tensor odds = at::reciprocal(at::arange(1, config.num_experts + 1, f32)).expand({tokens, config.num_experts});
-    experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
-    weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type);
-    busiest = at::bincount(experts.reshape({-1}), {}, config.num_experts).max().item<std::int64_t>();
-  }
-};
+// The calibration batch's tokens.
+constexpr std::int64_t calibration_tokens = 1024;
 
 // Each candidate's best of `rounds` timings, in ms, after one untimed call each (first touch of
 // buffers, kernels generated). The candidates take turns within every round, so a slow minute of
@@ -165,6 +148,23 @@ bool expert_plan::packed_projections() const noexcept {
   return onednn_ && type_ == at::kFloat && !blas_projections_;
 }
 
+// Random activations, routed unevenly as trained routers are (random activations through the
+// router spread evenly): each token's experts drawn without replacement with odds 1, 1/2, 1/3, …,
+// so the busiest expert gets ~10 % of the rows, as on a transformers-initialised release.
+const expert_plan::calibration_batch& expert_plan::calibration() {
+  if (calibration_) return *calibration_;
+  const std::int64_t tokens = calibration_tokens, top_k = config_.experts_per_token;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261204);  // the global one untouched
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  calibration_batch batch;
+  batch.b = at::randn({tokens, config_.hidden_size}, generator, f32).to(type_);
+  const at::Tensor odds = at::reciprocal(at::arange(1, config_.num_experts + 1, f32)).expand({tokens, config_.num_experts});
+  batch.experts = at::multinomial(odds, top_k, /*replacement=*/false, generator);
+  batch.weights = at::full({tokens, top_k}, 1.0 / static_cast<double>(top_k), f32).to(type_);
+  batch.busiest = at::bincount(batch.experts.reshape({-1}), {}, config_.num_experts).max().item<std::int64_t>();
+  return calibration_.emplace(std::move(batch));
+}
+
 std::vector<expert_weights> expert_plan::load_experts(const release& files) {
   std::vector<expert_weights> layers(static_cast<std::size_t>(config_.num_layers));
   staging buffer;
@@ -182,31 +182,31 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
   }
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
-    if (grouped_) {
+    if (l == 0 && layer0_) {  // made already, as choose_matmuls timed them
+      layers[l] = std::move(*layer0_);
+      layer0_.reset();
+    } else if (grouped_) {
       layers[l] = stack_experts(files, p, buffer);
     } else if (!packed_) {
       layers[l] = aten_experts(files, p);
-    } else if (library_ == expert_library::blas) {
-      layers[l] = blas_experts(files, p);
-    } else if (l == 0 && !layer0_.gate_up_packed.empty()) {  // packed already by choose_matmuls
-      layers[l] = std::move(layer0_);
     } else {
       layers[l] = pack_experts(files, p, library_);
     }
   }
   if (packed_ && !layers.empty()) calibrate_experts(layers.front());
+  calibration_.reset();  // every timing done
   return layers;
 }
 
 expert_weights expert_plan::pack_experts(const release& files, const std::string& prefix,
                                          expert_library library) const {
   const std::int64_t experts = config_.num_experts;
-  const bool xsmm = library == expert_library::xsmm, int8 = int8_;
+  const bool xsmm = library == expert_library::xsmm, blas = library == expert_library::blas, int8 = int8_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
-  const auto [gate_up_bytes, down_bytes] = packed_expert_bytes(library);
-  // One arena per layer; 4 KiB alignment keeps each packed weight on its own pages.
+  const auto [gate_up_bytes, down_bytes] = blas ? std::pair<std::int64_t, std::int64_t>() : packed_expert_bytes(library);
+  // One arena per layer (none over the BLAS); 4 KiB alignment keeps each packed weight on its own pages.
   const std::int64_t per_expert = page_aligned(gate_up_bytes) + page_aligned(down_bytes);
-  const at::Tensor arena = packed_linear::arena(per_expert * experts);
+  const at::Tensor arena = blas ? at::Tensor() : packed_linear::arena(per_expert * experts);
   expert_weights y;
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
   y.down_packed.resize(static_cast<std::size_t>(experts));
@@ -216,10 +216,16 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
       auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
       auto raw = [&](const char* name) { return view_tensor(files.thinker_tensor(x + name)); };
+      const auto i = static_cast<std::size_t>(e);
+      if (blas) {  // multiplied as they are: the BLAS reads the mapping (an fp32 release's), which stays
+        auto rows = [&](const char* name) { return w(name).contiguous(); };
+        y.gate_up_packed[i] = packed_linear::over_blas({rows("gate_proj.weight"), rows("up_proj.weight")});
+        y.down_packed[i] = packed_linear::over_blas({rows("down_proj.weight")});
+        continue;
+      }
       const at::Tensor slot = arena.narrow(0, e * per_expert, per_expert);
       const at::Tensor gate_up_slot = slot.narrow(0, 0, gate_up_bytes),
                        down_slot = slot.narrow(0, page_aligned(gate_up_bytes), down_bytes);
-      const auto i = static_cast<std::size_t>(e);
       if (int8) {
         y.gate_up_packed[i] = packed_linear::for_xsmm_int8({raw("gate_proj.weight"), raw("up_proj.weight")},
                                                            {raw("gate_proj.weight_scale"), raw("up_proj.weight_scale")},
@@ -260,35 +266,15 @@ expert_weights expert_plan::aten_experts(const release& files, const std::string
   expert_weights y;
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-    if (!int8_) {
-      for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
-                                std::pair{&y.down, "down_proj.weight"}}) {
-        list->push_back(weight_tensor(files.thinker_tensor(x + name), type_, device_));
-      }
-      continue;
-    }
     // int8 weights stay int8 (a view of the mapping on the CPU) and are converted per matmul;
     // the scales stay fp32, so the output is scaled with one rounding.
-    for (auto [list, name] : {std::pair{&y.gate, "gate_proj.weight"}, std::pair{&y.up, "up_proj.weight"},
-                              std::pair{&y.down, "down_proj.weight"}, std::pair{&y.gate_scale, "gate_proj.weight_scale"},
-                              std::pair{&y.up_scale, "up_proj.weight_scale"},
-                              std::pair{&y.down_scale, "down_proj.weight_scale"}}) {
-      const at::Tensor t = view_tensor(files.thinker_tensor(x + name));
-      list->push_back(device_.is_cpu() ? t : t.to(device_));
+    for (auto [list, scales, name] : {std::tuple{&y.gate, &y.gate_scale, "gate_proj."},
+                                      std::tuple{&y.up, &y.up_scale, "up_proj."},
+                                      std::tuple{&y.down, &y.down_scale, "down_proj."}}) {
+      const tensor_view& weight = files.thinker_tensor(x + name + "weight");
+      list->push_back(int8_ ? mapped_tensor(weight, device_) : weight_tensor(weight, type_, device_));
+      if (int8_) scales->push_back(mapped_tensor(files.thinker_tensor(x + name + "weight_scale"), device_));
     }
-  }
-  return y;
-}
-
-expert_weights expert_plan::blas_experts(const release& files, const std::string& prefix) const {
-  expert_weights y;
-  y.gate_up_packed.resize(static_cast<std::size_t>(config_.num_experts));
-  y.down_packed.resize(static_cast<std::size_t>(config_.num_experts));
-  for (std::int64_t e = 0; e < config_.num_experts; ++e) {
-    const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-    auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_).contiguous(); };
-    y.gate_up_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("gate_proj.weight"), w("up_proj.weight")});
-    y.down_packed[static_cast<std::size_t>(e)] = packed_linear::over_blas({w("down_proj.weight")});
   }
   return y;
 }
@@ -340,7 +326,7 @@ void expert_plan::choose_matmuls(const release& files) {
     }
   }
   const std::string p = "thinker.model.layers.0.";
-  const calibration_batch batch(config_, type_, 1024);
+  const calibration_batch& batch = calibration();
   matmul_choice_ = "fp32 ";
   const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
   if ((asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
@@ -361,7 +347,7 @@ void expert_plan::choose_matmuls(const release& files) {
       candidates.push_back({expert_library::blas, "the BLAS, widened per matmul by ATen ", aten_experts(files, p)});
       candidates.push_back({expert_library::xsmm, "libxsmm packed, widened per block ", {}});
     } else {
-      candidates.push_back({expert_library::blas, "BLAS ", blas_experts(files, p)});
+      candidates.push_back({expert_library::blas, "BLAS ", pack_experts(files, p, expert_library::blas)});
       candidates.push_back({expert_library::onednn, "oneDNN packed ", {}});
       if (packed_linear::xsmm_available()) candidates.push_back({expert_library::xsmm, "libxsmm packed ", {}});
     }
@@ -383,13 +369,13 @@ void expert_plan::choose_matmuls(const release& files) {
     const auto pick = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
     candidate& winner = candidates[pick];
     library_ = winner.library;
-    if (int8 && library_ == expert_library::blas) {
-      packed_ = false;  // ATen's path: load_experts keeps the int8 weights as they are
-    } else if (library_ != expert_library::blas) {  // layer 0 stays packed: load_experts does not pack it again
-      layer0_ = std::move(winner.y);
-      // The BLAS's timing read the mapped weights again after packing had handed them back.
+    if (int8 && library_ == expert_library::blas) packed_ = false;  // ATen's path: the int8 weights as they are
+    if (library_ != expert_library::blas) {
+      // Packed: the BLAS's timing read the mapped weights again after packing had handed them back.
+      // Over the BLAS, or through ATen, the winner multiplies the mapping: its pages stay.
       for (std::int64_t e = 0; e < config_.num_experts; ++e) release_expert_pages(files, p, e);
     }
+    layer0_ = std::move(winner.y);  // whatever its form: load_experts does not make layer 0 again
     matmul_choice_ += experts_on + expert_library_name(library_) + " (layer 0, 1024 tokens, best of 3 in turn: ";
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       matmul_choice_ += std::string(i == 0 ? "" : ", ") + candidates[i].name + ms_text(ms[i]);
@@ -398,10 +384,11 @@ void expert_plan::choose_matmuls(const release& files) {
   }
   const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
   const at::Tensor x = batch.b;
-  const packed_linear q_packed(q);
+  packed_linear q_packed(q);
   const std::vector<double> q_ms = best_ms_in_turn(3, {[&] { (void)dense(x, q); }, [&] { (void)q_packed.parallel(x); }});
   const double q_blas = q_ms[0], q_onednn = q_ms[1];
   blas_projections_ = q_blas < q_onednn;
+  if (!blas_projections_) layer0_q_ = std::move(q_packed);  // the thinker packs it no second time
   matmul_choice_ += std::string("projections on ") + (blas_projections_ ? "the BLAS" : "oneDNN, packed") +
                     " (q_proj: BLAS " + ms_text(q_blas) + ", oneDNN packed " + ms_text(q_onednn) + ")";
   const std::lock_guard lock(chosen_mutex);
@@ -410,7 +397,7 @@ void expert_plan::choose_matmuls(const release& files) {
 
 void expert_plan::calibrate_experts(const expert_weights& layer0) {
   prepare_experts_cpu();  // libtorch's bf16 silu asked now, not in the first forward
-  const std::int64_t tokens = 1024, top_k = config_.experts_per_token;
+  const std::int64_t tokens = calibration_tokens, top_k = config_.experts_per_token;
   if (at::get_num_threads() == 1) {  // every schedule is the same work on one thread
     expert_schedule_ = "whole experts per work item on 1 thread";
     return;
@@ -431,7 +418,7 @@ void expert_plan::calibrate_experts(const expert_weights& layer0) {
       return;
     }
   }
-  const calibration_batch batch(config_, type_, tokens);
+  const calibration_batch& batch = calibration();
   const at::Tensor &b = batch.b, &experts = batch.experts, &weights = batch.weights;
   const std::int64_t busiest = batch.busiest;
   // Chunks no expert fills would repeat "whole experts" (an expert has at most `tokens` rows).

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,16 +36,23 @@ class expert_plan {
               expert_library asked, std::int64_t packing_budget_bytes);
 
   // Every layer's experts in the plan's form, in layer order; where they are packed, their work
-  // items are then timed on layer 0 (calibrate_experts). Called once: layer 0's packed experts may
-  // be the ones choose_matmuls timed, handed over.
+  // items are then timed on layer 0 (calibrate_experts). Called once: layer 0's experts may be the
+  // ones choose_matmuls timed, handed over.
   std::vector<expert_weights> load_experts(const release& files);
 
+  // The CPU, with oneDNN's kernels for the dtype (cpu_kernels' onednn_runs): where the experts and
+  // the fp32 projections may be packed, and where the thinker's attention is attention_cpu.
+  bool onednn() const noexcept { return onednn_; }
   // The MoE through moe_grouped's two grouped matmuls, and whether those are at::_grouped_mm.
   bool grouped() const noexcept { return grouped_; }
   bool native_grouped() const noexcept { return native_grouped_; }
   // fp32 on the CPU with oneDNN: q, k, v and o packed for oneDNN's matmul, unless the BLAS was
   // timed faster (OpenBLAS may run fp32 on older kernels than the CPU has: OPENBLAS_CORETYPE).
   bool packed_projections() const noexcept;
+  // Layer 0's q_proj as choose_matmuls packed it for oneDNN to time it, handed over once where the
+  // projections are packed; empty where it was not timed (a later load of the same shape), or the
+  // BLAS won.
+  packed_linear take_layer0_q_proj() noexcept { return std::move(layer0_q_); }
   // experts_cpu's work items, as calibrate_experts timed them: 0 whole experts, else rows.
   std::int64_t chunk_rows() const noexcept { return chunk_rows_; }
   // Which library runs the CPU's fp32 expert and projection matmuls, as timed at load, with the
@@ -56,10 +64,9 @@ class expert_plan {
   const std::string& expert_schedule() const noexcept { return expert_schedule_; }
 
  private:
-  // The experts of the layer at `prefix` packed for oneDNN or libxsmm into one arena.
+  // The experts of the layer at `prefix` for the CPU's fused kernel: packed for oneDNN or libxsmm
+  // into one arena, or over the BLAS as they are in the release (fp32).
   expert_weights pack_experts(const release& files, const std::string& prefix, expert_library library) const;
-  // The same experts over the BLAS, as they are in the release (fp32).
-  expert_weights blas_experts(const release& files, const std::string& prefix) const;
   // The same as weight lists for ATen's path: in the compute dtype, or int8 views of the mapping
   // with their scales.
   expert_weights aten_experts(const release& files, const std::string& prefix) const;
@@ -80,9 +87,16 @@ class expert_plan {
   // the BLAS (int8 ones: widened per block on libxsmm, and per matmul by ATen, which then keeps
   // them unpacked), and its q projection packed for oneDNN and on the BLAS, and keeps the fastest
   // of each (library_, packed_, blas_projections_). Done before the other layers are packed, so a
-  // copy is made only where it pays (layer 0's packed experts are kept in layer0_ when a packed
-  // library wins); kept for the process's later loads of the same shape and thread count.
+  // copy is made only where it pays (layer 0's experts are kept in layer0_ as the winner made
+  // them, packed or not); kept for the process's later loads of the same shape and thread count.
   void choose_matmuls(const release& files);
+  // 1,024 tokens of random activations for timing layer 0 (choose_matmuls, calibrate_experts): made
+  // when first asked, once, and let go once the experts are loaded.
+  struct calibration_batch {
+    at::Tensor b, experts, weights;  // b [tokens, hidden] in the compute dtype, each token's experts and weights
+    std::int64_t busiest = 0;        // rows of the busiest expert
+  };
+  const calibration_batch& calibration();
   // Times layer 0's packed experts on random activations with whole experts per thread and with
   // chunks of 256 and 512 rows, and keeps the fastest (chunk_rows_): the same results, and which
   // wins depends on the cores (a 16-core machine waits on its busiest expert). Kept for the
@@ -104,7 +118,9 @@ class expert_plan {
   std::string no_room_;  // why the experts were left unpacked for want of memory (empty: they were not)
   std::int64_t chunk_rows_ = 0;
   std::string expert_schedule_;
-  expert_weights layer0_;  // layer 0's packed experts as choose_matmuls timed them (empty: none kept)
+  std::optional<calibration_batch> calibration_;
+  std::optional<expert_weights> layer0_;  // layer 0's experts as choose_matmuls timed the winner (none: not timed)
+  packed_linear layer0_q_;                // its q_proj packed, where oneDNN won (take_layer0_q_proj)
 };
 
 }  // namespace baton::clef::detail

@@ -103,6 +103,11 @@ at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device d
   return t.to(device, type);
 }
 
+at::Tensor mapped_tensor(const tensor_view& v, at::Device device) {
+  at::Tensor t = view_tensor(v);
+  return device.is_cpu() ? t : t.to(device);
+}
+
 void release_pages(const tensor_view& v) {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(v.data) + page - 1) / page * page;

@@ -22,6 +22,8 @@ at::Tensor view_tensor(const tensor_view& v);
 
 // The weight in `type` on `device`: the mapping itself when nothing needs converting.
 at::Tensor weight_tensor(const tensor_view& v, at::ScalarType type, at::Device device);
+// The tensor in the file's dtype on `device`: the mapping itself on the CPU, a copy elsewhere.
+at::Tensor mapped_tensor(const tensor_view& v, at::Device device);
 
 // Hands the whole pages inside a mapped tensor back to the kernel: for a weight packed at load,
 // whose mapping is read once to pack it and would otherwise count as resident.

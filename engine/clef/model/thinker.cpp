@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/experts.hpp"
+
 // scaled_dot_product_attention takes enable_gqa from libtorch 2.5. Debian's 1.13 lacks it: the
 // chunked attention.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
@@ -39,40 +42,35 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
       plan_(files, type, device, grouped_experts, experts, packing_budget_bytes),
       // bf16 only: in fp32 there is no flash kernel, and the math kernel would write the whole
       // [heads, len, len] score square (34 GB at 16k tokens) where the chunked path keeps 1 GiB.
-      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16),
-      cpu_attention_(device.is_cpu() && onednn_runs(type)) {
+      fused_attention_(BATON_SDPA_GQA && !device.is_cpu() && type == at::kBFloat16) {
   auto w = [&](const std::string& name) {
     return weight_tensor(files.thinker_tensor(name), type_, device_);
   };
-  auto raw = [&](const std::string& name) {
-    at::Tensor t = view_tensor(files.thinker_tensor(name));
-    return device_.is_cpu() ? t : t.to(device_);
-  };
-  embed_ = raw("thinker.model.embed_tokens.weight");
-  lm_head_ = raw("thinker.lm_head.weight");
+  embed_ = mapped_tensor(files.thinker_tensor("thinker.model.embed_tokens.weight"), device_);
+  lm_head_ = mapped_tensor(files.thinker_tensor("thinker.lm_head.weight"), device_);
   final_norm_ = w("thinker.model.norm.weight");
   layers_.resize(static_cast<std::size_t>(config_.num_layers));
+  packed_linear timed_q = plan_.take_layer0_q_proj();  // packed already where the plan timed it
   for (std::int64_t l = 0; l < config_.num_layers; ++l) {
     const std::string p = "thinker.model.layers." + std::to_string(l) + ".";
     layer& y = layers_[static_cast<std::size_t>(l)];
     y.input_norm = w(p + "input_layernorm.weight");
-    y.q = w(p + "self_attn.q_proj.weight");
-    y.k = w(p + "self_attn.k_proj.weight");
-    y.v = w(p + "self_attn.v_proj.weight");
-    y.o = w(p + "self_attn.o_proj.weight");
+    for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
+                                        std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
+      const std::string n = p + "self_attn." + name + ".weight";
+      if (!plan_.packed_projections()) {
+        *weight = w(n);
+        continue;
+      }
+      // Packed (layer 0's q_proj as the plan timed it), the mapped pages handed back.
+      *packed = packed == &y.q_packed && timed_q.packed() ? std::move(timed_q) : packed_linear(w(n));
+      packed_bytes_ += packed->bytes();
+      release_pages(files.thinker_tensor(n));
+    }
     y.q_norm = w(p + "self_attn.q_norm.weight");
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
     y.router = w(p + "mlp.gate.weight");
-    if (plan_.packed_projections()) {
-      for (auto [weight, packed, name] : {std::tuple{&y.q, &y.q_packed, "q_proj"}, std::tuple{&y.k, &y.k_packed, "k_proj"},
-                                          std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
-        *packed = packed_linear(*weight);
-        packed_bytes_ += packed->bytes();
-        *weight = at::Tensor();
-        release_pages(files.thinker_tensor(p + "self_attn." + name + ".weight"));
-      }
-    }
   }
   std::vector<expert_weights> loaded = plan_.load_experts(files);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -206,7 +204,7 @@ at::Tensor thinker::forward(const thinker_input& input, const std::vector<std::i
 thinker::attention_scratch thinker::make_attention_scratch(const std::vector<std::int64_t>& lengths,
                                                            const std::vector<std::int64_t>& past_lengths) const {
   const bool any_past = std::any_of(past_lengths.begin(), past_lengths.end(), [](std::int64_t n) { return n > 0; });
-  if (cpu_attention_ || (fused_attention_ && !any_past)) return {};  // the fused kernels keep their own
+  if (plan_.onednn() || (fused_attention_ && !any_past)) return {};  // the fused kernels keep their own
   const std::int64_t heads = config_.num_heads;
   std::int64_t rows = 1, most = 1;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -274,7 +272,7 @@ at::Tensor thinker::attention(std::size_t l, const at::Tensor& a, const at::Tens
     rms_norm_rope_cpu(k, w.k_norm, eps, cos, sin);
     k = with_prefixes(k, l, false, past, lengths, kept);
     v = with_prefixes(v, l, true, past, lengths, kept);
-    if (cpu_attention_) {
+    if (plan_.onednn()) {  // attention_cpu
       at::Tensor out = at::empty({n_tokens, heads * dim}, a.options());
       attention_cpu(q, k, v, lengths, 1.0 / std::sqrt(static_cast<double>(dim)), /*causal=*/true, out, {},
                     past_lengths);

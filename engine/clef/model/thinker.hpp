@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/expert_plan.hpp"
 #include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/release.hpp"
@@ -40,13 +39,9 @@ using prefix_list = std::vector<const prefix_state*>;
 
 class thinker {
  public:
-  // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows.
-  // grouped_experts: the grouped expert path (moe_grouped) even where at::_grouped_mm is missing,
-  // a matmul per expert standing in for it (model_options::grouped_experts). experts: the CPU's
-  // packed experts' library, or measured (model_options::experts); std::invalid_argument where
-  // the one named cannot run them.
-  // `packing_budget_bytes`: the most the CPU experts' packed copy may take (above it they stay
-  // mapped, unless a library is asked for); 0: not limited. The last three are the expert plan's.
+  // `score_budget_bytes` bounds the fp32 attention score block of one chunk of query rows. The
+  // last three are the expert plan's (expert_plan's constructor, expert_plan.hpp); it throws
+  // std::invalid_argument where the library named cannot run the experts.
   thinker(const release& files, at::ScalarType type, at::Device device, std::int64_t score_budget_bytes,
           bool grouped_experts = false, expert_library experts = expert_library::measured,
           std::int64_t packing_budget_bytes = 0);
@@ -131,10 +126,11 @@ class thinker {
   at::ScalarType type_;
   at::Device device_;
   std::int64_t score_budget_bytes_;
-  expert_plan plan_;  // how the experts and the fp32 projections run, chosen at load
+  // How the experts and the fp32 projections run, chosen at load. Where it found oneDNN on the CPU
+  // (plan_.onednn()), attention runs in attention_cpu; the norms, q/k norm and rotary go through
+  // cpu_kernels.hpp on any CPU.
+  expert_plan plan_;
   bool fused_attention_ = false;  // attention through at::scaled_dot_product_attention
-  // On the CPU the norms, q/k norm and rotary go through cpu_kernels.hpp; with oneDNN also:
-  bool cpu_attention_ = false;    // attention (attention_cpu)
   std::int64_t packed_bytes_ = 0;
   at::Tensor embed_;    // kept in the file's dtype: only the rows in use are converted
   at::Tensor lm_head_;  // idem, for the head's lexical rows
