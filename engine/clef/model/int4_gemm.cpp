@@ -1,0 +1,359 @@
+#include "engine/clef/model/int4_gemm.hpp"
+
+// GCC 12's AVX-512 intrinsics start from a self-initialised "undefined" vector, which
+// -Wmaybe-uninitialized reports wherever they are inlined (GCC PR 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+// Each path's functions are compiled for its own ISA, so the library needs no -march flag; a
+// helper inlined into a kernel must carry the kernel's target, or GCC refuses to inline it.
+#define BATON_INT4_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define BATON_INT4_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+#define BATON_INT4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define BATON_INT4_AVX512_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"), always_inline)) inline
+
+namespace baton::clef::detail {
+namespace {
+
+// The nibble at bits 4t..4t+3 of an int32, masked in place (no shift), converts to q·16^t: the
+// input it multiplies is scaled by 16^-t beforehand (scale_x), a power of two, so each product is
+// the same float as with the shifted nibble. The high four nibbles are shifted down by 16 once.
+// So unpacking costs an and and a convert per vector and input, and a shift per four.
+constexpr std::array<float, 4> nibble_factor = {1.0f, 1.0f / 16, 1.0f / 256, 1.0f / 4096};
+
+// One tile's operands: a few rows from the block's row `r`, a few vectors of columns from `n0`.
+struct tile {
+  const float* xs = nullptr;             // the tile's first row of scaled x, stride `in`
+  const float* sums = nullptr;           // its first row of Σx per group, stride `groups`
+  const std::int32_t* qweight = nullptr;  // column n0 of packed row 0, stride `out`
+  const std::uint16_t* scales = nullptr;  // column n0 of group 0, stride `out`
+  const std::int32_t* qzeros = nullptr;   // word n0 / 8 of group 0, stride out / 8; null: symmetric
+  float* y = nullptr;                     // the tile's first row at column n0, stride `out`
+  std::int64_t in = 0, out = 0, group = 0, groups = 0;
+  int zero_offset = 0;
+  bool scales_bf16 = false;
+  int lanes = 0;  // columns in the tile's last vector: the vector width, or 8 for AVX-512's half vector
+};
+
+using kernel = void (*)(const tile&);
+
+// ---- AVX2: 8 columns a vector (out % 8 == 0, so always whole) ----
+
+// One input of the packed row (its nibble picked by `mask`) into every accumulator of the tile.
+template <int R, int C>
+BATON_INT4_AVX2_INLINE void avx2_input(__m256 (&acc)[R][C], const __m256i (&v)[C], __m256i mask, const float* x,
+                                       std::int64_t stride) {
+  __m256 w[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) w[c] = _mm256_cvtepi32_ps(_mm256_and_si256(v[c], mask));
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m256 b = _mm256_set1_ps(x[r * stride]);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(b, w[c], acc[r][c]);
+  }
+}
+
+BATON_INT4_AVX2_INLINE __m256 avx2_scales(const std::uint16_t* p, bool bf16) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16)) : _mm256_cvtph_ps(bits);
+}
+
+// The zero points of 8 columns: one int32 of qzeros, or 8 when symmetric.
+BATON_INT4_AVX2_INLINE __m256 avx2_zeros(const std::int32_t* p, int offset) {
+  if (p == nullptr) return _mm256_set1_ps(8.0f);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i z = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(*p), shifts), _mm256_set1_epi32(0xF));
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(z, _mm256_set1_epi32(offset)));
+}
+
+template <int R, int C>
+BATON_INT4_AVX2 void avx2_tile(const tile& t) {
+  const __m256i m0 = _mm256_set1_epi32(0xF), m1 = _mm256_set1_epi32(0xF0), m2 = _mm256_set1_epi32(0xF00),
+                m3 = _mm256_set1_epi32(0xF000);
+  const std::int64_t packed = t.group / 8, in = t.in, out = t.out;
+  for (std::int64_t g = 0; g < t.groups; ++g) {
+    __m256 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const std::int32_t* q = t.qweight + g * packed * out;
+    const float* x = t.xs + g * t.group;
+    for (std::int64_t i = 0; i < packed; ++i, q += out, x += 8) {
+      __m256i v[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * c));
+      avx2_input<R, C>(acc, v, m0, x + 0, in);
+      avx2_input<R, C>(acc, v, m1, x + 1, in);
+      avx2_input<R, C>(acc, v, m2, x + 2, in);
+      avx2_input<R, C>(acc, v, m3, x + 3, in);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) v[c] = _mm256_srli_epi32(v[c], 16);
+      avx2_input<R, C>(acc, v, m0, x + 4, in);
+      avx2_input<R, C>(acc, v, m1, x + 5, in);
+      avx2_input<R, C>(acc, v, m2, x + 6, in);
+      avx2_input<R, C>(acc, v, m3, x + 7, in);
+    }
+    // The group's scale and zero, once: y += s·(acc − z·Σx), the zero's term rounded against acc.
+    __m256 s[C], z[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      s[c] = avx2_scales(t.scales + g * out + 8 * c, t.scales_bf16);
+      z[c] = avx2_zeros(t.qzeros ? t.qzeros + g * (out / 8) + c : nullptr, t.zero_offset);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 sum = _mm256_set1_ps(t.sums[r * t.groups + g]);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        float* y = t.y + r * out + 8 * c;
+        const __m256 before = g == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(y);
+        _mm256_storeu_ps(y, _mm256_fmadd_ps(s[c], _mm256_fnmadd_ps(z[c], sum, acc[r][c]), before));
+      }
+    }
+  }
+}
+
+// ---- AVX-512: 16 columns a vector; the last vector of a tile may hold 8 (out % 16 == 8) ----
+
+template <int R, int C>
+BATON_INT4_AVX512_INLINE void avx512_input(__m512 (&acc)[R][C], const __m512i (&v)[C], __m512i mask,
+                                           const float* x, std::int64_t stride) {
+  __m512 w[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) w[c] = _mm512_cvtepi32_ps(_mm512_and_si512(v[c], mask));
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 b = _mm512_set1_ps(x[r * stride]);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(b, w[c], acc[r][c]);
+  }
+}
+
+BATON_INT4_AVX512_INLINE __m512 avx512_scales(const std::uint16_t* p, bool bf16, __mmask16 lanes) {
+  const __m256i bits = _mm256_maskz_loadu_epi16(lanes, p);
+  return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)) : _mm512_cvtph_ps(bits);
+}
+
+// The zero points of 16 columns: two int32 of qzeros (the second only where the vector's columns
+// reach it), or 8 when symmetric.
+BATON_INT4_AVX512_INLINE __m512 avx512_zeros(const std::int32_t* p, int offset, __mmask16 lanes) {
+  if (p == nullptr) return _mm512_set1_ps(8.0f);
+  const __m256i low = _mm256_set1_epi32(p[0]);
+  const __m256i high = lanes == 0xFFFF ? _mm256_set1_epi32(p[1]) : low;
+  const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+  const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+  const __m512i z = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(0xF));
+  return _mm512_cvtepi32_ps(_mm512_add_epi32(z, _mm512_set1_epi32(offset)));
+}
+
+template <int R, int C>
+BATON_INT4_AVX512 void avx512_tile(const tile& t) {
+  const __m512i m0 = _mm512_set1_epi32(0xF), m1 = _mm512_set1_epi32(0xF0), m2 = _mm512_set1_epi32(0xF00),
+                m3 = _mm512_set1_epi32(0xF000);
+  const __mmask16 last = t.lanes == 16 ? 0xFFFF : 0x00FF;
+  const std::int64_t packed = t.group / 8, in = t.in, out = t.out;
+  for (std::int64_t g = 0; g < t.groups; ++g) {
+    __m512 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const std::int32_t* q = t.qweight + g * packed * out;
+    const float* x = t.xs + g * t.group;
+    for (std::int64_t i = 0; i < packed; ++i, q += out, x += 8) {
+      __m512i v[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C - 1; ++c) v[c] = _mm512_loadu_si512(q + 16 * c);
+      v[C - 1] = _mm512_maskz_loadu_epi32(last, q + 16 * (C - 1));
+      avx512_input<R, C>(acc, v, m0, x + 0, in);
+      avx512_input<R, C>(acc, v, m1, x + 1, in);
+      avx512_input<R, C>(acc, v, m2, x + 2, in);
+      avx512_input<R, C>(acc, v, m3, x + 3, in);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) v[c] = _mm512_srli_epi32(v[c], 16);
+      avx512_input<R, C>(acc, v, m0, x + 4, in);
+      avx512_input<R, C>(acc, v, m1, x + 5, in);
+      avx512_input<R, C>(acc, v, m2, x + 6, in);
+      avx512_input<R, C>(acc, v, m3, x + 7, in);
+    }
+    __m512 s[C], z[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+      s[c] = avx512_scales(t.scales + g * out + 16 * c, t.scales_bf16, lanes);
+      z[c] = avx512_zeros(t.qzeros ? t.qzeros + g * (out / 8) + 2 * c : nullptr, t.zero_offset, lanes);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 sum = _mm512_set1_ps(t.sums[r * t.groups + g]);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+        float* y = t.y + r * out + 16 * c;
+        const __m512 before = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y);
+        _mm512_mask_storeu_ps(y, lanes, _mm512_fmadd_ps(s[c], _mm512_fnmadd_ps(z[c], sum, acc[r][c]), before));
+      }
+    }
+  }
+}
+
+// ---- the tiling, shared by the paths ----
+
+constexpr int max_tile_rows = 4, max_tile_vectors = 8;
+
+// A path: its kernels for every tile of r rows × c vectors it uses.
+struct path {
+  int width;                          // columns a vector
+  std::array<int, max_tile_rows + 1> vectors;  // vectors a tile of r rows spans (r = 1..max_tile_rows)
+  std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1> kernels;  // [r][c], c ≤ vectors[r]
+};
+
+// Tiles of 4 rows × vectors[4] vectors of columns, so every unpacked vector serves 4 rows; fewer
+// rows (a tail, or decode's one) take wider tiles to keep enough independent FMA chains.
+// Measured on a Zen 5 EPYC (bench/int4_matmul.cpp).
+constexpr std::array<int, max_tile_rows + 1> avx2_vectors = {0, 4, 4, 2, 2};
+constexpr std::array<int, max_tile_rows + 1> avx512_vectors = {0, 4, 4, 2, 2};
+
+template <int R, int... C>
+constexpr std::array<kernel, max_tile_vectors + 1> avx2_row(std::integer_sequence<int, C...>) {
+  return {nullptr, &avx2_tile<R, C + 1>...};
+}
+template <int R, int... C>
+constexpr std::array<kernel, max_tile_vectors + 1> avx512_row(std::integer_sequence<int, C...>) {
+  return {nullptr, &avx512_tile<R, C + 1>...};
+}
+
+constexpr path avx2_path = {8,
+                            avx2_vectors,
+                            {{{},
+                              avx2_row<1>(std::make_integer_sequence<int, avx2_vectors[1]>()),
+                              avx2_row<2>(std::make_integer_sequence<int, avx2_vectors[2]>()),
+                              avx2_row<3>(std::make_integer_sequence<int, avx2_vectors[3]>()),
+                              avx2_row<4>(std::make_integer_sequence<int, avx2_vectors[4]>())}}};
+constexpr path avx512_path = {16,
+                              avx512_vectors,
+                              {{{},
+                                avx512_row<1>(std::make_integer_sequence<int, avx512_vectors[1]>()),
+                                avx512_row<2>(std::make_integer_sequence<int, avx512_vectors[2]>()),
+                                avx512_row<3>(std::make_integer_sequence<int, avx512_vectors[3]>()),
+                                avx512_row<4>(std::make_integer_sequence<int, avx512_vectors[4]>())}}};
+
+// Rows of x scaled and summed at a time: their scaled copy (here 256 KiB) stays in the L2 cache
+// while every column tile reads it.
+constexpr std::int64_t block_bytes = 256 * 1024;
+
+// x scaled per input by nibble_factor (xs) and summed per group in fp32 (sums), for `rows` rows.
+void scale_x(const float* x, std::int64_t rows, std::int64_t in, std::int64_t group, float* xs, float* sums) {
+  const std::int64_t groups = in / group;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* from = x + r * in + g * group;
+      float* to = xs + r * in + g * group;
+      float part[8] = {};  // eight partial sums, so the loop vectorises
+      for (std::int64_t i = 0; i < group; i += 8) {
+        for (int j = 0; j < 8; ++j) {
+          part[j] += from[i + j];
+          to[i + j] = from[i + j] * nibble_factor[j % 4];
+        }
+      }
+      sums[r * groups + g] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+  }
+}
+
+// `rows` rows (from the block's row `first`) in tiles of `tile_rows` rows, every column tile.
+void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, const float* xs, const float* sums,
+           const int4_matrix& w, float* y) {
+  const int vectors = p.vectors[tile_rows];
+  const std::int64_t span = std::int64_t{vectors} * p.width, groups = w.in / w.group;
+  tile t;
+  t.in = w.in;
+  t.out = w.out;
+  t.group = w.group;
+  t.groups = groups;
+  t.zero_offset = w.zero_offset;
+  t.scales_bf16 = w.scales_bf16;
+  for (std::int64_t n0 = 0; n0 < w.out; n0 += span) {
+    const std::int64_t columns = std::min(span, w.out - n0);
+    const auto used = static_cast<int>((columns + p.width - 1) / p.width);
+    t.lanes = static_cast<int>(columns - std::int64_t{used - 1} * p.width);
+    t.qweight = w.qweight + n0;
+    t.scales = w.scales + n0;
+    t.qzeros = w.qzeros ? w.qzeros + n0 / 8 : nullptr;
+    const kernel k = p.kernels[tile_rows][used];
+    for (std::int64_t r = first; r < first + rows; r += tile_rows) {
+      t.xs = xs + r * w.in;
+      t.sums = sums + r * groups;
+      t.y = y + r * w.out + n0;
+      k(t);
+    }
+  }
+}
+
+void run(const path& p, const float* x, std::int64_t rows, const int4_matrix& w, float* y) {
+  // Grown on a first larger call, then reused: nothing is allocated on the hot path.
+  thread_local std::vector<float> xs_buffer, sums_buffer;
+  const std::int64_t groups = w.in / w.group;
+  const std::int64_t fit = block_bytes / (w.in * std::int64_t{sizeof(float)}) / max_tile_rows * max_tile_rows;
+  const std::int64_t block = std::min(rows, std::max<std::int64_t>(fit, max_tile_rows));
+  if (xs_buffer.size() < static_cast<std::size_t>(block * w.in)) xs_buffer.resize(static_cast<std::size_t>(block * w.in));
+  if (sums_buffer.size() < static_cast<std::size_t>(block * groups)) {
+    sums_buffer.resize(static_cast<std::size_t>(block * groups));
+  }
+  float* xs = xs_buffer.data();
+  float* sums = sums_buffer.data();
+  for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
+    const std::int64_t n = std::min(block, rows - r0);
+    scale_x(x + r0 * w.in, n, w.in, w.group, xs, sums);
+    const std::int64_t whole = n / max_tile_rows * max_tile_rows;
+    if (whole > 0) sweep(p, max_tile_rows, 0, whole, xs, sums, w, y + r0 * w.out);
+    if (n > whole) sweep(p, static_cast<int>(n - whole), whole, n - whole, xs, sums, w, y + r0 * w.out);
+  }
+}
+
+void check(const float* x, std::int64_t rows, const int4_matrix& w, const float* y, int4_isa isa) {
+  const auto fail = [](const std::string& why) { throw std::invalid_argument("int4_matmul: " + why); };
+  if (w.qweight == nullptr || w.scales == nullptr) fail("no qweight or scales");
+  if (w.in <= 0 || w.out <= 0 || w.group <= 0) fail("in, out and group must be positive");
+  if (w.group % 8 != 0 || w.in % w.group != 0) fail("group must be a multiple of 8 that divides in");
+  if (w.out % 8 != 0) fail("out must be a multiple of 8");
+  if (rows < 0 || (rows > 0 && (x == nullptr || y == nullptr))) fail("bad rows, x or y");
+  if (!int4_isa_runs(isa)) fail("this CPU does not run the requested ISA's path");
+}
+
+}  // namespace
+
+bool int4_isa_runs(int4_isa isa) noexcept {
+  __builtin_cpu_init();
+  switch (isa) {
+    case int4_isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case int4_isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }
+  return false;
+}
+
+int4_isa int4_best_isa() noexcept { return int4_isa_runs(int4_isa::avx512) ? int4_isa::avx512 : int4_isa::avx2; }
+
+void int4_matmul(const float* x, std::int64_t rows, const int4_matrix& w, float* y, int4_isa isa) {
+  check(x, rows, w, y, isa);
+  if (rows == 0) return;
+  run(isa == int4_isa::avx512 ? avx512_path : avx2_path, x, rows, w, y);
+}
+
+}  // namespace baton::clef::detail
