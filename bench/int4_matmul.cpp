@@ -1,0 +1,139 @@
+// int4_matmul (engine/clef/model/int4_gemm.hpp) at the Qwen3-Omni MoE experts' shapes, gate+up
+// (2048 → 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a
+// call, GFLOP/s and the weight's bytes (nibbles, scales, zeros) per second; each ISA path this CPU
+// runs; and the same product in fp32 through at::mm on one thread (OpenBLAS on Debian). Each call
+// takes the next of enough random weights to fill --weights-mb, as a forward's experts do, so the
+// weights come from memory, not from a cache warmed by the previous call.
+//
+//   int4_bench [--repeats 31] [--group 128] [--weights-mb 128]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/clef/model/blas_cpu.hpp"
+#include "engine/clef/model/int4_gemm.hpp"
+
+namespace {
+
+using namespace baton::clef;
+using namespace baton::clef::detail;
+
+struct arguments {
+  int repeats = 31;
+  std::int64_t group = 128, weights_mb = 128;
+};
+
+arguments parse_arguments(int argc, char** argv) {
+  arguments a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) throw std::runtime_error("usage: see the comment at the top of bench/int4_matmul.cpp");
+    const std::string value = argv[++i];
+    if (key == "--repeats") a.repeats = std::stoi(value);
+    else if (key == "--group") a.group = std::stoll(value);
+    else if (key == "--weights-mb") a.weights_mb = std::stoll(value);
+    else throw std::runtime_error("unknown option " + key);
+  }
+  return a;
+}
+
+// One random asymmetric weight [out, in] with fp16 scales near 0.01, in the packed layout.
+struct packed_weight {
+  std::vector<std::int32_t> qweight, qzeros;
+  std::vector<std::uint16_t> scales;
+  int4_matrix m;
+
+  packed_weight(std::int64_t in, std::int64_t out, std::int64_t group, std::mt19937& rng)
+      : qweight(static_cast<std::size_t>(in / 8 * out)),
+        qzeros(static_cast<std::size_t>(in / group * out / 8)),
+        scales(static_cast<std::size_t>(in / group * out)) {
+    for (auto& v : qweight) v = static_cast<std::int32_t>(rng());
+    for (auto& v : qzeros) v = static_cast<std::int32_t>(rng());
+    for (auto& v : scales) v = static_cast<std::uint16_t>(0x2000 | (rng() % 0x400));  // 2^-7 .. 2^-6
+    m = {qweight.data(), scales.data(), false, qzeros.data(), 1, in, out, group};
+  }
+  double bytes() const { return 4.0 * (qweight.size() + qzeros.size()) + 2.0 * scales.size(); }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median of `repeats` timed calls of f(i), i counting calls (after two untimed ones).
+template <class F>
+double median_seconds(int repeats, F f) {
+  std::vector<double> t;
+  for (int i = 0; i < repeats + 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f(i);
+    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
+    if (i >= 2) t.push_back(d.count());
+  }
+  return median(t);
+}
+
+void print(const char* what, std::int64_t rows, std::int64_t in, std::int64_t out, double seconds, double weight_bytes) {
+  const double flops = 2.0 * static_cast<double>(rows * in * out);
+  std::printf("  %-12s rows %4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s weight\n", what, static_cast<long long>(rows),
+              seconds * 1e6, flops / seconds * 1e-9, weight_bytes / seconds * 1e-9);
+}
+
+int run(const arguments& a) {
+  at::set_num_threads(1);
+  const std::string core = blas_core_name();
+  std::printf("int4_matmul, one thread, group %lld, median of %d calls, weights rotated over %lld MB%s%s\n",
+              static_cast<long long>(a.group), a.repeats, static_cast<long long>(a.weights_mb),
+              core.empty() ? "" : "; at::mm on OpenBLAS ", core.c_str());
+  std::vector<int4_isa> isas = {int4_isa::avx2};
+  if (int4_isa_runs(int4_isa::avx512)) isas.push_back(int4_isa::avx512);
+  std::mt19937 rng(1);
+  const std::int64_t shapes[][2] = {{2048, 1536}, {768, 2048}};
+  for (const auto& [in, out] : shapes) {
+    std::printf("in %lld -> out %lld\n", static_cast<long long>(in), static_cast<long long>(out));
+    std::vector<packed_weight> weights;
+    const double one = static_cast<double>(in * out) / 2;
+    const auto count = std::max<std::int64_t>(2, static_cast<std::int64_t>(a.weights_mb * 1e6 / one));
+    for (std::int64_t i = 0; i < count; ++i) weights.emplace_back(in, out, a.group, rng);
+    const auto fp32_count = std::max<std::int64_t>(2, static_cast<std::int64_t>(a.weights_mb * 1e6 / (8 * one)));
+    std::vector<at::Tensor> fp32;
+    for (std::int64_t i = 0; i < fp32_count; ++i) fp32.push_back(at::randn({out, in}));
+    for (const std::int64_t rows : {1, 4, 16, 64, 256}) {
+      const at::Tensor x = at::rand({rows, in}).mul_(2).sub_(1);
+      at::Tensor y = at::empty({rows, out});
+      for (const auto isa : isas) {
+        const double s = median_seconds(a.repeats, [&](int i) {
+          int4_matmul(x.data_ptr<float>(), rows, weights[static_cast<std::size_t>(i) % weights.size()].m,
+                      y.data_ptr<float>(), isa);
+        });
+        print(isa == int4_isa::avx512 ? "int4 avx512" : "int4 avx2", rows, in, out, s, weights[0].bytes());
+      }
+      const double s = median_seconds(a.repeats, [&](int i) {
+        at::mm_out(y, x, fp32[static_cast<std::size_t>(i) % fp32.size()].t());
+      });
+      print("fp32 at::mm", rows, in, out, s, 4.0 * static_cast<double>(in * out));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  reexec_with_better_blas_core(argv);
+  try {
+    return run(parse_arguments(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "int4_bench: %s\n", e.what());
+    return 1;
+  }
+}
