@@ -33,19 +33,26 @@ constexpr std::array<float, 4> nibble_factor = {1.0f, 1.0f / 16, 1.0f / 256, 1.0
 
 // One tile's operands: a few rows from the block's row `r`, a few vectors of columns from `n0`.
 struct tile {
-  const float* xs = nullptr;             // the tile's first row of scaled x, stride `in`
+  const float* xs = nullptr;             // the tile's first row of scaled x, stride `xs_stride`
   const float* sums = nullptr;           // its first row of Σx per group, stride `groups`
   const std::int32_t* qweight = nullptr;  // column n0 of packed row 0, stride `out`
   const std::uint16_t* scales = nullptr;  // column n0 of group 0, stride `out`
   const std::int32_t* qzeros = nullptr;   // word n0 / 8 of group 0, stride out / 8; null: symmetric
   float* y = nullptr;                     // the tile's first row at column n0, stride `out`
-  std::int64_t in = 0, out = 0, group = 0, groups = 0;
+  std::int64_t xs_stride = 0, out = 0, group = 0, groups = 0;
+  std::int64_t first_group = 0, last_group = 0;  // the groups this call sums; group 0 writes y, the rest add
   int zero_offset = 0;
   bool scales_bf16 = false;
   int lanes = 0;  // columns in the tile's last vector: the vector width, or 8 for AVX-512's half vector
 };
 
 using kernel = void (*)(const tile&);
+
+// Packed rows ahead that a kernel asks the cache for (one group of 128 inputs): each tile reads a
+// few cache lines of a packed row and jumps a row's length (out int32) to the next, a stride the
+// hardware prefetchers follow poorly. Cold weights at one row: 52 GFLOP/s without, 101 with 16
+// ahead, 89 with 32, 84 with 8 (AVX-512, in 2048, out 1536, Zen 5).
+constexpr std::int64_t prefetch_rows = 16;
 
 // ---- AVX2: 8 columns a vector (out % 8 == 0, so always whole) ----
 
@@ -81,8 +88,8 @@ template <int R, int C>
 BATON_INT4_AVX2 void avx2_tile(const tile& t) {
   const __m256i m0 = _mm256_set1_epi32(0xF), m1 = _mm256_set1_epi32(0xF0), m2 = _mm256_set1_epi32(0xF00),
                 m3 = _mm256_set1_epi32(0xF000);
-  const std::int64_t packed = t.group / 8, in = t.in, out = t.out;
-  for (std::int64_t g = 0; g < t.groups; ++g) {
+  const std::int64_t packed = t.group / 8, in = t.xs_stride, out = t.out;
+  for (std::int64_t g = t.first_group; g < t.last_group; ++g) {
     __m256 acc[R][C];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -94,6 +101,8 @@ BATON_INT4_AVX2 void avx2_tile(const tile& t) {
       __m256i v[C];
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * c));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c += 2) _mm_prefetch(reinterpret_cast<const char*>(q + prefetch_rows * out + 8 * c), _MM_HINT_T0);
       avx2_input<R, C>(acc, v, m0, x + 0, in);
       avx2_input<R, C>(acc, v, m1, x + 1, in);
       avx2_input<R, C>(acc, v, m2, x + 2, in);
@@ -163,8 +172,8 @@ BATON_INT4_AVX512 void avx512_tile(const tile& t) {
   const __m512i m0 = _mm512_set1_epi32(0xF), m1 = _mm512_set1_epi32(0xF0), m2 = _mm512_set1_epi32(0xF00),
                 m3 = _mm512_set1_epi32(0xF000);
   const __mmask16 last = t.lanes == 16 ? 0xFFFF : 0x00FF;
-  const std::int64_t packed = t.group / 8, in = t.in, out = t.out;
-  for (std::int64_t g = 0; g < t.groups; ++g) {
+  const std::int64_t packed = t.group / 8, in = t.xs_stride, out = t.out;
+  for (std::int64_t g = t.first_group; g < t.last_group; ++g) {
     __m512 acc[R][C];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -177,6 +186,8 @@ BATON_INT4_AVX512 void avx512_tile(const tile& t) {
 #pragma GCC unroll 16
       for (int c = 0; c < C - 1; ++c) v[c] = _mm512_loadu_si512(q + 16 * c);
       v[C - 1] = _mm512_maskz_loadu_epi32(last, q + 16 * (C - 1));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(q + prefetch_rows * out + 16 * c), _MM_HINT_T0);
       avx512_input<R, C>(acc, v, m0, x + 0, in);
       avx512_input<R, C>(acc, v, m1, x + 1, in);
       avx512_input<R, C>(acc, v, m2, x + 2, in);
@@ -215,16 +226,21 @@ constexpr int max_tile_rows = 4, max_tile_vectors = 8;
 
 // A path: its kernels for every tile of r rows × c vectors it uses.
 struct path {
-  int width;                          // columns a vector
-  std::array<int, max_tile_rows + 1> vectors;  // vectors a tile of r rows spans (r = 1..max_tile_rows)
+  int width;  // columns a vector
+  int rows;   // rows of a whole tile
+  std::array<int, max_tile_rows + 1> vectors;  // vectors a tile of r rows spans (r = 1..rows)
   std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1> kernels;  // [r][c], c ≤ vectors[r]
 };
 
-// Tiles of 4 rows × vectors[4] vectors of columns, so every unpacked vector serves 4 rows; fewer
-// rows (a tail, or decode's one) take wider tiles to keep enough independent FMA chains.
-// Measured on a Zen 5 EPYC (bench/int4_matmul.cpp).
-constexpr std::array<int, max_tile_rows + 1> avx2_vectors = {0, 4, 4, 2, 2};
-constexpr std::array<int, max_tile_rows + 1> avx512_vectors = {0, 4, 4, 2, 2};
+// Tiles of 4 rows, so every unpacked vector serves 4 rows, × 3 (AVX2) or 4 (AVX-512) vectors of
+// columns; fewer rows (a tail, or decode's one) take wider tiles for enough independent FMA chains.
+// Measured on a Zen 5 EPYC (bench/int4_matmul.cpp, 4 to 256 rows, GFLOP/s against an FMA peak of
+// 129 and 257): AVX2 4×3 113-118 (4×2 83-86, 3×3 90-103, 2×4 98-103, 6×2 85-114, 4×4 74-77:
+// spills); AVX-512 4×4 221-233 (4×2 187-201, 8×2 212-231, 6×3 215-230, 4×5 213-222, 5×4 214-230).
+// One row: AVX-512 8 vectors 94, 4 vectors 78 (cold weights); AVX2 4 vectors 54, 6 vectors 32.
+constexpr int avx2_rows = 4, avx512_rows = 4;
+constexpr std::array<int, max_tile_rows + 1> avx2_vectors = {0, 4, 4, 3, 3};
+constexpr std::array<int, max_tile_rows + 1> avx512_vectors = {0, 8, 6, 4, 4};
 
 template <int R, int... C>
 constexpr std::array<kernel, max_tile_vectors + 1> avx2_row(std::integer_sequence<int, C...>) {
@@ -234,33 +250,37 @@ template <int R, int... C>
 constexpr std::array<kernel, max_tile_vectors + 1> avx512_row(std::integer_sequence<int, C...>) {
   return {nullptr, &avx512_tile<R, C + 1>...};
 }
+template <int... R>
+constexpr std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1> avx2_kernels(std::integer_sequence<int, R...>) {
+  return {{{}, avx2_row<R + 1>(std::make_integer_sequence<int, avx2_vectors[R + 1]>())...}};
+}
+template <int... R>
+constexpr std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1> avx512_kernels(std::integer_sequence<int, R...>) {
+  return {{{}, avx512_row<R + 1>(std::make_integer_sequence<int, avx512_vectors[R + 1]>())...}};
+}
 
-constexpr path avx2_path = {8,
-                            avx2_vectors,
-                            {{{},
-                              avx2_row<1>(std::make_integer_sequence<int, avx2_vectors[1]>()),
-                              avx2_row<2>(std::make_integer_sequence<int, avx2_vectors[2]>()),
-                              avx2_row<3>(std::make_integer_sequence<int, avx2_vectors[3]>()),
-                              avx2_row<4>(std::make_integer_sequence<int, avx2_vectors[4]>())}}};
-constexpr path avx512_path = {16,
-                              avx512_vectors,
-                              {{{},
-                                avx512_row<1>(std::make_integer_sequence<int, avx512_vectors[1]>()),
-                                avx512_row<2>(std::make_integer_sequence<int, avx512_vectors[2]>()),
-                                avx512_row<3>(std::make_integer_sequence<int, avx512_vectors[3]>()),
-                                avx512_row<4>(std::make_integer_sequence<int, avx512_vectors[4]>())}}};
+constexpr path avx2_path = {8, avx2_rows, avx2_vectors, avx2_kernels(std::make_integer_sequence<int, avx2_rows>())};
+constexpr path avx512_path = {16, avx512_rows, avx512_vectors,
+                              avx512_kernels(std::make_integer_sequence<int, avx512_rows>())};
 
 // Rows of x scaled and summed at a time: their scaled copy (here 256 KiB) stays in the L2 cache
 // while every column tile reads it.
 constexpr std::int64_t block_bytes = 256 * 1024;
+// Groups of inputs a sweep over the columns covers: a panel of the weight of at most this many
+// bytes (at least one group; one group of 128 at the experts' shapes, 96-128 KiB), read from
+// memory once and kept in L2 for every row tile. Walking the whole of `in` per column tile
+// instead (a 1.5 MiB strip at a 6 KiB stride) ran one row at 26 against 97 GFLOP/s (AVX-512,
+// cold weights) and 4 rows at 54 against 217; panels of 256 KiB: 68 and 156.
+constexpr std::int64_t panel_bytes = 64 * 1024;
 
 // x scaled per input by nibble_factor (xs) and summed per group in fp32 (sums), for `rows` rows.
-void scale_x(const float* x, std::int64_t rows, std::int64_t in, std::int64_t group, float* xs, float* sums) {
+void scale_x(const float* x, std::int64_t rows, std::int64_t in, std::int64_t group, float* xs, std::int64_t stride,
+             float* sums) {
   const std::int64_t groups = in / group;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t g = 0; g < groups; ++g) {
       const float* from = x + r * in + g * group;
-      float* to = xs + r * in + g * group;
+      float* to = xs + r * stride + g * group;
       float part[8] = {};  // eight partial sums, so the loop vectorises
       for (std::int64_t i = 0; i < group; i += 8) {
         for (int j = 0; j < 8; ++j) {
@@ -273,16 +293,20 @@ void scale_x(const float* x, std::int64_t rows, std::int64_t in, std::int64_t gr
   }
 }
 
-// `rows` rows (from the block's row `first`) in tiles of `tile_rows` rows, every column tile.
-void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, const float* xs, const float* sums,
-           const int4_matrix& w, float* y) {
+// `rows` rows (from the block's row `first`) in tiles of `tile_rows` rows, every column tile, over
+// groups [first_group, last_group).
+void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, std::int64_t first_group,
+           std::int64_t last_group, const float* xs, std::int64_t stride, const float* sums, const int4_matrix& w,
+           float* y) {
   const int vectors = p.vectors[tile_rows];
   const std::int64_t span = std::int64_t{vectors} * p.width, groups = w.in / w.group;
   tile t;
-  t.in = w.in;
+  t.xs_stride = stride;
   t.out = w.out;
   t.group = w.group;
   t.groups = groups;
+  t.first_group = first_group;
+  t.last_group = last_group;
   t.zero_offset = w.zero_offset;
   t.scales_bf16 = w.scales_bf16;
   for (std::int64_t n0 = 0; n0 < w.out; n0 += span) {
@@ -294,7 +318,7 @@ void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, 
     t.qzeros = w.qzeros ? w.qzeros + n0 / 8 : nullptr;
     const kernel k = p.kernels[tile_rows][used];
     for (std::int64_t r = first; r < first + rows; r += tile_rows) {
-      t.xs = xs + r * w.in;
+      t.xs = xs + r * stride;
       t.sums = sums + r * groups;
       t.y = y + r * w.out + n0;
       k(t);
@@ -306,9 +330,15 @@ void run(const path& p, const float* x, std::int64_t rows, const int4_matrix& w,
   // Grown on a first larger call, then reused: nothing is allocated on the hot path.
   thread_local std::vector<float> xs_buffer, sums_buffer;
   const std::int64_t groups = w.in / w.group;
-  const std::int64_t fit = block_bytes / (w.in * std::int64_t{sizeof(float)}) / max_tile_rows * max_tile_rows;
-  const std::int64_t block = std::min(rows, std::max<std::int64_t>(fit, max_tile_rows));
-  if (xs_buffer.size() < static_cast<std::size_t>(block * w.in)) xs_buffer.resize(static_cast<std::size_t>(block * w.in));
+  // A row of scaled x one cache line longer than x's: at a power-of-two stride (in 2048: 8 KiB) a
+  // group's inputs of every row of the block fall in the same few L1 sets. 256 rows of in 2048,
+  // best of 5 runs on a busy machine: 221 against 157 GFLOP/s (AVX-512); no change to 64 rows.
+  const std::int64_t stride = w.in + 16;
+  const std::int64_t fit = block_bytes / (stride * std::int64_t{sizeof(float)}) / p.rows * p.rows;
+  const std::int64_t block = std::min(rows, std::max<std::int64_t>(fit, p.rows));
+  const std::int64_t group_bytes = w.group / 8 * w.out * std::int64_t{sizeof(std::int32_t)};
+  const std::int64_t panel = std::max<std::int64_t>(1, panel_bytes / group_bytes);
+  if (xs_buffer.size() < static_cast<std::size_t>(block * stride)) xs_buffer.resize(static_cast<std::size_t>(block * stride));
   if (sums_buffer.size() < static_cast<std::size_t>(block * groups)) {
     sums_buffer.resize(static_cast<std::size_t>(block * groups));
   }
@@ -316,10 +346,13 @@ void run(const path& p, const float* x, std::int64_t rows, const int4_matrix& w,
   float* sums = sums_buffer.data();
   for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
     const std::int64_t n = std::min(block, rows - r0);
-    scale_x(x + r0 * w.in, n, w.in, w.group, xs, sums);
-    const std::int64_t whole = n / max_tile_rows * max_tile_rows;
-    if (whole > 0) sweep(p, max_tile_rows, 0, whole, xs, sums, w, y + r0 * w.out);
-    if (n > whole) sweep(p, static_cast<int>(n - whole), whole, n - whole, xs, sums, w, y + r0 * w.out);
+    scale_x(x + r0 * w.in, n, w.in, w.group, xs, stride, sums);
+    const std::int64_t whole = n / p.rows * p.rows;
+    for (std::int64_t g = 0; g < groups; g += panel) {
+      const std::int64_t g1 = std::min(groups, g + panel);
+      if (whole > 0) sweep(p, p.rows, 0, whole, g, g1, xs, stride, sums, w, y + r0 * w.out);
+      if (n > whole) sweep(p, static_cast<int>(n - whole), whole, n - whole, g, g1, xs, stride, sums, w, y + r0 * w.out);
+    }
   }
 }
 
