@@ -1,6 +1,7 @@
 // int4_matmul (engine/clef/model/int4_gemm.hpp) at the Qwen3-Omni MoE experts' shapes, gate+up
 // (2048 → 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a
-// call, GFLOP/s and the weight's bytes (nibbles, scales, zeros) per second; each ISA path this CPU
+// call, GFLOP/s and the weight's bytes (nibbles, scales, zeros) per second, and the fastest call's
+// GFLOP/s (on a shared machine the least disturbed); each ISA path this CPU
 // runs; and the same product in fp32 through at::mm on one thread (OpenBLAS on Debian). Each call
 // takes the next of enough random weights to fill --weights-mb, as a forward's experts do, so the
 // weights come from memory, not from a cache warmed by the previous call.
@@ -69,9 +70,13 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// The median of `repeats` timed calls of f(i), i counting calls (after two untimed ones).
+struct timing {
+  double median = 0, best = 0;  // seconds a call
+};
+
+// `repeats` timed calls of f(i), i counting calls (after two untimed ones).
 template <class F>
-double median_seconds(int repeats, F f) {
+timing time_calls(int repeats, F f) {
   std::vector<double> t;
   for (int i = 0; i < repeats + 2; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -79,13 +84,14 @@ double median_seconds(int repeats, F f) {
     const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
     if (i >= 2) t.push_back(d.count());
   }
-  return median(t);
+  return {median(t), *std::min_element(t.begin(), t.end())};
 }
 
-void print(const char* what, std::int64_t rows, std::int64_t in, std::int64_t out, double seconds, double weight_bytes) {
+void print(const char* what, std::int64_t rows, std::int64_t in, std::int64_t out, timing t, double weight_bytes) {
   const double flops = 2.0 * static_cast<double>(rows * in * out);
-  std::printf("  %-12s rows %4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s weight\n", what, static_cast<long long>(rows),
-              seconds * 1e6, flops / seconds * 1e-9, weight_bytes / seconds * 1e-9);
+  std::printf("  %-12s rows %4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s weight  (best %7.1f GFLOP/s)\n", what,
+              static_cast<long long>(rows), t.median * 1e6, flops / t.median * 1e-9, weight_bytes / t.median * 1e-9,
+              flops / t.best * 1e-9);
 }
 
 int run(const arguments& a) {
@@ -111,13 +117,13 @@ int run(const arguments& a) {
       const at::Tensor x = at::rand({rows, in}).mul_(2).sub_(1);
       at::Tensor y = at::empty({rows, out});
       for (const auto isa : isas) {
-        const double s = median_seconds(a.repeats, [&](int i) {
+        const timing s = time_calls(a.repeats, [&](int i) {
           int4_matmul(x.data_ptr<float>(), rows, weights[static_cast<std::size_t>(i) % weights.size()].m,
                       y.data_ptr<float>(), isa);
         });
         print(isa == int4_isa::avx512 ? "int4 avx512" : "int4 avx2", rows, in, out, s, weights[0].bytes());
       }
-      const double s = median_seconds(a.repeats, [&](int i) {
+      const timing s = time_calls(a.repeats, [&](int i) {
         at::mm_out(y, x, fp32[static_cast<std::size_t>(i) % fp32.size()].t());
       });
       print("fp32 at::mm", rows, in, out, s, 4.0 * static_cast<double>(in * out));
