@@ -134,7 +134,14 @@ result<prepared_media> prepare_media(const request& r, const media_settings& s) 
     for (std::size_t i = 0; i < soundtracks.size(); ++i) clip_names.push_back(item_name("videos", i) + "'s soundtrack");
   }
 
-  // The processor pads every audio of the call to the longest before the features are taken.
+  // One record's audio streams are one batch: the reference (Cloudflare's encode_record) makes a
+  // single processor call with the record's audio items and then, when every video has one, the
+  // videos' soundtracks (use_audio_in_video; otherwise no soundtrack is read at all; images have
+  // none). Its WhisperFeatureExtractor pads every stream of the call with zeros to the longest
+  // before the spectrogram (padding=True), so each stream's features are those of its padded
+  // waveform (its last frames see the zeros, the reflect padding is at the padded end, the clamp is
+  // over all its padded frames) and the mask keeps ceil(samples / 160) of them: log_mel_features
+  // with `longest`. One stream is its own longest: no padding, no extra work.
   std::size_t longest = 0;
   for (const auto& c : clips) longest = std::max(longest, c.size());
   if (!clips.empty() && longest < min_audio_samples) {

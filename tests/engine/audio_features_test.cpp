@@ -1,9 +1,13 @@
-// The log-mel features against the processor outputs of transformers v4.57.6 (tests/data/vectors).
+// The log-mel features against the processor outputs of transformers v4.57.6 (tests/data/vectors),
+// and a record's several audio streams against the processor's padded batch (make_audio_vectors).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
+#include "engine/clef/media_input.hpp"
 #include "engine/clef/model/audio_features.hpp"
 #include "engine/clef/model/safetensors.hpp"
 #include "support/files.hpp"
@@ -104,6 +108,136 @@ TEST(audio_features, padding_to_the_longest_audio) {
   std::vector<std::int32_t> mask(250, 0);
   std::fill_n(mask.begin(), 205, 1);  // 204.8 steps of 160 samples: one more than the unpadded 204
   EXPECT_EQ(padded.frame_mask, mask);
+}
+
+// --- Several streams in one record: the processor's padded batch -------------------------------
+// The make_audio_vectors fixture computes what the Qwen3-Omni processor makes of a record's audio
+// streams in one WhisperFeatureExtractor call (padding=True: zeros after each shorter stream up to
+// the longest, before the spectrogram) with numpy, as the extractor's numpy path does.
+
+const std::filesystem::path audio_vectors = BATON_AUDIO_VECTORS;
+
+// The numpy path is float64 up to the log, baton float32 as the processor's torch path: the
+// processor's two paths are up to 5.5e-5 apart on the clef-omni-tiny soundtrack (1e-5 on its clip),
+// so the bound here is wider than the 5e-6 against the torch path's own outputs above. A stream
+// computed alone is 2e-2 off in its last frame, and has one valid frame fewer.
+constexpr double batch_tolerance = 1e-4;
+
+template <class T>
+std::vector<T> raw_values(const std::filesystem::path& p) {
+  const std::string text = test::read_file(p);
+  std::vector<T> out(text.size() / sizeof(T));
+  std::memcpy(out.data(), text.data(), out.size() * sizeof(T));
+  return out;
+}
+
+struct batch_reference {
+  std::vector<float> mel;  // [mel_bins, frames]
+  std::vector<std::int32_t> mask;
+};
+
+batch_reference batch_stream(const std::string& which, std::size_t i) {
+  const std::string stem = "batch_" + which + "." + std::to_string(i);
+  batch_reference r{raw_values<float>(audio_vectors / (stem + ".mel")),
+                    raw_values<std::int32_t>(audio_vectors / (stem + ".mask"))};
+  EXPECT_FALSE(r.mask.empty()) << stem << ": no reference (the make_audio_vectors fixture writes it)";
+  EXPECT_EQ(r.mel.size(), r.mask.size() * mel_bins) << stem;
+  return r;
+}
+
+std::int64_t marked(const std::vector<std::int32_t>& mask) { return std::count(mask.begin(), mask.end(), 1); }
+
+// The largest difference over the frames both mark (a [mel_bins, frames] layout each).
+double valid_frames_difference(const log_mel& got, const batch_reference& want) {
+  const std::int64_t frames = std::min(got.marked_frames(), marked(want.mask));
+  const auto want_frames = static_cast<std::int64_t>(want.mask.size());
+  double worst = 0;
+  for (std::int64_t b = 0; b < mel_bins; ++b) {
+    for (std::int64_t t = 0; t < frames; ++t) {
+      worst = std::max(worst, std::abs(static_cast<double>(got.values[b * got.frames + t]) - want.mel[b * want_frames + t]));
+    }
+  }
+  return worst;
+}
+
+// Each of `got` is the padded batch's stream, all its frames; `samples` are the streams, for what
+// each computed alone (the old behaviour) would have been.
+void expect_padded_batch(const std::string& which, const std::vector<log_mel>& got,
+                         const std::vector<std::span<const float>>& samples) {
+  ASSERT_EQ(got.size(), samples.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(which + " stream " + std::to_string(i));
+    const batch_reference want = batch_stream(which, i);
+    EXPECT_EQ(got[i].frames, static_cast<std::int64_t>(want.mask.size()));
+    EXPECT_EQ(got[i].frame_mask, want.mask);
+    // The frames the model reads, then (when the shapes agree) the padding frames too.
+    EXPECT_EQ(got[i].marked_frames(), marked(want.mask));
+    const double valid = valid_frames_difference(got[i], want);
+    EXPECT_LT(valid, batch_tolerance);
+    const double diff = got[i].values.size() == want.mel.size() ? max_abs_difference(got[i].values, want.mel) : valid;
+    EXPECT_LT(diff, batch_tolerance);
+    const log_mel alone = log_mel_features(samples[i]);
+    std::printf("%s stream %zu (%zu samples): %lld valid frames of %lld, max |difference| %.3g; computed "
+                "alone %lld valid frames, max |difference| %.3g over them\n",
+                which.c_str(), i, samples[i].size(), static_cast<long long>(marked(want.mask)),
+                static_cast<long long>(want.mask.size()), diff, static_cast<long long>(alone.marked_frames()),
+                valid_frames_difference(alone, want));
+  }
+}
+
+// Three raw streams (2.26 s, 2.048 s, 1.001 s) through prepare_media, as one record's audio items.
+TEST(audio_features, a_records_streams_are_computed_as_the_processors_padded_batch) {
+  request r;
+  std::vector<std::vector<float>> waves;
+  for (std::size_t i = 0; i < 3; ++i) {
+    waves.push_back(raw_values<float>(audio_vectors / ("batch_synthetic." + std::to_string(i) + ".f32")));
+    raw_media m;
+    m.audio = waves.back();
+    r.audio.push_back(raw_item(std::move(m)));
+  }
+  ASSERT_EQ(waves[0].size(), 36123u);
+  ASSERT_EQ(waves[2].size(), 16020u);
+  auto prepared = prepare_media(r, media_settings{});
+  ASSERT_TRUE(prepared) << prepared.error().message;
+  expect_padded_batch("synthetic", prepared->audio, {waves[0], waves[1], waves[2]});
+
+  // Computed alone (the old behaviour), the 16020-sample stream's last frame reaches 20 reflected
+  // samples where the batch has zeros, and its 101st frame (ceil(16020 / 160)) is missing.
+  const batch_reference want = batch_stream("synthetic", 2);
+  ASSERT_EQ(marked(want.mask), 101);
+  const log_mel alone = log_mel_features(waves[2]);
+  EXPECT_EQ(alone.marked_frames(), 100);
+  EXPECT_GT(valid_frames_difference(alone, want), 100 * batch_tolerance);
+}
+
+// The case: the clef-omni-tiny clip (2.5 s) and the 2 s video's soundtrack (2.048 s) in one
+// request, from their files: the soundtrack is padded to the clip, so it has 205 valid frames (the
+// last seeing the zeros) where alone it had 204.
+TEST(audio_features, a_clip_and_a_videos_soundtrack_are_one_padded_batch) {
+  media_settings settings;
+  const auto media = test::data_dir() / "vectors" / "clef-omni-tiny" / "media";
+  settings.sources.roots = {media};
+  auto path_item = [](const char* name) {
+    media_item item;
+    item.source = media_source::path;
+    item.data = name;
+    return item;
+  };
+  request r;
+  r.audio.push_back(path_item("tone_16k_mono_2p5s.wav"));
+  r.videos.push_back(path_item("clip_sound_2s.mp4"));
+  auto prepared = prepare_media(r, settings);
+  ASSERT_TRUE(prepared) << prepared.error().message;
+  ASSERT_TRUE(prepared->audio_in_video);
+  ASSERT_EQ(prepared->audio.size(), 2u);
+
+  const safetensors_file clip(vectors_dir() / "clef-omni-tiny/media_tensors/audio_16k.safetensors");
+  const safetensors_file video(vectors_dir() / "clef-omni-tiny/media_tensors/video_with_sound.safetensors");
+  const auto clip_wave = values_of<float>(clip, "decoded.audio.0", dtype::f32);
+  const auto soundtrack = values_of<float>(video, "decoded.video_audio.0", dtype::f32);
+  expect_padded_batch("clip_and_soundtrack", prepared->audio, {clip_wave, soundtrack});
+  EXPECT_EQ(prepared->audio[1].marked_frames(), 205);
+  EXPECT_EQ(log_mel_features(soundtrack).marked_frames(), 204);
 }
 
 }  // namespace

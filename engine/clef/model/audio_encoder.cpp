@@ -99,7 +99,7 @@ audio_encoder::audio_encoder(const release& files, at::ScalarType type, at::Devi
   positions_ = table.narrow(0, 0, chunk_tokens_).to(device_, type_);
 }
 
-at::Tensor audio_encoder::encode(const log_mel& features) const {
+at::Tensor audio_encoder::encode(const log_mel& features, std::int64_t batch_frames) const {
   const std::int64_t total = features.frames;
   if (total <= 0) throw std::runtime_error("audio features have no frames");
   if (features.values.size() != static_cast<std::size_t>(mel_bins * total)) {
@@ -122,7 +122,9 @@ at::Tensor audio_encoder::encode(const log_mel& features) const {
   // Read only: from_blob needs a non-const pointer.
   const at::Tensor all = at::from_blob(const_cast<float*>(features.values.data()),
                                        {mel_bins, total}, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor x = embed(all.narrow(1, 0, frames), frames);
+  // The batch's longest chunk: a full one as soon as any stream has one (this one alone: its own).
+  const std::int64_t width = std::min(chunk_frames_, std::max(frames, batch_frames));
+  at::Tensor x = embed(all.narrow(1, 0, frames), frames, width);
 
   for (const layer& w : layers_) {
     const at::Tensor a = at::layer_norm(x, {config_.d_model}, w.attn_norm_w, w.attn_norm_b,
@@ -144,13 +146,12 @@ at::Tensor audio_encoder::encode(const log_mel& features) const {
   return x;
 }
 
-at::Tensor audio_encoder::embed(const at::Tensor& mel, std::int64_t frames) const {
-  // Every chunk is zero-padded to the longest one, as the reference pads its batch: the padding
-  // is not only convolution padding (GELU of the bias is not zero), so the last chunk's border
-  // tokens depend on it.
+at::Tensor audio_encoder::embed(const at::Tensor& mel, std::int64_t frames, std::int64_t width) const {
+  // Every chunk is zero-padded to `width`, as the reference pads its batch to its longest chunk:
+  // the padding is not only convolution padding (GELU of the bias is not zero), so the last
+  // chunk's border tokens depend on it.
   const std::int64_t full = frames / chunk_frames_, rest = frames % chunk_frames_;
   const std::int64_t chunks = full + (rest > 0 ? 1 : 0);
-  const std::int64_t width = full > 0 ? chunk_frames_ : rest;
   const at::Tensor padded = at::constant_pad_nd(mel, {0, chunks * width - frames})
                                 .reshape({mel_bins, chunks, width})
                                 .permute({1, 0, 2})
@@ -173,7 +174,7 @@ at::Tensor audio_encoder::embed(const at::Tensor& mel, std::int64_t frames) cons
             .view({n, steps, config_.d_model});
     h = h + positions_.narrow(0, 0, steps);
     // Only the last chunk can be short: keep its valid steps.
-    const bool has_short = rest > 0 && full > 0 && c0 + n == chunks;
+    const bool has_short = rest > 0 && rest < width && c0 + n == chunks;
     if (has_short && n > 1) parts.push_back(h.narrow(0, 0, n - 1).reshape({-1, config_.d_model}));
     parts.push_back(has_short ? h[n - 1].narrow(0, 0, halve3(rest))
                               : h.reshape({-1, config_.d_model}));

@@ -22,8 +22,12 @@ class audio_encoder {
 
   // One audio's features: the frames its frame_mask marks (the processor's batch padding is not
   // part of the audio). [audio_token_count(frames), output_dim] in the compute dtype on the device.
+  // `batch_frames`: the most frames any stream encoded in one batch with this one marks (the
+  // reference encodes a record's streams together and zero-pads every chunk to the batch's
+  // longest, min(100, batch_frames) frames; a stream under one chunk sees that padding through
+  // GELU(bias) in its last tokens). 0, or at most the audio's own frames: the audio alone.
   // Throws std::runtime_error when the features do not fit (mel bins, mask) or mark no frame.
-  at::Tensor encode(const log_mel& features) const;
+  at::Tensor encode(const log_mel& features, std::int64_t batch_frames = 0) const;
 
  private:
   struct layer {
@@ -31,8 +35,9 @@ class audio_encoder {
     at::Tensor mlp_norm_w, mlp_norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
   };
 
-  // [tokens, d_model] after the convolutions, conv_out and the per-chunk positions.
-  at::Tensor embed(const at::Tensor& mel, std::int64_t frames) const;
+  // [tokens, d_model] after the convolutions, conv_out and the per-chunk positions; every chunk
+  // zero-padded to `width` frames (>= the longest chunk of `frames`, at most chunk_frames_).
+  at::Tensor embed(const at::Tensor& mel, std::int64_t frames, std::int64_t width) const;
   at::Tensor attention(const layer& w, const at::Tensor& a) const;
 
   audio_config config_;

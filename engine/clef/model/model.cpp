@@ -417,9 +417,13 @@ class model_impl final : public model {
     encode_vision(m.images, tok.image, "image", images);
     encode_vision(m.videos, tok.video, "video", videos);
     if (m.audio.empty()) return;
+    // The record's streams are one batch in the reference (one processor call, one audio tower
+    // call): its longest stream sets the chunk width every stream is padded to.
+    std::int64_t batch_frames = 0;
+    for (const auto& a : m.audio) batch_frames = std::max(batch_frames, a.marked_frames());
     std::int64_t count = 0;
     for (const auto& a : m.audio) {
-      audio.embeds.push_back(audio_->encode(a));
+      audio.embeds.push_back(audio_->encode(a, batch_frames));
       count += audio.embeds.back().size(0);
     }
     audio.rows.push_back(rows_of(tok.audio, count, "audio"));
