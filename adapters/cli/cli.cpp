@@ -33,7 +33,7 @@ Commands:
   calibrate   per-tool precision and calibration from reviewers' resolutions; proposes lanes
   pull        download a Clef-Omni release from the Hugging Face hub (only what the engine reads)
   models      list the models in the Hugging Face cache: size, revision, fingerprint
-  quantize    write a copy of a Clef release with int8 experts (--int8 SRC DST)
+  quantize    write a copy of a Clef release with int8 or int4 experts (--int8/--int4 SRC DST)
   tokenize    token ids of text lines with a Hugging Face tokenizer
 
 Options:

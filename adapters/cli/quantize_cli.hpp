@@ -1,4 +1,4 @@
-// `baton quantize --int8 SRC DST`: a copy of a Clef release with int8 experts
+// `baton quantize --int8 / --int4 SRC DST`: a copy of a Clef release with int8 or int4 experts
 // (engine/clef/model/quantize.hpp), which the engine then loads like any release.
 #pragma once
 

@@ -544,10 +544,10 @@ TEST_F(quantize_int8_test, half_quantized_copies_are_refused_naming_the_fault) {
   {
     const fs::path dir = copy_of_int8("other_method");
     auto config = read_json(dir / "config.json");
-    config["quantization_config"]["quant_method"] = "gptq";
+    config["quantization_config"]["quant_method"] = "awq";
     write_json(dir / "config.json", config);
     const std::string m = load_message(dir);
-    EXPECT_NE(m.find("unsupported quant_method \"gptq\""), std::string::npos) << m;
+    EXPECT_NE(m.find("unsupported quant_method \"awq\""), std::string::npos) << m;
   }
 }
 

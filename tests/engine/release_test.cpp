@@ -431,8 +431,8 @@ TEST_F(safetensors_header, a_fifo_is_refused_without_waiting) {
 }
 
 TEST_F(safetensors_header, unknown_dtype_names_the_tensor) {
-  const auto path = write(R"({"q":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", "abcd");
-  expect_mentions(load_message(path), {"tensor q", "unsupported dtype F8_E4M3"});
+  const auto path = write(R"({"q":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}})", "abcd");
+  expect_mentions(load_message(path), {"tensor q", "unsupported dtype F8_E5M2"});
 }
 
 TEST_F(safetensors_header, offsets_not_matching_the_shape_name_the_tensor) {

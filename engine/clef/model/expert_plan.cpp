@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/quantized_weights.hpp"
 #include "engine/clef/model/tensors.hpp"
 
 namespace baton::clef::detail {
@@ -45,13 +47,15 @@ bool packs_experts(bool int8, at::ScalarType type, bool onednn, bool grouped, ex
 // `bytes` rounded up to whole 4 KiB pages: each packed expert weight starts on its own page.
 std::int64_t page_aligned(std::int64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
-// release_pages for expert e's three mapped weights in the layer at `prefix`.
+// release_weight_pages for expert e's three weights in the layer at `prefix`.
 void release_expert_pages(const release& files, const std::string& prefix, std::int64_t e) {
   const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
   for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
-    release_pages(files.thinker_tensor(x + name));
+    release_weight_pages(files, x + name);
   }
 }
+
+const char* int4_isa_name() { return int4_best_isa() == int4_isa::avx512 ? "AVX-512" : "AVX2"; }
 
 // The calibration batch's tokens.
 constexpr std::int64_t calibration_tokens = 1024;
@@ -92,9 +96,19 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
       grouped_(native_grouped_ || grouped_experts),
       onednn_(device.is_cpu() && onednn_runs(type)),
       int8_(files.int8_experts()),
-      packed_(packs_experts(int8_, type, onednn_, grouped_, asked)),
+      // int4 experts on the CPU: read in place by baton's kernel, whatever else is there; on a
+      // GPU, dequantized at load for ATen's or the grouped path.
+      int4_(device.is_cpu() && files.int4_experts()),
+      packed_(int4_ || packs_experts(int8_, type, onednn_, grouped_, asked)),
       asked_(asked) {
-  if (asked != expert_library::measured) {
+  if (int4_) {
+    if (asked != expert_library::measured) {
+      throw std::invalid_argument(std::string("clef model: experts on ") + expert_library_name(asked) +
+                                  " were asked for, but this release's experts are int4, which baton's own kernel runs");
+    }
+    matmul_choice_ = std::string(type_ == at::kFloat ? "fp32" : "bf16") + " int4 experts on baton's int4 kernel (" +
+                     int4_isa_name() + ")";
+  } else if (asked != expert_library::measured) {
     std::string why;
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
     const bool int8_on_blas = int8_ && asked == expert_library::blas && onednn_ && !grouped_ &&
@@ -118,7 +132,7 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
                                   " were asked for, but " + why);
     }
     library_ = asked;
-  } else if (const std::int64_t copy = packed_ ? packed_copy_bytes() : 0;
+  } else if (const std::int64_t copy = packed_ && !int4_ ? packed_copy_bytes() : 0;
              packing_budget_bytes > 0 && copy > packing_budget_bytes) {
     // A packed copy replaces mapped pages the kernel could evict with memory it cannot.
     const auto text = [](std::int64_t bytes) {  // rounded up, in GiB from 1 GiB on
@@ -201,6 +215,7 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
 expert_weights expert_plan::pack_experts(const release& files, const std::string& prefix,
                                          expert_library library) const {
   const std::int64_t experts = config_.num_experts;
+  if (int4_) return int4_experts(files, prefix);
   const bool xsmm = library == expert_library::xsmm, blas = library == expert_library::blas, int8 = int8_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
   const auto [gate_up_bytes, down_bytes] = blas ? std::pair<std::int64_t, std::int64_t>() : packed_expert_bytes(library);
@@ -214,7 +229,7 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
   at::parallel_for(0, experts, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t e = begin; e < end; ++e) {
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-      auto w = [&](const char* name) { return weight_tensor(files.thinker_tensor(x + name), type_, device_); };
+      auto w = [&](const char* name) { return linear_weight(files, x + name, type_, device_); };
       auto raw = [&](const char* name) { return view_tensor(files.thinker_tensor(x + name)); };
       const auto i = static_cast<std::size_t>(e);
       if (blas) {  // multiplied as they are: the BLAS reads the mapping (an fp32 release's), which stays
@@ -245,6 +260,41 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
   return y;
 }
 
+expert_weights expert_plan::int4_experts(const release& files, const std::string& prefix) const {
+  const std::int64_t experts = config_.num_experts;
+  expert_weights y;
+  y.gate_up_packed.resize(static_cast<std::size_t>(experts));
+  y.down_packed.resize(static_cast<std::size_t>(experts));
+  std::atomic<std::int64_t> reordered{0};
+  at::parallel_for(0, experts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t e = begin; e < end; ++e) {
+      const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
+      // A weight of a mixed release left float (or FP8) is multiplied as the float path would.
+      auto linear = [&](std::vector<const char*> names) {
+        bool int4 = true;
+        for (const char* n : names) int4 = int4 && files.form(x + n) == weight_form::int4;
+        if (int4) {
+          std::vector<int4_part> parts;
+          for (const char* n : names) parts.push_back(int4_weight(files, x + n));
+          return packed_linear::for_int4(std::move(parts), type_);
+        }
+        std::vector<at::Tensor> parts;
+        for (const char* n : names) parts.push_back(linear_weight(files, x + n, type_, device_).contiguous());
+        if (onednn_) return packed_linear(at::cat(parts));
+        if (type_ == at::kFloat && packed_linear::blas_available()) return packed_linear::over_blas(std::move(parts));
+        throw load_error(files.dir().string() + ": " + x + "* are float in an int4 release, which in bf16 needs "
+                         "oneDNN's bf16 kernels (this CPU has none): load it in f32");
+      };
+      const auto i = static_cast<std::size_t>(e);
+      y.gate_up_packed[i] = linear({"gate_proj.weight", "up_proj.weight"});
+      y.down_packed[i] = linear({"down_proj.weight"});
+      reordered += y.gate_up_packed[i].bytes() + y.down_packed[i].bytes();
+    }
+  });
+  y.packed_bytes = reordered.load();
+  return y;
+}
+
 std::pair<std::int64_t, std::int64_t> expert_plan::packed_expert_bytes(expert_library library) const {
   const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
   auto bytes = [&](std::int64_t out, std::int64_t in) {
@@ -271,8 +321,7 @@ expert_weights expert_plan::aten_experts(const release& files, const std::string
     for (auto [list, scales, name] : {std::tuple{&y.gate, &y.gate_scale, "gate_proj."},
                                       std::tuple{&y.up, &y.up_scale, "up_proj."},
                                       std::tuple{&y.down, &y.down_scale, "down_proj."}}) {
-      const tensor_view& weight = files.thinker_tensor(x + name + "weight");
-      list->push_back(int8_ ? mapped_tensor(weight, device_) : weight_tensor(weight, type_, device_));
+      list->push_back(int8_ ? mapped_tensor(files.thinker_tensor(x + name + "weight"), device_) : linear_weight(files, x + name + "weight", type_, device_));
       if (int8_) scales->push_back(mapped_tensor(files.thinker_tensor(x + name + "weight_scale"), device_));
     }
   }
@@ -282,7 +331,10 @@ expert_weights expert_plan::aten_experts(const release& files, const std::string
 expert_weights expert_plan::stack_experts(const release& files, const std::string& prefix, staging& buffer) const {
   const std::int64_t inter = config_.moe_intermediate_size;
   auto put = [&](const at::Tensor& into, const std::string& name) {
-    into.copy_(view_tensor(files.thinker_tensor(name)));  // converted here when the file's dtype differs
+    // Converted here when the file's dtype differs; int4 and FP8 ones dequantized.
+    const weight_form form = files.form(name);
+    into.copy_(form == weight_form::int4 || form == weight_form::fp8 ? linear_weight(files, name, at::kFloat, at::kCPU)
+                                                                      : view_tensor(files.thinker_tensor(name)));
   };
   for (std::int64_t e = 0; e < config_.num_experts; ++e) {
     const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
@@ -310,13 +362,13 @@ expert_weights expert_plan::stack_experts(const release& files, const std::strin
 void expert_plan::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
   static std::map<
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int, std::string>,
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, bool, int, std::string>,
       std::tuple<expert_library, bool, bool, std::string>>
       chosen;
   const bool int8 = int8_;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
-                                   at::get_num_threads(), packed_, int8, static_cast<int>(asked_), no_room_);
+                                   at::get_num_threads(), packed_, int8, int4_, static_cast<int>(asked_), no_room_);
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
@@ -327,12 +379,12 @@ void expert_plan::choose_matmuls(const release& files) {
   }
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch& batch = calibration();
-  matmul_choice_ = "fp32 ";
+  matmul_choice_ = int4_ ? matmul_choice_ + ", " : "fp32 ";  // int4 experts: no choice, said in the constructor
   const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
-  if ((asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
+  if (!int4_ && (asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
     matmul_choice_ += experts_on + expert_library_name(library_) + " (" +
                       (no_room_.empty() ? std::string("asked for") : no_room_) + "), ";
-  } else if (packed_) {
+  } else if (!int4_ && packed_) {
     // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
     // among them afterwards): whole experts per work item. int8 experts: widened per matmul by
     // ATen (onto the BLAS) or per block of outputs on libxsmm.
@@ -382,7 +434,7 @@ void expert_plan::choose_matmuls(const release& files) {
     }
     matmul_choice_ += dropped + "), ";
   }
-  const at::Tensor q = weight_tensor(files.thinker_tensor(p + "self_attn.q_proj.weight"), type_, device_);
+  const at::Tensor q = linear_weight(files, p + "self_attn.q_proj.weight", type_, device_);
   const at::Tensor x = batch.b;
   packed_linear q_packed(q);
   const std::vector<double> q_ms = best_ms_in_turn(3, {[&] { (void)dense(x, q); }, [&] { (void)q_packed.parallel(x); }});
@@ -405,11 +457,11 @@ void expert_plan::calibrate_experts(const expert_weights& layer0) {
   // Measured once per process for a shape, dtype and thread count: a model loaded again (a
   // reload, a second engine on the same release) keeps the earlier choice.
   static std::mutex measured_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, int>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int>,
                   std::pair<std::int64_t, std::string>>
       measured;
   const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts, top_k,
-                                   static_cast<int>(type_), int8_, at::get_num_threads());
+                                   static_cast<int>(type_), int8_, int4_, at::get_num_threads());
   {
     const std::lock_guard lock(measured_mutex);
     if (const auto it = measured.find(key); it != measured.end()) {

@@ -88,9 +88,11 @@ std::int64_t available_memory() {
   return 0;
 }
 
-// Whether the thinker's weights are bf16 in the release (its first projection's dtype).
+// Whether the thinker's weights are bf16 in the release (its first projection's dtype, or its
+// embeddings' where that projection is quantized).
 bool bf16_release(const release& files) {
-  return files.thinker_tensor("thinker.model.layers.0.self_attn.q_proj.weight").type == dtype::bf16;
+  const std::string q = "thinker.model.layers.0.self_attn.q_proj.weight";
+  return (files.form(q) == weight_form::plain ? files.thinker_tensor(q).type : files.float_type()) == dtype::bf16;
 }
 
 // Bytes of the thinker's text weights in f32 when its bf16 matrices are converted (int8 experts
@@ -111,8 +113,8 @@ model_options resolved(model_options options, const release& files, const at::De
   if (!options.dtype) {
     const bool file_bf16 = bf16_release(files);
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
-    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts()), options.load_memory_bytes,
-                                       files.int8_experts() ? 0 : f32_copy_bytes(files, true));
+    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts() || files.int4_experts()), options.load_memory_bytes,
+                                       files.int8_experts() || files.int4_experts() ? 0 : f32_copy_bytes(files, true));
     options.dtype = choice.dtype;
     options.dtype_reason = std::move(choice.reason);
   }

@@ -255,6 +255,7 @@ struct packed_linear::impl {
   at::Tensor data;                // the packed weight
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
+  std::vector<int4_part> int4;    // or int4 ones where they lie, for baton's kernel
 #if BATON_XSMM
   // Packed for libxsmm instead (in `data`; an int8 one, shape.type s8, followed by its scales): its
   // shape's kernels.
@@ -439,12 +440,85 @@ packed_linear::packed_linear(const at::Tensor& w, at::Tensor storage) : impl_(st
   reorder(from, w.data_ptr(), impl_->layout, impl_->data.data_ptr());
 }
 
-std::int64_t packed_linear::bytes() const noexcept { return impl_ && impl_->data.defined() ? impl_->data.numel() : 0; }
+packed_linear packed_linear::for_int4(std::vector<int4_part> parts, at::ScalarType type) {
+  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
+  if (type != at::kFloat && type != at::kBFloat16) throw std::invalid_argument("packed matmul: int4 computes fp32 or bf16");
+  std::int64_t out = 0;
+  for (const auto& w : parts) {
+    if (w.matrix.in != parts.front().matrix.in) throw std::invalid_argument("packed matmul: int4 parts of unequal inputs");
+    out += w.matrix.out;
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {parts.front().matrix.in, out, data_type(type)};
+  p.impl_->int4 = std::move(parts);
+  return p;
+}
+
+std::int64_t packed_linear::bytes() const noexcept {
+  if (!impl_) return 0;
+  std::int64_t reordered = 0;
+  for (const auto& w : impl_->int4) {
+    for (const at::Tensor& t : {w.keep, w.keep_zeros}) reordered += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+  }
+  return impl_->data.defined() ? impl_->data.numel() : reordered;
+}
+
+namespace {
+
+// int4 parts side by side: x (fp32 rows, or bf16 widened here) through int4_matmul part by part,
+// each part's outputs written into its columns of y. Buffers are the thread's.
+void multiply_int4(const std::vector<int4_part>& parts, bool bf16, const void* x, void* y, std::int64_t rows,
+                   std::int64_t in, std::int64_t out) {
+  thread_local std::vector<float> widened, permuted, part_out;
+  const float* xf = static_cast<const float*>(x);
+  if (bf16) {
+    widened.resize(static_cast<std::size_t>(rows * in));
+    const auto* xb = static_cast<const c10::BFloat16*>(x);
+    for (std::int64_t i = 0; i < rows * in; ++i) widened[static_cast<std::size_t>(i)] = static_cast<float>(xb[i]);
+    xf = widened.data();
+  }
+  const bool whole = parts.size() == 1 && !bf16;  // the kernel writes y itself
+  std::int64_t column = 0;
+  for (const auto& w : parts) {
+    const float* rows_in = xf;
+    if (!w.perm.empty()) {
+      permuted.resize(static_cast<std::size_t>(rows * in));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t k = 0; k < in; ++k) permuted[static_cast<std::size_t>(r * in + k)] = xf[r * in + w.perm[static_cast<std::size_t>(k)]];
+      }
+      rows_in = permuted.data();
+    }
+    const std::int64_t width = w.matrix.out;
+    if (whole) {
+      int4_matmul(rows_in, rows, w.matrix, static_cast<float*>(y));
+      return;
+    }
+    part_out.resize(static_cast<std::size_t>(rows * width));
+    int4_matmul(rows_in, rows, w.matrix, part_out.data());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* from = part_out.data() + r * width;
+      if (bf16) {
+        auto* to = static_cast<c10::BFloat16*>(y) + r * out + column;
+        for (std::int64_t n = 0; n < width; ++n) to[n] = static_cast<c10::BFloat16>(from[n]);
+      } else {
+        std::copy(from, from + width, static_cast<float*>(y) + r * out + column);
+      }
+    }
+    column += width;
+  }
+}
+
+}  // namespace
 
 // Rows of x times the weight into y, on the calling thread. Row counts go in at most three calls
 // (a multiple of 256, of 16, and the rest), so a layer's experts share ~31 primitives per weight
 // shape instead of one per row count. The scratchpad is the thread's, grown as needed.
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
+  if (!impl_->int4.empty()) {
+    multiply_int4(impl_->int4, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.in, impl_->shape.out);
+    return;
+  }
 #if BATON_XSMM
   if (const xsmm_kernels* kernels = impl_->kernels) {
     const std::int64_t in = impl_->shape.in, out = impl_->shape.out;
@@ -548,6 +622,9 @@ packed_linear packed_linear::for_xsmm(const std::vector<at::Tensor>&, at::Tensor
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&, at::Tensor) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+packed_linear packed_linear::for_int4(std::vector<int4_part>, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {

@@ -15,7 +15,20 @@
 #include <memory>
 #include <vector>
 
+#include "engine/clef/model/int4_gemm.hpp"
+
 namespace baton::clef::detail {
+
+// A weight in GPTQ's int4 layout as baton's kernel reads it (int4_gemm.hpp): `keep` and
+// `keep_zeros` hold the qweight and qzeros the matrix points into where those are not the
+// release's mapping (reordered rows; v1 zeros converted); `perm`, where the input rows were
+// reordered by group (GPTQ's act-order), the input each of the kernel's rows reads (empty: in
+// order).
+struct int4_part {
+  int4_matrix matrix;
+  at::Tensor keep, keep_zeros;
+  std::vector<std::int64_t> perm;
+};
 
 class packed_linear {
  public:
@@ -52,6 +65,12 @@ class packed_linear {
   static packed_linear for_xsmm_int8(const std::vector<at::Tensor>& parts, const std::vector<at::Tensor>& scales,
                                      at::Tensor storage = {});
 
+  // int4 weights [out_i, in] side by side, as if one weight [Σ out_i, in], multiplied by baton's
+  // own kernel (int4_gemm.hpp) where they lie: nothing is copied, or dequantized, at load or per
+  // call. multiply() takes and gives `type` (fp32 or bf16; bf16 inputs are widened per call, the
+  // kernel computes in fp32).
+  static packed_linear for_int4(std::vector<int4_part> parts, at::ScalarType type);
+
   packed_linear() noexcept;
   // Packs w [out, in] (fp32 or bf16, on the CPU, any strides) into `storage` (bytes, at least
   // bytes_for; a fresh buffer when undefined); w is not read afterwards.
@@ -61,7 +80,7 @@ class packed_linear {
   ~packed_linear();
 
   bool packed() const noexcept { return impl_ != nullptr; }  // holds a weight, either way
-  std::int64_t bytes() const noexcept;  // the packed copy's size (0 over the BLAS)
+  std::int64_t bytes() const noexcept;  // the packed copy's size (0 over the BLAS; int4: what was reordered)
 
   // x [rows, in] (the weight's dtype) @ wᵀ: [rows, out], in blocks of 256 rows spread over the
   // threads (each block as multiply() would do it): for a whole batch's tokens.

@@ -63,19 +63,35 @@ void read_row(const tensor_view& v, std::int64_t r, std::span<float> row) {
 }
 
 // One tensor of an output shard: `source` copied, or its int8 values, or the per-row scales of
-// the weight it follows.
+// the weight it follows; or one of the four tensors GPTQ's int4 layout stores it in.
 struct output_tensor {
   std::string name;
   const tensor_view* source = nullptr;
-  enum { copy, quantized, scale } kind = copy;
+  enum { copy, quantized, scale, qweight, qzeros, scales, g_idx } kind = copy;
 };
 
-std::uint64_t output_bytes(const output_tensor& t) {
+// The shape and safetensors dtype of `t` for a weight [out, in] quantized in groups of `group`.
+std::pair<std::vector<std::int64_t>, const char*> output_shape(const output_tensor& t, std::int64_t group) {
+  const std::vector<std::int64_t>& shape = t.source->shape;
+  const std::int64_t out = shape[0], in = shape.size() > 1 ? shape[1] : 0;
   switch (t.kind) {
-    case output_tensor::quantized: return static_cast<std::uint64_t>(t.source->numel());
-    case output_tensor::scale: return static_cast<std::uint64_t>(t.source->shape[0]) * 4;
-    default: return t.source->bytes;
+    case output_tensor::quantized: return {shape, "I8"};
+    case output_tensor::scale: return {{out}, "F32"};
+    case output_tensor::qweight: return {{in / 8, out}, "I32"};
+    case output_tensor::qzeros: return {{in / group, out / 8}, "I32"};
+    case output_tensor::scales: return {{in / group, out}, "F16"};
+    case output_tensor::g_idx: return {{in}, "I32"};
+    case output_tensor::copy: break;
   }
+  return {shape, dtype_name(t.source->type)};
+}
+
+std::uint64_t output_bytes(const output_tensor& t, std::int64_t group) {
+  if (t.kind == output_tensor::copy) return t.source->bytes;
+  const auto [shape, type] = output_shape(t, group);
+  std::uint64_t n = std::strcmp(type, "I8") == 0 ? 1 : std::strcmp(type, "F16") == 0 ? 2 : 4;
+  for (const std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
 }
 
 // q and scale of an expert weight [out, in], row by row.
@@ -103,6 +119,78 @@ void quantize_rows(const tensor_view& w, const std::string& name, std::vector<st
   }
 }
 
+std::uint16_t float_to_half(float f) {
+  return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f));  // rounded to nearest even
+}
+
+// A weight [out, in] in GPTQ's int4 layout (release.hpp), asymmetric, v1 zeros (stored less one).
+struct int4_weight {
+  std::vector<std::int32_t> qweight, qzeros, g_idx;
+  std::vector<std::uint16_t> scales;  // fp16
+};
+
+// Round to nearest in groups of `group` inputs per output, each group's range [min, max] (with 0
+// inside it) clipped to the ratio of 1, 0.975, …, 0.8 whose fp16 scale and zero reproduce the
+// group's weights with the least squared error.
+int4_weight quantize_int4(const tensor_view& w, const std::string& name, std::int64_t group) {
+  const std::int64_t out = w.shape[0], in = w.shape[1], groups = in / group;
+  std::vector<float> weights(static_cast<std::size_t>(out * in));
+  for (std::int64_t r = 0; r < out; ++r) read_row(w, r, std::span<float>(weights.data() + r * in, static_cast<std::size_t>(in)));
+  int4_weight y;
+  y.qweight.assign(static_cast<std::size_t>(in / 8 * out), 0);
+  y.qzeros.assign(static_cast<std::size_t>(groups * out / 8), 0);
+  y.scales.resize(static_cast<std::size_t>(groups * out));
+  y.g_idx.resize(static_cast<std::size_t>(in));
+  for (std::int64_t k = 0; k < in; ++k) y.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k / group);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(group)), best_q(static_cast<std::size_t>(group));
+  for (std::int64_t n = 0; n < out; ++n) {
+    const float* row = weights.data() + n * in;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* v = row + g * group;
+      float lo = 0, hi = 0;
+      for (std::int64_t k = 0; k < group; ++k) {
+        if (!std::isfinite(v[k])) throw load_error("tensor " + name + ": non-finite weights in row " + std::to_string(n));
+        lo = std::min(lo, v[k]);
+        hi = std::max(hi, v[k]);
+      }
+      double best = INFINITY;
+      std::uint16_t best_scale = 0;
+      int best_zero = 1;
+      for (int step = 0; step <= 8; ++step) {
+        const float ratio = 1.0F - 0.025F * static_cast<float>(step);
+        const float range = (hi - lo) * ratio;
+        const std::uint16_t scale_bits = float_to_half(range > 0 ? range / 15.0F : 1.0F);
+        const float scale = half_to_float(scale_bits);
+        if (!(scale > 0)) continue;  // a range below fp16's smallest step
+        // v1 stores zero - 1 in a nibble: zeros from 1 to 15.
+        const int zero = std::clamp(static_cast<int>(std::nearbyint(-lo * ratio / scale)), 1, 15);
+        double error = 0;
+        for (std::int64_t k = 0; k < group; ++k) {
+          const int level = std::clamp(static_cast<int>(std::nearbyint(v[k] / scale)) + zero, 0, 15);
+          q[static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(level);
+          const double d = static_cast<double>(level - zero) * scale - v[k];
+          error += d * d;
+        }
+        if (error < best) {
+          best = error;
+          best_scale = scale_bits;
+          best_zero = zero;
+          best_q.swap(q);
+        }
+      }
+      y.scales[static_cast<std::size_t>(g * out + n)] = best_scale;
+      y.qzeros[static_cast<std::size_t>(g * out / 8 + n / 8)] |= static_cast<std::int32_t>(
+          static_cast<std::uint32_t>(best_zero - 1) << (4 * (n % 8)));
+      for (std::int64_t k = 0; k < group; ++k) {
+        const std::int64_t row_in = g * group + k;
+        y.qweight[static_cast<std::size_t>(row_in / 8 * out + n)] |= static_cast<std::int32_t>(
+            static_cast<std::uint32_t>(best_q[static_cast<std::size_t>(k)]) << (4 * (row_in % 8)));
+      }
+    }
+  }
+  return y;
+}
+
 // The shard's own __metadata__ (the loader skips it), or {"format": "pt"}.
 ordered_json shard_metadata(const fs::path& shard) {
   std::ifstream in(shard, std::ios::binary);
@@ -117,9 +205,21 @@ ordered_json shard_metadata(const fs::path& shard) {
 
 // Rewrites `src_shard` into `dst_shard` with its expert weights quantized; returns the names of
 // the expert weights it holds (for the index).
+// The scheme a copy is written in: int8 (baton's) or int4 in groups of `group` (GPTQ's layout).
+struct scheme {
+  bool int4 = false;
+  std::int64_t group = 0;
+};
+
+// The names GPTQ's layout stores the weight "P.weight" under.
+std::vector<std::string> int4_names(const std::string& weight) {
+  const std::string p = weight.substr(0, weight.size() - 7);
+  return {p + ".qweight", p + ".qzeros", p + ".scales", p + ".g_idx"};
+}
+
 std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path& dst_shard,
                                        std::uint64_t& done, std::uint64_t total,
-                                       const quantize_progress& progress) {
+                                       const quantize_progress& progress, const scheme& how) {
   const safetensors_file in(src_shard);
   const std::uint64_t start = done;
   std::vector<const std::pair<const std::string, tensor_view>*> by_offset;
@@ -138,22 +238,32 @@ std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path
     if (view.shape.size() != 2 || !(view.type == dtype::f32 || view.type == dtype::bf16 || view.type == dtype::f16)) {
       throw load_error(src_shard.string() + ": tensor " + name + " is not a 2-D F32, F16 or BF16 weight");
     }
-    tensors.push_back({name, &view, output_tensor::quantized});
-    tensors.push_back({name + "_scale", &view, output_tensor::scale});
+    if (how.int4) {
+      const std::int64_t out = view.shape[0], in = view.shape[1];
+      if (in % how.group != 0 || in % 8 != 0 || out % 8 != 0) {
+        throw load_error(src_shard.string() + ": tensor " + name + " [" + std::to_string(out) + ", " +
+                         std::to_string(in) + "] cannot be stored in int4 with group size " + std::to_string(how.group) +
+                         " (inputs a multiple of the group and of 8, outputs of 8)");
+      }
+      const auto names = int4_names(name);
+      for (const auto& [i, kind] : {std::pair{0, output_tensor::qweight}, std::pair{1, output_tensor::qzeros},
+                                   std::pair{2, output_tensor::scales}, std::pair{3, output_tensor::g_idx}}) {
+        tensors.push_back({names[static_cast<std::size_t>(i)], &view, kind});
+      }
+    } else {
+      tensors.push_back({name, &view, output_tensor::quantized});
+      tensors.push_back({name + "_scale", &view, output_tensor::scale});
+    }
     experts.push_back(name);
   }
 
   ordered_json header;
   header["__metadata__"] = shard_metadata(src_shard);
-  header["__metadata__"]["quantization"] = int8_quant_method;
+  header["__metadata__"]["quantization"] = how.int4 ? "gptq" : int8_quant_method;
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
-    const std::uint64_t bytes = output_bytes(t);
-    const char* type = t.kind == output_tensor::quantized ? "I8"
-                       : t.kind == output_tensor::scale   ? "F32"
-                                                          : dtype_name(t.source->type);
-    const std::vector<std::int64_t> shape =
-        t.kind == output_tensor::scale ? std::vector<std::int64_t>{t.source->shape[0]} : t.source->shape;
+    const std::uint64_t bytes = output_bytes(t, how.group);
+    const auto [shape, type] = output_shape(t, how.group);
     header[t.name] = {{"dtype", type}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -168,9 +278,22 @@ std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path
   }
   std::vector<std::int8_t> q;
   std::vector<float> scales;
+  int4_weight packed;  // the int4 tensors of the weight whose qweight came last
+  auto put = [&](const auto& values) {
+    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(values[0])));
+  };
   for (const auto& t : tensors) {
     const tensor_view& v = *t.source;
-    if (t.kind == output_tensor::quantized) {
+    if (t.kind == output_tensor::qweight) {
+      packed = quantize_int4(v, t.name, how.group);
+      put(packed.qweight);
+    } else if (t.kind == output_tensor::qzeros) {
+      put(packed.qzeros);
+    } else if (t.kind == output_tensor::scales) {
+      put(packed.scales);
+    } else if (t.kind == output_tensor::g_idx) {
+      put(packed.g_idx);
+    } else if (t.kind == output_tensor::quantized) {
       quantize_rows(v, t.name, q, scales);
       out.write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
     } else if (t.kind == output_tensor::scale) {
@@ -179,7 +302,7 @@ std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path
       out.write(reinterpret_cast<const char*>(v.data), static_cast<std::streamsize>(v.bytes));
     }
     if (!out) write_failed(dst_shard);
-    if (t.kind != output_tensor::scale) {
+    if (t.kind == output_tensor::copy || t.kind == output_tensor::quantized || t.kind == output_tensor::qweight) {
       done += v.bytes;
       if (progress) progress(t.name, done, total);
     }
@@ -200,11 +323,11 @@ std::uint64_t tree_bytes(const fs::path& p) {
 }
 
 // Everything but the removal of a failed partial copy.
-void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progress& progress) {
+void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progress& progress, const scheme& how) {
   fs::create_directories(tmp);
   // Key order is kept so that the copy's config and index read like the source's.
   ordered_json config = read_json_file<ordered_json>(src / release_files::config_json);
-  config["quantization_config"] = int8_quantization_config();
+  config["quantization_config"] = how.int4 ? int4_quantization_config(how.group) : int8_quantization_config();
   write_text(tmp / release_files::config_json, config.dump(2) + "\n");
 
   // Which shards hold experts: those are rewritten, every other file is copied.
@@ -241,15 +364,20 @@ void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progres
 
   std::set<std::string> experts;
   for (const auto& shard : rewritten) {
-    for (auto& name : rewrite_shard(src / shard, tmp / shard, done, total, progress)) {
+    for (auto& name : rewrite_shard(src / shard, tmp / shard, done, total, progress, how)) {
       experts.insert(std::move(name));
     }
   }
   if (!indexed) return;
-  // The scales follow their weights in the weight map; total_size counts the new bytes.
+  // The scales follow their weights in the weight map (int4: the four tensors replace the
+  // weight); total_size counts the new bytes.
   ordered_json weight_map = ordered_json::object();
   std::int64_t delta = 0;
   for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (how.int4 && experts.contains(name)) {
+      for (const auto& part : int4_names(name)) weight_map[part] = shard;
+      continue;
+    }
     weight_map[name] = shard;
     if (experts.contains(name)) weight_map[name + "_scale"] = shard;
   }
@@ -264,11 +392,13 @@ void write_copy(const fs::path& src, const fs::path& tmp, const quantize_progres
   write_text(tmp / release_files::index_json, index.dump(2) + "\n");
 }
 
-}  // namespace
-
-void quantize_int8(const fs::path& src, const fs::path& dst, const quantize_progress& progress) {
+// Checks, then writes through `dst` + ".partial", renamed once the copy loads as `how` says.
+void write_quantized(const fs::path& src, const fs::path& dst, const quantize_progress& progress, const scheme& how) {
   const release source(src);  // refuses what is not a release, with the loader's message
   if (source.int8_experts()) throw load_error(src.string() + ": the release's experts are already int8");
+  if (source.quant().kind != quantization::scheme::none) {
+    throw load_error(src.string() + ": the release is quantized already (" + source.quant().method + ")");
+  }
   std::error_code ec;
   if (fs::exists(dst, ec) && !(fs::is_directory(dst, ec) && fs::is_empty(dst, ec))) {
     throw std::runtime_error(dst.string() + ": exists and is not an empty directory");
@@ -282,15 +412,37 @@ void quantize_int8(const fs::path& src, const fs::path& dst, const quantize_prog
   const fs::path tmp = dst.string() + ".partial";
   fs::remove_all(tmp);
   try {
-    write_copy(src, tmp, progress);
-    const release check(tmp);  // the copy loads, with every scale in place
-    if (!check.int8_experts()) throw std::runtime_error(tmp.string() + ": the copy is not int8");
+    write_copy(src, tmp, progress, how);
+    const release check(tmp);  // the copy loads, with every quantized tensor in place
+    if (how.int4 ? !check.int4_experts() : !check.int8_experts()) {
+      throw std::runtime_error(tmp.string() + ": the copy's experts are not " + (how.int4 ? "int4" : "int8"));
+    }
     fs::remove(dst, ec);  // an empty directory
     fs::rename(tmp, dst);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;
   }
+}
+
+}  // namespace
+
+nlohmann::json int4_quantization_config(std::int64_t group_size) {
+  return {{"quant_method", "gptq"},  {"bits", 4},           {"group_size", group_size},
+          {"sym", false},            {"desc_act", false},   {"static_groups", false},
+          {"checkpoint_format", "gptq"}, {"true_sequential", true},
+          {"quantizer", "baton quantize --int4 (round to nearest, per-group clipping search; experts only)"}};
+}
+
+void quantize_int8(const fs::path& src, const fs::path& dst, const quantize_progress& progress) {
+  write_quantized(src, dst, progress, {});
+}
+
+void quantize_int4(const fs::path& src, const fs::path& dst, std::int64_t group_size, const quantize_progress& progress) {
+  if (group_size != 32 && group_size != 64 && group_size != 128) {
+    throw std::invalid_argument("group size " + std::to_string(group_size) + ": 32, 64 or 128");
+  }
+  write_quantized(src, dst, progress, {true, group_size});
 }
 
 }  // namespace baton::clef

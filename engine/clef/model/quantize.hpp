@@ -16,6 +16,8 @@
 #include <functional>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace baton::clef {
 
 // Called after each tensor or file written: the source bytes done so far of `total`.
@@ -29,5 +31,17 @@ using quantize_progress =
 // (the partial copy is removed).
 void quantize_int8(const std::filesystem::path& src, const std::filesystem::path& dst,
                    const quantize_progress& progress = {});
+
+// `baton quantize --int4`: the same copy with each expert weight P.weight [out, in] in GPTQ's
+// int4 layout, which other engines read too (release.hpp's quantization::scheme::int4): P.qweight,
+// P.qzeros (zero points stored less one, GPTQ's v1 checkpoints), P.scales (F16) and P.g_idx (in
+// order), groups of `group_size` inputs (32, 64 or 128; std::invalid_argument otherwise), config.json's
+// quantization_config int4_quantization_config(group_size). Round to nearest, asymmetric, each
+// group's range clipped to the ratio (1 down to 0.8) that reproduces its weights best. A release
+// quantized already is refused (load_error).
+void quantize_int4(const std::filesystem::path& src, const std::filesystem::path& dst, std::int64_t group_size,
+                   const quantize_progress& progress = {});
+// quant_method gptq, bits 4, the group size, asymmetric, no act-order, checkpoint_format gptq.
+nlohmann::json int4_quantization_config(std::int64_t group_size);
 
 }  // namespace baton::clef

@@ -288,25 +288,140 @@ nlohmann::json int8_quantization_config() {
           {"modules", "experts"}};
 }
 
-bool parse_int8_experts(const nlohmann::json& config, const std::filesystem::path& config_json) {
-  const auto it = config.find("quantization_config");
-  if (it == config.end() || it->is_null()) return false;
-  const std::string where = config_json.string() + ": quantization_config";
-  if (!it->is_object()) throw load_error(where + ": not an object");
-  const auto method = it->find("quant_method");
-  if (method == it->end() || *method != int8_quant_method) {
-    throw load_error(where + ": unsupported quant_method " +
-                     (method == it->end() ? std::string("(none)") : method->dump()) + " (only " +
-                     int8_quant_method + ", written by `baton quantize --int8`)");
-  }
+namespace {
+
+// baton's int8: the exact config `baton quantize --int8` writes.
+quantization parse_int8(const nlohmann::json& q, const std::string& where) {
   const nlohmann::json want = int8_quantization_config();
   for (const auto& [key, value] : want.items()) {
-    const auto got = it->find(key);
-    if (got == it->end() || *got != value) {
+    const auto got = q.find(key);
+    if (got == q.end() || *got != value) {
       throw load_error(where + ": `" + key + "` must be " + value.dump() + " for " + int8_quant_method);
     }
   }
-  return true;
+  return {quantization::scheme::int8, int8_quant_method};
+}
+
+// The value of `key`, or `fallback` when absent or null.
+template <class T>
+T setting(const nlohmann::json& q, const char* key, T fallback, const std::string& where) {
+  const auto it = q.find(key);
+  if (it == q.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw load_error(where + ": `" + key + "` is " + it->dump() + ", of the wrong type");
+  }
+}
+
+// GPTQ's and AutoRound's 4-bit integers: bits 4, a group size of 32, 64 or 128 (or -1: one group
+// per row), symmetric or with zero points, in GPTQ's packing.
+quantization parse_int4(const nlohmann::json& q, const std::string& method, const std::string& where) {
+  quantization y{quantization::scheme::int4, method};
+  const auto bits = setting<std::int64_t>(q, "bits", 0, where);
+  if (bits != 4) {
+    throw load_error(where + ": " + method + " with bits " + std::to_string(bits) +
+                     " is not supported (4-bit integers only; baton-int8 for 8 bits)");
+  }
+  y.group_size = setting<std::int64_t>(q, "group_size", 128, where);
+  if (y.group_size != -1 && y.group_size != 32 && y.group_size != 64 && y.group_size != 128) {
+    throw load_error(where + ": group_size " + std::to_string(y.group_size) +
+                     " is not supported (32, 64, 128, or -1 for one group per row)");
+  }
+  if (method == "gptq") {
+    // AutoGPTQ's and GPTQModel's v1 checkpoints store each zero point less one; v2 ones as it is.
+    const auto format = setting<std::string>(q, "checkpoint_format", "gptq", where);
+    if (format == "gptq") {
+      y.zero_offset = 1;
+    } else if (format != "gptq_v2") {
+      throw load_error(where + ": checkpoint_format \"" + format +
+                       "\" is not supported (gptq, gptq_v2: GPTQ's packing; marlin and others are repacked for one kernel)");
+    }
+    // GPTQModel's per-module overrides: "-:" leaves modules float (read from the tensors); others
+    // may change the width or the group.
+    if (const auto dynamic = q.find("dynamic"); dynamic != q.end() && dynamic->is_object()) {
+      for (const auto& [pattern, settings] : dynamic->items()) {
+        if (pattern.starts_with("-:") || !settings.is_object()) continue;
+        if (setting<std::int64_t>(settings, "bits", 4, where) != 4 ||
+            setting<std::int64_t>(settings, "group_size", y.group_size, where) != y.group_size) {
+          throw load_error(where + ": dynamic quantizes " + pattern + " with " + settings.dump() +
+                           " (one width and group for the whole release is supported: 4 bits, group " +
+                           std::to_string(y.group_size) + ")");
+        }
+      }
+    }
+    return y;
+  }
+  // AutoRound: integers only (its MX/NV float formats are other computations), and GPTQ's packing.
+  const auto data_type = setting<std::string>(q, "data_type", "int", where);
+  if (data_type != "int") {
+    throw load_error(where + ": auto-round data_type \"" + data_type + "\" is not supported (int)");
+  }
+  const auto packing = setting<std::string>(q, "packing_format", "auto_round:auto_gptq", where);
+  if (packing == "auto_round:auto_gptq" || packing == "auto_round:gptq") {
+    y.zero_offset = 1;
+  } else if (packing != "auto_round:gptqmodel" && packing != "auto_round") {
+    throw load_error(where + ": auto-round packing_format \"" + packing +
+                     "\" is not supported (auto_round, auto_round:auto_gptq, auto_round:gptqmodel: GPTQ's packing)");
+  }
+  // Layers AutoRound quantized otherwise than the whole: kept float (bits 16 and up) is read from
+  // the tensors; other widths or groups are not computed.
+  if (const auto extra = q.find("extra_config"); extra != q.end() && extra->is_object()) {
+    for (const auto& [layer, settings] : extra->items()) {
+      if (!settings.is_object()) continue;
+      const auto layer_bits = setting<std::int64_t>(settings, "bits", 4, where);
+      const auto layer_group = setting<std::int64_t>(settings, "group_size", y.group_size, where);
+      if (layer_bits >= 16) continue;
+      if (layer_bits != 4 || layer_group != y.group_size) {
+        throw load_error(where + ": extra_config quantizes " + layer + " with bits " + std::to_string(layer_bits) +
+                         " and group_size " + std::to_string(layer_group) +
+                         " (one width and group for the whole release is supported: 4 bits, group " +
+                         std::to_string(y.group_size) + ")");
+      }
+    }
+  }
+  return y;
+}
+
+// FP8 E4M3 with one scale per block of weights (DeepSeek-V3's and Qwen3's FP8 releases).
+quantization parse_fp8(const nlohmann::json& q, const std::string& where) {
+  quantization y{quantization::scheme::fp8, "fp8"};
+  const auto fmt = setting<std::string>(q, "fmt", "e4m3", where);
+  if (fmt != "e4m3" && fmt != "float8_e4m3fn") {
+    throw load_error(where + ": fp8 fmt \"" + fmt + "\" is not supported (e4m3)");
+  }
+  const auto activations = setting<std::string>(q, "activation_scheme", "dynamic", where);
+  if (activations != "dynamic") {
+    throw load_error(where + ": fp8 activation_scheme \"" + activations +
+                     "\" is not supported (dynamic: baton computes activations in bf16 or f32)");
+  }
+  const auto block = q.find("weight_block_size");
+  if (block == q.end() || !block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+      !(*block)[1].is_number_integer() || (*block)[0].get<std::int64_t>() <= 0 || (*block)[1].get<std::int64_t>() <= 0) {
+    throw load_error(where + ": fp8 needs `weight_block_size` [rows, columns] (one scale per block; per-tensor "
+                     "and per-channel scales are not supported)");
+  }
+  y.block_rows = (*block)[0].get<std::int64_t>();
+  y.block_cols = (*block)[1].get<std::int64_t>();
+  return y;
+}
+
+}  // namespace
+
+quantization parse_quantization(const nlohmann::json& config, const std::filesystem::path& config_json) {
+  const auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return {};
+  const std::string where = config_json.string() + ": quantization_config";
+  if (!it->is_object()) throw load_error(where + ": not an object");
+  const auto method = it->find("quant_method");
+  const std::string name = method != it->end() && method->is_string() ? method->get<std::string>() : "";
+  if (name == int8_quant_method) return parse_int8(*it, where);
+  if (name == "gptq" || name == "auto-round" || name == "intel/auto-round") return parse_int4(*it, name, where);
+  if (name == "fp8") return parse_fp8(*it, where);
+  throw load_error(where + ": unsupported quant_method " +
+                   (method == it->end() ? std::string("(none)") : method->dump()) +
+                   " (supported: gptq and auto-round 4-bit integers in GPTQ's packing, fp8 E4M3 with block "
+                   "scales, and " + int8_quant_method + ", written by `baton quantize --int8`)");
 }
 
 bool is_expert_weight(std::string_view name) {
@@ -314,6 +429,16 @@ bool is_expert_weight(std::string_view name) {
   if (name.find(".mlp.experts.") == std::string_view::npos) return false;
   const std::string_view proj = name.substr(name.rfind('.', name.size() - 8) + 1);
   return proj == "gate_proj.weight" || proj == "up_proj.weight" || proj == "down_proj.weight";
+}
+
+bool is_quantizable_weight(std::string_view name) {
+  if (!name.starts_with("thinker.model.layers.") || !name.ends_with(".weight")) return false;
+  if (is_expert_weight(name)) return true;
+  const std::size_t dot = name.find('.', std::string_view("thinker.model.layers.").size());
+  if (dot == std::string_view::npos) return false;
+  const std::string_view rest = name.substr(dot + 1);
+  return rest == "mlp.gate.weight" || rest == "self_attn.q_proj.weight" || rest == "self_attn.k_proj.weight" ||
+         rest == "self_attn.v_proj.weight" || rest == "self_attn.o_proj.weight";
 }
 
 std::vector<std::pair<std::string, shape_t>> expected_text_tensors(const text_config& c, bool int8_experts) {
@@ -513,7 +638,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   config_ = read_json_file(config_path);
   const nlohmann::json& config = config_;
   text_ = parse_text_config(config, config_path);
-  int8_experts_ = parse_int8_experts(config, config_path);
+  quant_ = parse_quantization(config, config_path);
 
   // Resolve every tensor to its shard through the index; a single-file checkpoint has none.
   std::vector<std::pair<std::string, std::string>> placement;  // tensor -> shard file name
@@ -544,7 +669,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
   vision_ = parse_vision_config(config, config_path);
   audio_ = parse_audio_config(config, config_path);
   tokens_ = parse_media_tokens(config, config_path);
-  auto expected = expected_text_tensors(text_, int8_experts_);
+  auto expected = expected_text_tensors(text_, int8_experts());
   for (auto& t : expected_media_tensors(vision_, audio_)) {
     expected.push_back(std::move(t));
   }
@@ -554,13 +679,7 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
 
   std::unordered_map<std::string, safetensors_file*> opened;
   for (const auto& s : shards_) opened.emplace(s->path().filename().string(), s.get());
-  thinker_.reserve(placement.size());
-  for (const auto& [name, shard] : placement) {
-    if (release_files::skipped_tensor(name)) continue;  // never opened, never read
-    const auto want = wanted.find(name);
-    if (want == wanted.end()) {
-      throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")");
-    }
+  auto open_view = [&](const std::string& name, const std::string& shard) -> const tensor_view& {
     auto& file = opened[shard];
     if (file == nullptr) {
       if (!std::filesystem::exists(dir / shard)) {
@@ -573,11 +692,84 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     if (view == nullptr) {
       throw load_error(file->path().string() + ": tensor " + name + " is listed in the index but not in the shard");
     }
-    check_tensor(*view, *want->second, name, file->path(), int8_experts_);
-    thinker_.emplace(name, view);
+    return *view;
+  };
+  const bool int4 = quant_.kind == quantization::scheme::int4, fp8 = quant_.kind == quantization::scheme::fp8;
+  // The quantized formats' other tensors, by name, until their weight claims them.
+  std::unordered_map<std::string, std::pair<const tensor_view*, std::string>> parts;  // -> view, shard
+  thinker_.reserve(placement.size());
+  for (const auto& [name, shard] : placement) {
+    if (release_files::skipped_tensor(name)) continue;  // never opened, never read
+    const auto want = wanted.find(name);
+    if (want == wanted.end()) {
+      const std::size_t dot = name.rfind('.');
+      const std::string suffix = dot == std::string::npos ? "" : name.substr(dot + 1);
+      const bool int4_part = suffix == "qweight" || suffix == "qzeros" || suffix == "scales" || suffix == "g_idx";
+      if ((int4 && int4_part) || (fp8 && suffix == "weight_scale_inv")) {
+        parts.emplace(name, std::make_pair(&open_view(name, shard), shard));
+        continue;
+      }
+      std::string why;
+      if (int4_part || suffix == "weight_scale_inv") {
+        why = quant_.kind == quantization::scheme::none
+                  ? "; config.json has no quantization_config"
+                  : "; config.json's quantization_config is " + quant_.method + "'s";
+      }
+      throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")" + why);
+    }
+    const tensor_view& view = open_view(name, shard);
+    if (fp8 && view.type == dtype::f8_e4m3 && is_quantizable_weight(name)) {
+      quantized_.emplace(name, weight_form::fp8);
+      if (view.shape != *want->second) check_tensor(view, *want->second, name, dir / shard);
+    } else {
+      check_tensor(view, *want->second, name, dir / shard, int8_experts());
+    }
+    thinker_.emplace(name, &view);
   }
+  // Each weight stored quantized claims its parts, whose shapes follow from its own [out, in].
+  auto claim = [&](const std::string& name, const shape_t& shape, dtype type, const std::string& weight) {
+    const auto it = parts.find(name);
+    if (it == parts.end()) throw load_error(dir.string() + ": missing tensor " + name + " (for " + weight + ")");
+    const tensor_view& v = *it->second.first;
+    if (v.shape != shape || v.type != type) {
+      throw load_error((dir / it->second.second).string() + ": tensor " + name + " is " + dtype_name(v.type) + " " +
+                       shape_text(v.shape) + "; " + dtype_name(type) + " " + shape_text(shape) + " expected (" +
+                       quant_.method + ")");
+    }
+    thinker_.emplace(name, &v);
+    parts.erase(it);
+  };
   for (const auto& [name, shape] : expected) {
-    if (!thinker_.contains(name)) throw load_error(dir.string() + ": missing tensor " + name);
+    const std::string base = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    if (quantized_.contains(name)) {  // fp8
+      const std::int64_t rows = (shape[0] + quant_.block_rows - 1) / quant_.block_rows,
+                         cols = (shape[1] + quant_.block_cols - 1) / quant_.block_cols;
+      claim(name + "_scale_inv", {rows, cols}, dtype::f32, name);
+      continue;
+    }
+    if (thinker_.contains(name)) continue;
+    if (!int4 || !is_quantizable_weight(name) || !parts.contains(base + ".qweight")) {
+      throw load_error(dir.string() + ": missing tensor " + name);
+    }
+    const std::int64_t out = shape[0], in = shape[1], group = quant_.group_size > 0 ? quant_.group_size : in;
+    if (in % group != 0 || in % 8 != 0 || out % 8 != 0) {
+      throw load_error(dir.string() + ": " + base + " [" + std::to_string(out) + ", " + std::to_string(in) +
+                       "] cannot be stored in int4 with group_size " + std::to_string(quant_.group_size) +
+                       " (inputs a multiple of the group and of 8, outputs of 8)");
+    }
+    claim(base + ".qweight", {in / 8, out}, dtype::i32, name);
+    const auto scales = parts.find(base + ".scales");
+    const dtype scale_type = scales != parts.end() && scales->second.first->type == dtype::bf16 ? dtype::bf16 : dtype::f16;
+    claim(base + ".scales", {in / group, out}, scale_type, name);
+    if (parts.contains(base + ".qzeros")) claim(base + ".qzeros", {in / group, out / 8}, dtype::i32, name);
+    if (parts.contains(base + ".g_idx")) claim(base + ".g_idx", {in}, dtype::i32, name);
+    quantized_.emplace(name, weight_form::int4);
+    if (is_expert_weight(name)) int4_experts_ = true;
+  }
+  if (!parts.empty()) {
+    const auto& [name, where] = *parts.begin();
+    throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + where.second +
+                     "): its weight is not stored in " + quant_.method + "'s form");
   }
 
   if (!head) return;
@@ -603,6 +795,13 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     }
   }
 }
+
+weight_form release::form(const std::string& name) const {
+  if (const auto it = quantized_.find(name); it != quantized_.end()) return it->second;
+  return int8_experts() && is_expert_weight(name) ? weight_form::int8 : weight_form::plain;
+}
+
+dtype release::float_type() const { return thinker_tensor("thinker.model.embed_tokens.weight").type; }
 
 void release::unmap() noexcept {
   thinker_.clear();

@@ -90,12 +90,46 @@ head_config parse_head_config(const std::filesystem::path& head_config_json);
 inline constexpr const char* int8_quant_method = "baton-int8";
 nlohmann::json int8_quantization_config();
 
-// Whether config.json declares int8 experts; throws load_error on any other quantization_config.
-bool parse_int8_experts(const nlohmann::json& config, const std::filesystem::path& config_json);
+// How config.json's `quantization_config` says the thinker's linear weights are stored
+// (docs/real-model.md, "Quantized releases"). Which linears are quantized is read from the
+// tensors themselves, so mixed releases load: any of the text layers' projections, routers and
+// experts may be quantized or float.
+struct quantization {
+  enum class scheme : std::uint8_t {
+    none,
+    int8,  // baton's: experts I8 with "<weight>_scale" F32 per output channel
+    // GPTQ's packed int4 (AutoGPTQ, GPTQModel, AutoRound's GPTQ packing): for a linear P [out, in],
+    // P.qweight I32 [in / 8, out] (input k in nibble k % 8, lowest first), P.scales F16/BF16
+    // [in / group, out], P.qzeros I32 [in / group, out / 8] (absent: every zero is 8), P.g_idx I32
+    // [in] (absent: k / group); w[n][k] = (q - zero) * scale, of k's group. v1 checkpoints store
+    // each word of zeros less 0x11111111 (zero_offset 1).
+    int4,
+    // FP8 E4M3 weights P.weight [out, in] with P.weight_scale_inv F32 [⌈out / rows⌉, ⌈in / cols⌉]:
+    // w = fp8 * scale_inv of the block.
+    fp8,
+  };
+  scheme kind = scheme::none;
+  std::string method;  // quant_method as written, for messages
+  std::int64_t group_size = 0;  // int4
+  int zero_offset = 0;          // int4: 1 where the stored zeros are zero - 1 (GPTQ's v1 format), by whole words
+  std::int64_t block_rows = 0, block_cols = 0;  // fp8
+};
+
+// config.json's `quantization_config`: none, baton's int8, GPTQ's or AutoRound's 4-bit integers,
+// or FP8 E4M3 with block scales. Throws load_error naming what it cannot compute (a method, bit
+// width, layout or setting) and what is supported.
+quantization parse_quantization(const nlohmann::json& config, const std::filesystem::path& config_json);
+
+// How one linear weight of a release is stored (release::form).
+enum class weight_form : std::uint8_t { plain, int8, int4, fp8 };
 
 // Whether `name` is an expert projection weight ("thinker.model.layers.L.mlp.experts.E.
 // {gate,up,down}_proj.weight"): what the int8 format quantizes.
 bool is_expert_weight(std::string_view name);
+// Whether `name` is a weight the 4-bit and FP8 formats may store quantized: a text layer's
+// attention projections, router or experts ("thinker.model.layers.L.{self_attn.*_proj,mlp.gate,
+// mlp.experts.E.*_proj}.weight").
+bool is_quantizable_weight(std::string_view name);
 
 // The thinker text tensors a configuration requires, with their shapes, in load order. With
 // `int8_experts`, each expert weight is followed by its "<name>_scale" ([out_features]).
@@ -117,7 +151,10 @@ class release {
   // Opens `dir`. Thinker tensors (text, and vision / audio when the config has them) must match
   // the configuration exactly (names and shapes); `talker.*` and `code2wav.*` are skipped without
   // being read; anything else is an error. A release whose config declares int8 experts must have
-  // every expert weight in I8 with its F32 scale; any other one has float tensors only.
+  // every expert weight in I8 with its F32 scale. One declaring int4 or fp8 may store each text
+  // layer's projections, router and experts in that form or float (is_quantizable_weight), each
+  // quantized weight with all its tensors in their shapes; a release without one has float
+  // tensors only.
   // With `head` false the joint head files are not needed (a bare thinker checkpoint).
   explicit release(const std::filesystem::path& dir, bool head = true);
 
@@ -131,7 +168,16 @@ class release {
   const nlohmann::json& config() const noexcept { return config_; }
   bool has_head() const noexcept { return has_head_; }
   // Expert weights are I8 with "<name>_scale" F32 tensors (config.json's quantization_config).
-  bool int8_experts() const noexcept { return int8_experts_; }
+  bool int8_experts() const noexcept { return quant_.kind == quantization::scheme::int8; }
+  const quantization& quant() const noexcept { return quant_; }
+  // How the weight `name` ("….weight", as a float release names it) is stored: for int4 its
+  // tensors are "<P>.qweight" and the rest (P: `name` without ".weight"), for fp8 `name` with
+  // "<name>_scale_inv".
+  weight_form form(const std::string& name) const;
+  // Whether some layer's experts are int4 (the thinker's kernel for them is then baton's own).
+  bool int4_experts() const noexcept { return int4_experts_; }
+  // The dtype of the release's float weights (the embeddings'): what it was made from.
+  dtype float_type() const;
 
   // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
   const tensor_view& thinker_tensor(const std::string& name) const;
@@ -151,7 +197,9 @@ class release {
   std::optional<vision_config> vision_;
   std::optional<audio_config> audio_;
   media_tokens tokens_;
-  bool int8_experts_ = false;
+  quantization quant_;
+  std::unordered_map<std::string, weight_form> quantized_;  // weights not stored plain, by "….weight" name
+  bool int4_experts_ = false;
   bool has_head_ = false;
   bool unmapped_ = false;
   std::vector<std::unique_ptr<safetensors_file>> shards_;

@@ -25,7 +25,7 @@ constexpr dtype_entry dtype_table[] = {
     {"F32", dtype::f32, 4}, {"F16", dtype::f16, 2},  {"BF16", dtype::bf16, 2},
     {"F64", dtype::f64, 8}, {"I64", dtype::i64, 8},  {"I32", dtype::i32, 4},
     {"I16", dtype::i16, 2}, {"I8", dtype::i8, 1},    {"U8", dtype::u8, 1},
-    {"BOOL", dtype::boolean, 1},
+    {"BOOL", dtype::boolean, 1}, {"F8_E4M3", dtype::f8_e4m3, 1},
 };
 
 // The header is a JSON object; 100 MB is far above any real one (the 30B thinker's is ~3 MB).

@@ -18,7 +18,8 @@ class load_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class dtype : std::uint8_t { f32, f16, bf16, f64, i64, i32, i16, i8, u8, boolean };
+// f8_e4m3: FP8 releases' weights (1 sign, 4 exponent, 3 mantissa bits, bias 7, no infinities).
+enum class dtype : std::uint8_t { f32, f16, bf16, f64, i64, i32, i16, i8, u8, boolean, f8_e4m3 };
 
 std::size_t dtype_size(dtype t) noexcept;
 const char* dtype_name(dtype t) noexcept;  // the safetensors spelling: "F32", "BF16", ...

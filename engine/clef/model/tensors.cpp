@@ -69,6 +69,7 @@ at::ScalarType scalar_type(dtype t) {
     case dtype::i8: return at::kChar;
     case dtype::u8: return at::kByte;
     case dtype::boolean: return at::kBool;
+    case dtype::f8_e4m3: return at::kByte;  // libtorch 1.13 has no fp8 type: the bytes, decoded by quantized_weights
   }
   return at::kFloat;
 }

@@ -9,6 +9,7 @@
 
 #include "engine/clef/model/cpu_kernels.hpp"
 #include "engine/clef/model/experts.hpp"
+#include "engine/clef/model/quantized_weights.hpp"
 
 // scaled_dot_product_attention takes enable_gqa from libtorch 2.5. Debian's 1.13 lacks it: the
 // chunked attention.
@@ -59,18 +60,19 @@ thinker::thinker(const release& files, at::ScalarType type, at::Device device,
                                         std::tuple{&y.v, &y.v_packed, "v_proj"}, std::tuple{&y.o, &y.o_packed, "o_proj"}}) {
       const std::string n = p + "self_attn." + name + ".weight";
       if (!plan_.packed_projections()) {
-        *weight = w(n);
+        *weight = linear_weight(files, n, type_, device_);
         continue;
       }
       // Packed (layer 0's q_proj as the plan timed it), the mapped pages handed back.
-      *packed = packed == &y.q_packed && timed_q.packed() ? std::move(timed_q) : packed_linear(w(n));
+      *packed = packed == &y.q_packed && timed_q.packed() ? std::move(timed_q)
+                                                          : packed_linear(linear_weight(files, n, type_, device_));
       packed_bytes_ += packed->bytes();
-      release_pages(files.thinker_tensor(n));
+      release_weight_pages(files, n);
     }
     y.q_norm = w(p + "self_attn.q_norm.weight");
     y.k_norm = w(p + "self_attn.k_norm.weight");
     y.post_norm = w(p + "post_attention_layernorm.weight");
-    y.router = w(p + "mlp.gate.weight");
+    y.router = linear_weight(files, p + "mlp.gate.weight", type_, device_);
   }
   std::vector<expert_weights> loaded = plan_.load_experts(files);
   for (std::size_t l = 0; l < layers_.size(); ++l) {

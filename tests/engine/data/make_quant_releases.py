@@ -26,6 +26,8 @@ The source model has the tiny release's config with hidden 128, 6 heads x 32 (q 
 partial), its tokenizer and records; the joint head, towers and text weights are new random ones.
 
 Usage: make_quant_releases.py OUTDIR            write every release (the ctest fixture)
+       make_quant_releases.py --expected DIR FILE  the reference's logits on the release DIR,
+                                                read as above, into FILE
        make_quant_releases.py --check DIR       dequantize DIR (a release) and print, per tensor
                                                 kind, max |w - w_float| against the source
 Needs only Debian's python3-torch and numpy; writes only under OUTDIR.
@@ -352,6 +354,9 @@ def mixed_extra(text):
 
 
 FORMATS = {
+    # The source itself, unquantized (fp32): what `baton quantize --int4` is tested on.
+    "float_source": {"kind": "float", "quantized": lambda name: False, "dtype": torch.float32,
+                     "head_dtype": torch.float32, "config": lambda text: None},
     "autoround_sym_g32": {"kind": "autoround", "group": 32, "quantized": quantized_default,
                           "dtype": torch.bfloat16, "head_dtype": torch.float32,
                           "config": lambda text: autoround_config(32, {n: float_entry() for n in linear_names(text)
@@ -420,7 +425,8 @@ def write_release(name, fmt, config, head_config, source, d):
     d.mkdir(parents=True)
     config = copy.deepcopy(config)
     config["torch_dtype"] = str(fmt["dtype"]).replace("torch.", "")
-    config["quantization_config"] = fmt["config"](text)
+    if fmt["config"](text) is not None:
+        config["quantization_config"] = fmt["config"](text)
     (d / "config.json").write_text(json.dumps(config, indent=2))
     if "side_file" in fmt:  # the tools write the quantization config beside config.json too
         (d / fmt["side_file"]).write_text(json.dumps(config["quantization_config"], indent=2))
@@ -582,6 +588,16 @@ def coverage(name, d):
 
 def main():
     torch.set_num_threads(1)
+    if len(sys.argv) == 4 and sys.argv[1] == "--expected":
+        # Another writer's release of the same records (`baton quantize --int4`'s), read back as
+        # this script reads the published formats: what the reference computes on it.
+        release, into = Path(sys.argv[2]), Path(sys.argv[3])
+        config, weights, _ = load_dequantized(release)
+        head_config = json.loads((release / "joint_head_config.json").read_text())
+        records = [json.loads(line) for line in (TINY / "expected.jsonl").read_text().splitlines()]
+        expected = reference_logits(config, head_config, weights, [r for r in records if "media" not in r])
+        into.write_text("".join(json.dumps(r) + "\n" for r in expected))
+        return 0
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         _, _, source = source_model()
         check(Path(sys.argv[2]), source)
