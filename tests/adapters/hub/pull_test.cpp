@@ -91,9 +91,11 @@ struct seen_request {
   unsigned port;
 };
 
+// Serves `release` as the repository `repo_name`, each connection on a thread of its own (as a hub
+// serves many clients: two pulls at once download side by side).
 class fake_hub {
  public:
-  explicit fake_hub(const fs::path& release) {
+  explicit fake_hub(const fs::path& release, std::string repo_name = repo) : repo_(std::move(repo_name)) {
     for (const auto& e : fs::directory_iterator(release)) {
       hub_file f;
       f.content = read_file(e.path());
@@ -118,6 +120,7 @@ class fake_hub {
       s.connect(a->local_endpoint(), ec);
     }
     for (auto& t : threads_) t.join();
+    for (auto& t : connections_) t.join();  // the acceptors are done: nothing adds to it
   }
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(hub_.local_endpoint().port()); }
@@ -135,6 +138,7 @@ class fake_hub {
   bool gated = false;                       // files answer 403 GatedRepo (terms not accepted)
   std::set<std::string> moved;              // files whose ETag is not the listing's (the revision moved)
   std::map<std::string, long> listed_off;   // file → bytes its listed size is off by (non-LFS files)
+  std::atomic<int> slow_ms{0};              // a pause after each 64 kB of a file's body
 
  private:
   void serve(tcp::acceptor& acceptor) {
@@ -143,7 +147,10 @@ class fake_hub {
       boost::system::error_code ec;
       acceptor.accept(s, ec);
       if (stopping_) return;
-      if (!ec) handle(s, acceptor.local_endpoint().port());
+      if (ec) continue;
+      const unsigned port = acceptor.local_endpoint().port();
+      std::lock_guard lock(m_);
+      connections_.emplace_back([this, port, s = std::move(s)]() mutable { handle(s, port); });
     }
   }
 
@@ -175,8 +182,8 @@ class fake_hub {
     if (on_hub && !token.empty() && req[http::field::authorization] != "Bearer " + token) {
       return status(http::status::unauthorized, "");
     }
-    const std::string api = "/api/models/" + repo + "/revision/";
-    const std::string resolve = "/" + repo + "/resolve/";
+    const std::string api = "/api/models/" + repo_ + "/revision/";
+    const std::string resolve = "/" + repo_ + "/resolve/";
     if (on_hub && gated && target.starts_with(resolve)) return status(http::status::forbidden, "GatedRepo");
     if (on_hub && target.starts_with("/api/models/")) {
       if (!target.starts_with(api)) return status(http::status::not_found, "RepoNotFound");
@@ -194,7 +201,7 @@ class fake_hub {
         siblings.push_back(std::move(entry));
       }
       res.set(http::field::content_type, "application/json");
-      res.body() = nlohmann::json{{"id", repo}, {"sha", commit}, {"siblings", siblings}}.dump();
+      res.body() = nlohmann::json{{"id", repo_}, {"sha", commit}, {"siblings", siblings}}.dump();
       return send();
     }
     if (on_hub && target.starts_with(resolve)) {
@@ -266,9 +273,21 @@ class fake_hub {
       s.read_some(net::buffer(&byte, 1), ec);
       return;
     }
+    if (const int pause = slow_ms; pause > 0) {
+      http::response<http::empty_body> head(res.result(), 11);
+      for (const auto& field : res.base()) head.set(field.name_string(), field.value());
+      http::response_serializer<http::empty_body> sr(head);
+      http::write_header(s, sr, ec);
+      for (std::size_t at = 0; at < res.body().size() && !ec; at += 65536) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+        net::write(s, net::buffer(res.body().data() + at, std::min<std::size_t>(65536, res.body().size() - at)), ec);
+      }
+      return;
+    }
     http::write(s, res, ec);
   }
 
+  std::string repo_;
   net::io_context io_;
   tcp::acceptor hub_{io_}, cdn_{io_};
   std::map<std::string, hub_file> files_;
@@ -276,6 +295,7 @@ class fake_hub {
   std::vector<seen_request> seen_;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
+  std::vector<std::thread> connections_;  // under m_
 };
 
 class pull : public ::testing::Test {
