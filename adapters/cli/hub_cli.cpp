@@ -205,15 +205,18 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   options.endpoint = a.get("--endpoint") ? std::string(*a.get("--endpoint")) : hf_cache::env("HF_ENDPOINT").value_or(options.endpoint);
   options.token_env = a.get("--token-env") ? std::string(*a.get("--token-env")) : options.token_env;
   if (options.token_env.empty()) return usage_error(err, "--token-env needs a variable name", "pull");
-  options.token = hf_cache::env(options.token_env.c_str()).value_or("");
-  // As huggingface_hub: without HF_TOKEN, the token `huggingface-cli login` saved. A variable
-  // named with --token-env is the only source asked for.
-  if (options.token.empty() && !a.get("--token-env")) {
+  if (a.get("--token-env")) {
+    // A variable named on the command line is the only source asked for.
+    options.token = hf_cache::clean_token(hf_cache::env(options.token_env.c_str()).value_or("")).value_or("");
+  } else if (hf_cache::implicit_token_disabled()) {
+    options.implicit_token_disabled = true;
+  } else {
+    // huggingface_hub's order: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then the saved login's file.
     options.token_file_read = true;
-    const auto file = hf_cache::default_token_file();
-    if (auto token = hf_cache::read_token(file)) {
-      options.token = std::move(*token);
-      options.token_file = file.string();
+    if (auto found = hf_cache::implicit_token()) {
+      options.token = std::move(found->token);
+      if (found->from_file) options.token_file = std::move(found->source);
+      else options.token_env = std::move(found->source);
     }
   }
   options.stop_on_sigint = true;

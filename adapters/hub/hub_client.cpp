@@ -245,12 +245,15 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
   if (g.status == 401 || g.status == 403) {
     const std::string gated = g.error_code == "GatedRepo" ? " (a gated repository: accept its terms on its page first)" : "";
     const std::string fix =
-        o.token.empty()
+        o.token.empty() && o.implicit_token_disabled
+            ? "no token was sent: HF_HUB_DISABLE_IMPLICIT_TOKEN is set, so neither HF_TOKEN nor the saved login is "
+              "read; name a variable holding a hub token that may read it with --token-env"
+        : o.token.empty()
             ? "no token was sent: set " + o.token_env +
                   " (or name another variable with --token-env) to a hub token that may read it" +
-                  (o.token_file_read ? ", or log in with `huggingface-cli login`" : "")
+                  (o.token_file_read ? ", or log in with `hf auth login` (formerly `huggingface-cli login`)" : "")
         : !o.token_file.empty()
-            ? "the token in " + o.token_file + " (huggingface-cli login's) was refused: check that it is valid and may read this repository (or set " +
+            ? "the token in " + o.token_file + " (the saved login) was refused: check that it is valid and may read this repository (or set " +
                   o.token_env + " to another)"
             : "the token in " + o.token_env + " was refused: check that it is valid and may read this repository (or name another variable with --token-env)";
     return make_error(static_cast<int>(g.status), codes::hub_unauthorized,

@@ -25,8 +25,9 @@ struct hub_options {
   std::string endpoint = std::string(default_endpoint);  // http:// or https://host[:port][/prefix]
   std::string token;      // sent as a bearer token to the endpoint's host only, never to a CDN
   std::string token_env = "HF_TOKEN";  // the variable for it: the 401 message names it
-  std::string token_file;              // set when the token came from huggingface-cli's token file
+  std::string token_file;              // set when the token came from the login's token file
   bool token_file_read = false;        // whether that file was asked (no --token-env given)
+  bool implicit_token_disabled = false;  // HF_HUB_DISABLE_IMPLICIT_TOKEN: only --token-env is read
   std::chrono::seconds timeout{60};    // for each connect and each read: a stalled transfer fails
   bool stop_on_sigint = false;         // SIGINT and SIGTERM end a transfer, keeping its .part
   // https peers are verified against the system's CAs (core/http_client.hpp).

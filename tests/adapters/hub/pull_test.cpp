@@ -307,7 +307,9 @@ class pull : public ::testing::Test {
   std::string endpoint_, cache_arg_;
   // No token from the machine running the tests: neither HF_TOKEN nor a huggingface-cli login.
   test::env_var hf_token_{"HF_TOKEN", nullptr};
+  test::env_var legacy_token_{"HUGGING_FACE_HUB_TOKEN", nullptr};
   test::env_var token_file_{"HF_TOKEN_PATH", (dir_ / "no-token").c_str()};
+  test::env_var implicit_{"HF_HUB_DISABLE_IMPLICIT_TOKEN", nullptr};
 
   void SetUp() override {
     release_ = make_release(dir_ / "release");
@@ -461,7 +463,7 @@ TEST_F(pull, a_refused_token_says_what_to_do_and_a_good_one_stays_on_the_hub) {
             std::string::npos)
       << refused.err;
   // --token-env named the only source: no advice to log in, whose token would not be read.
-  EXPECT_EQ(refused.err.find("huggingface-cli login"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.err.find("auth login"), std::string::npos) << refused.err;
   EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
 
   test::env_var wrong("BATON_TEST_HUB_TOKEN", "hf_wrong");
@@ -490,7 +492,7 @@ TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
   const auto none = cli(args);
   EXPECT_EQ(none.code, exit_no_perm);
   EXPECT_NE(none.err.find("no token was sent: set HF_TOKEN (or name another variable with --token-env) to a hub "
-                          "token that may read it, or log in with `huggingface-cli login`"),
+                          "token that may read it, or log in with `hf auth login` (formerly `huggingface-cli login`)"),
             std::string::npos)
       << none.err;
 
@@ -500,7 +502,7 @@ TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
   test::env_var path("HF_TOKEN_PATH", file.c_str());
   const auto refused = cli(args);
   EXPECT_EQ(refused.code, exit_no_perm);
-  EXPECT_NE(refused.err.find("the token in " + file.string() + " (huggingface-cli login's) was refused"), std::string::npos)
+  EXPECT_NE(refused.err.find("the token in " + file.string() + " (the saved login) was refused"), std::string::npos)
       << refused.err;
 
   std::ofstream(file) << "hf_saved\n";
@@ -512,6 +514,79 @@ TEST_F(pull, the_token_huggingface_cli_login_saved_is_used_without_hf_token) {
   const auto named = run_pull();
   EXPECT_EQ(named.code, exit_no_perm);
   EXPECT_NE(named.err.find("no token was sent: set BATON_TEST_HUB_TOKEN"), std::string::npos) << named.err;
+}
+
+// huggingface_hub's order without --token-env (utils/_auth.py get_token, 1.28.0): HF_TOKEN, then
+// HUGGING_FACE_HUB_TOKEN, then the file `hf auth login` writes, here found through HF_HOME; none of
+// them under HF_HUB_DISABLE_IMPLICIT_TOKEN. The token goes to the hub and shows nowhere.
+TEST_F(pull, the_token_is_looked_up_as_huggingface_hub_does_and_never_shown) {
+  const std::string secret = "hf_Secret123", wrong = "hf_Wrong456";
+  hub_->token = secret;
+  const fs::path home = dir_ / "hf-home";
+  fs::create_directories(home);
+  std::ofstream(home / "token", std::ios::binary) << secret << "\r\n";  // as a Windows editor might leave it
+  test::env_var no_path("HF_TOKEN_PATH", nullptr), hf_home("HF_HOME", home.c_str());
+  const std::vector<std::string_view> args = {"pull", "--endpoint", endpoint_, "--dir", cache_arg_};
+  const auto shown = [&](const cli_result& r) {
+    return r.out.find("Secret123") != std::string::npos || r.err.find("Secret123") != std::string::npos ||
+           r.err.find("Wrong456") != std::string::npos;
+  };
+
+  const auto from_file = cli(args);
+  ASSERT_EQ(from_file.code, exit_ok) << from_file.err;
+  EXPECT_FALSE(shown(from_file)) << from_file.err;
+  std::size_t on_hub = 0;
+  for (const auto& s : hub_->seen()) {
+    if (s.port == hub_->cdn_port()) {
+      EXPECT_EQ(s.authorization, "") << s.target;
+    } else {
+      ++on_hub;
+      EXPECT_EQ(s.authorization, "Bearer " + secret) << s.target;
+    }
+  }
+  EXPECT_GT(on_hub, 1u);
+
+  // A refused one is named by where it came from, never shown.
+  std::ofstream(home / "token", std::ios::binary) << wrong << "\n";
+  fs::remove_all(cache_);
+  const auto refused = cli(args);
+  EXPECT_EQ(refused.code, exit_no_perm);
+  EXPECT_NE(refused.err.find("the token in " + (home / "token").string() + " (the saved login) was refused"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(shown(refused)) << refused.err;
+
+  // The legacy variable comes before the file.
+  test::env_var legacy("HUGGING_FACE_HUB_TOKEN", secret.c_str());
+  fs::remove_all(cache_);
+  const auto from_legacy = cli(args);
+  ASSERT_EQ(from_legacy.code, exit_ok) << from_legacy.err;
+  EXPECT_FALSE(shown(from_legacy)) << from_legacy.err;
+
+  // HF_TOKEN comes before both.
+  {
+    test::env_var hf("HF_TOKEN", wrong.c_str());
+    fs::remove_all(cache_);
+    const auto from_hf = cli(args);
+    EXPECT_EQ(from_hf.code, exit_no_perm);
+    EXPECT_NE(from_hf.err.find("the token in HF_TOKEN was refused"), std::string::npos) << from_hf.err;
+    EXPECT_FALSE(shown(from_hf)) << from_hf.err;
+  }
+
+  // HF_HUB_DISABLE_IMPLICIT_TOKEN: nothing is sent, unless a variable is named with --token-env.
+  test::env_var disable("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1");
+  fs::remove_all(cache_);
+  const std::size_t before = hub_->seen().size();
+  const auto disabled = cli(args);
+  EXPECT_EQ(disabled.code, exit_no_perm);
+  EXPECT_NE(disabled.err.find("no token was sent: HF_HUB_DISABLE_IMPLICIT_TOKEN is set"), std::string::npos) << disabled.err;
+  const auto seen = hub_->seen();
+  ASSERT_GT(seen.size(), before);
+  for (std::size_t i = before; i < seen.size(); ++i) EXPECT_EQ(seen[i].authorization, "") << seen[i].target;
+  test::env_var named("BATON_TEST_HUB_TOKEN", (" " + secret + "\n").c_str());  // cleaned as the others are
+  const auto explicit_one = run_pull();
+  ASSERT_EQ(explicit_one.code, exit_ok) << explicit_one.err;
+  EXPECT_FALSE(shown(explicit_one)) << explicit_one.err;
 }
 
 TEST_F(pull, unknown_repositories_and_revisions_are_404s) {
