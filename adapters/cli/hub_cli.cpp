@@ -157,15 +157,19 @@ struct pull_plan {
   std::uint64_t fetch_bytes = 0, skipped_bytes = 0;
 };
 
-result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::string>& shards) {
+// `shards`: the index's shards_read; `named`: every shard it names (empty without an index).
+result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::string>& shards,
+                            const std::set<std::string>& named) {
   pull_plan plan;
   std::set<std::string> listed;
+  bool indexed = false;
+  for (const auto& f : rev.files) indexed = indexed || f.path == clef::release_files::index_json;
   for (const auto& f : rev.files) {
     listed.insert(f.path);
-    if (clef::engine_reads(f.path) || shards.contains(f.path)) {
+    if (clef::engine_reads(f.path, indexed, shards)) {
       plan.fetch.push_back(&f);
       plan.fetch_bytes += f.size;
-    } else if (f.path.ends_with(".safetensors")) {
+    } else if (named.contains(f.path)) {
       plan.skipped_shards.push_back(&f);
       plan.skipped_bytes += f.size;
     }
@@ -236,7 +240,7 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   const hub::progress_fn progress = std::ref(view);
 
   // The index first: which shards hold thinker tensors is in it.
-  std::set<std::string> shards;
+  std::set<std::string> shards, named;
   for (const auto& f : rev->files) {
     if (f.path != clef::release_files::index_json) continue;
     const auto index_path = client->fetch(root, *rev, f, progress);
@@ -247,8 +251,13 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
       return fail(make_error(404, codes::not_a_release, rev->repo + ": " + f.path + " is not a JSON object"));
     }
     shards = clef::release_files::shards_read(index);
+    if (const auto map = index.find("weight_map"); map != index.end() && map->is_object()) {
+      for (const auto& [tensor, file] : map->items()) {
+        if (file.is_string()) named.insert(file.get<std::string>());
+      }
+    }
   }
-  const auto plan = plan_pull(*rev, shards);
+  const auto plan = plan_pull(*rev, shards, named);
   if (!plan) return fail(plan.error());
 
   err << plan->fetch.size() << " files the clef engine reads: " << hub::format_bytes(plan->fetch_bytes) << "\n";

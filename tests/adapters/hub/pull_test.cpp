@@ -409,6 +409,96 @@ TEST_F(pull, fetches_what_the_engine_reads_into_the_hub_cache_and_the_model_load
   EXPECT_TRUE(c_fp.starts_with("sha256:")) << row;
 }
 
+// Quantized releases as AutoRound / GPTQ (int4) and FP8 exports name their tensors: a linear P is
+// P.qweight, P.qzeros, P.scales and P.g_idx, or P.weight (F8_E4M3) with P.weight_scale_inv, and
+// config.json carries the quantization_config. A pull picks shards by the index's tensor names
+// (skipping talker.* and code2wav.* only), never by a suffix such as `.weight`: every shard holding
+// a thinker tensor comes, whatever its tensors are called, and nothing the loader does not read.
+TEST_F(pull, a_quantized_release_comes_whole_without_what_the_loader_does_not_read) {
+  struct variant {
+    std::string repo;
+    nlohmann::json quantization_config;
+    std::vector<std::vector<std::string>> shards;  // the tensors of model-0000N-of-00004.safetensors
+  };
+  const std::vector<variant> variants = {
+      {"dbirks/clef-omni-int4",
+       {{"quant_method", "auto-round"}, {"bits", 4}, {"group_size", 128}, {"sym", true}, {"packing_format", "auto_gptq"}},
+       {{"thinker.model.embed_tokens.weight", "thinker.model.layers.0.self_attn.q_proj.qweight",
+         "thinker.model.layers.0.self_attn.q_proj.qzeros", "thinker.model.layers.0.self_attn.q_proj.scales",
+         "thinker.model.layers.0.self_attn.q_proj.g_idx"},
+        // Nothing named .weight: only the packed parts of experts.
+        {"thinker.model.layers.0.mlp.experts.0.down_proj.qweight", "thinker.model.layers.0.mlp.experts.0.down_proj.qzeros",
+         "thinker.model.layers.0.mlp.experts.0.down_proj.scales", "thinker.model.layers.0.mlp.experts.0.down_proj.g_idx"},
+        {"thinker.lm_head.weight", "talker.model.layers.0.self_attn.q_proj.qweight"},  // mixed: needed
+        {"talker.model.layers.0.mlp.gate_proj.qweight", "talker.model.layers.0.mlp.gate_proj.qzeros",
+         "talker.model.layers.0.mlp.gate_proj.scales", "talker.model.layers.0.mlp.gate_proj.g_idx",
+         "code2wav.decoder.0.conv.weight"}}},
+      {"dbirks/clef-omni-fp8",
+       {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}},
+       {{"thinker.model.embed_tokens.weight", "thinker.model.layers.0.self_attn.q_proj.weight",
+         "thinker.model.layers.0.self_attn.q_proj.weight_scale_inv"},
+        // Only the scales: a shard of its own.
+        {"thinker.model.layers.0.mlp.experts.0.down_proj.weight_scale_inv",
+         "thinker.model.layers.0.mlp.experts.0.up_proj.weight_scale_inv"},
+        {"thinker.lm_head.weight", "talker.model.layers.0.self_attn.q_proj.weight_scale_inv"},
+        {"talker.model.layers.0.mlp.gate_proj.weight", "talker.model.layers.0.mlp.gate_proj.weight_scale_inv",
+         "code2wav.decoder.0.conv.weight"}}},
+  };
+  // Files of such releases that the loader never opens (config.json holds what it reads of the
+  // quantization): GPTQ's and AutoRound's own copies of it, generation settings, a README, and a
+  // single-file checkpoint next to the index (the loader opens model.safetensors only without one).
+  const std::vector<std::string> unread = {"quantize_config.json", "quantization_config.json", "generation_config.json",
+                                           "README.md", "model.safetensors", "model-00004-of-00004.safetensors"};
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.repo);
+    const fs::path dir = dir_ / v.repo;
+    fs::create_directories(dir);
+    for (const char* name : {"joint_head.safetensors", "joint_head_config.json", "merges.txt", "preprocessor_config.json",
+                             "tokenizer.json", "tokenizer_config.json", "vocab.json"}) {
+      fs::copy_file(release_ / name, dir / name);
+    }
+    nlohmann::json config = nlohmann::json::parse(read_file(release_ / "config.json"));
+    config["quantization_config"] = v.quantization_config;
+    std::ofstream(dir / "config.json", std::ios::binary) << config.dump(2);
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    for (std::size_t i = 0; i < v.shards.size(); ++i) {
+      const std::string shard = "model-0000" + std::to_string(i + 1) + "-of-00004.safetensors";
+      for (const auto& tensor : v.shards[i]) index["weight_map"][tensor] = shard;
+      // Bytes a pull never parses; each shard its own, so each is its own blob.
+      std::ofstream(dir / shard, std::ios::binary) << std::string(70000 + 1000 * i, static_cast<char>('a' + i)) << v.repo;
+    }
+    std::ofstream(dir / "model.safetensors.index.json", std::ios::binary) << index.dump(2);
+    for (const auto& name : unread) {
+      if (!fs::exists(dir / name)) std::ofstream(dir / name, std::ios::binary) << name << " of " << v.repo;
+    }
+
+    fake_hub hub(dir, v.repo);
+    const std::string endpoint = hub.endpoint();
+    const auto r = cli({"pull", "--endpoint", endpoint, "--dir", cache_arg_, "--token-env", "BATON_TEST_HUB_TOKEN", v.repo});
+    ASSERT_EQ(r.code, exit_ok) << r.err;
+    const fs::path snap = cache_ / ("models--dbirks--" + v.repo.substr(v.repo.find('/') + 1)) / "snapshots" / commit;
+    EXPECT_EQ(r.out, snap.string() + "\n");
+    const std::set<std::string> want = {"config.json", "model.safetensors.index.json", "model-00001-of-00004.safetensors",
+                                        "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
+                                        "joint_head.safetensors", "joint_head_config.json", "merges.txt",
+                                        "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"};
+    std::set<std::string> got;
+    for (const auto& e : fs::directory_iterator(snap)) {
+      const std::string name = e.path().filename().string();
+      got.insert(name);
+      EXPECT_EQ(read_file(e.path()), read_file(dir / name)) << name;
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(nlohmann::json::parse(read_file(snap / "config.json"))["quantization_config"], v.quantization_config);
+    EXPECT_NE(r.err.find("12 files the clef engine reads"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("skipping 1 shard holding only talker and code2wav tensors"), std::string::npos) << r.err;
+    for (const auto& s : hub.seen()) {
+      for (const auto& name : unread) EXPECT_FALSE(s.target.ends_with("/" + name)) << s.target;
+      EXPECT_FALSE(s.target.ends_with(hex_sha256(read_file(dir / "model-00004-of-00004.safetensors")))) << s.target;
+    }
+  }
+}
+
 TEST_F(pull, resumes_a_cut_transfer_with_range) {
   const std::string shard = "model-00001-of-00003.safetensors";
   hub_->cut[shard] = 100000;
