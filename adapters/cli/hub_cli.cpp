@@ -84,7 +84,7 @@ int exit_for(const error& e) {
   if (e.code == codes::hub_not_found || e.code == codes::not_a_release) return exit_no_input;
   if (e.code == codes::checksum_mismatch) return exit_data_error;
   if (e.code == codes::disk_full || e.code == codes::cannot_write) return exit_io_error;
-  if (e.code == codes::transfer_incomplete) return exit_temp_fail;
+  if (e.code == codes::transfer_incomplete || e.code == codes::blob_locked) return exit_temp_fail;
   if (e.code == codes::interrupted) return exit_interrupted;
   if (e.code == codes::bad_endpoint || e.code == codes::bad_revision) return exit_usage;
   return exit_unavailable;
@@ -108,7 +108,15 @@ class progress_view {
     using clock = std::chrono::steady_clock;
     const auto now = clock::now();
     if (stage == hub::fetch_stage::waiting) {
-      err_ << "  " << f.path << "  waiting: another process is downloading it into this cache\n" << std::flush;
+      if (f.path != waiting_) {
+        waiting_ = f.path;
+        wait_started_ = now;
+        err_ << "  " << f.path << "  waiting: another process is downloading it into this cache\n" << std::flush;
+        return;
+      }
+      err_ << "  " << f.path << "  still waiting ("
+           << seconds_text(std::chrono::duration<double>(now - wait_started_).count()) << "): the other download has "
+           << hub::format_bytes(done) << " of " << hub::format_bytes(f.size) << "\n" << std::flush;
       return;
     }
     if (stage == hub::fetch_stage::reused) {
@@ -146,7 +154,8 @@ class progress_view {
   std::ostream& err_;
   bool bar_;
   std::string current_;
-  std::chrono::steady_clock::time_point started_, drawn_;
+  std::string waiting_;  // the file a wait was last reported for: its first report says why
+  std::chrono::steady_clock::time_point started_, drawn_, wait_started_;
   std::uint64_t resumed_from_ = 0;
 };
 
