@@ -31,22 +31,41 @@ constexpr const char* pull_help = R"(Usage: baton pull [--endpoint URL] [--revis
 
 Downloads a Clef-Omni release (REPO, default Cloudflare/clef-omni; ORG/NAME[@REV] also names the
 revision) from the Hugging Face hub into the Hugging Face cache, as huggingface-cli lays it out:
-DIR/models--ORG--NAME/snapshots/COMMIT/FILE. Only what the clef engine reads is fetched: the
-config, the index, the joint head, the tokenizer and preprocessor files, and the shards that hold
-thinker tensors; shards holding only talker or code2wav tensors (speech output) are skipped.
+DIR/models--ORG--NAME/snapshots/COMMIT/FILE. Afterwards the release is `--model ORG/NAME` for
+`baton decide`, and `engine.model: ORG/NAME` in config/baton.yaml.
+
+What is fetched: only what the clef engine reads. config.json (with its quantization_config, for
+a quantized release), model.safetensors.index.json, joint_head_config.json and
+joint_head.safetensors, the tokenizer files (tokenizer.json, vocab.json, merges.txt,
+tokenizer_config.json, added_tokens.json) and preprocessor_config.json, when the revision has
+them; then every shard the index maps a tensor other than talker.* or code2wav.* to, whatever the
+tensor is called (a quantized linear's qweight, qzeros, scales and g_idx, or its weight and
+weight_scale_inv, come like any weight), or model.safetensors for a release without an index.
+Skipped: shards holding only talker or code2wav tensors (speech output), and every other file
+(README, generation_config.json, quantize_config.json, ...).
+
 Files already in the cache (from an earlier pull or from huggingface-cli) are reused; a cut
 transfer resumes where it stopped (HTTP Range on a .part file); every file is verified (sha256
-for LFS files, size for the others) before it appears under its name. Afterwards the release is
-`--model ORG/NAME` for `baton decide`, and `engine.model: ORG/NAME` in config/baton.yaml.
+for LFS files, size for the others) before it appears under its name. Two pulls into one cache
+(or a pull and huggingface_hub) take turns per file: each writes a blob under an flock on
+DIR/.locks/models--ORG--NAME/BLOB.lock, huggingface_hub's lock; the other waits, says so (again
+every 10 s), and reuses the finished file. It gives up (exit 75) when the download it waits for
+has not grown in 5 minutes (a stopped or hung process).
+
+The token (sent to the hub's own host only, never to its CDN, never printed): with --token-env
+NAME, that variable only. Otherwise as huggingface_hub looks it up: $HF_TOKEN, else
+$HUGGING_FACE_HUB_TOKEN (its older name), else the file `hf auth login` (formerly
+`huggingface-cli login`) saved: $HF_TOKEN_PATH, else $HF_HOME/token, else
+$XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token. Line breaks and surrounding
+spaces are dropped. HF_HUB_DISABLE_IMPLICIT_TOKEN=1 turns all of these off. Gated and private
+repositories need a token; public ones do not.
 
 Options:
   --endpoint URL    the hub (default: $HF_ENDPOINT, else https://huggingface.co); http:// too
   --revision REV    a branch, tag or commit (default main)
   --dir DIR         the cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else
-                    ~/.cache/huggingface/hub)
-  --token-env NAME  the environment variable holding the hub token (default HF_TOKEN, else the
-                    token `huggingface-cli login` saved: $HF_TOKEN_PATH, else $HF_HOME/token,
-                    else ~/.cache/huggingface/token); gated and private repositories need one
+                    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub)
+  --token-env NAME  read the hub token from this variable only (see above)
   -h, --help        show this help
 
 Standard output: the snapshot directory. Standard error: what is fetched and skipped, then a
@@ -59,7 +78,8 @@ Exit status:
   66  no such repository, revision or file (404), or not a release (no config.json)
   69  the hub cannot be reached or answers something unexpected
   74  the disk is full, or the cache cannot be written
-  75  a transfer was cut short: run the same command again to resume
+  75  a transfer was cut short: run the same command again to resume; or another process's
+      download of the same file stalled
   77  401 or 403: a gated or private repository, or a wrong token
   130 interrupted (SIGINT): run the same command again to resume
 )";
