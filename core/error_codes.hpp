@@ -84,6 +84,7 @@ inline constexpr const char* sql_refused = "SQL_REFUSED";
 // `baton pull` and the hub.
 inline constexpr const char* bad_endpoint = "BAD_ENDPOINT";
 inline constexpr const char* bad_revision = "BAD_REVISION";
+inline constexpr const char* blob_locked = "BLOB_LOCKED";
 inline constexpr const char* cannot_write = "CANNOT_WRITE";
 inline constexpr const char* checksum_mismatch = "CHECKSUM_MISMATCH";
 inline constexpr const char* disk_full = "DISK_FULL";

@@ -3,8 +3,10 @@
 #include "core/error_codes.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <tuple>
 
 namespace baton::hf_cache {
@@ -29,10 +31,12 @@ bool hub_name(std::string_view s) {
 
 // huggingface_hub's HF_HOME: HF_HOME, else XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
 fs::path hf_home() {
-  if (auto v = env("HF_HOME")) return *v;
-  if (auto v = env("XDG_CACHE_HOME")) return fs::path(*v) / "huggingface";
+  if (auto v = env("HF_HOME")) return expand_path(*v);
+  if (auto v = env("XDG_CACHE_HOME")) return expand_path(*v) / "huggingface";
   return fs::path(env("HOME").value_or(".")) / ".cache" / "huggingface";
 }
+
+bool var_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 // A refs/ file's commit: huggingface_hub writes the sha without a newline; a hand-made one may
 // have one.
@@ -46,21 +50,87 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
+fs::path expand_path(std::string_view text) {
+  std::string path(text);
+  if (path == "~" || path.starts_with("~/")) {
+    if (auto home = env("HOME")) path = *home + path.substr(1);
+  }
+  // posixpath.expandvars: $NAME or ${NAME}, replaced only when the variable exists.
+  std::string out;
+  for (std::size_t i = 0; i < path.size();) {
+    if (path[i] != '$') {
+      out += path[i++];
+      continue;
+    }
+    std::size_t begin = i + 1, end = begin;
+    const bool braced = begin < path.size() && path[begin] == '{';
+    if (braced) {
+      end = path.find('}', begin + 1);
+      if (end == std::string::npos) {
+        out += path.substr(i);
+        break;
+      }
+    } else {
+      while (end < path.size() && var_char(path[end])) ++end;
+    }
+    const std::string name = braced ? path.substr(begin + 1, end - begin - 1) : path.substr(begin, end - begin);
+    const std::size_t next = braced ? end + 1 : end;
+    const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+    out += value != nullptr ? std::string(value) : path.substr(i, next - i);
+    i = std::max(next, i + 1);
+  }
+  return out;
+}
+
 fs::path default_root() {
-  if (auto v = env("HF_HUB_CACHE")) return *v;
+  if (auto v = env("HF_HUB_CACHE")) return expand_path(*v);
   return hf_home() / "hub";
 }
 
 fs::path default_token_file() {
-  if (auto v = env("HF_TOKEN_PATH")) return *v;
+  if (auto v = env("HF_TOKEN_PATH")) return expand_path(*v);
   return hf_home() / "token";
+}
+
+std::optional<std::string> clean_token(std::string_view text) {
+  std::string token;
+  for (const char c : text) {
+    if (c != '\r' && c != '\n') token += c;
+  }
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f'; };
+  while (!token.empty() && space(token.back())) token.pop_back();
+  std::size_t lead = 0;
+  while (lead < token.size() && space(token[lead])) ++lead;
+  token.erase(0, lead);
+  if (token.empty()) return std::nullopt;
+  return token;
 }
 
 std::optional<std::string> read_token(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  std::string token;
-  if (!(in >> token)) return std::nullopt;  // >> skips the whitespace around it
-  return token;
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return clean_token(text.str());
+}
+
+std::optional<found_token> implicit_token() {
+  // `HF_TOKEN or HUGGING_FACE_HUB_TOKEN`, then cleaned: a blank HF_TOKEN hides the legacy one.
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
+    const auto value = env(name);
+    if (!value) continue;
+    if (auto token = clean_token(*value)) return found_token{std::move(*token), name, false};
+    break;
+  }
+  const fs::path file = default_token_file();
+  if (auto token = read_token(file)) return found_token{std::move(*token), file.string(), true};
+  return std::nullopt;
+}
+
+bool implicit_token_disabled() {
+  auto value = env("HF_HUB_DISABLE_IMPLICIT_TOKEN").value_or("");
+  for (char& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return value == "1" || value == "ON" || value == "YES" || value == "TRUE";
 }
 
 std::optional<model_ref> parse_model_ref(std::string_view text) {

@@ -18,17 +18,40 @@ namespace baton::hf_cache {
 // An environment variable; nullopt when unset or empty, as huggingface_hub reads its own.
 std::optional<std::string> env(const char* name);
 
+// A path taken from the environment, expanded as huggingface_hub expands its own (constants.py:
+// os.path.expanduser, then expandvars): a leading `~` or `~/` is $HOME, and $NAME / ${NAME} are
+// the variables' values (unset ones stay as written).
+std::filesystem::path expand_path(std::string_view text);
+
 // HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
 // ~/.cache/huggingface/hub: where huggingface-cli looks, so both share one cache.
 std::filesystem::path default_root();
 
 // HF_TOKEN_PATH, else HF_HOME/token, else XDG_CACHE_HOME/huggingface/token, else
-// ~/.cache/huggingface/token: where `huggingface-cli login` keeps the token.
+// ~/.cache/huggingface/token: where `hf auth login` (formerly `huggingface-cli login`) keeps the token.
 std::filesystem::path default_token_file();
 
-// The token in `file` without surrounding whitespace; nullopt when the file is absent, unreadable
-// or blank.
+// `text` without its line breaks and surrounding whitespace; nullopt when nothing is left
+// (huggingface_hub's _clean_token).
+std::optional<std::string> clean_token(std::string_view text);
+
+// The token in `file`, cleaned; nullopt when the file is absent, unreadable or blank.
 std::optional<std::string> read_token(const std::filesystem::path& file);
+
+// The token huggingface_hub sends when it is given none (utils/_auth.py get_token, v1.28.0):
+// HF_TOKEN, else HUGGING_FACE_HUB_TOKEN (the legacy name), else the file default_token_file();
+// each cleaned, a blank one counting as none. `source` is the variable's name or the file's path.
+// (The hub's OIDC exchange, HF_OIDC_RESOURCE, and Colab's secret vault are not read.)
+struct found_token {
+  std::string token;
+  std::string source;
+  bool from_file = false;
+};
+std::optional<found_token> implicit_token();
+
+// HF_HUB_DISABLE_IMPLICIT_TOKEN set to 1, ON, YES or TRUE (any case): huggingface_hub then sends
+// none of implicit_token()'s (utils/_headers.py get_token_to_send).
+bool implicit_token_disabled();
 
 // A model as the hub names it: "ORG/NAME", with "@REV" for a branch, tag or commit.
 struct model_ref {

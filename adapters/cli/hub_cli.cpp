@@ -31,22 +31,41 @@ constexpr const char* pull_help = R"(Usage: baton pull [--endpoint URL] [--revis
 
 Downloads a Clef-Omni release (REPO, default Cloudflare/clef-omni; ORG/NAME[@REV] also names the
 revision) from the Hugging Face hub into the Hugging Face cache, as huggingface-cli lays it out:
-DIR/models--ORG--NAME/snapshots/COMMIT/FILE. Only what the clef engine reads is fetched: the
-config, the index, the joint head, the tokenizer and preprocessor files, and the shards that hold
-thinker tensors; shards holding only talker or code2wav tensors (speech output) are skipped.
+DIR/models--ORG--NAME/snapshots/COMMIT/FILE. Afterwards the release is `--model ORG/NAME` for
+`baton decide`, and `engine.model: ORG/NAME` in config/baton.yaml.
+
+What is fetched: only what the clef engine reads. config.json (with its quantization_config, for
+a quantized release), model.safetensors.index.json, joint_head_config.json and
+joint_head.safetensors, the tokenizer files (tokenizer.json, vocab.json, merges.txt,
+tokenizer_config.json, added_tokens.json) and preprocessor_config.json, when the revision has
+them; then every shard the index maps a tensor other than talker.* or code2wav.* to, whatever the
+tensor is called (a quantized linear's qweight, qzeros, scales and g_idx, or its weight and
+weight_scale_inv, come like any weight), or model.safetensors for a release without an index.
+Skipped: shards holding only talker or code2wav tensors (speech output), and every other file
+(README, generation_config.json, quantize_config.json, ...).
+
 Files already in the cache (from an earlier pull or from huggingface-cli) are reused; a cut
 transfer resumes where it stopped (HTTP Range on a .part file); every file is verified (sha256
-for LFS files, size for the others) before it appears under its name. Afterwards the release is
-`--model ORG/NAME` for `baton decide`, and `engine.model: ORG/NAME` in config/baton.yaml.
+for LFS files, size for the others) before it appears under its name. Two pulls into one cache
+(or a pull and huggingface_hub) take turns per file: each writes a blob under an flock on
+DIR/.locks/models--ORG--NAME/BLOB.lock, huggingface_hub's lock; the other waits, says so (again
+every 10 s), and reuses the finished file. It gives up (exit 75) when the download it waits for
+has not grown in 5 minutes (a stopped or hung process).
+
+The token (sent to the hub's own host only, never to its CDN, never printed): with --token-env
+NAME, that variable only. Otherwise as huggingface_hub looks it up: $HF_TOKEN, else
+$HUGGING_FACE_HUB_TOKEN (its older name), else the file `hf auth login` (formerly
+`huggingface-cli login`) saved: $HF_TOKEN_PATH, else $HF_HOME/token, else
+$XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token. Line breaks and surrounding
+spaces are dropped. HF_HUB_DISABLE_IMPLICIT_TOKEN=1 turns all of these off. Gated and private
+repositories need a token; public ones do not.
 
 Options:
   --endpoint URL    the hub (default: $HF_ENDPOINT, else https://huggingface.co); http:// too
   --revision REV    a branch, tag or commit (default main)
   --dir DIR         the cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else
-                    ~/.cache/huggingface/hub)
-  --token-env NAME  the environment variable holding the hub token (default HF_TOKEN, else the
-                    token `huggingface-cli login` saved: $HF_TOKEN_PATH, else $HF_HOME/token,
-                    else ~/.cache/huggingface/token); gated and private repositories need one
+                    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub)
+  --token-env NAME  read the hub token from this variable only (see above)
   -h, --help        show this help
 
 Standard output: the snapshot directory. Standard error: what is fetched and skipped, then a
@@ -59,7 +78,8 @@ Exit status:
   66  no such repository, revision or file (404), or not a release (no config.json)
   69  the hub cannot be reached or answers something unexpected
   74  the disk is full, or the cache cannot be written
-  75  a transfer was cut short: run the same command again to resume
+  75  a transfer was cut short: run the same command again to resume; or another process's
+      download of the same file stalled
   77  401 or 403: a gated or private repository, or a wrong token
   130 interrupted (SIGINT): run the same command again to resume
 )";
@@ -84,7 +104,7 @@ int exit_for(const error& e) {
   if (e.code == codes::hub_not_found || e.code == codes::not_a_release) return exit_no_input;
   if (e.code == codes::checksum_mismatch) return exit_data_error;
   if (e.code == codes::disk_full || e.code == codes::cannot_write) return exit_io_error;
-  if (e.code == codes::transfer_incomplete) return exit_temp_fail;
+  if (e.code == codes::transfer_incomplete || e.code == codes::blob_locked) return exit_temp_fail;
   if (e.code == codes::interrupted) return exit_interrupted;
   if (e.code == codes::bad_endpoint || e.code == codes::bad_revision) return exit_usage;
   return exit_unavailable;
@@ -108,7 +128,15 @@ class progress_view {
     using clock = std::chrono::steady_clock;
     const auto now = clock::now();
     if (stage == hub::fetch_stage::waiting) {
-      err_ << "  " << f.path << "  waiting: another process is downloading it into this cache\n" << std::flush;
+      if (f.path != waiting_) {
+        waiting_ = f.path;
+        wait_started_ = now;
+        err_ << "  " << f.path << "  waiting: another process is downloading it into this cache\n" << std::flush;
+        return;
+      }
+      err_ << "  " << f.path << "  still waiting ("
+           << seconds_text(std::chrono::duration<double>(now - wait_started_).count()) << "): the other download has "
+           << hub::format_bytes(done) << " of " << hub::format_bytes(f.size) << "\n" << std::flush;
       return;
     }
     if (stage == hub::fetch_stage::reused) {
@@ -146,7 +174,8 @@ class progress_view {
   std::ostream& err_;
   bool bar_;
   std::string current_;
-  std::chrono::steady_clock::time_point started_, drawn_;
+  std::string waiting_;  // the file a wait was last reported for: its first report says why
+  std::chrono::steady_clock::time_point started_, drawn_, wait_started_;
   std::uint64_t resumed_from_ = 0;
 };
 
@@ -157,15 +186,19 @@ struct pull_plan {
   std::uint64_t fetch_bytes = 0, skipped_bytes = 0;
 };
 
-result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::string>& shards) {
+// `shards`: the index's shards_read; `named`: every shard it names (empty without an index).
+result<pull_plan> plan_pull(const hub::hub_revision& rev, const std::set<std::string>& shards,
+                            const std::set<std::string>& named) {
   pull_plan plan;
   std::set<std::string> listed;
+  bool indexed = false;
+  for (const auto& f : rev.files) indexed = indexed || f.path == clef::release_files::index_json;
   for (const auto& f : rev.files) {
     listed.insert(f.path);
-    if (clef::engine_reads(f.path) || shards.contains(f.path)) {
+    if (clef::engine_reads(f.path, indexed, shards)) {
       plan.fetch.push_back(&f);
       plan.fetch_bytes += f.size;
-    } else if (f.path.ends_with(".safetensors")) {
+    } else if (named.contains(f.path)) {
       plan.skipped_shards.push_back(&f);
       plan.skipped_bytes += f.size;
     }
@@ -205,15 +238,18 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   options.endpoint = a.get("--endpoint") ? std::string(*a.get("--endpoint")) : hf_cache::env("HF_ENDPOINT").value_or(options.endpoint);
   options.token_env = a.get("--token-env") ? std::string(*a.get("--token-env")) : options.token_env;
   if (options.token_env.empty()) return usage_error(err, "--token-env needs a variable name", "pull");
-  options.token = hf_cache::env(options.token_env.c_str()).value_or("");
-  // As huggingface_hub: without HF_TOKEN, the token `huggingface-cli login` saved. A variable
-  // named with --token-env is the only source asked for.
-  if (options.token.empty() && !a.get("--token-env")) {
+  if (a.get("--token-env")) {
+    // A variable named on the command line is the only source asked for.
+    options.token = hf_cache::clean_token(hf_cache::env(options.token_env.c_str()).value_or("")).value_or("");
+  } else if (hf_cache::implicit_token_disabled()) {
+    options.implicit_token_disabled = true;
+  } else {
+    // huggingface_hub's order: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then the saved login's file.
     options.token_file_read = true;
-    const auto file = hf_cache::default_token_file();
-    if (auto token = hf_cache::read_token(file)) {
-      options.token = std::move(*token);
-      options.token_file = file.string();
+    if (auto found = hf_cache::implicit_token()) {
+      options.token = std::move(found->token);
+      if (found->from_file) options.token_file = std::move(found->source);
+      else options.token_env = std::move(found->source);
     }
   }
   options.stop_on_sigint = true;
@@ -233,7 +269,7 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
   const hub::progress_fn progress = std::ref(view);
 
   // The index first: which shards hold thinker tensors is in it.
-  std::set<std::string> shards;
+  std::set<std::string> shards, named;
   for (const auto& f : rev->files) {
     if (f.path != clef::release_files::index_json) continue;
     const auto index_path = client->fetch(root, *rev, f, progress);
@@ -244,8 +280,13 @@ int pull_main(std::span<const std::string_view> args, std::ostream& out, std::os
       return fail(make_error(404, codes::not_a_release, rev->repo + ": " + f.path + " is not a JSON object"));
     }
     shards = clef::release_files::shards_read(index);
+    if (const auto map = index.find("weight_map"); map != index.end() && map->is_object()) {
+      for (const auto& [tensor, file] : map->items()) {
+        if (file.is_string()) named.insert(file.get<std::string>());
+      }
+    }
   }
-  const auto plan = plan_pull(*rev, shards);
+  const auto plan = plan_pull(*rev, shards, named);
   if (!plan) return fail(plan.error());
 
   err << plan->fetch.size() << " files the clef engine reads: " << hub::format_bytes(plan->fetch_bytes) << "\n";

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -15,6 +17,8 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -245,12 +249,15 @@ error status_error(const hub_options& o, std::string_view repo, std::string_view
   if (g.status == 401 || g.status == 403) {
     const std::string gated = g.error_code == "GatedRepo" ? " (a gated repository: accept its terms on its page first)" : "";
     const std::string fix =
-        o.token.empty()
+        o.token.empty() && o.implicit_token_disabled
+            ? "no token was sent: HF_HUB_DISABLE_IMPLICIT_TOKEN is set, so neither HF_TOKEN nor the saved login is "
+              "read; name a variable holding a hub token that may read it with --token-env"
+        : o.token.empty()
             ? "no token was sent: set " + o.token_env +
                   " (or name another variable with --token-env) to a hub token that may read it" +
-                  (o.token_file_read ? ", or log in with `huggingface-cli login`" : "")
+                  (o.token_file_read ? ", or log in with `hf auth login` (formerly `huggingface-cli login`)" : "")
         : !o.token_file.empty()
-            ? "the token in " + o.token_file + " (huggingface-cli login's) was refused: check that it is valid and may read this repository (or set " +
+            ? "the token in " + o.token_file + " (the saved login) was refused: check that it is valid and may read this repository (or set " +
                   o.token_env + " to another)"
             : "the token in " + o.token_env + " was refused: check that it is valid and may read this repository (or name another variable with --token-env)";
     return make_error(static_cast<int>(g.status), codes::hub_unauthorized,
@@ -363,9 +370,31 @@ class part_sink : public body_sink {
   std::optional<sha256> hash_{std::in_place};
 };
 
+// The process holding the flock on `fd`'s file, from /proc/locks ("1: FLOCK  ADVISORY  WRITE PID
+// MAJ:MIN:INODE 0 EOF"; waiters' lines have "->"): 0 when it cannot be told.
+long lock_holder(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  char id[64];
+  std::snprintf(id, sizeof id, "%02x:%02x:%lu", major(st.st_dev), minor(st.st_dev), static_cast<unsigned long>(st.st_ino));
+  std::ifstream locks("/proc/locks");
+  for (std::string line; std::getline(locks, line);) {
+    std::istringstream fields(line);
+    std::string number, kind, mode, access, pid, file;
+    if (!(fields >> number >> kind >> mode >> access >> pid >> file) || kind != "FLOCK" || file != id) continue;
+    try {
+      return std::stol(pid);
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
 // An exclusive flock(2) on CACHE/.locks/models--ORG--NAME/BLOB.lock while a blob is checked and
-// written: the lock huggingface_hub takes for the same blob (filelock uses flock), so two pulls,
-// or a pull and huggingface-cli, never append to one .part. The file stays, as the hub's do.
+// written: the lock huggingface_hub takes for the same blob (filelock's UnixFileLock is flock, on a
+// file of mode 0664 so that a group sharing the cache can wait on it), so two pulls, or a pull and
+// huggingface_hub, never write one blob at once. The file stays, as the hub's do.
 class blob_lock {
  public:
   blob_lock() = default;
@@ -375,25 +404,68 @@ class blob_lock {
     if (fd_ >= 0) ::close(fd_);  // releases the lock
   }
 
-  // Blocks while another process holds it, after `on_wait` once.
-  result<void> acquire(const fs::path& path, const std::function<void()>& on_wait) {
+  // Waits while another process holds it, polling: a blocking flock could not be bounded.
+  // `others_bytes` is the holder's download so far; `on_wait` hears it at once and every
+  // `report_every`; the wait fails once it has not changed for `stall`.
+  result<void> acquire(const fs::path& path, const std::function<std::uint64_t()>& others_bytes,
+                       const std::function<void(std::uint64_t)>& on_wait, std::chrono::milliseconds report_every,
+                       std::chrono::milliseconds stall, const std::string& what) {
+    using clock = std::chrono::steady_clock;
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
     if (ec) return make_error(500, codes::cannot_write, path.parent_path().string() + ": " + ec.message());
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
     if (fd_ < 0) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return {};
-    if (errno != EWOULDBLOCK) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
-    if (on_wait) on_wait();
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
+    (void)::fchmod(fd_, 0664);  // as filelock does; another user's file keeps its mode
+    const auto start = clock::now();
+    auto changed = start, next_report = start + report_every;
+    std::uint64_t seen = 0;
+    for (bool first = true;; first = false) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return {};
+      if (errno != EWOULDBLOCK && errno != EINTR) return make_error(500, codes::cannot_write, path.string() + ": " + std::strerror(errno));
+      const auto now = clock::now();
+      const std::uint64_t bytes = others_bytes();
+      if (first || bytes != seen) {
+        seen = bytes;
+        changed = now;
+      }
+      if (first || now >= next_report) {
+        if (on_wait) on_wait(seen);
+        if (!first) next_report += report_every;
+      }
+      if (now - changed >= stall) {
+        const long pid = lock_holder(fd_);
+        const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+        const auto still = std::chrono::duration_cast<std::chrono::seconds>(now - changed).count();
+        return make_error(503, codes::blob_locked,
+                          what + ": another process" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "") +
+                              " is downloading it into this cache (it holds " + path.string() + ") and its download has not grown in " +
+                              std::to_string(still) + " s (waited " + std::to_string(waited) +
+                              " s): it may be stopped or hung; end it, or let it finish, and run the same command again");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return {};
   }
 
  private:
   int fd_ = -1;
 };
+
+// The bytes another process has of `blob` so far: baton's BLOB.part, huggingface_hub's
+// BLOB.incomplete or BLOB.XXXXXXXX.incomplete (one per process since 1.x), or the finished blob.
+std::uint64_t download_bytes(const fs::path& blobs, const std::string& blob) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(blobs, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool partial = name.starts_with(blob + ".") && (name.ends_with(".part") || name.ends_with(".incomplete"));
+    if (!partial && name != blob) continue;
+    std::error_code size_ec;
+    const auto size = fs::file_size(it->path(), size_ec);
+    if (!size_ec) total += size;
+  }
+  return total;
+}
 
 // snapshots/COMMIT/FILE → ../../blobs/HASH (one more ../ per folder in FILE), replaced atomically.
 result<void> link_snapshot(const fs::path& blob, const fs::path& link) {
@@ -513,9 +585,13 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
     return link;
   }
   blob_lock lock;
-  if (auto r = lock.acquire(cache_root / ".locks" / repo.filename() / (file.blob_name() + ".lock"), [&] {
-        if (progress) progress(file, fetch_stage::waiting, 0, 0);
-      });
+  if (auto r = lock.acquire(
+          cache_root / ".locks" / repo.filename() / (file.blob_name() + ".lock"),
+          [&] { return download_bytes(blobs, file.blob_name()); },
+          [&](std::uint64_t others) {
+            if (progress) progress(file, fetch_stage::waiting, others, 0);
+          },
+          options_.lock_report_every, options_.lock_stall, file.path);
       !r) {
     return r.error();
   }
@@ -574,6 +650,14 @@ result<fs::path> hub_client::fetch(const fs::path& cache_root, const hub_revisio
     }
   }
   if (auto r = sink.finish(); !r) return r.error();
+  // Only this process wrote it, unless a filesystem granted the lock to two (flock is a no-op on
+  // some network filesystems): then both appended, and neither's own count or hash shows it.
+  if (const auto on_disk = size_or_zero(part); on_disk != file.size) {
+    fs::remove(part, ec);
+    return make_error(502, codes::checksum_mismatch, file.path + ": " + part.string() + " holds " + std::to_string(on_disk) +
+                                                    " bytes, not " + std::to_string(file.size) +
+                                                    " (another process wrote to it too: does this filesystem honour flock?); it was deleted, run the command again");
+  }
   if (!file.sha256.empty()) {
     const std::string got = sink.digest();
     if (got != "sha256:" + file.sha256) {
@@ -595,7 +679,8 @@ result<void> hub_client::write_ref(const fs::path& cache_root, const hub_revisio
   if (!ref) return make_error(400, codes::bad_revision, "revision `" + rev.revision + "` cannot name a refs/ file");
   std::error_code ec;
   fs::create_directories(ref->parent_path(), ec);
-  const fs::path tmp = ref->string() + ".tmp";
+  // A name of this process's own: two pulls of one revision write the ref at once.
+  const fs::path tmp = ref->string() + "." + std::to_string(::getpid()) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << rev.commit;

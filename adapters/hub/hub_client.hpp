@@ -25,10 +25,17 @@ struct hub_options {
   std::string endpoint = std::string(default_endpoint);  // http:// or https://host[:port][/prefix]
   std::string token;      // sent as a bearer token to the endpoint's host only, never to a CDN
   std::string token_env = "HF_TOKEN";  // the variable for it: the 401 message names it
-  std::string token_file;              // set when the token came from huggingface-cli's token file
+  std::string token_file;              // set when the token came from the login's token file
   bool token_file_read = false;        // whether that file was asked (no --token-env given)
+  bool implicit_token_disabled = false;  // HF_HUB_DISABLE_IMPLICIT_TOKEN: only --token-env is read
   std::chrono::seconds timeout{60};    // for each connect and each read: a stalled transfer fails
   bool stop_on_sigint = false;         // SIGINT and SIGTERM end a transfer, keeping its .part
+  // A wait for another process's download of the same blob (its lock) is reported at once and
+  // then every `lock_report_every` (huggingface_hub logs every 10 s), and fails when that
+  // download has not grown for `lock_stall`: a stopped or hung holder, not a slow one (whose own
+  // reads time out after `timeout` and free the lock).
+  std::chrono::milliseconds lock_report_every{10000};
+  std::chrono::milliseconds lock_stall{std::chrono::minutes(5)};
   // https peers are verified against the system's CAs (core/http_client.hpp).
 };
 
@@ -50,8 +57,9 @@ struct hub_revision {
 };
 
 // What a fetch reports as it goes: a wait for another process downloading the same blob (a
-// pull or huggingface_hub: both lock it), a file reused from the cache, its bytes arriving
-// (`done` of `file.size`, `resumed_from` bytes were already on disk), or its end.
+// pull or huggingface_hub: both lock it; `done` is what that download has so far, reported again
+// every hub_options::lock_report_every), a file reused from the cache, its bytes arriving (`done`
+// of `file.size`, `resumed_from` bytes were already on disk), or its end.
 enum class fetch_stage { waiting, reused, transferring, verified };
 using progress_fn = std::function<void(const hub_file& file, fetch_stage stage, std::uint64_t done,
                                        std::uint64_t resumed_from)>;
@@ -68,9 +76,13 @@ class hub_client {
 
   // The file under ROOT/models--ORG--NAME/snapshots/COMMIT/, reusing its blob when the cache has
   // it, else downloading blobs/HASH.part (resumed when there is one) from resolve/COMMIT/FILE,
-  // following redirects. The list's errors, and 507 DISK_FULL, 502 CHECKSUM_MISMATCH (the .part is
-  // deleted), 503 TRANSFER_INCOMPLETE (the connection failed or was cut) and 503 INTERRUPTED (a
-  // signal): the .part is kept for the next run, whose message says so.
+  // following redirects. The blob is checked and written under an exclusive flock on
+  // ROOT/.locks/models--ORG--NAME/BLOB.lock, huggingface_hub's lock for it, so concurrent pulls
+  // (and huggingface_hub) download it once: a waiter then reuses it. The list's errors, and 507
+  // DISK_FULL, 502 CHECKSUM_MISMATCH (the .part is deleted, also when another writer, unlocked,
+  // appended to it), 503 BLOB_LOCKED (the lock's holder stalled: hub_options::lock_stall), 503
+  // TRANSFER_INCOMPLETE (the connection failed or was cut) and 503 INTERRUPTED (a signal): the
+  // .part is kept for the next run, whose message says so.
   result<std::filesystem::path> fetch(const std::filesystem::path& cache_root, const hub_revision& revision,
                                       const hub_file& file, const progress_fn& progress) const;
 

@@ -81,10 +81,70 @@ TEST(hf_cache, the_token_file_is_where_huggingface_cli_login_saves_it) {
 TEST(hf_cache, a_token_file_is_read_without_its_whitespace) {
   const test::scratch_dir dir("baton-hf-token");
   std::ofstream(dir / "token") << "hf_abc123\n";
-  std::ofstream(dir / "blank") << "  \n";
+  std::ofstream(dir / "crlf") << "  hf_abc\r\n123 \t\r\n";  // _clean_token drops every \r and \n
+  std::ofstream(dir / "blank") << "  \r\n";
   EXPECT_EQ(hf_cache::read_token(dir / "token"), std::optional<std::string>("hf_abc123"));
+  EXPECT_EQ(hf_cache::read_token(dir / "crlf"), std::optional<std::string>("hf_abc123"));
   EXPECT_EQ(hf_cache::read_token(dir / "blank"), std::nullopt);
   EXPECT_EQ(hf_cache::read_token(dir / "absent"), std::nullopt);
+}
+
+// huggingface_hub's expanduser and expandvars on HF_HOME, HF_TOKEN_PATH and HF_HUB_CACHE.
+TEST(hf_cache, paths_from_the_environment_expand_home_and_variables) {
+  test::env_var home("HOME", "/home/u"), scratch("BATON_TEST_SCRATCH", "/srv/s"), unset("BATON_TEST_UNSET", nullptr);
+  EXPECT_EQ(hf_cache::expand_path("~/hf"), fs::path("/home/u/hf"));
+  EXPECT_EQ(hf_cache::expand_path("~"), fs::path("/home/u"));
+  EXPECT_EQ(hf_cache::expand_path("/a/~/b"), fs::path("/a/~/b"));
+  EXPECT_EQ(hf_cache::expand_path("$BATON_TEST_SCRATCH/hf/${BATON_TEST_SCRATCH}x"), fs::path("/srv/s/hf//srv/sx"));
+  EXPECT_EQ(hf_cache::expand_path("$BATON_TEST_UNSET/${BATON_TEST_UNSET}/$/${"), fs::path("$BATON_TEST_UNSET/${BATON_TEST_UNSET}/$/${"));
+  test::env_var path("HF_TOKEN_PATH", "~/t/token"), hf_home("HF_HOME", "$BATON_TEST_SCRATCH/hf"), cache("HF_HUB_CACHE", nullptr);
+  EXPECT_EQ(hf_cache::default_token_file(), fs::path("/home/u/t/token"));
+  EXPECT_EQ(hf_cache::default_root(), fs::path("/srv/s/hf/hub"));
+}
+
+// get_token's order (huggingface_hub 1.28.0, utils/_auth.py): HF_TOKEN, HUGGING_FACE_HUB_TOKEN,
+// the login's file; HF_HUB_DISABLE_IMPLICIT_TOKEN turns all three off.
+TEST(hf_cache, the_implicit_token_is_looked_up_as_huggingface_hub_does) {
+  const test::scratch_dir dir("baton-hf-token-order");
+  std::ofstream(dir / "token") << "hf_from_file\n";
+  test::env_var hf("HF_TOKEN", " hf_from_env\n"), legacy("HUGGING_FACE_HUB_TOKEN", "hf_legacy"),
+      path("HF_TOKEN_PATH", (dir / "token").c_str()), disable("HF_HUB_DISABLE_IMPLICIT_TOKEN", nullptr);
+  auto t = hf_cache::implicit_token();
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->token, "hf_from_env");
+  EXPECT_EQ(t->source, "HF_TOKEN");
+  EXPECT_FALSE(t->from_file);
+  {
+    test::env_var empty("HF_TOKEN", "");  // empty is unset: the legacy name is asked
+    t = hf_cache::implicit_token();
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->token, "hf_legacy");
+    EXPECT_EQ(t->source, "HUGGING_FACE_HUB_TOKEN");
+  }
+  {
+    test::env_var blank("HF_TOKEN", "  ");  // `HF_TOKEN or ...` takes it, cleaned to nothing: the file
+    t = hf_cache::implicit_token();
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->token, "hf_from_file");
+    EXPECT_TRUE(t->from_file);
+    EXPECT_EQ(t->source, (dir / "token").string());
+  }
+  test::env_var unset_hf("HF_TOKEN", nullptr), unset_legacy("HUGGING_FACE_HUB_TOKEN", nullptr);
+  t = hf_cache::implicit_token();
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->token, "hf_from_file");
+  test::env_var no_file("HF_TOKEN_PATH", (dir / "absent").c_str());
+  EXPECT_FALSE(hf_cache::implicit_token());
+
+  EXPECT_FALSE(hf_cache::implicit_token_disabled());
+  for (const char* yes : {"1", "on", "Yes", "TRUE"}) {
+    test::env_var d("HF_HUB_DISABLE_IMPLICIT_TOKEN", yes);
+    EXPECT_TRUE(hf_cache::implicit_token_disabled()) << yes;
+  }
+  for (const char* no : {"0", "false", "", "2"}) {
+    test::env_var d("HF_HUB_DISABLE_IMPLICIT_TOKEN", no);
+    EXPECT_FALSE(hf_cache::implicit_token_disabled()) << no;
+  }
 }
 
 TEST(hf_cache, finds_a_snapshot_by_ref_or_commit) {

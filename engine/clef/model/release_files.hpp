@@ -18,7 +18,7 @@ inline constexpr std::string_view single_shard = "model.safetensors";  // a chec
 inline constexpr std::string_view head_config_json = "joint_head_config.json";
 inline constexpr std::string_view head_weights = "joint_head.safetensors";
 
-// Every file but the shards an index names.
+// Every file but the shards an index names (model.safetensors is opened only without an index).
 inline constexpr std::array<std::string_view, 5> fixed = {config_json, index_json, single_shard, head_config_json,
                                                           head_weights};
 
