@@ -5,7 +5,7 @@
 // against another libtorch. On a GPU the parts' timers synchronise the device (the ceiling is
 // still the CPU's).
 //
-//   clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers 2] [--threads 2]
+//   clef_forward [--dtype f32|bf16|int8|int4] [--shape mid|real] [--layers 2] [--threads 2]
 //                [--tokens 512,2048,8192] [--warmup 1] [--runs 5] [--dir build/bench-release-[real-]<dtype>]
 //                [--from build/bench-release-[real-]bf16] [--device cpu|cuda] [--init bench|transformers]
 //                [--experts default|grouped|onednn|xsmm|blas] [--json]
@@ -18,7 +18,7 @@
 // into build/bench-release-...-transformers: a second kind of random release, routed less evenly.
 // int8: the bf16 release (--from, written first when missing) quantized by quantize_int8, its int8
 // experts multiplied in bf16 where the device has bf16 arithmetic, in f32 elsewhere (as the engine
-// chooses). --device cuda runs the forwards on a GPU (the matmul ceiling is
+// chooses). int4: the same by quantize_int4 (groups of 128), its experts on baton's int4 kernel. --device cuda runs the forwards on a GPU (the matmul ceiling is
 // still the CPU's).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -267,13 +267,13 @@ arguments parse_arguments(int argc, char** argv) {
       a.json = true;
     } else {
       throw std::runtime_error(
-          "usage: clef_forward [--dtype f32|bf16|int8] [--shape mid|real] [--layers N] [--threads N] "
+          "usage: clef_forward [--dtype f32|bf16|int8|int4] [--shape mid|real] [--layers N] [--threads N] "
           "[--tokens 512,2048,8192] [--warmup N] [--runs N] [--dir PATH] [--from PATH] [--device cpu|cuda] "
           "[--score-budget-mib N] [--init bench|transformers] [--experts default|grouped|onednn|xsmm|blas] [--json]");
     }
   }
-  if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8") {
-    throw std::runtime_error("--dtype is f32, bf16 or int8");
+  if (a.dtype != "f32" && a.dtype != "bf16" && a.dtype != "int8" && a.dtype != "int4") {
+    throw std::runtime_error("--dtype is f32, bf16, int8 or int4");
   }
   if (a.runs < 1 || a.warmup < 0 || a.threads < 1 || a.tokens.empty()) {
     throw std::runtime_error("--runs and --threads must be positive, --warmup non-negative");
@@ -497,9 +497,10 @@ int run(const arguments& args) {
   // int8 experts multiply in the activations' dtype, which the engine picks by default: bf16 where the
   // device has bf16 arithmetic, f32 where it has not (emulated bf16 is ~50x slower: an AVX2-only
   // CPU took 48.7 s for a 512-token forward in bf16).
-  const bool int8 = args.dtype == "int8";
+  const bool int8 = args.dtype == "int8" || args.dtype == "int4";  // quantized experts
   const bool bf16 = args.dtype == "bf16" || (int8 && (args.device != "cpu" || cpu_has_native_bf16()));
-  const std::string dtype_text = int8 ? std::string("int8 experts, ") + (bf16 ? "bf16" : "f32") + " activations" : args.dtype;
+  const std::string dtype_text =
+      int8 ? args.dtype + " experts, " + (bf16 ? "bf16" : "f32") + " activations" : args.dtype;
   const text_config shape = args.real ? real_text_config(args.layers) : bench_text_config();
   const head_config head = args.real ? real_head_config() : bench_head_config();
   if (!release_is_current(args.dir, shape, args.init)) {
@@ -510,7 +511,11 @@ int run(const arguments& args) {
     if (int8) {
       if (!release_is_current(args.from, shape, args.init)) write_release(args.from, true, shape, head, args.init);
       fs::remove_all(args.dir);
-      quantize_int8(args.from, args.dir);
+      if (args.dtype == "int4") {
+        quantize_int4(args.from, args.dir, 128);
+      } else {
+        quantize_int8(args.from, args.dir);
+      }
     } else {
       write_release(args.dir, bf16, shape, head, args.init);
     }

@@ -1,13 +1,14 @@
-// The int8 release against its bf16 source on the mid-size random release (bench/random_release.hpp),
+// The int8 (or int4: --scheme int4) release against its bf16 source on the mid-size random release (bench/random_release.hpp),
 // both computed in bf16 (in f32 on a CPU without bf16 arithmetic): per-layer cosine of the hidden
 // states, top-k routing agreement, and over a few hundred questions the largest probability
 // difference and top-1 agreement.
 //
 //   clef_int8_accuracy [--bf16 build/bench-release-bf16] [--int8 build/bench-release-int8]
 //                      [--threads 2] [--trace-records 8] [--trace-tokens 512] [--records 100]
-//                      [--tokens 256] [--batch 8]
+//                      [--tokens 256] [--batch 8] [--scheme int8|int4] [--group-size 128]
 //
-// Missing releases are written (the bf16 one at random, the int8 one by quantize_int8 from it).
+// Missing releases are written (the bf16 one at random, the quantized one by quantize_int8 or
+// quantize_int4 from it; --int8 names either, by default build/bench-release-int4-g<group> for int4).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,9 @@ using namespace baton::clef::bench;
 struct arguments {
   fs::path bf16 = "build/bench-release-bf16", int8 = "build/bench-release-int8";
   int threads = 2, trace_records = 8, trace_tokens = 512, records = 100, tokens = 256, batch = 8;
+  std::string scheme = "int8";
+  int group = 128;
+  bool named = false;  // --int8 given
 };
 
 arguments parse_arguments(int argc, char** argv) {
@@ -41,7 +45,9 @@ arguments parse_arguments(int argc, char** argv) {
     if (i + 1 >= argc) throw std::runtime_error("usage: see the comment at the top of clef_int8_accuracy.cpp");
     const std::string value = argv[++i];
     if (key == "--bf16") a.bf16 = value;
-    else if (key == "--int8") a.int8 = value;
+    else if (key == "--int8") a.int8 = value, a.named = true;
+    else if (key == "--scheme") a.scheme = value;
+    else if (key == "--group-size") a.group = std::stoi(value);
     else if (key == "--threads") a.threads = std::stoi(value);
     else if (key == "--trace-records") a.trace_records = std::stoi(value);
     else if (key == "--trace-tokens") a.trace_tokens = std::stoi(value);
@@ -50,6 +56,8 @@ arguments parse_arguments(int argc, char** argv) {
     else if (key == "--batch") a.batch = std::stoi(value);
     else throw std::runtime_error("unknown option " + key);
   }
+  if (a.scheme != "int8" && a.scheme != "int4") throw std::runtime_error("--scheme is int8 or int4");
+  if (a.scheme == "int4" && !a.named) a.int8 = "build/bench-release-int4-g" + std::to_string(a.group);
   return a;
 }
 
@@ -106,7 +114,11 @@ int run(const arguments& args) {
   if (!release_is_current(args.int8)) {
     std::printf("quantizing it to %s ...\n", args.int8.c_str());
     fs::remove_all(args.int8);
-    quantize_int8(args.bf16, args.int8);
+    if (args.scheme == "int4") {
+      quantize_int4(args.bf16, args.int8, args.group);
+    } else {
+      quantize_int8(args.bf16, args.int8);
+    }
   }
   // Both computed in bf16 where the CPU has bf16 arithmetic, in f32 where bf16 would be emulated
   // (~50x slower: hours for this bench), as the engine picks by default. bf16 weights are exact in
@@ -118,7 +130,9 @@ int run(const arguments& args) {
   options.threads = args.threads;
   const auto a = model::load(args.bf16, options);
   const auto b = model::load(args.int8, options);
-  if (!b->files().int8_experts()) throw std::runtime_error(args.int8.string() + " is not an int8 release");
+  if (args.scheme == "int4" ? !b->files().int4_experts() : !b->files().int8_experts()) {
+    throw std::runtime_error(args.int8.string() + " is not an " + args.scheme + " release");
+  }
   const text_config& c = a->files().text();
   const int k = static_cast<int>(c.experts_per_token), experts = static_cast<int>(c.num_experts);
   const auto hidden = static_cast<std::size_t>(c.hidden_size);
@@ -157,9 +171,9 @@ int run(const arguments& args) {
       }
     }
   }
-  std::printf("\nint8 (%s) against bf16 (%s), both computed in %s, %d threads; %d records of %d "
+  std::printf("\n%s (%s) against bf16 (%s), both computed in %s, %d threads; %d records of %d "
               "random tokens traced\n",
-              args.int8.c_str(), args.bf16.c_str(), bf16 ? "bf16" : "f32", args.threads, args.trace_records,
+              args.scheme.c_str(), args.int8.c_str(), args.bf16.c_str(), bf16 ? "bf16" : "f32", args.threads, args.trace_records,
               args.trace_tokens);
   std::printf("  %-14s %10s %12s %12s %14s %12s\n", "layer", "cosine", "token mean", "token min",
               "top-k overlap", "same set");
