@@ -654,13 +654,20 @@ TEST(cli_quantize, writes_an_int8_release_that_decide_loads) {
 }
 
 TEST(cli_quantize, usage_errors) {
-  EXPECT_EQ(cli({"quantize", "a", "b"}).code, exit_usage);  // --int8 is required
+  EXPECT_EQ(cli({"quantize", "a", "b"}).code, exit_usage);  // --int8 or --int4 is required
   EXPECT_EQ(cli({"quantize", "--int8", "a"}).code, exit_usage);
   EXPECT_EQ(cli({"quantize", "--int8", "a", "b", "c"}).code, exit_usage);
-  EXPECT_EQ(cli({"quantize", "--int4", "a", "b"}).code, exit_usage);
+  EXPECT_EQ(cli({"quantize", "--int8", "--int4", "a", "b"}).code, exit_usage);  // one scheme
+  EXPECT_EQ(cli({"quantize", "--int8", "--group-size", "64", "a", "b"}).code, exit_usage);  // int4's
+  const auto group = cli({"quantize", "--int4", "--group-size", "48", "a", "b"});
+  EXPECT_EQ(group.code, exit_usage);
+  EXPECT_NE(group.err.find("--group-size must be 32, 64 or 128 (not 48)"), std::string::npos) << group.err;
+  EXPECT_EQ(cli({"quantize", "--int4", "a", "b", "--group-size"}).code, exit_usage);
+  // A valid command line on a source that is not a release: the loader's refusal, not a usage error.
+  EXPECT_EQ(cli({"quantize", "--int4", "--group-size", "32", "/nonexistent-release", "b"}).code, exit_no_input);
   const auto help = cli({"quantize", "--help"});
   EXPECT_EQ(help.code, exit_ok);
-  EXPECT_NE(help.out.find("Usage: baton quantize --int8 SRC DST"), std::string::npos);
+  EXPECT_NE(help.out.find("Usage: baton quantize (--int8 | --int4 [--group-size N]) SRC DST"), std::string::npos);
   EXPECT_NE(cli({"--help"}).out.find("quantize"), std::string::npos);
 }
 
