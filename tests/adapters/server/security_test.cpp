@@ -186,7 +186,7 @@ TEST_F(security_test, a_second_host_or_origin_header_is_refused) {
   const std::string two_hosts = "Host: " + self + "\r\nHost: attacker.example\r\n";
   const std::string two_origins =
       "Host: " + self + "\r\nOrigin: http://" + self + "\r\nOrigin: https://attacker.example\r\n";
-  for (const std::string& target : {"/v1/escalations", "/health"}) {
+  for (const std::string target : {"/v1/escalations", "/health"}) {
     SCOPED_TRACE(target);
     expect_refusal(raw(target, two_hosts), 400, "BAD_REQUEST");
     expect_refusal(raw(target, two_origins), 400, "BAD_REQUEST");
