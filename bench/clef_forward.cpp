@@ -58,6 +58,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct memory_snapshot {
   double rss_mib = 0, anon_mib = 0, file_mib = 0;
+  double peak_mib = 0;  // the process's highest RSS so far (VmHWM)
 };
 
 memory_snapshot read_memory() {
@@ -69,6 +70,7 @@ memory_snapshot read_memory() {
     if (line.starts_with("VmRSS:")) m.rss_mib = mib(line);
     if (line.starts_with("RssAnon:")) m.anon_mib = mib(line);
     if (line.starts_with("RssFile:")) m.file_mib = mib(line);
+    if (line.starts_with("VmHWM:")) m.peak_mib = mib(line);
   }
   return m;
 }
@@ -289,12 +291,12 @@ arguments parse_arguments(int argc, char** argv) {
 }
 
 void print_memory(const char* when, const memory_snapshot& m) {
-  std::printf("  RSS %-22s %8.1f MiB  (anon %7.1f, file-backed %7.1f)\n", when, m.rss_mib,
-              m.anon_mib, m.file_mib);
+  std::printf("  RSS %-22s %8.1f MiB  (anon %7.1f, file-backed %7.1f; peak so far %.1f)\n", when, m.rss_mib,
+              m.anon_mib, m.file_mib, m.peak_mib);
 }
 
 nlohmann::json memory_json(const memory_snapshot& m) {
-  return {{"rss_mib", m.rss_mib}, {"anon_mib", m.anon_mib}, {"file_mib", m.file_mib}};
+  return {{"rss_mib", m.rss_mib}, {"anon_mib", m.anon_mib}, {"file_mib", m.file_mib}, {"peak_mib", m.peak_mib}};
 }
 
 nlohmann::json stats_json(const stats& s) {
