@@ -25,14 +25,6 @@ std::filesystem::path release_dir() { return test::data_dir() / "vectors/clef-om
 // convolutions' biases over the batch padding, in its last token, spread by attention).
 constexpr double tolerance = 2e-5;
 
-template <class T>
-std::vector<T> raw_values(const std::filesystem::path& p) {
-  const std::string text = test::read_file(p);
-  std::vector<T> out(text.size() / sizeof(T));
-  std::memcpy(out.data(), text.data(), out.size() * sizeof(T));
-  return out;
-}
-
 struct stream {
   log_mel features;  // the processor's, padded to the case's longest stream
   // The tower's output [tokens, output_dim]: in the case's call, and in a call of its own.
@@ -44,13 +36,13 @@ std::vector<stream> case_streams(const std::string& which, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     const std::string stem = which + "." + std::to_string(i);
     stream s;
-    s.features.values = raw_values<float>(tower_vectors / (stem + ".mel"));
-    s.features.frame_mask = raw_values<std::int32_t>(tower_vectors / (stem + ".mask"));
+    s.features.values = test::raw_values<float>(tower_vectors / (stem + ".mel"));
+    s.features.frame_mask = test::raw_values<std::int32_t>(tower_vectors / (stem + ".mask"));
     s.features.frames = static_cast<std::int64_t>(s.features.frame_mask.size());
     EXPECT_GT(s.features.frames, 0) << stem << ": no reference (the make_audio_tower_vectors fixture writes it)";
     EXPECT_EQ(s.features.values.size(), s.features.frame_mask.size() * mel_bins) << stem;
-    s.batch = raw_values<float>(tower_vectors / (stem + ".batch"));
-    s.alone = raw_values<float>(tower_vectors / (stem + ".alone"));
+    s.batch = test::raw_values<float>(tower_vectors / (stem + ".batch"));
+    s.alone = test::raw_values<float>(tower_vectors / (stem + ".alone"));
     out.push_back(std::move(s));
   }
   return out;

@@ -123,14 +123,6 @@ const std::filesystem::path audio_vectors = BATON_AUDIO_VECTORS;
 // computed alone is 2e-2 off in its last frame, and has one valid frame fewer.
 constexpr double batch_tolerance = 1e-4;
 
-template <class T>
-std::vector<T> raw_values(const std::filesystem::path& p) {
-  const std::string text = test::read_file(p);
-  std::vector<T> out(text.size() / sizeof(T));
-  std::memcpy(out.data(), text.data(), out.size() * sizeof(T));
-  return out;
-}
-
 struct batch_reference {
   std::vector<float> mel;  // [mel_bins, frames]
   std::vector<std::int32_t> mask;
@@ -138,8 +130,8 @@ struct batch_reference {
 
 batch_reference batch_stream(const std::string& which, std::size_t i) {
   const std::string stem = "batch_" + which + "." + std::to_string(i);
-  batch_reference r{raw_values<float>(audio_vectors / (stem + ".mel")),
-                    raw_values<std::int32_t>(audio_vectors / (stem + ".mask"))};
+  batch_reference r{test::raw_values<float>(audio_vectors / (stem + ".mel")),
+                    test::raw_values<std::int32_t>(audio_vectors / (stem + ".mask"))};
   EXPECT_FALSE(r.mask.empty()) << stem << ": no reference (the make_audio_vectors fixture writes it)";
   EXPECT_EQ(r.mel.size(), r.mask.size() * mel_bins) << stem;
   return r;
@@ -190,7 +182,7 @@ TEST(audio_features, a_records_streams_are_computed_as_the_processors_padded_bat
   request r;
   std::vector<std::vector<float>> waves;
   for (std::size_t i = 0; i < 3; ++i) {
-    waves.push_back(raw_values<float>(audio_vectors / ("batch_synthetic." + std::to_string(i) + ".f32")));
+    waves.push_back(test::raw_values<float>(audio_vectors / ("batch_synthetic." + std::to_string(i) + ".f32")));
     raw_media m;
     m.audio = waves.back();
     r.audio.push_back(raw_item(std::move(m)));

@@ -3,10 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/json.hpp"
 
@@ -22,6 +24,16 @@ inline std::string read_file(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// A file of raw values of T (little-endian, as numpy's tofile writes them), e.g. a generator's
+// float32 or int32 arrays.
+template <class T>
+std::vector<T> raw_values(const std::filesystem::path& p) {
+  const std::string text = read_file(p);
+  std::vector<T> out(text.size() / sizeof(T));
+  std::memcpy(out.data(), text.data(), out.size() * sizeof(T));
+  return out;
 }
 
 // Parses with baton's own parser (key order, int/float distinction and big integers kept).
