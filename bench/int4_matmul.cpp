@@ -2,7 +2,7 @@
 // (2048 → 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a
 // call, GFLOP/s and the weight's bytes (nibbles, scales, zeros) per second, and the fastest call's
 // GFLOP/s (on a shared machine the least disturbed); each ISA path this CPU
-// runs; and the same product in fp32 through at::mm on one thread (OpenBLAS on Debian). Each call
+// runs (avx512_bf16 on x rounded to bf16, through int4_matmul_bf16); and the same product in fp32 through at::mm on one thread (OpenBLAS on Debian). Each call
 // takes the next of enough random weights to fill --weights-mb, as a forward's experts do, so the
 // weights come from memory, not from a cache warmed by the previous call.
 //
@@ -102,6 +102,7 @@ int run(const arguments& a) {
               core.empty() ? "" : "; at::mm on OpenBLAS ", core.c_str());
   std::vector<int4_isa> isas = {int4_isa::avx2};
   if (int4_isa_runs(int4_isa::avx512)) isas.push_back(int4_isa::avx512);
+  if (int4_isa_runs(int4_isa::avx512_bf16)) isas.push_back(int4_isa::avx512_bf16);
   std::mt19937 rng(1);
   const std::int64_t shapes[][2] = {{2048, 1536}, {768, 2048}};
   for (const auto& [in, out] : shapes) {
@@ -115,13 +116,20 @@ int run(const arguments& a) {
     for (std::int64_t i = 0; i < fp32_count; ++i) fp32.push_back(at::randn({out, in}));
     for (const std::int64_t rows : {1, 4, 16, 64, 256}) {
       const at::Tensor x = at::rand({rows, in}).mul_(2).sub_(1);
+      const at::Tensor xb = x.to(at::kBFloat16);
+      const auto* xb_bits = reinterpret_cast<const std::uint16_t*>(xb.data_ptr<at::BFloat16>());
       at::Tensor y = at::empty({rows, out});
       for (const auto isa : isas) {
         const timing s = time_calls(a.repeats, [&](int i) {
-          int4_matmul(x.data_ptr<float>(), rows, weights[static_cast<std::size_t>(i) % weights.size()].m,
-                      y.data_ptr<float>(), isa);
+          const int4_matrix& m = weights[static_cast<std::size_t>(i) % weights.size()].m;
+          if (isa == int4_isa::avx512_bf16) {
+            int4_matmul_bf16(xb_bits, rows, m, y.data_ptr<float>(), isa);
+          } else {
+            int4_matmul(x.data_ptr<float>(), rows, m, y.data_ptr<float>(), isa);
+          }
         });
-        print(isa == int4_isa::avx512 ? "int4 avx512" : "int4 avx2", rows, in, out, s, weights[0].bytes());
+        print(isa == int4_isa::avx512_bf16 ? "int4 bf16" : isa == int4_isa::avx512 ? "int4 avx512" : "int4 avx2", rows, in,
+              out, s, weights[0].bytes());
       }
       const timing s = time_calls(a.repeats, [&](int i) {
         at::mm_out(y, x, fp32[static_cast<std::size_t>(i) % fp32.size()].t());

@@ -1,5 +1,6 @@
-// int4_matmul against a scalar reference that dequantizes in the test and sums in double, on every
-// ISA path this CPU runs: symmetric and asymmetric weights (zero_offset 0 and 1), fp16 and bf16
+// int4_matmul (and int4_matmul_bf16 on the avx512_bf16 path, x rounded to bf16 first and the
+// reference computed on the rounded x) against a scalar reference that dequantizes in the test and
+// sums in double, on every ISA path this CPU runs: symmetric and asymmetric weights (zero_offset 0 and 1), fp16 and bf16
 // scales, groups of 32 to 2048 inputs, row counts that leave every row tile's tail, column counts
 // that leave every column tile's tail, and the real expert shapes. Every buffer the kernel reads
 // or writes ends where an inaccessible page begins, so a read or write past its end crashes.
@@ -27,7 +28,9 @@
 namespace baton::clef::detail {
 
 // The path's name in failure messages (found by GoogleTest through the type's namespace).
-void PrintTo(int4_isa isa, std::ostream* os) { *os << (isa == int4_isa::avx2 ? "avx2" : "avx512"); }
+void PrintTo(int4_isa isa, std::ostream* os) {
+  *os << (isa == int4_isa::avx2 ? "avx2" : isa == int4_isa::avx512 ? "avx512" : "avx512_bf16");
+}
 
 namespace {
 
@@ -149,9 +152,17 @@ struct weight {
   // groups' terms in one chain (≤ groups). Each error is at most γ_m = m·u / (1 − m·u) (u = 2^-24,
   // Higham's bound on recursive summation) times Σ |x|·(q + z)·|s| over the terms it sums, so their
   // sum is below γ_M times that over all k, M = group + group / 8 + groups + 5.
-  void reference(const std::vector<float>& x, std::int64_t rows, std::vector<double>& y, std::vector<double>& bound) const {
+  // The avx512_bf16 path (`offset` 16) sums x·(q + 16) instead, and subtracts (z + 16)·Σx: a product
+  // of two bf16 is exact in fp32, and each vdpbf16ps adds its two products to the accumulator with
+  // at most two roundings, so a group's chain still rounds at most `group` times, plus once where
+  // two sets of accumulators are added (M + 1); the terms it sums are |x|·(q + 16), the zero's term
+  // |x|·(z + 16). So the same bound holds with Σ |x|·(q + z + 32)·|s| and M + 1. x is bf16 there, and
+  // the reference takes the same bf16-rounded x, so rounding x costs nothing against it.
+  void reference(const std::vector<float>& x, std::int64_t rows, std::vector<double>& y, std::vector<double>& bound,
+                 int offset = 0) const {
     const std::int64_t in = shape_.in, out = shape_.out;
-    const double u = std::ldexp(1.0, -24), m = static_cast<double>(shape_.group + shape_.group / 8 + groups + 5);
+    const double u = std::ldexp(1.0, -24),
+                 m = static_cast<double>(shape_.group + shape_.group / 8 + groups + 5 + (offset > 0 ? 1 : 0));
     const double gamma = m * u / (1 - m * u);
     y.assign(static_cast<std::size_t>(rows * out), 0.0);
     bound.assign(y.size(), 0.0);
@@ -163,7 +174,7 @@ struct weight {
           const double xv = x[r * in + k], s = scale[g * out + n];
           const int qv = q[k * out + n], zv = z[g * out + n];
           sum += xv * (qv - zv) * s;
-          magnitude += std::abs(xv) * (qv + zv) * std::abs(s);
+          magnitude += std::abs(xv) * (qv + zv + 2 * offset) * std::abs(s);
         }
         y[r * out + n] = sum;
         bound[r * out + n] = gamma * magnitude;
@@ -189,13 +200,34 @@ std::vector<float> random_x(std::int64_t rows, std::int64_t in, bool exact, std:
   return x;
 }
 
-// int4_matmul on guarded copies of x and y (y filled with NaN first, so every output must be written).
-std::vector<float> multiply(const std::vector<float>& x, std::int64_t rows, const weight& w, int4_isa isa) {
+std::uint16_t bf16_bits(float v) {  // round to nearest even (no NaNs in these tests)
+  std::uint32_t word = 0;
+  std::memcpy(&word, &v, sizeof word);
+  return static_cast<std::uint16_t>((word + 0x7FFF + ((word >> 16) & 1)) >> 16);
+}
+
+// x rounded to bf16, as floats.
+std::vector<float> bf16_rounded(const std::vector<float>& x) {
+  std::vector<float> rounded(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) rounded[i] = static_cast<float>(bf16_value(bf16_bits(x[i])));
+  return rounded;
+}
+
+// int4_matmul on guarded copies of x and y (y filled with NaN first, so every output must be
+// written); with `bf16_x` (always on the avx512_bf16 path), int4_matmul_bf16 on x in bf16 (rounded).
+std::vector<float> multiply(const std::vector<float>& x, std::int64_t rows, const weight& w, int4_isa isa,
+                            bool bf16_x = false) {
   const std::int64_t out = w.shape_.out;
   guarded<float> gx(x.size()), gy(static_cast<std::size_t>(rows * out));
+  guarded<std::uint16_t> gb(x.size());
   std::memcpy(gx.data(), x.data(), x.size() * sizeof(float));
+  for (std::size_t i = 0; i < x.size(); ++i) gb[i] = bf16_bits(x[i]);
   for (std::size_t i = 0; i < gy.size(); ++i) gy[i] = std::numeric_limits<float>::quiet_NaN();
-  int4_matmul(gx.data(), rows, w.matrix(), gy.data(), isa);
+  if (bf16_x || isa == int4_isa::avx512_bf16) {
+    int4_matmul_bf16(gb.data(), rows, w.matrix(), gy.data(), isa);
+  } else {
+    int4_matmul(gx.data(), rows, w.matrix(), gy.data(), isa);
+  }
   return {gy.data(), gy.data() + gy.size()};
 }
 
@@ -212,9 +244,11 @@ void expect_matches(const shape& s, const std::vector<std::int64_t>& rows_list, 
   std::vector<double> want, bound;
   for (const auto rows : rows_list) {
     SCOPED_TRACE(describe(s, rows));
-    const std::vector<float> x = random_x(rows, s.in, s.exact, rng);
+    const bool bf16 = isa == int4_isa::avx512_bf16;
+    std::vector<float> x = random_x(rows, s.in, s.exact, rng);  // exact values are bf16 already
+    if (bf16) x = bf16_rounded(x);
     const std::vector<float> y = multiply(x, rows, w, isa);
-    w.reference(x, rows, want, bound);
+    w.reference(x, rows, want, bound, bf16 ? 16 : 0);
     int wrong = 0;
     for (std::size_t i = 0; i < y.size() && wrong < 5; ++i) {
       const bool ok = s.exact ? static_cast<double>(y[i]) == want[i] : std::abs(y[i] - want[i]) <= bound[i];
@@ -233,7 +267,9 @@ class int4_gemm : public testing::TestWithParam<int4_isa> {
  protected:
   void SetUp() override {
     if (!int4_isa_runs(GetParam())) {
-      GTEST_SKIP() << "this CPU lacks AVX-512 (avx512f, bw, vl and dq): the avx512 path cannot run here";
+      GTEST_SKIP() << (GetParam() == int4_isa::avx512_bf16
+                           ? "this CPU lacks AVX-512 BF16 (avx512bf16 with avx512f, bw, vl and dq): the avx512_bf16 path cannot run here"
+                           : "this CPU lacks AVX-512 (avx512f, bw, vl and dq): the avx512 path cannot run here");
     }
   }
   int4_isa isa() const { return GetParam(); }
@@ -296,34 +332,65 @@ TEST_P(int4_gemm, arbitrary_floats_within_fp32_bound) {
 }
 
 // Each output is one chain of FMAs over its inputs whatever the tile, so a row's result is the
-// same bit for bit alone or among others, and on either path.
+// same bit for bit alone or among others, and on either fp32 path. The avx512_bf16 path sums
+// x·(q + 16) in pairs (other roundings than the fp32 paths), and a row alone takes a tile of one
+// row, whose two sets of accumulators add its pairs in another order than a tile of more rows: a
+// row alone and among others differ there by at most the sum of their bounds (twice the bound).
 TEST_P(int4_gemm, a_row_does_not_depend_on_its_call) {
   std::mt19937_64 rng(14);
   const shape s{.in = 768, .out = 264, .group = 64, .symmetric = false, .zero_offset = 1, .exact = false};
   const weight w(s, rng);
   const std::int64_t rows = 19;
-  const std::vector<float> x = random_x(rows, s.in, false, rng);
+  const bool bf16 = isa() == int4_isa::avx512_bf16;
+  std::vector<float> x = random_x(rows, s.in, false, rng);
+  if (bf16) x = bf16_rounded(x);
   const std::vector<float> all = multiply(x, rows, w, isa());
   const std::vector<float> avx2 = multiply(x, rows, w, int4_isa::avx2);
+  std::vector<double> want, bound;
+  w.reference(x, rows, want, bound, 16);
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::vector<float> one(x.begin() + r * s.in, x.begin() + (r + 1) * s.in);
     const std::vector<float> y = multiply(one, 1, w, isa());
     for (std::int64_t n = 0; n < s.out; ++n) {
+      if (bf16) {
+        const std::size_t i = static_cast<std::size_t>(r * s.out + n);
+        ASSERT_LE(std::abs(static_cast<double>(y[n]) - all[i]), 2 * bound[i]) << "row " << r << " column " << n;
+        continue;
+      }
       ASSERT_EQ(y[n], all[r * s.out + n]) << "row " << r << " column " << n;
       ASSERT_EQ(avx2[r * s.out + n], all[r * s.out + n]) << "row " << r << " column " << n;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(int4, int4_gemm, testing::Values(int4_isa::avx2, int4_isa::avx512),
+// int4_matmul_bf16 on the fp32 paths widens x exactly: the same bits as int4_matmul on the widened x.
+TEST_P(int4_gemm, bf16_x_on_fp32_paths_is_widened_exactly) {
+  if (isa() == int4_isa::avx512_bf16) GTEST_SKIP() << "the fp32 paths only";
+  std::mt19937_64 rng(16);
+  const shape s{.in = 768, .out = 264, .group = 128, .symmetric = false, .zero_offset = 1, .exact = false};
+  const weight w(s, rng);
+  for (const std::int64_t rows : {1, 5, 19}) {
+    const std::vector<float> x = bf16_rounded(random_x(rows, s.in, false, rng));
+    const std::vector<float> want = multiply(x, rows, w, isa());
+    const std::vector<float> got = multiply(x, rows, w, isa(), true);
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "rows " << rows << " at " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(int4, int4_gemm, testing::Values(int4_isa::avx2, int4_isa::avx512, int4_isa::avx512_bf16),
                          [](const testing::TestParamInfo<int4_isa>& info) {
-                           return std::string(info.param == int4_isa::avx2 ? "avx2" : "avx512");
+                           return std::string(info.param == int4_isa::avx2     ? "avx2"
+                                              : info.param == int4_isa::avx512 ? "avx512"
+                                                                                : "avx512_bf16");
                          });
 
 TEST(int4_gemm_dispatch, the_best_isa_runs) {
   EXPECT_TRUE(int4_isa_runs(int4_isa::avx2));  // every x86-64 CPU baton supports
   EXPECT_TRUE(int4_isa_runs(int4_best_isa()));
   EXPECT_EQ(int4_best_isa() == int4_isa::avx512, int4_isa_runs(int4_isa::avx512));
+  EXPECT_TRUE(int4_isa_runs(int4_best_isa_bf16()));
+  EXPECT_EQ(int4_best_isa_bf16() == int4_isa::avx512_bf16, int4_isa_runs(int4_isa::avx512_bf16));
+  EXPECT_NE(int4_best_isa(), int4_isa::avx512_bf16);  // fp32 x never goes to the bf16 path
 }
 
 TEST(int4_gemm_dispatch, refuses_what_the_layout_cannot_hold) {
@@ -353,6 +420,15 @@ TEST(int4_gemm_dispatch, refuses_what_the_layout_cannot_hold) {
   if (!int4_isa_runs(int4_isa::avx512)) {
     EXPECT_THROW(int4_matmul(x.data(), 1, w.matrix(), y.data(), int4_isa::avx512), std::invalid_argument);
   }
+  // fp32 x on the bf16 path, or that path where the CPU lacks it, are refused.
+  EXPECT_THROW(int4_matmul(x.data(), 1, w.matrix(), y.data(), int4_isa::avx512_bf16), std::invalid_argument);
+  const std::vector<std::uint16_t> xb(64, 0x3F80);  // 1.0
+  if (!int4_isa_runs(int4_isa::avx512_bf16)) {
+    EXPECT_THROW(int4_matmul_bf16(xb.data(), 1, w.matrix(), y.data(), int4_isa::avx512_bf16), std::invalid_argument);
+  }
+  m = w.matrix();
+  m.group = 12;
+  EXPECT_THROW(int4_matmul_bf16(xb.data(), 1, m, y.data()), std::invalid_argument);
   std::fill(y.begin(), y.end(), -1.0f);
   int4_matmul(x.data(), 0, w.matrix(), y.data(), int4_isa::avx2);  // no rows: nothing written
   EXPECT_EQ(y[0], -1.0f);

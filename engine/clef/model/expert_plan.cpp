@@ -55,7 +55,10 @@ void release_expert_pages(const release& files, const std::string& prefix, std::
   }
 }
 
-const char* int4_isa_name() { return int4_best_isa() == int4_isa::avx512 ? "AVX-512" : "AVX2"; }
+// The path the int4 experts of a model of `type` take (bf16 x: AVX-512 BF16 where the CPU has it).
+const char* int4_path_name(at::ScalarType type) {
+  return int4_isa_name(type == at::kBFloat16 ? int4_best_isa_bf16() : int4_best_isa());
+}
 
 // The calibration batch's tokens.
 constexpr std::int64_t calibration_tokens = 1024;
@@ -107,7 +110,7 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
                                   " were asked for, but this release's experts are int4, which baton's own kernel runs");
     }
     matmul_choice_ = std::string(type_ == at::kFloat ? "fp32" : "bf16") + " int4 experts on baton's int4 kernel (" +
-                     int4_isa_name() + ")";
+                     int4_path_name(type_) + ")";
   } else if (asked != expert_library::measured) {
     std::string why;
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,9 @@
 #define BATON_INT4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define BATON_INT4_AVX512_INLINE \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"), always_inline)) inline
+#define BATON_INT4_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+#define BATON_INT4_BF16_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"), always_inline)) inline
 
 namespace baton::clef::detail {
 namespace {
@@ -33,7 +38,7 @@ constexpr std::array<float, 4> nibble_factor = {1.0f, 1.0f / 16, 1.0f / 256, 1.0
 
 // One tile's operands: a few rows from the block's row `r`, a few vectors of columns from `n0`.
 struct tile {
-  const float* xs = nullptr;             // the tile's first row of scaled x, stride `xs_stride`
+  const void* xs = nullptr;              // the tile's first row of x as the path wants it (fp32 scaled, or bf16 in pairs), stride `xs_stride`
   const float* sums = nullptr;           // its first row of Σx per group, stride `groups`
   const std::int32_t* qweight = nullptr;  // column n0 of packed row 0, stride `out`
   const std::uint16_t* scales = nullptr;  // column n0 of group 0, stride `out`
@@ -96,7 +101,7 @@ BATON_INT4_AVX2 void avx2_tile(const tile& t) {
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
     const std::int32_t* q = t.qweight + g * packed * out;
-    const float* x = t.xs + g * t.group;
+    const float* x = static_cast<const float*>(t.xs) + g * t.group;
     for (std::int64_t i = 0; i < packed; ++i, q += out, x += 8) {
       __m256i v[C];
 #pragma GCC unroll 16
@@ -180,7 +185,7 @@ BATON_INT4_AVX512 void avx512_tile(const tile& t) {
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
     const std::int32_t* q = t.qweight + g * packed * out;
-    const float* x = t.xs + g * t.group;
+    const float* x = static_cast<const float*>(t.xs) + g * t.group;
     for (std::int64_t i = 0; i < packed; ++i, q += out, x += 8) {
       __m512i v[C];
 #pragma GCC unroll 16
@@ -220,6 +225,97 @@ BATON_INT4_AVX512 void avx512_tile(const tile& t) {
   }
 }
 
+// ---- AVX-512 BF16: x in bf16, two inputs a vdpbf16ps; 16 columns a vector as AVX-512's ----
+//
+// vdpbf16ps adds to fp32 lane n the products of the two bf16 in dword n of one operand with the two
+// in dword n of the other. The weight's dword n holds a packed row's nibble j in its low word and
+// nibble j + 4 in its high one, each made bf16 by an and and an or (one vpternlogd): the nibble
+// as the top four of the seven mantissa bits (bits 3..6) under the exponent of 16 (0x4180) is the
+// bf16 of 16 + q, exactly. One shift of the int32s brings nibbles j and j + 4 there (left by 3 for
+// j = 0, right by 4j − 3 else). The x operand is the broadcast dword of (x[j], x[j + 4]): pair_x
+// regroups each 8 inputs so. The 16 added to every nibble joins the zero point:
+// y += s·(acc − (z + 16)·Σx).
+
+template <int R, int C>
+BATON_INT4_BF16_INLINE void bf16_input(__m512 (&acc)[R][C], const __m512i (&v)[C], const std::uint16_t* x,
+                                       std::int64_t stride) {
+  const __m512i nibble = _mm512_set1_epi32(0x00780078), sixteen = _mm512_set1_epi32(0x41804180);
+  __m512bh w[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) w[c] = (__m512bh)_mm512_ternarylogic_epi32(v[c], nibble, sixteen, 0xEA);  // (v & nibble) | sixteen
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    std::int32_t pair;
+    std::memcpy(&pair, x + r * stride, sizeof pair);
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], b, w[c]);
+  }
+}
+
+template <int R, int C>
+BATON_INT4_BF16 void bf16_tile(const tile& t) {
+  const __mmask16 last = t.lanes == 16 ? 0xFFFF : 0x00FF;
+  const std::int64_t packed = t.group / 8, in = t.xs_stride, out = t.out;
+  // A tile of few accumulators (one row) splits the pairs over two sets of them, so enough
+  // vdpbf16ps chains run at once, and adds the two at the group's end.
+  constexpr bool two = R * C <= 8;
+  for (std::int64_t g = t.first_group; g < t.last_group; ++g) {
+    __m512 acc[R][C], acc2[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = acc2[r][c] = _mm512_setzero_ps();
+    const std::int32_t* q = t.qweight + g * packed * out;
+    const std::uint16_t* x = static_cast<const std::uint16_t*>(t.xs) + g * t.group;
+    for (std::int64_t i = 0; i < packed; ++i, q += out, x += 8) {
+      __m512i v[C], u[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C - 1; ++c) v[c] = _mm512_loadu_si512(q + 16 * c);
+      v[C - 1] = _mm512_maskz_loadu_epi32(last, q + 16 * (C - 1));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(q + prefetch_rows * out + 16 * c), _MM_HINT_T0);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) u[c] = _mm512_slli_epi32(v[c], 3);
+      bf16_input<R, C>(acc, u, x + 0, in);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) u[c] = _mm512_srli_epi32(v[c], 1);
+      bf16_input<R, C>(two ? acc2 : acc, u, x + 2, in);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) u[c] = _mm512_srli_epi32(v[c], 5);
+      bf16_input<R, C>(acc, u, x + 4, in);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) u[c] = _mm512_srli_epi32(v[c], 9);
+      bf16_input<R, C>(two ? acc2 : acc, u, x + 6, in);
+    }
+    if constexpr (two) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
+    }
+    const __m512 sixteen = _mm512_set1_ps(16.0f);
+    __m512 s[C], z[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+      s[c] = avx512_scales(t.scales + g * out + 16 * c, t.scales_bf16, lanes);
+      z[c] = _mm512_add_ps(avx512_zeros(t.qzeros ? t.qzeros + g * (out / 8) + 2 * c : nullptr, t.zero_offset, lanes), sixteen);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 sum = _mm512_set1_ps(t.sums[r * t.groups + g]);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+        float* y = t.y + r * out + 16 * c;
+        const __m512 before = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y);
+        _mm512_mask_storeu_ps(y, lanes, _mm512_fmadd_ps(s[c], _mm512_fnmadd_ps(z[c], sum, acc[r][c]), before));
+      }
+    }
+  }
+}
+
 // ---- the tiling, shared by the paths ----
 
 constexpr int max_tile_rows = 4, max_tile_vectors = 8;
@@ -241,6 +337,11 @@ struct path {
 constexpr int avx2_rows = 4, avx512_rows = 4;
 constexpr std::array<int, max_tile_rows + 1> avx2_vectors = {0, 4, 4, 3, 3};
 constexpr std::array<int, max_tile_rows + 1> avx512_vectors = {0, 8, 6, 4, 4};
+// AVX-512 BF16 (same machine, x rounded to bf16, 4 to 256 rows): 4×4 350-420 GFLOP/s (6×3 295-415,
+// 8×2 355-410, 5×4 350-420, all within the shared machine's noise); one row 4 vectors in two sets
+// of accumulators 105-128 (8 vectors in two sets 69-109, in one set 84-102; AVX-512 fp32 73-120).
+constexpr int bf16_rows = 4;
+constexpr std::array<int, max_tile_rows + 1> bf16_vectors = {0, 4, 6, 4, 4};
 
 template <int R, int... C>
 constexpr std::array<kernel, max_tile_vectors + 1> avx2_row(std::integer_sequence<int, C...>) {
@@ -259,9 +360,19 @@ constexpr std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1
   return {{{}, avx512_row<R + 1>(std::make_integer_sequence<int, avx512_vectors[R + 1]>())...}};
 }
 
+template <int R, int... C>
+constexpr std::array<kernel, max_tile_vectors + 1> bf16_row(std::integer_sequence<int, C...>) {
+  return {nullptr, &bf16_tile<R, C + 1>...};
+}
+template <int... R>
+constexpr std::array<std::array<kernel, max_tile_vectors + 1>, max_tile_rows + 1> bf16_kernels(std::integer_sequence<int, R...>) {
+  return {{{}, bf16_row<R + 1>(std::make_integer_sequence<int, bf16_vectors[R + 1]>())...}};
+}
+
 constexpr path avx2_path = {8, avx2_rows, avx2_vectors, avx2_kernels(std::make_integer_sequence<int, avx2_rows>())};
 constexpr path avx512_path = {16, avx512_rows, avx512_vectors,
                               avx512_kernels(std::make_integer_sequence<int, avx512_rows>())};
+constexpr path bf16_path = {16, bf16_rows, bf16_vectors, bf16_kernels(std::make_integer_sequence<int, bf16_rows>())};
 
 // Rows of x scaled and summed at a time: their scaled copy (here 256 KiB) stays in the L2 cache
 // while every column tile reads it.
@@ -293,11 +404,61 @@ void scale_x(const float* x, std::int64_t rows, std::int64_t in, std::int64_t gr
   }
 }
 
+float bf16_float(std::uint16_t bits) {
+  const std::uint32_t word = std::uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof f);
+  return f;
+}
+
+// bf16 x regrouped for bf16_tile, each 8 inputs as (x0, x4, x1, x5, x2, x6, x3, x7), and summed per
+// group in fp32 (sums; each bf16 exact in fp32), for `rows` rows.
+void pair_x(const std::uint16_t* x, std::int64_t rows, std::int64_t in, std::int64_t group, std::uint16_t* xs,
+            std::int64_t stride, float* sums) {
+  const std::int64_t groups = in / group;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::uint16_t* from = x + r * in + g * group;
+      std::uint16_t* to = xs + r * stride + g * group;
+      float part[8] = {};
+      for (std::int64_t i = 0; i < group; i += 8) {
+        for (int j = 0; j < 8; ++j) part[j] += bf16_float(from[i + j]);
+        for (int j = 0; j < 4; ++j) {
+          to[i + 2 * j] = from[i + j];
+          to[i + 2 * j + 1] = from[i + j + 4];
+        }
+      }
+      sums[r * groups + g] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+  }
+}
+
+// fp32 x, scaled as scale_x does, from bf16 x (widened exactly).
+void scale_x(const std::uint16_t* x, std::int64_t rows, std::int64_t in, std::int64_t group, float* xs,
+             std::int64_t stride, float* sums) {
+  const std::int64_t groups = in / group;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::uint16_t* from = x + r * in + g * group;
+      float* to = xs + r * stride + g * group;
+      float part[8] = {};
+      for (std::int64_t i = 0; i < group; i += 8) {
+        for (int j = 0; j < 8; ++j) {
+          const float v = bf16_float(from[i + j]);
+          part[j] += v;
+          to[i + j] = v * nibble_factor[j % 4];
+        }
+      }
+      sums[r * groups + g] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+  }
+}
+
 // `rows` rows (from the block's row `first`) in tiles of `tile_rows` rows, every column tile, over
 // groups [first_group, last_group).
 void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, std::int64_t first_group,
-           std::int64_t last_group, const float* xs, std::int64_t stride, const float* sums, const int4_matrix& w,
-           float* y) {
+           std::int64_t last_group, const void* xs, std::int64_t element, std::int64_t stride, const float* sums,
+           const int4_matrix& w, float* y) {
   const int vectors = p.vectors[tile_rows];
   const std::int64_t span = std::int64_t{vectors} * p.width, groups = w.in / w.group;
   tile t;
@@ -318,7 +479,7 @@ void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, 
     t.qzeros = w.qzeros ? w.qzeros + n0 / 8 : nullptr;
     const kernel k = p.kernels[tile_rows][used];
     for (std::int64_t r = first; r < first + rows; r += tile_rows) {
-      t.xs = xs + r * stride;
+      t.xs = static_cast<const char*>(xs) + r * stride * element;
       t.sums = sums + r * groups;
       t.y = y + r * w.out + n0;
       k(t);
@@ -326,15 +487,18 @@ void sweep(const path& p, int tile_rows, std::int64_t first, std::int64_t rows, 
   }
 }
 
-void run(const path& p, const float* x, std::int64_t rows, const int4_matrix& w, float* y) {
+// X: the caller's x, float or bf16 bits; XS: the path's x, float (scaled) or bf16 bits (paired).
+template <class XS, class X>
+void run(const path& p, const X* x, std::int64_t rows, const int4_matrix& w, float* y) {
   // Grown on a first larger call, then reused: nothing is allocated on the hot path.
-  thread_local std::vector<float> xs_buffer, sums_buffer;
+  thread_local std::vector<XS> xs_buffer;
+  thread_local std::vector<float> sums_buffer;
   const std::int64_t groups = w.in / w.group;
   // A row of scaled x one cache line longer than x's: at a power-of-two stride (in 2048: 8 KiB) a
   // group's inputs of every row of the block fall in the same few L1 sets. 256 rows of in 2048,
   // best of 5 runs on a busy machine: 221 against 157 GFLOP/s (AVX-512); no change to 64 rows.
-  const std::int64_t stride = w.in + 16;
-  const std::int64_t fit = block_bytes / (stride * std::int64_t{sizeof(float)}) / p.rows * p.rows;
+  const std::int64_t element = sizeof(XS), stride = w.in + 64 / element;
+  const std::int64_t fit = block_bytes / (stride * element) / p.rows * p.rows;
   const std::int64_t block = std::min(rows, std::max<std::int64_t>(fit, p.rows));
   const std::int64_t group_bytes = w.group / 8 * w.out * std::int64_t{sizeof(std::int32_t)};
   const std::int64_t panel = std::max<std::int64_t>(1, panel_bytes / group_bytes);
@@ -342,21 +506,27 @@ void run(const path& p, const float* x, std::int64_t rows, const int4_matrix& w,
   if (sums_buffer.size() < static_cast<std::size_t>(block * groups)) {
     sums_buffer.resize(static_cast<std::size_t>(block * groups));
   }
-  float* xs = xs_buffer.data();
+  XS* xs = xs_buffer.data();
   float* sums = sums_buffer.data();
   for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
     const std::int64_t n = std::min(block, rows - r0);
-    scale_x(x + r0 * w.in, n, w.in, w.group, xs, stride, sums);
+    if constexpr (std::is_same_v<XS, float>) {
+      scale_x(x + r0 * w.in, n, w.in, w.group, xs, stride, sums);
+    } else {
+      pair_x(x + r0 * w.in, n, w.in, w.group, xs, stride, sums);
+    }
     const std::int64_t whole = n / p.rows * p.rows;
     for (std::int64_t g = 0; g < groups; g += panel) {
       const std::int64_t g1 = std::min(groups, g + panel);
-      if (whole > 0) sweep(p, p.rows, 0, whole, g, g1, xs, stride, sums, w, y + r0 * w.out);
-      if (n > whole) sweep(p, static_cast<int>(n - whole), whole, n - whole, g, g1, xs, stride, sums, w, y + r0 * w.out);
+      if (whole > 0) sweep(p, p.rows, 0, whole, g, g1, xs, element, stride, sums, w, y + r0 * w.out);
+      if (n > whole) {
+        sweep(p, static_cast<int>(n - whole), whole, n - whole, g, g1, xs, element, stride, sums, w, y + r0 * w.out);
+      }
     }
   }
 }
 
-void check(const float* x, std::int64_t rows, const int4_matrix& w, const float* y, int4_isa isa) {
+void check(const void* x, std::int64_t rows, const int4_matrix& w, const float* y, int4_isa isa) {
   const auto fail = [](const std::string& why) { throw std::invalid_argument("int4_matmul: " + why); };
   if (w.qweight == nullptr || w.scales == nullptr) fail("no qweight or scales");
   if (w.in <= 0 || w.out <= 0 || w.group <= 0) fail("in, out and group must be positive");
@@ -377,16 +547,42 @@ bool int4_isa_runs(int4_isa isa) noexcept {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case int4_isa::avx512_bf16:
+      return int4_isa_runs(int4_isa::avx512) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
 
 int4_isa int4_best_isa() noexcept { return int4_isa_runs(int4_isa::avx512) ? int4_isa::avx512 : int4_isa::avx2; }
 
+int4_isa int4_best_isa_bf16() noexcept {
+  return int4_isa_runs(int4_isa::avx512_bf16) ? int4_isa::avx512_bf16 : int4_best_isa();
+}
+
+const char* int4_isa_name(int4_isa isa) noexcept {
+  switch (isa) {
+    case int4_isa::avx2: return "AVX2";
+    case int4_isa::avx512: return "AVX-512";
+    case int4_isa::avx512_bf16: return "AVX-512 BF16";
+  }
+  return "?";
+}
+
 void int4_matmul(const float* x, std::int64_t rows, const int4_matrix& w, float* y, int4_isa isa) {
   check(x, rows, w, y, isa);
+  if (isa == int4_isa::avx512_bf16) throw std::invalid_argument("int4_matmul: the avx512_bf16 path takes bf16 x (int4_matmul_bf16)");
   if (rows == 0) return;
-  run(isa == int4_isa::avx512 ? avx512_path : avx2_path, x, rows, w, y);
+  run<float>(isa == int4_isa::avx512 ? avx512_path : avx2_path, x, rows, w, y);
+}
+
+void int4_matmul_bf16(const std::uint16_t* x, std::int64_t rows, const int4_matrix& w, float* y, int4_isa isa) {
+  check(x, rows, w, y, isa);
+  if (rows == 0) return;
+  if (isa == int4_isa::avx512_bf16) {
+    run<std::uint16_t>(bf16_path, x, rows, w, y);
+  } else {
+    run<float>(isa == int4_isa::avx512 ? avx512_path : avx2_path, x, rows, w, y);
+  }
 }
 
 }  // namespace baton::clef::detail
