@@ -480,6 +480,19 @@ void place_int4_part(const float* part_out, bool bf16, void* y, std::int64_t row
   }
 }
 
+// x's rows [rows, in] with their inputs in the order of a weight whose rows were regrouped
+// (int4_part::perm), in `buffer`; x itself where they were not.
+template <class T>
+const T* in_weight_order(const T* x, std::int64_t rows, std::int64_t in, const std::vector<std::int64_t>& perm,
+                         std::vector<T>& buffer) {
+  if (perm.empty()) return x;
+  buffer.resize(static_cast<std::size_t>(rows * in));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t k = 0; k < in; ++k) buffer[static_cast<std::size_t>(r * in + k)] = x[r * in + perm[static_cast<std::size_t>(k)]];
+  }
+  return buffer.data();
+}
+
 // bf16 x where the CPU has AVX-512 BF16: the rows as they are (or permuted, still bf16) through
 // int4_matmul_bf16, no widening.
 void multiply_int4_bf16(const std::vector<int4_part>& parts, const void* x, void* y, std::int64_t rows,
@@ -489,14 +502,7 @@ void multiply_int4_bf16(const std::vector<int4_part>& parts, const void* x, void
   const auto* xb = static_cast<const std::uint16_t*>(x);
   std::int64_t column = 0;
   for (const auto& w : parts) {
-    const std::uint16_t* rows_in = xb;
-    if (!w.perm.empty()) {
-      permuted.resize(static_cast<std::size_t>(rows * in));
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t k = 0; k < in; ++k) permuted[static_cast<std::size_t>(r * in + k)] = xb[r * in + w.perm[static_cast<std::size_t>(k)]];
-      }
-      rows_in = permuted.data();
-    }
+    const std::uint16_t* rows_in = in_weight_order(xb, rows, in, w.perm, permuted);
     const std::int64_t width = w.matrix.out;
     part_out.resize(static_cast<std::size_t>(rows * width));
     int4_matmul_bf16(rows_in, rows, w.matrix, part_out.data(), int4_isa::avx512_bf16);
@@ -529,14 +535,7 @@ void multiply_int4(const std::vector<int4_part>& parts, bool bf16, const void* x
   const bool whole = parts.size() == 1 && !bf16;  // the kernel writes y itself
   std::int64_t column = 0;
   for (const auto& w : parts) {
-    const float* rows_in = xf;
-    if (!w.perm.empty()) {
-      permuted.resize(static_cast<std::size_t>(rows * in));
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t k = 0; k < in; ++k) permuted[static_cast<std::size_t>(r * in + k)] = xf[r * in + w.perm[static_cast<std::size_t>(k)]];
-      }
-      rows_in = permuted.data();
-    }
+    const float* rows_in = in_weight_order(xf, rows, in, w.perm, permuted);
     const std::int64_t width = w.matrix.out;
     if (whole) {
       int4_matmul(rows_in, rows, w.matrix, static_cast<float*>(y));
