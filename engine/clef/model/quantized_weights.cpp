@@ -26,15 +26,8 @@ struct int4_tensors {
 
 int4_tensors int4_of(const release& files, const std::string& name) {
   const std::string p = base_of(name);
-  auto optional = [&](const std::string& n) -> const tensor_view* {
-    try {
-      return &files.thinker_tensor(n);
-    } catch (const load_error&) {
-      return nullptr;
-    }
-  };
-  return {&files.thinker_tensor(p + ".qweight"), &files.thinker_tensor(p + ".scales"), optional(p + ".qzeros"),
-          optional(p + ".g_idx")};
+  return {&files.thinker_tensor(p + ".qweight"), &files.thinker_tensor(p + ".scales"),
+          files.find_thinker_tensor(p + ".qzeros"), files.find_thinker_tensor(p + ".g_idx")};
 }
 
 // The 4-bit values packed eight to an int32 along `dim` (the lowest nibble first), as int32.
@@ -57,12 +50,14 @@ at::Tensor zeros_as_stored(const tensor_view& qzeros, int zero_offset) {
   return words.to(at::kLong).add(static_cast<std::int64_t>(0x11111111)).bitwise_and(static_cast<std::int64_t>(0xFFFFFFFF)).to(at::kInt);  // wraps to int32's bits
 }
 
-// Each input row's group: g_idx as read, or k / group.
-at::Tensor groups_of(const int4_tensors& t, std::int64_t in, std::int64_t groups) {
+// Each input row of the weight `name` (for messages) in group: g_idx as read, or k / group.
+at::Tensor groups_of(const release& files, const std::string& name, const int4_tensors& t, std::int64_t in,
+                     std::int64_t groups) {
   if (t.g_idx == nullptr) return at::arange(in, at::kLong).div(in / groups, "floor");
   const at::Tensor g = view_tensor(*t.g_idx).to(at::kLong);
   if (g.numel() > 0 && (g.min().item<std::int64_t>() < 0 || g.max().item<std::int64_t>() >= groups)) {
-    throw load_error("g_idx names a group outside [0, " + std::to_string(groups) + ")");
+    throw load_error(files.dir().string() + ": " + base_of(name) + ".g_idx: g_idx names a group outside [0, " +
+                     std::to_string(groups) + ")");
   }
   return g;
 }
@@ -74,12 +69,7 @@ at::Tensor dequantized_int4(const release& files, const std::string& name) {
   const std::int64_t in = q.size(0), groups = scales.size(0);
   at::Tensor zeros = t.qzeros != nullptr ? unpack_nibbles(zeros_as_stored(*t.qzeros, files.quant().zero_offset), 1)
                                          : at::full_like(scales, 8, at::kInt);
-  at::Tensor g;
-  try {
-    g = groups_of(t, in, groups);
-  } catch (const load_error& e) {
-    throw load_error(files.dir().string() + ": " + base_of(name) + ".g_idx: " + e.what());
-  }
+  const at::Tensor g = groups_of(files, name, t, in, groups);
   const at::Tensor w = (q.to(at::kFloat) - zeros.index_select(0, g).to(at::kFloat)) * scales.index_select(0, g);
   return w.t().contiguous();
 }
@@ -156,16 +146,10 @@ int4_part int4_weight(const release& files, const std::string& name) {
   m.zero_offset = 0;
   m.qweight = reinterpret_cast<const std::int32_t*>(t.qweight->data);
   if (t.g_idx == nullptr) return y;
-  const std::string where = files.dir().string() + ": " + base_of(name) + ".g_idx: ";
-  at::Tensor g;
-  try {
-    g = groups_of(t, m.in, groups);
-  } catch (const load_error& e) {
-    throw load_error(where + e.what());
-  }
+  const at::Tensor g = groups_of(files, name, t, m.in, groups);
   if (at::equal(g, at::arange(m.in, at::kLong).div(m.group, "floor"))) return y;  // the order the kernel reads
   if (!at::equal(at::bincount(g, {}, groups), at::full({groups}, m.group, at::kLong))) {
-    throw load_error(where + "its groups are not all " + std::to_string(m.group) + " rows long");
+    throw load_error(files.dir().string() + ": " + base_of(name) + ".g_idx: its groups are not all " + std::to_string(m.group) + " rows long");
   }
   // Rows sorted by group (stable: act-order keeps each group's rows in their order), repacked.
   const at::Tensor order = std::get<1>(at::sort(g, /*stable=*/true, /*dim=*/0, /*descending=*/false));

@@ -601,9 +601,10 @@ namespace {
 bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 
 // `int8_experts`: the release's config declares int8 experts, whose weights must then be I8 and
-// their scales F32 (a half-quantized release is refused here).
+// their scales F32 (a half-quantized release is refused here). `fp8`: the weight may also be
+// F8_E4M3 (an FP8 release's quantizable weight).
 void check_tensor(const tensor_view& v, const shape_t& shape, const std::string& name,
-                  const std::filesystem::path& file, bool int8_experts = false) {
+                  const std::filesystem::path& file, bool int8_experts = false, bool fp8 = false) {
   if (v.shape != shape) {
     throw load_error(file.string() + ": tensor " + name + " has shape " + shape_text(v.shape) +
                      ", expected " + shape_text(shape));
@@ -616,8 +617,8 @@ void check_tensor(const tensor_view& v, const shape_t& shape, const std::string&
     if (v.type != dtype::i8) throw wrong("I8 (config.json declares int8 experts)");
   } else if (int8_experts && name.ends_with(".weight_scale")) {
     if (v.type != dtype::f32) throw wrong("F32");
-  } else if (!is_float(v.type)) {
-    throw wrong("F32, F16 or BF16");
+  } else if (!is_float(v.type) && !(fp8 && v.type == dtype::f8_e4m3)) {
+    throw wrong(fp8 ? "F32, F16, BF16 or F8_E4M3" : "F32, F16 or BF16");
   }
 }
 
@@ -718,12 +719,8 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
       throw load_error(dir.string() + ": unexpected tensor " + name + " (in " + shard + ")" + why);
     }
     const tensor_view& view = open_view(name, shard);
-    if (fp8 && view.type == dtype::f8_e4m3 && is_quantizable_weight(name)) {
-      quantized_.emplace(name, weight_form::fp8);
-      if (view.shape != *want->second) check_tensor(view, *want->second, name, dir / shard);
-    } else {
-      check_tensor(view, *want->second, name, dir / shard, int8_experts());
-    }
+    check_tensor(view, *want->second, name, dir / shard, int8_experts(), fp8 && is_quantizable_weight(name));
+    if (view.type == dtype::f8_e4m3) quantized_.emplace(name, weight_form::fp8);
     thinker_.emplace(name, &view);
   }
   // Each weight stored quantized claims its parts, whose shapes follow from its own [out, in].
@@ -815,6 +812,12 @@ const tensor_view& release::thinker_tensor(const std::string& name) const {
   const auto it = thinker_.find(name);
   if (it == thinker_.end()) throw load_error(dir_.string() + ": missing tensor " + name);
   return *it->second;
+}
+
+const tensor_view* release::find_thinker_tensor(const std::string& name) const {
+  if (unmapped_) throw load_error(dir_.string() + ": the weight files were unmapped after the copy to the device");
+  const auto it = thinker_.find(name);
+  return it == thinker_.end() ? nullptr : it->second;
 }
 
 const tensor_view& release::head_tensor(const std::string& name) const {

@@ -181,6 +181,9 @@ class release {
 
   // A thinker tensor by its full name ("thinker.model.norm.weight"); throws when absent.
   const tensor_view& thinker_tensor(const std::string& name) const;
+  // The same, or nullptr when the release has none of that name (a quantized weight's optional
+  // tensors: qzeros, g_idx).
+  const tensor_view* find_thinker_tensor(const std::string& name) const;
   const tensor_view& head_tensor(const std::string& name) const;
   std::size_t thinker_tensor_count() const noexcept { return thinker_.size(); }
 
