@@ -124,7 +124,7 @@ std::uint16_t float_to_half(float f) {
 }
 
 // A weight [out, in] in GPTQ's int4 layout (release.hpp), asymmetric, v1 zeros (stored less one).
-struct int4_weight {
+struct gptq_tensors {
   std::vector<std::int32_t> qweight, qzeros, g_idx;
   std::vector<std::uint16_t> scales;  // fp16
 };
@@ -132,11 +132,11 @@ struct int4_weight {
 // Round to nearest in groups of `group` inputs per output, each group's range [min, max] (with 0
 // inside it) clipped to the ratio of 1, 0.975, …, 0.8 whose fp16 scale and zero reproduce the
 // group's weights with the least squared error.
-int4_weight quantize_int4(const tensor_view& w, const std::string& name, std::int64_t group) {
+gptq_tensors quantize_int4(const tensor_view& w, const std::string& name, std::int64_t group) {
   const std::int64_t out = w.shape[0], in = w.shape[1], groups = in / group;
   std::vector<float> weights(static_cast<std::size_t>(out * in));
   for (std::int64_t r = 0; r < out; ++r) read_row(w, r, std::span<float>(weights.data() + r * in, static_cast<std::size_t>(in)));
-  int4_weight y;
+  gptq_tensors y;
   y.qweight.assign(static_cast<std::size_t>(in / 8 * out), 0);
   y.qzeros.assign(static_cast<std::size_t>(groups * out / 8), 0);
   y.scales.resize(static_cast<std::size_t>(groups * out));
@@ -278,7 +278,7 @@ std::vector<std::string> rewrite_shard(const fs::path& src_shard, const fs::path
   }
   std::vector<std::int8_t> q;
   std::vector<float> scales;
-  int4_weight packed;  // the int4 tensors of the weight whose qweight came last
+  gptq_tensors packed;  // the int4 tensors of the weight whose qweight came last
   auto put = [&](const auto& values) {
     out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(values[0])));
   };
