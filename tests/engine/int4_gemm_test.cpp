@@ -9,8 +9,6 @@
 // reference exactly, in any summation order: a wrong nibble, zero, scale or tail shows. One case
 // uses arbitrary floats and checks the error bound of fp32 accumulation instead.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +22,7 @@
 #include <vector>
 
 #include "engine/clef/model/int4_gemm.hpp"
+#include "support/guarded_buffer.hpp"
 
 namespace baton::clef::detail {
 
@@ -34,32 +33,7 @@ void PrintTo(int4_isa isa, std::ostream* os) {
 
 namespace {
 
-// n values of T ending exactly at an inaccessible page.
-template <class T>
-class guarded {
- public:
-  explicit guarded(std::size_t n) : size_(n) {
-    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    const std::size_t bytes = n * sizeof(T);
-    span_ = (bytes + page - 1) / page * page + page;
-    base_ = ::mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base_ == MAP_FAILED) throw std::runtime_error("mmap failed");
-    char* end = static_cast<char*>(base_) + span_ - page;
-    if (::mprotect(end, page, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
-    data_ = reinterpret_cast<T*>(end - bytes);
-  }
-  guarded(const guarded&) = delete;
-  guarded& operator=(const guarded&) = delete;
-  ~guarded() { ::munmap(base_, span_); }
-  T* data() const { return data_; }
-  T& operator[](std::size_t i) const { return data_[i]; }
-  std::size_t size() const { return size_; }
-
- private:
-  void* base_ = nullptr;
-  std::size_t span_ = 0, size_ = 0;
-  T* data_ = nullptr;
-};
+using test::guarded;
 
 double fp16_value(std::uint16_t bits) {  // normal numbers only, which is all the tests make
   const int exponent = (bits >> 10) & 0x1F;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/clef/model/model.hpp"
 #include "engine/clef/model/quantized_weights.hpp"
 #include "engine/clef/model/release.hpp"
 
@@ -150,6 +151,7 @@ TEST(quantized_release, each_weight_is_read_in_the_form_it_is_stored) {
     EXPECT_EQ(r.form(expert + "up_proj.weight"), weight_form::fp8);
     EXPECT_EQ(r.form(layer + "mlp.gate.weight"), weight_form::plain);
     EXPECT_FALSE(r.int4_experts());
+    EXPECT_TRUE(r.fp8_experts());
   }
 }
 
@@ -177,6 +179,35 @@ TEST(quantized_release, the_int4_kernel_computes_the_dequantized_weight) {
           << name << " bf16";
     }
   }
+}
+
+// baton's FP8 kernel on each FP8 expert weight (partial edge blocks), in place, gives what a
+// matmul on the dequantized weight gives: in fp32, and in bf16 against the weight the load would
+// have dequantized to bf16.
+TEST(quantized_release, the_fp8_kernel_computes_the_dequantized_weight) {
+  at::manual_seed(8);
+  const release r(quant_release("fp8_block"));
+  for (const char* proj : {"gate_proj", "down_proj"}) {
+    const std::string weight = std::string("thinker.model.layers.2.mlp.experts.5.") + proj + ".weight";
+    const at::Tensor w = detail::linear_weight(r, weight, at::kFloat, at::kCPU);
+    const detail::packed_linear p = detail::packed_linear::for_fp8({detail::fp8_weight(r, weight)}, at::kFloat);
+    for (const std::int64_t rows : {1, 3, 40}) {
+      const at::Tensor x = at::randn({rows, w.size(1)});
+      const at::Tensor want = at::matmul(x, w.t()), got = p.parallel(x);
+      EXPECT_LT((got - want).abs().max().item<float>(), 1e-4F * (1 + want.abs().max().item<float>())) << proj << " rows " << rows;
+    }
+    const at::Tensor x = at::randn({5, w.size(1)}).to(at::kBFloat16);
+    const detail::packed_linear pb = detail::packed_linear::for_fp8({detail::fp8_weight(r, weight)}, at::kBFloat16);
+    const at::Tensor wb = detail::linear_weight(r, weight, at::kBFloat16, at::kCPU).to(at::kFloat);
+    const at::Tensor want = at::matmul(x.to(at::kFloat), wb.t());
+    EXPECT_LT((pb.parallel(x).to(at::kFloat) - want).abs().max().item<float>(), 1e-2F * (1 + want.abs().max().item<float>()))
+        << proj << " bf16";
+  }
+  // The model runs its experts on that kernel, not on a dequantized copy.
+  model_options options;
+  options.dtype = compute_dtype::f32;
+  const auto m = model::load(quant_release("fp8_block"), options);
+  EXPECT_NE(m->matmul_choice().find("FP8 experts on baton's fp8 kernel"), std::string::npos) << m->matmul_choice();
 }
 
 TEST(quantized_release, a_quantized_tensor_of_the_wrong_shape_is_named) {

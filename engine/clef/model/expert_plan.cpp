@@ -55,9 +55,14 @@ void release_expert_pages(const release& files, const std::string& prefix, std::
   }
 }
 
-// The path the int4 experts of a model of `type` take (bf16 x: AVX-512 BF16 where the CPU has it).
-const char* int4_path_name(at::ScalarType type) {
-  return int4_isa_name(type == at::kBFloat16 ? int4_best_isa_bf16() : int4_best_isa());
+// The kernel that in-place experts of `form` run on in a model of `type`, and its path (bf16 x:
+// AVX-512 BF16 where the CPU has it).
+std::string in_place_kernel(weight_form form, at::ScalarType type) {
+  if (form == weight_form::fp8) {
+    return std::string("FP8 experts on baton's fp8 kernel (") + fp8_isa_name(type == at::kBFloat16 ? fp8_best_isa() : fp8_isa::avx2) + ")";
+  }
+  return std::string("int4 experts on baton's int4 kernel (") +
+         int4_isa_name(type == at::kBFloat16 ? int4_best_isa_bf16() : int4_best_isa()) + ")";
 }
 
 // The calibration batch's tokens.
@@ -99,18 +104,21 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
       grouped_(native_grouped_ || grouped_experts),
       onednn_(device.is_cpu() && onednn_runs(type)),
       int8_(files.int8_experts()),
-      // int4 experts on the CPU: read in place by baton's kernel, whatever else is there; on a
-      // GPU, dequantized at load for ATen's or the grouped path.
-      int4_(device.is_cpu() && files.int4_experts()),
-      packed_(int4_ || packs_experts(int8_, type, onednn_, grouped_, asked)),
+      // int4 or FP8 experts on the CPU: read in place by baton's kernels, whatever else is there;
+      // on a GPU, dequantized at load for ATen's or the grouped path.
+      in_place_(!device.is_cpu()      ? weight_form::plain
+                : files.int4_experts() ? weight_form::int4
+                : files.fp8_experts()  ? weight_form::fp8
+                                       : weight_form::plain),
+      packed_(in_place_ != weight_form::plain || packs_experts(int8_, type, onednn_, grouped_, asked)),
       asked_(asked) {
-  if (int4_) {
+  if (in_place_ != weight_form::plain) {
     if (asked != expert_library::measured) {
       throw std::invalid_argument(std::string("clef model: experts on ") + expert_library_name(asked) +
-                                  " were asked for, but this release's experts are int4, which baton's own kernel runs");
+                                  " were asked for, but this release's experts are " +
+                                  (in_place_ == weight_form::int4 ? "int4" : "FP8") + ", which baton's own kernel runs");
     }
-    matmul_choice_ = std::string(type_ == at::kFloat ? "fp32" : "bf16") + " int4 experts on baton's int4 kernel (" +
-                     int4_path_name(type_) + ")";
+    matmul_choice_ = std::string(type_ == at::kFloat ? "fp32 " : "bf16 ") + in_place_kernel(in_place_, type_);
   } else if (asked != expert_library::measured) {
     std::string why;
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
@@ -135,7 +143,7 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
                                   " were asked for, but " + why);
     }
     library_ = asked;
-  } else if (const std::int64_t copy = packed_ && !int4_ ? packed_copy_bytes() : 0;
+  } else if (const std::int64_t copy = packed_ && in_place_ == weight_form::plain ? packed_copy_bytes() : 0;
              packing_budget_bytes > 0 && copy > packing_budget_bytes) {
     // A packed copy replaces mapped pages the kernel could evict with memory it cannot.
     const auto text = [](std::int64_t bytes) {  // rounded up, in GiB from 1 GiB on
@@ -218,7 +226,7 @@ std::vector<expert_weights> expert_plan::load_experts(const release& files) {
 expert_weights expert_plan::pack_experts(const release& files, const std::string& prefix,
                                          expert_library library) const {
   const std::int64_t experts = config_.num_experts;
-  if (int4_) return int4_experts(files, prefix);
+  if (in_place_ != weight_form::plain) return in_place_experts(files, prefix);
   const bool xsmm = library == expert_library::xsmm, blas = library == expert_library::blas, int8 = int8_;
   if (int8 && !xsmm) throw std::logic_error("clef model: int8 experts are packed for libxsmm only");
   const auto [gate_up_bytes, down_bytes] = blas ? std::pair<std::int64_t, std::int64_t>() : packed_expert_bytes(library);
@@ -263,7 +271,7 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
   return y;
 }
 
-expert_weights expert_plan::int4_experts(const release& files, const std::string& prefix) const {
+expert_weights expert_plan::in_place_experts(const release& files, const std::string& prefix) const {
   const std::int64_t experts = config_.num_experts;
   expert_weights y;
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
@@ -272,20 +280,25 @@ expert_weights expert_plan::int4_experts(const release& files, const std::string
   at::parallel_for(0, experts, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t e = begin; e < end; ++e) {
       const std::string x = prefix + "mlp.experts." + std::to_string(e) + ".";
-      // A weight of a mixed release left float (or FP8) is multiplied as the float path would.
+      // A weight of a mixed release left float is multiplied as the float path would.
       auto linear = [&](std::vector<const char*> names) {
-        bool int4 = true;
-        for (const char* n : names) int4 = int4 && files.form(x + n) == weight_form::int4;
-        if (int4) {
+        bool kept = true;
+        for (const char* n : names) kept = kept && files.form(x + n) == in_place_;
+        if (kept && in_place_ == weight_form::int4) {
           std::vector<int4_part> parts;
           for (const char* n : names) parts.push_back(int4_weight(files, x + n));
           return packed_linear::for_int4(std::move(parts), type_);
+        }
+        if (kept) {
+          std::vector<fp8_matrix> parts;
+          for (const char* n : names) parts.push_back(fp8_weight(files, x + n));
+          return packed_linear::for_fp8(std::move(parts), type_);
         }
         std::vector<at::Tensor> parts;
         for (const char* n : names) parts.push_back(linear_weight(files, x + n, type_, device_).contiguous());
         if (onednn_) return packed_linear(at::cat(parts));
         if (type_ == at::kFloat && packed_linear::blas_available()) return packed_linear::over_blas(std::move(parts));
-        throw load_error(files.dir().string() + ": " + x + "* are float in an int4 release, which in bf16 needs "
+        throw load_error(files.dir().string() + ": " + x + "* are float in a quantized release, which in bf16 needs "
                          "oneDNN's bf16 kernels (this CPU has none): load it in f32");
       };
       const auto i = static_cast<std::size_t>(e);
@@ -365,13 +378,13 @@ expert_weights expert_plan::stack_experts(const release& files, const std::strin
 void expert_plan::choose_matmuls(const release& files) {
   static std::mutex chosen_mutex;
   static std::map<
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, bool, int, std::string>,
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int, int, std::string>,
       std::tuple<expert_library, bool, bool, std::string>>
       chosen;
   const bool int8 = int8_;
   const auto key = std::make_tuple(config_.hidden_size, config_.num_heads * config_.head_dim,
                                    config_.moe_intermediate_size, config_.num_experts, config_.experts_per_token,
-                                   at::get_num_threads(), packed_, int8, int4_, static_cast<int>(asked_), no_room_);
+                                   at::get_num_threads(), packed_, int8, static_cast<int>(in_place_), static_cast<int>(asked_), no_room_);
   {
     const std::lock_guard lock(chosen_mutex);
     if (const auto it = chosen.find(key); it != chosen.end()) {
@@ -382,12 +395,13 @@ void expert_plan::choose_matmuls(const release& files) {
   }
   const std::string p = "thinker.model.layers.0.";
   const calibration_batch& batch = calibration();
-  matmul_choice_ = int4_ ? matmul_choice_ + ", " : "fp32 ";  // int4 experts: no choice, said in the constructor
+  const bool in_place = in_place_ != weight_form::plain;
+  matmul_choice_ = in_place ? matmul_choice_ + ", " : "fp32 ";  // in-place experts: no choice, said in the constructor
   const std::string experts_on = int8 ? "int8 experts on " : "experts on ";
-  if (!int4_ && (asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
+  if (!in_place && (asked_ != expert_library::measured || !no_room_.empty()) && (packed_ || int8)) {
     matmul_choice_ += experts_on + expert_library_name(library_) + " (" +
                       (no_room_.empty() ? std::string("asked for") : no_room_) + "), ";
-  } else if (!int4_ && packed_) {
+  } else if (!in_place && packed_) {
     // Every candidate made first, then timed in turn. Schedules aside (calibrate_experts picks
     // among them afterwards): whole experts per work item. int8 experts: widened per matmul by
     // ATen (onto the BLAS) or per block of outputs on libxsmm.
@@ -460,11 +474,11 @@ void expert_plan::calibrate_experts(const expert_weights& layer0) {
   // Measured once per process for a shape, dtype and thread count: a model loaded again (a
   // reload, a second engine on the same release) keeps the earlier choice.
   static std::mutex measured_mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, bool, int>,
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool, int, int>,
                   std::pair<std::int64_t, std::string>>
       measured;
   const auto key = std::make_tuple(config_.hidden_size, config_.moe_intermediate_size, config_.num_experts, top_k,
-                                   static_cast<int>(type_), int8_, int4_, at::get_num_threads());
+                                   static_cast<int>(type_), int8_, static_cast<int>(in_place_), at::get_num_threads());
   {
     const std::lock_guard lock(measured_mutex);
     if (const auto it = measured.find(key); it != measured.end()) {

@@ -113,8 +113,10 @@ model_options resolved(model_options options, const release& files, const at::De
   if (!options.dtype) {
     const bool file_bf16 = bf16_release(files);
     const bool native = !device.is_cpu() || cpu_has_native_bf16();
-    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, files.int8_experts() || files.int4_experts()), options.load_memory_bytes,
-                                       files.int8_experts() || files.int4_experts() ? 0 : f32_copy_bytes(files, true));
+    // Quantized experts are not copied to f32: int8 ones stay int8, int4 and FP8 ones are read in place.
+    const bool kept = files.int8_experts() || files.int4_experts() || files.fp8_experts();
+    dtype_choice choice = choose_dtype(file_bf16, native, f32_copy_bytes(files, kept), options.load_memory_bytes,
+                                       kept ? 0 : f32_copy_bytes(files, true));
     options.dtype = choice.dtype;
     options.dtype_reason = std::move(choice.reason);
   }

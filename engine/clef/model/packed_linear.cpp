@@ -256,6 +256,7 @@ struct packed_linear::impl {
   std::optional<memory> weights;  // over `data`, made once: every call's matmul reads it
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
   std::vector<int4_part> int4;    // or int4 ones where they lie, for baton's kernel
+  std::vector<fp8_matrix> fp8;    // or FP8 ones, likewise
 #if BATON_XSMM
   // Packed for libxsmm instead (in `data`; an int8 one, shape.type s8, followed by its scales): its
   // shape's kernels.
@@ -455,6 +456,21 @@ packed_linear packed_linear::for_int4(std::vector<int4_part> parts, at::ScalarTy
   return p;
 }
 
+packed_linear packed_linear::for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type) {
+  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
+  if (type != at::kFloat && type != at::kBFloat16) throw std::invalid_argument("packed matmul: FP8 computes fp32 or bf16");
+  std::int64_t out = 0;
+  for (const auto& w : parts) {
+    if (w.in != parts.front().in) throw std::invalid_argument("packed matmul: FP8 parts of unequal inputs");
+    out += w.out;
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {parts.front().in, out, data_type(type)};
+  p.impl_->fp8 = std::move(parts);
+  return p;
+}
+
 std::int64_t packed_linear::bytes() const noexcept {
   if (!impl_) return 0;
   std::int64_t reordered = 0;
@@ -467,7 +483,7 @@ std::int64_t packed_linear::bytes() const noexcept {
 namespace {
 
 // Each part's fp32 outputs (rows × width) into its columns of y, rounded to bf16 for a bf16 model.
-void place_int4_part(const float* part_out, bool bf16, void* y, std::int64_t rows, std::int64_t width, std::int64_t out,
+void place_part(const float* part_out, bool bf16, void* y, std::int64_t rows, std::int64_t width, std::int64_t out,
                      std::int64_t column) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* from = part_out + r * width;
@@ -506,7 +522,7 @@ void multiply_int4_bf16(const std::vector<int4_part>& parts, const void* x, void
     const std::int64_t width = w.matrix.out;
     part_out.resize(static_cast<std::size_t>(rows * width));
     int4_matmul_bf16(rows_in, rows, w.matrix, part_out.data(), int4_isa::avx512_bf16);
-    place_int4_part(part_out.data(), true, y, rows, width, out, column);
+    place_part(part_out.data(), true, y, rows, width, out, column);
     column += width;
   }
 }
@@ -543,8 +559,28 @@ void multiply_int4(const std::vector<int4_part>& parts, bool bf16, const void* x
     }
     part_out.resize(static_cast<std::size_t>(rows * width));
     int4_matmul(rows_in, rows, w.matrix, part_out.data());
-    place_int4_part(part_out.data(), bf16, y, rows, width, out, column);
+    place_part(part_out.data(), bf16, y, rows, width, out, column);
     column += width;
+  }
+}
+
+// FP8 parts side by side: x through fp8_matmul (fp32) or fp8_matmul_bf16 (bf16) part by part, each
+// part's outputs written into its columns of y.
+void multiply_fp8(const std::vector<fp8_matrix>& parts, bool bf16, const void* x, void* y, std::int64_t rows,
+                  std::int64_t out) {
+  thread_local std::vector<float> part_out;
+  std::int64_t column = 0;
+  for (const auto& w : parts) {
+    const bool whole = parts.size() == 1 && !bf16;  // the kernel writes y itself
+    float* to = whole ? static_cast<float*>(y) : nullptr;
+    if (!whole) {
+      part_out.resize(static_cast<std::size_t>(rows * w.out));
+      to = part_out.data();
+    }
+    if (bf16) fp8_matmul_bf16(static_cast<const std::uint16_t*>(x), rows, w, to);
+    else fp8_matmul(static_cast<const float*>(x), rows, w, to);
+    if (!whole) place_part(to, bf16, y, rows, w.out, out, column);
+    column += w.out;
   }
 }
 
@@ -556,6 +592,10 @@ void multiply_int4(const std::vector<int4_part>& parts, bool bf16, const void* x
 void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
   if (!impl_->int4.empty()) {
     multiply_int4(impl_->int4, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.in, impl_->shape.out);
+    return;
+  }
+  if (!impl_->fp8.empty()) {
+    multiply_fp8(impl_->fp8, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.out);
     return;
   }
 #if BATON_XSMM
@@ -666,12 +706,30 @@ packed_linear packed_linear::for_xsmm_int8(const std::vector<at::Tensor>&, const
 packed_linear packed_linear::for_int4(std::vector<int4_part>, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
+packed_linear packed_linear::for_fp8(std::vector<fp8_matrix>, at::ScalarType) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 packed_linear::packed_linear(const at::Tensor&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
+packed_linear packed_linear::for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type) {
+  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
+  if (type != at::kFloat && type != at::kBFloat16) throw std::invalid_argument("packed matmul: FP8 computes fp32 or bf16");
+  std::int64_t out = 0;
+  for (const auto& w : parts) {
+    if (w.in != parts.front().in) throw std::invalid_argument("packed matmul: FP8 parts of unequal inputs");
+    out += w.out;
+  }
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {parts.front().in, out, data_type(type)};
+  p.impl_->fp8 = std::move(parts);
+  return p;
+}
+
 std::int64_t packed_linear::bytes() const noexcept { return 0; }
 at::Tensor packed_linear::parallel(const at::Tensor&) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");

@@ -127,6 +127,20 @@ void release_weight_pages(const release& files, const std::string& name) {
   release_pages(files.thinker_tensor(name));
 }
 
+fp8_matrix fp8_weight(const release& files, const std::string& name) {
+  const tensor_view& bytes = files.thinker_tensor(name);
+  const tensor_view& scales = files.thinker_tensor(name + "_scale_inv");  // F32, checked at open
+  fp8_matrix m;
+  m.weight = reinterpret_cast<const std::uint8_t*>(bytes.data);
+  m.scales = scales.data;
+  m.scales_bf16 = scales.type == dtype::bf16;
+  m.out = bytes.shape[0];
+  m.in = bytes.shape[1];
+  m.block_rows = files.quant().block_rows;
+  m.block_cols = files.quant().block_cols;
+  return m;
+}
+
 int4_part int4_weight(const release& files, const std::string& name) {
   const int4_tensors t = int4_of(files, name);
   int4_part y;

@@ -720,7 +720,10 @@ release::release(const std::filesystem::path& dir, bool head) : dir_(dir) {
     }
     const tensor_view& view = open_view(name, shard);
     check_tensor(view, *want->second, name, dir / shard, int8_experts(), fp8 && is_quantizable_weight(name));
-    if (view.type == dtype::f8_e4m3) quantized_.emplace(name, weight_form::fp8);
+    if (view.type == dtype::f8_e4m3) {
+      quantized_.emplace(name, weight_form::fp8);
+      if (is_expert_weight(name)) fp8_experts_ = true;
+    }
     thinker_.emplace(name, &view);
   }
   // Each weight stored quantized claims its parts, whose shapes follow from its own [out, in].

@@ -174,8 +174,9 @@ class release {
   // tensors are "<P>.qweight" and the rest (P: `name` without ".weight"), for fp8 `name` with
   // "<name>_scale_inv".
   weight_form form(const std::string& name) const;
-  // Whether some layer's experts are int4 (the thinker's kernel for them is then baton's own).
+  // Whether some layer's experts are int4, or FP8 (the CPU's kernel for them is then baton's own).
   bool int4_experts() const noexcept { return int4_experts_; }
+  bool fp8_experts() const noexcept { return fp8_experts_; }
   // The dtype of the release's float weights (the embeddings'): what it was made from.
   dtype float_type() const;
 
@@ -202,7 +203,7 @@ class release {
   media_tokens tokens_;
   quantization quant_;
   std::unordered_map<std::string, weight_form> quantized_;  // weights not stored plain, by "….weight" name
-  bool int4_experts_ = false;
+  bool int4_experts_ = false, fp8_experts_ = false;
   bool has_head_ = false;
   bool unmapped_ = false;
   std::vector<std::unique_ptr<safetensors_file>> shards_;

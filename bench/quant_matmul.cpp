@@ -1,12 +1,14 @@
-// int4_matmul (engine/clef/model/int4_gemm.hpp) at the Qwen3-Omni MoE experts' shapes, gate+up
-// (2048 → 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a
-// call, GFLOP/s and the weight's bytes (nibbles, scales, zeros) per second, and the fastest call's
-// GFLOP/s (on a shared machine the least disturbed); each ISA path this CPU
-// runs (avx512_bf16 on x rounded to bf16, through int4_matmul_bf16); and the same product in fp32 through at::mm on one thread (OpenBLAS on Debian). Each call
-// takes the next of enough random weights to fill --weights-mb, as a forward's experts do, so the
-// weights come from memory, not from a cache warmed by the previous call.
+// baton's quantized weight-only GEMMs at the Qwen3-Omni MoE experts' shapes, gate+up (2048 →
+// 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a call, GFLOP/s
+// and the weight's bytes per second, and the fastest call's GFLOP/s (on a shared machine the least
+// disturbed). int4_matmul (int4_gemm.hpp) on each ISA path this CPU runs (avx512_bf16 on x rounded
+// to bf16, through int4_matmul_bf16); fp8_matmul_bf16 (fp8_gemm.hpp, 128 × 128 blocks) on bf16 x;
+// the bf16 weight packed for oneDNN as bf16 experts run (packed_linear, where the build has
+// oneDNN); and the product in fp32 through at::mm (OpenBLAS on Debian). Each call takes the next of
+// enough random weights to fill --weights-mb, as a forward's experts do, so the weights come from
+// memory, not from a cache warmed by the previous call.
 //
-//   int4_bench [--repeats 31] [--group 128] [--weights-mb 128]
+//   quant_bench [--repeats 31] [--group 128] [--weights-mb 128]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -20,7 +22,10 @@
 #include <vector>
 
 #include "engine/clef/model/blas_cpu.hpp"
+#include "engine/clef/model/cpu_kernels.hpp"
+#include "engine/clef/model/fp8_gemm.hpp"
 #include "engine/clef/model/int4_gemm.hpp"
+#include "engine/clef/model/packed_linear.hpp"
 
 namespace {
 
@@ -36,7 +41,7 @@ arguments parse_arguments(int argc, char** argv) {
   arguments a;
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    if (i + 1 >= argc) throw std::runtime_error("usage: see the comment at the top of bench/int4_matmul.cpp");
+    if (i + 1 >= argc) throw std::runtime_error("usage: see the comment at the top of bench/quant_matmul.cpp");
     const std::string value = argv[++i];
     if (key == "--repeats") a.repeats = std::stoi(value);
     else if (key == "--group") a.group = std::stoll(value);
@@ -62,6 +67,24 @@ struct packed_weight {
     m = {qweight.data(), scales.data(), false, qzeros.data(), 1, in, out, group};
   }
   double bytes() const { return 4.0 * (qweight.size() + qzeros.size()) + 2.0 * scales.size(); }
+};
+
+// One random FP8 weight [out, in] (no NaN codes) with fp32 block scales near 0.01.
+struct fp8_weight {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> scales;
+  fp8_matrix m;
+
+  fp8_weight(std::int64_t in, std::int64_t out, std::mt19937& rng)
+      : bytes(static_cast<std::size_t>(in * out)), scales(static_cast<std::size_t>((out + 127) / 128 * ((in + 127) / 128))) {
+    for (auto& b : bytes) {
+      b = static_cast<std::uint8_t>(rng());
+      if ((b & 0x7F) == 0x7F) b = 0x7E;
+    }
+    for (auto& s : scales) s = 0.005F + static_cast<float>(rng() % 1000) * 1e-5F;
+    m = {bytes.data(), scales.data(), false, in, out, 128, 128};
+  }
+  double size() const { return static_cast<double>(bytes.size()) + 4.0 * static_cast<double>(scales.size()); }
 };
 
 double median(std::vector<double> v) {
@@ -97,7 +120,7 @@ void print(const char* what, std::int64_t rows, std::int64_t in, std::int64_t ou
 int run(const arguments& a) {
   at::set_num_threads(1);
   const std::string core = blas_core_name();
-  std::printf("int4_matmul, one thread, group %lld, median of %d calls, weights rotated over %lld MB%s%s\n",
+  std::printf("int4_matmul and fp8_matmul, one thread, group %lld, median of %d calls, weights rotated over %lld MB%s%s\n",
               static_cast<long long>(a.group), a.repeats, static_cast<long long>(a.weights_mb),
               core.empty() ? "" : "; at::mm on OpenBLAS ", core.c_str());
   std::vector<int4_isa> isas = {int4_isa::avx2};
@@ -111,6 +134,12 @@ int run(const arguments& a) {
     const double one = static_cast<double>(in * out) / 2;
     const auto count = std::max<std::int64_t>(2, static_cast<std::int64_t>(a.weights_mb * 1e6 / one));
     for (std::int64_t i = 0; i < count; ++i) weights.emplace_back(in, out, a.group, rng);
+    std::vector<fp8_weight> fp8;
+    for (std::int64_t i = 0; i < std::max<std::int64_t>(2, count / 2); ++i) fp8.emplace_back(in, out, rng);
+    std::vector<packed_linear> bf16;  // oneDNN's packed copies, as bf16 experts run
+    if (onednn_built()) {
+      for (std::int64_t i = 0; i < std::max<std::int64_t>(2, count / 4); ++i) bf16.emplace_back(at::randn({out, in}).to(at::kBFloat16));
+    }
     const auto fp32_count = std::max<std::int64_t>(2, static_cast<std::int64_t>(a.weights_mb * 1e6 / (8 * one)));
     std::vector<at::Tensor> fp32;
     for (std::int64_t i = 0; i < fp32_count; ++i) fp32.push_back(at::randn({out, in}));
@@ -131,6 +160,17 @@ int run(const arguments& a) {
         print(isa == int4_isa::avx512_bf16 ? "int4 bf16" : isa == int4_isa::avx512 ? "int4 avx512" : "int4 avx2", rows, in,
               out, s, weights[0].bytes());
       }
+      const timing f = time_calls(a.repeats, [&](int i) {
+        fp8_matmul_bf16(xb_bits, rows, fp8[static_cast<std::size_t>(i) % fp8.size()].m, y.data_ptr<float>());
+      });
+      print(fp8_best_isa() == fp8_isa::avx512_bf16 ? "fp8 bf16" : "fp8 avx2", rows, in, out, f, fp8[0].size());
+      if (!bf16.empty()) {
+        at::Tensor yb = at::empty({rows, out}, at::kBFloat16);
+        const timing b = time_calls(a.repeats, [&](int i) {
+          bf16[static_cast<std::size_t>(i) % bf16.size()].multiply(xb.data_ptr(), yb.data_ptr(), rows);
+        });
+        print("bf16 oneDNN", rows, in, out, b, 2.0 * static_cast<double>(in * out));
+      }
       const timing s = time_calls(a.repeats, [&](int i) {
         at::mm_out(y, x, fp32[static_cast<std::size_t>(i) % fp32.size()].t());
       });
@@ -147,7 +187,7 @@ int main(int argc, char** argv) {
   try {
     return run(parse_arguments(argc, argv));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "int4_bench: %s\n", e.what());
+    std::fprintf(stderr, "quant_bench: %s\n", e.what());
     return 1;
   }
 }
