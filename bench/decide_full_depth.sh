@@ -1,0 +1,70 @@
+#!/bin/bash
+# `baton decide` on a real SystemOne request (an agent's state with a 600-line tool result, a choice,
+# a score and a noul question) through a random release's whole depth, at several record lengths:
+# the state is cut to each length by --max-length, one process per length, each timed by
+# /usr/bin/time (wall time, peak resident memory, page faults), after a run that only loads. The
+# engine logs its load choices.
+#
+#   bench/decide_full_depth.sh RELEASE [TOKENS ...]     (default 512 2048 8192)
+#
+# RELEASE: a random real-shape release, e.g. the 48-layer int4 one of docs/performance.md ("int4
+# experts": clef_forward --shape real --dtype int4, then bench/tile_layers.py ... 48). Random
+# releases carry no tokenizer and put the media token ids at 31990-31996; this gives RELEASE the
+# Qwen3-Omni tokenizer of the tests' data and that tokenizer's media ids, so that the request is
+# read as the real model reads it. Run from the repository root, after a build.
+set -euo pipefail
+
+release=${1:?usage: bench/decide_full_depth.sh RELEASE [TOKENS ...]}
+shift
+lengths=("$@")
+[ ${#lengths[@]} -gt 0 ] || lengths=(512 2048 8192)
+baton=build/adapters/baton
+[ -x "$baton" ] || { echo "no $baton: build first" >&2; exit 1; }
+
+cp tests/data/vectors/tokenizer/qwen3_omni_tokenizer.json "$release/tokenizer.json"
+python3 - "$release/config.json" <<'EOF'
+import json, sys
+path = sys.argv[1]
+config = json.load(open(path))
+ids = {"image_token_id": 151655, "video_token_id": 151656, "audio_token_id": 151675, "vision_start_token_id": 151652,
+       "vision_end_token_id": 151653, "audio_start_token_id": 151669, "audio_end_token_id": 151670}
+config["thinker_config"].update(ids)
+json.dump(config, open(path, "w"), indent=1)
+EOF
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - >"$work/request.json" <<'EOF'
+import json, random
+random.seed(3)
+words = ("invoice shipment pallet customs broker freight delayed refund warehouse carrier damaged signature "
+         "address customer priority express ticket escalation").split()
+lines = [{"line": i, "sku": f"SKU-{random.randint(1000, 9999)}", "note": " ".join(random.choice(words) for _ in range(8)),
+          "qty": random.randint(1, 50)} for i in range(600)]
+state = {"agent": "support-bot", "history": [
+    {"role": "user", "content": "My order arrived damaged and I want a refund, see the invoice lines below."},
+    {"role": "tool", "name": "lookup_order", "content": {"order": "A-1182", "lines": lines}}]}
+questions = {
+    "next_tool": {"type": "choice", "instructions": "Which tool should the agent call next?",
+                  "criteria": {"issue_refund": "Refund the customer's payment", "open_ticket": "Open a support ticket",
+                              "escalate": "Hand the case to a person", "ask_user": "Ask the customer for more details"}},
+    "urgency": {"type": "score", "instructions": "How urgent is this case?",
+                "criteria": ["can wait", "today", "immediately"]},
+    "refund_justified": {"type": "noul", "instructions": "Is a refund justified?",
+                         "criteria": {"true": "The goods arrived damaged.", "false": "Nothing was wrong with the goods."}}}
+print(json.dumps({"model": "clef-omni", "state": state, "questions": questions}))
+EOF
+
+# Load only: an empty input is refused once the engine has loaded (its time and memory are the load's).
+echo "== load only"
+printf '\n' | /usr/bin/time -v "$baton" decide --engine clef --model "$release" - >/dev/null 2>"$work/err.txt" || true
+grep -E "Elapsed|Maximum resident|page faults" "$work/err.txt" | sed 's/^\s*/  /'
+
+for n in "${lengths[@]}"; do
+  echo "== $n tokens"
+  /usr/bin/time -v "$baton" decide --engine clef --model "$release" --max-length "$n" "$work/request.json" \
+    >"$work/out.json" 2>"$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }
+  grep -E "clef engine: (bench|.*on cpu|.*experts)" "$work/err.txt" | sed 's/^.*\] //' | head -3
+  grep -E "Elapsed|Maximum resident|page faults" "$work/err.txt" | sed 's/^\s*/  /'
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  answer:', json.dumps(r)[:300])" "$work/out.json"
+done
