@@ -163,10 +163,12 @@ result<frame> read_tool_result(const json& f) {
   return frame(std::move(r));
 }
 
-result<frame> read_resume(const json& f) {
+// A frame that names a session and nothing else: resume, end.
+template <class Frame>
+result<frame> read_session_frame(const json& f) {
   checker c{f, {}, {}};
   c.only({"type", "id", "session"});
-  resume_frame r;
+  Frame r;
   if (auto s = c.string("session", true)) {
     if (!valid_session_id(*s)) {
       c.add(json::array({"session"}), "A session id is 1-128 characters of A-Za-z0-9_.:@-", "string_pattern_mismatch");
@@ -209,14 +211,15 @@ result<frame> parse_frame(std::string_view text, const request_limits& limits, j
   json& f = *opened;
   const auto type = f.find("type");
   if (type == f.end() || !type->is_string()) {
-    return make_error(422, codes::unknown_type, "a frame needs a \"type\": decide, tool_result, resume or ack");
+    return make_error(422, codes::unknown_type, "a frame needs a \"type\": decide, tool_result, resume, ack or end");
   }
   const std::string& t = type->get_ref<const std::string&>();
   if (t == "decide") return read_decide(f, limits);
   if (t == "tool_result") return read_tool_result(f);
-  if (t == "resume") return read_resume(f);
+  if (t == "resume") return read_session_frame<resume_frame>(f);
   if (t == "ack") return read_ack(f);
-  return make_error(422, codes::unknown_type, "unknown frame type \"" + t + "\" (decide, tool_result, resume or ack)");
+  if (t == "end") return read_session_frame<end_frame>(f);
+  return make_error(422, codes::unknown_type, "unknown frame type \"" + t + "\" (decide, tool_result, resume, ack or end)");
 }
 
 namespace {
@@ -251,6 +254,12 @@ std::string render(const tool_result_frame& f, const json& id) {
 
 std::string render(const resume_frame& f, const json& id) {
   json out = client_frame("resume", id);
+  out["session"] = f.session;
+  return render_json(out, false);
+}
+
+std::string render(const end_frame& f, const json& id) {
+  json out = client_frame("end", id);
   out["session"] = f.session;
   return render_json(out, false);
 }
@@ -372,6 +381,10 @@ std::string render(const resumed_frame& f) {
                           {"pending", f.pending},
                           {"resolutions", f.resolutions}},
                      false);
+}
+
+std::string render(const ended_frame& f) {
+  return render_json(json{{"type", "ended"}, {"ref", f.ref}, {"session", f.session}}, false);
 }
 
 std::string render(const tool_result_ack_frame& f) {

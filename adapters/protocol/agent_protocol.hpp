@@ -60,7 +60,12 @@ struct ack_frame {
   std::string resolution;
 };
 
-using frame = std::variant<decide_frame, tool_result_frame, resume_frame, ack_frame>;
+// The agent is done with the session: the server forgets it (docs/protocol.md, `end`).
+struct end_frame {
+  std::string session;
+};
+
+using frame = std::variant<decide_frame, tool_result_frame, resume_frame, ack_frame, end_frame>;
 
 // The largest turn number: 2^53, the largest integer every JSON client (a JavaScript number)
 // reads exactly.
@@ -81,11 +86,12 @@ result<frame> parse_frame(std::string_view text, const request_limits& limits, j
 // The frames as a client writes them, `id` only when not null: decide
 // {"type","id","session","turn"?,"history"|"append","proposal"?,"questions"?} (proposal and
 // questions when not null), tool_result {"type","id","decision","ok","output"}, resume
-// {"type","id","session"}, ack {"type","id","resolution"}.
+// {"type","id","session"}, ack {"type","id","resolution"}, end {"type","id","session"}.
 std::string render(const decide_frame& f, const json& id = nullptr);
 std::string render(const tool_result_frame& f, const json& id = nullptr);
 std::string render(const resume_frame& f, const json& id = nullptr);
 std::string render(const ack_frame& f, const json& id = nullptr);
+std::string render(const end_frame& f, const json& id = nullptr);
 
 // A session id: 1–128 characters of A-Za-z0-9_.:@-
 bool valid_session_id(std::string_view s) noexcept;
@@ -165,6 +171,12 @@ struct resumed_frame {
   std::size_t resolutions = 0;
 };
 
+// The answer to `end`: the session is forgotten.
+struct ended_frame {
+  json ref;
+  std::string session;
+};
+
 // The answer to a `tool_result` once it is in the log.
 struct tool_result_ack_frame {
   json ref;
@@ -187,6 +199,8 @@ std::string render(const tool_outcome_frame& f);
 std::string render(const resumed_frame& f);
 // {"type":"ack","ref","decision"}
 std::string render(const tool_result_ack_frame& f);
+// {"type":"ended","ref","session"}
+std::string render(const ended_frame& f);
 // {"type":"resolution","resolution":{…}}
 std::string render(const resolution_frame& f);
 

@@ -23,6 +23,7 @@ class agent_connection {
   struct awaited_tool {
     std::string tool;
     bool reported = false;
+    std::string session;  // scoped; empty for a resolution's tool (the escalations keep that session)
   };
   std::unordered_map<std::string, awaited_tool> awaited_;
   // The API key's name when the server has keys: a key's sessions are its own, so their names are
@@ -34,13 +35,13 @@ class agent_connection {
   std::deque<std::string> awaited_order_;  // oldest first, to bound awaited_
 
   // The decision's agent-run tool now awaits a tool_result; past `max` the oldest is forgotten.
-  void await_tool(const std::string& decision, const std::string& tool, std::size_t max) {
+  void await_tool(const std::string& decision, const std::string& tool, std::size_t max, const std::string& session = {}) {
     if (awaited_.contains(decision)) return;
     if (awaited_order_.size() >= max && !awaited_order_.empty()) {
       awaited_.erase(awaited_order_.front());
       awaited_order_.pop_front();
     }
-    awaited_.emplace(decision, awaited_tool{tool, false});
+    awaited_.emplace(decision, awaited_tool{tool, false, session});
     awaited_order_.push_back(decision);
   }
 };

@@ -104,7 +104,8 @@ agent_service::agent_service(const server_config& config, decision_engine& engin
           fallback ? &fallback->engine.describe().limits : nullptr, std::move(io))),
       fallback_(fallback),
       sessions_(session_limits{config.server.max_history_bytes, config.server.max_history_bytes_total,
-                               config.server.max_sessions, config.server.session_idle}) {}
+                               config.server.max_sessions, config.server.session_idle},
+                [this](const std::string& session) { return desk_->has_work(session); }) {}
 
 bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text) {
   json id;
@@ -116,6 +117,7 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
   if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d));
   if (auto* r = std::get_if<protocol::resume_frame>(&*f)) return on_resume(c, std::move(id), std::move(*r));
   if (auto* a = std::get_if<protocol::ack_frame>(&*f)) return on_ack(c, std::move(id), std::move(*a));
+  if (auto* e = std::get_if<protocol::end_frame>(&*f)) return on_end(c, std::move(id), std::move(*e));
   return on_tool_result(c, std::move(id), std::move(std::get<protocol::tool_result_frame>(*f)));
 }
 
@@ -155,6 +157,45 @@ bool agent_service::on_ack(const std::shared_ptr<agent_connection>& c, json id, 
     return false;
   }
   return true;
+}
+
+bool agent_service::on_end(const std::shared_ptr<agent_connection>& c, json id, protocol::end_frame&& f) {
+  const std::string session = scoped(*c, f.session);
+  switch (sessions_.end(session)) {
+    case session_table::end_result::ended:
+      c->send(protocol::render(protocol::ended_frame{std::move(id), std::move(f.session)}));
+      return true;
+    case session_table::end_result::pending: {
+      // Answered when the turn in flight hands the session back (hand_back), after its answer.
+      std::lock_guard lock(ends_mutex_);
+      pending_ends_[session].push_back({c, std::move(id), std::move(f.session)});
+      return true;
+    }
+    case session_table::end_result::unknown: break;
+  }
+  c->send(protocol::render_error_frame(
+      id, make_error(409, codes::unknown_session, "no session `" + f.session + "` on this server to end")));
+  return true;  // well-formed: not a bad frame
+}
+
+void agent_service::send_pending_ends(const std::string& session) {
+  std::vector<pending_end> ends;
+  {
+    std::lock_guard lock(ends_mutex_);
+    const auto it = pending_ends_.find(session);
+    if (it == pending_ends_.end()) return;
+    ends = std::move(it->second);
+    pending_ends_.erase(it);
+  }
+  // Posted to each connection's strand: after the frame the turn's handler is sending now (a
+  // refusal sends its error after handing the session back).
+  for (pending_end& e : ends) {
+    if (auto c = e.conn.lock()) {
+      boost::asio::post(c->strand(), [c, e = std::move(e)]() mutable {
+        c->send(protocol::render(protocol::ended_frame{std::move(e.id), std::move(e.name)}));
+      });
+    }
+  }
 }
 
 bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
@@ -486,7 +527,8 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
     return;
   }
   if (ex->second->agent_runs()) {
-    t->conn->await_tool(t->decision_id, t->act.tool, config_.server.max_pending_tool_results);
+    t->conn->await_tool(t->decision_id, t->act.tool, config_.server.max_pending_tool_results, t->session.session);
+    sessions_.await_tool(t->session.session, t->decision_id);
     over(t, turn::phase::answered);
     return;
   }
@@ -542,9 +584,10 @@ bool agent_service::on_tool_result(const std::shared_ptr<agent_connection>& c, j
   it->second.reported = true;
   log::tool_run_record run = reported_tool_run(f.decision, it->second.tool, f.ok, std::move(f.output));
   ++in_flight_;
-  auto ack = [this, c, id, decision = f.decision](result<void> ok) {
-    boost::asio::post(c->strand(), [this, c, id, decision, ok]() {
+  auto ack = [this, c, id, decision = f.decision, session = it->second.session](result<void> ok) {
+    boost::asio::post(c->strand(), [this, c, id, decision, session, ok]() {
       if (ok) {
+        if (!session.empty()) sessions_.tool_reported(session, decision);  // it may be evicted now
         c->send(protocol::render(protocol::tool_result_ack_frame{id, decision}));
       } else {
         // Not in the log: the agent may report it again.
@@ -570,13 +613,16 @@ void agent_service::try_hand_back(const std::shared_ptr<turn>& t) {
 }
 
 void agent_service::hand_back(turn& t) {
+  const std::string session = t.session.session;
+  bool ended = false;
   if (t.went_out()) {
     sessions_.commit(std::move(t.session));
-    sessions_.release(t.session.session);
+    ended = sessions_.release(session);
   } else {
     // Not delivered (refused, or the log refused the decision): the agent retries the same turn.
-    sessions_.abort(std::move(t.session));
+    ended = sessions_.abort(std::move(t.session));
   }
+  if (ended) send_pending_ends(session);
   t.at = turn::phase::handed_back;
   --in_flight_;
 }

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,6 +66,9 @@ class agent_service {
   // The `id` of a frame refused before it is read (its rate), read as on_frame() would read it.
   json frame_id(std::string_view text) const;
 
+  // The agent sessions (GET /metrics reads their counts).
+  const session_table& sessions() const noexcept { return sessions_; }
+
   // Reloads of the registry and policy (SIGHUP, POST /v1/admin/reload).
   routing_reloader& reloader() noexcept { return *reloader_; }
 
@@ -75,6 +79,9 @@ class agent_service {
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
   bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
   bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);
+  bool on_end(const std::shared_ptr<agent_connection>& c, json id, protocol::end_frame&& f);
+  // `ended` to every end that waited for the session's turn in flight.
+  void send_pending_ends(const std::string& session);
   std::string scoped(const agent_connection& c, const std::string& session) const;
   // Hands the turn's request to `to`'s queue, its timer armed for `timeout`; its error when the
   // queue refuses it (the request then stays with the turn).
@@ -112,6 +119,14 @@ class agent_service {
   std::unique_ptr<routing_reloader> reloader_;
   std::optional<fallback_engine> fallback_;
   session_table sessions_;
+  // `end` frames waiting for their session's turn in flight: scoped session → (connection, id, name).
+  struct pending_end {
+    std::weak_ptr<agent_connection> conn;
+    json id;
+    std::string name;
+  };
+  std::mutex ends_mutex_;
+  std::unordered_map<std::string, std::vector<pending_end>> pending_ends_;
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

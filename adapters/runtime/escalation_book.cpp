@@ -29,12 +29,14 @@ void escalation_book::remember_connection_locked(const std::string& session, con
   }
 }
 
+bool escalation_book::has_work_locked(const std::string& session) const {
+  return tools_running.contains(session) ||
+         std::any_of(waiting.begin(), waiting.end(), [&](const auto& x) { return x.second.session == session; }) ||
+         std::any_of(pending.begin(), pending.end(), [&](const auto& x) { return x.second->escalation.row.session == session; });
+}
+
 void escalation_book::forget_if_done_locked(const std::string& session) {
-  const bool more =
-      tools_running.contains(session) ||
-      std::any_of(waiting.begin(), waiting.end(), [&](const auto& x) { return x.second.session == session; }) ||
-      std::any_of(pending.begin(), pending.end(), [&](const auto& x) { return x.second->escalation.row.session == session; });
-  if (!more) sessions.erase(session);
+  if (!has_work_locked(session)) sessions.erase(session);
 }
 
 void escalation_book::broadcast_locked(const std::string& frame) {

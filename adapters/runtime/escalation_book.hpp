@@ -75,6 +75,9 @@ struct escalation_book {
   // Remembers the session's connection; forgets, now and then, the connections that are gone, so
   // that the map stays the size of the live ones.
   void remember_connection_locked(const std::string& session, const std::shared_ptr<agent_connection>& c);
+  // An escalation of the session pending, a resolution of it unacknowledged, or a tool baton runs
+  // for one not finished.
+  bool has_work_locked(const std::string& session) const;
   // Nothing more to send the session (no resolution to deliver, no escalation pending, no tool
   // baton runs for it still running): its connection need not be remembered.
   void forget_if_done_locked(const std::string& session);

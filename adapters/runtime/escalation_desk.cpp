@@ -364,6 +364,11 @@ std::size_t escalation_desk::pending() const {
   return book_.pending.size();
 }
 
+bool escalation_desk::has_work(const std::string& session) const {
+  std::lock_guard lock(book_.mutex);
+  return book_.has_work_locked(session);
+}
+
 std::vector<protocol::escalation_object> escalation_desk::pending_objects(std::size_t limit) const {
   std::lock_guard lock(book_.mutex);
   return pending_objects_locked(limit);

@@ -195,6 +195,12 @@ std::string metrics::render(const scraped& now) const {
     number(out, g.value);
     out += '\n';
   }
+  for (const counter& c : now.counters) {
+    header(out, c.name, "counter", c.help);
+    out += c.name + ' ';
+    number(out, c.value);
+    out += '\n';
+  }
   if (const auto& cache = now.cache) {
     auto write_count = [&](std::string_view name, std::string_view type, std::string_view help, std::int64_t value) {
       header(out, name, type, help);

@@ -34,16 +34,18 @@ class metrics {
   void resolution(std::string_view outcome, std::string_view by);
   std::uint64_t decisions(std::string_view source, std::string_view lane) const;
 
-  // Gauges are read when scraped: name, help, value.
+  // Gauges, and counters kept elsewhere, are read when scraped: name, help, value.
   struct gauge {
     std::string name;
     std::string help;
     double value = 0;
   };
+  using counter = gauge;
   // What is read when scraped: the gauges, and the engine's prefix cache when it keeps one
   // (decision_engine::cache_stats), as baton_prefix_cache_* counters and gauges.
   struct scraped {
     std::vector<gauge> gauges;
+    std::vector<counter> counters;
     std::optional<prefix_cache_stats> cache;
   };
   std::string render(const scraped& now) const;

@@ -27,7 +27,7 @@ struct server_options {
   std::size_t max_frames_per_second = 1000;  // per connection
   std::size_t max_bad_frames = 10;           // bad frames in a row (or rate-limit hits) before closing
   std::size_t max_history_bytes = 4u << 20;  // per session, rendered
-  std::size_t max_history_bytes_total = std::size_t(256) << 20;  // all sessions together
+  std::size_t max_history_bytes_total = std::size_t(512) << 20;  // what all sessions cost as held (session_table)
   std::size_t max_sessions = 100000;
   std::chrono::seconds session_idle{3600};   // a session unused this long is forgotten
   std::size_t max_pending_tool_results = 1024;  // per connection: agent-run decisions awaiting tool_result

@@ -9,6 +9,47 @@
 
 namespace baton {
 
+namespace {
+
+// A malloc chunk of glibc on x86-64 for a request of n bytes: 8 bytes of header, 16-byte steps, 32
+// at least.
+std::size_t chunk(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) / 16 * 16); }
+
+// A std::string's heap beyond its short buffer (15 characters).
+std::size_t string_heap(std::size_t n) { return n > 15 ? chunk(n + 1) : 0; }
+
+}  // namespace
+
+std::size_t json_held_bytes(const json& j) {
+  switch (j.type()) {
+    case json::value_t::string:
+      return chunk(sizeof(std::string)) + string_heap(j.get_ref<const std::string&>().size());
+    case json::value_t::object: {
+      const auto& o = j.get_ref<const json::object_t&>();
+      std::size_t b = chunk(sizeof(json::object_t)) + chunk(o.capacity() * sizeof(json::object_t::value_type));
+      for (const auto& [key, value] : o) b += string_heap(key.size()) + json_held_bytes(value);
+      return b;
+    }
+    case json::value_t::array: {
+      const auto& a = j.get_ref<const json::array_t&>();
+      std::size_t b = chunk(sizeof(json::array_t)) + chunk(a.capacity() * sizeof(json));
+      for (const json& e : a) b += json_held_bytes(e);
+      return b;
+    }
+    case json::value_t::binary: return chunk(sizeof(json::binary_t)) + chunk(j.get_binary().size());
+    default: return 0;  // held in the value itself
+  }
+}
+
+namespace {
+
+// What a session with this history costs as held (rendered: its compact rendering's length).
+std::size_t held_bytes_of(std::size_t json_bytes, std::size_t rendered, std::size_t media_bytes) {
+  return session_entry_bytes + json_bytes + chunk(rendered + 1) + media_bytes;
+}
+
+}  // namespace
+
 void append_rendered(const json& event, std::string& rendered) {
   if (rendered.size() > 1) rendered.push_back(',');
   render_json(event, rendered, true);
@@ -29,16 +70,54 @@ std::string session_turn::state_hash() const {
 void session_turn::add_event(json event) {
   const std::size_t before = rendered.size();
   append_rendered(event, rendered);
+  const std::size_t event_bytes = json_held_bytes(event);
   history.push_back(std::move(event));
-  grown += rendered.size() - before;
+  json_bytes += event_bytes;
+  grown += rendered.size() - before + event_bytes;
 }
 
-void session_table::forget_idle(std::chrono::steady_clock::time_point now) {
-  std::erase_if(sessions_, [&](const auto& kv) {
-    if (kv.second.busy || now - kv.second.used <= limits_.idle) return false;
-    total_bytes_ -= kv.second.bytes;
-    return true;
-  });
+void session_table::touch(map::iterator it) {
+  lru_.splice(lru_.end(), lru_, it->second.place);
+  it->second.used = std::chrono::steady_clock::now();
+}
+
+void session_table::forget(map::iterator it, gone_why why) {
+  total_bytes_ -= it->second.bytes;
+  lru_.erase(it->second.place);
+  if (gone_.insert_or_assign(it->first, why).second) {
+    gone_order_.push_back(it->first);
+    if (gone_order_.size() > max_gone) {
+      gone_.erase(gone_order_.front());
+      gone_order_.pop_front();
+    }
+  }
+  ++(why == gone_why::ended ? counts_.ended : why == gone_why::evicted ? counts_.evicted : counts_.expired);
+  sessions_.erase(it);
+}
+
+bool session_table::evictable(const std::string& name, const entry& e) const {
+  return !e.busy && e.awaiting.empty() && !(has_work_ && has_work_(name));
+}
+
+bool session_table::make_room(std::size_t sessions, std::size_t bytes, const std::string* keep,
+                              std::chrono::steady_clock::time_point now) {
+  auto fits = [&] {
+    return sessions_.size() + sessions <= limits_.max_sessions && total_bytes_ + bytes <= limits_.max_history_bytes_total;
+  };
+  if (fits()) return true;
+  // Least recently used first: those idle past the limit are forgotten whatever they wait for;
+  // then those with nothing in flight are evicted. One that must stay goes to the back, so each
+  // session is looked at once.
+  for (std::size_t looked = 0, n = lru_.size(); looked < n && !fits(); ++looked) {
+    const auto it = sessions_.find(*lru_.front());
+    const bool expired = !it->second.busy && now - it->second.used > limits_.idle;
+    if (&it->first != keep && (expired || evictable(it->first, it->second))) {
+      forget(it, expired ? gone_why::expired : gone_why::evicted);
+    } else {
+      lru_.splice(lru_.end(), lru_, it->second.place);
+    }
+  }
+  return fits();
 }
 
 result<session_turn> session_table::begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
@@ -56,6 +135,9 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   if (items.empty()) {
     for (const json& e : events) append_rendered(e, added);
   }
+  // The events' JSON as the session will keep it: their own heap, and their slots in the history.
+  std::size_t added_json = 0;
+  for (const json& e : events) added_json += json_held_bytes(e) + sizeof(json);
 
   std::lock_guard lock(mutex_);
   if (!items.empty()) {
@@ -74,29 +156,39 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
     }
     for (const json& e : events) append_rendered(e, added);
   }
-  if (total_bytes_ + added.size() + added_media > limits_.max_history_bytes_total) forget_idle(now);
   auto it = sessions_.find(session);
   bool created = false;
   if (it == sessions_.end()) {
     if (append) {
-      return make_error(409, codes::unknown_session,
-                        "no session `" + session + "` on this server: send the full history first");
+      const auto gone = gone_.find(session);
+      const std::string why = gone == gone_.end()             ? "no session `" + session + "` on this server"
+                              : gone->second == gone_why::ended ? "session `" + session + "` ended"
+                              : gone->second == gone_why::evicted
+                                  ? "session `" + session + "` was forgotten to make room for others"
+                                  : "session `" + session + "` was forgotten after " +
+                                        std::to_string(limits_.idle.count()) + " s idle";
+      return make_error(409, codes::unknown_session, why + ": send the full history");
     }
-    if (sessions_.size() >= limits_.max_sessions) forget_idle(now);
-    if (sessions_.size() >= limits_.max_sessions) {
-      return make_error(503, codes::too_many_sessions, "the server holds " + std::to_string(limits_.max_sessions) +
-                                                      " sessions; retry later");
+    if (!make_room(1, 0, nullptr, now)) {
+      return make_error(503, codes::too_many_sessions,
+                        "the server holds " + std::to_string(sessions_.size()) + " sessions (server.max_sessions " +
+                            std::to_string(limits_.max_sessions) + ") and each has work in flight; retry later");
     }
     it = sessions_.emplace(session, entry{}).first;
+    it->second.place = lru_.insert(lru_.end(), &it->first);
     created = true;
   }
   // A refusal leaves the table as it was: no empty entry for a first turn that was refused.
   auto refuse = [&](error e) -> result<session_turn> {
-    if (created) sessions_.erase(it);
+    if (created) {
+      lru_.erase(it->second.place);
+      sessions_.erase(it);
+    }
     return e;
   };
   entry& e = it->second;
   if (e.busy) return make_error(409, codes::session_busy, "session `" + session + "` has a decision in flight");
+  if (e.ending) return make_error(409, codes::session_busy, "session `" + session + "` is ending");
   if (append && !e.committed) {
     return make_error(409, codes::unknown_session, "session `" + session + "` has no decided turn yet: send the full history");
   }
@@ -119,12 +211,16 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
                                  " bytes" + (media_bytes ? ", " + std::to_string(media_bytes) + " of them media" : "") +
                                  " (limit " + std::to_string(limits_.max_history_bytes) + ")"));
   }
-  // Every session's history together is bounded too: memory, not just one session's size.
-  const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(e.bytes);
-  if (delta > 0 && total_bytes_ + static_cast<std::size_t>(delta) > limits_.max_history_bytes_total) {
+  // Every session together is bounded too, by what holding them costs: others make room.
+  const std::size_t json_bytes = (append ? e.json_bytes : chunk(sizeof(json::array_t))) + added_json;
+  const std::size_t held = held_bytes_of(json_bytes, bytes - media_bytes, media_bytes);
+  const std::ptrdiff_t delta = static_cast<std::ptrdiff_t>(held) - static_cast<std::ptrdiff_t>(e.bytes);
+  if (delta > 0 && !make_room(0, static_cast<std::size_t>(delta), &it->first, now)) {
     return refuse(make_error(503, codes::too_many_sessions,
-                             "the sessions already hold " + std::to_string(total_bytes_) +
-                                 " bytes of history (server.max_history_bytes_total); retry later"));
+                             "the sessions hold " + std::to_string(total_bytes_) +
+                                 " bytes (server.max_history_bytes_total " +
+                                 std::to_string(limits_.max_history_bytes_total) +
+                                 ") and the others have work in flight; retry later"));
   }
   total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) + delta);
   session_turn t;
@@ -133,6 +229,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   t.append = append;
   t.reserved = delta;
   t.media_bytes = media_bytes;
+  t.json_bytes = json_bytes;
   if (append) {
     t.base_events = e.history.size();
     t.base_rendered = e.rendered.size();
@@ -152,7 +249,8 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
     t.media = std::move(items);
   }
   e.busy = true;
-  e.used = now;
+  e.awaiting.clear();  // a next turn: the agent has moved on from the last decision's tool
+  touch(it);
   return t;
 }
 
@@ -164,16 +262,17 @@ void session_table::commit(session_turn&& t) {
   it->second.rendered = std::move(t.rendered);
   it->second.media = std::move(t.media);
   it->second.media_bytes = t.media_bytes;
+  it->second.json_bytes = t.json_bytes;
   it->second.bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(it->second.bytes) + t.reserved) + t.grown;
   total_bytes_ += t.grown;
   it->second.turn = t.turn;
   it->second.committed = true;
 }
 
-void session_table::abort(session_turn&& t) {
+bool session_table::abort(session_turn&& t) {
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(t.session);
-  if (it == sessions_.end()) return;
+  if (it == sessions_.end()) return false;
   entry& e = it->second;
   total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) - t.reserved);
   if (t.append) {
@@ -189,8 +288,16 @@ void session_table::abort(session_turn&& t) {
     e.media = std::move(t.media);
   }
   e.busy = false;
-  e.used = std::chrono::steady_clock::now();
-  if (!e.committed) sessions_.erase(it);
+  touch(it);
+  if (e.ending) {
+    forget(it, gone_why::ended);
+    return true;
+  }
+  if (!e.committed) {
+    lru_.erase(e.place);
+    sessions_.erase(it);
+  }
+  return false;
 }
 
 void session_table::add_event(const std::string& session, json event) {
@@ -202,22 +309,54 @@ void session_table::add_event(const std::string& session, json event) {
   const std::size_t before = it->second.rendered.size();
   if (before > 1) it->second.rendered.push_back(',');
   it->second.rendered += added;
+  const std::size_t event_bytes = json_held_bytes(event);
   it->second.history.push_back(std::move(event));
-  it->second.bytes += it->second.rendered.size() - before;
-  total_bytes_ += it->second.rendered.size() - before;
+  it->second.json_bytes += event_bytes;
+  it->second.bytes += it->second.rendered.size() - before + event_bytes;
+  total_bytes_ += it->second.rendered.size() - before + event_bytes;
 }
 
-void session_table::release(const std::string& session) {
+bool session_table::release(const std::string& session) {
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
+  if (it == sessions_.end()) return false;
   it->second.busy = false;
-  it->second.used = std::chrono::steady_clock::now();
+  touch(it);
+  if (it->second.ending) {
+    forget(it, gone_why::ended);
+    return true;
+  }
   // A session whose first turn was never decided holds nothing worth keeping.
   if (!it->second.committed) {
     total_bytes_ -= it->second.bytes;
+    lru_.erase(it->second.place);
     sessions_.erase(it);
   }
+  return false;
+}
+
+void session_table::await_tool(const std::string& session, const std::string& decision) {
+  std::lock_guard lock(mutex_);
+  if (const auto it = sessions_.find(session); it != sessions_.end()) it->second.awaiting = decision;
+}
+
+void session_table::tool_reported(const std::string& session, const std::string& decision) {
+  std::lock_guard lock(mutex_);
+  if (const auto it = sessions_.find(session); it != sessions_.end() && it->second.awaiting == decision) {
+    it->second.awaiting.clear();
+  }
+}
+
+session_table::end_result session_table::end(const std::string& session) {
+  std::lock_guard lock(mutex_);
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return gone_.contains(session) ? end_result::ended : end_result::unknown;
+  if (it->second.busy) {
+    it->second.ending = true;
+    return end_result::pending;
+  }
+  forget(it, gone_why::ended);
+  return end_result::ended;
 }
 
 std::size_t session_table::size() const {
@@ -225,9 +364,14 @@ std::size_t session_table::size() const {
   return sessions_.size();
 }
 
-std::size_t session_table::history_bytes() const {
+std::size_t session_table::held_bytes() const {
   std::lock_guard lock(mutex_);
   return total_bytes_;
+}
+
+session_table::counts session_table::counted() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
 }
 
 }  // namespace baton

@@ -120,6 +120,16 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
             {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
              double(q->service->in_flight() + q->systemone->in_flight())},
             {"baton_escalations_pending", "Escalations waiting for a person.", double(q->service->desk().pending())},
+            {"baton_sessions", "Agent sessions held.", double(q->service->sessions().size())},
+            {"baton_session_bytes", "What the agent sessions held cost in memory, as server.max_history_bytes_total counts it.",
+             double(q->service->sessions().held_bytes())},
+        },
+        {
+            {"baton_sessions_ended_total", "Agent sessions ended by their agents.", double(q->service->sessions().counted().ended)},
+            {"baton_sessions_evicted_total", "Idle agent sessions forgotten to make room for others.",
+             double(q->service->sessions().counted().evicted)},
+            {"baton_sessions_expired_total", "Agent sessions forgotten after server.session_idle_s unused.",
+             double(q->service->sessions().counted().expired)},
         },
         q->engine->cache_stats(),
     };

@@ -122,7 +122,7 @@ bool id_prefixed(const json& doc, const char* prefix) {
 const std::vector<reader>& readers() {
   static const std::vector<reader> all = {
       {"agent client frame",
-       [](const json& d) { return typed(d, {"decide", "tool_result", "resume", "ack"}); },
+       [](const json& d) { return typed(d, {"decide", "tool_result", "resume", "ack", "end"}); },
        [](const std::string& text, const json&) -> result<std::string> {
          json id;
          auto f = parse_frame(text, request_limits{}, id);
@@ -252,6 +252,7 @@ TEST(golden_frames, protocol_md) {
       "agent client frame tool_result",
       "agent client frame resume",
       "agent client frame ack",
+      "agent client frame end",
       "agent server frame decision",
       "agent server frame tool_result",
       "agent server frame resolution",

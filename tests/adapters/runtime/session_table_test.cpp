@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <thread>
 
 #include "adapters/runtime/session_table.hpp"
@@ -23,6 +25,29 @@ std::string code(session_table& s, const std::string& id, std::optional<std::int
   return t ? "ok" : t.error().code;
 }
 
+// What the table should count for sessions with these histories (rendered: their state texts'
+// lengths): within the slack of their arrays' spare capacity.
+void expect_holds(const session_table& s, const std::vector<const session_turn*>& turns) {
+  std::size_t want = 0, slack = 0;
+  for (const session_turn* t : turns) {
+    want += session_entry_bytes + json_held_bytes(t->history) + t->state_text().size() + t->media_bytes;
+    slack += 48 + 16 * t->history.size();
+  }
+  EXPECT_NEAR(static_cast<double>(s.held_bytes()), static_cast<double>(want), static_cast<double>(slack));
+}
+
+// A session "id" with one decided turn of `events`, idle.
+void hold(session_table& s, const std::string& id, json events) {
+  session_turn t = begin_ok(s, id, std::nullopt, false, std::move(events));
+  s.commit(std::move(t));
+  s.release(id);
+}
+
+std::string message(session_table& s, const std::string& id, bool append, json events) {
+  auto t = s.begin(id, std::nullopt, append, std::move(events));
+  return t ? "ok" : t.error().message;
+}
+
 TEST(session_table, appends_build_the_history_and_its_rendering) {
   session_table s({});
   session_turn t = begin_ok(s, "a", std::nullopt, false, json::array({user("hi")}));
@@ -35,7 +60,7 @@ TEST(session_table, appends_build_the_history_and_its_rendering) {
   EXPECT_EQ(t.history.size(), 3u);
   EXPECT_EQ(t.state_text(), render_json(t.history, true));
   EXPECT_EQ(t.state_hash(), sha256_hex(t.state_text()));
-  EXPECT_EQ(s.history_bytes(), t.state_text().size());
+  expect_holds(s, {&t});
   s.commit(std::move(t));
   s.add_event("a", {{"role", "tool"}, {"output", 1}});
   s.release("a");
@@ -43,7 +68,7 @@ TEST(session_table, appends_build_the_history_and_its_rendering) {
   EXPECT_EQ(t.turn, 3);
   EXPECT_EQ(t.history.size(), 4u);
   EXPECT_EQ(t.state_text(), render_json(t.history, true));
-  EXPECT_EQ(s.history_bytes(), t.state_text().size());
+  expect_holds(s, {&t});
 }
 
 TEST(session_table, the_implicit_next_turn_has_the_explicit_limit) {
@@ -90,27 +115,108 @@ TEST(session_table, refusals_leave_the_session_as_it_was) {
   t = begin_ok(s, "b", std::nullopt, false, json::array({user("x")}));
   s.abort(std::move(t));
   EXPECT_EQ(s.size(), 1u);
-  EXPECT_EQ(s.history_bytes(), std::string(R"([{"content":"hi","role":"user"}])").size());
+  t = begin_ok(s, "a", 6, true, json::array());
+  expect_holds(s, {&t});
+  s.abort(std::move(t));
 }
 
-TEST(session_table, history_limits_per_session_and_in_total) {
+// The budget counts what holding a session costs: its JSON as kept (several times its text), its
+// rendering and the entry; json_held_bytes agrees with malloc's own count.
+TEST(session_table, the_budget_counts_what_a_session_holds) {
+  const auto before = mallinfo2().uordblks;
+  json history = json::array();
+  for (int i = 0; i < 500; ++i) {
+    history.push_back(user("turn " + std::to_string(i) + " of a session where the agent asks for something long"));
+    history.push_back({{"role", "tool"}, {"ok", true}, {"output", {{"n", i}, {"status", "a status longer than sixteen"}}}});
+  }
+  const auto grew = mallinfo2().uordblks - before;
+  EXPECT_NEAR(static_cast<double>(json_held_bytes(history)), static_cast<double>(grew), 0.01 * static_cast<double>(grew));
+  EXPECT_GT(json_held_bytes(history), 4 * render_json(history, true).size());
+
+  session_table s({});
+  session_turn t = begin_ok(s, "a", std::nullopt, false, std::move(history));
+  expect_holds(s, {&t});
+  s.commit(std::move(t));
+  s.release("a");
+  t = begin_ok(s, "a", std::nullopt, true, json::array({user("one more")}));
+  expect_holds(s, {&t});
+}
+
+TEST(session_table, one_history_over_its_limit_is_refused) {
   session_limits l;
   l.max_history_bytes = 100;
-  l.max_history_bytes_total = 200;  // each 50-character event renders to 80 bytes
   session_table s(l);
   EXPECT_EQ(code(s, "big", std::nullopt, false, json::array({user(std::string(100, 'x'))})), "HISTORY_TOO_LARGE");
-  session_turn a = begin_ok(s, "a", std::nullopt, false, json::array({user(std::string(50, 'x'))}));
-  s.commit(std::move(a));
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(code(s, "small", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "ok");
+}
+
+// Past max_sessions a new session evicts the least recently used one with nothing in flight; an
+// agent that comes back to it is told to send its full history.
+TEST(session_table, a_new_session_evicts_the_least_recently_used_idle_one) {
+  session_limits l;
+  l.max_sessions = 2;
+  session_table s(l);
+  hold(s, "a", json::array({user("x")}));
+  hold(s, "b", json::array({user("y")}));
+  session_turn t = begin_ok(s, "a", std::nullopt, true, json::array({user("a again")}));  // "b" is now the oldest
+  s.commit(std::move(t));
   s.release("a");
-  session_turn b = begin_ok(s, "b", std::nullopt, false, json::array({user(std::string(50, 'x'))}));
-  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "TOO_MANY_SESSIONS");
-  // A history that replaces a larger one frees memory and is allowed.
-  s.commit(std::move(b));
-  s.release("b");
-  session_turn smaller = begin_ok(s, "b", std::nullopt, false, json::array({user("y")}));
-  s.commit(std::move(smaller));
-  s.release("b");
-  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "ok");
+  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user("z")})), "ok");
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.counted().evicted, 1u);
+  const std::string why = message(s, "b", true, json::array({user("b again")}));
+  EXPECT_NE(why.find("forgotten to make room"), std::string::npos) << why;
+  EXPECT_NE(why.find("send the full history"), std::string::npos) << why;
+  EXPECT_EQ(code(s, "b", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  EXPECT_EQ(begin_ok(s, "a", std::nullopt, true, json::array()).history.size(), 2u);
+}
+
+// A session with work in flight stays: a turn out, an agent-run tool's result awaited, work the
+// escalations hold (has_work). Only when every one has work is a new session refused.
+TEST(session_table, sessions_with_work_in_flight_are_not_evicted) {
+  session_limits l;
+  l.max_sessions = 3;
+  std::string with_work = "a";
+  session_table s(l, [&](const std::string& session) { return session == with_work; });
+  hold(s, "a", json::array({user("x")}));
+  hold(s, "b", json::array({user("y")}));
+  s.await_tool("b", "d-1");
+  session_turn c = begin_ok(s, "c", std::nullopt, false, json::array({user("z")}));  // busy
+  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "TOO_MANY_SESSIONS");
+  s.tool_reported("b", "d-other");  // another decision's result: "b" still waits
+  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "TOO_MANY_SESSIONS");
+  s.tool_reported("b", "d-1");
+  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "ok");
+  EXPECT_EQ(code(s, "b", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  // "a" once its work is done.
+  s.commit(std::move(c));
+  s.release("c");
+  with_work.clear();
+  EXPECT_EQ(code(s, "e", std::nullopt, false, json::array({user("v")})), "ok");
+  EXPECT_EQ(code(s, "a", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  EXPECT_EQ(s.counted().evicted, 2u);
+}
+
+// The bytes the sessions hold are bounded the same way: idle ones make room.
+TEST(session_table, the_byte_budget_evicts_idle_sessions) {
+  session_table probe({});
+  hold(probe, "a", json::array({user(std::string(50, 'x'))}));
+  const std::size_t one = probe.held_bytes();
+  session_limits l;
+  l.max_history_bytes_total = 2 * one + one / 2;
+  session_table s(l);
+  hold(s, "a", json::array({user(std::string(50, 'x'))}));
+  hold(s, "b", json::array({user(std::string(50, 'x'))}));
+  hold(s, "c", json::array({user(std::string(50, 'x'))}));
+  EXPECT_LE(s.held_bytes(), l.max_history_bytes_total);
+  EXPECT_EQ(s.counted().evicted, 1u);
+  EXPECT_EQ(code(s, "a", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  // A history that grows past the budget evicts another, never itself.
+  session_turn t = begin_ok(s, "b", std::nullopt, true, json::array({user(std::string(400, 'y'))}));
+  EXPECT_LE(s.held_bytes(), l.max_history_bytes_total);
+  EXPECT_EQ(s.size(), 1u);
+  s.abort(std::move(t));
 }
 
 TEST(session_table, idle_sessions_make_room) {
@@ -122,16 +228,19 @@ TEST(session_table, idle_sessions_make_room) {
   EXPECT_EQ(code(s, "b", std::nullopt, false, json::array()), "TOO_MANY_SESSIONS");  // "a" is busy
   s.commit(std::move(a));
   s.release("a");
+  s.await_tool("a", "d-1");  // idle past the limit: forgotten even so
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(code(s, "b", std::nullopt, false, json::array({user("y")})), "ok");
   EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.counted().expired, 1u);
+  EXPECT_NE(message(s, "a", true, json::array()).find("idle"), std::string::npos);
 }
 
 // A refused first turn leaves no empty entry behind (it would count towards max_sessions).
 TEST(session_table, a_refused_first_turn_leaves_no_session) {
   session_limits l;
   l.max_history_bytes = 100;
-  l.max_history_bytes_total = 150;
+  l.max_sessions = 1;
   session_table s(l);
   EXPECT_EQ(code(s, "big", std::nullopt, false, json::array({user(std::string(100, 'x'))})), "HISTORY_TOO_LARGE");
   EXPECT_EQ(s.size(), 0u);
@@ -139,6 +248,36 @@ TEST(session_table, a_refused_first_turn_leaves_no_session) {
   EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user(std::string(50, 'x'))})), "TOO_MANY_SESSIONS");
   EXPECT_EQ(s.size(), 1u);
   s.abort(std::move(a));
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.held_bytes(), 0u);
+}
+
+// end(): forgotten now, or when the turn out comes back; idempotent; the name may start again.
+TEST(session_table, end_forgets_now_or_when_the_turn_is_handed_back) {
+  session_table s({});
+  hold(s, "a", json::array({user("x")}));
+  EXPECT_EQ(s.end("a"), session_table::end_result::ended);
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.held_bytes(), 0u);
+  EXPECT_EQ(s.end("a"), session_table::end_result::ended);  // again: no error
+  EXPECT_EQ(s.end("never"), session_table::end_result::unknown);
+  EXPECT_NE(message(s, "a", true, json::array()).find("ended"), std::string::npos);
+
+  session_turn b = begin_ok(s, "b", std::nullopt, false, json::array({user("y")}));
+  EXPECT_EQ(s.end("b"), session_table::end_result::pending);
+  EXPECT_EQ(code(s, "b", std::nullopt, false, json::array()), "SESSION_BUSY");
+  s.commit(std::move(b));
+  EXPECT_TRUE(s.release("b"));
+  EXPECT_EQ(s.size(), 0u);
+
+  hold(s, "c", json::array({user("z")}));
+  session_turn c = begin_ok(s, "c", std::nullopt, true, json::array({user("refused")}));
+  EXPECT_EQ(s.end("c"), session_table::end_result::pending);
+  EXPECT_TRUE(s.abort(std::move(c)));
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.counted().ended, 3u);
+
+  EXPECT_EQ(code(s, "a", std::nullopt, false, json::array({user("afresh")})), "ok");  // the name again
 }
 
 // A decide frame's events and media as parse_frame takes them out.
@@ -225,7 +364,8 @@ TEST(session_table, media_bytes_count_and_the_state_hash_covers_them) {
   request r;
   r.images.push_back(ta.media[0].item);
   EXPECT_EQ(ta.state_hash(), state_hash(ta.state_text(), &r));
-  EXPECT_EQ(a.history_bytes(), ta.state_text().size() + std::string("data:image/png;base64,AAAA").size());
+  EXPECT_EQ(ta.media_bytes, std::string("data:image/png;base64,AAAA").size());
+  expect_holds(a, {&ta});
 }
 
 }  // namespace

@@ -156,6 +156,109 @@ TEST_F(server_test, sessions_append_turns_and_refuse_out_of_order_ones) {
   EXPECT_EQ(engine_->last_state(), json::array({user("new start")}));
 }
 
+// The value of a line "NAME VALUE" of GET /metrics.
+double metric(unsigned short port, const std::string& name) {
+  std::istringstream lines(test::http_get(port, "/metrics").second);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind(name + " ", 0) == 0) return std::stod(l.substr(name.size() + 1));
+  }
+  ADD_FAILURE() << "no metric " << name;
+  return -1;
+}
+
+TEST_F(server_test, end_forgets_a_session_and_its_log_rows_stay) {
+  const unsigned short port = start();
+  ws_client c(port);
+  ASSERT_EQ(c.request(decide("s", {user("hi")}))["turn"], 1);
+  EXPECT_EQ(metric(port, "baton_sessions"), 1);
+  EXPECT_GT(metric(port, "baton_session_bytes"), 0);
+  EXPECT_EQ(c.request({{"type", "end"}, {"id", 5}, {"session", "s"}}), json({{"type", "ended"}, {"ref", 5}, {"session", "s"}}));
+  EXPECT_EQ(metric(port, "baton_sessions"), 0);
+  EXPECT_EQ(metric(port, "baton_session_bytes"), 0);
+  EXPECT_EQ(metric(port, "baton_sessions_ended_total"), 1);
+  // Again: no error. An append is told why the session is gone; a full history starts it afresh.
+  EXPECT_EQ(c.request({{"type", "end"}, {"id", 6}, {"session", "s"}})["type"], "ended");
+  const json gone = c.request({{"type", "decide"}, {"session", "s"}, {"append", {user("more")}}});
+  EXPECT_EQ(gone["code"], "UNKNOWN_SESSION");
+  EXPECT_NE(gone["error"].get<std::string>().find("ended"), std::string::npos) << gone;
+  EXPECT_EQ(c.request(decide("s", {user("again")}))["turn"], 1);
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions WHERE session = 's'")[0]["n"], 2);
+  // A session never held, and a frame without one.
+  const json unknown = c.request({{"type", "end"}, {"id", 7}, {"session", "never"}});
+  EXPECT_EQ(unknown["code"], "UNKNOWN_SESSION");
+  EXPECT_EQ(unknown["ref"], 7);
+  EXPECT_EQ(c.request({{"type", "end"}, {"id", 8}})["code"], "INVALID_FRAME");
+  EXPECT_EQ(c.request({{"type", "end"}, {"session", "s"}, {"history", json::array()}})["code"], "INVALID_FRAME");
+}
+
+TEST_F(server_test, an_end_during_a_turn_is_answered_after_its_decision) {
+  ws_client c(start());
+  c.send(decide("slow", {script({{"tool", "lookup_order"}, {"p", 0.95}, {"sleep_ms", 300}})}, {{"id", 1}}));
+  c.send(json{{"type", "end"}, {"id", 2}, {"session", "slow"}});
+  const json first = c.read();
+  EXPECT_EQ(first.value("type", ""), "decision") << first;
+  EXPECT_EQ(first["id"], 1);
+  EXPECT_EQ(c.read(), json({{"type", "ended"}, {"ref", 2}, {"session", "slow"}}));
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "slow"}, {"append", {user("x")}}})["code"], "UNKNOWN_SESSION");
+}
+
+// Under pressure the least recently used idle session is forgotten, not the new one refused;
+// TOO_MANY_SESSIONS only when every session held has a turn in flight.
+TEST_F(server_test, a_full_server_evicts_the_least_recently_used_idle_session) {
+  config_.server.max_sessions = 2;
+  const unsigned short port = start();
+  ws_client c(port);
+  // Each turn finishes: no escalation pending, no tool result awaited, nothing in flight.
+  const json finish = script({{"tool", "finish"}, {"p", 0.9}});
+  ASSERT_EQ(c.request(decide("a", {user("1"), finish}))["turn"], 1);
+  ASSERT_EQ(c.request(decide("b", {user("2"), finish}))["turn"], 1);
+  ASSERT_EQ(c.request(decide("c", {user("3"), finish}))["turn"], 1);
+  const json gone = c.request({{"type", "decide"}, {"session", "a"}, {"append", {user("more")}}});
+  EXPECT_EQ(gone["code"], "UNKNOWN_SESSION");
+  EXPECT_NE(gone["error"].get<std::string>().find("send the full history"), std::string::npos) << gone;
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "c"}, {"append", {user("more")}}})["turn"], 2);
+  EXPECT_EQ(metric(port, "baton_sessions_evicted_total"), 1);
+  EXPECT_EQ(metric(port, "baton_sessions"), 2);
+  // The agent sends its full history: it evicts "b" in turn.
+  EXPECT_EQ(c.request(decide("a", {user("1"), finish, user("more")}))["turn"], 1);
+  // Both sessions busy: a third is refused.
+  ws_client d(port);
+  c.send(decide("a", {script({{"tool", "lookup_order"}, {"p", 0.95}, {"sleep_ms", 400}})}));
+  d.send(decide("c", {script({{"tool", "lookup_order"}, {"p", 0.95}, {"sleep_ms", 400}})}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ws_client e(port);
+  EXPECT_EQ(e.request(decide("d", {user("4")}))["code"], "TOO_MANY_SESSIONS");
+  EXPECT_EQ(c.read().value("type", ""), "decision");
+  EXPECT_EQ(d.read().value("type", ""), "decision");
+}
+
+// A session whose escalation waits for a person stays; an idle one makes room instead.
+TEST_F(server_test, a_session_with_an_escalation_pending_is_not_evicted) {
+  config_.server.max_sessions = 2;
+  ws_client c(start());
+  ASSERT_EQ(c.request(decide("e", {script({{"tool", "lookup_order"}, {"p", 0.3}})}))["action"], "escalate");
+  ASSERT_EQ(c.request(decide("f", {script({{"tool", "finish"}, {"p", 0.9}})}))["turn"], 1);
+  ASSERT_EQ(c.request(decide("g", {script({{"tool", "finish"}, {"p", 0.9}})}))["turn"], 1);
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "e"}, {"append", {user("more")}}})["turn"], 2);
+  EXPECT_EQ(c.request({{"type", "decide"}, {"session", "f"}, {"append", {user("more")}}})["code"], "UNKNOWN_SESSION");
+}
+
+TEST_F(server_test, a_key_cannot_end_another_keys_session) {
+  ::setenv("BATON_SERVER_TEST_KEY_A", "agent-a-key-0123456789abcdef", 1);
+  ::setenv("BATON_SERVER_TEST_KEY_B", "agent-b-key-0123456789abcdef", 1);
+  config_ = parse_config("server: {listen: 127.0.0.1:0, io_threads: 2}\n"
+                         "log: {path: decisions.db, synchronous: normal}\n"
+                         "auth:\n  keys:\n"
+                         "    - {name: a, role: agent, env: BATON_SERVER_TEST_KEY_A}\n"
+                         "    - {name: b, role: agent, env: BATON_SERVER_TEST_KEY_B}\n");
+  const unsigned short port = start();
+  ws_client a(port, "/v1/agent", "agent-a-key-0123456789abcdef"), b(port, "/v1/agent", "agent-b-key-0123456789abcdef");
+  ASSERT_EQ(a.request(decide("shared-name", {user("mine")}))["turn"], 1);
+  EXPECT_EQ(b.request({{"type", "end"}, {"session", "shared-name"}})["code"], "UNKNOWN_SESSION");
+  EXPECT_EQ(a.request({{"type", "decide"}, {"session", "shared-name"}, {"append", {user("still mine")}}})["turn"], 2);
+  EXPECT_EQ(a.request({{"type", "end"}, {"session", "shared-name"}})["type"], "ended");
+}
+
 TEST_F(server_test, extra_questions_are_answered_in_the_same_pass) {
   ws_client c(start());
   const json q = json::parse(R"({"language": {"type": "choice", "instructions": "Which language?",
