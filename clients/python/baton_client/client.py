@@ -157,6 +157,7 @@ class BatonClient:
 
         self._ids = itertools.count(1)
         self._sessions: Dict[str, Session] = {}
+        self._ending: Dict[str, "asyncio.Future[None]"] = {}  # ends under way, by session name
         self._gate = _Gate(max_in_flight)
         self._pending: Dict[Any, _Pending] = {}
         # A resume answered with n resolutions completes once those n frames (right behind it) are read.
@@ -210,7 +211,14 @@ class BatonClient:
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def close(self) -> None:
-        """Closes the connection and stops reconnecting; what still waits fails with CLOSED."""
+        """Ends the sessions (when connected; waiting at most request_timeout for baton's answers),
+        then closes the connection and stops reconnecting; what still waits fails with CLOSED."""
+        if not self._closing and self.connected:
+            # baton frees them now rather than after its idle timeout (server.session_idle_s).
+            for session in list(self._sessions.values()):
+                session._end_soon()
+            if self._ending:
+                await asyncio.wait(list(self._ending.values()), timeout=self.request_timeout)
         if self._closing:
             if self._reader is not None:
                 await asyncio.gather(self._reader, return_exceptions=True)
@@ -254,7 +262,7 @@ class BatonClient:
         if session is None:
             if not valid_session_name(name):
                 raise ValueError(f"{name!r} is not a session name: 1-128 characters of A-Za-z0-9_.:@-")
-            session = self._sessions[name] = Session(self, name)
+            session = self._sessions[name] = Session(self, name, self._ending.get(name))
         return session
 
     @property
@@ -437,6 +445,33 @@ class BatonClient:
                 raise
         finally:
             self._acks.pop(resolution_id, None)
+
+    # ---------------------------------------------------------------- ending sessions
+
+    def _forget(self, session: Session, ending: "asyncio.Future[None]") -> None:
+        """Drops an ending session; a new session of its name waits for `ending`."""
+        if self._sessions.get(session.name) is session:
+            del self._sessions[session.name]
+        self._ending[session.name] = ending
+
+        def ended(future: "asyncio.Future[None]") -> None:
+            if self._ending.get(session.name) is future:
+                del self._ending[session.name]
+
+        ending.add_done_callback(ended)
+
+    async def _end(self, name: str) -> None:
+        while True:
+            try:
+                await self._request(lambda: {"type": "end", "session": name})
+                return
+            except BatonError as e:
+                if e.code == "UNKNOWN_SESSION":
+                    return  # baton does not have it (a restart, or it never decided): nothing is left to end
+                if e.code == CONNECTION_LOST and self.reconnect is not None and self._failed is None \
+                        and not self._closing:
+                    continue  # an end is idempotent: sent again on the next connection
+                raise
 
     # ---------------------------------------------------------------- resolutions and tool results
 

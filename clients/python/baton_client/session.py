@@ -25,11 +25,15 @@ class Session:
 
     It keeps the history as baton does: the first `decide` (and the first after a reconnect) sends
     all of it as `history`, later ones only what is new as `append`. One decision at a time: a
-    second `decide` waits for the first."""
+    second `decide` waits for the first. `async with client.session(name) as s:` ends it on exit."""
 
-    def __init__(self, client: "BatonClient", name: str) -> None:
+    def __init__(self, client: "BatonClient", name: str, after: "Optional[asyncio.Future[None]]" = None) -> None:
         self.client = client
         self.name = name
+        # The end of an earlier session of this name, still under way: nothing goes out before it.
+        self._after = after
+        self._ending: "Optional[asyncio.Future[None]]" = None
+        self._ended = False  # set under the lock: decides that come after the end are refused
         self._history: List[AgentEvent] = []
         # How many events of _history baton holds (in this order), and whether it holds them at
         # all: after a (re)connect it holds nothing this client knows of, so `history` goes next.
@@ -52,10 +56,13 @@ class Session:
                      questions: Optional[Dict[str, Question]] = None) -> Decision:
         """Baton's decision for the next turn, with `events` added first. Raises BatonError with the
         error frame's code; an `append` answered UNKNOWN_SESSION (baton restarted or forgot the
-        session) is sent once more as the full `history`."""
+        session) is sent once more as the full `history`. RuntimeError once the session was ended."""
         for event in events or ():
             self.add(event)
         async with self._lock:
+            if self._ended and not self.client._closing:
+                raise RuntimeError(f"session {self.name} was ended: client.session({self.name!r}) starts it again")
+            await self._after_earlier_end()
             resent = False
             while True:
                 sent: Dict[str, Any] = {}
@@ -120,6 +127,42 @@ class Session:
         iterators, each id once; they have been received when this returns)."""
         answer = await self.client._request(lambda: {"type": "resume", "session": self.name})
         return {"pending": list(answer.get("pending") or []), "resolutions": int(answer.get("resolutions") or 0)}
+
+    async def end(self) -> None:
+        """Ends the session: baton forgets its history (its decisions stay in the log, its
+        escalations are still resolved and come on `resume`). A decide under way is answered first.
+        Returns on baton's `ended`, and on UNKNOWN_SESSION too (baton restarted, or the session
+        never decided: nothing is left to end); sent again after a reconnect (it is idempotent).
+        The client drops this object at once: `client.session(name)` is then a new session whose
+        first decide sends the whole history; a decide on this one raises RuntimeError. A second
+        call waits for the first one's end."""
+        await asyncio.shield(self._end_soon())
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.end()
+
+    def _end_soon(self) -> "asyncio.Future[None]":
+        """The end, started once (a task: a caller cancelled meanwhile does not stop it)."""
+        if self._ending is None:
+            self._ending = asyncio.ensure_future(self._end())
+            # close() starts ends that nobody awaits: their failures are not to be reported as unretrieved.
+            self._ending.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+            self.client._forget(self, self._ending)
+        return self._ending
+
+    async def _end(self) -> None:
+        async with self._lock:
+            self._ended = True
+            await self._after_earlier_end()
+            await self.client._end(self.name)
+
+    async def _after_earlier_end(self) -> None:
+        if self._after is not None:
+            await asyncio.wait([self._after])
+            self._after = None
 
     def _baton_event(self, frame: Mapping[str, Any]) -> None:
         """A tool_result frame of a tool baton ran for this session."""

@@ -301,6 +301,75 @@ class Forgotten(Case):
                 await asyncio.to_thread(server.close)
 
 
+class Ending(Case):
+    """`end`: baton forgets the session and the name starts afresh; a full baton (max_sessions 2)
+    evicts the least recently used idle session, and the client resends its history."""
+
+    @staticmethod
+    def sessions_held(server: BatonServer) -> int:
+        return server.http("GET", "/health")[1]["sessions"]
+
+    @staticmethod
+    def answers(baton: Recording, names: List[str]) -> List[str]:
+        """How baton answered each `end` of these sessions: `ended` or an error's code."""
+        ends = [f for f in baton.sent if f["type"] == "end" and f["session"] in names]
+        answered = [next(r for r in baton.received if r.get("ref") == f["id"]) for f in ends]
+        return [a["code"] if a["type"] == "error" else a["type"] for a in answered]
+
+    async def test_end_is_answered_ended_and_the_name_starts_afresh(self) -> None:
+        async with Recording(main.url) as baton:
+            s = baton.session("ended-once")
+            await s.decide(events=[{"role": "monitor", "content": RESOLVED}])
+            await s.decide(events=[{"role": "monitor", "content": RESOLVED}])
+            held = self.sessions_held(main)
+            await s.end()
+            self.assertEqual(self.answers(baton, ["ended-once"]), ["ended"])
+            end = next(f for f in baton.sent if f["type"] == "end")
+            self.assertIn({"type": "ended", "ref": end["id"], "session": "ended-once"}, baton.received)
+            self.assertEqual(self.sessions_held(main), held - 1, "baton no longer holds it")
+
+            fresh = baton.session("ended-once")
+            self.assertIsNot(fresh, s)
+            again = await fresh.decide(events=[{"role": "monitor", "content": RESOLVED}])
+            self.assertEqual(again["turn"], 1, "a new session on baton's side")
+            self.assertEqual(baton.decides("ended-once")[-1]["history"], [{"role": "monitor", "content": RESOLVED}])
+
+            # Ended twice (baton remembers the name) and a name baton never had: both return.
+            await fresh.end()
+            await baton.session("ended-once").end()
+            await baton.session("never-had").end()
+            self.assertEqual(self.answers(baton, ["ended-once", "never-had"]),
+                             ["ended", "ended", "ended", "UNKNOWN_SESSION"])
+
+    async def test_a_full_baton_evicts_the_least_recently_used_idle_session(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            server = BatonServer(d, "full", {"max_sessions": 2})
+            await asyncio.to_thread(server.start)
+            try:
+                async with Recording(server.url) as baton:
+                    cleared = [{"role": "monitor", "content": RESOLVED}]  # finish: nothing left in flight
+                    # The name was used and ended before: its new session behaves as any other.
+                    await baton.session("evicted").decide(events=cleared)
+                    await baton.session("evicted").end()
+                    s = baton.session("evicted")
+                    await s.decide(events=cleared)
+                    await baton.session("b").decide(events=cleared)
+                    await baton.session("c").decide(events=cleared)  # full: "evicted", the least recently used, goes
+                    self.assertEqual(self.sessions_held(server), 2)
+
+                    again = await s.decide(events=cleared)
+                    self.assertEqual(again["turn"], 1, "baton had forgotten it: the full history is a new session's turn 1")
+                    frames = baton.decides("evicted")[-3:]
+                    self.assertEqual([f"history {len(f['history'])}" if "history" in f else f"append {len(f['append'])}"
+                                      for f in frames], ["history 1", "append 1", "history 2"])
+                    refused = next(r for r in baton.received if r.get("ref") == frames[1]["id"])
+                    self.assertEqual(refused["code"], "UNKNOWN_SESSION")
+                    self.assertEqual(server.state(again["decision"]), s.history)
+                    self.assertEqual(self.sessions_held(server), 2, "it evicted another idle one in turn")
+            finally:
+                await asyncio.to_thread(server.close)
+
+
 class Restarts(Case):
     async def asyncSetUp(self) -> None:
         await super().asyncSetUp()

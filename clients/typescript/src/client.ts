@@ -4,7 +4,7 @@ import WebSocket from "ws";
 import { TypedEmitter } from "./emitter.js";
 import { BatonError, RETRYABLE_CODES } from "./errors.js";
 import { Session, type RequestHooks, type SessionHost } from "./session.js";
-import type { ErrorFrame, Resolution, ServerFrame, ToolResultFrame } from "./types.js";
+import type { EndedFrame, ErrorFrame, Resolution, ServerFrame, ToolResultFrame } from "./types.js";
 
 export interface ReconnectOptions {
   /** The first wait after a drop (default 100 ms); it doubles each attempt. */
@@ -62,7 +62,7 @@ interface Job {
   ack?: string;
   ackId?: number;
   ackError?: ErrorFrame;
-  /** Sent again after a reconnect instead of failing with CONNECTION_LOST (unconfirmed acks). */
+  /** Sent again after a reconnect instead of failing with CONNECTION_LOST (unconfirmed acks, ends). */
   keep: boolean;
   /** A resume that recover() sends after a reconnect: what waited goes once these are answered. */
   recovery?: boolean;
@@ -106,6 +106,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private ws: WebSocket | null = null;
   private open = false;
   private closed = false;
+  private closing: Promise<void> | null = null;
   /** Set once a connection was made: a later drop reconnects (or fails what waits). */
   private everConnected = false;
   private connecting: Promise<void> | null = null;
@@ -124,6 +125,8 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   private readonly live = new Set<Job>();
 
   private readonly sessions = new Map<string, Session>();
+  /** Sessions whose `end` is under way, by name: a new session of that name waits for it. */
+  private readonly ending = new Map<string, Promise<unknown>>();
   private readonly emitted = new Set<string>();
   private resumeHold: ResumeHold | null = null; // a resume whose resolution frames are still coming
   private recovering = false; // recover()'s resumes are not all answered yet
@@ -181,7 +184,7 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   session(name: string): Session {
     let s = this.sessions.get(name);
     if (!s) {
-      s = new Session(this, name);
+      s = new Session(this, name, this.ending.get(name));
       this.sessions.set(name, s);
     }
     return s;
@@ -222,9 +225,29 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
     return this.enqueue<T>(() => copy, {});
   }
 
-  /** Stops reconnecting, rejects every pending call with CLOSED and closes the connection. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Ends every session (when connected; waiting at most requestTimeoutMs), then stops
+   * reconnecting, rejects every pending call with CLOSED and closes the connection.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.endSessions().then(() => this.shutDown());
+    return this.closing;
+  }
+
+  /** baton frees the sessions now rather than after its idle timeout (`server.session_idle_s`). */
+  private async endSessions(): Promise<void> {
+    if (!this.open) return;
+    for (const s of [...this.sessions.values()]) s.end().catch(() => undefined);
+    if (this.ending.size === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(this.ending.values()),
+      new Promise((resolve) => (timer = setTimeout(resolve, this.requestTimeoutMs))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  private async shutDown(): Promise<void> {
     this.closed = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     this.reconnectWake?.();
@@ -253,6 +276,30 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
   }
 
   // SessionHost
+
+  /** @internal */
+  async sendEnd(name: string): Promise<void> {
+    try {
+      // Kept across a reconnect like an ack: an end is idempotent.
+      await this.enqueue<EndedFrame>(() => ({ type: "end", session: name }), {}, { keep: true });
+    } catch (err) {
+      if (!(err instanceof BatonError && err.code === "UNKNOWN_SESSION")) throw err;
+    }
+  }
+
+  /** @internal */
+  forget(session: Session, ended: Promise<unknown>): void {
+    if (this.sessions.get(session.name) === session) this.sessions.delete(session.name);
+    this.ending.set(session.name, ended);
+    void ended.then(() => {
+      if (this.ending.get(session.name) === ended) this.ending.delete(session.name);
+    });
+  }
+
+  /** @internal */
+  isClosed(): boolean {
+    return this.closed;
+  }
 
   /** @internal */
   send<T>(build: () => object, hooks: RequestHooks = {}): Promise<T> {
@@ -430,7 +477,8 @@ export class BatonClient extends TypedEmitter<ClientEvents> implements SessionHo
         return;
       }
       case "resumed":
-      case "ack": {
+      case "ack":
+      case "ended": {
         const job = frame.ref === null ? undefined : this.inFlight.get(frame.ref);
         if (!job) return;
         // A resume answered with n resolutions completes once those n frames, right behind it,

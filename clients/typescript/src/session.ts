@@ -17,6 +17,12 @@ export interface SessionHost {
   send<T>(build: () => object, hooks?: RequestHooks): Promise<T>;
   waitToolResult(decision: string, timeoutMs: number | undefined): Promise<ToolResultFrame>;
   waitResolution(escalation: string, timeoutMs: number | undefined): Promise<Resolution>;
+  /** Sends `end` for the session; resolves on `ended`, or on UNKNOWN_SESSION (nothing left to end). */
+  sendEnd(name: string): Promise<void>;
+  /** Drops an ending session: a new one of its name sends nothing before `ended` has settled. */
+  forget(session: Session, ended: Promise<unknown>): void;
+  /** close() was called. */
+  isClosed(): boolean;
 }
 
 export interface RequestHooks {
@@ -56,12 +62,14 @@ export class Session {
   /** baton may not have this session (first decide, reconnect, lost answer): send `history`. */
   private fresh = true;
   /** Decides of one session go one after another (baton refuses a second with SESSION_BUSY). */
-  private chain: Promise<unknown> = Promise.resolve();
+  private chain: Promise<unknown>;
+  private ending: Promise<void> | null = null;
 
-  /** @internal created by BatonClient.session() */
-  constructor(host: SessionHost, name: string) {
+  /** @internal created by BatonClient.session(); `after`: the end of an earlier session of this name */
+  constructor(host: SessionHost, name: string, after: Promise<unknown> = Promise.resolve()) {
     this.host = host;
     this.name = name;
+    this.chain = after;
   }
 
   /** Everything this session holds: what baton has, then what the next decide sends. */
@@ -80,6 +88,9 @@ export class Session {
    * way waits for it.
    */
   decide(options: DecideOptions = {}): Promise<Decision> {
+    if (this.ending && !this.host.isClosed()) {
+      return Promise.reject(new TypeError(`session ${this.name} was ended: baton.session(name) starts it again`));
+    }
     const run = this.chain.then(() => this.decideNow(options));
     this.chain = run.catch(() => undefined);
     return run;
@@ -142,6 +153,27 @@ export class Session {
   async resume(): Promise<ResumeResult> {
     const answer = await this.host.send<ResumedFrame>(() => ({ type: "resume", session: this.name }));
     return { pending: answer.pending, resolutions: answer.resolutions };
+  }
+
+  /**
+   * Ends the session: baton forgets its history (docs/protocol.md, `end`). A decide under way is
+   * answered first. Resolves on baton's `ended`, or on UNKNOWN_SESSION (baton restarted, or the
+   * session never decided: nothing is left to end). The client drops this object at once: a later
+   * `baton.session(name)` is a new session whose first decide sends the full history, and a decide
+   * on this one is a TypeError. Idempotent: a second call returns the first one's promise.
+   */
+  end(): Promise<void> {
+    if (!this.ending) {
+      this.ending = this.chain.then(() => this.host.sendEnd(this.name));
+      this.chain = this.ending.catch(() => undefined);
+      this.host.forget(this, this.chain);
+    }
+    return this.ending;
+  }
+
+  /** `await using session = baton.session(name)` ends it when the scope exits. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.end();
   }
 
   /** @internal after a reconnect baton may have lost the session: the next decide sends it all. */

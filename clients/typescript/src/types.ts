@@ -160,6 +160,13 @@ export interface AckFrame {
   decision: string;
 }
 
+/** The answer to an `end`: baton no longer holds the session. */
+export interface EndedFrame {
+  type: "ended";
+  ref: number;
+  session: string;
+}
+
 /** One issue of an INVALID_FRAME error (FastAPI style). */
 export interface ErrorIssue {
   loc: (string | number)[];
@@ -178,7 +185,7 @@ export interface ErrorFrame {
   retry_after_ms?: number;
 }
 
-export type ServerFrame = Decision | ToolResultFrame | ResolutionFrame | ResumedFrame | AckFrame | ErrorFrame;
+export type ServerFrame = Decision | ToolResultFrame | ResolutionFrame | ResumedFrame | AckFrame | EndedFrame | ErrorFrame;
 
 // Client → server.
 
@@ -213,4 +220,10 @@ export interface AckRequest {
   resolution: string;
 }
 
-export type ClientFrame = DecideFrame | ToolResultRequest | ResumeFrame | AckRequest;
+export interface EndFrame {
+  type: "end";
+  id?: number;
+  session: string;
+}
+
+export type ClientFrame = DecideFrame | ToolResultRequest | ResumeFrame | AckRequest | EndFrame;

@@ -1,6 +1,6 @@
 // baton-client against a real `baton serve` (the on-call example's registry and policy, the
 // keyword engine): decide with history then append, many sessions on one connection, tool
-// results both ways, escalations, acks and the protocol's error codes.
+// results both ways, escalations, acks, the protocol's error codes, and sessions ended or evicted.
 //
 //   BATON_BIN=build/adapters/baton node --test clients/typescript/test/
 import assert from "node:assert/strict";
@@ -222,3 +222,64 @@ test("a frame over baton's max_frame_bytes: an error event (ref null), CONNECTIO
   }
 });
 
+
+const health = async (srv) => (await fetch(`${srv.baseUrl}/health`)).json();
+
+test("end is answered ended, the session leaves baton, and the name's next decide starts afresh", async () => {
+  const name = uniqueName("end");
+  const s = baton.session(name);
+  await s.decide({ events: [{ role: "user", content: SAY.cleared }] });
+  await s.decide({ events: [{ role: "user", content: SAY.cleared }] });
+  const held = (await health(server)).sessions;
+  await s.end();
+  const end = spy.sent.filter((f) => f.type === "end" && f.session === name);
+  assert.equal(end.length, 1);
+  assert.deepEqual(spy.received.find((f) => f.ref === end[0].id), { type: "ended", ref: end[0].id, session: name });
+  assert.equal((await health(server)).sessions, held - 1, "baton no longer holds it");
+
+  const fresh = baton.session(name);
+  assert.notEqual(fresh, s);
+  const d = await fresh.decide({ events: [{ role: "user", content: SAY.cleared }] });
+  assert.equal(d.turn, 1, "a new session on baton's side");
+  assert.deepEqual(decidesOf(name).at(-1).history, [{ role: "user", content: SAY.cleared }], "sent as the full history");
+
+  // Ended twice (baton remembers the name) and a name baton never had: both resolve.
+  await fresh.end();
+  await baton.session(name).end();
+  const never = uniqueName("never-had");
+  await baton.session(never).end();
+  const answers = spy.sent.filter((f) => f.type === "end" && (f.session === name || f.session === never))
+    .map((f) => spy.received.find((r) => r.ref === f.id));
+  assert.deepEqual(answers.map((a) => a.type === "error" ? a.code : a.type), ["ended", "ended", "ended", "UNKNOWN_SESSION"]);
+});
+
+test("max_sessions 2: a third session evicts the least recently used idle one, whose next append is resent as the full history", async () => {
+  const small = new BatonServer({ max_sessions: 2 });
+  let failed = true;
+  const other = new BatonClient({ url: (await small.start()).wsUrl });
+  try {
+    await other.connect();
+    const say = { events: [{ role: "user", content: SAY.cleared }] };
+    // The name was used and ended before: its new session behaves as any other.
+    const name = uniqueName("evicted");
+    await other.session(name).decide(say);
+    await other.session(name).end();
+    const a = other.session(name);
+    await a.decide(say);
+    await other.session(uniqueName("b")).decide(say);
+    await other.session(uniqueName("c")).decide(say); // baton is full: `a`, the least recently used, goes
+    assert.equal((await health(small)).sessions, 2);
+
+    const d = await a.decide(say);
+    assert.equal(d.turn, 1, "baton had forgotten it: the full history is a new session's first turn");
+    const frames = decidesOf(name).slice(-3);
+    assert.deepEqual(frames.map((f) => (f.history ? `history ${f.history.length}` : `append ${f.append.length}`)), ["history 1", "append 1", "history 2"]);
+    const refused = spy.received.find((f) => f.ref === frames[1].id);
+    assert.equal(refused.code, "UNKNOWN_SESSION");
+    assert.equal((await health(small)).sessions, 2, "it evicted another idle one in turn");
+    failed = false;
+  } finally {
+    await other.close();
+    await small.dispose(failed);
+  }
+});

@@ -25,6 +25,8 @@ export const SAY = {
   metrics: "query metrics dashboards for api error rate latency",
   restart: "checkout pods are crashing and leaking memory, restart the service",
   rollback: "the checkout deploy is bad, roll back the latest deploy of checkout",
+  // finish: no tool, nothing left in flight (an idle session baton may evict)
+  cleared: "The incident is resolved and the alert has cleared.",
 };
 
 /** A `baton serve` with its own temp dir and db, restartable on the same port and db. */

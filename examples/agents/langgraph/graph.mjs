@@ -6,11 +6,15 @@
 //   escalate -> review    interrupt(): the thread waits, checkpointed, until a person resolves it;
 //                         the driver resumes it with new Command({ resume: resolution })
 //   fallback -> fallback  another handler takes the turn (a stand-in for a larger model)
-//   deny     -> END       with a refusal in the state
-//   finish   -> END
+//   deny     -> done      with a refusal in the state
+//   finish   -> done
+//
+// Every run that completes goes through `done`, which ends the thread's baton session (baton frees
+// it now, not once it has been idle for server.session_idle_s); a run stopped at an interrupt keeps
+// it, for the turn the person's resolution goes on with.
 //
 // One run of the graph is one baton turn: a new alert update is a new invoke on the same thread, and
-// baton decides again on the whole history. (tool -> route instead of tool -> END makes it an
+// baton decides again on the whole history. (tool -> route instead of tool -> done makes it an
 // agent loop; with an engine that reads only the words of the history, as the keyword engine does,
 // baton would just propose the same tool again, and run it again when baton runs it itself.)
 //
@@ -95,13 +99,13 @@ export function buildGraph({ baton, checkpointer, batonRunTimeoutMs = 60_000 }) 
       case "deny": {
         const reason = `baton denied ${d.tool} (${d.lane})`;
         return new Command({
-          goto: END,
+          goto: "done",
           update: { decision, outcome: { status: "denied", by: "baton", reason }, messages: [{ role: "assistant", content: `Refused: ${reason}.` }] },
         });
       }
       case "finish":
         return new Command({
-          goto: END,
+          goto: "done",
           update: { decision, outcome: { status: "finished", by: "baton", reason: `${d.lane} at confidence ${fixed(d.confidence)}` } },
         });
       default:
@@ -126,13 +130,13 @@ export function buildGraph({ baton, checkpointer, batonRunTimeoutMs = 60_000 }) 
     if (r.outcome === "deny") {
       const reason = `${r.reviewer} (${r.by}) denied ${d.tool ?? "the turn"}: ${r.reason}`;
       return new Command({
-        goto: END,
+        goto: "done",
         update: { ...applied, outcome: { status: "denied", by: "reviewer", reason }, messages: [{ role: "assistant", content: `Refused: ${reason}` }] },
       });
     }
     if (r.tool === "finish") {
       return new Command({
-        goto: END,
+        goto: "done",
         update: { ...applied, outcome: { status: "finished", by: "reviewer", reason: `${r.reviewer}: ${r.reason}` } },
       });
     }
@@ -178,14 +182,24 @@ export function buildGraph({ baton, checkpointer, batonRunTimeoutMs = 60_000 }) 
     };
   }
 
+  // The run is over: the session is ended. A later invoke on the thread starts a new one, whose
+  // first decide sends the whole history (sessionOf), as in a fresh process. Ending is idempotent:
+  // a process that died before this node's checkpoint ends it again on the next run.
+  async function done(_state, config) {
+    await baton.session(config.configurable.thread_id).end();
+    return {};
+  }
+
   return new StateGraph(OncallState)
-    .addNode("route", route, { ends: ["tool", "review", "fallback", END] })
-    .addNode("review", review, { ends: ["tool", END] })
+    .addNode("route", route, { ends: ["tool", "review", "fallback", "done"] })
+    .addNode("review", review, { ends: ["tool", "done"] })
     .addNode("tool", tool)
     .addNode("fallback", fallback)
+    .addNode("done", done)
     .addEdge(START, "route")
-    .addEdge("tool", END)
-    .addEdge("fallback", END)
+    .addEdge("tool", "done")
+    .addEdge("fallback", "done")
+    .addEdge("done", END)
     .compile({ checkpointer });
 }
 

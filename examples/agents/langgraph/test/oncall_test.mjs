@@ -105,6 +105,8 @@ async function http(method, url, body) {
 }
 
 const pending = async () => (await http("GET", "/v1/escalations?status=pending")).escalations;
+// The sessions baton holds: a thread's is ended when a run of it completes (graph.mjs, `done`).
+const sessionsHeld = async () => (await http("GET", "/health")).sessions;
 
 // The oldest pending escalation of a session, once there is one.
 async function escalationOf(session) {
@@ -163,6 +165,7 @@ step("process 1 runs every alert until it ends or waits for a person, and is kil
     p1.child.kill("SIGKILL");
   }
   assert.equal(await p1.exited, "SIGKILL");
+  assert.equal(await sessionsHeld(), 1, "the five threads that ended ended their sessions; alert-api-release's waits for a person");
   // Each lane as the graph took it.
   assert.match(p1.out, line("alert-checkout-oom", "route", "baton: execute +restart_service\\(service=checkout\\)"));
   assert.match(p1.out, line("alert-checkout-oom", "tool", 'restart_service: ok=true \\{"restarted":"checkout","pods":3\\}'));
@@ -202,6 +205,7 @@ step("a process that resumed a thread with a resolution and died before its ack 
     const done = await graph.invoke(new Command({ resume: r }), config);
     assert.equal(done.outcome.status, "denied");
     assert.deepEqual(done.resolutions, [r.id]);
+    assert.equal(await sessionsHeld(), 1, "the resumed run ended alert-search-index's session (alert-api-release's is left)");
     // ... and no ack: the process "dies" here.
   } finally {
     await baton.close();
@@ -240,6 +244,7 @@ step("process 2 restores every thread from the checkpoints, resumes alert-api-re
   assert.match(out, line("alert-disk-flapping", "start", ""));
   assert.match(out, line("alert-disk-flapping", "END", "denied \\(baton\\): baton denied silence_alert \\(rule:deny\\)"));
   assert.equal((out.match(/ route /g) ?? []).length, 1, "only the new alert-disk-flapping asked baton");
+  assert.equal(await sessionsHeld(), 0, "no session is left: each run that completed ended its thread's, close() any other");
 });
 
 step("the final graph states, read from the checkpoints", async () => {
