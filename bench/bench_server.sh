@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the load scripts (ws_load.sh, http_load.sh): a `baton serve` for one benchmark, on
 # the default registry and policy with the keyword engine and a fresh decision log in a temporary
-# directory. Knobs: BATON_IO_THREADS (2), BATON_DURABLE_ACK (true), BATON_SYNC (full).
+# directory. Knobs: BATON_IO_THREADS (2), BATON_DURABLE_ACK (true), BATON_SYNC (full), BATON_POLICY
+# (a policy file instead of config/policy.yaml).
 #
 #   start_bench_server "EXTRA SERVER OPTIONS"   # sets $dir, $pid and $port
 #   stop_bench_server                           # SIGTERM, wait, then `baton log verify`
@@ -13,7 +14,7 @@ start_bench_server() {
 server: {listen: 127.0.0.1:0, io_threads: ${BATON_IO_THREADS:-2}$1}
 engine: {name: keyword}
 registry: $root/config/tools.yaml
-policy: $root/config/policy.yaml
+policy: ${BATON_POLICY:-$root/config/policy.yaml}
 log: {path: $dir/decisions.db, durable_ack: ${BATON_DURABLE_ACK:-true}, synchronous: ${BATON_SYNC:-full}}
 YAML
   "$build/adapters/baton" serve --config "$dir/baton.yaml" >"$dir/out" 2>"$dir/err" &

@@ -32,7 +32,7 @@ metric() {
 sample() {
   local rss
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
-  echo "{\"minute\":$1,\"rss_mib\":$((rss / 1024)),\"sessions\":$(metric baton_sessions),\"session_mib\":$(( $(metric baton_session_bytes | cut -d. -f1) / 1048576 )),\"ended\":$(metric baton_sessions_ended_total),\"evicted\":$(metric baton_sessions_evicted_total)}"
+  echo "{\"minute\":$1,\"rss_mib\":$((rss / 1024)),\"sessions\":$(metric baton_sessions),\"session_mib\":$(( $(metric baton_session_bytes | cut -d. -f1) / 1048576 )),\"ended\":$(metric baton_sessions_ended_total),\"evicted\":$(metric baton_sessions_evicted_total),\"escalations_pending\":$(metric baton_escalations_pending)}"
 }
 
 echo "== soak: $minutes min, $connections connections, half the sessions ended, half abandoned"

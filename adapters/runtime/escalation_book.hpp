@@ -76,7 +76,7 @@ struct escalation_book {
   // that the map stays the size of the live ones.
   void remember_connection_locked(const std::string& session, const std::shared_ptr<agent_connection>& c);
   // An escalation of the session pending, a resolution of it unacknowledged, or a tool baton runs
-  // for one not finished.
+  // for one not finished (a scan of the pending and waiting ones).
   bool has_work_locked(const std::string& session) const;
   // Nothing more to send the session (no resolution to deliver, no escalation pending, no tool
   // baton runs for it still running): its connection need not be remembered.

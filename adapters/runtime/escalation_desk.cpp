@@ -366,7 +366,10 @@ std::size_t escalation_desk::pending() const {
 
 bool escalation_desk::has_work(const std::string& session) const {
   std::lock_guard lock(book_.mutex);
-  return book_.has_work_locked(session);
+  // The book keeps a session's connection from its first escalation (or resume) until it has
+  // no work left (forget_if_done_locked): a lookup, not has_work_locked's scan, which the session
+  // table asks under load for every session it might evict.
+  return book_.sessions.contains(session) || book_.tools_running.contains(session);
 }
 
 std::vector<protocol::escalation_object> escalation_desk::pending_objects(std::size_t limit) const {

@@ -86,7 +86,8 @@ class escalation_desk {
   static constexpr std::size_t max_listed = 1000;
   std::size_t pending() const;
   // Whether the session has work here: an escalation pending, a resolution its agent has not
-  // acknowledged, or a tool baton runs for one (its session is then not evicted: session_table).
+  // acknowledged, or a tool baton runs for one (its session is then evicted last: session_table).
+  // Also true for a session that resumed here and has had nothing since.
   bool has_work(const std::string& session) const;
   // The pending escalations' wire objects, oldest first, at most `limit`; and one of them.
   std::vector<protocol::escalation_object> pending_objects(std::size_t limit) const;

@@ -104,18 +104,25 @@ bool session_table::make_room(std::size_t sessions, std::size_t bytes, const std
   auto fits = [&] {
     return sessions_.size() + sessions <= limits_.max_sessions && total_bytes_ + bytes <= limits_.max_history_bytes_total;
   };
-  if (fits()) return true;
-  // Least recently used first: those idle past the limit are forgotten whatever they wait for;
-  // then those with nothing in flight are evicted. One that must stay goes to the back, so each
-  // session is looked at once.
-  for (std::size_t looked = 0, n = lru_.size(); looked < n && !fits(); ++looked) {
-    const auto it = sessions_.find(*lru_.front());
+  // Among the least recently used (a bounded look, so that a table full of sessions with work
+  // elsewhere costs no scan of it all), those idle past the limit are forgotten whatever they wait
+  // for, and those with nothing in flight are evicted. Then, rather than refuse, the least
+  // recently used without a turn out: one whose work is elsewhere (an escalation, a tool's result)
+  // holds here only a copy of the history its agent sends again, while its escalation and its
+  // resolution live on in the desk. The list's order is never changed here.
+  std::size_t looked = 0;
+  for (auto p = lru_.begin(); p != lru_.end() && looked < idle_look && !fits(); ++looked) {
+    const auto it = sessions_.find(**p);
+    ++p;
     const bool expired = !it->second.busy && now - it->second.used > limits_.idle;
     if (&it->first != keep && (expired || evictable(it->first, it->second))) {
       forget(it, expired ? gone_why::expired : gone_why::evicted);
-    } else {
-      lru_.splice(lru_.end(), lru_, it->second.place);
     }
+  }
+  for (auto p = lru_.begin(); p != lru_.end() && !fits();) {
+    const auto it = sessions_.find(**p);
+    ++p;
+    if (&it->first != keep && !it->second.busy) forget(it, gone_why::evicted);
   }
   return fits();
 }
@@ -172,7 +179,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
     if (!make_room(1, 0, nullptr, now)) {
       return make_error(503, codes::too_many_sessions,
                         "the server holds " + std::to_string(sessions_.size()) + " sessions (server.max_sessions " +
-                            std::to_string(limits_.max_sessions) + ") and each has work in flight; retry later");
+                            std::to_string(limits_.max_sessions) + ") and each has a decision in flight; retry later");
     }
     it = sessions_.emplace(session, entry{}).first;
     it->second.place = lru_.insert(lru_.end(), &it->first);
@@ -220,7 +227,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
                              "the sessions hold " + std::to_string(total_bytes_) +
                                  " bytes (server.max_history_bytes_total " +
                                  std::to_string(limits_.max_history_bytes_total) +
-                                 ") and the others have work in flight; retry later"));
+                                 ") and the others have decisions in flight; retry later"));
   }
   total_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(total_bytes_) + delta);
   session_turn t;

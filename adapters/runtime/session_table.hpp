@@ -6,12 +6,15 @@
 // render a state) grows with it, so the state's hash never re-renders earlier events.
 //
 // The table holds at most max_sessions sessions and max_history_bytes_total bytes of what holding
-// them costs (held_bytes_of: the history's JSON as kept, its rendering, its media, the entry). When
-// a new session or a growing history would pass either, the least recently used session with
-// nothing in flight is forgotten (evicted): not busy, no agent-run tool's result awaited, and no
-// work of its own elsewhere (the escalations' `has_work`). A session ends when its agent says so
-// (end()). The names of ended and evicted sessions are remembered, boundedly, to tell an agent
-// that comes back why its session is gone.
+// them costs (the history's JSON as kept, its rendering, its media, the entry). When a new session
+// or a growing history would pass either, the least recently used session with nothing in flight
+// (among the 64 least recently used) is forgotten (evicted): not busy, no agent-run tool's result
+// awaited, no work of its own elsewhere (the escalations' `has_work`). Where none is, the least
+// recently used one whose work
+// is elsewhere goes (its escalation lives on in the desk; its agent sends the history again);
+// only when every session has a turn out is a new one refused. A session ends when its agent
+// says so (end()). The names of ended and evicted sessions are remembered, boundedly, to tell an
+// agent that comes back why its session is gone.
 #pragma once
 
 #include <chrono>
@@ -88,8 +91,8 @@ class session_table {
   // over the session's history from 1 (a new `history` starts again at 1), and the items go to
   // the turn's `media`. Errors: UNKNOWN_SESSION, TURN_OUT_OF_ORDER, SESSION_BUSY, INVALID_FRAME
   // (no `turn`, and the next one is past protocol::max_turn), HISTORY_TOO_LARGE (the rendered
-  // history and its media's bytes), TOO_MANY_SESSIONS (no room, and no session may be evicted
-  // to make some); the session is then unchanged. An unknown session's UNKNOWN_SESSION says
+  // history and its media's bytes), TOO_MANY_SESSIONS (no room, and every other session has a
+  // turn out); the session is then unchanged. An unknown session's UNKNOWN_SESSION says
   // whether it ended or was evicted.
   result<session_turn> begin(const std::string& session, std::optional<std::int64_t> turn, bool append,
                              json&& events, std::vector<protocol::event_item>&& media = {});
@@ -150,6 +153,8 @@ class session_table {
   // False when that much room cannot be made.
   bool make_room(std::size_t sessions, std::size_t bytes, const std::string* keep, std::chrono::steady_clock::time_point now);
   bool evictable(const std::string& name, const entry& e) const;
+  // The least recently used sessions make_room looks at for one with nothing in flight.
+  static constexpr std::size_t idle_look = 64;
 
   session_limits limits_;
   work_check has_work_;

@@ -172,9 +172,10 @@ TEST(session_table, a_new_session_evicts_the_least_recently_used_idle_one) {
   EXPECT_EQ(begin_ok(s, "a", std::nullopt, true, json::array()).history.size(), 2u);
 }
 
-// A session with work in flight stays: a turn out, an agent-run tool's result awaited, work the
-// escalations hold (has_work). Only when every one has work is a new session refused.
-TEST(session_table, sessions_with_work_in_flight_are_not_evicted) {
+// A session with work in flight elsewhere (an agent-run tool's result awaited, escalation work:
+// has_work) is evicted only after every idle one; a session with a turn out never is. Only when
+// every session has a turn out is a new one refused.
+TEST(session_table, sessions_with_work_in_flight_are_evicted_last) {
   session_limits l;
   l.max_sessions = 3;
   std::string with_work = "a";
@@ -182,20 +183,40 @@ TEST(session_table, sessions_with_work_in_flight_are_not_evicted) {
   hold(s, "a", json::array({user("x")}));
   hold(s, "b", json::array({user("y")}));
   s.await_tool("b", "d-1");
-  session_turn c = begin_ok(s, "c", std::nullopt, false, json::array({user("z")}));  // busy
-  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "TOO_MANY_SESSIONS");
-  s.tool_reported("b", "d-other");  // another decision's result: "b" still waits
-  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "TOO_MANY_SESSIONS");
-  s.tool_reported("b", "d-1");
-  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("w")})), "ok");
-  EXPECT_EQ(code(s, "b", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
-  // "a" once its work is done.
-  s.commit(std::move(c));
-  s.release("c");
-  with_work.clear();
-  EXPECT_EQ(code(s, "e", std::nullopt, false, json::array({user("v")})), "ok");
+  hold(s, "idle", json::array({user("z")}));
+  EXPECT_EQ(code(s, "c", std::nullopt, false, json::array({user("w")})), "ok");  // busy from now on
+  EXPECT_EQ(code(s, "idle", std::nullopt, true, json::array()), "UNKNOWN_SESSION");  // the idle one went first
+  EXPECT_EQ(s.counted().evicted, 1u);
+  // No idle one left: the least recently used with work elsewhere, "a".
+  EXPECT_EQ(code(s, "d", std::nullopt, false, json::array({user("v")})), "ok");
   EXPECT_EQ(code(s, "a", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
-  EXPECT_EQ(s.counted().evicted, 2u);
+  // An agent-run tool reported: "b" has nothing in flight again.
+  s.tool_reported("b", "d-other");  // another decision's result: "b" still waits
+  s.tool_reported("b", "d-1");
+  EXPECT_EQ(code(s, "e", std::nullopt, false, json::array({user("u")})), "ok");
+  EXPECT_EQ(code(s, "b", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  // Every session has a turn out ("c", "d", "e"): refused.
+  EXPECT_EQ(code(s, "f", std::nullopt, false, json::array({user("t")})), "TOO_MANY_SESSIONS");
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(s.counted().evicted, 3u);
+}
+
+// Looking past a session with work in flight does not make it younger: once free, it is still the
+// least recently used.
+TEST(session_table, eviction_keeps_the_order_of_use) {
+  session_limits l;
+  l.max_sessions = 3;
+  session_table s(l);
+  hold(s, "a", json::array({user("x")}));
+  s.await_tool("a", "d-1");
+  hold(s, "b", json::array({user("y")}));
+  hold(s, "c", json::array({user("z")}));
+  hold(s, "d", json::array({user("w")}));  // "a" waits: "b" goes
+  EXPECT_EQ(code(s, "b", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  s.tool_reported("a", "d-1");
+  hold(s, "e", json::array({user("v")}));  // "a" is now the least recently used with nothing in flight
+  EXPECT_EQ(code(s, "a", std::nullopt, true, json::array()), "UNKNOWN_SESSION");
+  EXPECT_EQ(code(s, "c", std::nullopt, true, json::array()), "ok");
 }
 
 // The bytes the sessions hold are bounded the same way: idle ones make room.
