@@ -101,6 +101,27 @@ function endingPeer({ decideMs = 0, endMs = 0, onEnd = null, onDecide = null } =
 }
 const say = (content) => ({ events: [{ role: "user", content }] });
 
+// baton refuses a new session only while every session it holds has a decision being made, which
+// a real baton shows only by chance: the peer refuses twice, then decides.
+test("TOO_MANY_SESSIONS is sent again after retry_after_ms until baton has room", async () => {
+  let refused = 0;
+  const log = endingPeer({
+    onDecide: () =>
+      refused++ < 2 ? { error: "full", code: "TOO_MANY_SESSIONS", detail: [], retry_after_ms: 100 } : null,
+  });
+  const baton = new BatonClient({ url, reconnect: false });
+  await baton.connect();
+  try {
+    const started = Date.now();
+    const d = await baton.session("full-1").decide(say("hello"));
+    assert.equal(d.turn, 1);
+    assert.equal(log.filter((f) => f.type === "decide").length, 3, "sent three times");
+    assert.ok(Date.now() - started >= 200, "waited retry_after_ms each time");
+  } finally {
+    await baton.close();
+  }
+});
+
 test("end() goes out after the decide under way, resolves on ended, and drops the session from the client", async () => {
   const log = endingPeer({ decideMs: 50 });
   const baton = new BatonClient({ url, reconnect: false });
