@@ -715,21 +715,6 @@ std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType
 packed_linear::packed_linear(const at::Tensor&, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
-packed_linear packed_linear::for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type) {
-  if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
-  if (type != at::kFloat && type != at::kBFloat16) throw std::invalid_argument("packed matmul: FP8 computes fp32 or bf16");
-  std::int64_t out = 0;
-  for (const auto& w : parts) {
-    if (w.in != parts.front().in) throw std::invalid_argument("packed matmul: FP8 parts of unequal inputs");
-    out += w.out;
-  }
-  packed_linear p;
-  p.impl_ = std::make_unique<impl>();
-  p.impl_->shape = {parts.front().in, out, data_type(type)};
-  p.impl_->fp8 = std::move(parts);
-  return p;
-}
-
 std::int64_t packed_linear::bytes() const noexcept { return 0; }
 at::Tensor packed_linear::parallel(const at::Tensor&) const {
   throw std::logic_error("packed matmul: this build has no oneDNN");
