@@ -172,6 +172,34 @@ BATON_INT4_AVX512_INLINE __m512 avx512_zeros(const std::int32_t* p, int offset, 
   return _mm512_cvtepi32_ps(_mm512_add_epi32(z, _mm512_set1_epi32(offset)));
 }
 
+// A group's end on the AVX-512 paths: y = s·(acc − (z + bias)·Σx) for each row and vector of the
+// tile, added to y after group 0. `bias` is what the path added to every nibble (avx512_bf16's 16;
+// z + 0 is z exactly).
+template <int R, int C>
+BATON_INT4_AVX512_INLINE void avx512_group_end(const __m512 (&acc)[R][C], const tile& t, std::int64_t g, __mmask16 last,
+                                               float bias) {
+  const std::int64_t out = t.out;
+  const __m512 offset = _mm512_set1_ps(bias);
+  __m512 s[C], z[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+    s[c] = avx512_scales(t.scales + g * out + 16 * c, t.scales_bf16, lanes);
+    z[c] = _mm512_add_ps(avx512_zeros(t.qzeros ? t.qzeros + g * (out / 8) + 2 * c : nullptr, t.zero_offset, lanes), offset);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 sum = _mm512_set1_ps(t.sums[r * t.groups + g]);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
+      float* y = t.y + r * out + 16 * c;
+      const __m512 before = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y);
+      _mm512_mask_storeu_ps(y, lanes, _mm512_fmadd_ps(s[c], _mm512_fnmadd_ps(z[c], sum, acc[r][c]), before));
+    }
+  }
+}
+
 template <int R, int C>
 BATON_INT4_AVX512 void avx512_tile(const tile& t) {
   const __m512i m0 = _mm512_set1_epi32(0xF), m1 = _mm512_set1_epi32(0xF0), m2 = _mm512_set1_epi32(0xF00),
@@ -204,24 +232,7 @@ BATON_INT4_AVX512 void avx512_tile(const tile& t) {
       avx512_input<R, C>(acc, v, m2, x + 6, in);
       avx512_input<R, C>(acc, v, m3, x + 7, in);
     }
-    __m512 s[C], z[C];
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
-      s[c] = avx512_scales(t.scales + g * out + 16 * c, t.scales_bf16, lanes);
-      z[c] = avx512_zeros(t.qzeros ? t.qzeros + g * (out / 8) + 2 * c : nullptr, t.zero_offset, lanes);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m512 sum = _mm512_set1_ps(t.sums[r * t.groups + g]);
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
-        float* y = t.y + r * out + 16 * c;
-        const __m512 before = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y);
-        _mm512_mask_storeu_ps(y, lanes, _mm512_fmadd_ps(s[c], _mm512_fnmadd_ps(z[c], sum, acc[r][c]), before));
-      }
-    }
+    avx512_group_end<R, C>(acc, t, g, last, 0.0F);
   }
 }
 
@@ -294,25 +305,7 @@ BATON_INT4_BF16 void bf16_tile(const tile& t) {
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
     }
-    const __m512 sixteen = _mm512_set1_ps(16.0f);
-    __m512 s[C], z[C];
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
-      s[c] = avx512_scales(t.scales + g * out + 16 * c, t.scales_bf16, lanes);
-      z[c] = _mm512_add_ps(avx512_zeros(t.qzeros ? t.qzeros + g * (out / 8) + 2 * c : nullptr, t.zero_offset, lanes), sixteen);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m512 sum = _mm512_set1_ps(t.sums[r * t.groups + g]);
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        const __mmask16 lanes = c == C - 1 ? last : 0xFFFF;
-        float* y = t.y + r * out + 16 * c;
-        const __m512 before = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y);
-        _mm512_mask_storeu_ps(y, lanes, _mm512_fmadd_ps(s[c], _mm512_fnmadd_ps(z[c], sum, acc[r][c]), before));
-      }
-    }
+    avx512_group_end<R, C>(acc, t, g, last, 16.0F);
   }
 }
 
