@@ -81,9 +81,13 @@ void session_table::touch(map::iterator it) {
   it->second.used = std::chrono::steady_clock::now();
 }
 
-void session_table::forget(map::iterator it, gone_why why) {
+void session_table::drop(map::iterator it) {
   total_bytes_ -= it->second.bytes;
   lru_.erase(it->second.place);
+  sessions_.erase(it);
+}
+
+void session_table::forget(map::iterator it, gone_why why) {
   if (gone_.insert_or_assign(it->first, why).second) {
     gone_order_.push_back(it->first);
     if (gone_order_.size() > max_gone) {
@@ -92,7 +96,7 @@ void session_table::forget(map::iterator it, gone_why why) {
     }
   }
   ++(why == gone_why::ended ? counts_.ended : why == gone_why::evicted ? counts_.evicted : counts_.expired);
-  sessions_.erase(it);
+  drop(it);
 }
 
 bool session_table::evictable(const std::string& name, const entry& e) const {
@@ -187,10 +191,7 @@ result<session_turn> session_table::begin(const std::string& session, std::optio
   }
   // A refusal leaves the table as it was: no empty entry for a first turn that was refused.
   auto refuse = [&](error e) -> result<session_turn> {
-    if (created) {
-      lru_.erase(it->second.place);
-      sessions_.erase(it);
-    }
+    if (created) drop(it);
     return e;
   };
   entry& e = it->second;
@@ -300,10 +301,7 @@ bool session_table::abort(session_turn&& t) {
     forget(it, gone_why::ended);
     return true;
   }
-  if (!e.committed) {
-    lru_.erase(e.place);
-    sessions_.erase(it);
-  }
+  if (!e.committed) drop(it);
   return false;
 }
 
@@ -334,11 +332,7 @@ bool session_table::release(const std::string& session) {
     return true;
   }
   // A session whose first turn was never decided holds nothing worth keeping.
-  if (!it->second.committed) {
-    total_bytes_ -= it->second.bytes;
-    lru_.erase(it->second.place);
-    sessions_.erase(it);
-  }
+  if (!it->second.committed) drop(it);
   return false;
 }
 

@@ -147,6 +147,8 @@ class session_table {
 
   // The least recently used first; touched when a turn begins and when it is handed back.
   void touch(map::iterator it);
+  void drop(map::iterator it);  // out of the table, its bytes and its place in lru_
+  // drop(), remembering why the name is gone and counting it.
   void forget(map::iterator it, gone_why why);
   // Forgets sessions idle past limits_.idle (from the least recently used), then evicts until
   // `sessions` more fit in max_sessions and `bytes` more in the budget; `keep` is never evicted.
