@@ -114,6 +114,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   p->service->desk().start();
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
   p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
+    const session_table::counts gone = q->service->sessions().counted();  // one look, one lock
     return metrics::scraped{
         {
             {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
@@ -125,11 +126,11 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
              double(q->service->sessions().held_bytes())},
         },
         {
-            {"baton_sessions_ended_total", "Agent sessions ended by their agents.", double(q->service->sessions().counted().ended)},
+            {"baton_sessions_ended_total", "Agent sessions ended by their agents.", double(gone.ended)},
             {"baton_sessions_evicted_total", "Idle agent sessions forgotten to make room for others.",
-             double(q->service->sessions().counted().evicted)},
+             double(gone.evicted)},
             {"baton_sessions_expired_total", "Agent sessions forgotten after server.session_idle_s unused.",
-             double(q->service->sessions().counted().expired)},
+             double(gone.expired)},
         },
         q->engine->cache_stats(),
     };
