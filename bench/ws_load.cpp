@@ -98,13 +98,13 @@ net::awaitable<void> run_session(tcp::endpoint server, std::size_t index, const 
     std::string frame;
     out.latency_ms.reserve(o.decisions);
     const bool ends = o.end_every > 0 && index % o.end_every == 0;
+    auto session_name = [&](std::size_t k) { return o.run + "-" + std::to_string(index) + "-" + std::to_string(k); };
     for (std::size_t i = 0; i < o.decisions && (o.duration_s == 0 || clock_type::now() < stop); ++i) {
       const char* text = messages[(index + i) % std::size(messages)];
       const std::size_t turn = i % o.turns;
-      const std::string session = o.run + "-" + std::to_string(index) + "-" + std::to_string(i / o.turns);
+      const std::string session = session_name(i / o.turns);
       if (ends && turn == 0 && i > 0) {  // the agent is done with its last session
-        frame = R"({"type":"end","session":")" + o.run + "-" + std::to_string(index) + "-" +
-                std::to_string(i / o.turns - 1) + "\"}";
+        frame = R"({"type":"end","session":")" + session_name(i / o.turns - 1) + "\"}";
         co_await ws.async_write(net::buffer(frame), net::use_awaitable);
         buffer.clear();
         co_await ws.async_read(buffer, net::use_awaitable);
