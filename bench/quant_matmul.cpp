@@ -2,7 +2,8 @@
 // 1536) and down (768 → 2048), for 1 to 256 rows on one thread: the median time of a call, GFLOP/s
 // and the weight's bytes per second, and the fastest call's GFLOP/s (on a shared machine the least
 // disturbed). int4_matmul (int4_gemm.hpp) on each ISA path this CPU runs (avx512_bf16 on x rounded
-// to bf16, through int4_matmul_bf16); fp8_matmul_bf16 (fp8_gemm.hpp, 128 × 128 blocks) on bf16 x;
+// to bf16, through int4_matmul_bf16); fp8_matmul_bf16 (byte_gemm.hpp, 128 × 128 blocks) and
+// int8_matmul_bf16 (one scale per output) on bf16 x;
 // the bf16 weight packed for oneDNN as bf16 experts run (packed_linear, where the build has
 // oneDNN); and the product in fp32 through at::mm (OpenBLAS on Debian). Each call takes the next of
 // enough random weights to fill --weights-mb, as a forward's experts do, so the weights come from
@@ -23,7 +24,7 @@
 
 #include "engine/clef/model/blas_cpu.hpp"
 #include "engine/clef/model/cpu_kernels.hpp"
-#include "engine/clef/model/fp8_gemm.hpp"
+#include "engine/clef/model/byte_gemm.hpp"
 #include "engine/clef/model/int4_gemm.hpp"
 #include "engine/clef/model/packed_linear.hpp"
 
@@ -87,6 +88,21 @@ struct fp8_weight {
   double size() const { return static_cast<double>(bytes.size()) + 4.0 * static_cast<double>(scales.size()); }
 };
 
+// One random int8 weight [out, in] with fp32 scales near 0.001, one per output.
+struct int8_weight {
+  std::vector<std::int8_t> q;
+  std::vector<float> scales;
+  int8_matrix m;
+
+  int8_weight(std::int64_t in, std::int64_t out, std::mt19937& rng)
+      : q(static_cast<std::size_t>(in * out)), scales(static_cast<std::size_t>(out)) {
+    for (auto& v : q) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+    for (auto& s : scales) s = 0.0005F + static_cast<float>(rng() % 1000) * 1e-6F;
+    m = {q.data(), scales.data(), in, out};
+  }
+  double size() const { return static_cast<double>(q.size()) + 4.0 * static_cast<double>(scales.size()); }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -120,7 +136,7 @@ void print(const char* what, std::int64_t rows, std::int64_t in, std::int64_t ou
 int run(const arguments& a) {
   at::set_num_threads(1);
   const std::string core = blas_core_name();
-  std::printf("int4_matmul and fp8_matmul, one thread, group %lld, median of %d calls, weights rotated over %lld MB%s%s\n",
+  std::printf("int4_matmul, fp8_matmul and int8_matmul, one thread, group %lld, median of %d calls, weights rotated over %lld MB%s%s\n",
               static_cast<long long>(a.group), a.repeats, static_cast<long long>(a.weights_mb),
               core.empty() ? "" : "; at::mm on OpenBLAS ", core.c_str());
   std::vector<int4_isa> isas = {int4_isa::avx2};
@@ -136,6 +152,8 @@ int run(const arguments& a) {
     for (std::int64_t i = 0; i < count; ++i) weights.emplace_back(in, out, a.group, rng);
     std::vector<fp8_weight> fp8;
     for (std::int64_t i = 0; i < std::max<std::int64_t>(2, count / 2); ++i) fp8.emplace_back(in, out, rng);
+    std::vector<int8_weight> int8;
+    for (std::int64_t i = 0; i < std::max<std::int64_t>(2, count / 2); ++i) int8.emplace_back(in, out, rng);
     std::vector<packed_linear> bf16;  // oneDNN's packed copies, as bf16 experts run
     if (onednn_built()) {
       for (std::int64_t i = 0; i < std::max<std::int64_t>(2, count / 4); ++i) bf16.emplace_back(at::randn({out, in}).to(at::kBFloat16));
@@ -163,7 +181,11 @@ int run(const arguments& a) {
       const timing f = time_calls(a.repeats, [&](int i) {
         fp8_matmul_bf16(xb_bits, rows, fp8[static_cast<std::size_t>(i) % fp8.size()].m, y.data_ptr<float>());
       });
-      print(fp8_best_isa() == fp8_isa::avx512_bf16 ? "fp8 bf16" : "fp8 avx2", rows, in, out, f, fp8[0].size());
+      print(byte_gemm_best_isa() == byte_gemm_isa::avx512_bf16 ? "fp8 bf16" : "fp8 avx2", rows, in, out, f, fp8[0].size());
+      const timing q = time_calls(a.repeats, [&](int i) {
+        int8_matmul_bf16(xb_bits, rows, int8[static_cast<std::size_t>(i) % int8.size()].m, y.data_ptr<float>());
+      });
+      print(byte_gemm_best_isa() == byte_gemm_isa::avx512_bf16 ? "int8 bf16" : "int8 avx2", rows, in, out, q, int8[0].size());
       if (!bf16.empty()) {
         at::Tensor yb = at::empty({rows, out}, at::kBFloat16);
         const timing b = time_calls(a.repeats, [&](int i) {

@@ -319,7 +319,7 @@ TEST_F(quantize_int8_test, in_fp32_the_experts_and_projections_libraries_are_cho
 
 // Each library the int8 experts may run on, named: the same hidden states within fp32's rounding
 // (only the order of each product's sum differs); oneDNN, which takes no int8 weights, and any
-// library in bf16 (ATen widens them there) are load errors that say why.
+// library in bf16 (baton's byte kernel reads them there) are load errors that say why.
 TEST_F(quantize_int8_test, int8_experts_on_each_library_trace_alike_and_the_others_are_refused) {
   const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 1, 2, 3, 4};
   auto options_for = [](expert_library library, compute_dtype type) {
@@ -363,7 +363,51 @@ TEST_F(quantize_int8_test, int8_experts_on_each_library_trace_alike_and_the_othe
   const std::string onednn = refusal(expert_library::onednn, compute_dtype::f32);
   EXPECT_NE(onednn.find("not int8 ones"), std::string::npos) << onednn;
   const std::string bf16 = refusal(expert_library::xsmm, compute_dtype::bf16);
-  EXPECT_NE(bf16.find("int8 experts in bf16"), std::string::npos) << bf16;
+  EXPECT_NE(bf16.find("experts are int8 in bf16, which baton's own kernel runs"), std::string::npos) << bf16;
+}
+
+// In bf16 the CPU's int8 experts run on baton's byte kernel: copied byte for byte into memory of
+// their own where that fits (packed_bytes counts it), read from the mapping where it does not, the
+// same hidden states bit for bit either way; and those of the grouped path, which widens the int8
+// weights for ATen's matmuls, within bf16's rounding.
+TEST_F(quantize_int8_test, int8_experts_in_bf16_run_on_the_byte_kernel_copied_or_mapped) {
+  const std::vector<std::int32_t> ids = {3, 17, 42, 99, 5, 250, 7, 8, 131, 64, 12, 299, 1, 2, 3, 4};
+  auto load = [](std::int64_t memory, bool grouped) {
+    model_options options;
+    options.head = false;
+    options.threads = 2;
+    options.dtype = compute_dtype::bf16;
+    options.load_memory_bytes = memory;
+    options.grouped_experts = grouped;
+    return model::load(int8_dir(), options);
+  };
+  auto final_hidden = [&](model& m) {
+    std::vector<float> out;
+    m.trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
+      if (stage == "final_hidden") out.assign(v.begin(), v.end());
+    });
+    return out;
+  };
+  const auto copied = load(1ll << 40, false), mapped = load(4096, false);
+  const std::string choice = copied->matmul_choice();
+  EXPECT_NE(choice.find("bf16 int8 experts on baton's byte kernel ("), std::string::npos) << choice;
+  EXPECT_NE(choice.find(", copied into huge pages"), std::string::npos) << choice;
+  EXPECT_NE(mapped->matmul_choice().find(", read from the mapping (a copy, "), std::string::npos) << mapped->matmul_choice();
+  const text_config& c = copied->files().text();
+  auto aligned = [](std::int64_t n) { return (n + 4095) / 4096 * 4096; };
+  const std::int64_t copy = c.num_layers * c.num_experts *
+                            (aligned(2 * c.moe_intermediate_size * c.hidden_size) + aligned(c.hidden_size * c.moe_intermediate_size));
+  EXPECT_EQ(copied->packed_bytes() - mapped->packed_bytes(), copy);
+  const std::vector<float> a = final_hidden(*copied), b = final_hidden(*mapped), g = final_hidden(*load(0, true));
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a, b);
+  ASSERT_EQ(g.size(), a.size());
+  double worst = 0, largest = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[k]) - g[k]));
+    largest = std::max(largest, std::abs(static_cast<double>(g[k])));
+  }
+  EXPECT_LT(worst, 0.02 * (1 + largest)) << "largest " << largest;
 }
 
 // Where the experts' packed copy would not fit in four fifths of the memory the load plans with,

@@ -207,7 +207,7 @@ TEST(quantized_release, the_fp8_kernel_computes_the_dequantized_weight) {
   model_options options;
   options.dtype = compute_dtype::f32;
   const auto m = model::load(quant_release("fp8_block"), options);
-  EXPECT_NE(m->matmul_choice().find("FP8 experts on baton's fp8 kernel"), std::string::npos) << m->matmul_choice();
+  EXPECT_NE(m->matmul_choice().find("FP8 experts on baton's byte kernel"), std::string::npos) << m->matmul_choice();
 }
 
 TEST(quantized_release, a_quantized_tensor_of_the_wrong_shape_is_named) {

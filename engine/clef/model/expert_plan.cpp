@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -33,10 +34,10 @@ const char* expert_library_name(expert_library library) {
   return "the library timed at load";
 }
 
-// Whether the CPU's experts go through experts_cpu (packed_linear): fp32 and bf16 ones with oneDNN,
-// and int8 ones computed in fp32, on libxsmm's kernels, where choose_matmuls times them against
-// ATen's path (it runs where the process has the BLAS). ATen widens int8 ones per matmul otherwise,
-// and where the BLAS is asked for.
+// Whether the CPU's float experts go through experts_cpu (packed_linear): fp32 and bf16 ones with
+// oneDNN, and int8 ones computed in fp32, on libxsmm's kernels, where choose_matmuls times them
+// against ATen's path (it runs where the process has the BLAS). ATen widens int8 ones in fp32 per
+// matmul otherwise, and where the BLAS is asked for (int8 ones in bf16 are read in place).
 bool packs_experts(bool int8, at::ScalarType type, bool onednn, bool grouped, expert_library asked) {
   if (!onednn || grouped) return false;
   if (!int8) return true;
@@ -58,8 +59,9 @@ void release_expert_pages(const release& files, const std::string& prefix, std::
 // The kernel that in-place experts of `form` run on in a model of `type`, and its path (bf16 x:
 // AVX-512 BF16 where the CPU has it).
 std::string in_place_kernel(weight_form form, at::ScalarType type) {
-  if (form == weight_form::fp8) {
-    return std::string("FP8 experts on baton's fp8 kernel (") + fp8_isa_name(type == at::kBFloat16 ? fp8_best_isa() : fp8_isa::avx2) + ")";
+  if (form == weight_form::fp8 || form == weight_form::int8) {
+    return std::string(form == weight_form::fp8 ? "FP8" : "int8") + " experts on baton's byte kernel (" +
+           byte_gemm_isa_name(type == at::kBFloat16 ? byte_gemm_best_isa() : byte_gemm_isa::avx2) + ")";
   }
   return std::string("int4 experts on baton's int4 kernel (") +
          int4_isa_name(type == at::kBFloat16 ? int4_best_isa_bf16() : int4_best_isa()) + ")";
@@ -105,20 +107,35 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
       onednn_(device.is_cpu() && onednn_runs(type)),
       int8_(files.int8_experts()),
       // int4 or FP8 experts on the CPU: read in place by baton's kernels, whatever else is there;
-      // on a GPU, dequantized at load for ATen's or the grouped path.
-      in_place_(!device.is_cpu()      ? weight_form::plain
-                : files.int4_experts() ? weight_form::int4
-                : files.fp8_experts()  ? weight_form::fp8
-                                       : weight_form::plain),
+      // on a GPU, dequantized at load for ATen's or the grouped path. int8 ones in bf16 likewise
+      // (ATen would widen a whole expert per matmul: 1.5-2.1x bf16's MoE time); in fp32 they are
+      // libxsmm's or ATen's, as timed.
+      in_place_(!device.is_cpu()                                   ? weight_form::plain
+                : files.int4_experts()                              ? weight_form::int4
+                : files.fp8_experts()                               ? weight_form::fp8
+                : int8_ && type == at::kBFloat16 && !grouped_       ? weight_form::int8
+                                                                    : weight_form::plain),
       packed_(in_place_ != weight_form::plain || packs_experts(int8_, type, onednn_, grouped_, asked)),
       asked_(asked) {
   if (in_place_ != weight_form::plain) {
     if (asked != expert_library::measured) {
       throw std::invalid_argument(std::string("clef model: experts on ") + expert_library_name(asked) +
                                   " were asked for, but this release's experts are " +
-                                  (in_place_ == weight_form::int4 ? "int4" : "FP8") + ", which baton's own kernel runs");
+                                  (in_place_ == weight_form::int4 ? "int4" : in_place_ == weight_form::fp8 ? "FP8" : "int8 in bf16") +
+                                  ", which baton's own kernel runs");
     }
     matmul_choice_ = std::string(type_ == at::kFloat ? "fp32 " : "bf16 ") + in_place_kernel(in_place_, type_);
+    if (in_place_ == weight_form::int8) {
+      // Copied, byte for byte, into memory on huge pages where that fits: read from the mapping's 4
+      // KiB pages the kernel's conversion stalled, 1.26-1.35x bf16's MoE time at 2,048 tokens
+      // against 1.01x from the copy (docs/performance.md).
+      const std::int64_t copy = int8_copy_bytes();
+      int8_copy_ = packing_budget_bytes == 0 || copy <= packing_budget_bytes;
+      matmul_choice_ += int8_copy_ ? ", copied into huge pages"
+                                   : ", read from the mapping (a copy, " + std::to_string(copy >> 20) +
+                                         " MiB, would not fit in the " + std::to_string(packing_budget_bytes >> 20) +
+                                         " MiB the load leaves it)";
+    }
   } else if (asked != expert_library::measured) {
     std::string why;
     // int8 ones on the BLAS: widened per matmul by ATen, whose fp32 matmul is the BLAS's.
@@ -128,7 +145,7 @@ expert_plan::expert_plan(const release& files, at::ScalarType type, at::Device d
       why = "it packs fp32 and bf16 weights, not int8 ones";
     } else if (!packed_) {
       if (!int8_on_blas) {
-        why = "this model's experts are not packed on the CPU (int8 experts in bf16 or without libxsmm, the grouped "
+        why = "this model's experts are not packed on the CPU (int8 experts without libxsmm, the grouped "
               "path, a GPU or no oneDNN)";
       }
     } else if (asked != expert_library::onednn && type_ != at::kFloat) {
@@ -271,9 +288,18 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
   return y;
 }
 
+std::int64_t expert_plan::int8_copy_bytes() const {
+  const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  return config_.num_layers * config_.num_experts * (page_aligned(2 * inter * hidden) + page_aligned(hidden * inter));
+}
+
 expert_weights expert_plan::in_place_experts(const release& files, const std::string& prefix) const {
   const std::int64_t experts = config_.num_experts;
   expert_weights y;
+  // int8 ones copied (int8_copy_): one arena per layer, each expert's gate and up, and down, on their own pages.
+  const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
+  const std::int64_t gate_up_bytes = 2 * inter * hidden, per_expert = page_aligned(gate_up_bytes) + page_aligned(hidden * inter);
+  const at::Tensor arena = int8_copy_ ? packed_linear::arena(per_expert * experts) : at::Tensor();
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
   y.down_packed.resize(static_cast<std::size_t>(experts));
   std::atomic<std::int64_t> reordered{0};
@@ -288,6 +314,23 @@ expert_weights expert_plan::in_place_experts(const release& files, const std::st
           std::vector<int4_part> parts;
           for (const char* n : names) parts.push_back(int4_weight(files, x + n));
           return packed_linear::for_int4(std::move(parts), type_);
+        }
+        if (kept && in_place_ == weight_form::int8) {
+          std::vector<int8_matrix> parts;
+          for (const char* n : names) parts.push_back(int8_weight(files, x + n));
+          if (!arena.defined()) return packed_linear::for_int8(std::move(parts), type_);
+          const bool down = names.size() == 1;
+          at::Tensor slot = arena.narrow(0, e * per_expert + (down ? page_aligned(gate_up_bytes) : 0),
+                                         down ? hidden * inter : gate_up_bytes);
+          auto* to = static_cast<std::int8_t*>(slot.data_ptr());
+          for (std::size_t i = 0; i < parts.size(); ++i) {
+            const std::int64_t bytes = parts[i].out * parts[i].in;
+            std::memcpy(to, parts[i].weight, static_cast<std::size_t>(bytes));
+            release_pages(files.thinker_tensor(x + names[i]));  // the scales stay mapped
+            parts[i].weight = to;
+            to += bytes;
+          }
+          return packed_linear::for_int8(std::move(parts), type_, std::move(slot));
         }
         if (kept) {
           std::vector<fp8_matrix> parts;
@@ -307,7 +350,7 @@ expert_weights expert_plan::in_place_experts(const release& files, const std::st
       reordered += y.gate_up_packed[i].bytes() + y.down_packed[i].bytes();
     }
   });
-  y.packed_bytes = reordered.load();
+  y.packed_bytes = arena.defined() ? arena.numel() : reordered.load();
   return y;
 }
 

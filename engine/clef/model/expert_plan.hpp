@@ -67,9 +67,11 @@ class expert_plan {
   // The experts of the layer at `prefix` for the CPU's fused kernel: packed for oneDNN or libxsmm
   // into one arena, or over the BLAS as they are in the release (fp32).
   expert_weights pack_experts(const release& files, const std::string& prefix, expert_library library) const;
-  // The layer's int4 or FP8 experts for baton's kernels, read where they lie (experts a mixed
+  // The layer's int4, FP8 or (bf16) int8 experts for baton's kernels, read where they lie (experts a mixed
   // release left float: as the float path packs them).
   expert_weights in_place_experts(const release& files, const std::string& prefix) const;
+  // Bytes of the copy of every layer's int8 experts (int8_copy_), laid out as in_place_experts lays them.
+  std::int64_t int8_copy_bytes() const;
   // The same as weight lists for ATen's path: in the compute dtype, or int8 views of the mapping
   // with their scales.
   expert_weights aten_experts(const release& files, const std::string& prefix) const;
@@ -113,7 +115,8 @@ class expert_plan {
   bool grouped_;         // the MoE runs through moe_grouped (native_grouped_, or asked for)
   bool onednn_;          // the CPU, with oneDNN kernels for the dtype (cpu_kernels' onednn_runs)
   bool int8_;            // the release's experts are int8 (with scales)
-  weight_form in_place_;  // … int4 or fp8, on the CPU: baton's own kernels read them in place (plain: neither)
+  weight_form in_place_;  // … int4, fp8, or int8 in bf16, on the CPU: baton's own kernels read them in place (plain: none)
+  bool int8_copy_ = false;  // … int8 in bf16: copied into huge pages at load (where it fits), not read from the mapping
   bool packed_;          // the experts through experts_cpu (packed_linear)
   expert_library asked_;                          // … their library as model_options asks
   expert_library library_ = expert_library::onednn;  // … and the one they run on (choose_matmuls)

@@ -50,8 +50,8 @@ struct model_options {
   bool grouped_experts = false;
   // A library named instead of the one timed at load, for the tests and the bench (the memory check
   // below is then skipped). One the build or the CPU lacks, one without kernels for the dtype or
-  // for int8 weights (oneDNN), or experts that are not packed (int8 ones in bf16, the grouped path,
-  // a GPU) make the load fail, saying which; the BLAS for int8 experts in fp32 is ATen's widening.
+  // for int8 weights (oneDNN), or experts no library multiplies (quantized ones read in place by
+  // baton's kernels, int8 ones in bf16 included; the grouped path, a GPU) make the load fail, saying which; the BLAS for int8 experts in fp32 is ATen's widening.
   expert_library experts = expert_library::measured;
   // Free memory the load plans with: an f32 copy of a bf16 release (choose_dtype) and the CPU
   // experts' packed copy, with the other weights converted to f32, are made only where they fit in

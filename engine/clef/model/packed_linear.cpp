@@ -257,6 +257,7 @@ struct packed_linear::impl {
   std::vector<at::Tensor> parts;  // over the BLAS instead: the weights as they are
   std::vector<int4_part> int4;    // or int4 ones where they lie, for baton's kernel
   std::vector<fp8_matrix> fp8;    // or FP8 ones, likewise
+  std::vector<int8_matrix> int8;  // or int8 ones with their scales, likewise
 #if BATON_XSMM
   // Packed for libxsmm instead (in `data`; an int8 one, shape.type s8, followed by its scales): its
   // shape's kernels.
@@ -456,18 +457,41 @@ packed_linear packed_linear::for_int4(std::vector<int4_part> parts, at::ScalarTy
   return p;
 }
 
-packed_linear packed_linear::for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type) {
+namespace {
+
+// The parts' shape as one weight [Σ out_i, in]; throws on parts of unequal inputs.
+template <class M>
+std::int64_t side_by_side_outputs(const std::vector<M>& parts, at::ScalarType type, const char* what) {
   if (parts.empty()) throw std::invalid_argument("packed matmul: no weights");
-  if (type != at::kFloat && type != at::kBFloat16) throw std::invalid_argument("packed matmul: FP8 computes fp32 or bf16");
+  if (type != at::kFloat && type != at::kBFloat16) {
+    throw std::invalid_argument(std::string("packed matmul: ") + what + " computes fp32 or bf16");
+  }
   std::int64_t out = 0;
   for (const auto& w : parts) {
-    if (w.in != parts.front().in) throw std::invalid_argument("packed matmul: FP8 parts of unequal inputs");
+    if (w.in != parts.front().in) throw std::invalid_argument(std::string("packed matmul: ") + what + " parts of unequal inputs");
     out += w.out;
   }
+  return out;
+}
+
+}  // namespace
+
+packed_linear packed_linear::for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type) {
+  const std::int64_t out = side_by_side_outputs(parts, type, "FP8");
   packed_linear p;
   p.impl_ = std::make_unique<impl>();
   p.impl_->shape = {parts.front().in, out, data_type(type)};
   p.impl_->fp8 = std::move(parts);
+  return p;
+}
+
+packed_linear packed_linear::for_int8(std::vector<int8_matrix> parts, at::ScalarType type, at::Tensor storage) {
+  const std::int64_t out = side_by_side_outputs(parts, type, "int8");
+  packed_linear p;
+  p.impl_ = std::make_unique<impl>();
+  p.impl_->shape = {parts.front().in, out, data_type(type)};
+  p.impl_->int8 = std::move(parts);
+  p.impl_->data = std::move(storage);
   return p;
 }
 
@@ -564,10 +588,20 @@ void multiply_int4(const std::vector<int4_part>& parts, bool bf16, const void* x
   }
 }
 
-// FP8 parts side by side: x through fp8_matmul (fp32) or fp8_matmul_bf16 (bf16) part by part, each
-// part's outputs written into its columns of y.
-void multiply_fp8(const std::vector<fp8_matrix>& parts, bool bf16, const void* x, void* y, std::int64_t rows,
-                  std::int64_t out) {
+// The byte kernels (byte_gemm.hpp) by matrix type and x's dtype.
+void byte_matmul(const fp8_matrix& w, bool bf16, const void* x, std::int64_t rows, float* y) {
+  if (bf16) fp8_matmul_bf16(static_cast<const std::uint16_t*>(x), rows, w, y);
+  else fp8_matmul(static_cast<const float*>(x), rows, w, y);
+}
+void byte_matmul(const int8_matrix& w, bool bf16, const void* x, std::int64_t rows, float* y) {
+  if (bf16) int8_matmul_bf16(static_cast<const std::uint16_t*>(x), rows, w, y);
+  else int8_matmul(static_cast<const float*>(x), rows, w, y);
+}
+
+// FP8 or int8 parts side by side: x through their kernel part by part, each part's outputs written
+// into its columns of y.
+template <class M>
+void multiply_bytes(const std::vector<M>& parts, bool bf16, const void* x, void* y, std::int64_t rows, std::int64_t out) {
   thread_local std::vector<float> part_out;
   std::int64_t column = 0;
   for (const auto& w : parts) {
@@ -577,8 +611,7 @@ void multiply_fp8(const std::vector<fp8_matrix>& parts, bool bf16, const void* x
       part_out.resize(static_cast<std::size_t>(rows * w.out));
       to = part_out.data();
     }
-    if (bf16) fp8_matmul_bf16(static_cast<const std::uint16_t*>(x), rows, w, to);
-    else fp8_matmul(static_cast<const float*>(x), rows, w, to);
+    byte_matmul(w, bf16, x, rows, to);
     if (!whole) place_part(to, bf16, y, rows, w.out, out, column);
     column += w.out;
   }
@@ -595,7 +628,11 @@ void packed_linear::multiply(const void* x, void* y, std::int64_t rows) const {
     return;
   }
   if (!impl_->fp8.empty()) {
-    multiply_fp8(impl_->fp8, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.out);
+    multiply_bytes(impl_->fp8, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.out);
+    return;
+  }
+  if (!impl_->int8.empty()) {
+    multiply_bytes(impl_->int8, impl_->shape.type == dnnl_bf16, x, y, rows, impl_->shape.out);
     return;
   }
 #if BATON_XSMM
@@ -707,6 +744,9 @@ packed_linear packed_linear::for_int4(std::vector<int4_part>, at::ScalarType) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 packed_linear packed_linear::for_fp8(std::vector<fp8_matrix>, at::ScalarType) {
+  throw std::logic_error("packed matmul: this build has no oneDNN");
+}
+packed_linear packed_linear::for_int8(std::vector<int8_matrix>, at::ScalarType, at::Tensor) {
   throw std::logic_error("packed matmul: this build has no oneDNN");
 }
 std::int64_t packed_linear::bytes_for(std::int64_t, std::int64_t, at::ScalarType) {

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/clef/model/fp8_gemm.hpp"
+#include "engine/clef/model/byte_gemm.hpp"
 #include "engine/clef/model/int4_gemm.hpp"
 
 namespace baton::clef::detail {
@@ -71,11 +71,16 @@ class packed_linear {
   // call. multiply() takes and gives `type` (fp32 or bf16; bf16 inputs are widened per call, the
   // kernel computes in fp32).
   static packed_linear for_int4(std::vector<int4_part> parts, at::ScalarType type);
-  // FP8 weights [out_i, in] side by side, multiplied by baton's own kernel (fp8_gemm.hpp) where
+  // FP8 weights [out_i, in] side by side, multiplied by baton's own kernel (byte_gemm.hpp) where
   // they lie: a block of rows at a time converted into a buffer of the thread per call, nothing
   // kept. multiply() takes and gives `type` (fp32 or bf16: bf16 x multiplied as it is on AVX-512
   // BF16, widened elsewhere).
   static packed_linear for_fp8(std::vector<fp8_matrix> parts, at::ScalarType type);
+  // int8 weights [out_i, in] with an fp32 scale per output (`baton quantize --int8`), side by side,
+  // multiplied by the same kernel structure (byte_gemm.hpp) where they lie: for bf16 models, whose
+  // int8 experts ATen would widen whole per matmul. `storage`: where the parts' bytes were copied,
+  // kept (bytes() is its size); undefined: they lie in the mapping. multiply() takes and gives `type`.
+  static packed_linear for_int8(std::vector<int8_matrix> parts, at::ScalarType type, at::Tensor storage = {});
 
   packed_linear() noexcept;
   // Packs w [out, in] (fp32 or bf16, on the CPU, any strides) into `storage` (bytes, at least
@@ -86,7 +91,7 @@ class packed_linear {
   ~packed_linear();
 
   bool packed() const noexcept { return impl_ != nullptr; }  // holds a weight, either way
-  std::int64_t bytes() const noexcept;  // the packed copy's size (0 over the BLAS and for FP8; int4: what was reordered)
+  std::int64_t bytes() const noexcept;  // the packed copy's size (0 over the BLAS, for FP8 and in-place int8; int4: what was reordered)
 
   // x [rows, in] (the weight's dtype) @ wᵀ: [rows, out], in blocks of 256 rows spread over the
   // threads (each block as multiply() would do it): for a whole batch's tokens.

@@ -141,6 +141,17 @@ fp8_matrix fp8_weight(const release& files, const std::string& name) {
   return m;
 }
 
+int8_matrix int8_weight(const release& files, const std::string& name) {
+  const tensor_view& q = files.thinker_tensor(name);
+  const tensor_view& scales = files.thinker_tensor(name + "_scale");  // F32 [out], checked at open
+  int8_matrix m;
+  m.weight = reinterpret_cast<const std::int8_t*>(q.data);
+  m.scales = reinterpret_cast<const float*>(scales.data);
+  m.out = q.shape[0];
+  m.in = q.shape[1];
+  return m;
+}
+
 int4_part int4_weight(const release& files, const std::string& name) {
   const int4_tensors t = int4_of(files, name);
   int4_part y;

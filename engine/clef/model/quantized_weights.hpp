@@ -1,7 +1,7 @@
 // The weights of quantized releases (release.hpp's quantization) as the thinker computes them:
 // int4 and FP8 ones dequantized where a path needs the float weight (the attention projections,
-// the routers, experts off the CPU), and int4 and FP8 experts as baton's own kernels read them, in
-// place.
+// the routers, experts off the CPU), and int4, FP8 and int8 experts as baton's own kernels read
+// them, in place.
 // Engine-internal (ATen): only engine/clef/model .cpp files include it.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "engine/clef/model/fp8_gemm.hpp"
+#include "engine/clef/model/byte_gemm.hpp"
 #include "engine/clef/model/packed_linear.hpp"
 #include "engine/clef/model/release.hpp"
 
@@ -32,6 +32,10 @@ int4_part int4_weight(const release& files, const std::string& name);
 
 // The FP8 weight `name` as fp8_matmul reads it: its bytes and block scales where they lie.
 fp8_matrix fp8_weight(const release& files, const std::string& name);
+
+// baton's int8 weight `name` (an expert's, `baton quantize --int8`) as int8_matmul reads it: its
+// integers and per-output scales where they lie.
+int8_matrix int8_weight(const release& files, const std::string& name);
 
 // The FP8 E4M3 value of each of the 256 bytes (NaN for 0x7f and 0xff).
 float fp8_e4m3_value(std::uint8_t byte) noexcept;
