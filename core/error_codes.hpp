@@ -44,10 +44,12 @@ inline constexpr const char* upstream_unreachable = "UPSTREAM_UNREACHABLE";
 // The registry and the executors (a tool run's error_code).
 inline constexpr const char* executor_exit_status = "EXECUTOR_EXIT_STATUS";
 inline constexpr const char* executor_http_status = "EXECUTOR_HTTP_STATUS";
+inline constexpr const char* executor_invalid_arguments = "EXECUTOR_INVALID_ARGUMENTS";  // an MCP call lacks a required argument
 inline constexpr const char* executor_not_runnable = "EXECUTOR_NOT_RUNNABLE";
 inline constexpr const char* executor_output_too_large = "EXECUTOR_OUTPUT_TOO_LARGE";
 inline constexpr const char* executor_spawn_failed = "EXECUTOR_SPAWN_FAILED";
 inline constexpr const char* executor_timeout = "EXECUTOR_TIMEOUT";
+inline constexpr const char* executor_tool_error = "EXECUTOR_TOOL_ERROR";  // an MCP tool answered isError
 inline constexpr const char* executor_unreachable = "EXECUTOR_UNREACHABLE";
 inline constexpr const char* invalid_history = "INVALID_HISTORY";
 inline constexpr const char* invalid_registry = "INVALID_REGISTRY";

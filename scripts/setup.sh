@@ -75,6 +75,13 @@ if [ ! -e "$browser_installed" ] || [ "$root/tests/browser/package-lock.json" -n
   npm ci --prefix "$root/tests/browser" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# The same for tests/mcp (the official MCP SDK and reference server, the real peer of the MCP tests).
+mcp_installed="$root/tests/mcp/node_modules/@modelcontextprotocol/sdk/package.json"
+if [ ! -e "$mcp_installed" ] || [ "$root/tests/mcp/package-lock.json" -nt "$mcp_installed" ]; then
+  echo "baton: npm ci in tests/mcp" >&2
+  npm ci --prefix "$root/tests/mcp" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
 # baton-client (clients/typescript): its dependencies as package-lock.json pins them, then tsc
 # to dist/ when a source, tsconfig.json or package.json is newer than what was built.
 client="$root/clients/typescript"

@@ -8,12 +8,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +19,7 @@
 #include <vector>
 
 #include "core/error_codes.hpp"
+#include "tools/child_process.hpp"
 #include "tools/executor_kinds.hpp"
 
 namespace baton::tools::detail {
@@ -43,26 +40,6 @@ struct command_config {
 constexpr std::size_t stderr_tail_bytes = 1024;
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
-
-// A descriptor that closes itself until it is handed over to Asio.
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() { reset(); }
-
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // One run. It owns its strand, descriptors and timer, so it outlives the executor that started it.
 class command_run : public std::enable_shared_from_this<command_run> {
@@ -95,73 +72,23 @@ class command_run : public std::enable_shared_from_this<command_run> {
   enum class stop_reason { none, timeout, too_large };
 
   void spawn() {
-    // stdin is a socket, not a pipe: Asio sends on sockets with MSG_NOSIGNAL, so a child that
-    // exits without reading its input cannot raise SIGPIPE in baton.
-    int in[2], out[2], err[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
-      return spawn_failed("socketpair: " + errno_text(errno));
-    }
-    unique_fd in_parent(in[0]), in_child(in[1]);
-    if (::pipe2(out, O_CLOEXEC) != 0) return spawn_failed("pipe: " + errno_text(errno));
-    unique_fd out_parent(out[0]), out_child(out[1]);
-    if (::pipe2(err, O_CLOEXEC) != 0) return spawn_failed("pipe: " + errno_text(errno));
-    unique_fd err_parent(err[0]), err_child(err[1]);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in_child.get(), 0);
-    posix_spawn_file_actions_adddup2(&actions, out_child.get(), 1);
-    posix_spawn_file_actions_adddup2(&actions, err_child.get(), 2);
-    // Descriptors other threads open without O_CLOEXEC (server sockets) stay in baton.
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    // Baton's blocked and ignored signals (SIGPIPE) are not the child's; its own process group
-    // lets a timeout kill what it started too.
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-    std::vector<char*> argv;
-    for (const std::string& a : config_->argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    // baton's environment less the withheld variables, read now: the environment may have changed.
-    std::vector<char*> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view entry(*e);
-      const std::string_view name = entry.substr(0, entry.find('='));
-      if (std::find(config_->withheld_env.begin(), config_->withheld_env.end(), name) == config_->withheld_env.end()) {
-        env.push_back(*e);
-      }
-    }
-    env.push_back(nullptr);
-    // posix_spawnp searches PATH only when argv[0] has no '/'.
-    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, &attr, argv.data(), env.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-      pid_ = -1;
-      return spawn_failed("cannot start `" + config_->argv[0] + "`: " + errno_text(rc));
-    }
-    // The child holds its ends now; ours would keep the pipes from ever reaching end of file.
-    in_child.reset();
-    out_child.reset();
-    err_child.reset();
-
-    unique_fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
-    if (pidfd.get() < 0) return abandon("pidfd_open: " + errno_text(errno));
+    child_spec spec;
+    spec.argv = config_->argv;
+    spec.withheld_env = config_->withheld_env;
+    child_process child;
+    std::string why;
+    if (!spawn_child(spec, child, why)) return spawn_failed(std::move(why));
+    pid_ = child.pid;
+    // Each descriptor is Asio's once assigned (closed with it); one that failed to be is closed here.
     error_code ec;
-    exit_.assign(pidfd.get(), ec);
-    if (!ec) pidfd.release();
-    if (!ec) stdin_.assign(net::local::stream_protocol(), in_parent.get(), ec);
-    if (!ec) in_parent.release();
-    if (!ec) stdout_.assign(out_parent.get(), ec);
-    if (!ec) out_parent.release();
-    if (!ec) stderr_.assign(err_parent.get(), ec);
-    if (!ec) err_parent.release();
+    const auto take = [&ec](auto& object, int fd, auto&&... protocol) {
+      if (!ec) object.assign(protocol..., fd, ec);
+      if (ec && !object.is_open()) ::close(fd);
+    };
+    take(exit_, child.pidfd);
+    take(stdin_, child.stdin_fd, net::local::stream_protocol());
+    take(stdout_, child.stdout_fd);
+    take(stderr_, child.stderr_fd);
     if (ec) return abandon("cannot watch the child: " + ec.message());
 
     timer_.expires_after(config_->timeout);
@@ -288,8 +215,7 @@ class command_run : public std::enable_shared_from_this<command_run> {
   // A child that started but cannot be waited for asynchronously is killed at once; reaping it
   // right after SIGKILL does not hold the thread.
   void abandon(std::string detail) {
-    ::kill(-pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
+    kill_and_reap(pid_);
     reaped_ = true;
     spawn_failed(std::move(detail));
   }

@@ -36,6 +36,7 @@ std::unique_ptr<executor> make_executor(const tool& t, boost::asio::any_io_execu
   const std::string type = t.executor.value("type", "agent");
   if (type == "http") return detail::make_http_executor(t.executor, std::move(io), limits);
   if (type == "command") return detail::make_command_executor(t.executor, std::move(io), limits);
+  if (type == "mcp") return detail::make_mcp_executor(t.executor, std::move(io), limits);
   if (type != "agent") {
     return detail::make_failing_executor(type, codes::executor_not_runnable, "unknown executor type `" + type + "`",
                                          std::move(io));

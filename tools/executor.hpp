@@ -36,7 +36,7 @@ struct tool_call {
 class executor {
  public:
   virtual ~executor() = default;
-  virtual std::string_view kind() const noexcept = 0;  // agent | http | command (the registry allows no other)
+  virtual std::string_view kind() const noexcept = 0;  // agent | http | command | mcp
   // True for `agent`: baton does not run it; the agent answers with tool_result.
   virtual bool agent_runs() const noexcept { return false; }
   // Runs the call; `done` is called exactly once, from the executor's I/O context (never inside

@@ -16,6 +16,8 @@ std::unique_ptr<executor> make_http_executor(const json& config, boost::asio::an
                                              const executor_limits& limits);
 std::unique_ptr<executor> make_command_executor(const json& config, boost::asio::any_io_executor io,
                                                 const executor_limits& limits);
+std::unique_ptr<executor> make_mcp_executor(const json& config, boost::asio::any_io_executor io,
+                                            const executor_limits& limits);
 
 // An executor whose runs end with `code` and `detail`: for a configuration that did not go
 // through the registry's checks (a tool built by hand), which the registry would have refused.

@@ -7,6 +7,7 @@
 #include "core/http_url.hpp"
 #include "core/request.hpp"
 #include "core/sha256.hpp"
+#include "tools/mcp_client.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::tools {
@@ -174,22 +175,143 @@ std::pair<json, std::size_t> read_question(const field& entry, const request_lim
   return {std::move(q), checked->questions.front().option_count()};
 }
 
-registry read_registry(const YAML::Node& root, const request_limits& limits) {
-  if (root.IsNull() || !root.IsDefined()) fail(root, "the registry is empty: it needs `tools`");
-  const auto top = read_map(root, "the registry", {"tools", "finish", "questions"});
+// A tool an MCP server lists, as a registry tool `SERVER.TOOL` (tools/README.md, MCP servers).
+// `timeout_given`: the file set timeout_ms (else the executors' default applies to calls).
+tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_tool_info& info, const json& risks,
+              const YAML::Node& at, const request_limits& limits) {
+  tool t;
+  t.id = server.name + "." + info.name;
+  const std::string what = "MCP server " + ticked(server.name) + "'s tool " + ticked(info.name);
+  if (!valid_name(info.name, true)) fail(at, what + ": its name has characters a tool id cannot have (A-Za-z0-9_.-)");
+  t.description = info.title.empty()         ? info.description
+                  : info.description.empty() ? info.title
+                                             : info.title + ": " + info.description;
+  if (t.description.empty()) t.description = info.name;
+  // The server's hints, unless the file says otherwise: read-only is low, destructive (MCP's
+  // default where a tool is not read-only) high, the rest medium.
+  if (const auto r = risks.find(info.name); r != risks.end()) {
+    const std::string v = r->get<std::string>();
+    t.risk = v == "high" ? risk_level::high : v == "medium" ? risk_level::medium : risk_level::low;
+  } else if (info.annotations.value("readOnlyHint", false)) {
+    t.risk = risk_level::low;
+  } else {
+    t.risk = info.annotations.value("destructiveHint", true) ? risk_level::high : risk_level::medium;
+  }
+  json env = json::object();
+  for (const auto& [k, v] : server.env) env[k] = v;
+  t.executor = {{"type", "mcp"}, {"server", server.name}, {"command", server.argv}, {"env", env},
+                {"cwd", server.cwd}, {"tool", info.name},     {"input_schema", info.input_schema}};
+  if (timeout_given) t.executor["timeout_ms"] = server.timeout.count();
+  // Enumerated properties are choices, booleans yes/no questions, the rest the agent's to give.
+  const auto props = info.input_schema.find("properties");
+  if (props == info.input_schema.end() || !props->is_object()) return t;
+  for (const auto& [name, schema] : props->items()) {
+    if (!valid_name(name, false)) fail(at, what + ": its argument " + ticked(name) + " has a name a parameter cannot have (A-Za-z0-9_-)");
+    parameter p;
+    p.name = name;
+    const std::string instructions = schema.is_object() ? schema.value("description", name) : name;
+    const json values = schema.is_object() ? schema.value("enum", json()) : json();
+    const bool strings = values.is_array() && std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_string() && !v.get_ref<const std::string&>().empty(); });
+    if (strings && values.size() >= std::max<std::size_t>(2, limits.min_choice_options) && values.size() <= limits.max_choice_options) {
+      p.type = parameter_type::choice;
+      p.instructions = instructions;
+      for (const json& v : values) p.values[v.get<std::string>()] = v.get<std::string>();
+    } else if (schema.is_object() && schema.value("type", "") == "boolean") {
+      p.type = parameter_type::boolean;
+      p.instructions = instructions;
+    } else {
+      p.type = parameter_type::text;
+      if (schema.is_object() && schema.contains("description")) p.instructions = instructions;
+    }
+    t.parameters.push_back(std::move(p));
+  }
+  return t;
+}
+
+std::vector<std::string> read_names(const field* f, const std::string& what) {
+  std::vector<std::string> names;
+  if (!f) return names;
+  const json a = to_json(f->value, what);
+  if (!a.is_array() || !std::all_of(a.begin(), a.end(), [](const json& v) { return v.is_string(); })) {
+    fail(f->value, what + " must be a list of names");
+  }
+  for (const json& v : a) names.push_back(v.get<std::string>());
+  return names;
+}
+
+// `mcp_servers`: each server started and its tools listed through `discover` (tools/README.md).
+// Appends them to `r`, with the node each came from.
+void read_mcp_servers(const field& f, const request_limits& limits, const mcp_discovery& discover, registry& r,
+                      std::vector<YAML::Node>& tool_nodes) {
+  for (const field& entry : read_map(f.value, "`mcp_servers`")) {
+    const std::string what = "MCP server " + ticked(entry.key);
+    if (!valid_name(entry.key, false)) fail(entry.key_node, "bad MCP server name " + ticked(entry.key) + " (A-Za-z0-9_-)");
+    const auto fields =
+        read_map(entry.value, what, {"command", "args", "env", "cwd", "timeout_ms", "include", "exclude", "risk"});
+    mcp_server_config server;
+    server.name = entry.key;
+    server.argv.push_back(read_nonempty(fields, "command", entry.value, what));
+    for (std::string& a : read_names(find(fields, "args"), what + "'s args")) server.argv.push_back(std::move(a));
+    if (const field* e = find(fields, "env")) {
+      for (const field& v : read_map(e->value, what + "'s env")) server.env.emplace_back(v.key, read_string(v.value, what + "'s env " + ticked(v.key)));
+    }
+    if (const field* c = find(fields, "cwd")) server.cwd = read_string(c->value, what + "'s cwd");
+    check_integer(find(fields, "timeout_ms"), 1, std::int64_t(1) << 40, what + "'s timeout_ms");
+    if (const field* t = find(fields, "timeout_ms")) server.timeout = std::chrono::milliseconds(to_json(t->value, what).get<std::int64_t>());
+    const std::vector<std::string> include = read_names(find(fields, "include"), what + "'s include"),
+                                   exclude = read_names(find(fields, "exclude"), what + "'s exclude");
+    json risks = json::object();
+    if (const field* rs = find(fields, "risk")) {
+      for (const field& v : read_map(rs->value, what + "'s risk")) risks[v.key] = std::string(to_string(read_risk(v.value)));
+    }
+    auto [infos, failure] = discover ? discover(server) : discover_mcp_tools(server, executor_limits{});
+    if (failure) fail(entry.key_node, what + ": " + failure->detail);
+    const auto listed = [&](const std::string& name) {
+      return std::any_of(infos.begin(), infos.end(), [&](const mcp_tool_info& i) { return i.name == name; });
+    };
+    for (const auto* names : {&include, &exclude, }) {
+      for (const std::string& n : *names) {
+        if (!listed(n)) fail(entry.key_node, what + " lists no tool " + ticked(n) + " (named in include or exclude)");
+      }
+    }
+    for (const auto& [name, level] : risks.items()) {
+      if (!listed(name)) fail(entry.key_node, what + " lists no tool " + ticked(name) + " (named in risk)");
+    }
+    for (const mcp_tool_info& info : infos) {
+      const bool taken = include.empty() || std::find(include.begin(), include.end(), info.name) != include.end();
+      if (!taken || std::find(exclude.begin(), exclude.end(), info.name) != exclude.end()) continue;
+      r.tools.push_back(mcp_tool(server, find(fields, "timeout_ms") != nullptr, info, risks, entry.key_node, limits));
+      tool_nodes.push_back(entry.key_node);
+    }
+  }
+}
+
+registry read_registry(const YAML::Node& root, const request_limits& limits, const mcp_discovery& discover) {
+  if (root.IsNull() || !root.IsDefined()) fail(root, "the registry is empty: it needs `tools` or `mcp_servers`");
+  const auto top = read_map(root, "the registry", {"tools", "mcp_servers", "finish", "questions"});
   const field* tools = find(top, "tools");
-  if (!tools) fail(root, "the registry has no `tools`");
-  if (!tools->value.IsSequence()) fail(tools->value, "`tools` must be a list");
+  const field* servers = find(top, "mcp_servers");
+  if (!tools && !servers) fail(root, "the registry has no `tools` and no `mcp_servers`");
+  if (tools && !tools->value.IsSequence()) fail(tools->value, "`tools` must be a list");
+  const YAML::Node& tools_at = tools ? tools->key_node : servers->key_node;
 
   registry r;
+  std::vector<YAML::Node> tool_nodes;  // each tool's node: its own, or its MCP server's key
+  if (tools) {
+    for (const YAML::Node& n : tools->value) {
+      r.tools.push_back(read_tool(n, limits));
+      tool_nodes.push_back(n);
+    }
+  }
+  const std::size_t written = r.tools.size();
+  if (servers) read_mcp_servers(*servers, limits, discover, r, tool_nodes);
   std::vector<YAML::Node> id_nodes;
   std::set<std::string> ids;
-  for (const YAML::Node& n : tools->value) {
-    r.tools.push_back(read_tool(n, limits));
-    const YAML::Node id = n["id"];
-    if (!ids.insert(r.tools.back().id).second) fail(id, "duplicate tool id " + ticked(r.tools.back().id));
+  for (std::size_t i = 0; i < r.tools.size(); ++i) {
+    const YAML::Node id = i < written ? tool_nodes[i]["id"] : tool_nodes[i];
+    if (!ids.insert(r.tools[i].id).second) fail(id, "duplicate tool id " + ticked(r.tools[i].id));
     id_nodes.push_back(id);
-    r.source.lines["tools." + r.tools.back().id] = line_of(id);
+    r.source.lines["tools." + r.tools[i].id] = line_of(id);
   }
   if (const field* f = find(top, "finish")) {
     const auto fields = read_map(f->value, "`finish`", {"description"});
@@ -203,12 +325,12 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
   const std::size_t tool_options = r.tools.size() + (r.finish ? 1 : 0);
   const std::size_t min_options = std::max<std::size_t>(2, limits.min_choice_options);
   if (tool_options < min_options) {
-    fail(tools->key_node, "the tool choice has " + std::to_string(tool_options) + " option(s); it needs at least " +
+    fail(tools_at, "the tool choice has " + std::to_string(tool_options) + " option(s); it needs at least " +
                               std::to_string(min_options) + " (tools, plus finish when configured)");
   }
   if (tool_options > limits.max_choice_options) {
-    fail(tools->key_node, "the tool choice has " + std::to_string(tool_options) +
-                              " options, over the engine's limit of " + std::to_string(limits.max_choice_options));
+    fail(tools_at, "the tool choice has " + std::to_string(tool_options) +
+                       " options, over the engine's limit of " + std::to_string(limits.max_choice_options));
   }
 
   // Every question of the compiled request, in order, with where it comes from in the file.
@@ -222,7 +344,7 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
     total_options += options;
   };
   for (std::size_t i = 0; i < r.tools.size(); ++i) {
-    const YAML::Node params = tools->value[i]["parameters"];
+    const YAML::Node params = i < written ? tool_nodes[i]["parameters"] : YAML::Node();
     if (params.IsDefined() && params.IsMap()) {
       for (auto it = params.begin(); it != params.end(); ++it) {
         r.source.lines["tools." + r.tools[i].id + ".parameters." + it->first.Scalar()] = line_of(it->first);
@@ -230,7 +352,7 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
     }
     for (const parameter& p : r.tools[i].parameters) {
       if (p.type == parameter_type::text) continue;
-      const YAML::Node at = params[p.name];
+      const YAML::Node at = i < written ? params[p.name] : tool_nodes[i];
       const std::string qid = parameter_question_id(r.tools[i], p);
       if (qid.size() > limits.max_question_id_chars) {
         fail(at, "question id " + ticked(qid) + " is longer than the engine's limit of " +
@@ -252,7 +374,7 @@ registry read_registry(const YAML::Node& root, const request_limits& limits) {
     }
   }
   if (limits.max_total_options && total_options > limits.max_total_options) {
-    fail(tools->key_node, "the registry's questions have " + std::to_string(total_options) +
+    fail(tools_at, "the registry's questions have " + std::to_string(total_options) +
                               " options in all, over the engine's budget of " +
                               std::to_string(limits.max_total_options));
   }
@@ -328,18 +450,19 @@ std::string registry::canonical_json() const {
 }
 
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
-                                const request_limits& limits) {
+                                const request_limits& limits, const mcp_discovery& discover) {
   return yaml::parse(yaml_text, file_name, codes::invalid_registry, [&](const YAML::Node& root) {
-    registry r = read_registry(root, limits);
+    registry r = read_registry(root, limits, discover);
     r.source.file = file_name;
     return r;
   });
 }
 
-result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits) {
+result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits,
+                               const mcp_discovery& discover) {
   auto text = yaml::read_text(file, codes::invalid_registry);
   if (!text) return text.error();
-  return parse_registry(*text, file.string(), limits);
+  return parse_registry(*text, file.string(), limits, discover);
 }
 
 }  // namespace baton::tools

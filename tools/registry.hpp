@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/limits.hpp"
+#include "tools/mcp_types.hpp"
 
 namespace baton::tools {
 
@@ -39,7 +40,7 @@ struct tool {
   std::string id;
   std::string description;
   risk_level risk = risk_level::low;
-  json executor;  // {"type": "agent" | "http" | "command", ...} as written, for the executors
+  json executor;  // {"type": "agent" | "http" | "command", ...} as written, or "mcp" as an MCP server's tool became it
   std::vector<parameter> parameters;  // in file order
 };
 
@@ -74,9 +75,12 @@ const tool* find_tool(const registry& r, std::string_view id);
 std::string parameter_question_id(const tool& t, const parameter& p);
 
 // 422 INVALID_REGISTRY, message "FILE:LINE: reason", for anything the file gets wrong, including
-// a registry whose compiled request would exceed `limits` (the serving engine's).
+// a registry whose compiled request would exceed `limits` (the serving engine's). Each of
+// `mcp_servers` is started and its tools listed through `discover` (empty: discover_mcp_tools with
+// default executor limits), and a server that cannot be is an error naming it.
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,
-                                const request_limits& limits);
-result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits);
+                                const request_limits& limits, const mcp_discovery& discover = {});
+result<registry> load_registry(const std::filesystem::path& file, const request_limits& limits,
+                               const mcp_discovery& discover = {});
 
 }  // namespace baton::tools

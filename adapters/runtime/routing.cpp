@@ -1,6 +1,7 @@
 #include "adapters/runtime/routing.hpp"
 
 #include "core/error_codes.hpp"
+#include "tools/mcp_client.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -9,7 +10,10 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
                                                              const request_limits* fallback_limits,
                                                              boost::asio::any_io_executor io) {
   auto r = std::make_shared<routing_snapshot>();
-  auto registry = tools::load_registry(config.registry, limits);
+  // MCP servers are listed as their tools will run: without the variables executors withhold.
+  auto registry = tools::load_registry(config.registry, limits, [&](const tools::mcp_server_config& server) {
+    return tools::discover_mcp_tools(server, config.executors);
+  });
   if (!registry) return registry.error();
   r->registry = std::move(*registry);
   auto policy = policies::load_policy(config.policy, r->registry);

@@ -395,8 +395,8 @@ TEST(registry, refuses_registries_over_the_engine_limits) {
 }
 
 TEST(registry, refuses_an_empty_file) {
-  EXPECT_EQ(parse_error(""), "tools.yaml:1: the registry is empty: it needs `tools`");
-  EXPECT_EQ(parse_error("finish: {description: F}\n"), "tools.yaml:1: the registry has no `tools`");
+  EXPECT_EQ(parse_error(""), "tools.yaml:1: the registry is empty: it needs `tools` or `mcp_servers`");
+  EXPECT_EQ(parse_error("finish: {description: F}\n"), "tools.yaml:1: the registry has no `tools` and no `mcp_servers`");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <sqlite3.h>
 
+#include <filesystem>
+
 #include "support/server_fixture.hpp"
 
 namespace baton {
@@ -101,6 +103,39 @@ TEST_F(server_test, baton_runs_a_command_tool_and_appends_its_result_to_the_hist
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0]["executor"], "command");
   EXPECT_EQ(runs[0]["ok"], 1);
+}
+
+// A tool of an MCP server (registry `mcp_servers`): chosen like any other, run by baton over the
+// server's stdio connection, its content sent back as the tool_result and logged as a tool run.
+TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
+  const std::string server = std::string(BATON_SOURCE_DIR) + "/tests/mcp/failing_server.mjs";
+  if (!std::filesystem::exists(std::string(BATON_SOURCE_DIR) + "/tests/mcp/node_modules/@modelcontextprotocol/sdk")) {
+    GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
+  }
+  write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
+                          "\"], include: [echo, fail]}\n");
+  ws_client c(start());
+  const json d = c.request(decide("mcp", {script({{"tool", "failing.echo"}, {"p", 0.9}})},
+                                  {{"proposal", {{"tool", "failing.echo"}, {"arguments", {{"text", "hello over stdio"}}}}}}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  ASSERT_EQ(d["action"], "execute") << d;
+  EXPECT_EQ(d["executor"], "mcp");
+  EXPECT_EQ(d["arguments"], json({{"text", "hello over stdio"}}));
+  const json r = c.read();
+  ASSERT_EQ(r.value("type", ""), "tool_result") << r;
+  EXPECT_EQ(r["ok"], true) << r;
+  EXPECT_EQ(r["output"]["content"][0]["text"], "hello over stdio") << r;
+  const json e = c.request(decide("mcp-2", {script({{"tool", "failing.fail"}, {"p", 0.9}})}));
+  ASSERT_EQ(e["action"], "execute") << e;
+  const json f = c.read();
+  EXPECT_EQ(f["ok"], false) << f;
+  EXPECT_EQ(f["error_code"], "EXECUTOR_TOOL_ERROR") << f;
+  const auto runs = sql("SELECT tool, executor, ok, error_code FROM tool_runs ORDER BY tool");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["tool"], "failing.echo");
+  EXPECT_EQ(runs[0]["executor"], "mcp");
+  EXPECT_EQ(runs[0]["ok"], 1);
+  EXPECT_EQ(runs[1]["error_code"], "EXECUTOR_TOOL_ERROR");
 }
 
 TEST_F(server_test, a_failing_executor_is_reported_and_logged) {

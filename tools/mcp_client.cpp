@@ -1,0 +1,443 @@
+#include "tools/mcp_client.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <map>
+
+#include "core/error_codes.hpp"
+#include "core/ids.hpp"
+#include "tools/child_process.hpp"
+#include "tools/executor_kinds.hpp"
+
+namespace baton::tools {
+
+namespace net = boost::asio;
+using boost::system::error_code;
+
+const std::vector<std::string>& mcp_protocol_versions() {
+  static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+  return versions;
+}
+
+namespace {
+
+constexpr std::size_t stderr_tail_bytes = 1024;
+constexpr int max_list_pages = 1000;
+
+}  // namespace
+
+struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
+  // What an answer to a request goes to: the result, or a failure.
+  using answer = std::function<void(json result, std::optional<mcp_failure> failure)>;
+  struct pending {
+    answer done;
+    std::shared_ptr<net::steady_timer> timer;
+  };
+
+  impl(mcp_server_config c, net::any_io_executor io, const executor_limits& limits)
+      : config(std::move(c)),
+        strand(net::make_strand(io)),
+        in(strand),
+        out(strand),
+        err(strand),
+        exit(strand),
+        max_line(limits.max_output_bytes),
+        withheld(limits.withheld_env) {}
+
+  ~impl() { detail::kill_and_reap(pid_if_running()); }
+
+  pid_t pid_if_running() const { return running ? pid : -1; }
+
+  mcp_server_config config;
+  net::strand<net::any_io_executor> strand;
+  net::local::stream_protocol::socket in;
+  net::posix::stream_descriptor out, err, exit;
+  std::size_t max_line;
+  std::vector<std::string> withheld;
+
+  pid_t pid = -1;
+  bool running = false, initialized = false;
+  std::string version;
+  std::size_t skipped = 0;
+  std::int64_t next_id = 1;
+  std::map<std::int64_t, pending> open;
+  std::deque<std::string> writes;
+  std::array<char, 65536> out_buf{};
+  std::array<char, 4096> err_buf{};
+  std::string line, err_tail;
+  std::function<void()> tools_changed;
+
+  std::string name() const { return "MCP server `" + config.name + "`"; }
+
+  // ---- the child ----
+
+  std::optional<mcp_failure> spawn() {
+    detail::child_spec spec;
+    spec.argv = config.argv;
+    spec.env = config.env;
+    spec.cwd = config.cwd;
+    spec.withheld_env = withheld;
+    detail::child_process child;
+    std::string why;
+    if (!detail::spawn_child(spec, child, why)) return mcp_failure{codes::executor_spawn_failed, name() + ": " + why};
+    pid = child.pid;
+    running = true;
+    line.clear();  // what a previous process left
+    err_tail.clear();
+    error_code ec;
+    const auto take = [&ec](auto& object, int fd, auto&&... protocol) {
+      if (!ec) object.assign(protocol..., fd, ec);
+      if (ec && !object.is_open()) ::close(fd);
+    };
+    take(exit, child.pidfd);
+    take(in, child.stdin_fd, net::local::stream_protocol());
+    take(out, child.stdout_fd);
+    take(err, child.stderr_fd);
+    if (ec) {
+      shut("cannot watch the child: " + ec.message());
+      return mcp_failure{codes::executor_spawn_failed, name() + ": cannot watch the child: " + ec.message()};
+    }
+    read_out();
+    read_err();
+    wait_exit();
+    return std::nullopt;
+  }
+
+  void read_out() {
+    out.async_read_some(net::buffer(out_buf), [self = shared_from_this()](error_code ec, std::size_t n) {
+      if (!self->running) return;
+      self->take_bytes(std::string_view(self->out_buf.data(), n));
+      if (ec) return;  // end of stdout: the exit says the rest
+      if (self->running) self->read_out();
+    });
+  }
+
+  void read_err() {
+    err.async_read_some(net::buffer(err_buf), [self = shared_from_this()](error_code ec, std::size_t n) {
+      self->err_tail.append(self->err_buf.data(), n);
+      if (self->err_tail.size() > 2 * stderr_tail_bytes) self->err_tail.erase(0, self->err_tail.size() - stderr_tail_bytes);
+      if (!ec && self->running) self->read_err();
+    });
+  }
+
+  void wait_exit() {
+    exit.async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
+      if (ec == net::error::operation_aborted || !self->running) return;
+      int status = 0;
+      const pid_t r = ::waitpid(self->pid, &status, WNOHANG);
+      if (r == 0) return self->wait_exit();
+      self->running = false;  // reaped (or lost to someone else's waitpid)
+      std::string why = r > 0 && WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                        : r > 0 && WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                                       : "exited";
+      self->shut(why, codes::executor_unreachable);
+    });
+  }
+
+  // Ends the server: every open request fails with `code` ("… `why`"), descriptors closed.
+  void shut(const std::string& why, const char* code = codes::executor_unreachable) {
+    if (running) {
+      detail::kill_and_reap(pid);
+      running = false;
+    }
+    initialized = false;
+    error_code ignored;
+    in.close(ignored);
+    out.close(ignored);
+    err.close(ignored);
+    exit.close(ignored);
+    writes.clear();
+    std::string tail = err_tail;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+    if (tail.size() > stderr_tail_bytes) tail = "…" + tail.substr(tail.size() - stderr_tail_bytes);
+    const std::string detail = name() + " " + why + (tail.empty() ? "" : "; stderr: " + replace_invalid_utf8(tail));
+    auto failed = std::move(open);
+    open.clear();
+    for (auto& [id, p] : failed) {
+      if (p.timer) p.timer->cancel();
+      p.done(json(), mcp_failure{code, detail});
+    }
+  }
+
+  // ---- messages ----
+
+  void send(const json& message) {
+    if (!running) return;
+    writes.push_back(message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    if (writes.size() == 1) write_next();
+  }
+
+  void write_next() {
+    net::async_write(in, net::buffer(writes.front()), [self = shared_from_this()](error_code ec, std::size_t) {
+      if (self->writes.empty()) return;  // shut meanwhile
+      self->writes.pop_front();
+      if (ec) return;  // the child stopped reading: its exit says why
+      if (!self->writes.empty()) self->write_next();
+    });
+  }
+
+  // A request with its own timer: `done` once, with the result, the error, or the timeout.
+  void request(const std::string& method, json params, std::chrono::milliseconds timeout, answer done,
+               bool cancel_on_timeout = false) {
+    if (!running) {
+      net::post(strand, [done = std::move(done), d = name() + " is not running"] {
+        done(json(), mcp_failure{codes::executor_unreachable, d});
+      });
+      return;
+    }
+    const std::int64_t id = next_id++;
+    auto timer = std::make_shared<net::steady_timer>(strand, timeout);
+    open[id] = pending{std::move(done), timer};
+    send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}});
+    timer->async_wait([self = shared_from_this(), id, method, timeout, cancel_on_timeout](error_code ec) {
+      if (ec) return;
+      const auto it = self->open.find(id);
+      if (it == self->open.end()) return;
+      auto done = std::move(it->second.done);
+      self->open.erase(it);
+      if (cancel_on_timeout) {
+        self->send({{"jsonrpc", "2.0"},
+                    {"method", "notifications/cancelled"},
+                    {"params", {{"requestId", id}, {"reason", "baton's timeout"}}}});
+      }
+      done(json(), mcp_failure{codes::executor_timeout, self->name() + ": no answer to " + method + " within " +
+                                                            std::to_string(timeout.count()) + " ms"});
+    });
+  }
+
+  void take_bytes(std::string_view bytes) {
+    while (!bytes.empty() && running) {
+      const std::size_t nl = bytes.find('\n');
+      const std::string_view part = bytes.substr(0, nl);
+      line.append(part);
+      if (line.size() > max_line) {
+        line.clear();
+        shut("sent a message over " + std::to_string(max_line) + " bytes; the server was stopped",
+             codes::executor_output_too_large);
+        return;
+      }
+      if (nl == std::string_view::npos) return;
+      bytes.remove_prefix(nl + 1);
+      std::string message = std::move(line);
+      line.clear();
+      if (!message.empty() && message.back() == '\r') message.pop_back();
+      if (!message.empty()) take_message(message);
+    }
+  }
+
+  void take_message(const std::string& text) {
+    json m = json::parse(text, nullptr, false);
+    if (m.is_discarded() || !m.is_object()) {
+      ++skipped;
+      return;
+    }
+    const auto id = m.find("id");
+    const auto method = m.find("method");
+    if (method != m.end() && method->is_string()) {
+      if (id == m.end()) {  // a notification
+        if (*method == "notifications/tools/list_changed" && tools_changed) tools_changed();
+        return;
+      }
+      // A request of the server's: ping is answered; baton offers no other capability.
+      if (*method == "ping") {
+        send({{"jsonrpc", "2.0"}, {"id", *id}, {"result", json::object()}});
+      } else {
+        send({{"jsonrpc", "2.0"}, {"id", *id}, {"error", {{"code", -32601}, {"message", "method not found"}}}});
+      }
+      return;
+    }
+    if (id == m.end() || !id->is_number_integer()) {
+      ++skipped;
+      return;
+    }
+    const auto it = open.find(id->get<std::int64_t>());
+    if (it == open.end()) return;  // answered after its timeout
+    auto p = std::move(it->second);
+    open.erase(it);
+    if (p.timer) p.timer->cancel();
+    if (const auto e = m.find("error"); e != m.end()) {
+      const std::string message = e->is_object() && e->contains("message") && (*e)["message"].is_string()
+                                      ? (*e)["message"].get<std::string>()
+                                      : e->dump();
+      return p.done(json(), mcp_failure{codes::executor_unreachable, name() + " answered an error: " + message});
+    }
+    p.done(m.value("result", json::object()), std::nullopt);
+  }
+
+  // ---- the protocol ----
+
+  void initialize(std::function<void(std::optional<mcp_failure>)> done) {
+    json params = {{"protocolVersion", mcp_protocol_versions().front()},
+                   {"capabilities", json::object()},
+                   {"clientInfo", {{"name", "baton"}, {"version", "1"}}}};
+    request("initialize", std::move(params), config.timeout,
+            [self = shared_from_this(), done = std::move(done)](json result, std::optional<mcp_failure> failure) {
+              if (failure) {
+                self->shut("did not initialize");
+                return done(failure);
+              }
+              const std::string v = result.value("protocolVersion", "");
+              const auto& known = mcp_protocol_versions();
+              if (std::find(known.begin(), known.end(), v) == known.end()) {
+                self->shut("answered protocol version `" + v + "`");
+                return done(mcp_failure{codes::executor_unreachable, self->name() + " speaks protocol version `" + v +
+                                                                       "`, which baton does not"});
+              }
+              self->version = v;
+              self->initialized = true;
+              self->send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+              done(std::nullopt);
+            });
+  }
+
+  void list_page(std::shared_ptr<std::vector<mcp_tool_info>> tools, std::optional<std::string> cursor, int page,
+                 std::function<void(std::vector<mcp_tool_info>, std::optional<mcp_failure>)> done) {
+    json params = json::object();
+    if (cursor) params["cursor"] = *cursor;
+    request("tools/list", std::move(params), config.timeout,
+            [self = shared_from_this(), tools, page, done = std::move(done)](json result,
+                                                                              std::optional<mcp_failure> failure) mutable {
+              if (failure) return done({}, failure);
+              const auto list = result.find("tools");
+              if (list == result.end() || !list->is_array()) {
+                return done({}, mcp_failure{codes::executor_unreachable, self->name() + ": tools/list answered no `tools` array"});
+              }
+              for (const json& t : *list) {
+                if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+                mcp_tool_info info;
+                info.name = t["name"].get<std::string>();
+                info.title = t.value("title", "");
+                info.description = t.value("description", "");
+                if (const auto s = t.find("inputSchema"); s != t.end() && s->is_object()) info.input_schema = *s;
+                if (const auto a = t.find("annotations"); a != t.end() && a->is_object()) info.annotations = *a;
+                if (info.title.empty() && info.annotations.contains("title") && info.annotations["title"].is_string()) {
+                  info.title = info.annotations["title"].get<std::string>();
+                }
+                tools->push_back(std::move(info));
+              }
+              const auto next = result.find("nextCursor");
+              if (next != result.end() && next->is_string() && !next->get<std::string>().empty()) {
+                if (page + 1 >= max_list_pages) {
+                  return done({}, mcp_failure{codes::executor_unreachable,
+                                              self->name() + ": tools/list went on past " + std::to_string(max_list_pages) + " pages"});
+                }
+                return self->list_page(tools, next->get<std::string>(), page + 1, std::move(done));
+              }
+              done(std::move(*tools), std::nullopt);
+            });
+  }
+};
+
+mcp_client::mcp_client(std::shared_ptr<impl> state) : impl_(std::move(state)) {}
+
+mcp_client::~mcp_client() {
+  net::post(impl_->strand, [state = impl_] { state->shut("was stopped"); });
+}
+
+std::shared_ptr<mcp_client> mcp_client::make(mcp_server_config config, net::any_io_executor io,
+                                             const executor_limits& limits) {
+  return std::shared_ptr<mcp_client>(new mcp_client(std::make_shared<impl>(std::move(config), std::move(io), limits)));
+}
+
+void mcp_client::start(std::function<void(std::optional<mcp_failure>)> done) {
+  net::post(impl_->strand, [state = impl_, done = std::move(done)]() mutable {
+    if (state->initialized) return done(std::nullopt);
+    if (auto failure = state->spawn()) return done(failure);
+    state->initialize(std::move(done));
+  });
+}
+
+void mcp_client::list_tools(std::function<void(std::vector<mcp_tool_info>, std::optional<mcp_failure>)> done) {
+  net::post(impl_->strand, [state = impl_, done = std::move(done)]() mutable {
+    state->list_page(std::make_shared<std::vector<mcp_tool_info>>(), std::nullopt, 0, std::move(done));
+  });
+}
+
+void mcp_client::call_tool(const std::string& name, json arguments, std::chrono::milliseconds timeout,
+                           std::function<void(tool_outcome)> done) {
+  const auto start = std::chrono::steady_clock::now();
+  net::post(impl_->strand, [state = impl_, name, arguments = std::move(arguments), timeout, start,
+                            done = std::move(done)]() mutable {
+    state->request(
+        "tools/call", {{"name", name}, {"arguments", std::move(arguments)}}, timeout,
+        [done = std::move(done), start](json result, std::optional<mcp_failure> failure) {
+          tool_outcome o;
+          o.attempts = 1;
+          o.duration_ms = ms_since(start);
+          if (failure) {
+            o.error_code = failure->code;
+            o.detail = failure->detail;
+            return done(std::move(o));
+          }
+          json output = {{"content", result.value("content", json::array())}};
+          if (const auto s = result.find("structuredContent"); s != result.end()) output["structuredContent"] = *s;
+          if (result.value("isError", false)) {
+            o.error_code = codes::executor_tool_error;
+            std::string text;
+            for (const json& c : output["content"]) {
+              if (c.is_object() && c.value("type", "") == "text" && c.contains("text") && c["text"].is_string()) {
+                if (!text.empty()) text += "\n";
+                text += c["text"].get<std::string>();
+              }
+            }
+            o.detail = "the tool answered an error" + (text.empty() ? std::string() : ": " + text.substr(0, 1000));
+            return done(std::move(o));
+          }
+          o.ok = true;
+          o.output = std::move(output);
+          done(std::move(o));
+        },
+        /*cancel_on_timeout=*/true);
+  });
+}
+
+void mcp_client::on_tools_changed(std::function<void()> callback) {
+  net::post(impl_->strand, [state = impl_, callback = std::move(callback)]() mutable { state->tools_changed = std::move(callback); });
+}
+
+void mcp_client::post(std::function<void()> f) { net::post(impl_->strand, std::move(f)); }
+
+void mcp_client::stop() {
+  net::post(impl_->strand, [state = impl_] { state->shut("was stopped"); });
+}
+
+bool mcp_client::ready() const noexcept { return impl_->initialized && impl_->running; }
+const std::string& mcp_client::protocol_version() const noexcept { return impl_->version; }
+std::size_t mcp_client::skipped_lines() const noexcept { return impl_->skipped; }
+
+std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> discover_mcp_tools(const mcp_server_config& config,
+                                                                                   const executor_limits& limits) {
+  net::io_context io;
+  std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> out;
+  {
+    const auto client = mcp_client::make(config, io.get_executor(), limits);
+    client->start([&](std::optional<mcp_failure> failure) {
+      if (failure) {
+        out.second = failure;
+        return;
+      }
+      client->list_tools([&](std::vector<mcp_tool_info> tools, std::optional<mcp_failure> f) {
+        out.first = std::move(tools);
+        out.second = f;
+        client->stop();
+      });
+    });
+    io.run();
+  }
+  io.restart();
+  io.run();  // the destructor's shut
+  return out;
+}
+
+}  // namespace baton::tools

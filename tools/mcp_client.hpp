@@ -1,0 +1,70 @@
+// An MCP (Model Context Protocol) server over stdio, as the registry's `mcp_servers` and the `mcp`
+// executor use it: the child started (tools/child_process.hpp) and initialized, the protocol
+// version negotiated, its tools listed page by page, each tools/call matched to its answer by
+// JSON-RPC id and cancelled (notifications/cancelled) at its timeout, and the child's exit failing
+// every call still open. Messages are JSON-RPC 2.0, one per line. A line that is not JSON is
+// skipped (counted); one over executor_limits::max_output_bytes stops the server, failing what is
+// open with EXECUTOR_OUTPUT_TOO_LARGE. Everything runs on the client's strand; callbacks are
+// called from it, never inside the call that started them.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json.hpp"
+#include "tools/executor.hpp"
+#include "tools/mcp_types.hpp"
+
+namespace baton::tools {
+
+// The protocol versions baton speaks, newest first: it offers the first, and takes any of these
+// the server answers with.
+const std::vector<std::string>& mcp_protocol_versions();
+
+class mcp_client : public std::enable_shared_from_this<mcp_client> {
+ public:
+  static std::shared_ptr<mcp_client> make(mcp_server_config config, boost::asio::any_io_executor io,
+                                          const executor_limits& limits);
+  ~mcp_client();
+
+  // Starts the server and runs the initialize handshake; `done` gets no failure once it is ready.
+  void start(std::function<void(std::optional<mcp_failure>)> done);
+  // Every tool, through tools/list's pages (at most 1,000 pages).
+  void list_tools(std::function<void(std::vector<mcp_tool_info>, std::optional<mcp_failure>)> done);
+  // tools/call: ok with output {"content", "structuredContent"?} unless the server answered
+  // isError (EXECUTOR_TOOL_ERROR, the text content in the detail) or the call failed; at `timeout`
+  // the call is cancelled on the server and ends with EXECUTOR_TIMEOUT.
+  void call_tool(const std::string& name, json arguments, std::chrono::milliseconds timeout,
+                 std::function<void(tool_outcome)> done);
+  // Called (on the strand) when the server sends notifications/tools/list_changed.
+  void on_tools_changed(std::function<void()> callback);
+  // Kills the server; what is open fails with EXECUTOR_UNREACHABLE.
+  void stop();
+
+  // Runs `f` on the client's strand (for answers that need no server).
+  void post(std::function<void()> f);
+
+  bool ready() const noexcept;                // initialized and running
+  const std::string& protocol_version() const noexcept;  // as negotiated; empty before
+  std::size_t skipped_lines() const noexcept;  // lines of stdout that were not JSON
+
+  struct impl;
+
+ private:
+  explicit mcp_client(std::shared_ptr<impl> state);
+  std::shared_ptr<impl> impl_;
+};
+
+// Starts `config`'s server on an I/O context of its own, lists its tools and stops it: for loading
+// a registry. Fails with the step that failed.
+std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> discover_mcp_tools(const mcp_server_config& config,
+                                                                                   const executor_limits& limits);
+
+}  // namespace baton::tools

@@ -1,0 +1,131 @@
+// The `mcp` executor: a tool an MCP server listed (registry `mcp_servers`), called with tools/call
+// over that server's one connection, which every tool of the server shares (in this snapshot and
+// the next, while either holds it). A server that is not running is started on the next call; one
+// that failed to start is tried again only after a back-off (250 ms doubling to 30 s), its calls
+// failing closed (EXECUTOR_UNREACHABLE) meanwhile. Arguments are checked against the tool's
+// inputSchema's `required` first.
+#include <map>
+#include <mutex>
+
+#include "core/error_codes.hpp"
+#include "tools/executor_kinds.hpp"
+#include "tools/mcp_client.hpp"
+
+namespace baton::tools::detail {
+
+namespace {
+
+namespace net = boost::asio;
+
+// One server's connection and its restart state, shared by the executors of its tools.
+struct mcp_link {
+  std::shared_ptr<mcp_client> client;
+  std::mutex mutex;
+  std::chrono::steady_clock::time_point retry_at{};
+  std::chrono::milliseconds backoff{0};
+};
+
+// Links by the server's configuration, while an executor holds them.
+std::shared_ptr<mcp_link> link_for(const mcp_server_config& config, const json& key, net::any_io_executor io,
+                                   const executor_limits& limits) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<mcp_link>> links;
+  const std::string k = key.dump();
+  std::lock_guard lock(mutex);
+  for (auto it = links.begin(); it != links.end();) it = it->second.expired() ? links.erase(it) : std::next(it);
+  if (auto live = links[k].lock()) return live;
+  auto link = std::make_shared<mcp_link>();
+  link->client = mcp_client::make(config, std::move(io), limits);
+  links[k] = link;
+  return link;
+}
+
+class mcp_executor final : public executor {
+ public:
+  mcp_executor(std::shared_ptr<mcp_link> link, std::string tool, json required, std::chrono::milliseconds timeout)
+      : link_(std::move(link)), tool_(std::move(tool)), required_(std::move(required)), timeout_(timeout) {}
+
+  std::string_view kind() const noexcept override { return "mcp"; }
+
+  void run(tool_call call, std::function<void(tool_outcome)> done) override {
+    for (const json& name : required_) {
+      if (name.is_string() && !call.arguments.contains(name.get<std::string>())) {
+        tool_outcome o;
+        o.error_code = codes::executor_invalid_arguments;
+        o.detail = "the MCP tool `" + tool_ + "` needs the argument `" + name.get<std::string>() + "`, which the call lacks";
+        return fail_later(std::move(o), std::move(done));
+      }
+    }
+    auto link = link_;
+    if (link->client->ready()) return link->client->call_tool(tool_, std::move(call.arguments), timeout_, std::move(done));
+    {
+      std::lock_guard lock(link->mutex);
+      if (std::chrono::steady_clock::now() < link->retry_at) {
+        tool_outcome o;
+        o.error_code = codes::executor_unreachable;
+        o.detail = "the MCP server failed to start; it is tried again after a back-off of " +
+                   std::to_string(link->backoff.count()) + " ms";
+        return fail_later(std::move(o), std::move(done));
+      }
+    }
+    link->client->start([link, tool = tool_, arguments = std::move(call.arguments), timeout = timeout_,
+                         done = std::move(done)](std::optional<mcp_failure> failure) mutable {
+      {
+        std::lock_guard lock(link->mutex);
+        link->backoff = failure ? std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(2 * link->backoff, std::chrono::milliseconds(250)), std::chrono::seconds(30))
+                                : std::chrono::milliseconds(0);
+        link->retry_at = failure ? std::chrono::steady_clock::now() + link->backoff : std::chrono::steady_clock::time_point{};
+      }
+      if (failure) {
+        tool_outcome o;
+        o.error_code = failure->code == codes::executor_timeout ? codes::executor_unreachable : failure->code;
+        o.detail = failure->detail;
+        return done(std::move(o));
+      }
+      link->client->call_tool(tool, std::move(arguments), timeout, std::move(done));
+    });
+  }
+
+ private:
+  void fail_later(tool_outcome o, std::function<void(tool_outcome)> done) {
+    o.attempts = 0;
+    link_->client->post([o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
+  }
+
+  std::shared_ptr<mcp_link> link_;
+  std::string tool_;
+  json required_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_executor io, const executor_limits& limits) {
+  mcp_server_config server;
+  server.name = config.value("server", "");
+  if (const auto c = config.find("command"); c != config.end() && c->is_array()) {
+    for (const json& a : *c) {
+      if (a.is_string()) server.argv.push_back(a.get<std::string>());
+    }
+  }
+  if (const auto e = config.find("env"); e != config.end() && e->is_object()) {
+    for (const auto& [k, v] : e->items()) {
+      if (v.is_string()) server.env.emplace_back(k, v.get<std::string>());
+    }
+  }
+  server.cwd = config.value("cwd", "");
+  server.timeout = timeout_of(config, limits);
+  const std::string tool = config.value("tool", "");
+  if (server.argv.empty() || server.argv[0].empty() || tool.empty()) {
+    return make_failing_executor("mcp", codes::executor_spawn_failed, "the executor names no MCP server command or tool", std::move(io));
+  }
+  json key = config;
+  key.erase("tool");
+  key.erase("input_schema");
+  json required = json::array();
+  if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) required = s->value("required", json::array());
+  auto link = link_for(server, key, io, limits);
+  return std::make_unique<mcp_executor>(std::move(link), tool, std::move(required), server.timeout);
+}
+
+}  // namespace baton::tools::detail
