@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <deque>
 #include <map>
 
@@ -67,9 +68,13 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   std::vector<std::string> withheld;
 
   pid_t pid = -1;
-  bool running = false, initialized = false;
+  // Read by ready() from any thread; written on the strand.
+  std::atomic<bool> running{false}, initialized{false};
   std::string version;
-  std::size_t skipped = 0;
+  std::atomic<std::size_t> skipped{0};
+  // Starts asked for while one is under way: answered with it.
+  bool starting = false;
+  std::vector<std::function<void(std::optional<mcp_failure>)>> waiting;
   std::int64_t next_id = 1;
   std::map<std::int64_t, pending> open;
   std::deque<std::string> writes;
@@ -353,8 +358,17 @@ std::shared_ptr<mcp_client> mcp_client::make(mcp_server_config config, net::any_
 void mcp_client::start(std::function<void(std::optional<mcp_failure>)> done) {
   net::post(impl_->strand, [state = impl_, done = std::move(done)]() mutable {
     if (state->initialized) return done(std::nullopt);
-    if (auto failure = state->spawn()) return done(failure);
-    state->initialize(std::move(done));
+    state->waiting.push_back(std::move(done));
+    if (state->starting) return;
+    state->starting = true;
+    const auto answer = [state](std::optional<mcp_failure> failure) {
+      state->starting = false;
+      auto waiting = std::move(state->waiting);
+      state->waiting.clear();
+      for (auto& w : waiting) w(failure);
+    };
+    if (auto failure = state->spawn()) return answer(failure);
+    state->initialize(answer);
   });
 }
 

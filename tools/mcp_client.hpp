@@ -35,6 +35,7 @@ class mcp_client : public std::enable_shared_from_this<mcp_client> {
   ~mcp_client();
 
   // Starts the server and runs the initialize handshake; `done` gets no failure once it is ready.
+  // Starts asked for while one is under way share its outcome.
   void start(std::function<void(std::optional<mcp_failure>)> done);
   // Every tool, through tools/list's pages (at most 1,000 pages).
   void list_tools(std::function<void(std::vector<mcp_tool_info>, std::optional<mcp_failure>)> done);
@@ -51,9 +52,9 @@ class mcp_client : public std::enable_shared_from_this<mcp_client> {
   // Runs `f` on the client's strand (for answers that need no server).
   void post(std::function<void()> f);
 
-  bool ready() const noexcept;                // initialized and running
-  const std::string& protocol_version() const noexcept;  // as negotiated; empty before
-  std::size_t skipped_lines() const noexcept;  // lines of stdout that were not JSON
+  bool ready() const noexcept;                // initialized and running (any thread)
+  const std::string& protocol_version() const noexcept;  // as negotiated; read on the strand (a callback) only
+  std::size_t skipped_lines() const noexcept;  // lines of stdout that were not JSON (any thread)
 
   struct impl;
 

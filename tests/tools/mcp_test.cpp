@@ -195,6 +195,31 @@ TEST_F(mcp, failures_are_outcomes_and_the_server_is_started_again) {
   EXPECT_TRUE(no_children_left());
 }
 
+// Calls made at once on a server not yet started share one start, and both are answered.
+TEST_F(mcp, calls_at_once_share_one_start) {
+  const registry r = load(registry_yaml());
+  net::io_context io;
+  std::vector<std::optional<tool_outcome>> got(3);
+  {
+    std::vector<std::unique_ptr<executor>> executors;
+    for (int i = 0; i < 3; ++i) executors.push_back(make_executor(*find_tool(r, "failing.echo"), io.get_executor(), executor_limits{}));
+    for (int i = 0; i < 3; ++i) {
+      executors[static_cast<std::size_t>(i)]->run({"d", "failing.echo", {{"text", std::to_string(i)}}},
+                                                  [&got, i](tool_outcome o) { got[static_cast<std::size_t>(i)] = std::move(o); });
+    }
+    while (!(got[0] && got[1] && got[2]) && io.run_one_for(30s) > 0) {
+    }
+  }
+  io.restart();
+  io.run_for(5s);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(got[static_cast<std::size_t>(i)]) << i;
+    EXPECT_TRUE(got[static_cast<std::size_t>(i)]->ok) << got[static_cast<std::size_t>(i)]->detail;
+    EXPECT_EQ(got[static_cast<std::size_t>(i)]->output["content"][0]["text"], std::to_string(i));
+  }
+  EXPECT_TRUE(no_children_left());
+}
+
 TEST_F(mcp, a_changed_tool_list_is_announced) {
   net::io_context io;
   bool changed = false, done = false;
@@ -206,6 +231,7 @@ TEST_F(mcp, a_changed_tool_list_is_announced) {
       EXPECT_FALSE(client->protocol_version().empty());
       client->call_tool("add_tool", json::object(), 10s, [&](tool_outcome o) {
         EXPECT_TRUE(o.ok) << o.detail;
+        EXPECT_EQ(client->skipped_lines(), 0u);
         client->list_tools([&](std::vector<mcp_tool_info> tools, std::optional<mcp_failure> f2) {
           EXPECT_FALSE(f2);
           EXPECT_TRUE(std::any_of(tools.begin(), tools.end(), [](const mcp_tool_info& t) { return t.name == "added"; }));
