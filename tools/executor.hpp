@@ -51,6 +51,9 @@ struct executor_limits {
   // Environment variables a command never sees (the server's API keys): its environment is
   // baton's without them.
   std::vector<std::string> withheld_env;
+  // Called (from an I/O thread) when an MCP server whose tools a registry holds says its tool list
+  // changed (notifications/tools/list_changed), with the server's name: the server reloads.
+  std::function<void(const std::string& server)> mcp_tools_changed;
 };
 
 // The executor of a registry tool. Its configuration was validated when the registry loaded; one

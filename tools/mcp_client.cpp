@@ -8,6 +8,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -36,6 +37,23 @@ namespace {
 constexpr std::size_t stderr_tail_bytes = 1024;
 constexpr int max_list_pages = 1000;
 
+// A server's JSON read without trusting its types: the string, bool or object at `key`, else `or_`.
+std::string text_at(const json& j, const char* key, std::string or_ = {}) {
+  if (!j.is_object()) return or_;
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : or_;
+}
+bool flag_at(const json& j, const char* key, bool or_) {
+  if (!j.is_object()) return or_;
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : or_;
+}
+json object_at(const json& j, const char* key) {
+  if (!j.is_object()) return json::object();
+  const auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : json::object();
+}
+
 }  // namespace
 
 struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
@@ -44,6 +62,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   struct pending {
     answer done;
     std::shared_ptr<net::steady_timer> timer;
+    const char* error_code = codes::executor_unreachable;  // what a JSON-RPC error answer becomes
   };
 
   impl(mcp_server_config c, net::any_io_executor io, const executor_limits& limits)
@@ -53,6 +72,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
         out(strand),
         err(strand),
         exit(strand),
+        grace(strand),
         max_line(limits.max_output_bytes),
         withheld(limits.withheld_env) {}
 
@@ -64,10 +84,16 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   net::strand<net::any_io_executor> strand;
   net::local::stream_protocol::socket in;
   net::posix::stream_descriptor out, err, exit;
+  net::steady_timer grace;
   std::size_t max_line;
   std::vector<std::string> withheld;
 
   pid_t pid = -1;
+  // Bumped by each spawn and shut: a handler of an earlier process finds it changed and does nothing.
+  std::uint64_t generation = 0;
+  // The process exited (reaped) and why: what is open fails once its stdout is read to the end.
+  std::optional<std::string> exited;
+  bool out_closed = false;  // stdout reached its end (the exit may come just after)
   // Read by ready() from any thread; written on the strand.
   std::atomic<bool> running{false}, initialized{false};
   std::string version;
@@ -98,6 +124,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     if (!detail::spawn_child(spec, child, why)) return mcp_failure{codes::executor_spawn_failed, name() + ": " + why};
     pid = child.pid;
     running = true;
+    ++generation;
+    exited.reset();
+    out_closed = false;
     line.clear();  // what a previous process left
     err_tail.clear();
     error_code ec;
@@ -120,43 +149,58 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   }
 
   void read_out() {
-    out.async_read_some(net::buffer(out_buf), [self = shared_from_this()](error_code ec, std::size_t n) {
-      if (!self->running) return;
+    out.async_read_some(net::buffer(out_buf), [self = shared_from_this(), g = generation](error_code ec, std::size_t n) {
+      if (g != self->generation) return;
       self->take_bytes(std::string_view(self->out_buf.data(), n));
-      if (ec) return;  // end of stdout: the exit says the rest
-      if (self->running) self->read_out();
+      if (g != self->generation) return;  // shut while taking them
+      if (!ec) return self->read_out();
+      // End of stdout: an exited process's answers are all in. Its exit is usually a moment behind;
+      // a process still running a second later closed its stdout and is stopped.
+      if (self->exited) return self->shut(*self->exited);
+      self->out_closed = true;
+      self->grace.expires_after(std::chrono::seconds(1));
+      self->grace.async_wait([self, g](error_code e) {
+        if (!e && g == self->generation) self->shut("closed its stdout");
+      });
     });
   }
 
   void read_err() {
-    err.async_read_some(net::buffer(err_buf), [self = shared_from_this()](error_code ec, std::size_t n) {
+    err.async_read_some(net::buffer(err_buf), [self = shared_from_this(), g = generation](error_code ec, std::size_t n) {
+      if (g != self->generation) return;
       self->err_tail.append(self->err_buf.data(), n);
       if (self->err_tail.size() > 2 * stderr_tail_bytes) self->err_tail.erase(0, self->err_tail.size() - stderr_tail_bytes);
-      if (!ec && self->running) self->read_err();
+      if (!ec) self->read_err();
     });
   }
 
   void wait_exit() {
-    exit.async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
-      if (ec == net::error::operation_aborted || !self->running) return;
+    exit.async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this(), g = generation](error_code ec) {
+      if (ec || g != self->generation) return;
       int status = 0;
       const pid_t r = ::waitpid(self->pid, &status, WNOHANG);
       if (r == 0) return self->wait_exit();
       self->running = false;  // reaped (or lost to someone else's waitpid)
-      std::string why = r > 0 && WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
-                        : r > 0 && WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                                                       : "exited";
-      self->shut(why, codes::executor_unreachable);
+      // What the process started (an npx wrapper's node) goes with it; its group id is not reused
+      // while a member lives.
+      ::kill(-self->pid, SIGKILL);
+      self->exited = r > 0 && WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                     : r > 0 && WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                                    : "exited";
+      // Its last answers may still be in the pipe: read_out shuts at the end of stdout.
+      if (self->out_closed) self->shut(*self->exited);
     });
   }
 
   // Ends the server: every open request fails with `code` ("… `why`"), descriptors closed.
   void shut(const std::string& why, const char* code = codes::executor_unreachable) {
+    ++generation;
     if (running) {
       detail::kill_and_reap(pid);
       running = false;
     }
     initialized = false;
+    grace.cancel();
     error_code ignored;
     in.close(ignored);
     out.close(ignored);
@@ -184,15 +228,17 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   }
 
   void write_next() {
-    net::async_write(in, net::buffer(writes.front()), [self = shared_from_this()](error_code ec, std::size_t) {
-      if (self->writes.empty()) return;  // shut meanwhile
+    net::async_write(in, net::buffer(writes.front()), [self = shared_from_this(), g = generation](error_code ec, std::size_t) {
+      if (g != self->generation) return;  // shut meanwhile (the queue went with it)
       self->writes.pop_front();
-      if (ec) return;  // the child stopped reading: its exit says why
+      if (ec) return self->shut("stopped reading its stdin (" + ec.message() + ")");
       if (!self->writes.empty()) self->write_next();
     });
   }
 
   // A request with its own timer: `done` once, with the result, the error, or the timeout.
+  // A tools/call's error answer is the tool's failure (invalid params, an unknown tool): the server
+  // is reachable.
   void request(const std::string& method, json params, std::chrono::milliseconds timeout, answer done,
                bool cancel_on_timeout = false) {
     if (!running) {
@@ -203,7 +249,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     }
     const std::int64_t id = next_id++;
     auto timer = std::make_shared<net::steady_timer>(strand, timeout);
-    open[id] = pending{std::move(done), timer};
+    open[id] = pending{std::move(done), timer, method == "tools/call" ? codes::executor_tool_error : codes::executor_unreachable};
     send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}});
     timer->async_wait([self = shared_from_this(), id, method, timeout, cancel_on_timeout](error_code ec) {
       if (ec) return;
@@ -242,8 +288,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   }
 
   void take_message(const std::string& text) {
-    json m = json::parse(text, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) {
+    json m;
+    json_parse_error bad;
+    if (!parse_json(text, m, bad) || !m.is_object()) {  // nesting bounded: a hostile line cannot exhaust the stack
       ++skipped;
       return;
     }
@@ -272,12 +319,13 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     open.erase(it);
     if (p.timer) p.timer->cancel();
     if (const auto e = m.find("error"); e != m.end()) {
-      const std::string message = e->is_object() && e->contains("message") && (*e)["message"].is_string()
-                                      ? (*e)["message"].get<std::string>()
-                                      : e->dump();
-      return p.done(json(), mcp_failure{codes::executor_unreachable, name() + " answered an error: " + message});
+      std::string message = text_at(*e, "message", "(no message)");
+      if (e->is_object() && e->contains("code") && (*e)["code"].is_number_integer()) {
+        message += " (JSON-RPC " + std::to_string((*e)["code"].get<std::int64_t>()) + ")";
+      }
+      return p.done(json(), mcp_failure{p.error_code, name() + " answered an error: " + replace_invalid_utf8(message.substr(0, 1000))});
     }
-    p.done(m.value("result", json::object()), std::nullopt);
+    p.done(object_at(m, "result"), std::nullopt);
   }
 
   // ---- the protocol ----
@@ -286,13 +334,16 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     json params = {{"protocolVersion", mcp_protocol_versions().front()},
                    {"capabilities", json::object()},
                    {"clientInfo", {{"name", "baton"}, {"version", "1"}}}};
+    // Callbacks kept in `open` hold the client weakly: a stopped I/O context must not keep it alive.
     request("initialize", std::move(params), config.timeout,
-            [self = shared_from_this(), done = std::move(done)](json result, std::optional<mcp_failure> failure) {
+            [weak = weak_from_this(), done = std::move(done)](json result, std::optional<mcp_failure> failure) {
+              const auto self = weak.lock();
+              if (!self) return done(mcp_failure{codes::executor_unreachable, "the MCP client was stopped"});
               if (failure) {
                 self->shut("did not initialize");
                 return done(failure);
               }
-              const std::string v = result.value("protocolVersion", "");
+              const std::string v = text_at(result, "protocolVersion");
               const auto& known = mcp_protocol_versions();
               if (std::find(known.begin(), known.end(), v) == known.end()) {
                 self->shut("answered protocol version `" + v + "`");
@@ -311,8 +362,10 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     json params = json::object();
     if (cursor) params["cursor"] = *cursor;
     request("tools/list", std::move(params), config.timeout,
-            [self = shared_from_this(), tools, page, done = std::move(done)](json result,
-                                                                              std::optional<mcp_failure> failure) mutable {
+            [weak = weak_from_this(), tools, page, done = std::move(done)](json result,
+                                                                            std::optional<mcp_failure> failure) mutable {
+              const auto self = weak.lock();
+              if (!self) return done({}, mcp_failure{codes::executor_unreachable, "the MCP client was stopped"});
               if (failure) return done({}, failure);
               const auto list = result.find("tools");
               if (list == result.end() || !list->is_array()) {
@@ -322,13 +375,10 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
                 if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
                 mcp_tool_info info;
                 info.name = t["name"].get<std::string>();
-                info.title = t.value("title", "");
-                info.description = t.value("description", "");
-                if (const auto s = t.find("inputSchema"); s != t.end() && s->is_object()) info.input_schema = *s;
-                if (const auto a = t.find("annotations"); a != t.end() && a->is_object()) info.annotations = *a;
-                if (info.title.empty() && info.annotations.contains("title") && info.annotations["title"].is_string()) {
-                  info.title = info.annotations["title"].get<std::string>();
-                }
+                info.title = text_at(t, "title", text_at(object_at(t, "annotations"), "title"));
+                info.description = text_at(t, "description");
+                info.input_schema = object_at(t, "inputSchema");
+                info.annotations = object_at(t, "annotations");
                 tools->push_back(std::move(info));
               }
               const auto next = result.find("nextCursor");
@@ -394,18 +444,20 @@ void mcp_client::call_tool(const std::string& name, json arguments, std::chrono:
             o.detail = failure->detail;
             return done(std::move(o));
           }
-          json output = {{"content", result.value("content", json::array())}};
+          const auto content = result.find("content");
+          json output = {{"content", content != result.end() && content->is_array() ? *content : json::array()}};
           if (const auto s = result.find("structuredContent"); s != result.end()) output["structuredContent"] = *s;
-          if (result.value("isError", false)) {
+          if (flag_at(result, "isError", false)) {
             o.error_code = codes::executor_tool_error;
             std::string text;
             for (const json& c : output["content"]) {
-              if (c.is_object() && c.value("type", "") == "text" && c.contains("text") && c["text"].is_string()) {
+              if (text_at(c, "type") == "text" && !text_at(c, "text").empty()) {
                 if (!text.empty()) text += "\n";
-                text += c["text"].get<std::string>();
+                text += text_at(c, "text");
               }
             }
-            o.detail = "the tool answered an error" + (text.empty() ? std::string() : ": " + text.substr(0, 1000));
+            o.detail = "the tool answered an error" +
+                       (text.empty() ? std::string() : ": " + replace_invalid_utf8(std::string_view(text).substr(0, 1000)));
             return done(std::move(o));
           }
           o.ok = true;

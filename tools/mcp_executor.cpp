@@ -3,9 +3,11 @@
 // the next, while either holds it). A server that is not running is started on the next call; one
 // that failed to start is tried again only after a back-off (250 ms doubling to 30 s), its calls
 // failing closed (EXECUTOR_UNREACHABLE) meanwhile. Arguments are checked against the tool's
-// inputSchema's `required` first.
+// inputSchema's `required` first, and an argument the agent gave as text where the schema wants a
+// number, integer, boolean, array or object is read as JSON of that type.
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "core/error_codes.hpp"
 #include "tools/executor_kinds.hpp"
@@ -25,36 +27,38 @@ struct mcp_link {
   std::chrono::milliseconds backoff{0};
 };
 
-// Links by the server's configuration, while an executor holds them.
+// Links by the server's configuration, I/O context and limits, while an executor holds them.
 std::shared_ptr<mcp_link> link_for(const mcp_server_config& config, const json& key, net::any_io_executor io,
                                    const executor_limits& limits) {
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<mcp_link>> links;
-  const std::string k = key.dump();
+  const json limits_key = {limits.max_output_bytes, limits.withheld_env};
+  const std::string k = key.dump() + limits_key.dump() + std::to_string(reinterpret_cast<std::uintptr_t>(&io.context()));
   std::lock_guard lock(mutex);
   for (auto it = links.begin(); it != links.end();) it = it->second.expired() ? links.erase(it) : std::next(it);
   if (auto live = links[k].lock()) return live;
   auto link = std::make_shared<mcp_link>();
   link->client = mcp_client::make(config, std::move(io), limits);
+  if (limits.mcp_tools_changed) {
+    link->client->on_tools_changed([changed = limits.mcp_tools_changed, name = config.name] { changed(name); });
+  }
   links[k] = link;
   return link;
 }
 
 class mcp_executor final : public executor {
  public:
-  mcp_executor(std::shared_ptr<mcp_link> link, std::string tool, json required, std::chrono::milliseconds timeout)
-      : link_(std::move(link)), tool_(std::move(tool)), required_(std::move(required)), timeout_(timeout) {}
+  mcp_executor(std::shared_ptr<mcp_link> link, std::string tool, json schema, std::chrono::milliseconds timeout)
+      : link_(std::move(link)), tool_(std::move(tool)), schema_(std::move(schema)), timeout_(timeout) {}
 
   std::string_view kind() const noexcept override { return "mcp"; }
 
   void run(tool_call call, std::function<void(tool_outcome)> done) override {
-    for (const json& name : required_) {
-      if (name.is_string() && !call.arguments.contains(name.get<std::string>())) {
-        tool_outcome o;
-        o.error_code = codes::executor_invalid_arguments;
-        o.detail = "the MCP tool `" + tool_ + "` needs the argument `" + name.get<std::string>() + "`, which the call lacks";
-        return fail_later(std::move(o), std::move(done));
-      }
+    if (auto why = typed(call.arguments)) {
+      tool_outcome o;
+      o.error_code = codes::executor_invalid_arguments;
+      o.detail = "the MCP tool `" + tool_ + "`: " + *why;
+      return fail_later(std::move(o), std::move(done));
     }
     auto link = link_;
     if (link->client->ready()) return link->client->call_tool(tool_, std::move(call.arguments), timeout_, std::move(done));
@@ -68,13 +72,29 @@ class mcp_executor final : public executor {
         return fail_later(std::move(o), std::move(done));
       }
     }
-    link->client->start([link, tool = tool_, arguments = std::move(call.arguments), timeout = timeout_,
-                         done = std::move(done)](std::optional<mcp_failure> failure) mutable {
+    // Held weakly while the start is pending: the client keeps its waiters, and a link that held
+    // its own client through them would never be freed.
+    link->client->start([weak = std::weak_ptr<mcp_link>(link), tool = tool_, arguments = std::move(call.arguments),
+                         timeout = timeout_, done = std::move(done)](std::optional<mcp_failure> failure) mutable {
+      const auto link = weak.lock();
+      if (!link) {
+        tool_outcome o;
+        o.error_code = codes::executor_unreachable;
+        o.detail = "the MCP server's connection was closed (a reload let it go)";
+        return done(std::move(o));
+      }
       {
+        // Once per start, not per call waiting on it: its waiters are answered one after another.
         std::lock_guard lock(link->mutex);
-        link->backoff = failure ? std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(2 * link->backoff, std::chrono::milliseconds(250)), std::chrono::seconds(30))
-                                : std::chrono::milliseconds(0);
-        link->retry_at = failure ? std::chrono::steady_clock::now() + link->backoff : std::chrono::steady_clock::time_point{};
+        const auto now = std::chrono::steady_clock::now();
+        if (!failure) {
+          link->backoff = std::chrono::milliseconds(0);
+          link->retry_at = {};
+        } else if (now >= link->retry_at) {
+          link->backoff = std::min<std::chrono::milliseconds>(
+              std::max<std::chrono::milliseconds>(2 * link->backoff, std::chrono::milliseconds(250)), std::chrono::seconds(30));
+          link->retry_at = now + link->backoff;
+        }
       }
       if (failure) {
         tool_outcome o;
@@ -92,9 +112,41 @@ class mcp_executor final : public executor {
     link_->client->post([o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
   }
 
+  // Why the arguments do not fit the schema (a required one missing, text that is not JSON of its
+  // property's type), converting such text in place; nothing when they fit.
+  std::optional<std::string> typed(json& arguments) const {
+    if (!arguments.is_object()) return "the arguments are not an object";
+    const json required = schema_.is_object() ? schema_.value("required", json::array()) : json::array();
+    if (required.is_array()) {
+      for (const json& name : required) {
+        if (name.is_string() && !arguments.contains(name.get<std::string>())) {
+          return "it needs the argument `" + name.get<std::string>() + "`, which the call lacks";
+        }
+      }
+    }
+    const auto props = schema_.is_object() ? schema_.find("properties") : schema_.end();
+    if (!schema_.is_object() || props == schema_.end() || !props->is_object()) return std::nullopt;
+    for (auto& [name, value] : arguments.items()) {
+      const auto p = props->find(name);
+      if (p == props->end() || !p->is_object() || !value.is_string()) continue;
+      const auto t = p->find("type");
+      if (t == p->end() || !t->is_string() || *t == "string") continue;
+      const std::string want = t->get<std::string>();
+      json parsed;
+      json_parse_error bad;
+      const bool fits = parse_json(value.get<std::string>(), parsed, bad) &&
+                        ((want == "number" && parsed.is_number()) || (want == "integer" && parsed.is_number_integer()) ||
+                         (want == "boolean" && parsed.is_boolean()) || (want == "array" && parsed.is_array()) ||
+                         (want == "object" && parsed.is_object()) || (want == "null" && parsed.is_null()));
+      if (!fits) return "its argument `" + name + "` must be " + (want == "integer" || want == "array" || want == "object" ? "an " : "a ") + want;
+      value = std::move(parsed);
+    }
+    return std::nullopt;
+  }
+
   std::shared_ptr<mcp_link> link_;
   std::string tool_;
-  json required_;
+  json schema_;  // the tool's inputSchema
   std::chrono::milliseconds timeout_;
 };
 
@@ -122,10 +174,10 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
   json key = config;
   key.erase("tool");
   key.erase("input_schema");
-  json required = json::array();
-  if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) required = s->value("required", json::array());
+  json schema = json::object();
+  if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) schema = *s;
   auto link = link_for(server, key, io, limits);
-  return std::make_unique<mcp_executor>(std::move(link), tool, std::move(required), server.timeout);
+  return std::make_unique<mcp_executor>(std::move(link), tool, std::move(schema), server.timeout);
 }
 
 }  // namespace baton::tools::detail

@@ -192,10 +192,13 @@ tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_too
   if (const auto r = risks.find(info.name); r != risks.end()) {
     const std::string v = r->get<std::string>();
     t.risk = v == "high" ? risk_level::high : v == "medium" ? risk_level::medium : risk_level::low;
-  } else if (info.annotations.value("readOnlyHint", false)) {
-    t.risk = risk_level::low;
   } else {
-    t.risk = info.annotations.value("destructiveHint", true) ? risk_level::high : risk_level::medium;
+    // A hint that is not a boolean counts as absent.
+    const auto hint = [&](const char* key, bool absent) {
+      const auto h = info.annotations.find(key);
+      return h != info.annotations.end() && h->is_boolean() ? h->get<bool>() : absent;
+    };
+    t.risk = hint("readOnlyHint", false) ? risk_level::low : hint("destructiveHint", true) ? risk_level::high : risk_level::medium;
   }
   json env = json::object();
   for (const auto& [k, v] : server.env) env[k] = v;
@@ -209,19 +212,23 @@ tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_too
     if (!valid_name(name, false)) fail(at, what + ": its argument " + ticked(name) + " has a name a parameter cannot have (A-Za-z0-9_-)");
     parameter p;
     p.name = name;
-    const std::string instructions = schema.is_object() ? schema.value("description", name) : name;
-    const json values = schema.is_object() ? schema.value("enum", json()) : json();
+    // The property's description where it has one (a string, not empty), else its name.
+    const auto d = schema.is_object() ? schema.find("description") : schema.end();
+    const bool described = schema.is_object() && d != schema.end() && d->is_string() && !d->get_ref<const std::string&>().empty();
+    const std::string instructions = described ? d->get<std::string>() : name;
+    const auto e = schema.is_object() ? schema.find("enum") : schema.end();
+    const json values = schema.is_object() && e != schema.end() ? *e : json();
     const bool strings = values.is_array() && std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_string() && !v.get_ref<const std::string&>().empty(); });
     if (strings && values.size() >= std::max<std::size_t>(2, limits.min_choice_options) && values.size() <= limits.max_choice_options) {
       p.type = parameter_type::choice;
       p.instructions = instructions;
       for (const json& v : values) p.values[v.get<std::string>()] = v.get<std::string>();
-    } else if (schema.is_object() && schema.value("type", "") == "boolean") {
+    } else if (schema.is_object() && schema.contains("type") && schema["type"] == "boolean") {
       p.type = parameter_type::boolean;
       p.instructions = instructions;
     } else {
       p.type = parameter_type::text;
-      if (schema.is_object() && schema.contains("description")) p.instructions = instructions;
+      if (described) p.instructions = instructions;
     }
     t.parameters.push_back(std::move(p));
   }
@@ -264,7 +271,13 @@ void read_mcp_servers(const field& f, const request_limits& limits, const mcp_di
     if (const field* rs = find(fields, "risk")) {
       for (const field& v : read_map(rs->value, what + "'s risk")) risks[v.key] = std::string(to_string(read_risk(v.value)));
     }
-    auto [infos, failure] = discover ? discover(server) : discover_mcp_tools(server, executor_limits{});
+    std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> listed_tools;
+    try {
+      listed_tools = discover ? discover(server) : discover_mcp_tools(server, executor_limits{});
+    } catch (const std::exception& e) {  // what a server sent must not stop a load with anything but an error
+      fail(entry.key_node, what + ": its tools could not be read: " + e.what());
+    }
+    auto& [infos, failure] = listed_tools;
     if (failure) fail(entry.key_node, what + ": " + failure->detail);
     const auto listed = [&](const std::string& name) {
       return std::any_of(infos.begin(), infos.end(), [&](const mcp_tool_info& i) { return i.name == name; });

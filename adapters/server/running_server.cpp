@@ -1,12 +1,14 @@
 #include "adapters/server/running_server.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "adapters/runtime/agent_service.hpp"
@@ -63,6 +65,36 @@ struct running_server::impl {
   bool stopping = false;
   bool stopped = false;
 
+  // MCP servers that said their tools changed, reloaded together a moment later (a server that
+  // registers several tools at once sends a notification for each).
+  std::set<std::string> tools_changed;  // under `mutex`
+  std::unique_ptr<boost::asio::steady_timer> tools_timer;
+
+  void mcp_tools_changed(const std::string& server, std::chrono::milliseconds after) {
+    std::lock_guard lock(mutex);
+    if (stopping || !service) return;
+    const bool armed = !tools_changed.empty();
+    tools_changed.insert(server);
+    if (armed) return;
+    tools_timer->expires_after(after);
+    tools_timer->async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      std::set<std::string> servers;  // taken: a change announced from now on arms the timer again
+      {
+        std::lock_guard lock(mutex);
+        if (stopping) return;
+        servers.swap(tools_changed);
+      }
+      std::string who = "mcp:";
+      for (const std::string& s : servers) who += (who.size() > 4 ? "," : "") + s;
+      service->reloader().reload(who, [this, servers](result<routing_reloader::report> r) {
+        if (!r && r.error().code == codes::reload_in_progress) {  // another reload: after it
+          for (const std::string& s : servers) mcp_tools_changed(s, std::chrono::seconds(1));
+        }
+      });
+    });
+  }
+
   ~impl() {
     // A start that failed half-way: nothing ran yet, so nothing to drain.
     ioc.stop();
@@ -91,6 +123,10 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   for (const engine_options* e : {&p->config.engine, p->config.fallback ? &*p->config.fallback : nullptr}) {
     if (e && !e->systemone.key_env.empty()) p->config.executors.withheld_env.push_back(e->systemone.key_env);
   }
+  p->tools_timer = std::make_unique<boost::asio::steady_timer>(p->ioc);
+  p->config.executors.mcp_tools_changed = [q = p.get()](const std::string& server) {
+    q->mcp_tools_changed(server, std::chrono::milliseconds(250));
+  };
   p->engine = engine ? std::move(engine) : start_engine(config.engine);
   if (p->config.fallback) p->fallback_engine = start_engine(*p->config.fallback);
   // What a reload checks, checked the same way: the questions fit both engines.

@@ -98,6 +98,17 @@ async function serve() {
     return text('tool added');
   });
 
+  server.registerTool('hostile', {
+    description: 'Answers its own call by hand with values of the wrong types, after a line nested 100,000 deep.',
+    inputSchema: {},
+  }, async (_args, extra) => {
+    const line = (s) => new Promise((resolve) => process.stdout.write(s + '\n', resolve));
+    await line('['.repeat(100000) + ']'.repeat(100000));
+    await line(JSON.stringify({ jsonrpc: '2.0', id: extra.requestId,
+      result: { content: 'not a list', isError: 'yes', structuredContent: 7 } }));
+    return text('too late: the call was answered');  // its id is no longer open in the client
+  });
+
   server.registerTool('delete_all', {
     description: 'Pretends to delete everything.',
     inputSchema: {},

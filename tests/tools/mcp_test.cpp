@@ -160,7 +160,7 @@ TEST_F(mcp, failures_are_outcomes_and_the_server_is_started_again) {
   // One I/O context and the same executors throughout: the server is one process, restarted.
   net::io_context io;
   std::map<std::string, std::unique_ptr<executor>> executors;
-  for (const char* id : {"failing.slow", "failing.echo", "failing.crash", "failing.malformed", "failing.big"}) {
+  for (const char* id : {"failing.slow", "failing.echo", "failing.crash", "failing.malformed", "failing.big", "failing.hostile"}) {
     tool t = *find_tool(r, id);
     if (t.id == "failing.slow") t.executor["timeout_ms"] = 500;
     executors[id] = make_executor(t, io.get_executor(), executor_limits{});
@@ -186,6 +186,17 @@ TEST_F(mcp, failures_are_outcomes_and_the_server_is_started_again) {
   EXPECT_EQ(again.output["content"][0]["text"], "restarted");
   const tool_outcome malformed = call("failing.malformed", json::object());
   EXPECT_TRUE(malformed.ok) << malformed.detail;  // the line that is not JSON is skipped
+  // Wrong types where the protocol has its own are read as absent; a line nested 100,000 deep is
+  // skipped, not parsed into the stack.
+  const tool_outcome hostile = call("failing.hostile", json::object());
+  EXPECT_TRUE(hostile.ok) << hostile.detail;
+  EXPECT_EQ(hostile.output["content"], json::array());
+  EXPECT_EQ(hostile.output["structuredContent"], 7);
+  // An argument the agent gave as text is read as the number the schema asks for, or refused.
+  EXPECT_TRUE(call("failing.slow", {{"ms", "20"}}).ok);
+  const tool_outcome not_number = call("failing.slow", {{"ms", "soon"}});
+  EXPECT_EQ(not_number.error_code, codes::executor_invalid_arguments);
+  EXPECT_NE(not_number.detail.find("`ms` must be a number"), std::string::npos) << not_number.detail;
   const tool_outcome big = call("failing.big", {{"bytes", 2 << 20}});
   EXPECT_EQ(big.error_code, codes::executor_output_too_large) << big.detail;
   EXPECT_TRUE(call("failing.echo", {{"text", "after"}}).ok);

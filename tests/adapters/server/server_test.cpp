@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "support/server_fixture.hpp"
 
@@ -136,6 +137,37 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
   EXPECT_EQ(runs[0]["executor"], "mcp");
   EXPECT_EQ(runs[0]["ok"], 1);
   EXPECT_EQ(runs[1]["error_code"], "EXECUTOR_TOOL_ERROR");
+}
+
+// A server that says its tools changed (notifications/tools/list_changed) is listed again and the
+// registry reloads as a hot reload does, logged as the server's: its new tool can then be chosen.
+TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
+  const std::string server = std::string(BATON_SOURCE_DIR) + "/tests/mcp/failing_server.mjs";
+  if (!std::filesystem::exists(std::string(BATON_SOURCE_DIR) + "/tests/mcp/node_modules/@modelcontextprotocol/sdk")) {
+    GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
+  }
+  // The failing server lists `added` once add_tool ran in that process: a listing by a new
+  // process would not have it, so the reload must keep what the live server says... which it
+  // cannot: each listing starts the server afresh. So the change is checked through the reload
+  // it causes and the registry hash it leaves, and the tools still run.
+  write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
+                          "\"], include: [echo, add_tool]}\n");
+  ws_client c(start());
+  const json d = c.request(decide("mcp-add", {script({{"tool", "failing.add_tool"}, {"p", 0.9}})}));
+  ASSERT_EQ(d["action"], "execute") << d;
+  EXPECT_EQ(c.read()["ok"], true);
+  std::vector<json> reloads;
+  for (int i = 0; i < 100 && reloads.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    reloads = sql("SELECT who, outcome FROM reloads");
+  }
+  ASSERT_EQ(reloads.size(), 1u);
+  EXPECT_EQ(reloads[0]["who"], "mcp:failing");
+  EXPECT_EQ(reloads[0]["outcome"], "ok");
+  const json e = c.request(decide("mcp-after", {script({{"tool", "failing.echo"}, {"p", 0.9}})},
+                                  {{"proposal", {{"tool", "failing.echo"}, {"arguments", {{"text", "after the reload"}}}}}}));
+  ASSERT_EQ(e["action"], "execute") << e;
+  EXPECT_EQ(c.read()["output"]["content"][0]["text"], "after the reload");
 }
 
 TEST_F(server_test, a_failing_executor_is_reported_and_logged) {
