@@ -16,6 +16,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <mutex>
 
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
@@ -98,6 +99,13 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   std::atomic<bool> running{false}, initialized{false};
   std::string version;
   std::atomic<std::size_t> skipped{0};
+  std::atomic<std::uint64_t> starts{0}, failed_starts{0};
+  mutable std::mutex error_mutex;
+  std::string last_error;  // under error_mutex
+  void note_error(const std::string& e) {
+    std::lock_guard lock(error_mutex);
+    last_error = e;
+  }
   // Starts asked for while one is under way: answered with it.
   bool starting = false;
   std::vector<std::function<void(std::optional<mcp_failure>)>> waiting;
@@ -211,6 +219,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
     if (tail.size() > stderr_tail_bytes) tail = "…" + tail.substr(tail.size() - stderr_tail_bytes);
     const std::string detail = name() + " " + why + (tail.empty() ? "" : "; stderr: " + replace_invalid_utf8(tail));
+    if (why != "was stopped") note_error(detail);
     auto failed = std::move(open);
     open.clear();
     for (auto& [id, p] : failed) {
@@ -413,6 +422,8 @@ void mcp_client::start(std::function<void(std::optional<mcp_failure>)> done) {
     state->starting = true;
     const auto answer = [state](std::optional<mcp_failure> failure) {
       state->starting = false;
+      ++(failure ? state->failed_starts : state->starts);
+      if (failure) state->note_error(failure->detail);
       auto waiting = std::move(state->waiting);
       state->waiting.clear();
       for (auto& w : waiting) w(failure);
@@ -479,6 +490,11 @@ void mcp_client::stop() {
 }
 
 bool mcp_client::ready() const noexcept { return impl_->initialized && impl_->running; }
+
+mcp_client::counts mcp_client::counted() const {
+  std::lock_guard lock(impl_->error_mutex);
+  return {impl_->starts.load(), impl_->failed_starts.load(), impl_->last_error};
+}
 const std::string& mcp_client::protocol_version() const noexcept { return impl_->version; }
 std::size_t mcp_client::skipped_lines() const noexcept { return impl_->skipped; }
 

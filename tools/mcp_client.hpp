@@ -53,6 +53,13 @@ class mcp_client : public std::enable_shared_from_this<mcp_client> {
   void post(std::function<void()> f);
 
   bool ready() const noexcept;                // initialized and running (any thread)
+  // Starts that ended ready and that failed, and the last failure (a start's, or the server's
+  // exit), any thread.
+  struct counts {
+    std::uint64_t starts = 0, failed_starts = 0;
+    std::string last_error;
+  };
+  counts counted() const;
   const std::string& protocol_version() const noexcept;  // as negotiated; read on the strand (a callback) only
   std::size_t skipped_lines() const noexcept;  // lines of stdout that were not JSON (any thread)
 
@@ -62,6 +69,17 @@ class mcp_client : public std::enable_shared_from_this<mcp_client> {
   explicit mcp_client(std::shared_ptr<impl> state);
   std::shared_ptr<impl> impl_;
 };
+
+// What /health and /metrics say of the MCP servers the executors hold now (every registry
+// snapshot that still serves or runs a call), by server name: whether one is up, its starts and
+// failed starts since its connection was made, and the last failure.
+struct mcp_server_state {
+  std::string name;
+  bool up = false;
+  std::uint64_t starts = 0, failed_starts = 0;
+  std::string last_error;
+};
+std::vector<mcp_server_state> mcp_server_states();
 
 // Starts `config`'s server on an I/O context of its own, lists its tools and stops it: for loading
 // a registry. Fails with the step that failed.

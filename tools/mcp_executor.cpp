@@ -21,23 +21,26 @@ namespace net = boost::asio;
 
 // One server's connection and its restart state, shared by the executors of its tools.
 struct mcp_link {
+  std::string name;
   std::shared_ptr<mcp_client> client;
-  std::mutex mutex;
+  std::mutex mutex;  // guards what follows
   std::chrono::steady_clock::time_point retry_at{};
   std::chrono::milliseconds backoff{0};
 };
 
 // Links by the server's configuration, I/O context and limits, while an executor holds them.
+std::mutex links_mutex;
+std::map<std::string, std::weak_ptr<mcp_link>> links;
+
 std::shared_ptr<mcp_link> link_for(const mcp_server_config& config, const json& key, net::any_io_executor io,
                                    const executor_limits& limits) {
-  static std::mutex mutex;
-  static std::map<std::string, std::weak_ptr<mcp_link>> links;
   const json limits_key = {limits.max_output_bytes, limits.withheld_env};
   const std::string k = key.dump() + limits_key.dump() + std::to_string(reinterpret_cast<std::uintptr_t>(&io.context()));
-  std::lock_guard lock(mutex);
+  std::lock_guard lock(links_mutex);
   for (auto it = links.begin(); it != links.end();) it = it->second.expired() ? links.erase(it) : std::next(it);
   if (auto live = links[k].lock()) return live;
   auto link = std::make_shared<mcp_link>();
+  link->name = config.name;
   link->client = mcp_client::make(config, std::move(io), limits);
   if (limits.mcp_tools_changed) {
     link->client->on_tools_changed([changed = limits.mcp_tools_changed, name = config.name] { changed(name); });
@@ -181,3 +184,28 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
 }
 
 }  // namespace baton::tools::detail
+
+namespace baton::tools {
+
+std::vector<mcp_server_state> mcp_server_states() {
+  std::map<std::string, mcp_server_state> by_name;
+  {
+    std::lock_guard lock(detail::links_mutex);
+    for (const auto& [key, weak] : detail::links) {
+      const auto link = weak.lock();
+      if (!link) continue;
+      mcp_server_state& s = by_name[link->name];
+      s.name = link->name;
+      const mcp_client::counts c = link->client->counted();
+      s.up = s.up || link->client->ready();
+      s.starts += c.starts;
+      s.failed_starts += c.failed_starts;
+      if (!c.last_error.empty()) s.last_error = c.last_error;
+    }
+  }
+  std::vector<mcp_server_state> out;
+  for (auto& [name, s] : by_name) out.push_back(std::move(s));
+  return out;
+}
+
+}  // namespace baton::tools

@@ -10,6 +10,7 @@
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "tools/arguments.hpp"
+#include "tools/mcp_client.hpp"
 #include "tools/schema_compiler.hpp"
 
 namespace baton {
@@ -646,6 +647,14 @@ std::string agent_service::health_json() const {
             {"queued", scheduler_.queued()},
             {"uptime_s", round_decimals(ms_since(started_) / 1000.0, 3)}};
   if (reloads.last_applied_ms) h["reloaded_at"] = iso_utc(reloads.last_applied_ms);
+  const std::vector<tools::mcp_server_state> servers = tools::mcp_server_states();
+  if (!servers.empty()) {
+    json& m = h["mcp_servers"] = json::object();
+    for (const auto& s : servers) {
+      m[s.name] = {{"up", s.up}, {"starts", s.starts}, {"failed_starts", s.failed_starts}};
+      if (!s.last_error.empty()) m[s.name]["last_error"] = s.last_error;
+    }
+  }
   return render_json(h, false);
 }
 

@@ -189,18 +189,18 @@ std::string metrics::render(const scraped& now) const {
   header(out, "baton_engine_batch_size", "histogram", "Requests per engine call.");
   write_histogram("baton_engine_batch_size", "", batches_, batch_bounds);
 
-  for (const gauge& g : now.gauges) {
-    header(out, g.name, "gauge", g.help);
-    out += g.name + ' ';
-    number(out, g.value);
-    out += '\n';
-  }
-  for (const counter& c : now.counters) {
-    header(out, c.name, "counter", c.help);
-    out += c.name + ' ';
-    number(out, c.value);
-    out += '\n';
-  }
+  // One header per name: a labelled metric's series follow it.
+  const auto series = [&](const std::vector<gauge>& all, const char* type) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const gauge& g = all[i];
+      if (i == 0 || all[i - 1].name != g.name) header(out, g.name, type, g.help);
+      out += g.name + (g.labels.empty() ? "" : "{" + g.labels + "}") + ' ';
+      number(out, g.value);
+      out += '\n';
+    }
+  };
+  series(now.gauges, "gauge");
+  series(now.counters, "counter");
   if (const auto& cache = now.cache) {
     auto write_count = [&](std::string_view name, std::string_view type, std::string_view help, std::int64_t value) {
       header(out, name, type, help);

@@ -17,6 +17,7 @@
 #include "core/error_codes.hpp"
 #include "engine/factory/make_engine.hpp"
 #include "engine/scheduler.hpp"
+#include "tools/mcp_client.hpp"
 
 namespace baton {
 
@@ -151,7 +152,7 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
   p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
     const session_table::counts gone = q->service->sessions().counted();  // one look, one lock
-    return metrics::scraped{
+    metrics::scraped now{
         {
             {"baton_engine_queue_depth", "Requests waiting for the engine.", double(q->sched->queued())},
             {"baton_in_flight_decisions", "Decisions received and not yet answered (agent and SystemOne).",
@@ -170,6 +171,21 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
         },
         q->engine->cache_stats(),
     };
+    // Each MCP server the registry's tools run on (names need no escaping: [A-Za-z0-9_-]).
+    const std::vector<tools::mcp_server_state> servers = tools::mcp_server_states();
+    for (const auto& s : servers) {
+      now.gauges.push_back({"baton_mcp_server_up", "Whether the MCP server is running and initialized (1) or not (0).",
+                            s.up ? 1.0 : 0.0, "server=\"" + s.name + "\""});
+    }
+    for (const auto& s : servers) {
+      now.counters.push_back({"baton_mcp_server_starts_total", "Starts of the MCP server that ended initialized.",
+                              double(s.starts), "server=\"" + s.name + "\""});
+    }
+    for (const auto& s : servers) {
+      now.counters.push_back({"baton_mcp_server_failed_starts_total", "Starts of the MCP server that failed.",
+                              double(s.failed_starts), "server=\"" + s.name + "\""});
+    }
+    return now;
   });
   try {
     p->server = std::make_unique<listener>(p->ioc, p->config.server, *p->service, *p->systemone, *p->api);

@@ -115,7 +115,8 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
   }
   write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
                           "\"], include: [echo, fail]}\n");
-  ws_client c(start());
+  const unsigned short port = start();
+  ws_client c(port);
   const json d = c.request(decide("mcp", {script({{"tool", "failing.echo"}, {"p", 0.9}})},
                                   {{"proposal", {{"tool", "failing.echo"}, {"arguments", {{"text", "hello over stdio"}}}}}}));
   ASSERT_EQ(d.value("type", ""), "decision") << d;
@@ -131,6 +132,13 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
   const json f = c.read();
   EXPECT_EQ(f["ok"], false) << f;
   EXPECT_EQ(f["error_code"], "EXECUTOR_TOOL_ERROR") << f;
+  // /health and /metrics say how the server is.
+  const json health = test::parse(test::http_get(port, "/health").second);
+  EXPECT_EQ(health["mcp_servers"]["failing"]["up"], true) << health;
+  EXPECT_EQ(health["mcp_servers"]["failing"]["starts"], 1) << health;
+  const std::string metrics = test::http_get(port, "/metrics").second;
+  EXPECT_NE(metrics.find("baton_mcp_server_up{server=\"failing\"} 1.0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("baton_mcp_server_starts_total{server=\"failing\"} 1.0\n"), std::string::npos);
   const auto runs = sql("SELECT tool, executor, ok, error_code FROM tool_runs ORDER BY tool");
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0]["tool"], "failing.echo");
