@@ -5,7 +5,11 @@
 // on an I/O context. Internal to baton_tools.
 #pragma once
 
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/system/error_code.hpp>
+
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -28,6 +32,23 @@ struct child_process {
 
 // Starts `spec`; on failure returns false with `why` (a sentence), nothing left running or open.
 bool spawn_child(const child_spec& spec, child_process& child, std::string& why);
+
+// Hands `child`'s descriptors to their Asio objects (the pidfd, stdin's socket, stdout's and
+// stderr's stream descriptors): each is the object's once assigned, and closed with it; those not
+// assigned after a failure are closed here. The first failure, if any.
+template <class Pidfd, class Stdin, class Stdout, class Stderr>
+boost::system::error_code adopt(const child_process& child, Pidfd& pidfd, Stdin& in, Stdout& out, Stderr& err) {
+  boost::system::error_code ec;
+  const auto take = [&ec](auto& object, int fd, auto&&... protocol) {
+    if (!ec) object.assign(protocol..., fd, ec);
+    if (ec && !object.is_open()) ::close(fd);
+  };
+  take(pidfd, child.pidfd);
+  take(in, child.stdin_fd, boost::asio::local::stream_protocol());
+  take(out, child.stdout_fd);
+  take(err, child.stderr_fd);
+  return ec;
+}
 
 // SIGKILL to the child's whole group, then reaps it (after SIGKILL that does not hold the thread).
 void kill_and_reap(pid_t pid);

@@ -79,17 +79,9 @@ class command_run : public std::enable_shared_from_this<command_run> {
     std::string why;
     if (!spawn_child(spec, child, why)) return spawn_failed(std::move(why));
     pid_ = child.pid;
-    // Each descriptor is Asio's once assigned (closed with it); one that failed to be is closed here.
-    error_code ec;
-    const auto take = [&ec](auto& object, int fd, auto&&... protocol) {
-      if (!ec) object.assign(protocol..., fd, ec);
-      if (ec && !object.is_open()) ::close(fd);
-    };
-    take(exit_, child.pidfd);
-    take(stdin_, child.stdin_fd, net::local::stream_protocol());
-    take(stdout_, child.stdout_fd);
-    take(stderr_, child.stderr_fd);
-    if (ec) return abandon("cannot watch the child: " + ec.message());
+    if (const error_code ec = adopt(child, exit_, stdin_, stdout_, stderr_)) {
+      return abandon("cannot watch the child: " + ec.message());
+    }
 
     timer_.expires_after(config_->timeout);
     timer_.async_wait([self = shared_from_this()](error_code ec) {

@@ -137,16 +137,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     out_closed = false;
     line.clear();  // what a previous process left
     err_tail.clear();
-    error_code ec;
-    const auto take = [&ec](auto& object, int fd, auto&&... protocol) {
-      if (!ec) object.assign(protocol..., fd, ec);
-      if (ec && !object.is_open()) ::close(fd);
-    };
-    take(exit, child.pidfd);
-    take(in, child.stdin_fd, net::local::stream_protocol());
-    take(out, child.stdout_fd);
-    take(err, child.stderr_fd);
-    if (ec) {
+    if (const error_code ec = detail::adopt(child, exit, in, out, err)) {
       shut("cannot watch the child: " + ec.message());
       return mcp_failure{codes::executor_spawn_failed, name() + ": cannot watch the child: " + ec.message()};
     }

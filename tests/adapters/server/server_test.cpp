@@ -106,13 +106,17 @@ TEST_F(server_test, baton_runs_a_command_tool_and_appends_its_result_to_the_hist
   EXPECT_EQ(runs[0]["ok"], 1);
 }
 
+// tests/mcp/failing_server.mjs where tests/mcp is installed (scripts/setup.sh), else empty.
+std::string failing_mcp_server() {
+  const std::string mcp = std::string(BATON_SOURCE_DIR) + "/tests/mcp/";
+  return std::filesystem::exists(mcp + "node_modules/@modelcontextprotocol/sdk") ? mcp + "failing_server.mjs" : "";
+}
+
 // A tool of an MCP server (registry `mcp_servers`): chosen like any other, run by baton over the
 // server's stdio connection, its content sent back as the tool_result and logged as a tool run.
 TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
-  const std::string server = std::string(BATON_SOURCE_DIR) + "/tests/mcp/failing_server.mjs";
-  if (!std::filesystem::exists(std::string(BATON_SOURCE_DIR) + "/tests/mcp/node_modules/@modelcontextprotocol/sdk")) {
-    GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
-  }
+  const std::string server = failing_mcp_server();
+  if (server.empty()) GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
   write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
                           "\"], include: [echo, fail]}\n");
   const unsigned short port = start();
@@ -150,10 +154,8 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
 // A server that says its tools changed (notifications/tools/list_changed) is listed again and the
 // registry reloads as a hot reload does, logged as the server's: its new tool can then be chosen.
 TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
-  const std::string server = std::string(BATON_SOURCE_DIR) + "/tests/mcp/failing_server.mjs";
-  if (!std::filesystem::exists(std::string(BATON_SOURCE_DIR) + "/tests/mcp/node_modules/@modelcontextprotocol/sdk")) {
-    GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
-  }
+  const std::string server = failing_mcp_server();
+  if (server.empty()) GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
   // The failing server lists `added` once add_tool ran in that process: a listing by a new
   // process would not have it, so the reload must keep what the live server says... which it
   // cannot: each listing starts the server afresh. So the change is checked through the reload
