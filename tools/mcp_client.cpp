@@ -69,7 +69,6 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   impl(mcp_server_config c, net::any_io_executor io, const executor_limits& limits)
       : config(std::move(c)),
         strand(net::make_strand(io)),
-        in(strand),
         out(strand),
         err(strand),
         exit(strand),
@@ -83,7 +82,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
 
   mcp_server_config config;
   net::strand<net::any_io_executor> strand;
-  net::local::stream_protocol::socket in;
+  // stdin's socket, one per process: a write still under way for an earlier one goes on (and
+  // fails) on that one's socket, never on the next process's.
+  std::shared_ptr<net::local::stream_protocol::socket> in;
   net::posix::stream_descriptor out, err, exit;
   net::steady_timer grace;
   std::size_t max_line;
@@ -95,6 +96,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   // The process exited (reaped) and why: what is open fails once its stdout is read to the end.
   std::optional<std::string> exited;
   bool out_closed = false;  // stdout reached its end (the exit may come just after)
+  bool stdin_dead = false;  // a write failed: nothing more is sent to this process
   // Read by ready() from any thread; written on the strand.
   std::atomic<bool> running{false}, initialized{false};
   std::string version;
@@ -111,7 +113,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   std::vector<std::function<void(std::optional<mcp_failure>)>> waiting;
   std::int64_t next_id = 1;
   std::map<std::int64_t, pending> open;
-  std::deque<std::string> writes;
+  std::deque<std::shared_ptr<const std::string>> writes;
   std::array<char, 65536> out_buf{};
   std::array<char, 4096> err_buf{};
   std::string line, err_tail;
@@ -122,6 +124,8 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   // ---- the child ----
 
   std::optional<mcp_failure> spawn() {
+    // What an exited process left (calls whose answers were still being read) ends first.
+    if (exited || out.is_open()) shut(exited.value_or("was replaced"));
     detail::child_spec spec;
     spec.argv = config.argv;
     spec.env = config.env;
@@ -135,9 +139,11 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     ++generation;
     exited.reset();
     out_closed = false;
+    stdin_dead = false;
     line.clear();  // what a previous process left
     err_tail.clear();
-    if (const error_code ec = detail::adopt(child, exit, in, out, err)) {
+    in = std::make_shared<net::local::stream_protocol::socket>(strand);
+    if (const error_code ec = detail::adopt(child, exit, *in, out, err)) {
       shut("cannot watch the child: " + ec.message());
       return mcp_failure{codes::executor_spawn_failed, name() + ": cannot watch the child: " + ec.message()};
     }
@@ -157,10 +163,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
       // a process still running a second later closed its stdout and is stopped.
       if (self->exited) return self->shut(*self->exited);
       self->out_closed = true;
-      self->grace.expires_after(std::chrono::seconds(1));
-      self->grace.async_wait([self, g](error_code e) {
-        if (!e && g == self->generation) self->shut("closed its stdout");
-      });
+      self->stop_soon("closed its stdout");
     });
   }
 
@@ -176,18 +179,21 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   void wait_exit() {
     exit.async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this(), g = generation](error_code ec) {
       if (ec || g != self->generation) return;
+      // What the process started (an npx wrapper's node) goes with it, before it is reaped: until
+      // then its group id cannot be anyone else's.
+      ::kill(-self->pid, SIGKILL);
       int status = 0;
       const pid_t r = ::waitpid(self->pid, &status, WNOHANG);
       if (r == 0) return self->wait_exit();
       self->running = false;  // reaped (or lost to someone else's waitpid)
-      // What the process started (an npx wrapper's node) goes with it; its group id is not reused
-      // while a member lives.
-      ::kill(-self->pid, SIGKILL);
+      self->initialized = false;
       self->exited = r > 0 && WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
                      : r > 0 && WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
                                                     : "exited";
-      // Its last answers may still be in the pipe: read_out shuts at the end of stdout.
-      if (self->out_closed) self->shut(*self->exited);
+      // Its last answers may still be in the pipe: read_out shuts at the end of stdout, or, where
+      // something outside its group still holds stdout, a second from now.
+      if (self->out_closed) return self->shut(*self->exited);
+      self->stop_soon(*self->exited);
     });
   }
 
@@ -201,7 +207,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     initialized = false;
     grace.cancel();
     error_code ignored;
-    in.close(ignored);
+    if (in) in->close(ignored);
     out.close(ignored);
     err.close(ignored);
     exit.close(ignored);
@@ -222,17 +228,35 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   // ---- messages ----
 
   void send(const json& message) {
-    if (!running) return;
-    writes.push_back(message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    if (!running || stdin_dead) return;
+    writes.push_back(std::make_shared<const std::string>(message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"));
     if (writes.size() == 1) write_next();
   }
 
+  // The message and the socket are the handler's own: shut may drop the queue and the socket.
   void write_next() {
-    net::async_write(in, net::buffer(writes.front()), [self = shared_from_this(), g = generation](error_code ec, std::size_t) {
+    auto socket = in;
+    auto message = writes.front();
+    net::async_write(*socket, net::buffer(*message), [self = shared_from_this(), g = generation, socket, message](error_code ec, std::size_t) {
       if (g != self->generation) return;  // shut meanwhile (the queue went with it)
       self->writes.pop_front();
-      if (ec) return self->shut("stopped reading its stdin (" + ec.message() + ")");
-      if (!self->writes.empty()) self->write_next();
+      if (!ec) {
+        if (!self->writes.empty()) self->write_next();
+        return;
+      }
+      // It stopped reading: usually it is exiting, and its last answers are still to be read, so
+      // what is open fails through its exit (or in a second, if it goes on running).
+      self->writes.clear();
+      self->stdin_dead = true;
+      self->stop_soon("stopped reading its stdin (" + ec.message() + ")");
+    });
+  }
+
+  // The process is to end: in a second, unless its exit and stdout's end come first.
+  void stop_soon(std::string why) {
+    grace.expires_after(std::chrono::seconds(1));
+    grace.async_wait([self = shared_from_this(), g = generation, why = std::move(why)](error_code e) {
+      if (!e && g == self->generation) self->shut(self->exited.value_or(why));
     });
   }
 
@@ -268,7 +292,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   }
 
   void take_bytes(std::string_view bytes) {
-    while (!bytes.empty() && running) {
+    for (const std::uint64_t g = generation; !bytes.empty() && g == generation;) {
       const std::size_t nl = bytes.find('\n');
       const std::string_view part = bytes.substr(0, nl);
       line.append(part);
@@ -407,11 +431,15 @@ std::shared_ptr<mcp_client> mcp_client::make(mcp_server_config config, net::any_
 
 void mcp_client::start(std::function<void(std::optional<mcp_failure>)> done) {
   net::post(impl_->strand, [state = impl_, done = std::move(done)]() mutable {
-    if (state->initialized) return done(std::nullopt);
+    if (state->initialized && state->running) return done(std::nullopt);
     state->waiting.push_back(std::move(done));
     if (state->starting) return;
     state->starting = true;
-    const auto answer = [state](std::optional<mcp_failure> failure) {
+    // Kept in `open` while initialize is pending: it holds the client weakly (a strong hold would
+    // be a cycle that outlives a stopped I/O context, and the child with it).
+    const auto answer = [weak = std::weak_ptr<impl>(state)](std::optional<mcp_failure> failure) {
+      const auto state = weak.lock();
+      if (!state) return;
       state->starting = false;
       ++(failure ? state->failed_starts : state->starts);
       if (failure) state->note_error(failure->detail);

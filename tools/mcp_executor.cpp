@@ -169,7 +169,10 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
     }
   }
   server.cwd = config.value("cwd", "");
-  server.timeout = timeout_of(config, limits);
+  // Calls time out at the tool's timeout; starting the server (a node or Python process coming
+  // up, then initialize) is given at least 10 s, which a short call timeout would not leave it.
+  const std::chrono::milliseconds call_timeout = timeout_of(config, limits);
+  server.timeout = std::max<std::chrono::milliseconds>(call_timeout, std::chrono::seconds(10));
   const std::string tool = config.value("tool", "");
   if (server.argv.empty() || server.argv[0].empty() || tool.empty()) {
     return make_failing_executor("mcp", codes::executor_spawn_failed, "the executor names no MCP server command or tool", std::move(io));
@@ -177,10 +180,11 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
   json key = config;
   key.erase("tool");
   key.erase("input_schema");
+  key.erase("timeout_ms");  // a call's, not the connection's
   json schema = json::object();
   if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) schema = *s;
   auto link = link_for(server, key, io, limits);
-  return std::make_unique<mcp_executor>(std::move(link), tool, std::move(schema), server.timeout);
+  return std::make_unique<mcp_executor>(std::move(link), tool, std::move(schema), call_timeout);
 }
 
 }  // namespace baton::tools::detail

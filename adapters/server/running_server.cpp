@@ -70,6 +70,9 @@ struct running_server::impl {
   // registers several tools at once sends a notification for each).
   std::set<std::string> tools_changed;  // under `mutex`
   std::unique_ptr<boost::asio::steady_timer> tools_timer;
+  // At most one such reload each 5 s: each starts every server afresh, and a server could announce
+  // changes without end.
+  std::chrono::steady_clock::time_point tools_reloaded{};  // under `mutex`
 
   void mcp_tools_changed(const std::string& server, std::chrono::milliseconds after) {
     std::lock_guard lock(mutex);
@@ -77,7 +80,8 @@ struct running_server::impl {
     const bool armed = !tools_changed.empty();
     tools_changed.insert(server);
     if (armed) return;
-    tools_timer->expires_after(after);
+    const auto now = std::chrono::steady_clock::now();
+    tools_timer->expires_at(std::max(now + after, tools_reloaded + std::chrono::seconds(5)));
     tools_timer->async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       std::set<std::string> servers;  // taken: a change announced from now on arms the timer again
@@ -85,6 +89,7 @@ struct running_server::impl {
         std::lock_guard lock(mutex);
         if (stopping) return;
         servers.swap(tools_changed);
+        tools_reloaded = std::chrono::steady_clock::now();
       }
       std::string who = "mcp:";
       for (const std::string& s : servers) who += (who.size() > 4 ? "," : "") + s;
