@@ -156,10 +156,9 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
 TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
   const std::string server = failing_mcp_server();
   if (server.empty()) GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
-  // The failing server lists `added` once add_tool ran in that process: a listing by a new
-  // process would not have it, so the reload must keep what the live server says... which it
-  // cannot: each listing starts the server afresh. So the change is checked through the reload
-  // it causes and the registry hash it leaves, and the tools still run.
+  // The reload lists the server by starting it afresh, so `added` (made inside the running
+  // process) is not in the new registry: the change is seen through the reload it causes, and the
+  // server's tools still run after it.
   write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
                           "\"], include: [echo, add_tool]}\n");
   ws_client c(start());
