@@ -62,6 +62,14 @@ std::uint16_t bf16_bits(float v) {  // v already a bf16 value
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
+// x rounded to bf16 in place, and its bits into `bits` (the kernels' bf16 input).
+void round_to_bf16(std::vector<float>& x, test::guarded<std::uint16_t>& bits) {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = bf16_round(x[i]);
+    bits[i] = bf16_bits(x[i]);
+  }
+}
+
 struct shape {
   std::int64_t in = 256, out = 40, block_rows = 128, block_cols = 128;
   bool scales_bf16 = false;
@@ -138,10 +146,7 @@ class byte_gemm : public testing::TestWithParam<way> {
     guarded<std::uint16_t> gb(x.size());
     std::fill(gy.data(), gy.data() + gy.size(), std::numeric_limits<float>::quiet_NaN());
     if (bf16_x(GetParam())) {
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        x[i] = bf16_round(x[i]);
-        gb[i] = bf16_bits(x[i]);
-      }
+      round_to_bf16(x, gb);
       fp8_matmul_bf16(gb.data(), rows, m, gy.data(), GetParam() == way::bf16_avx512 ? byte_gemm_isa::avx512_bf16 : byte_gemm_isa::avx2);
     } else {
       std::copy(x.begin(), x.end(), gx.data());
@@ -283,10 +288,7 @@ class int8_gemm : public testing::TestWithParam<way> {
     guarded<std::uint16_t> gb(x.size());
     std::fill(gy.data(), gy.data() + gy.size(), std::numeric_limits<float>::quiet_NaN());
     if (bf16_x(GetParam())) {
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        x[i] = bf16_round(x[i]);
-        gb[i] = bf16_bits(x[i]);
-      }
+      round_to_bf16(x, gb);
       int8_matmul_bf16(gb.data(), rows, w.matrix(), gy.data(), isa());
     } else {
       std::copy(x.begin(), x.end(), gx.data());

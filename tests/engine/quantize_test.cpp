@@ -70,6 +70,14 @@ std::int64_t packed_projection_bytes(const text_config& c) {
 
 class quantize_int8_test : public ::testing::Test {
  protected:
+  // The model's final hidden states for `ids` (its trace's "final_hidden").
+  static std::vector<float> final_hidden_of(model& m, const std::vector<std::int32_t>& ids) {
+    std::vector<float> out;
+    m.trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
+      if (stage == "final_hidden") out.assign(v.begin(), v.end());
+    });
+    return out;
+  }
   static void SetUpTestSuite() {
     tmp_ = new test::scratch_dir("baton-quantize");
     quantize_int8(tiny_release(), int8_dir());
@@ -381,13 +389,7 @@ TEST_F(quantize_int8_test, int8_experts_in_bf16_run_on_the_byte_kernel_copied_or
     options.grouped_experts = grouped;
     return model::load(int8_dir(), options);
   };
-  auto final_hidden = [&](model& m) {
-    std::vector<float> out;
-    m.trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
-      if (stage == "final_hidden") out.assign(v.begin(), v.end());
-    });
-    return out;
-  };
+  auto final_hidden = [&](model& m) { return final_hidden_of(m, ids); };
   const auto copied = load(1ll << 40, false), mapped = load(4096, false);
   const std::string choice = copied->matmul_choice();
   EXPECT_NE(choice.find("bf16 int8 experts on baton's byte kernel ("), std::string::npos) << choice;
@@ -428,13 +430,7 @@ TEST_F(quantize_int8_test, experts_stay_mapped_where_their_packed_copy_would_not
     options.experts = library;
     return model::load(dir, options);
   };
-  auto final_hidden = [&](model& m) {
-    std::vector<float> out;
-    m.trace(ids, nullptr, [&](std::string_view stage, std::span<const float> v, std::int64_t) {
-      if (stage == "final_hidden") out.assign(v.begin(), v.end());
-    });
-    return out;
-  };
+  auto final_hidden = [&](model& m) { return final_hidden_of(m, ids); };
   const auto cramped = load(int8_dir(), 4096, expert_library::measured);
   const std::string choice = cramped->matmul_choice();
   const std::int64_t projections = packed_projection_bytes(cramped->files().text());
