@@ -81,6 +81,13 @@ struct mcp_server_state {
 };
 std::vector<mcp_server_state> mcp_server_states();
 
+// The tools of `config`'s server as its running connection lists them (one `mcp` executors made on
+// `io` with `limits` hold, initialized), waiting at most the server's timeout; nothing where there
+// is none. Not on one of `io`'s threads: it waits for them. For reloads, which then see what the
+// running server says (a tool it added), not what a fresh one would.
+std::optional<std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>>> list_live_mcp_tools(
+    const mcp_server_config& config, boost::asio::any_io_executor io, const executor_limits& limits);
+
 // Starts `config`'s server on an I/O context of its own, lists its tools and stops it: for loading
 // a registry. Fails with the step that failed.
 std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> discover_mcp_tools(const mcp_server_config& config,

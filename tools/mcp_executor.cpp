@@ -5,6 +5,7 @@
 // failing closed (EXECUTOR_UNREACHABLE) meanwhile. Arguments are checked against the tool's
 // inputSchema's `required` first, and an argument the agent gave as text where the schema wants a
 // number, integer, boolean, array or object is read as JSON of that type.
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -32,10 +33,14 @@ struct mcp_link {
 std::mutex links_mutex;
 std::map<std::string, std::weak_ptr<mcp_link>> links;
 
+std::string link_key(const json& connection, const net::any_io_executor& io, const executor_limits& limits) {
+  const json limits_key = {limits.max_output_bytes, limits.withheld_env};
+  return connection.dump() + limits_key.dump() + std::to_string(reinterpret_cast<std::uintptr_t>(&io.context()));
+}
+
 std::shared_ptr<mcp_link> link_for(const mcp_server_config& config, const json& key, net::any_io_executor io,
                                    const executor_limits& limits) {
-  const json limits_key = {limits.max_output_bytes, limits.withheld_env};
-  const std::string k = key.dump() + limits_key.dump() + std::to_string(reinterpret_cast<std::uintptr_t>(&io.context()));
+  const std::string k = link_key(key, io, limits);
   std::lock_guard lock(links_mutex);
   for (auto it = links.begin(); it != links.end();) it = it->second.expired() ? links.erase(it) : std::next(it);
   if (auto live = links[k].lock()) return live;
@@ -190,6 +195,34 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
 }  // namespace baton::tools::detail
 
 namespace baton::tools {
+
+json mcp_connection_json(const mcp_server_config& server) {
+  json env = json::object();
+  for (const auto& [k, v] : server.env) env[k] = v;
+  return {{"type", "mcp"}, {"server", server.name}, {"command", server.argv}, {"env", env}, {"cwd", server.cwd}};
+}
+
+std::optional<std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>>> list_live_mcp_tools(
+    const mcp_server_config& config, boost::asio::any_io_executor io, const executor_limits& limits) {
+  std::shared_ptr<detail::mcp_link> link;
+  {
+    std::lock_guard lock(detail::links_mutex);
+    const auto it = detail::links.find(detail::link_key(mcp_connection_json(config), io, limits));
+    if (it != detail::links.end()) link = it->second.lock();
+  }
+  if (!link || !link->client->ready()) return std::nullopt;
+  using listed = std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>>;
+  auto answer = std::make_shared<std::promise<listed>>();
+  std::future<listed> got = answer->get_future();
+  link->client->list_tools([answer](std::vector<mcp_tool_info> tools, std::optional<mcp_failure> failure) {
+    answer->set_value({std::move(tools), std::move(failure)});
+  });
+  // Each page has its own timeout; this also bounds an I/O context that stopped meanwhile.
+  if (got.wait_for(config.timeout + std::chrono::seconds(1)) != std::future_status::ready) return std::nullopt;
+  listed result = got.get();
+  if (result.second) return std::nullopt;  // a fresh start says better why it fails
+  return result;
+}
 
 std::vector<mcp_server_state> mcp_server_states() {
   std::map<std::string, mcp_server_state> by_name;

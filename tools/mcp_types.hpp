@@ -32,6 +32,10 @@ struct mcp_failure {
   std::string code, detail;
 };
 
+// The part of an `mcp` executor's configuration that names its server's connection: {"type",
+// "server", "command", "env", "cwd"} (the registry adds "tool", "input_schema", "timeout_ms").
+json mcp_connection_json(const mcp_server_config& server);
+
 // What a registry load asks of each `mcp_servers` entry: its tools, or why they cannot be had.
 using mcp_discovery =
     std::function<std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>>(const mcp_server_config&)>;

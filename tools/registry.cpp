@@ -200,10 +200,9 @@ tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_too
     };
     t.risk = hint("readOnlyHint", false) ? risk_level::low : hint("destructiveHint", true) ? risk_level::high : risk_level::medium;
   }
-  json env = json::object();
-  for (const auto& [k, v] : server.env) env[k] = v;
-  t.executor = {{"type", "mcp"}, {"server", server.name}, {"command", server.argv}, {"env", env},
-                {"cwd", server.cwd}, {"tool", info.name},     {"input_schema", info.input_schema}};
+  t.executor = mcp_connection_json(server);
+  t.executor["tool"] = info.name;
+  t.executor["input_schema"] = info.input_schema;
   if (timeout_given) t.executor["timeout_ms"] = server.timeout.count();
   // Enumerated properties are choices, booleans yes/no questions, the rest the agent's to give.
   const auto props = info.input_schema.find("properties");

@@ -25,6 +25,16 @@ void routing_reloader::reload(std::string who, done_callback done) {
     }
     busy_ = true;
   }
+  // The previous load's thread has finished its work (busy_ was let go after it).
+  if (loader_.joinable()) loader_.join();
+  loader_ = std::thread([this, who = std::move(who), done = std::move(done)]() mutable { load(std::move(who), std::move(done)); });
+}
+
+routing_reloader::~routing_reloader() {
+  if (loader_.joinable()) loader_.join();
+}
+
+void routing_reloader::load(std::string who, done_callback done) {
   // Nothing else swaps the snapshot while busy_: this is what the new one replaces.
   const std::shared_ptr<const routing_snapshot> old = routing_.current();
   auto loaded = load_routing(config_, limits_, fallback_limits_ ? &*fallback_limits_ : nullptr, io_);

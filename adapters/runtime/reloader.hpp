@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "adapters/log/decision_log.hpp"
 #include "adapters/runtime/escalation_desk.hpp"
@@ -30,6 +31,7 @@ class routing_reloader {
   // `io` runs the new executors and the completions.
   routing_reloader(const server_config& config, routing_state& routing, escalation_desk& desk, log::decision_log& log,
                    const request_limits& limits, const request_limits* fallback_limits, boost::asio::any_io_executor io);
+  ~routing_reloader();  // waits for a load under way (it ends at its MCP servers' timeouts at the latest)
 
   // What an applied reload changed.
   struct report {
@@ -40,7 +42,8 @@ class routing_reloader {
   };
   using done_callback = std::function<void(result<report>)>;
 
-  // Reloads config.registry and config.policy for `who` (the API key's name, or "signal"). `done`
+  // Reloads config.registry and config.policy for `who` (the API key's name, or "signal"), read on
+  // a thread of the reloader's own (listing MCP servers may take seconds: not an I/O thread's). `done`
   // runs once, on an I/O thread (inline when refused at once): with the report once the reload's
   // row is durable, the new snapshot serves and the misfits' resolutions are durable; or with 422
   // INVALID_REGISTRY / INVALID_POLICY ("FILE:LINE: reason"; that refusal is logged too), 409
@@ -59,6 +62,7 @@ class routing_reloader {
   void written(log::reload_record row, result<std::shared_ptr<const routing_snapshot>> loaded, result<void> ok,
                done_callback done);
   void refused();  // counts a reload that changed nothing, and lets the next one in
+  void load(std::string who, done_callback done);  // on loader_: read, check and log
 
   const server_config& config_;
   routing_state& routing_;
@@ -69,6 +73,7 @@ class routing_reloader {
   boost::asio::any_io_executor io_;
   mutable std::mutex mutex_;
   bool busy_ = false;  // a reload is between its load and its done
+  std::thread loader_;  // the last reload's load; joined before the next and at destruction
   counts counts_;
 };
 

@@ -10,8 +10,10 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
                                                              const request_limits* fallback_limits,
                                                              boost::asio::any_io_executor io) {
   auto r = std::make_shared<routing_snapshot>();
-  // MCP servers are listed as their tools will run: without the variables executors withhold.
+  // MCP servers are listed as their tools will run: without the variables executors withhold. On
+  // a reload, a server already running lists its tools itself (what changed is in that process).
   auto registry = tools::load_registry(config.registry, limits, [&](const tools::mcp_server_config& server) {
+    if (auto live = tools::list_live_mcp_tools(server, io, config.executors)) return std::move(*live);
     return tools::discover_mcp_tools(server, config.executors);
   });
   if (!registry) return registry.error();

@@ -151,16 +151,14 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
   EXPECT_EQ(runs[1]["error_code"], "EXECUTOR_TOOL_ERROR");
 }
 
-// A server that says its tools changed (notifications/tools/list_changed) is listed again and the
-// registry reloads as a hot reload does, logged as the server's: its new tool can then be chosen.
+// A server that says its tools changed (notifications/tools/list_changed) is listed again, by its
+// running process, and the registry reloads as a hot reload does, logged as the server's: the tool
+// it added can then be chosen and run.
 TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
   const std::string server = failing_mcp_server();
   if (server.empty()) GTEST_SKIP() << "tests/mcp is not installed (scripts/setup.sh runs npm ci there)";
-  // The reload lists the server by starting it afresh, so `added` (made inside the running
-  // process) is not in the new registry: the change is seen through the reload it causes, and the
-  // server's tools still run after it.
   write("tools.yaml", std::string(registry_yaml) + "mcp_servers:\n  failing: {command: node, args: [\"" + server +
-                          "\"], include: [echo, add_tool]}\n");
+                          "\"], exclude: [crash]}\n");
   ws_client c(start());
   const json d = c.request(decide("mcp-add", {script({{"tool", "failing.add_tool"}, {"p", 0.9}})}));
   ASSERT_EQ(d["action"], "execute") << d;
@@ -173,10 +171,10 @@ TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
   ASSERT_EQ(reloads.size(), 1u);
   EXPECT_EQ(reloads[0]["who"], "mcp:failing");
   EXPECT_EQ(reloads[0]["outcome"], "ok");
-  const json e = c.request(decide("mcp-after", {script({{"tool", "failing.echo"}, {"p", 0.9}})},
-                                  {{"proposal", {{"tool", "failing.echo"}, {"arguments", {{"text", "after the reload"}}}}}}));
+  const json e = c.request(decide("mcp-after", {script({{"tool", "failing.added"}, {"p", 0.9}})}));
   ASSERT_EQ(e["action"], "execute") << e;
-  EXPECT_EQ(c.read()["output"]["content"][0]["text"], "after the reload");
+  EXPECT_EQ(e["tool"], "failing.added");
+  EXPECT_EQ(c.read()["output"]["content"][0]["text"], "added");
 }
 
 TEST_F(server_test, a_failing_executor_is_reported_and_logged) {
