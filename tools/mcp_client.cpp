@@ -76,9 +76,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
         max_line(limits.max_output_bytes),
         withheld(limits.withheld_env) {}
 
-  ~impl() { detail::kill_and_reap(pid_if_running()); }
-
-  pid_t pid_if_running() const { return running ? pid : -1; }
+  ~impl() { detail::kill_and_reap(running ? pid : -1); }
 
   mcp_server_config config;
   net::strand<net::any_io_executor> strand;
@@ -108,8 +106,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     std::lock_guard lock(error_mutex);
     last_error = e;
   }
-  // Starts asked for while one is under way: answered with it.
-  bool starting = false;
+  // Starts asked for while one is under way (none: no start is), answered with its outcome.
   std::vector<std::function<void(std::optional<mcp_failure>)>> waiting;
   std::int64_t next_id = 1;
   std::map<std::int64_t, pending> open;
@@ -432,15 +429,14 @@ std::shared_ptr<mcp_client> mcp_client::make(mcp_server_config config, net::any_
 void mcp_client::start(std::function<void(std::optional<mcp_failure>)> done) {
   net::post(impl_->strand, [state = impl_, done = std::move(done)]() mutable {
     if (state->initialized && state->running) return done(std::nullopt);
+    const bool under_way = !state->waiting.empty();
     state->waiting.push_back(std::move(done));
-    if (state->starting) return;
-    state->starting = true;
+    if (under_way) return;
     // Kept in `open` while initialize is pending: it holds the client weakly (a strong hold would
     // be a cycle that outlives a stopped I/O context, and the child with it).
     const auto answer = [weak = std::weak_ptr<impl>(state)](std::optional<mcp_failure> failure) {
       const auto state = weak.lock();
       if (!state) return;
-      state->starting = false;
       ++(failure ? state->failed_starts : state->starts);
       if (failure) state->note_error(failure->detail);
       auto waiting = std::move(state->waiting);

@@ -182,13 +182,10 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
   if (server.argv.empty() || server.argv[0].empty() || tool.empty()) {
     return make_failing_executor("mcp", codes::executor_spawn_failed, "the executor names no MCP server command or tool", std::move(io));
   }
-  json key = config;
-  key.erase("tool");
-  key.erase("input_schema");
-  key.erase("timeout_ms");  // a call's, not the connection's
   json schema = json::object();
   if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) schema = *s;
-  auto link = link_for(server, key, io, limits);
+  // The connection's key, as list_live_mcp_tools makes it: the timeout is a call's, not its.
+  auto link = link_for(server, mcp_connection_json(server), io, limits);
   return std::make_unique<mcp_executor>(std::move(link), tool, std::move(schema), call_timeout);
 }
 

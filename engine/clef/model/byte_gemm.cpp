@@ -393,13 +393,19 @@ void convert(const int8_matrix& w, std::int64_t n0, std::int64_t rows, std::uint
   bf16_convert(w, n0, rows, to, stride);
 }
 
-// A block's outputs [n0, n0 + count) of every row of y once its sums are in: FP8's scales are in
-// the converted weights; int8's multiply the sums, each output once.
-void finish_block(const fp8_matrix&, std::int64_t, std::int64_t, std::int64_t, float*) {}
-void finish_block(const int8_matrix& w, std::int64_t n0, std::int64_t count, std::int64_t rows, float* y) {
+// The scales that multiply each output's fp32 sum once: int8's; none for FP8, whose scales are in
+// the converted weights.
+const float* output_scales(const fp8_matrix&) { return nullptr; }
+const float* output_scales(const int8_matrix& w) { return w.scales; }
+
+// A block's outputs [n0, n0 + count) of every row of y once its sums are in, times their scales.
+template <class M>
+void finish_block(const M& w, std::int64_t n0, std::int64_t count, std::int64_t rows, float* y) {
+  const float* scales = output_scales(w);
+  if (scales == nullptr) return;
   for (std::int64_t r = 0; r < rows; ++r) {
     float* out = y + r * w.out + n0;
-    for (std::int64_t c = 0; c < count; ++c) out[c] *= w.scales[n0 + c];
+    for (std::int64_t c = 0; c < count; ++c) out[c] *= scales[n0 + c];
   }
 }
 
@@ -442,8 +448,6 @@ constexpr auto pair_kernels(std::integer_sequence<int, R...>) {
 }
 constexpr auto pair_tiles = pair_kernels(std::make_integer_sequence<int, pair_rows>());
 
-const float* output_scales(const fp8_matrix&) { return nullptr; }  // in the converted weights
-const float* output_scales(const int8_matrix& w) { return w.scales; }
 
 // The bf16 path: per block of block_outputs weight rows, 16 rows at a time converted (row-major,
 // in the thread's `rows16`) and laid out in pairs (to_pairs, in the thread's `pairs`), then every

@@ -288,18 +288,30 @@ expert_weights expert_plan::pack_experts(const release& files, const std::string
   return y;
 }
 
+namespace {
+
+// One expert's place in the int8 copy (int8_copy_): its gate and up, then its down, each from a
+// page of its own.
+struct int8_copy_layout {
+  std::int64_t gate_up, down, per_expert;
+};
+int8_copy_layout int8_layout(const text_config& c) {
+  const std::int64_t gate_up = 2 * c.moe_intermediate_size * c.hidden_size, down = c.hidden_size * c.moe_intermediate_size;
+  return {gate_up, down, page_aligned(gate_up) + page_aligned(down)};
+}
+
+}  // namespace
+
 std::int64_t expert_plan::int8_copy_bytes() const {
-  const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  return config_.num_layers * config_.num_experts * (page_aligned(2 * inter * hidden) + page_aligned(hidden * inter));
+  return config_.num_layers * config_.num_experts * int8_layout(config_).per_expert;
 }
 
 expert_weights expert_plan::in_place_experts(const release& files, const std::string& prefix) const {
   const std::int64_t experts = config_.num_experts;
   expert_weights y;
   // int8 ones copied (int8_copy_): one arena per layer, each expert's gate and up, and down, on their own pages.
-  const std::int64_t inter = config_.moe_intermediate_size, hidden = config_.hidden_size;
-  const std::int64_t gate_up_bytes = 2 * inter * hidden, per_expert = page_aligned(gate_up_bytes) + page_aligned(hidden * inter);
-  const at::Tensor arena = int8_copy_ ? packed_linear::arena(per_expert * experts) : at::Tensor();
+  const int8_copy_layout copy = int8_layout(config_);
+  const at::Tensor arena = int8_copy_ ? packed_linear::arena(copy.per_expert * experts) : at::Tensor();
   y.gate_up_packed.resize(static_cast<std::size_t>(experts));
   y.down_packed.resize(static_cast<std::size_t>(experts));
   std::atomic<std::int64_t> reordered{0};
@@ -320,8 +332,8 @@ expert_weights expert_plan::in_place_experts(const release& files, const std::st
           for (const char* n : names) parts.push_back(int8_weight(files, x + n));
           if (!arena.defined()) return packed_linear::for_int8(std::move(parts), type_);
           const bool down = names.size() == 1;
-          at::Tensor slot = arena.narrow(0, e * per_expert + (down ? page_aligned(gate_up_bytes) : 0),
-                                         down ? hidden * inter : gate_up_bytes);
+          at::Tensor slot = arena.narrow(0, e * copy.per_expert + (down ? page_aligned(copy.gate_up) : 0),
+                                         down ? copy.down : copy.gate_up);
           auto* to = static_cast<std::int8_t*>(slot.data_ptr());
           for (std::size_t i = 0; i < parts.size(); ++i) {
             const std::int64_t bytes = parts[i].out * parts[i].in;
