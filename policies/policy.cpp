@@ -349,28 +349,9 @@ lane_choice lane_for(const policy& p, std::string_view tool, bool after_fallback
 
 namespace {
 
-// The rules and lanes on one engine's answers; the fallback engine's lanes when `after_fallback`.
-action decide(const policy& p, const tools::registry& registry, const response& answers, bool after_fallback) {
-  const answer* tool_answer = find_answer(answers, tools::tool_question_id);
-  const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
-  if (!choice) return on_engine_failure(p);
-  const bool finishing = registry.finish && choice->choice == tools::finish_option;
-  const tools::tool* t = tools::find_tool(registry, choice->choice);
-  if (!finishing && !t) return on_engine_failure(p);
-
-  std::vector<double> probabilities;
-  probabilities.reserve(choice->probabilities.size());
-  for (const auto& [option, probability] : choice->probabilities) probabilities.push_back(probability);
-
-  action a;
-  a.tool = choice->choice;
-  // The policy's metric, not the engine's: a threshold means the same thing across engines.
-  a.confidence = choice_confidence(probabilities, p.metric);
-  if (t) {
-    auto args = tools::arguments_from_answers(*t, answers);
-    if (!args) return on_engine_failure(p);
-    a.arguments = std::move(*args);
-  }
+// The rules, then the lanes, on `a` (its tool, confidence and arguments set); `t` null for finish.
+action rules_and_lanes(const policy& p, const tools::tool* t, const response& answers, action a, bool after_fallback) {
+  const bool finishing = !t;
   auto decided = [&](action::kind k, std::string lane) {
     a.what = k;
     a.lane = std::move(lane);
@@ -397,6 +378,35 @@ action decide(const policy& p, const tools::registry& registry, const response& 
   return decided(action::escalate, l.name);
 }
 
+const choice_answer* tool_choice(const response& answers) {
+  const answer* tool_answer = find_answer(answers, tools::tool_question_id);
+  return tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
+}
+
+// The rules and lanes on one engine's answers; the fallback engine's lanes when `after_fallback`.
+action decide(const policy& p, const tools::registry& registry, const response& answers, bool after_fallback) {
+  const choice_answer* choice = tool_choice(answers);
+  if (!choice) return on_engine_failure(p);
+  const bool finishing = registry.finish && choice->choice == tools::finish_option;
+  const tools::tool* t = tools::find_tool(registry, choice->choice);
+  if (!finishing && !t) return on_engine_failure(p);
+
+  std::vector<double> probabilities;
+  probabilities.reserve(choice->probabilities.size());
+  for (const auto& [option, probability] : choice->probabilities) probabilities.push_back(probability);
+
+  action a;
+  a.tool = choice->choice;
+  // The policy's metric, not the engine's: a threshold means the same thing across engines.
+  a.confidence = choice_confidence(probabilities, p.metric);
+  if (t) {
+    auto args = tools::arguments_from_answers(*t, answers);
+    if (!args) return on_engine_failure(p);
+    a.arguments = std::move(*args);
+  }
+  return rules_and_lanes(p, t, answers, std::move(a), after_fallback);
+}
+
 }  // namespace
 
 action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
@@ -414,6 +424,37 @@ action on_fallback_failure(const policy& p) {
 
 action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
   return decide(p, registry, answers, false);
+}
+
+action judge_call(const policy& p, const tools::registry& registry, const response* answers, std::string_view tool,
+                  const json& arguments, bool after_fallback) {
+  const tools::tool* t = tools::find_tool(registry, tool);
+  const choice_answer* choice = answers ? tool_choice(*answers) : nullptr;
+  double called = -1;
+  if (choice) {
+    for (const auto& [option, probability] : choice->probabilities) {
+      if (option == tool) called = probability;
+    }
+  }
+  action a;
+  if (t && called >= 0) {
+    a.tool = std::string(tool);
+    a.arguments = arguments;
+    // p_max: the probability itself; margin: how far above an even share of the options it is.
+    const double n = static_cast<double>(choice->probabilities.size());
+    a.confidence = p.metric == confidence_metric::p_max || n < 2 ? called : std::clamp((n * called - 1.0) / (n - 1.0), 0.0, 1.0);
+    a = rules_and_lanes(p, t, *answers, std::move(a), after_fallback);
+  } else {
+    a = on_engine_failure(p);
+  }
+  // Whatever decided, the call is what a person approves or what runs: the tool and arguments as called.
+  a.tool = std::string(tool);
+  a.arguments = arguments;
+  if (after_fallback) {
+    if (a.what == action::fallback) a.what = action::escalate;
+    a.lane = "fallback:" + a.lane;
+  }
+  return a;
 }
 
 bool audit_sampled(double rate, std::string_view decision_id) {

@@ -126,6 +126,16 @@ result<policy> load_policy(const std::filesystem::path& file, const tools::regis
 // closed like an engine failure.
 action decide_action(const policy& p, const tools::registry& registry, const response& answers);
 
+// The decision on a call the agent made itself (baton as an MCP gateway): `tool` with `arguments`
+// as called, its confidence the engine's probability of that tool under the policy's metric (p_max:
+// the probability; margin: how far above an even share of the options), then the same rules and
+// lanes. Null `answers`, or answers without that tool's probability, fail as on_engine_failure;
+// the action keeps the call's tool and arguments whatever decided, so that a person approves, and
+// baton runs, exactly the call. `after_fallback`: the fallback engine's answers, as in
+// decide_after_fallback.
+action judge_call(const policy& p, const tools::registry& registry, const response* answers, std::string_view tool,
+                  const json& arguments, bool after_fallback);
+
 // What an engine error or timeout becomes: escalate or deny, lane "on_engine_error".
 action on_engine_failure(const policy& p);
 

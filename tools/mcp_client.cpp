@@ -484,6 +484,7 @@ void mcp_client::call_tool(const std::string& name, json arguments, std::chrono:
             }
             o.detail = "the tool answered an error" +
                        (text.empty() ? std::string() : ": " + replace_invalid_utf8(std::string_view(text).substr(0, 1000)));
+            o.output = std::move(output);  // what the tool said, for the log and an MCP client of baton's
             return done(std::move(o));
           }
           o.ok = true;

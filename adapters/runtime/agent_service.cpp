@@ -45,6 +45,7 @@ struct agent_service::turn {
   std::shared_ptr<agent_connection> conn;
   json frame_id;
   protocol::decide_frame frame;
+  bool call = false;  // the agent's own call (on_call): the policy judges frame.proposal
   session_turn session;
   request req;  // the questions, the media and a view of session.history; with an engine while it holds it
   // The registry, policy and executors the turn decides and runs with, to its end, whatever a
@@ -115,7 +116,7 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
     c->send(protocol::render_error_frame(id, f.error()));
     return false;
   }
-  if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d));
+  if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d), false);
   if (auto* r = std::get_if<protocol::resume_frame>(&*f)) return on_resume(c, std::move(id), std::move(*r));
   if (auto* a = std::get_if<protocol::ack_frame>(&*f)) return on_ack(c, std::move(id), std::move(*a));
   if (auto* e = std::get_if<protocol::end_frame>(&*f)) return on_end(c, std::move(id), std::move(*e));
@@ -199,7 +200,11 @@ void agent_service::send_pending_ends(const std::string& session) {
   }
 }
 
-bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
+void agent_service::on_call(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f) {
+  on_decide(c, std::move(id), std::move(f), true);
+}
+
+bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f, bool call) {
   // Counted before draining_ is read: the drain either sees this turn or the turn sees the drain.
   ++in_flight_;
   if (draining_) {
@@ -221,6 +226,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   std::shared_ptr<const routing_snapshot> routing = routing_.current();
   auto t = std::make_shared<turn>(this, c, std::move(id), std::move(f), std::move(*begun));
   t->routing = std::move(routing);
+  t->call = call;
   if (t->frame.questions.is_null()) {
     t->req = t->routing->questions;
   } else {
@@ -301,7 +307,7 @@ void agent_service::on_timeout(const std::shared_ptr<turn>& t) {
   metrics_.engine_error("agent", t->error_code);
   t->queue_ms = ms_since(t->received);
   const auto p0 = clock_type::now();
-  t->act = fallback ? policies::on_fallback_failure(t->routing->policy) : policies::on_engine_failure(t->routing->policy);
+  t->act = decided(t, fallback);
   t->policy_ms = ms_since(p0);
   spdlog::warn("session {} turn {}: no {} answer in time; policy decides {}", t->session.session, t->session.turn,
                fallback ? "fallback engine" : "engine", policies::to_string(t->act.what));
@@ -344,13 +350,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   } else {
     t->error_code = r.outcome.error().code;
   }
-  if (fallback) {
-    t->act = t->answers ? policies::decide_after_fallback(policy, t->routing->registry, *t->answers)
-                        : policies::on_fallback_failure(policy);
-  } else {
-    t->act = t->answers ? policies::decide_action(policy, t->routing->registry, *t->answers)
-                        : policies::on_engine_failure(policy);
-  }
+  t->act = decided(t, fallback);
   t->policy_ms = ms_since(p0);
   if (t->act.what == policies::action::fallback && fallback_) {
     // The first pass is logged as it is, and once it is durable (the fallback's row names it) the
@@ -394,12 +394,25 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
   t->media_dropped = t->session.media.size();
   t->error_code = submitted.error().code;
   metrics_.engine_error("agent", t->error_code);
-  t->act = policies::on_fallback_failure(t->routing->policy);
+  t->act = decided(t, true);
   decide_and_log(t);
+}
+
+policies::action agent_service::decided(const std::shared_ptr<turn>& t, bool fallback) const {
+  const policies::policy& policy = t->routing->policy;
+  const tools::registry& registry = t->routing->registry;
+  const response* answers = t->answers ? &*t->answers : nullptr;
+  if (t->call) {
+    return policies::judge_call(policy, registry, answers, t->frame.proposal.value("tool", ""),
+                                t->frame.proposal.value("arguments", json::object()), fallback);
+  }
+  if (fallback) return answers ? policies::decide_after_fallback(policy, registry, *answers) : policies::on_fallback_failure(policy);
+  return answers ? policies::decide_action(policy, registry, *answers) : policies::on_engine_failure(policy);
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   t->at = turn::phase::logging;
+  // Text arguments: the registry's fixed values, else the proposal's (a call's own, already there).
   if (const tools::tool* tool = tools::find_tool(t->routing->registry, t->act.tool)) {
     tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
   }

@@ -48,6 +48,13 @@ class agent_service {
   // (an error frame went back), which the connection counts towards its bad-frame limit.
   bool on_frame(const std::shared_ptr<agent_connection>& c, std::string_view text);
 
+  // A tool call the agent made itself (baton as an MCP gateway): `f.proposal` is the call,
+  // {"tool", "arguments"}, and the policy judges it (policies::judge_call) where a decide frame's
+  // decision chooses the tool. Everything else is a decide frame's: the session's turn, the log
+  // row, the decision frame, the tool baton runs and its tool_result frame, the escalation and its
+  // resolution, all sent through `c`. On `c`'s strand; the proposal's tool is one baton runs.
+  void on_call(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
+
   // From now on decide frames get SHUTTING_DOWN; in_flight() counts down to 0.
   void drain() noexcept { draining_ = true; }
   std::size_t in_flight() const noexcept { return in_flight_.load(); }
@@ -75,7 +82,9 @@ class agent_service {
  private:
   struct turn;
   enum class turn_phase;  // where a turn is: agent_service.cpp
-  bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
+  bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f, bool call);
+  // The policy's action on the turn's answers (none: the engine failed), or on its call.
+  policies::action decided(const std::shared_ptr<turn>& t, bool fallback) const;
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);
   bool on_resume(const std::shared_ptr<agent_connection>& c, json id, protocol::resume_frame&& f);
   bool on_ack(const std::shared_ptr<agent_connection>& c, json id, protocol::ack_frame&& f);

@@ -184,12 +184,13 @@ struct http_api::route {
     http,       // a request answered by `answer`; a body of at most small_body_bytes (dropped)
     decision,   // the same, its body a decision of up to server.max_body_bytes (refused while draining)
     websocket,  // only an upgrade (upgrade()); a plain request is 426
+    mcp,        // the MCP gateway (handle_mcp): POST a JSON-RPC message of up to server.max_body_bytes, DELETE a session
   };
   std::string_view path;  // "{id}": an escalation id (what new_id makes: letters, digits, dashes)
   http::verb method;      // GET routes answer HEAD too
   kind how;
   std::optional<endpoint> role;  // what the caller's role must may_use; none: open to everyone
-  void (http_api::*answer)(const ticket&, request&, boost::asio::any_io_executor, reply);  // null for a websocket
+  void (http_api::*answer)(const ticket&, request&, boost::asio::any_io_executor, reply);  // null for a websocket or mcp
 };
 
 using route_kind = http_api::route::kind;
@@ -202,6 +203,7 @@ const http_api::route http_api::routes_[] = {
     {"/metrics", http::verb::get, route_kind::http, endpoint::metrics, &http_api::metrics_text},
     {"/v1/agent", http::verb::get, route_kind::websocket, endpoint::agent_ws, nullptr},
     {"/v1/review", http::verb::get, route_kind::websocket, endpoint::review_ws, nullptr},
+    {"/mcp", http::verb::post, route_kind::mcp, endpoint::agent_ws, nullptr},
     {"/v1/escalations", http::verb::get, route_kind::http, endpoint::escalations, &http_api::list_escalations},
     {"/v1/tools", http::verb::get, route_kind::http, endpoint::escalations, &http_api::tools},
     {"/v1/admin/reload", http::verb::post, route_kind::http, endpoint::admin, &http_api::reload},
@@ -236,8 +238,9 @@ const http_api::route* http_api::match(std::string_view path, std::string& escal
 }
 
 http_api::http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
-                   agent_service& agents, std::function<metrics::scraped()> scrape)
-    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), scrape_(std::move(scrape)) {
+                   agent_service& agents, mcp_gateway& gateway, std::function<metrics::scraped()> scrape)
+    : config_(config), auth_(auth), metrics_(m), systemone_(systemone), agents_(agents), gateway_(gateway),
+      scrape_(std::move(scrape)) {
   boost::system::error_code ec;
   const auto listening = boost::asio::ip::make_address(config_.server.host, ec);
   if (!ec) listen_address_ = listening;
@@ -316,6 +319,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   t.received = std::chrono::steady_clock::now();
   t.to = found;
   t.decide = found && found->how == route::kind::decision;
+  t.mcp = found && found->how == route::kind::mcp;
   t.id = new_id(t.decide ? 'd' : 'q');
   t.name = found ? found->path : "other";
   auto refuse = [&](http_reply r) {
@@ -348,14 +352,20 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
   if (!found) return refuse(error_reply(make_error(404, codes::not_found, "no endpoint at " + quoted(path))));
   const bool get_like = found->method == http::verb::get;
-  if (h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
+  // /mcp offers no stream of its own (GET): the answers to a POST carry all it sends.
+  if (t.mcp && h.method() != http::verb::post && h.method() != http::verb::delete_) {
+    http_reply r = error_reply(make_error(405, codes::method_not_allowed, quoted(path) + " answers POST and DELETE"));
+    r.headers.emplace_back("Allow", "POST, DELETE");
+    return refuse(std::move(r));
+  }
+  if (!t.mcp && h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
     http_reply r = error_reply(make_error(405, codes::method_not_allowed,
                                           quoted(path) + " answers " + std::string(http::to_string(found->method))));
     r.headers.emplace_back("Allow", get_like ? "GET, HEAD" : "POST");
     return refuse(std::move(r));
   }
-  // Only a decision has a body worth reading; the others may carry a small one, which is dropped.
-  if (!t.decide && content_length && *content_length > http_api::small_body_bytes) {
+  // Only a decision (or an MCP message) has a body worth reading; the others may carry a small one, which is dropped.
+  if (!t.decide && !t.mcp && content_length && *content_length > http_api::small_body_bytes) {
     return refuse(error_reply(make_error(413, codes::request_too_large, quoted(path) + " reads at most " +
                                                                       std::to_string(http_api::small_body_bytes) +
                                                                       " bytes of body")));
@@ -372,7 +382,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   t.who = *who;
   if (!may_use(t.who->role, *found->role)) return refuse(error_reply(forbidden(*t.who, *found->role)));
   // A form or a no-cors fetch cannot send this type: with it, a browser asks first (CORS).
-  if (found->method == http::verb::post && !declares_json(h)) {
+  if (h.method() == http::verb::post && !declares_json(h)) {
     return refuse(error_reply(make_error(415, codes::unsupported_media_type,
                                          quoted(path) + " reads JSON: send `Content-Type: application/json`")));
   }
@@ -384,7 +394,7 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                                          "a body of " + std::to_string(*content_length) + " bytes; the limit is " +
                                              std::to_string(config_.server.max_body_bytes) + " (server.max_body_bytes)")));
   }
-  if (t.decide && systemone_.draining()) {
+  if ((t.decide || t.mcp) && systemone_.draining()) {
     return refuse(error_reply(make_error(503, codes::shutting_down, "the server is shutting down")));
   }
   return t;
@@ -397,6 +407,46 @@ void http_api::handle(ticket t, request&& req, boost::asio::any_io_executor stra
     done(make(version, keep_alive, head_only, name, std::move(reply), id));
   };
   (this->*r.answer)(t, req, std::move(strand), std::move(answer));
+}
+
+void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_reply> reply) {
+  const std::string owner = auth_.open() ? std::string() : t.who->name;
+  auto header = [&req](std::string_view name) {
+    const auto it = req.find(name);
+    return it == req.end() ? std::string() : std::string(it->value());
+  };
+  if (req.method() == http::verb::delete_) return gateway_.remove(header("Mcp-Session-Id"), owner, std::move(reply));
+  mcp_post p;
+  p.body = std::move(req.body());
+  p.session = header("Mcp-Session-Id");
+  p.protocol = header("MCP-Protocol-Version");
+  // A client that does not list text/event-stream gets one JSON answer, without progress.
+  const std::string accept = header("Accept");
+  p.streams = accept.empty() || accept.find("text/event-stream") != std::string::npos || accept.find("*/*") != std::string::npos;
+  p.owner = owner;
+  p.caller = t.who->name;
+  gateway_.post(std::move(p), std::move(reply));
+}
+
+http_api::response http_api::mcp_answer(const ticket& t, unsigned version, bool keep_alive, unsigned status, std::string body,
+                                        const std::string& session) {
+  http_reply r{static_cast<int>(status), std::move(body), {}, false};
+  if (!session.empty()) r.headers.emplace_back("Mcp-Session-Id", session);
+  return make(version, keep_alive, false, t.name, std::move(r), t.id);
+}
+
+http::response<http::empty_body> http_api::mcp_stream_head(const ticket& t, unsigned version, bool keep_alive) {
+  metrics_.request(t.name, 200);
+  http::response<http::empty_body> res{http::status::ok, version};
+  res.set(http::field::server, "baton");
+  res.set(http::field::content_type, "text/event-stream");
+  res.set("x-typesafe-request-id", t.id);
+  res.set("X-Request-Id", t.id);
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
+  res.keep_alive(keep_alive && !systemone_.draining());
+  res.chunked(true);
+  return res;
 }
 
 void http_api::health(const ticket&, request&, boost::asio::any_io_executor, reply done) {

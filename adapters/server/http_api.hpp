@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "adapters/runtime/agent_service.hpp"
+#include "adapters/runtime/mcp_gateway.hpp"
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/systemone_service.hpp"
 #include "adapters/server/auth.hpp"
@@ -41,6 +42,7 @@ class http_api {
     const route* to = nullptr;      // what answers it
     std::string_view name;          // the route's path, for the metrics
     bool decide = false;            // a decision (POST /v1/systemone or /v1/decisions): its body is read whole
+    bool mcp = false;               // /mcp: answered by handle_mcp(), its body (a POST's) read whole
     std::string escalation;         // the {id} of /v1/escalations/{id}[/resolve]
     const caller* who = nullptr;    // null for /health
     std::chrono::steady_clock::time_point received;  // when the head arrived: deadlines count from it
@@ -56,7 +58,7 @@ class http_api {
   };
 
   http_api(const server_config& config, authenticator& auth, metrics& m, systemone_service& systemone,
-           agent_service& agents, std::function<metrics::scraped()> scrape);
+           agent_service& agents, mcp_gateway& gateway, std::function<metrics::scraped()> scrape);
 
   // Decides on a request's head. `content_length` is the declared body size (none: chunked);
   // `keep_alive` whether the client keeps the connection (the parser's reading of the head);
@@ -68,6 +70,16 @@ class http_api {
   // runs once, on `strand`: inline for what memory answers, later for a decision, a reload and
   // what the decision log answers.
   void handle(ticket t, request&& req, boost::asio::any_io_executor strand, std::function<void(response)> done);
+
+  // Answers an admitted /mcp request whose body has been read, through the gateway, on `reply`
+  // (which the session implements: one response, or an event stream).
+  void handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_reply> reply);
+  // /mcp's answers as the session writes them: a whole one, with the Mcp-Session-Id it names (none
+  // when empty), or an event stream's head (200, text/event-stream, chunked).
+  response mcp_answer(const ticket& t, unsigned version, bool keep_alive, unsigned status, std::string body,
+                      const std::string& session);
+  boost::beast::http::response<boost::beast::http::empty_body> mcp_stream_head(const ticket& t, unsigned version,
+                                                                              bool keep_alive);
 
   // Decides on a WebSocket upgrade's head, and checks the handshake itself, so that every
   // refusal has the one error body (Beast's would be plain text).
@@ -111,6 +123,7 @@ class http_api {
   metrics& metrics_;
   systemone_service& systemone_;
   agent_service& agents_;
+  mcp_gateway& gateway_;
   std::function<metrics::scraped()> scrape_;
   std::optional<boost::asio::ip::address> listen_address_;  // server.host when it is an address
 };

@@ -5,7 +5,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "adapters/server/handler_guard.hpp"
@@ -112,8 +114,8 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
       return;
     }
     ticket_ = std::move(std::get<http_api::ticket>(admitted));
-    // Only a decision reads its body; a chunked body is counted as it comes.
-    const std::size_t limit = ticket_->decide ? hub_->options.max_body_bytes : http_api::small_body_bytes;
+    // Only a decision (or an MCP message) reads its body; a chunked body is counted as it comes.
+    const std::size_t limit = ticket_->decide || ticket_->mcp ? hub_->options.max_body_bytes : http_api::small_body_bytes;
     parser_->body_limit(limit);
     if (!parser_->is_done()) {
       // A body that declares no size may still grow to the limit.
@@ -171,9 +173,123 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
       return;
     }
     stream_.expires_never();  // a decision may take its time; the write sets its own limit
+    if (ticket_->mcp) {
+      version_ = parser_->get().version();
+      keep_alive_ = parser_->keep_alive();
+      hub_->api.handle_mcp(*ticket_, parser_->release(), std::make_shared<mcp_stream>(shared_from_this(), stream_.get_executor()));
+      return;
+    }
     // Guarded: a decision's completions and timers run here, and fail only this request.
     hub_->api.handle(std::move(*ticket_), parser_->release(), guarded_executor(stream_.get_executor(), weak_from_this()),
                      [self = shared_from_this()](http_api::response res) { self->respond(std::move(res), false); });
+  }
+
+  // An /mcp request's answer as the gateway gives it, from any thread: each call is posted to the
+  // session's strand. It holds the session until the gateway lets go of it (the call's answer).
+  class mcp_stream final : public mcp_reply {
+   public:
+    mcp_stream(std::shared_ptr<http_session> s, net::any_io_executor strand) : session_(std::move(s)), strand_(std::move(strand)) {}
+    void answer(unsigned status, std::string body, std::string session) override {
+      on_strand([status, body = std::move(body), session = std::move(session)](http_session& s) mutable {
+        s.mcp_answer(status, std::move(body), session);
+      });
+    }
+    void event(std::string message) override {
+      on_strand([message = std::move(message)](http_session& s) mutable { s.mcp_event(std::move(message)); });
+    }
+    void end() override {
+      on_strand([](http_session& s) { s.mcp_end(); });
+    }
+
+   private:
+    template <class F>
+    void on_strand(F f) {
+      net::dispatch(strand_, [s = session_, f = std::move(f)]() mutable {
+        run_guarded("an MCP answer", [&] { f(*s); }, s.get());
+      });
+    }
+    std::shared_ptr<http_session> session_;
+    net::any_io_executor strand_;
+  };
+
+  void mcp_answer(unsigned status, std::string body, const std::string& session) {
+    if (answered_ || !ticket_) return;
+    respond(hub_->api.mcp_answer(*ticket_, version_, keep_alive_, status, std::move(body), session), false);
+  }
+
+  // One message of the event stream, which the first opens (its head written before it).
+  void mcp_event(std::string message) {
+    if (!ticket_ || (answered_ && !streaming_) || stream_ended_) return;
+    if (!streaming_) {
+      answered_ = true;
+      streaming_ = true;
+      sse_head_ = std::make_shared<http::response<http::empty_body>>(hub_->api.mcp_stream_head(*ticket_, version_, keep_alive_));
+      sse_serializer_ = std::make_shared<http::response_serializer<http::empty_body>>(*sse_head_);
+      writing_ = true;
+      stream_.expires_after(std::chrono::seconds(30));
+      http::async_write_header(stream_, *sse_serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        run_guarded("an MCP stream's head", [&] { self->sse_written(ec); }, self.get());
+      });
+    }
+    sse_queue_.push_back("event: message\ndata: " + message + "\n\n");
+    sse_write();
+  }
+
+  // The stream's end (the last chunk), or, before any message, an empty 202.
+  void mcp_end() {
+    if (!streaming_) return mcp_answer(202, {}, {});
+    if (stream_ended_) return;
+    stream_ended_ = true;
+    sse_write();
+  }
+
+  void sse_write() {
+    if (writing_ || sse_failed_) return;
+    if (!sse_queue_.empty()) {
+      writing_ = true;
+      auto chunk = std::make_shared<std::string>(std::move(sse_queue_.front()));
+      sse_queue_.pop_front();
+      stream_.expires_after(std::chrono::seconds(30));
+      net::async_write(stream_, http::make_chunk(net::buffer(*chunk)), [self = shared_from_this(), chunk](beast::error_code ec, std::size_t) {
+        run_guarded("an MCP stream's message", [&] { self->sse_written(ec); }, self.get());
+      });
+      return;
+    }
+    if (!stream_ended_) {
+      stream_.expires_never();  // the next message may be a while: a person decides
+      return;
+    }
+    writing_ = true;
+    stream_.expires_after(std::chrono::seconds(30));
+    net::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      run_guarded("an MCP stream's end", [&] {
+        self->writing_ = false;
+        const bool keep_alive = self->sse_head_->keep_alive();
+        self->streaming_ = false;
+        self->stream_ended_ = false;
+        self->sse_head_.reset();
+        self->sse_serializer_.reset();
+        self->finish_request();
+        if (ec) return;
+        if (keep_alive) {
+          self->read_head();
+        } else {
+          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        }
+      }, self.get());
+    });
+  }
+
+  void sse_written(beast::error_code ec) {
+    writing_ = false;
+    if (ec) {
+      // The client went away: what is left is dropped, and the connection with it.
+      sse_failed_ = true;
+      sse_queue_.clear();
+      finish_request();
+      return;
+    }
+    sse_write();
   }
 
   // Writes the answer; then the next request, or (when the body was left unread) a lingering close.
@@ -236,6 +352,16 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http_api::ticket> ticket_;
   bool answered_ = false;     // this request's response went out (or is going)
+  // An /mcp request's: the request's version and keep-alive, and its event stream when it has one.
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool streaming_ = false;
+  bool writing_ = false;
+  bool stream_ended_ = false;  // end() came: the last chunk follows the queue
+  bool sse_failed_ = false;
+  std::shared_ptr<http::response<http::empty_body>> sse_head_;
+  std::shared_ptr<http::response_serializer<http::empty_body>> sse_serializer_;
+  std::deque<std::string> sse_queue_;
   bool counted_ = false;      // in hub_->http_requests
   std::size_t reserved_ = 0;  // of hub_->buffered_bytes
   std::vector<char> scratch_;

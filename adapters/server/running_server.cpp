@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "adapters/runtime/agent_service.hpp"
+#include "adapters/runtime/mcp_gateway.hpp"
 #include "adapters/server/handler_guard.hpp"
 #include "adapters/server/listener.hpp"
 #include "core/error_codes.hpp"
@@ -56,6 +57,7 @@ struct running_server::impl {
   std::unique_ptr<decision_engine> fallback_engine;  // routing.fallback, with its own scheduler
   std::unique_ptr<scheduler> fallback_sched;
   std::unique_ptr<agent_service> service;
+  std::unique_ptr<mcp_gateway> gateway;  // /mcp: its sessions decide through service
   std::unique_ptr<systemone_service> systemone;
   std::unique_ptr<http_api> api;
   std::unique_ptr<listener> server;
@@ -155,7 +157,8 @@ std::unique_ptr<running_server> running_server::start(const server_config& confi
                                                p->ioc.get_executor(), fallback);
   p->service->desk().start();
   p->systemone = std::make_unique<systemone_service>(p->config, *p->engine, *p->sched, *p->log, p->metrics);
-  p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, [q = p.get()] {
+  p->gateway = std::make_unique<mcp_gateway>(p->config, *p->service, p->ioc.get_executor());
+  p->api = std::make_unique<http_api>(p->config, *p->auth, p->metrics, *p->systemone, *p->service, *p->gateway, [q = p.get()] {
     const session_table::counts gone = q->service->sessions().counted();  // one look, one lock
     metrics::scraped now{
         {

@@ -256,6 +256,7 @@ struct throwing_server {
   std::unique_ptr<authenticator> auth;
   std::unique_ptr<scheduler> sched;
   std::unique_ptr<agent_service> service;
+  std::unique_ptr<mcp_gateway> gateway;
   std::unique_ptr<systemone_service> systemone;
   std::unique_ptr<http_api> api;
   std::unique_ptr<listener> server;
@@ -278,7 +279,8 @@ struct throwing_server {
     service = std::make_unique<agent_service>(config, engine, *sched, *log, m, std::move(r), ioc.get_executor());
     service->desk().start();
     systemone = std::make_unique<systemone_service>(config, engine, *sched, *log, m);
-    api = std::make_unique<http_api>(config, *auth, m, *systemone, *service, []() -> metrics::scraped {
+    gateway = std::make_unique<mcp_gateway>(config, *service, ioc.get_executor());
+    api = std::make_unique<http_api>(config, *auth, m, *systemone, *service, *gateway, []() -> metrics::scraped {
       return {{{"baton_test_gauge", "A gauge whose value is not a number.", json("five").get<double>()}}, {}};
     });
     server = std::make_unique<listener>(ioc, config.server, *service, *systemone, *api);

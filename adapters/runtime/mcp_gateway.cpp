@@ -1,0 +1,559 @@
+#include "adapters/runtime/mcp_gateway.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <map>
+
+#include "core/error_codes.hpp"
+#include "core/ids.hpp"
+#include "core/sha256.hpp"
+#include "tools/mcp_client.hpp"
+
+#ifndef BATON_VERSION
+#define BATON_VERSION "0"
+#endif
+
+namespace baton {
+
+namespace {
+
+namespace net = boost::asio;
+
+// JSON-RPC's own codes, and the one baton answers its own refusals with (the error body in `data`).
+constexpr int parse_error = -32700, invalid_request = -32600, method_not_found = -32601, invalid_params = -32602,
+              server_error = -32000;
+
+std::string rpc_result(const json& id, json result) {
+  return render_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}}, false);
+}
+
+std::string rpc_error(const json& id, int code, const std::string& message, json data = nullptr) {
+  json e = {{"code", code}, {"message", message}};
+  if (!data.is_null()) e["data"] = std::move(data);
+  return render_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(e)}}, false);
+}
+
+// baton's error body ({"error","code","detail"}) as a JSON-RPC error: its sentence the message.
+std::string rpc_error(const json& id, json body) {
+  const std::string message = body.value("error", json()).is_string() ? body["error"].get<std::string>() : "error";
+  return rpc_error(id, server_error, message, std::move(body));
+}
+
+std::string rpc_error(const json& id, const error& e) { return rpc_error(id, parse_json_or_null(render_error(e))); }
+
+// A tool's result the client reads as failed: its text, and what baton decided in _meta.
+json failed_result(const std::string& text, json meta) {
+  return {{"content", json::array({json{{"type", "text"}, {"text", text}}})}, {"isError", true}, {"_meta", std::move(meta)}};
+}
+
+// The inputSchema an MCP client sees: an MCP tool's own, else one made of the registry parameters
+// (choices as enums, booleans, the rest strings; fixed ones left out, baton sets them).
+json input_schema_of(const tools::tool& t) {
+  if (t.executor.value("type", "") == "mcp") {
+    const auto s = t.executor.find("input_schema");
+    if (s != t.executor.end() && s->is_object()) return *s;
+  }
+  json props = json::object();
+  for (const tools::parameter& p : t.parameters) {
+    json s = json::object();
+    if (p.type == tools::parameter_type::choice) {
+      s["type"] = "string";
+      json values = json::array();
+      for (const auto& [label, description] : p.values.items()) values.push_back(label);
+      s["enum"] = std::move(values);
+    } else if (p.type == tools::parameter_type::boolean) {
+      s["type"] = "boolean";
+    } else {
+      if (p.value) continue;
+      s["type"] = "string";
+    }
+    if (!p.instructions.empty()) s["description"] = p.instructions;
+    props[p.name] = std::move(s);
+  }
+  return {{"type", "object"}, {"properties", std::move(props)}};
+}
+
+// The names of `schema`'s required arguments that `arguments` lacks.
+std::vector<std::string> missing_required(const json& schema, const json& arguments) {
+  std::vector<std::string> missing;
+  const auto required = schema.find("required");
+  if (required == schema.end() || !required->is_array()) return missing;
+  for (const json& name : *required) {
+    if (name.is_string() && !arguments.contains(name.get<std::string>())) missing.push_back(name.get<std::string>());
+  }
+  return missing;
+}
+
+std::string text_of(const json& frame, const char* key) {
+  const auto v = frame.find(key);
+  return v != frame.end() && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+// One MCP session: an agent connection whose frames become the answers to its calls. Its calls
+// are decided one at a time, in the order they came (one turn of the agent session at a time);
+// a call that waits for a person no longer holds the session.
+class mcp_gateway::session final : public agent_connection, public std::enable_shared_from_this<session> {
+ public:
+  // One tools/call, from its request to its answer.
+  struct call {
+    json rpc_id;
+    std::shared_ptr<mcp_reply> reply;
+    bool streams = true;
+    std::string tool;
+    json arguments;
+    json events;                   // what the call adds to the session's history
+    json progress_token;           // null: the client asked for no progress
+    std::string key;               // the decide frame's id
+    std::string decision, escalation, resolution;
+    std::string waiting;           // what a progress notification says
+    bool escalated = false;        // its turn ended with the escalation
+    bool retried = false;          // sent again as a whole history once (the agent session was gone)
+    bool cancelled = false;
+    double progress = 0;
+    std::unique_ptr<net::steady_timer> timer;
+  };
+
+  session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller)
+      : agents_(agents), strand_(net::make_strand(io)), id_(std::move(id)),
+        name_("mcp-" + id_) {
+    owner_ = std::move(owner);
+    caller_ = std::move(caller);
+    touch();
+  }
+
+  net::any_io_executor strand() override { return strand_; }
+
+  const std::string& id() const noexcept { return id_; }
+  const std::string& owner() const noexcept { return owner_; }
+  bool busy() const noexcept { return calls_.load() > 0; }
+  std::int64_t used_ms() const noexcept { return used_ms_.load(); }
+  void touch() noexcept { used_ms_ = unix_ms(); }
+
+  // A tools/call: decided after those before it.
+  void add(std::shared_ptr<call> c) {
+    ++calls_;
+    net::post(strand_, [self = shared_from_this(), c = std::move(c)]() mutable {
+      self->queue_.push_back(std::move(c));
+      if (!self->turn_out_) self->start_next();
+    });
+  }
+
+  // notifications/cancelled: the call gets no answer; a decision under way still goes to the log,
+  // and an escalation stays for its reviewer.
+  void cancel(json request_id) {
+    net::post(strand_, [self = shared_from_this(), request_id = std::move(request_id)] {
+      for (auto it = self->queue_.begin(); it != self->queue_.end(); ++it) {
+        if ((*it)->rpc_id == request_id) {
+          std::shared_ptr<call> c = *it;
+          self->queue_.erase(it);
+          self->close(*c);
+          return;
+        }
+      }
+      for (auto& [key, c] : self->by_key_) {
+        if (c->rpc_id == request_id && !c->cancelled) {
+          c->cancelled = true;
+          if (c->timer) c->timer->cancel();
+          c->reply->end();
+          return;
+        }
+      }
+    });
+  }
+
+  // DELETE: the agent session ends with it.
+  void end() {
+    net::post(strand_, [self = shared_from_this()] {
+      protocol::end_frame f{self->name_};
+      self->agents_.on_frame(self, protocol::render(f));
+    });
+  }
+
+  // The frames agent_service sends for this session's calls, on the strand.
+  void send(std::string frame) override {
+    const json f = parse_json_or_null(frame);
+    if (!f.is_object()) return;
+    const std::string type = text_of(f, "type");
+    if (type == "decision") return on_decision(f);
+    if (type == "tool_result") return on_tool_result(f);
+    if (type == "resolution") return on_resolution(f.value("resolution", json::object()));
+    if (type == "error") return on_error(f);
+    // ended, resumed, ack: nothing waits for them.
+  }
+
+ private:
+  void start_next() {
+    if (queue_.empty()) return;
+    std::shared_ptr<call> c = queue_.front();
+    queue_.pop_front();
+    turn_out_ = true;
+    c->key = new_id('m');
+    by_key_[c->key] = c;
+    protocol::decide_frame f;
+    f.session = name_;
+    f.append = started_;
+    f.events = c->events;
+    f.proposal = {{"tool", c->tool}, {"arguments", c->arguments}};
+    agents_.on_call(shared_from_this(), c->key, std::move(f));
+  }
+
+  // The turn of `c` is over: the next call may go.
+  void turn_over() {
+    turn_out_ = false;
+    net::post(strand_, [self = shared_from_this()] {
+      if (!self->turn_out_) self->start_next();
+    });
+  }
+
+  std::shared_ptr<call> by_key(const json& id) {
+    if (!id.is_string()) return nullptr;
+    const auto it = by_key_.find(id.get<std::string>());
+    return it == by_key_.end() ? nullptr : it->second;
+  }
+  std::shared_ptr<call> by_decision(const std::string& decision) {
+    const auto it = by_decision_.find(decision);
+    return it == by_decision_.end() ? nullptr : it->second;
+  }
+
+  json meta(const call& c) const {
+    json m = {{"baton/decision", c.decision},
+              {"baton/arguments_hash", sha256_hex(render_json(c.arguments, true))}};
+    if (!c.escalation.empty()) m["baton/escalation"] = c.escalation;
+    return m;
+  }
+
+  void on_decision(const json& f) {
+    std::shared_ptr<call> c = by_key(f.value("id", json()));
+    if (!c) return;
+    c->decision = text_of(f, "decision");
+    by_decision_[c->decision] = c;
+    started_ = true;
+    const std::string action = text_of(f, "action"), lane = text_of(f, "lane");
+    const double confidence = f.value("confidence", 0.0);
+    const std::string why = "lane " + lane + ", confidence " + render_json(json(confidence), false);
+    if (action == "execute") {
+      const auto ex = f.find("executor");
+      if (ex != f.end() && ex->is_string() && *ex != "agent") return;  // its tool_result answers
+      return finish(*c, failed_result("baton decided to run `" + c->tool + "`, which its agent runs: not an MCP tool", meta(*c)), true);
+    }
+    if (action == "escalate") {
+      c->escalated = true;
+      c->escalation = text_of(f, "escalation");
+      c->waiting = "waiting for a person to decide (escalation " + c->escalation + ", deadline " +
+                   text_of(f, "deadline_at") + ", " + why + ")";
+      turn_over();
+      progress(c);
+      return;
+    }
+    if (action == "deny") return finish(*c, failed_result("baton's policy denied the call (" + why + ")", meta(*c)), true);
+    if (action == "fallback") {
+      return finish(*c, failed_result("baton's policy asks a larger model to decide this call (" + why +
+                                          "), and this server has none (engine fallback)", meta(*c)), true);
+    }
+    finish(*c, failed_result("baton decided `" + action + "` (" + why + ")", meta(*c)), true);
+  }
+
+  void on_tool_result(const json& f) {
+    std::shared_ptr<call> c = by_decision(text_of(f, "decision"));
+    if (!c) return;
+    const json output = f.value("output", json());
+    json result;
+    const bool mcp_shaped = output.is_object() && output.contains("content") && output["content"].is_array();
+    if (f.value("ok", false)) {
+      result = mcp_shaped ? output : json{{"content", json::array({json{{"type", "text"}, {"text", render_json(output, false)}}})}};
+      result["_meta"] = meta(*c);
+    } else {
+      result = failed_result(text_of(f, "error_code") + ": " + text_of(f, "detail"), meta(*c));
+      if (mcp_shaped && !output["content"].empty()) result["content"] = output["content"];
+      if (mcp_shaped && output.contains("structuredContent")) result["structuredContent"] = output["structuredContent"];
+    }
+    finish(*c, std::move(result), !c->escalated);
+  }
+
+  void on_resolution(const json& r) {
+    std::shared_ptr<call> c = by_decision(text_of(r, "decision"));
+    if (!c) return;
+    c->resolution = text_of(r, "id");
+    if (text_of(r, "outcome") == "execute") {
+      // What runs is what the person approved: the hash in the answer is of these.
+      if (const auto a = r.find("arguments"); a != r.end() && a->is_object()) c->arguments = *a;
+      const auto ex = r.find("executor");
+      if (ex != r.end() && ex->is_string() && *ex != "agent") {
+        c->waiting = "approved; the tool runs";
+        return;  // the tool baton runs for it answers
+      }
+    }
+    const std::string by = text_of(r, "by") == "deadline" ? "nobody decided by the deadline" : "a person denied the call";
+    const std::string reason = text_of(r, "reason");
+    finish(*c, failed_result(by + (reason.empty() ? std::string() : ": " + reason), meta(*c)), false);
+  }
+
+  void on_error(const json& f) {
+    std::shared_ptr<call> c = by_key(f.value("ref", json()));
+    if (!c || !c->decision.empty()) return;  // after its decision: its tool_result follows
+    const std::string code = text_of(f, "code");
+    by_key_.erase(c->key);
+    if (code == codes::unknown_session && started_ && !c->retried) {
+      // The agent session ended or was evicted: the call starts it again.
+      c->retried = true;
+      started_ = false;
+      queue_.push_front(c);
+      turn_out_ = false;
+      return start_next();
+    }
+    if (code == codes::session_busy) {
+      // A decision past its engine timeout holds the agent session until the engine answers.
+      queue_.push_front(c);
+      auto timer = std::make_shared<net::steady_timer>(strand_, std::chrono::milliseconds(100));
+      timer->async_wait([self = shared_from_this(), timer](boost::system::error_code) {
+        self->turn_out_ = false;
+        self->start_next();
+      });
+      return;
+    }
+    json body = f;
+    body.erase("type");
+    body.erase("ref");
+    answer(*c, rpc_error(c->rpc_id, std::move(body)));
+    forget(*c);
+    turn_over();
+  }
+
+  // Tells the client that `c` still waits, now and each progress_every, when it asked for progress.
+  void progress(const std::shared_ptr<call>& c) {
+    if (c->cancelled || c->progress_token.is_null() || !c->streams) return;
+    c->progress += 1;
+    c->reply->event(render_json(json{{"jsonrpc", "2.0"},
+                                     {"method", "notifications/progress"},
+                                     {"params", {{"progressToken", c->progress_token}, {"progress", c->progress}, {"message", c->waiting}}}},
+                                false));
+    if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand_);
+    c->timer->expires_after(progress_every);
+    c->timer->async_wait([self = shared_from_this(), weak = std::weak_ptr<call>(c)](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto c = weak.lock(); c && self->by_decision_.contains(c->decision)) self->progress(c);
+    });
+  }
+
+  void finish(call& c, json result, bool ends_turn) {
+    answer(c, rpc_result(c.rpc_id, std::move(result)));
+    if (!c.resolution.empty()) (void)agents_.desk().delivery().acknowledge(c.resolution, owner_);
+    forget(c);
+    if (ends_turn) turn_over();
+  }
+
+  void answer(call& c, std::string message) {
+    if (c.timer) c.timer->cancel();
+    if (c.cancelled) return;
+    if (c.streams) {
+      c.reply->event(std::move(message));
+      c.reply->end();
+    } else {
+      c.reply->answer(200, std::move(message), {});
+    }
+  }
+
+  // A call that never gets an answer (cancelled while queued).
+  void close(call& c) {
+    c.reply->end();
+    --calls_;
+  }
+
+  void forget(call& c) {
+    by_key_.erase(c.key);
+    if (!c.decision.empty()) by_decision_.erase(c.decision);
+    --calls_;
+    touch();
+  }
+
+  agent_service& agents_;
+  net::strand<net::any_io_executor> strand_;
+  const std::string id_;
+  const std::string name_;  // the agent session's
+  std::atomic<std::size_t> calls_{0};  // queued or under way
+  std::atomic<std::int64_t> used_ms_{0};
+  // On the strand:
+  std::deque<std::shared_ptr<call>> queue_;
+  bool turn_out_ = false;   // a call's turn is with agent_service
+  bool started_ = false;    // the agent session has a history
+  std::map<std::string, std::shared_ptr<call>> by_key_;       // under way, by the decide frame's id
+  std::map<std::string, std::shared_ptr<call>> by_decision_;  // decided, waiting for a result or a person
+};
+
+mcp_gateway::mcp_gateway(const server_config& config, agent_service& agents, net::any_io_executor io)
+    : config_(config), agents_(agents), io_(std::move(io)) {}
+
+mcp_gateway::~mcp_gateway() = default;
+
+std::size_t mcp_gateway::size() const {
+  std::lock_guard lock(mutex_);
+  return sessions_.size();
+}
+
+std::shared_ptr<mcp_gateway::session> mcp_gateway::find(const std::string& id, const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->owner() != owner) return nullptr;
+  it->second->touch();
+  return it->second;
+}
+
+bool mcp_gateway::make_room() {
+  const std::int64_t now = unix_ms();
+  const std::int64_t idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(config_.server.session_idle).count();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = !it->second->busy() && now - it->second->used_ms() > idle_ms ? sessions_.erase(it) : std::next(it);
+  }
+  if (sessions_.size() < config_.server.max_sessions) return true;
+  auto oldest = sessions_.end();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (!it->second->busy() && (oldest == sessions_.end() || it->second->used_ms() < oldest->second->used_ms())) oldest = it;
+  }
+  if (oldest == sessions_.end()) return false;
+  oldest->second->end();
+  sessions_.erase(oldest);
+  return true;
+}
+
+void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
+  json msg;
+  json_parse_error perr;
+  if (!parse_json(p.body, msg, perr)) {
+    return reply->answer(400, rpc_error(nullptr, parse_error, "Parse error: " + perr.message), {});
+  }
+  if (msg.is_array()) {
+    return reply->answer(400, rpc_error(nullptr, invalid_request, "Invalid Request: baton takes one message per POST, not a batch"), {});
+  }
+  const json id = msg.is_object() && msg.contains("id") ? msg["id"] : json();
+  const bool has_id = msg.is_object() && msg.contains("id");
+  if (!msg.is_object() || msg.value("jsonrpc", json()) != "2.0" || (has_id && !id.is_string() && !id.is_number_integer())) {
+    return reply->answer(400, rpc_error(nullptr, invalid_request, "Invalid Request: not a JSON-RPC 2.0 message"), {});
+  }
+  const auto method_it = msg.find("method");
+  if (method_it == msg.end()) {
+    // A response to a request of ours: baton sends none, so there is nothing to match it with.
+    if (has_id && (msg.contains("result") || msg.contains("error"))) return reply->answer(202, {}, {});
+    return reply->answer(400, rpc_error(id, invalid_request, "Invalid Request: no method"), {});
+  }
+  if (!method_it->is_string()) return reply->answer(400, rpc_error(id, invalid_request, "Invalid Request: the method is not a string"), {});
+  const std::string method = method_it->get<std::string>();
+  const json params = msg.value("params", json::object());
+  if (!params.is_object()) return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: params must be an object"), {});
+
+  if (method == "initialize") {
+    if (!has_id) return reply->answer(400, rpc_error(nullptr, invalid_request, "Invalid Request: initialize is a request"), {});
+    const std::string asked = params.value("protocolVersion", json()).is_string() ? params["protocolVersion"].get<std::string>() : "";
+    const auto& versions = tools::mcp_protocol_versions();
+    const std::string version = std::find(versions.begin(), versions.end(), asked) != versions.end() ? asked : versions.front();
+    auto s = std::make_shared<session>(agents_, io_, new_id('s'), p.owner, p.caller);
+    {
+      std::lock_guard lock(mutex_);
+      if (!make_room()) {
+        return reply->answer(200, rpc_error(id, make_error(503, codes::too_many_sessions,
+                                                           "every MCP session has a call under way (server.max_sessions)")), {});
+      }
+      sessions_[s->id()] = s;
+    }
+    json result = {{"protocolVersion", version},
+                   {"capabilities", {{"tools", {{"listChanged", false}}}}},
+                   {"serverInfo", {{"name", "baton"}, {"version", BATON_VERSION}}},
+                   {"instructions", "Every tool call is decided by baton's policy first: it runs, is denied, or waits "
+                                    "for a person to approve it."}};
+    return reply->answer(200, rpc_result(id, std::move(result)), s->id());
+  }
+
+  if (p.session.empty()) {
+    return reply->answer(400, rpc_error(id, invalid_request, "Bad Request: no Mcp-Session-Id header (initialize first)"), {});
+  }
+  std::shared_ptr<session> s = find(p.session, p.owner);
+  if (!s) return reply->answer(404, rpc_error(id, invalid_request, "Session not found: initialize again"), {});
+  if (!p.protocol.empty()) {
+    const auto& versions = tools::mcp_protocol_versions();
+    if (std::find(versions.begin(), versions.end(), p.protocol) == versions.end()) {
+      return reply->answer(400, rpc_error(id, invalid_request, "Bad Request: unsupported MCP-Protocol-Version " + p.protocol), {});
+    }
+  }
+
+  if (!has_id) {  // a notification
+    if (method == "notifications/cancelled" && params.contains("requestId")) s->cancel(params["requestId"]);
+    return reply->answer(202, {}, {});
+  }
+  if (method == "ping") return reply->answer(200, rpc_result(id, json::object()), {});
+  if (method == "tools/list") {
+    const std::shared_ptr<const routing_snapshot> routing = agents_.routing();
+    json list = json::array();
+    for (const tools::tool& t : routing->registry.tools) {
+      const auto ex = routing->executors.find(t.id);
+      if (ex == routing->executors.end() || ex->second->agent_runs()) continue;
+      list.push_back({{"name", t.id}, {"description", t.description}, {"inputSchema", input_schema_of(t)}});
+    }
+    return reply->answer(200, rpc_result(id, {{"tools", std::move(list)}}), {});
+  }
+  if (method != "tools/call") return reply->answer(200, rpc_error(id, method_not_found, "Method not found: " + method), {});
+
+  const std::shared_ptr<const routing_snapshot> routing = agents_.routing();
+  const std::string name = params.value("name", json()).is_string() ? params["name"].get<std::string>() : "";
+  const tools::tool* t = tools::find_tool(routing->registry, name);
+  const auto ex = routing->executors.find(name);
+  if (!t || ex == routing->executors.end() || ex->second->agent_runs()) {
+    return reply->answer(200, rpc_error(id, invalid_params, "Unknown tool: " + name), {});
+  }
+  const json arguments = params.value("arguments", json::object());
+  if (!arguments.is_object()) return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: arguments must be an object"), {});
+  // Arguments the tool cannot run with are the caller's to mend: no decision is asked of them.
+  if (const auto missing = missing_required(input_schema_of(*t), arguments); !missing.empty()) {
+    return reply->answer(200, rpc_result(id, failed_result("missing required argument `" + missing.front() + "` of `" + name + "`",
+                                                           json::object())), {});
+  }
+  auto c = std::make_shared<session::call>();
+  c->rpc_id = id;
+  c->reply = std::move(reply);
+  c->streams = p.streams;
+  c->tool = name;
+  c->arguments = arguments;
+  c->events = json::array();
+  const json meta = params.value("_meta", json::object());
+  if (meta.is_object()) {
+    if (const auto token = meta.find("progressToken"); token != meta.end() && (token->is_string() || token->is_number_integer())) {
+      c->progress_token = *token;
+    }
+    // What the client adds to the state: a sentence, or events of its own.
+    if (const auto context = meta.find("baton/context"); context != meta.end()) {
+      if (context->is_string()) {
+        c->events.push_back({{"role", "user"}, {"content", *context}});
+      } else if (context->is_array() && std::all_of(context->begin(), context->end(), [](const json& e) { return e.is_object(); })) {
+        for (const json& e : *context) c->events.push_back(e);
+      } else {
+        return c->reply->answer(200, rpc_error(id, invalid_params, "Invalid params: _meta[\"baton/context\"] must be a string or an array of events"), {});
+      }
+    }
+  }
+  c->events.push_back({{"role", "assistant"}, {"tool_call", {{"tool", name}, {"arguments", arguments}}}});
+  s->add(std::move(c));
+}
+
+void mcp_gateway::remove(const std::string& id, const std::string& owner, std::shared_ptr<mcp_reply> reply) {
+  if (id.empty()) return reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no Mcp-Session-Id header"), {});
+  std::shared_ptr<session> s;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it != sessions_.end() && it->second->owner() == owner) {
+      s = it->second;
+      sessions_.erase(it);
+    }
+  }
+  if (!s) return reply->answer(404, rpc_error(nullptr, invalid_request, "Session not found"), {});
+  s->end();
+  reply->answer(204, {}, {});
+}
+
+}  // namespace baton

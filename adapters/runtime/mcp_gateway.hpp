@@ -1,0 +1,87 @@
+// baton as an MCP server (docs/mcp.md): the JSON-RPC of POST and DELETE /mcp (Streamable HTTP),
+// transport-free. An MCP client sees the registry's tools that baton runs (its MCP servers' and
+// its http and command tools), and each tools/call it makes is a decision: agent_service::on_call
+// in the MCP session's own agent session, whose history is the session's calls and what they
+// returned. What the client gets is what the policy made of the call: the tool's result, a denial
+// (isError), or, while a person decides, progress notifications until the resolution, then the
+// approved call's result. The HTTP side (adapters/server) hands each request here with the reply
+// it is to be answered on.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "adapters/runtime/agent_service.hpp"
+#include "adapters/runtime/server_config.hpp"
+
+namespace baton {
+
+// Where one /mcp request's answer goes; from any thread. The first of answer() and event() says
+// what the answer is: one body, or an event stream (text/event-stream) of JSON-RPC messages.
+class mcp_reply {
+ public:
+  virtual ~mcp_reply() = default;
+  // 200 with a JSON body, or 202 / 204 without one, or an HTTP refusal (400, 404) with its JSON-RPC
+  // error; `session`: the Mcp-Session-Id header to send (empty: none).
+  virtual void answer(unsigned status, std::string body, std::string session) = 0;
+  // One JSON-RPC message of the stream, which the first opens.
+  virtual void event(std::string message) = 0;
+  // The stream's last message went: the response ends.
+  virtual void end() = 0;
+};
+
+// One POST /mcp as the gateway reads it.
+struct mcp_post {
+  std::string body;
+  std::string session;   // the Mcp-Session-Id header; empty when absent
+  std::string protocol;  // the MCP-Protocol-Version header; empty when absent
+  bool streams = true;   // the client takes text/event-stream (its Accept)
+  std::string owner;     // the API key's name, scoping the sessions; empty without keys
+  std::string caller;    // who calls, for the engine's prefix cache ("anonymous" without keys)
+};
+
+class mcp_gateway {
+ public:
+  // How often a call that waits for a person hears that it still waits (notifications/progress,
+  // when the client asked for progress): often enough for the SDKs' 60 s request timeout.
+  static constexpr std::chrono::seconds progress_every{10};
+
+  // `io`: where the sessions' strands and timers run (the server's).
+  mcp_gateway(const server_config& config, agent_service& agents, boost::asio::any_io_executor io);
+  ~mcp_gateway();
+  mcp_gateway(const mcp_gateway&) = delete;
+  mcp_gateway& operator=(const mcp_gateway&) = delete;
+
+  // A JSON-RPC message: initialize (a new session, its id in the answer's Mcp-Session-Id), ping,
+  // tools/list, tools/call, and the client's notifications (202). Malformed JSON is -32700 and a
+  // message that is not JSON-RPC -32600 (HTTP 400); an unknown method -32601; a request without
+  // the header 400, with an unknown session (ended, evicted, another key's) 404.
+  void post(mcp_post p, std::shared_ptr<mcp_reply> reply);
+  // DELETE /mcp: the session and its agent session end (204); 400 without the header, 404 for an
+  // unknown session. Calls under way still get their answers.
+  void remove(const std::string& session, const std::string& owner, std::shared_ptr<mcp_reply> reply);
+
+  std::size_t size() const;
+
+ private:
+  class session;
+  std::shared_ptr<session> find(const std::string& id, const std::string& owner);
+  // Room for one more session: those idle past server.session_idle go, then, at
+  // server.max_sessions, the least recently used with no call under way.
+  bool make_room();
+
+  const server_config& config_;
+  agent_service& agents_;
+  boost::asio::any_io_executor io_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<session>> sessions_;
+};
+
+}  // namespace baton

@@ -1,0 +1,298 @@
+// Acceptance: baton as an MCP gateway. The official MCP TypeScript SDK's client (exactly as
+// package-lock.json pins it, unmodified) against a real `baton serve` whose registry takes the
+// tools of two MCP servers over stdio: the official reference server (server-everything) and
+// failing_server.mjs. The keyword engine decides; the policy's rules make the lanes certain: one
+// tool denied, one always escalated to a person (who approves with edited arguments, or denies),
+// the rest executed.
+//
+//   BATON_BIN=build/adapters/baton node --test tests/mcp/gateway_test.mjs
+//
+// ctest runs it as test_mcp_gateway (tests/CMakeLists.txt); scripts/setup.sh installs tests/mcp
+// with npm ci. Every request goes to 127.0.0.1 only.
+
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+
+import { baton_process } from "../support/baton_process.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const batonBin = process.env.BATON_BIN ?? process.argv[2];
+const everything = path.join(here, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+const failing = path.join(here, "failing_server.mjs");
+
+const agentKey = `mcp-agent-${randomBytes(16).toString("hex")}`;
+const reviewerKey = `mcp-reviewer-${randomBytes(16).toString("hex")}`;
+
+let server;
+let baseURL;
+let tmp;
+let anyFailed = false;
+
+before(async () => {
+  assert.ok(batonBin, "set BATON_BIN (or pass the baton binary as the first argument)");
+  tmp = await mkdtemp(path.join(tmpdir(), "baton-mcp-gateway-"));
+  const q = (s) => JSON.stringify(s);
+  await writeFile(
+    path.join(tmp, "tools.yaml"),
+    [
+      "mcp_servers:",
+      `  everything: {command: node, args: [${q(everything)}], include: [echo, get-sum]}`,
+      `  failing: {command: node, args: [${q(failing)}], include: [echo, pick, fail]}`,
+      "",
+    ].join("\n"),
+  );
+  await writeFile(
+    path.join(tmp, "policy.yaml"),
+    [
+      "confidence: p_max",
+      "rules:",
+      "  deny: [failing.fail]",
+      "  always_escalate: [failing.pick]",
+      "lanes:",
+      "  default: {execute: 0, fallback: 0}",
+      "on_engine_error: escalate",
+      "escalation: {deadline_s: 120}",
+      "",
+    ].join("\n"),
+  );
+  const configPath = path.join(tmp, "baton.yaml");
+  await writeFile(
+    configPath,
+    [
+      "server: {listen: 127.0.0.1:0}",
+      "auth:",
+      "  keys:",
+      "    - {name: mcp-agent, role: agent, env: MCP_AGENT_KEY}",
+      "    - {name: mcp-reviewer, role: reviewer, env: MCP_REVIEWER_KEY}",
+      "engine: {name: keyword}",
+      `registry: ${q(path.join(tmp, "tools.yaml"))}`,
+      `policy: ${q(path.join(tmp, "policy.yaml"))}`,
+      `log: {path: ${q(path.join(tmp, "decisions.db"))}}`,
+      "",
+    ].join("\n"),
+  );
+  server = new baton_process(batonBin);
+  baseURL = await server.start(configPath, { MCP_AGENT_KEY: agentKey, MCP_REVIEWER_KEY: reviewerKey }, 20_000);
+});
+
+after(async () => {
+  try {
+    await server?.stopChecked(10_000, { listened: Boolean(baseURL), anyFailed });
+  } finally {
+    if (tmp) await rm(tmp, { recursive: true, force: true });
+  }
+});
+
+function serverTest(name, fn) {
+  test(name, async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      anyFailed = true;
+      throw err;
+    }
+  });
+}
+
+async function connect() {
+  const client = new Client({ name: "baton-gateway-test", version: "1.0.0" });
+  const transport = new StreamableHTTPClientTransport(new URL(`${baseURL}/mcp`), {
+    requestInit: { headers: { Authorization: `Bearer ${agentKey}` } },
+  });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+// Rows of a read-only query of the decision log (`baton log sql`).
+async function sql(query) {
+  const { stdout } = await promisify(execFile)(batonBin, ["log", "sql", "--db", path.join(tmp, "decisions.db"), query]);
+  return stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+}
+
+async function reviewer(pathname, body) {
+  const res = await fetch(`${baseURL}${pathname}`, {
+    method: body ? "POST" : "GET",
+    headers: { Authorization: `Bearer ${reviewerKey}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+// The pending escalation of decision `decision`, once it is there.
+async function pendingEscalation(tool) {
+  for (let i = 0; i < 100; i++) {
+    const { body } = await reviewer("/v1/escalations?status=pending");
+    const found = body.escalations.find((e) => e.tool === tool);
+    if (found) return found;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no pending escalation of ${tool}`);
+}
+
+serverTest("an MCP client lists the upstream servers' tools through baton", async () => {
+  const { client } = await connect();
+  try {
+    assert.equal(client.getServerVersion().name, "baton");
+    const { tools } = await client.listTools();
+    const names = tools.map((t) => t.name).sort();
+    assert.deepEqual(names, ["everything.echo", "everything.get-sum", "failing.echo", "failing.fail", "failing.pick"]);
+    const pick = tools.find((t) => t.name === "failing.pick");
+    assert.deepEqual(pick.inputSchema.properties.color.enum, ["red", "green", "blue"]);
+    assert.deepEqual([...pick.inputSchema.required].sort(), ["color", "loud", "note"]);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("a call the policy executes runs upstream, and its decision and run are logged", async () => {
+  const { client } = await connect();
+  try {
+    const echoed = await client.callTool({ name: "failing.echo", arguments: { text: "hello through baton" } });
+    assert.equal(echoed.isError, undefined);
+    assert.equal(echoed.content[0].text, "hello through baton");
+    const decision = echoed._meta["baton/decision"];
+    assert.match(decision, /^d-/);
+    assert.match(echoed._meta["baton/arguments_hash"], /^sha256:[0-9a-f]{64}$/);
+    const sum = await client.callTool({ name: "everything.get-sum", arguments: { a: 2, b: 40 } });
+    assert.match(sum.content[0].text, /42/);
+    const rows = await sql(`SELECT action, tool, lane, arguments, proposal FROM decisions WHERE id = '${decision}'`);
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0].action, "execute");
+    assert.equal(rows[0].tool, "failing.echo");
+    assert.equal(rows[0].lane, "lane:default");
+    assert.deepEqual(JSON.parse(rows[0].arguments), { text: "hello through baton" });
+    const runs = await sql(`SELECT executor, ok FROM tool_runs WHERE decision = '${decision}'`);
+    assert.deepEqual(runs, [{ executor: "mcp", ok: 1 }]);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("a call the policy denies is an error result naming the rule, logged, and not run", async () => {
+  const { client } = await connect();
+  try {
+    const denied = await client.callTool({ name: "failing.fail", arguments: {} });
+    assert.equal(denied.isError, true);
+    assert.match(denied.content[0].text, /denied.*rule:deny/);
+    const decision = denied._meta["baton/decision"];
+    const rows = await sql(`SELECT action FROM decisions WHERE id = '${decision}'`);
+    assert.deepEqual(rows, [{ action: "deny" }]);
+    assert.deepEqual(await sql(`SELECT * FROM tool_runs WHERE decision = '${decision}'`), []);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("an escalated call waits with progress until a person approves it, and what runs is what was approved", async () => {
+  const { client } = await connect();
+  try {
+    const progress = [];
+    const call = client.callTool(
+      { name: "failing.pick", arguments: { color: "red", loud: false, note: "as the agent asked" } },
+      CallToolResultSchema,
+      { onprogress: (p) => progress.push(p), resetTimeoutOnProgress: true, timeout: 30_000 },
+    );
+    const escalation = await pendingEscalation("failing.pick");
+    assert.deepEqual(escalation.arguments, { color: "red", loud: false, note: "as the agent asked" });
+    const resolved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, {
+      outcome: "execute",
+      tool: "failing.pick",
+      arguments: { color: "blue", loud: true, note: "as a person approved" },
+      reason: "blue is safer",
+    });
+    assert.equal(resolved.status, 200, JSON.stringify(resolved.body));
+    const result = await call;
+    assert.equal(result.isError, undefined, JSON.stringify(result));
+    assert.equal(result.content[0].text, "blue true as a person approved");
+    assert.equal(result._meta["baton/escalation"], escalation.id, JSON.stringify(result));
+    assert.ok(progress.length >= 1, "a progress notification while it waited");
+    assert.match(progress[0].message, new RegExp(`escalation ${escalation.id}`));
+    const runs = await sql(`SELECT ok FROM tool_runs WHERE decision = '${escalation.decision}'`);
+    assert.deepEqual(runs, [{ ok: 1 }]);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("an escalated call a person denies is an error result with the reason", async () => {
+  const { client } = await connect();
+  try {
+    const call = client.callTool({ name: "failing.pick", arguments: { color: "green", loud: true, note: "no" } });
+    const escalation = await pendingEscalation("failing.pick");
+    const resolved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, { outcome: "deny", reason: "not today" });
+    assert.equal(resolved.status, 200, JSON.stringify(resolved.body));
+    const result = await call;
+    assert.equal(result.isError, true);
+    assert.match(result.content[0].text, /a person denied the call: not today/);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("an unknown tool is -32602 and a missing required argument an error result, neither decided", async () => {
+  const { client } = await connect();
+  try {
+    const before = (await sql("SELECT count(*) AS n FROM decisions"))[0].n;
+    await assert.rejects(client.callTool({ name: "failing.nothing", arguments: {} }), (e) => e.code === -32602);
+    const missing = await client.callTool({ name: "failing.echo", arguments: {} });
+    assert.equal(missing.isError, true);
+    assert.match(missing.content[0].text, /missing required argument `text`/);
+    assert.equal((await sql("SELECT count(*) AS n FROM decisions"))[0].n, before);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("a session ends with DELETE, and bad messages get JSON-RPC errors", async () => {
+  const { client, transport } = await connect();
+  const session = transport.sessionId;
+  assert.ok(session);
+  await transport.terminateSession();
+  await client.close();
+  const post = (body, headers = {}) =>
+    fetch(`${baseURL}/mcp`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${agentKey}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+        ...headers,
+      },
+      body,
+    });
+  const ping = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" });
+  let res = await post(ping, { "Mcp-Session-Id": session });
+  assert.equal(res.status, 404);
+  res = await post(ping);
+  assert.equal(res.status, 400);
+  res = await post("{not json");
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.code, -32700);
+  res = await post(JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "ping" }]));
+  assert.equal((await res.json()).error.code, -32600);
+  res = await fetch(`${baseURL}/mcp`, { headers: { Authorization: `Bearer ${agentKey}` } });
+  assert.equal(res.status, 405);
+  res = await post(ping, { Authorization: "Bearer wrong-key-0123456789abcdef" });
+  assert.equal(res.status, 401);
+
+  const { client: c2, transport: t2 } = await connect();
+  try {
+    const unknown = await post(JSON.stringify({ jsonrpc: "2.0", id: 7, method: "resources/list" }), { "Mcp-Session-Id": t2.sessionId });
+    const body = await unknown.json();
+    assert.equal(body.error.code, -32601);
+    assert.equal(body.id, 7);
+  } finally {
+    await c2.close();
+  }
+});
