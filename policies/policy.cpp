@@ -426,6 +426,29 @@ action decide_action(const policy& p, const tools::registry& registry, const res
   return decide(p, registry, answers, false);
 }
 
+action complete(const tools::registry& registry, action a, const json& proposal) {
+  const tools::tool* t = tools::find_tool(registry, a.tool);
+  if (!t) return a;
+  tools::add_text_arguments(*t, proposal, a.arguments);
+  if (a.what != action::execute) return a;
+  if (const auto missing = tools::missing_required_argument(*t, a.arguments)) {
+    a.what = action::escalate;
+    a.lane = (a.lane.starts_with("fallback:") ? "fallback:rule:missing_argument:" : "rule:missing_argument:") + *missing;
+  }
+  return a;
+}
+
+action redecide(const policy& p, const tools::registry& registry, const response& answers, const json& proposal,
+                bool after_fallback, std::string_view decision_id) {
+  action a;
+  if (proposal.is_object() && proposal.value("call", false)) {
+    a = judge_call(p, registry, &answers, proposal.value("tool", ""), proposal.value("arguments", json::object()), after_fallback);
+  } else {
+    a = after_fallback ? decide_after_fallback(p, registry, answers) : decide_action(p, registry, answers);
+  }
+  return audit(p, complete(registry, std::move(a), proposal), decision_id);
+}
+
 action judge_call(const policy& p, const tools::registry& registry, const response* answers, std::string_view tool,
                   const json& arguments, bool after_fallback) {
   const tools::tool* t = tools::find_tool(registry, tool);

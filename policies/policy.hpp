@@ -136,6 +136,18 @@ action decide_action(const policy& p, const tools::registry& registry, const res
 action judge_call(const policy& p, const tools::registry& registry, const response* answers, std::string_view tool,
                   const json& arguments, bool after_fallback);
 
+// The action as it runs, once the decision has its answers (live and in `baton replay` alike): the
+// tool's text arguments from the registry and `proposal` (tools::add_text_arguments); then an
+// execute of an MCP tool whose required arguments are still missing escalates instead, lane
+// "rule:missing_argument:NAME": baton does not run it, and the person who decides can supply them.
+action complete(const tools::registry& registry, action a, const json& proposal);
+
+// A logged decision decided again on `answers` as the live server decides (`baton replay`): a
+// call's (its logged proposal says `"call": true`) by judge_call, a chosen tool's by
+// decide_action or, for a second pass, decide_after_fallback; then complete() and audit().
+action redecide(const policy& p, const tools::registry& registry, const response& answers, const json& proposal,
+                bool after_fallback, std::string_view decision_id);
+
 // What an engine error or timeout becomes: escalate or deny, lane "on_engine_error".
 action on_engine_failure(const policy& p);
 

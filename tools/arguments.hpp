@@ -21,6 +21,10 @@ std::optional<json> arguments_from_answers(const tool& t, const response& answer
 // agent's `proposal` ({"tool", "arguments"}) gives when it names this tool; else left out.
 void add_text_arguments(const tool& t, const json& proposal, json& args);
 
+// The first argument `args` lacks that the tool requires: an MCP tool's inputSchema `required`
+// (other tools' parameters are all optional to the executor); none when nothing is missing.
+std::optional<std::string> missing_required_argument(const tool& t, const json& args);
+
 // Arguments given by hand (a reviewer's): the tool's parameters only, each of its type; every
 // choice and boolean parameter given; a text parameter the registry fixes takes its value. What
 // is wrong, one FastAPI-style issue per field at loc ["arguments", NAME] (["arguments"] when

@@ -1,5 +1,7 @@
 #include "tools/mcp_client.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -13,12 +15,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <atomic>
 #include <deque>
 #include <map>
 #include <mutex>
 
 #include "core/error_codes.hpp"
+#include "core/http_client.hpp"
 #include "core/ids.hpp"
 #include "tools/child_process.hpp"
 #include "tools/executor_kinds.hpp"
@@ -49,6 +53,28 @@ bool flag_at(const json& j, const char* key, bool or_) {
   const auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : or_;
 }
+// `value` with each ${NAME} replaced by that environment variable; none, with `missing` set, when
+// one is not set.
+std::optional<std::string> expand_env(std::string_view value, std::string& missing) {
+  std::string out;
+  while (true) {
+    const auto open = value.find("${");
+    const auto close = open == std::string_view::npos ? open : value.find('}', open);
+    if (close == std::string_view::npos) break;
+    out.append(value.substr(0, open));
+    const std::string name(value.substr(open + 2, close - open - 2));
+    const char* v = std::getenv(name.c_str());
+    if (!v) {
+      missing = name;
+      return std::nullopt;
+    }
+    out.append(v);
+    value.remove_prefix(close + 1);
+  }
+  out.append(value);
+  return out;
+}
+
 json object_at(const json& j, const char* key) {
   if (!j.is_object()) return json::object();
   const auto it = j.find(key);
@@ -74,7 +100,19 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
         exit(strand),
         grace(strand),
         max_line(limits.max_output_bytes),
-        withheld(limits.withheld_env) {}
+        withheld(limits.withheld_env) {
+    if (config.url.empty()) return;
+    url = parse_http_url(config.url, url_error, true);
+    if (url && url->tls) {
+      auto context = http_client::tls_context({});
+      if (context) {
+        tls.emplace(std::move(*context));
+      } else {
+        url.reset();
+        url_error = "no TLS: " + context.error().message();
+      }
+    }
+  }
 
   ~impl() { detail::kill_and_reap(running ? pid : -1); }
 
@@ -111,6 +149,13 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   std::int64_t next_id = 1;
   std::map<std::int64_t, pending> open;
   std::deque<std::shared_ptr<const std::string>> writes;
+  // Streamable HTTP (config.url): the endpoint, TLS for https, the headers as sent (their ${VAR}s
+  // read when the connection starts), and the session the server gave at initialize.
+  std::optional<http_url> url;
+  std::string url_error;
+  std::optional<net::ssl::context> tls;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string session;
   std::array<char, 65536> out_buf{};
   std::array<char, 4096> err_buf{};
   std::string line, err_tail;
@@ -120,7 +165,28 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
 
   // ---- the child ----
 
+  // An HTTP server needs no process: starting is reading the headers; initialize does the rest.
+  std::optional<mcp_failure> connect_http() {
+    if (!url) return mcp_failure{codes::executor_spawn_failed, name() + ": bad url: " + url_error};
+    headers.clear();
+    for (const auto& [key, value] : config.headers) {
+      std::string missing;
+      auto expanded = expand_env(value, missing);
+      if (!expanded) {
+        return mcp_failure{codes::executor_spawn_failed, name() + ": header `" + key + "` names ${" + missing +
+                                                          "}, which baton's environment does not set"};
+      }
+      headers.emplace_back(key, std::move(*expanded));
+    }
+    ++generation;
+    running = true;
+    exited.reset();
+    session.clear();
+    return std::nullopt;
+  }
+
   std::optional<mcp_failure> spawn() {
+    if (!config.url.empty()) return connect_http();
     // What an exited process left (calls whose answers were still being read) ends first.
     if (exited || out.is_open()) shut(exited.value_or("was replaced"));
     detail::child_spec spec;
@@ -224,8 +290,10 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
 
   // ---- messages ----
 
-  void send(const json& message) {
+  // `within`: how long an HTTP exchange may take (a request's timeout; what stdio ignores).
+  void send(const json& message, std::chrono::milliseconds within = std::chrono::seconds(10)) {
     if (!running || stdin_dead) return;
+    if (url) return post_http(message, within);
     writes.push_back(std::make_shared<const std::string>(message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"));
     if (writes.size() == 1) write_next();
   }
@@ -271,7 +339,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     const std::int64_t id = next_id++;
     auto timer = std::make_shared<net::steady_timer>(strand, timeout);
     open[id] = pending{std::move(done), timer, method == "tools/call" ? codes::executor_tool_error : codes::executor_unreachable};
-    send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}});
+    send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}}, timeout);
     timer->async_wait([self = shared_from_this(), id, method, timeout, cancel_on_timeout](error_code ec) {
       if (ec) return;
       const auto it = self->open.find(id);
@@ -286,6 +354,97 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
       done(json(), mcp_failure{codes::executor_timeout, self->name() + ": no answer to " + method + " within " +
                                                             std::to_string(timeout.count()) + " ms"});
     });
+  }
+
+  // ---- Streamable HTTP ----
+
+  // Each message is a POST of its own, on a connection of its own; its answer comes as JSON or as
+  // an event stream read to its end (the server ends it once it has answered).
+  void post_http(const json& message, std::chrono::milliseconds within) {
+    std::optional<std::int64_t> id;
+    if (message.contains("method") && message.contains("id") && message["id"].is_number_integer()) id = message["id"].get<std::int64_t>();
+    net::co_spawn(strand, exchange_http(generation, message.dump(-1, ' ', false, json::error_handler_t::replace), id, within),
+                  net::detached);
+  }
+
+  // The request `id` (if it is one) fails, unless it was answered or the connection changed.
+  void fail_open(std::uint64_t g, std::optional<std::int64_t> id, const char* code, const std::string& why) {
+    if (g != generation || !id) return;
+    const auto it = open.find(*id);
+    if (it == open.end()) return;
+    auto p = std::move(it->second);
+    open.erase(it);
+    if (p.timer) p.timer->cancel();
+    note_error(name() + ": " + why);
+    p.done(json(), mcp_failure{code, name() + ": " + why});
+  }
+
+  net::awaitable<void> exchange_http(std::uint64_t g, std::string body, std::optional<std::int64_t> id,
+                                     std::chrono::milliseconds within) {
+    namespace http = boost::beast::http;
+    const auto self = shared_from_this();
+    const auto deadline = http_client::clock_type::now() + within + std::chrono::seconds(1);
+    const char* unreachable = codes::executor_unreachable;
+    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
+    if (!endpoints) co_return fail_open(g, id, unreachable, "cannot resolve " + url->host + ": " + endpoints.error().detail);
+    http_client::connection conn(strand, tls ? &*tls : nullptr);
+    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c) {
+      co_return fail_open(g, id, unreachable, "cannot connect to " + config.url + ": " + c.error().detail);
+    }
+    http_client::request req = http_client::request_to(http::verb::post, *url);
+    req.set(http::field::user_agent, "baton");
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::accept, "application/json, text/event-stream");
+    if (!session.empty()) req.set("Mcp-Session-Id", session);
+    if (!version.empty()) req.set("MCP-Protocol-Version", version);
+    for (const auto& [key, value] : headers) req.set(key, value);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    auto res = co_await conn.exchange(req, max_line);
+    if (g != generation) co_return;
+    if (!res) {
+      if (res.error().why == http_client::fault::too_large) {
+        co_return shut("sent an answer over " + std::to_string(max_line) + " bytes", codes::executor_output_too_large);
+      }
+      co_return fail_open(g, id, unreachable, "POST " + config.url + " failed: " + res.error().detail);
+    }
+    const unsigned status = res->result_int();
+    // A session the server no longer knows: the next call starts a new one.
+    if (status == 404 && !session.empty()) co_return shut("forgot baton's session (HTTP 404)");
+    if (status == 202) co_return;
+    if (status < 200 || status > 299) {
+      co_return fail_open(g, id, unreachable, "answered HTTP " + std::to_string(status) + " to a POST");
+    }
+    if (const auto s = res->find("Mcp-Session-Id"); s != res->end() && session.empty()) session = std::string(s->value());
+    const auto type = res->find(http::field::content_type);
+    if (type != res->end() && type->value().starts_with("text/event-stream")) {
+      take_events(res->body());
+    } else {
+      take_message(res->body());
+    }
+    // A request the answer did not answer (an event stream that ended first) fails now, not at its timeout.
+    fail_open(g, id, unreachable, "ended its answer without answering");
+  }
+
+  // An event stream's messages: each event's data lines, joined.
+  void take_events(std::string_view stream) {
+    std::string data;
+    for (const std::uint64_t g = generation; !stream.empty() && g == generation;) {
+      const auto nl = stream.find('\n');
+      std::string_view line = stream.substr(0, nl);
+      stream.remove_prefix(nl == std::string_view::npos ? stream.size() : nl + 1);
+      if (line.ends_with('\r')) line.remove_suffix(1);
+      if (line.empty()) {
+        if (!data.empty()) take_message(data);
+        data.clear();
+      } else if (line.starts_with("data:")) {
+        line.remove_prefix(5);
+        if (line.starts_with(' ')) line.remove_prefix(1);
+        if (!data.empty()) data += '\n';
+        data.append(line);
+      }
+    }
+    if (!data.empty()) take_message(data);
   }
 
   void take_bytes(std::string_view bytes) {

@@ -174,13 +174,19 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
     }
   }
   server.cwd = config.value("cwd", "");
+  server.url = config.value("url", "");
+  if (const auto h = config.find("headers"); h != config.end() && h->is_object()) {
+    for (const auto& [k, v] : h->items()) {
+      if (v.is_string()) server.headers.emplace_back(k, v.get<std::string>());
+    }
+  }
   // Calls time out at the tool's timeout; starting the server (a node or Python process coming
   // up, then initialize) is given at least 10 s, which a short call timeout would not leave it.
   const std::chrono::milliseconds call_timeout = timeout_of(config, limits);
   server.timeout = std::max<std::chrono::milliseconds>(call_timeout, std::chrono::seconds(10));
   const std::string tool = config.value("tool", "");
-  if (server.argv.empty() || server.argv[0].empty() || tool.empty()) {
-    return make_failing_executor("mcp", codes::executor_spawn_failed, "the executor names no MCP server command or tool", std::move(io));
+  if ((server.url.empty() && (server.argv.empty() || server.argv[0].empty())) || tool.empty()) {
+    return make_failing_executor("mcp", codes::executor_spawn_failed, "the executor names no MCP server command, url or tool", std::move(io));
   }
   json schema = json::object();
   if (const auto s = config.find("input_schema"); s != config.end() && s->is_object()) schema = *s;
@@ -194,6 +200,11 @@ std::unique_ptr<executor> make_mcp_executor(const json& config, net::any_io_exec
 namespace baton::tools {
 
 json mcp_connection_json(const mcp_server_config& server) {
+  if (!server.url.empty()) {
+    json headers = json::object();
+    for (const auto& [k, v] : server.headers) headers[k] = v;
+    return {{"type", "mcp"}, {"server", server.name}, {"url", server.url}, {"headers", headers}};
+  }
   json env = json::object();
   for (const auto& [k, v] : server.env) env[k] = v;
   return {{"type", "mcp"}, {"server", server.name}, {"command", server.argv}, {"env", env}, {"cwd", server.cwd}};

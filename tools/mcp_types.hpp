@@ -15,7 +15,12 @@ namespace baton::tools {
 
 struct mcp_server_config {
   std::string name;
-  std::vector<std::string> argv;                          // `command` then `args`
+  // stdio: `command` then `args`; empty for Streamable HTTP.
+  std::vector<std::string> argv;
+  // Streamable HTTP: the endpoint (http or https), and headers sent with every request, as written:
+  // each ${NAME} in a value is that environment variable's value when the connection starts.
+  std::string url;
+  std::vector<std::pair<std::string, std::string>> headers;
   std::vector<std::pair<std::string, std::string>> env;   // added to baton's environment (less withheld_env)
   std::string cwd;
   std::chrono::milliseconds timeout{10000};               // for initialize and each tools/list page
@@ -33,7 +38,8 @@ struct mcp_failure {
 };
 
 // The part of an `mcp` executor's configuration that names its server's connection: {"type",
-// "server", "command", "env", "cwd"} (the registry adds "tool", "input_schema", "timeout_ms").
+// "server", "command", "env", "cwd"} for stdio, {"type", "server", "url", "headers"} for
+// Streamable HTTP (the registry adds "tool", "input_schema", "timeout_ms").
 json mcp_connection_json(const mcp_server_config& server);
 
 // What a registry load asks of each `mcp_servers` entry: its tools, or why they cannot be had.

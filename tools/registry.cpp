@@ -252,11 +252,29 @@ void read_mcp_servers(const field& f, const request_limits& limits, const mcp_di
   for (const field& entry : read_map(f.value, "`mcp_servers`")) {
     const std::string what = "MCP server " + ticked(entry.key);
     if (!valid_name(entry.key, false)) fail(entry.key_node, "bad MCP server name " + ticked(entry.key) + " (A-Za-z0-9_-)");
-    const auto fields =
-        read_map(entry.value, what, {"command", "args", "env", "cwd", "timeout_ms", "include", "exclude", "risk"});
+    const auto fields = read_map(entry.value, what,
+                                 {"command", "args", "env", "cwd", "url", "headers", "timeout_ms", "include", "exclude", "risk"});
     mcp_server_config server;
     server.name = entry.key;
-    server.argv.push_back(read_nonempty(fields, "command", entry.value, what));
+    // stdio (a command baton starts) or Streamable HTTP (a url it posts to), not both.
+    const bool http = find(fields, "url") != nullptr;
+    if (http == (find(fields, "command") != nullptr)) fail(entry.value, what + " needs exactly one of `command` (stdio) and `url` (Streamable HTTP)");
+    for (const char* key : {"args", "env", "cwd"}) {
+      if (http && find(fields, key)) fail(find(fields, key)->key_node, what + ": `" + key + "` is for a `command`, not a `url`");
+    }
+    if (!http && find(fields, "headers")) fail(find(fields, "headers")->key_node, what + ": `headers` are for a `url`, not a `command`");
+    if (http) {
+      server.url = read_nonempty(fields, "url", entry.value, what);
+      std::string reason;
+      if (!parse_http_url(server.url, reason, true)) fail(find(fields, "url")->value, what + "'s url: " + reason);
+      if (const field* h = find(fields, "headers")) {
+        for (const field& v : read_map(h->value, what + "'s headers")) {
+          server.headers.emplace_back(v.key, read_string(v.value, what + "'s header " + ticked(v.key)));
+        }
+      }
+    } else {
+      server.argv.push_back(read_nonempty(fields, "command", entry.value, what));
+    }
     for (std::string& a : read_names(find(fields, "args"), what + "'s args")) server.argv.push_back(std::move(a));
     if (const field* e = find(fields, "env")) {
       for (const field& v : read_map(e->value, what + "'s env")) server.env.emplace_back(v.key, read_string(v.value, what + "'s env " + ticked(v.key)));

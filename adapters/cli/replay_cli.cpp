@@ -218,7 +218,7 @@ class drift_probe {
       return;
     }
     batch_.push_back(std::move(r));
-    pending_.push_back({std::move(old), replayed, d.id});
+    pending_.push_back({std::move(old), replayed, d.id, d.proposal});
     if (batch_.size() >= 32) flush();
   }
 
@@ -244,6 +244,7 @@ class drift_probe {
     response answers;
     policies::action::kind replayed;
     std::string id;
+    json proposal;
   };
 
   void compare(const logged& was, const response& fresh) {
@@ -262,7 +263,7 @@ class drift_probe {
     }
     out_.shifts.push_back(tool_confidence(fresh, in_.policy.metric) - tool_confidence(old, in_.policy.metric));
     // The new answers under the same policy, against the logged answers under it.
-    const auto now = policies::audit(in_.policy, policies::decide_action(in_.policy, in_.registry, fresh), was.id);
+    const auto now = policies::redecide(in_.policy, in_.registry, fresh, was.proposal, false, was.id);
     if (now.what != was.replayed) ++out_.actions_changed;
   }
 
@@ -537,11 +538,7 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
       return;
     }
     // The audit draws from the logged id: the same decisions the live server would have drawn.
-    const policies::action now =
-        policies::audit(in.policy,
-                        second ? policies::decide_after_fallback(in.policy, in.registry, *answers)
-                               : policies::decide_action(in.policy, in.registry, *answers),
-                        d.id);
+    const policies::action now = policies::redecide(in.policy, in.registry, *answers, d.proposal, second, d.id);
     const std::string new_action(policies::to_string(now.what));
     if (!second && d.action == "fallback" && now.what != policies::action::fallback) {
       no_longer_falling_back.insert(d.id);

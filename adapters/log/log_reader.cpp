@@ -106,7 +106,7 @@ tool_run_record tool_run_from(std::span<const column_value> row) {
 constexpr const char* reviewed_columns =
     "d.id, d.request_id, d.session, d.turn, d.created_ms, d.engine, d.model, d.fingerprint, d.registry_hash, "
     "d.policy_hash, d.schema_hash, d.state_hash, d.answers, d.action, d.tool, d.lane, d.confidence, d.error_code, "
-    "d.fallback_of, e.id AS review_escalation, r.id AS review_id, r.created_ms AS review_created_ms, "
+    "d.fallback_of, d.proposal, e.id AS review_escalation, r.id AS review_id, r.created_ms AS review_created_ms, "
     "r.outcome AS review_outcome, r.tool AS review_tool, r.arguments AS review_arguments, r.reason AS review_reason, "
     "r.reviewer AS review_reviewer, r.\"by\" AS review_by, r.forced AS review_forced, "
     "r.registry_hash AS review_registry_hash, r.policy_hash AS review_policy_hash, f.id AS second_id, "
@@ -143,6 +143,7 @@ reviewed_decision reviewed_from(std::span<const column_value> row) {
   d.confidence = real(row, "confidence");
   d.error_code = text(row, "error_code");
   d.fallback_of = text(row, "fallback_of");
+  d.proposal = json_column(row, "proposal");
   d.media = json_column(row, "media");
   if (!text(row, "second_id").empty()) {
     out.second_pass = {text(row, "second_id"), text(row, "second_lane"), text(row, "second_action"),

@@ -116,8 +116,8 @@ class log_reader {
   // Every decision created at or after `since_ms` (unix ms), in log order, with its review. `each`
   // runs while the reader is held: it must not call the reader. Of the decision, what routing
   // used is read (ids, session, turn, created_ms, engine, model, fingerprint, the hashes, answers,
-  // action, tool, lane, confidence, error_code, fallback_of), and its `state` and `media` (what
-  // else the state was decided with) when `with_state`; not the timings, arguments, proposal nor
+  // action, tool, lane, confidence, error_code, fallback_of, proposal), and its `state` and `media`
+  // (what else the state was decided with) when `with_state`; not the timings, arguments nor
   // token counts.
   result<void> reviewed_decisions(std::int64_t since_ms, bool with_state,
                                   const std::function<void(const reviewed_decision&)>& each) const;

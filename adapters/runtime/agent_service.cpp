@@ -413,9 +413,7 @@ policies::action agent_service::decided(const std::shared_ptr<turn>& t, bool fal
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
   t->at = turn::phase::logging;
   // Text arguments: the registry's fixed values, else the proposal's (a call's own, already there).
-  if (const tools::tool* tool = tools::find_tool(t->routing->registry, t->act.tool)) {
-    tools::add_text_arguments(*tool, t->frame.proposal, t->act.arguments);
-  }
+  t->act = policies::complete(t->routing->registry, std::move(t->act), t->frame.proposal);
   t->decision_id = new_id('d');
   // The audit draws by the decision id (as `baton replay` does), so the id comes first.
   t->act = policies::audit(t->routing->policy, std::move(t->act), t->decision_id);
@@ -488,6 +486,7 @@ log::decision_record agent_service::make_record(const std::shared_ptr<turn>& t, 
   rec.confidence = t->act.confidence;
   rec.arguments = t->act.arguments;
   rec.proposal = t->frame.proposal;
+  if (t->call) rec.proposal["call"] = true;  // what `baton replay` judges again as a call
   rec.error_code = t->error_code;
   rec.fallback_of = t->first_pass;
   if (t->answers) rec.cached_tokens = t->answers->usage.cached_tokens;

@@ -13,6 +13,7 @@
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "core/sha256.hpp"
+#include "tools/arguments.hpp"
 #include "tools/mcp_client.hpp"
 
 #ifndef BATON_VERSION
@@ -77,17 +78,6 @@ json input_schema_of(const tools::tool& t) {
     props[p.name] = std::move(s);
   }
   return {{"type", "object"}, {"properties", std::move(props)}};
-}
-
-// The names of `schema`'s required arguments that `arguments` lacks.
-std::vector<std::string> missing_required(const json& schema, const json& arguments) {
-  std::vector<std::string> missing;
-  const auto required = schema.find("required");
-  if (required == schema.end() || !required->is_array()) return missing;
-  for (const json& name : *required) {
-    if (name.is_string() && !arguments.contains(name.get<std::string>())) missing.push_back(name.get<std::string>());
-  }
-  return missing;
 }
 
 std::string text_of(const json& frame, const char* key) {
@@ -509,8 +499,8 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   const json arguments = params.value("arguments", json::object());
   if (!arguments.is_object()) return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: arguments must be an object"), {});
   // Arguments the tool cannot run with are the caller's to mend: no decision is asked of them.
-  if (const auto missing = missing_required(input_schema_of(*t), arguments); !missing.empty()) {
-    return reply->answer(200, rpc_result(id, failed_result("missing required argument `" + missing.front() + "` of `" + name + "`",
+  if (const auto missing = tools::missing_required_argument(*t, arguments)) {
+    return reply->answer(200, rpc_result(id, failed_result("missing required argument `" + *missing + "` of `" + name + "`",
                                                            json::object())), {});
   }
   auto c = std::make_shared<session::call>();

@@ -1,7 +1,8 @@
 // Acceptance: baton as an MCP gateway. The official MCP TypeScript SDK's client (exactly as
 // package-lock.json pins it, unmodified) against a real `baton serve` whose registry takes the
-// tools of two MCP servers over stdio: the official reference server (server-everything) and
-// failing_server.mjs. The keyword engine decides; the policy's rules make the lanes certain: one
+// tools of MCP servers over stdio and over Streamable HTTP: the official reference server
+// (server-everything) and failing_server.mjs, each both ways (the HTTP one of ours wants a bearer
+// token, which baton's registry takes from its environment). The keyword engine decides; the policy's rules make the lanes certain: one
 // tool denied, one always escalated to a person (who approves with edited arguments, or denies),
 // the rest executed.
 //
@@ -11,7 +12,9 @@
 // with npm ci. Every request goes to 127.0.0.1 only.
 
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -38,17 +41,61 @@ let server;
 let baseURL;
 let tmp;
 let anyFailed = false;
+const upstreams = []; // the HTTP MCP servers' processes
+const upstreamToken = randomBytes(16).toString("hex");
+
+// A port nothing listens on now (server-everything takes its port from PORT).
+async function freePort() {
+  const s = createServer();
+  s.listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const { port } = s.address();
+  s.close();
+  await once(s, "close");
+  return port;
+}
+
+// Starts an MCP server over Streamable HTTP; resolves once its output matches `ready`.
+async function startUpstream(args, env, ready) {
+  const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  upstreams.push(child);
+  let seen = "";
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${args[0]} did not start: ${seen}`)), 15_000);
+    const look = (chunk) => {
+      seen += chunk;
+      if (ready.test(seen)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout.setEncoding("utf8").on("data", look);
+    child.stderr.setEncoding("utf8").on("data", look);
+    child.on("exit", (code) => reject(new Error(`${args[0]} exited (${code}): ${seen}`)));
+  });
+  return seen;
+}
 
 before(async () => {
   assert.ok(batonBin, "set BATON_BIN (or pass the baton binary as the first argument)");
   tmp = await mkdtemp(path.join(tmpdir(), "baton-mcp-gateway-"));
   const q = (s) => JSON.stringify(s);
+  const failingOut = await startUpstream(
+    [failing],
+    { FAILING_SERVER_HTTP_PORT: "0", FAILING_SERVER_TOKEN: upstreamToken },
+    /listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/,
+  );
+  const failingURL = /listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/.exec(failingOut)[1];
+  const everythingPort = await freePort();
+  await startUpstream([everything, "streamableHttp"], { PORT: String(everythingPort) }, /listening on port/);
   await writeFile(
     path.join(tmp, "tools.yaml"),
     [
       "mcp_servers:",
       `  everything: {command: node, args: [${q(everything)}], include: [echo, get-sum]}`,
       `  failing: {command: node, args: [${q(failing)}], include: [echo, pick, fail]}`,
+      `  failing_http: {url: ${q(failingURL)}, headers: {Authorization: "Bearer \${UPSTREAM_TOKEN}"}, include: [whoami, echo]}`,
+      `  everything_http: {url: "http://127.0.0.1:${everythingPort}/mcp", include: [echo]}`,
       "",
     ].join("\n"),
   );
@@ -83,13 +130,18 @@ before(async () => {
     ].join("\n"),
   );
   server = new baton_process(batonBin);
-  baseURL = await server.start(configPath, { MCP_AGENT_KEY: agentKey, MCP_REVIEWER_KEY: reviewerKey }, 20_000);
+  baseURL = await server.start(
+    configPath,
+    { MCP_AGENT_KEY: agentKey, MCP_REVIEWER_KEY: reviewerKey, UPSTREAM_TOKEN: upstreamToken },
+    20_000,
+  );
 });
 
 after(async () => {
   try {
     await server?.stopChecked(10_000, { listened: Boolean(baseURL), anyFailed });
   } finally {
+    for (const child of upstreams) child.kill("SIGTERM");
     if (tmp) await rm(tmp, { recursive: true, force: true });
   }
 });
@@ -146,7 +198,16 @@ serverTest("an MCP client lists the upstream servers' tools through baton", asyn
     assert.equal(client.getServerVersion().name, "baton");
     const { tools } = await client.listTools();
     const names = tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ["everything.echo", "everything.get-sum", "failing.echo", "failing.fail", "failing.pick"]);
+    assert.deepEqual(names, [
+      "everything.echo",
+      "everything.get-sum",
+      "everything_http.echo",
+      "failing.echo",
+      "failing.fail",
+      "failing.pick",
+      "failing_http.echo",
+      "failing_http.whoami",
+    ]);
     const pick = tools.find((t) => t.name === "failing.pick");
     assert.deepEqual(pick.inputSchema.properties.color.enum, ["red", "green", "blue"]);
     assert.deepEqual([...pick.inputSchema.required].sort(), ["color", "loud", "note"]);
@@ -174,6 +235,22 @@ serverTest("a call the policy executes runs upstream, and its decision and run a
     assert.deepEqual(JSON.parse(rows[0].arguments), { text: "hello through baton" });
     const runs = await sql(`SELECT executor, ok FROM tool_runs WHERE decision = '${decision}'`);
     assert.deepEqual(runs, [{ executor: "mcp", ok: 1 }]);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("tools of MCP servers over Streamable HTTP run there, with the headers the registry names", async () => {
+  const { client } = await connect();
+  try {
+    const who = await client.callTool({ name: "failing_http.whoami", arguments: {} });
+    assert.equal(who.content[0].text, "http", JSON.stringify(who));
+    const echoed = await client.callTool({ name: "failing_http.echo", arguments: { text: "over http" } });
+    assert.equal(echoed.content[0].text, "over http");
+    const everything = await client.callTool({ name: "everything_http.echo", arguments: { message: "hi" } });
+    assert.match(everything.content[0].text, /hi/);
+    const health = await (await fetch(`${baseURL}/health`)).json();
+    assert.equal(health.mcp_servers.failing_http.up, true, JSON.stringify(health));
   } finally {
     await client.close();
   }

@@ -132,6 +132,76 @@ TEST(Policy, AfterAFallbackOnlyAPersonIsLeft) {
   EXPECT_NE(own.hash, p.hash);
 }
 
+// A call the agent made itself (the MCP gateway): the engine's probability of that tool is its
+// confidence, whichever tool the engine liked best, and what decides keeps the call as made.
+TEST(Policy, JudgeCallReadsTheCalledToolsProbability) {
+  policy p = parse_ok(policy_yaml);
+  const json args = {{"mode", "y"}, {"note", "as called"}};
+  // The engine's top choice is `b` at 0.9; `a` has 0.02 of the rest.
+  action a = judge_call(p, test_registry(), nullptr, "a", args, false);
+  EXPECT_EQ(to_string(a.what), "escalate");  // no answers: on_engine_error
+  EXPECT_EQ(a.lane, "on_engine_error");
+  EXPECT_EQ(a.tool, "a");
+  EXPECT_EQ(a.arguments, args);
+  const response top_b = make_answers({"b", 0.9});
+  a = judge_call(p, test_registry(), &top_b, "a", args, false);
+  EXPECT_DOUBLE_EQ(a.confidence, 0.1 / 5);
+  EXPECT_EQ(to_string(a.what), "escalate");
+  EXPECT_EQ(a.lane, "lane:default");
+  EXPECT_EQ(a.arguments, args);  // not the engine's a.mode = x
+  const response top_a = make_answers({"a", 0.9});
+  a = judge_call(p, test_registry(), &top_a, "a", args, false);
+  EXPECT_EQ(to_string(a.what), "execute");
+  EXPECT_DOUBLE_EQ(a.confidence, 0.9);
+  EXPECT_EQ(a.arguments, args);
+  // margin: how far above an even share of the 6 options.
+  p.metric = confidence_metric::margin;
+  EXPECT_DOUBLE_EQ(judge_call(p, test_registry(), &top_a, "a", args, false).confidence, (6 * 0.9 - 1) / 5);
+  EXPECT_DOUBLE_EQ(judge_call(p, test_registry(), &top_b, "a", args, false).confidence, 0.0);
+  p.metric = confidence_metric::p_max;
+  // The rules read the called tool: denied, always escalated, above max_risk.
+  const response top_d = make_answers({"d", 0.99});
+  EXPECT_EQ(judge_call(p, test_registry(), &top_a, "d", args, false).lane, "rule:deny");
+  EXPECT_EQ(judge_call(p, test_registry(), &top_d, "e", args, false).lane, "rule:always_escalate");
+  EXPECT_EQ(judge_call(p, test_registry(), &top_a, "c", args, false).lane, "rule:max_risk");
+  // After a fallback what would fall back again escalates; the lane says so.
+  const response mid = make_answers({"a", 0.6});
+  EXPECT_EQ(to_string(judge_call(p, test_registry(), &mid, "a", args, false).what), "fallback");
+  a = judge_call(p, test_registry(), &mid, "a", args, true);
+  EXPECT_EQ(to_string(a.what), "escalate");
+  EXPECT_EQ(a.lane, "fallback:lane:default");
+  // A tool the answers do not offer (an unknown one) fails closed, keeping the call.
+  a = judge_call(p, test_registry(), &top_a, "zzz", args, false);
+  EXPECT_EQ(a.lane, "on_engine_error");
+  EXPECT_EQ(a.tool, "zzz");
+}
+
+// An MCP tool whose inputSchema requires an argument nobody supplied is not run by baton: its
+// execute becomes an escalation, where a person can supply it.
+TEST(Policy, CompleteEscalatesAnMcpToolMissingARequiredArgument) {
+  tools::registry r;
+  tools::tool& t = r.tools.emplace_back();
+  t.id = "srv.lookup";
+  t.executor = {{"type", "mcp"}, {"input_schema", {{"type", "object"}, {"required", {"query"}}}}};
+  t.parameters.push_back({"query", tools::parameter_type::text, "", json::object(), std::nullopt});
+  action a;
+  a.what = action::execute;
+  a.tool = "srv.lookup";
+  a.lane = "lane:default";
+  action done = complete(r, a, nullptr);
+  EXPECT_EQ(to_string(done.what), "escalate");
+  EXPECT_EQ(done.lane, "rule:missing_argument:query");
+  a.lane = "fallback:lane:default";
+  EXPECT_EQ(complete(r, a, nullptr).lane, "fallback:rule:missing_argument:query");
+  const json proposal = {{"tool", "srv.lookup"}, {"arguments", {{"query", "order 7"}}}};
+  done = complete(r, a, proposal);
+  EXPECT_EQ(to_string(done.what), "execute");
+  EXPECT_EQ(done.arguments, json({{"query", "order 7"}}));
+  // Only an execute changes: a denial stays one.
+  a.what = action::deny;
+  EXPECT_EQ(to_string(complete(r, a, nullptr).what), "deny");
+}
+
 TEST(Policy, ConfidenceFollowsThePolicyMetric) {
   policy p = parse_ok(policy_yaml);
   EXPECT_DOUBLE_EQ(decide_action(p, test_registry(), make_answers({"a", 0.86})).confidence, 0.86);

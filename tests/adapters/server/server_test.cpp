@@ -136,6 +136,10 @@ TEST_F(server_test, baton_runs_an_mcp_servers_tool) {
   const json f = c.read();
   EXPECT_EQ(f["ok"], false) << f;
   EXPECT_EQ(f["error_code"], "EXECUTOR_TOOL_ERROR") << f;
+  // echo's `text` is required and the agent proposed none: baton does not run it, a person decides.
+  const json m = c.request(decide("mcp-3", {script({{"tool", "failing.echo"}, {"p", 0.9}})}));
+  EXPECT_EQ(m["action"], "escalate") << m;
+  EXPECT_EQ(m["lane"], "rule:missing_argument:text") << m;
   // /health and /metrics say how the server is.
   const json health = test::parse(test::http_get(port, "/health").second);
   EXPECT_EQ(health["mcp_servers"]["failing"]["up"], true) << health;
