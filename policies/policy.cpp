@@ -349,6 +349,15 @@ lane_choice lane_for(const policy& p, std::string_view tool, bool after_fallback
 
 namespace {
 
+// The rules that read the tool alone (deny, always_escalate, max_risk): what they decide, if any.
+std::optional<std::pair<action::kind, const char*>> tool_rule(const policy& p, const tools::tool& t) {
+  auto listed = [&](const std::vector<std::string>& ids) { return std::find(ids.begin(), ids.end(), t.id) != ids.end(); };
+  if (listed(p.deny)) return std::pair{action::deny, "rule:deny"};
+  if (listed(p.always_escalate)) return std::pair{action::escalate, "rule:always_escalate"};
+  if (p.max_risk && t.risk > *p.max_risk) return std::pair{action::escalate, "rule:max_risk"};
+  return std::nullopt;
+}
+
 // The rules, then the lanes, on `a` (its tool, confidence and arguments set); `t` null for finish.
 action rules_and_lanes(const policy& p, const tools::tool* t, const response& answers, action a, bool after_fallback) {
   const bool finishing = !t;
@@ -358,12 +367,9 @@ action rules_and_lanes(const policy& p, const tools::tool* t, const response& an
     return a;
   };
 
-  auto listed = [&](const std::vector<std::string>& ids) {
-    return std::find(ids.begin(), ids.end(), a.tool) != ids.end();
-  };
-  if (t && listed(p.deny)) return decided(action::deny, "rule:deny");
-  if (t && listed(p.always_escalate)) return decided(action::escalate, "rule:always_escalate");
-  if (t && p.max_risk && t->risk > *p.max_risk) return decided(action::escalate, "rule:max_risk");
+  if (t) {
+    if (const auto rule = tool_rule(p, *t)) return decided(rule->first, rule->second);
+  }
   for (const escalation_trigger& trigger : p.escalate_when) {
     const auto fired = fires(trigger, answers);
     if (!fired) return on_engine_failure(p);
@@ -467,6 +473,10 @@ action judge_call(const policy& p, const tools::registry& registry, const respon
     const double n = static_cast<double>(choice->probabilities.size());
     a.confidence = p.metric == confidence_metric::p_max || n < 2 ? called : std::clamp((n * called - 1.0) / (n - 1.0), 0.0, 1.0);
     a = rules_and_lanes(p, t, *answers, std::move(a), after_fallback);
+  } else if (const auto rule = t ? tool_rule(p, *t) : std::nullopt) {
+    // Without answers the tool's own rules still hold: a denied tool is not sent to a person.
+    a.what = rule->first;
+    a.lane = rule->second;
   } else {
     a = on_engine_failure(p);
   }

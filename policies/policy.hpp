@@ -129,7 +129,8 @@ action decide_action(const policy& p, const tools::registry& registry, const res
 // The decision on a call the agent made itself (baton as an MCP gateway): `tool` with `arguments`
 // as called, its confidence the engine's probability of that tool under the policy's metric (p_max:
 // the probability; margin: how far above an even share of the options), then the same rules and
-// lanes. Null `answers`, or answers without that tool's probability, fail as on_engine_failure;
+// lanes. Null `answers`, or answers without that tool's probability: the tool's own rules (deny,
+// always_escalate, max_risk) where one holds, else on_engine_failure;
 // the action keeps the call's tool and arguments whatever decided, so that a person approves, and
 // baton runs, exactly the call. `after_fallback`: the fallback engine's answers, as in
 // decide_after_fallback.

@@ -82,6 +82,13 @@ if [ ! -e "$mcp_installed" ] || [ "$root/tests/mcp/package-lock.json" -nt "$mcp_
   npm ci --prefix "$root/tests/mcp" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# The MCP gateway example (examples/agents/mcp_gateway: the same SDK and reference server).
+gateway_installed="$root/examples/agents/mcp_gateway/node_modules/@modelcontextprotocol/sdk/package.json"
+if [ ! -e "$gateway_installed" ] || [ "$root/examples/agents/mcp_gateway/package-lock.json" -nt "$gateway_installed" ]; then
+  echo "baton: npm ci in examples/agents/mcp_gateway" >&2
+  npm ci --prefix "$root/examples/agents/mcp_gateway" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
 # baton-client (clients/typescript): its dependencies as package-lock.json pins them, then tsc
 # to dist/ when a source, tsconfig.json or package.json is newer than what was built.
 client="$root/clients/typescript"

@@ -90,6 +90,9 @@ std::vector<issue> complete_arguments(const tool& t, json& args) {
         if (!value.is_boolean()) add(name, "Input should be a valid boolean", "bool_type");
         break;
       case parameter_type::text:
+        // An MCP tool's argument is any JSON its inputSchema allows (a number, an object): the
+        // server checks it, as it checks what the agent called it with.
+        if (!value.is_string() && t.executor.value("type", "") == "mcp") break;
         if (!value.is_string()) {
           add(name, "Input should be a valid string", "string_type");
         } else if (p->value && value != *p->value) {

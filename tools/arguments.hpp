@@ -25,8 +25,9 @@ void add_text_arguments(const tool& t, const json& proposal, json& args);
 // (other tools' parameters are all optional to the executor); none when nothing is missing.
 std::optional<std::string> missing_required_argument(const tool& t, const json& args);
 
-// Arguments given by hand (a reviewer's): the tool's parameters only, each of its type; every
-// choice and boolean parameter given; a text parameter the registry fixes takes its value. What
+// Arguments given by hand (a reviewer's): the tool's parameters only, each of its type (an MCP
+// tool's text parameter: any JSON, its server checks it); every choice and boolean parameter
+// given; a text parameter the registry fixes takes its value. What
 // is wrong, one FastAPI-style issue per field at loc ["arguments", NAME] (["arguments"] when
 // `args` is not an object); empty when `args` is complete.
 std::vector<issue> complete_arguments(const tool& t, json& args);

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <map>
+#include <random>
 
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
@@ -80,6 +82,19 @@ json input_schema_of(const tools::tool& t) {
   return {{"type", "object"}, {"properties", std::move(props)}};
 }
 
+// A session id nobody can guess from the others (MCP asks for a secure one): 128 bits of the
+// system's random source.
+std::string random_session_id() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(random()));
+    id += part;
+  }
+  return id;
+}
+
 std::string text_of(const json& frame, const char* key) {
   const auto v = frame.find(key);
   return v != frame.end() && v->is_string() ? v->get<std::string>() : std::string();
@@ -103,10 +118,12 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     json progress_token;           // null: the client asked for no progress
     std::string key;               // the decide frame's id
     std::string decision, escalation, resolution;
+    std::string ran;               // the tool a person chose instead, when another
     std::string waiting;           // what a progress notification says
     bool escalated = false;        // its turn ended with the escalation
-    bool retried = false;          // sent again as a whole history once (the agent session was gone)
+    bool retried = false;          // its agent session begun again once (ended, evicted or full)
     bool cancelled = false;
+    bool answered = false;         // its reply got its answer (or its end)
     double progress = 0;
     std::unique_ptr<net::steady_timer> timer;
   };
@@ -127,41 +144,64 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   std::int64_t used_ms() const noexcept { return used_ms_.load(); }
   void touch() noexcept { used_ms_ = unix_ms(); }
 
-  // A tools/call: decided after those before it.
+  // A tools/call: decided after those before it. The session holds itself while it has calls, so
+  // that a call waiting for a person gets its answer (and its resolution its acknowledgement) after
+  // the gateway has let the session go.
   void add(std::shared_ptr<call> c) {
     ++calls_;
     net::post(strand_, [self = shared_from_this(), c = std::move(c)]() mutable {
+      self->keep_ = self;
+      if (self->ended_) {
+        self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
+        return self->forget(*c);
+      }
       self->queue_.push_back(std::move(c));
       if (!self->turn_out_) self->start_next();
     });
   }
 
-  // notifications/cancelled: the call gets no answer; a decision under way still goes to the log,
-  // and an escalation stays for its reviewer.
+  // notifications/cancelled: the call gets no answer. A decision under way still goes to the log;
+  // an escalation is withdrawn (denied, by the client's key), so that an approval cannot run a
+  // call nobody waits for.
   void cancel(json request_id) {
     net::post(strand_, [self = shared_from_this(), request_id = std::move(request_id)] {
       for (auto it = self->queue_.begin(); it != self->queue_.end(); ++it) {
         if ((*it)->rpc_id == request_id) {
           std::shared_ptr<call> c = *it;
           self->queue_.erase(it);
+          c->cancelled = true;
           self->close(*c);
-          return;
+          return self->forget(*c);
         }
       }
-      for (auto& [key, c] : self->by_key_) {
-        if (c->rpc_id == request_id && !c->cancelled) {
+      for (auto* calls : {&self->by_key_, &self->by_decision_}) {
+        for (auto& [key, c] : *calls) {
+          if (c->rpc_id != request_id || c->cancelled) continue;
           c->cancelled = true;
-          if (c->timer) c->timer->cancel();
-          c->reply->end();
+          self->close(*c);
+          if (c->escalated && c->resolution.empty()) self->withdraw(*c, "the MCP client cancelled the call");
           return;
         }
       }
     });
   }
 
-  // DELETE: the agent session ends with it.
+  // DELETE: the agent session ends with it, and what waits is answered now: a queued call, and a
+  // call waiting for a person (its escalation withdrawn).
   void end() {
     net::post(strand_, [self = shared_from_this()] {
+      self->ended_ = true;
+      auto queued = std::move(self->queue_);
+      self->queue_.clear();
+      for (const auto& c : queued) {
+        self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
+        self->forget(*c);
+      }
+      for (auto& [decision, c] : self->by_decision_) {
+        if (!c->escalated || c->answered) continue;
+        self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
+        if (c->resolution.empty()) self->withdraw(*c, "the MCP session ended");
+      }
       protocol::end_frame f{self->name_};
       self->agents_.on_frame(self, protocol::render(f));
     });
@@ -181,7 +221,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
 
  private:
   void start_next() {
-    if (queue_.empty()) return;
+    if (queue_.empty() || ended_) return;
     std::shared_ptr<call> c = queue_.front();
     queue_.pop_front();
     turn_out_ = true;
@@ -217,6 +257,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     json m = {{"baton/decision", c.decision},
               {"baton/arguments_hash", sha256_hex(render_json(c.arguments, true))}};
     if (!c.escalation.empty()) m["baton/escalation"] = c.escalation;
+    if (!c.ran.empty()) m["baton/tool"] = c.ran;
     return m;
   }
 
@@ -240,6 +281,11 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
       c->waiting = "waiting for a person to decide (escalation " + c->escalation + ", deadline " +
                    text_of(f, "deadline_at") + ", " + why + ")";
       turn_over();
+      if (c->cancelled || ended_) {
+        // Nobody waits for it: withdrawn, its resolution acknowledged when it comes.
+        answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
+        return withdraw(*c, c->cancelled ? "the MCP client cancelled the call" : "the MCP session ended");
+      }
       progress(c);
       return;
     }
@@ -270,20 +316,33 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
 
   void on_resolution(const json& r) {
     std::shared_ptr<call> c = by_decision(text_of(r, "decision"));
-    if (!c) return;
+    if (!c) {
+      // This session's, from before its call was forgotten: nobody else will take it.
+      if (const std::string id = text_of(r, "id"); !id.empty()) (void)agents_.desk().delivery().acknowledge(id, owner_);
+      return;
+    }
     c->resolution = text_of(r, "id");
     if (text_of(r, "outcome") == "execute") {
       // What runs is what the person approved: the hash in the answer is of these.
       if (const auto a = r.find("arguments"); a != r.end() && a->is_object()) c->arguments = *a;
+      if (const std::string tool = text_of(r, "tool"); tool != c->tool) c->ran = tool;
       const auto ex = r.find("executor");
       if (ex != r.end() && ex->is_string() && *ex != "agent") {
         c->waiting = "approved; the tool runs";
         return;  // the tool baton runs for it answers
       }
+      return finish(*c, failed_result("a person chose `" + c->ran + "` instead, which its agent runs, not baton", meta(*c)), false);
     }
     const std::string by = text_of(r, "by") == "deadline" ? "nobody decided by the deadline" : "a person denied the call";
     const std::string reason = text_of(r, "reason");
     finish(*c, failed_result(by + (reason.empty() ? std::string() : ": " + reason), meta(*c)), false);
+  }
+
+  // Denies `c`'s pending escalation in the client's name: nobody waits for it any more.
+  void withdraw(const call& c, const std::string& why) {
+    protocol::resolve_input deny;
+    deny.reason = why;
+    agents_.desk().resolve(c.escalation, std::move(deny), caller_, [](result<protocol::resolution_object>) {});
   }
 
   void on_error(const json& f) {
@@ -291,8 +350,12 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     if (!c || !c->decision.empty()) return;  // after its decision: its tool_result follows
     const std::string code = text_of(f, "code");
     by_key_.erase(c->key);
-    if (code == codes::unknown_session && started_ && !c->retried) {
-      // The agent session ended or was evicted: the call starts it again.
+    if (c->cancelled) {
+      forget(*c);
+      return turn_over();
+    }
+    if ((code == codes::unknown_session || code == codes::history_too_large) && started_ && !c->retried) {
+      // The agent session ended, was evicted or is full: the call begins it again, from itself.
       c->retried = true;
       started_ = false;
       queue_.push_front(c);
@@ -342,7 +405,8 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
 
   void answer(call& c, std::string message) {
     if (c.timer) c.timer->cancel();
-    if (c.cancelled) return;
+    if (c.cancelled || c.answered) return;
+    c.answered = true;
     if (c.streams) {
       c.reply->event(std::move(message));
       c.reply->end();
@@ -351,17 +415,21 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     }
   }
 
-  // A call that never gets an answer (cancelled while queued).
+  // A call that gets no answer (cancelled): its response ends, once.
   void close(call& c) {
+    if (c.timer) c.timer->cancel();
+    if (c.answered) return;
+    c.answered = true;
     c.reply->end();
-    --calls_;
   }
 
+  // Done with `c`; with the last call the session no longer holds itself (later, on the strand:
+  // the caller may still be in one of its members).
   void forget(call& c) {
     by_key_.erase(c.key);
     if (!c.decision.empty()) by_decision_.erase(c.decision);
-    --calls_;
     touch();
+    if (--calls_ == 0 && keep_) net::post(strand_, [hold = std::move(keep_)] {});
   }
 
   agent_service& agents_;
@@ -376,6 +444,8 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   bool started_ = false;    // the agent session has a history
   std::map<std::string, std::shared_ptr<call>> by_key_;       // under way, by the decide frame's id
   std::map<std::string, std::shared_ptr<call>> by_decision_;  // decided, waiting for a result or a person
+  bool ended_ = false;              // DELETE (or eviction): no call starts any more
+  std::shared_ptr<session> keep_;   // itself, while it has calls
 };
 
 mcp_gateway::mcp_gateway(const server_config& config, agent_service& agents, net::any_io_executor io)
@@ -400,7 +470,12 @@ bool mcp_gateway::make_room() {
   const std::int64_t now = unix_ms();
   const std::int64_t idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(config_.server.session_idle).count();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    it = !it->second->busy() && now - it->second->used_ms() > idle_ms ? sessions_.erase(it) : std::next(it);
+    if (!it->second->busy() && now - it->second->used_ms() > idle_ms) {
+      it->second->end();
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
   }
   if (sessions_.size() < config_.server.max_sessions) return true;
   auto oldest = sessions_.end();
@@ -436,14 +511,17 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   if (!method_it->is_string()) return reply->answer(400, rpc_error(id, invalid_request, "Invalid Request: the method is not a string"), {});
   const std::string method = method_it->get<std::string>();
   const json params = msg.value("params", json::object());
-  if (!params.is_object()) return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: params must be an object"), {});
+  if (!params.is_object()) {
+    if (!has_id) return reply->answer(202, {}, {});  // a notification is not answered, even a wrong one
+    return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: params must be an object"), {});
+  }
 
   if (method == "initialize") {
     if (!has_id) return reply->answer(400, rpc_error(nullptr, invalid_request, "Invalid Request: initialize is a request"), {});
     const std::string asked = params.value("protocolVersion", json()).is_string() ? params["protocolVersion"].get<std::string>() : "";
     const auto& versions = tools::mcp_protocol_versions();
     const std::string version = std::find(versions.begin(), versions.end(), asked) != versions.end() ? asked : versions.front();
-    auto s = std::make_shared<session>(agents_, io_, new_id('s'), p.owner, p.caller);
+    auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller);
     {
       std::lock_guard lock(mutex_);
       if (!make_room()) {
@@ -502,6 +580,13 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   if (const auto missing = tools::missing_required_argument(*t, arguments)) {
     return reply->answer(200, rpc_result(id, failed_result("missing required argument `" + *missing + "` of `" + name + "`",
                                                            json::object())), {});
+  }
+  // An http or command tool runs with its registry parameters only, each of its type.
+  if (t->executor.value("type", "") != "mcp") {
+    json checked = arguments;
+    if (const auto issues = tools::complete_arguments(*t, checked); !issues.empty()) {
+      return reply->answer(200, rpc_error(id, invalid_params, "Invalid params: " + issues_message(issues)), {});
+    }
   }
   auto c = std::make_shared<session::call>();
   c->rpc_id = id;

@@ -422,7 +422,9 @@ void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_re
   p.protocol = header("MCP-Protocol-Version");
   // A client that does not list text/event-stream gets one JSON answer, without progress.
   const std::string accept = header("Accept");
-  p.streams = accept.empty() || accept.find("text/event-stream") != std::string::npos || accept.find("*/*") != std::string::npos;
+  // HTTP/1.0 has no chunks to stream in.
+  p.streams = req.version() >= 11 && (accept.empty() || accept.find("text/event-stream") != std::string::npos ||
+                                       accept.find("*/*") != std::string::npos);
   p.owner = owner;
   p.caller = t.who->name;
   gateway_.post(std::move(p), std::move(reply));

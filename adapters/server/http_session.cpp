@@ -176,7 +176,11 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     if (ticket_->mcp) {
       version_ = parser_->get().version();
       keep_alive_ = parser_->keep_alive();
-      hub_->api.handle_mcp(*ticket_, parser_->release(), std::make_shared<mcp_stream>(shared_from_this(), stream_.get_executor()));
+      // The body goes to the gateway now: a call that waits for a person does not hold its bytes.
+      hub_->buffered_bytes -= reserved_;
+      reserved_ = 0;
+      hub_->api.handle_mcp(*ticket_, parser_->release(),
+                           std::make_shared<mcp_stream>(shared_from_this(), stream_.get_executor(), ticket_->id));
       return;
     }
     // Guarded: a decision's completions and timers run here, and fail only this request.
@@ -188,7 +192,8 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
   // session's strand. It holds the session until the gateway lets go of it (the call's answer).
   class mcp_stream final : public mcp_reply {
    public:
-    mcp_stream(std::shared_ptr<http_session> s, net::any_io_executor strand) : session_(std::move(s)), strand_(std::move(strand)) {}
+    mcp_stream(std::shared_ptr<http_session> s, net::any_io_executor strand, std::string request)
+        : session_(std::move(s)), strand_(std::move(strand)), request_(std::move(request)) {}
     void answer(unsigned status, std::string body, std::string session) override {
       on_strand([status, body = std::move(body), session = std::move(session)](http_session& s) mutable {
         s.mcp_answer(status, std::move(body), session);
@@ -204,12 +209,14 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
    private:
     template <class F>
     void on_strand(F f) {
-      net::dispatch(strand_, [s = session_, f = std::move(f)]() mutable {
-        run_guarded("an MCP answer", [&] { f(*s); }, s.get());
+      // Only while the session still serves this request: a late call must not answer the next one.
+      net::dispatch(strand_, [s = session_, f = std::move(f), request = request_]() mutable {
+        if (s->ticket_ && s->ticket_->id == request) run_guarded("an MCP answer", [&] { f(*s); }, s.get());
       });
     }
     std::shared_ptr<http_session> session_;
     net::any_io_executor strand_;
+    std::string request_;  // its ticket's id
   };
 
   void mcp_answer(unsigned status, std::string body, const std::string& session) {

@@ -317,6 +317,56 @@ serverTest("an escalated call a person denies is an error result with the reason
   }
 });
 
+// The escalation `id` once a resolution is on it.
+async function resolvedEscalation(id) {
+  for (let i = 0; i < 100; i++) {
+    const { body } = await reviewer(`/v1/escalations/${id}`);
+    if (body.status === "resolved") return body;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`escalation ${id} was not resolved`);
+}
+
+serverTest("a call the client cancels while a person decides is withdrawn from the inbox", async () => {
+  const { client } = await connect();
+  try {
+    const controller = new AbortController();
+    const call = client.callTool(
+      { name: "failing.pick", arguments: { color: "red", loud: false, note: "cancel me" } },
+      CallToolResultSchema,
+      { signal: controller.signal },
+    );
+    const escalation = await pendingEscalation("failing.pick");
+    controller.abort("the user changed their mind");
+    await assert.rejects(call);
+    const resolved = await resolvedEscalation(escalation.id);
+    assert.equal(resolved.resolution.outcome, "deny");
+    assert.match(resolved.resolution.reason, /the MCP client cancelled the call/);
+    assert.equal(resolved.resolution.reviewer, "mcp-agent");
+    // The session goes on.
+    const echoed = await client.callTool({ name: "failing.echo", arguments: { text: "still here" } });
+    assert.equal(echoed.content[0].text, "still here");
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("ending a session answers its call that waits for a person and withdraws the escalation", async () => {
+  const { client, transport } = await connect();
+  try {
+    const call = client.callTool({ name: "failing.pick", arguments: { color: "blue", loud: true, note: "end me" } });
+    const escalation = await pendingEscalation("failing.pick");
+    await transport.terminateSession();
+    await assert.rejects(call, /the MCP session has ended/);
+    const resolved = await resolvedEscalation(escalation.id);
+    assert.equal(resolved.resolution.outcome, "deny");
+    assert.match(resolved.resolution.reason, /the MCP session ended/);
+    assert.deepEqual(await sql(`SELECT * FROM tool_runs WHERE decision = '${escalation.decision}'`), []);
+  } finally {
+    await client.close();
+  }
+});
+
 serverTest("an unknown tool is -32602 and a missing required argument an error result, neither decided", async () => {
   const { client } = await connect();
   try {

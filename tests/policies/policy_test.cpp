@@ -170,6 +170,11 @@ TEST(Policy, JudgeCallReadsTheCalledToolsProbability) {
   a = judge_call(p, test_registry(), &mid, "a", args, true);
   EXPECT_EQ(to_string(a.what), "escalate");
   EXPECT_EQ(a.lane, "fallback:lane:default");
+  // Without answers the called tool's own rules still hold: denied, not sent to a person.
+  a = judge_call(p, test_registry(), nullptr, "d", args, false);
+  EXPECT_EQ(to_string(a.what), "deny");
+  EXPECT_EQ(a.lane, "rule:deny");
+  EXPECT_EQ(judge_call(p, test_registry(), nullptr, "c", args, true).lane, "fallback:rule:max_risk");
   // A tool the answers do not offer (an unknown one) fails closed, keeping the call.
   a = judge_call(p, test_registry(), &top_a, "zzz", args, false);
   EXPECT_EQ(a.lane, "on_engine_error");

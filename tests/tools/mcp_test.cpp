@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/error_codes.hpp"
+#include "tools/arguments.hpp"
 #include "tools/executor.hpp"
 #include "tools/mcp_client.hpp"
 #include "tools/registry.hpp"
@@ -110,6 +111,14 @@ TEST_F(mcp, servers_tools_become_registry_tools_with_choices_booleans_and_risk) 
   EXPECT_EQ(find_tool(r, "failing.delete_all")->risk, risk_level::high);  // destructiveHint
   EXPECT_EQ(find_tool(r, "failing.echo")->risk, risk_level::medium);      // the file's override
   EXPECT_EQ(find_tool(r, "failing.crash"), nullptr);                      // excluded
+  // A reviewer's (or an MCP client's) arguments: an MCP text argument may be any JSON (a number
+  // for get-sum), which its server checks; a choice must still be one of its values.
+  json sum = {{"a", 2}, {"b", 40}};
+  EXPECT_TRUE(complete_arguments(*find_tool(r, "everything.get-sum"), sum).empty());
+  json wrong = {{"color", "purple"}, {"loud", true}, {"note", 7}};
+  const auto issues = complete_arguments(*pick, wrong);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].loc, json::array({"arguments", "color"}));
   EXPECT_TRUE(no_children_left());
 }
 
