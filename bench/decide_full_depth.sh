@@ -9,10 +9,8 @@
 #   bench/decide_full_depth.sh [--media] RELEASE [TOKENS ...]     (default 512 2048 8192)
 #
 # RELEASE: a random real-shape release, e.g. the 48-layer int4 one of docs/performance.md ("int4
-# experts": clef_forward --shape real --dtype int4, then bench/tile_layers.py ... 48). Random
-# releases carry no tokenizer and put the media token ids at 31990-31996; this gives RELEASE the
-# Qwen3-Omni tokenizer of the tests' data and that tokenizer's media ids, so that the request is
-# read as the real model reads it. Run from the repository root, after a build.
+# experts": clef_forward --shape real --dtype int4, then bench/tile_layers.py ... 48), given a
+# tokenizer first (bench/release_tokenizer.sh). Run from the repository root, after a build.
 set -euo pipefail
 
 media=0
@@ -24,16 +22,7 @@ lengths=("$@")
 baton=build/adapters/baton
 [ -x "$baton" ] || { echo "no $baton: build first" >&2; exit 1; }
 
-cp tests/data/vectors/tokenizer/qwen3_omni_tokenizer.json "$release/tokenizer.json"
-python3 - "$release/config.json" <<'EOF'
-import json, sys
-path = sys.argv[1]
-config = json.load(open(path))
-ids = {"image_token_id": 151655, "video_token_id": 151656, "audio_token_id": 151675, "vision_start_token_id": 151652,
-       "vision_end_token_id": 151653, "audio_start_token_id": 151669, "audio_end_token_id": 151670}
-config["thinker_config"].update(ids)
-json.dump(config, open(path, "w"), indent=1)
-EOF
+bench/release_tokenizer.sh "$release"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -384,6 +384,20 @@ action rules_and_lanes(const policy& p, const tools::tool* t, const response& an
   return decided(action::escalate, l.name);
 }
 
+}  // namespace
+
+double confidence_in(const choice_answer& c, std::string_view option, confidence_metric metric) {
+  double p = -1;
+  for (const auto& [o, probability] : c.probabilities) {
+    if (o == option) p = probability;
+  }
+  if (p < 0) return p;
+  const double n = static_cast<double>(c.probabilities.size());
+  return metric == confidence_metric::p_max || n < 2 ? p : std::clamp((n * p - 1.0) / (n - 1.0), 0.0, 1.0);
+}
+
+namespace {
+
 const choice_answer* tool_choice(const response& answers) {
   const answer* tool_answer = find_answer(answers, tools::tool_question_id);
   return tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
@@ -397,14 +411,10 @@ action decide(const policy& p, const tools::registry& registry, const response& 
   const tools::tool* t = tools::find_tool(registry, choice->choice);
   if (!finishing && !t) return on_engine_failure(p);
 
-  std::vector<double> probabilities;
-  probabilities.reserve(choice->probabilities.size());
-  for (const auto& [option, probability] : choice->probabilities) probabilities.push_back(probability);
-
   action a;
   a.tool = choice->choice;
   // The policy's metric, not the engine's: a threshold means the same thing across engines.
-  a.confidence = choice_confidence(probabilities, p.metric);
+  a.confidence = std::max(0.0, confidence_in(*choice, choice->choice, p.metric));
   if (t) {
     auto args = tools::arguments_from_answers(*t, answers);
     if (!args) return on_engine_failure(p);
@@ -459,19 +469,12 @@ action judge_call(const policy& p, const tools::registry& registry, const respon
                   const json& arguments, bool after_fallback) {
   const tools::tool* t = tools::find_tool(registry, tool);
   const choice_answer* choice = answers ? tool_choice(*answers) : nullptr;
-  double called = -1;
-  if (choice) {
-    for (const auto& [option, probability] : choice->probabilities) {
-      if (option == tool) called = probability;
-    }
-  }
+  const double confidence = choice ? confidence_in(*choice, tool, p.metric) : -1;
   action a;
-  if (t && called >= 0) {
+  if (t && confidence >= 0) {
     a.tool = std::string(tool);
     a.arguments = arguments;
-    // p_max: the probability itself; margin: how far above an even share of the options it is.
-    const double n = static_cast<double>(choice->probabilities.size());
-    a.confidence = p.metric == confidence_metric::p_max || n < 2 ? called : std::clamp((n * called - 1.0) / (n - 1.0), 0.0, 1.0);
+    a.confidence = confidence;
     a = rules_and_lanes(p, t, *answers, std::move(a), after_fallback);
   } else if (const auto rule = t ? tool_rule(p, *t) : std::nullopt) {
     // Without answers the tool's own rules still hold: a denied tool is not sent to a person.

@@ -90,6 +90,13 @@ struct action {
 
 std::string_view to_string(action::kind k) noexcept;
 
+// The confidence in `option` of a choice under the metric: p_max its probability; margin how far
+// above an even share of the n options it is, (n·p − 1)/(n − 1) in [0, 1]. For the engine's own
+// choice (its most probable option) this is choice_confidence; for a call, or a choice made in two
+// stages (another option may hold more: a group not asked about), it is that option's: what the
+// policy's lanes read, and what `baton calibrate` fits. Negative when the choice has no such option.
+double confidence_in(const choice_answer& c, std::string_view option, confidence_metric metric);
+
 // The lane `tool`'s confidence is held against: its own, else the default; from the fallback
 // engine's lanes (`fallback_lanes`, when the policy has them) for the fallback engine's answers.
 // `name` is what a decision records: "lane:TOOL" or "lane:default".

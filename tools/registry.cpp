@@ -8,6 +8,7 @@
 #include "core/request.hpp"
 #include "core/sha256.hpp"
 #include "tools/mcp_client.hpp"
+#include "tools/schema_compiler.hpp"
 #include "tools/yaml.hpp"
 
 namespace baton::tools {
@@ -143,7 +144,7 @@ parameter read_parameter(const field& entry, const std::string& tool_what, const
 }
 
 tool read_tool(const YAML::Node& n, const request_limits& limits) {
-  const auto fields = read_map(n, "a tool", {"id", "description", "risk", "executor", "parameters"});
+  const auto fields = read_map(n, "a tool", {"id", "description", "risk", "executor", "parameters", "group"});
   tool t;
   const field* id = find(fields, "id");
   if (!id) fail(n, "a tool has no id");
@@ -152,6 +153,10 @@ tool read_tool(const YAML::Node& n, const request_limits& limits) {
   const std::string what = "tool " + ticked(t.id);
   t.description = read_nonempty(fields, "description", n, what);
   if (const field* r = find(fields, "risk")) t.risk = read_risk(r->value);
+  if (const field* g = find(fields, "group")) {
+    t.group = read_string(g->value, what + "'s group");
+    if (!valid_name(t.group, false)) fail(g->value, "bad group " + ticked(t.group) + " of " + what + " (A-Za-z0-9_-)");
+  }
   // A tool without an executor is run by the agent itself.
   t.executor = json{{"type", "agent"}};
   if (const field* e = find(fields, "executor")) t.executor = read_executor(e->value, what);
@@ -181,6 +186,7 @@ tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_too
               const YAML::Node& at, const request_limits& limits) {
   tool t;
   t.id = server.name + "." + info.name;
+  t.group = server.name;
   const std::string what = "MCP server " + ticked(server.name) + "'s tool " + ticked(info.name);
   if (!valid_name(info.name, true)) fail(at, what + ": its name has characters a tool id cannot have (A-Za-z0-9_.-)");
   t.description = info.title.empty()         ? info.description
@@ -358,18 +364,20 @@ registry read_registry(const YAML::Node& root, const request_limits& limits, con
     fail(tools_at, "the tool choice has " + std::to_string(tool_options) + " option(s); it needs at least " +
                               std::to_string(min_options) + " (tools, plus finish when configured)");
   }
-  if (tool_options > limits.max_choice_options) {
-    fail(tools_at, "the tool choice has " + std::to_string(tool_options) +
-                       " options, over the engine's limit of " + std::to_string(limits.max_choice_options));
-  }
-
-  // Every question of the compiled request, in order, with where it comes from in the file.
+  // Every question of the compiled request, in order, with where it comes from in the file. What
+  // one request cannot hold (too many tools, questions or options) may still be routed in two
+  // stages: checked at the end.
   std::set<std::string> question_ids{tool_question_id};
   std::size_t questions = 1, total_options = tool_options;
+  std::optional<std::pair<YAML::Node, std::string>> one_request_too_large;
+  if (tool_options > limits.max_choice_options) {
+    one_request_too_large.emplace(tools_at, "the tool choice has " + std::to_string(tool_options) +
+                                                " options, over the engine's limit of " + std::to_string(limits.max_choice_options));
+  }
   auto count_question = [&](const YAML::Node& at, std::size_t options) {
-    if (++questions > limits.max_questions) {
-      fail(at, "the registry makes more than " + std::to_string(limits.max_questions) +
-                   " questions (the tool choice, parameter and global questions), the engine's limit");
+    if (++questions > limits.max_questions && !one_request_too_large) {
+      one_request_too_large.emplace(at, "the registry makes more than " + std::to_string(limits.max_questions) +
+                                            " questions (the tool choice, parameter and global questions), the engine's limit");
     }
     total_options += options;
   };
@@ -403,10 +411,19 @@ registry read_registry(const YAML::Node& root, const request_limits& limits, con
       count_question(q.key_node, options);
     }
   }
-  if (limits.max_total_options && total_options > limits.max_total_options) {
-    fail(tools_at, "the registry's questions have " + std::to_string(total_options) +
-                              " options in all, over the engine's budget of " +
-                              std::to_string(limits.max_total_options));
+  if (limits.max_total_options && total_options > limits.max_total_options && !one_request_too_large) {
+    one_request_too_large.emplace(tools_at, "the registry's questions have " + std::to_string(total_options) +
+                                                " options in all, over the engine's budget of " +
+                                                std::to_string(limits.max_total_options));
+  }
+  if (one_request_too_large) {
+    // Two stages need two groups at least: with one, the first stage would ask nothing.
+    std::set<std::string> groups;
+    for (const tool& t : r.tools) groups.insert(group_of(t));
+    if (groups.size() < 2) fail(one_request_too_large->first, one_request_too_large->second);
+    if (auto staged = compile_stages(r, limits); !staged) {
+      fail(one_request_too_large->first, one_request_too_large->second + "; in two stages (by group): " + staged.error().message);
+    }
   }
   r.hash = sha256_hex(r.canonical_json());
   return r;
@@ -468,6 +485,10 @@ std::string registry::canonical_json() const {
                   {"risk", to_string(t.risk)},
                   {"executor", t.executor},
                   {"parameters", std::move(ps)}});
+    // Only when written: registries without `group:` keep their hash (an MCP tool's is its server).
+    if (!t.group.empty() && !(t.executor.value("type", "") == "mcp" && t.executor.value("server", "") == t.group)) {
+      ts.back()["group"] = t.group;
+    }
   }
   c["finish"] = finish ? json(*finish) : json(nullptr);
   json& qs = c["questions"] = json::array();

@@ -42,6 +42,9 @@ struct tool {
   risk_level risk = risk_level::low;
   json executor;  // {"type": "agent" | "http" | "command", ...} as written, or "mcp" as an MCP server's tool became it
   std::vector<parameter> parameters;  // in file order
+  // What it is routed with in two stages (schema_compiler.hpp): `group:` as written, an MCP
+  // server's name for its tools; empty: the group "default".
+  std::string group;
 };
 
 // Where a loaded file wrote its elements, for `baton check`'s warnings: dotted paths (a registry's
@@ -75,7 +78,8 @@ const tool* find_tool(const registry& r, std::string_view id);
 std::string parameter_question_id(const tool& t, const parameter& p);
 
 // 422 INVALID_REGISTRY, message "FILE:LINE: reason", for anything the file gets wrong, including
-// a registry whose compiled request would exceed `limits` (the serving engine's). Each of
+// a registry whose compiled request would exceed `limits` (the serving engine's) both as one
+// request and in two stages (compile_stages). Each of
 // `mcp_servers` is started and its tools listed through `discover` (empty: discover_mcp_tools with
 // default executor limits), and a server that cannot be is an error naming it.
 result<registry> parse_registry(std::string_view yaml_text, std::string_view file_name,

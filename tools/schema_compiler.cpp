@@ -4,11 +4,27 @@
 #include <bit>
 #include <cmath>
 #include <iterator>
+#include <set>
 
 #include "core/error_codes.hpp"
 #include "core/sha256.hpp"
 
 namespace baton::tools {
+
+namespace {
+
+// The tool's choice and boolean parameters as questions "<tool_id>.<param>" (choice, noul).
+void add_parameter_questions(const tool& t, json& questions) {
+  for (const parameter& p : t.parameters) {
+    if (p.type == parameter_type::choice) {
+      questions[parameter_question_id(t, p)] = {{"type", "choice"}, {"instructions", p.instructions}, {"criteria", p.values}};
+    } else if (p.type == parameter_type::boolean) {
+      questions[parameter_question_id(t, p)] = {{"type", "noul"}, {"instructions", p.instructions}};
+    }
+  }
+}
+
+}  // namespace
 
 result<request> compile_questions(const registry& r, const request_limits& limits, const json& extra_questions) {
   json tools = json::object();
@@ -18,16 +34,7 @@ result<request> compile_questions(const registry& r, const request_limits& limit
   json questions = json::object();
   questions[tool_question_id] = {
       {"type", "choice"}, {"instructions", "Which tool should the agent call next?"}, {"criteria", std::move(tools)}};
-  for (const tool& t : r.tools) {
-    for (const parameter& p : t.parameters) {
-      if (p.type == parameter_type::choice) {
-        questions[parameter_question_id(t, p)] = {
-            {"type", "choice"}, {"instructions", p.instructions}, {"criteria", p.values}};
-      } else if (p.type == parameter_type::boolean) {
-        questions[parameter_question_id(t, p)] = {{"type", "noul"}, {"instructions", p.instructions}};
-      }
-    }
-  }
+  for (const tool& t : r.tools) add_parameter_questions(t, questions);
   for (const auto& [id, q] : r.questions.items()) questions[id] = q;
   if (extra_questions.is_object()) {
     for (const auto& [id, q] : extra_questions.items()) {
@@ -55,6 +62,141 @@ result<request> compile_schema(const registry& r, json history, const request_li
   auto req = compile_questions(r, limits, extra_questions);
   if (req) req->state = std::move(history);
   return req;
+}
+
+std::string group_of(const tool& t) { return t.group.empty() ? "default" : t.group; }
+
+bool routed_in_two_stages(const registry& r, std::size_t max_options, const request_limits& limits) {
+  std::set<std::string> groups;
+  for (const tool& t : r.tools) groups.insert(group_of(t));
+  const std::size_t options = r.tools.size() + (r.finish ? 1 : 0);
+  return groups.size() >= 2 && (options > max_options || !compile_questions(r, limits));
+}
+
+result<staged_questions> compile_stages(const registry& r, const request_limits& limits) {
+  staged_questions s;
+  for (const tool& t : r.tools) {
+    const std::string g = group_of(t);
+    auto& members = s.members[g];
+    if (members.empty()) s.groups.push_back(g);
+    members.push_back(t.id);
+  }
+  // The first stage: each group an option (its tools named, as far as a description should go).
+  registry first;
+  first.finish = r.finish;
+  first.questions = r.questions;
+  for (const std::string& g : s.groups) {
+    if (g == finish_option) return make_error(422, codes::invalid_registry, "a group cannot be named `finish` (the finish option)");
+    std::string description = "Tools of " + g + ":";
+    for (const std::string& id : s.members[g]) {
+      const tool& t = *find_tool(r, id);
+      const std::string entry = " " + id + " (" + t.description + ");";
+      if (description.size() + entry.size() > max_group_description) {
+        description += " …";
+        break;
+      }
+      description += entry;
+    }
+    tool& option = first.tools.emplace_back();
+    option.id = g;
+    option.description = std::move(description);
+  }
+  auto first_request = compile_questions(first, limits);
+  if (!first_request) {
+    return make_error(422, codes::invalid_registry, "the first stage (which group): " + first_request.error().message);
+  }
+  s.first = std::move(*first_request);
+  std::string hashes = schema_hash(s.first);
+  for (const std::string& g : s.groups) {
+    registry group;
+    for (const std::string& id : s.members[g]) group.tools.push_back(*find_tool(r, id));
+    result<request> second = make_error(500, codes::internal, "unset");
+    if (group.tools.size() == 1) {
+      // The tool is known: only its choice and boolean parameters are left to ask, when it has any.
+      json questions = json::object();
+      add_parameter_questions(group.tools.front(), questions);
+      if (questions.empty()) continue;
+      second = request_from_json(json{{"state", json::array()}, {"questions", std::move(questions)}}, limits);
+    } else {
+      second = compile_questions(group, limits);
+    }
+    if (!second) {
+      return make_error(422, codes::invalid_registry, "the second stage of group `" + g + "`: " + second.error().message);
+    }
+    hashes += schema_hash(*second);
+    s.second.emplace(g, std::move(*second));
+  }
+  s.schema_hash = sha256_hex(hashes);
+  return s;
+}
+
+response merge_stages(const staged_questions& stages, const response& first, const std::string& group,
+                      const response* second) {
+  response out;
+  out.model = first.model;
+  const answer* a1 = find_answer(first, tool_question_id);
+  const auto* c1 = a1 ? std::get_if<choice_answer>(a1) : nullptr;
+  const answer* a2 = second ? find_answer(*second, tool_question_id) : nullptr;
+  const auto* c2 = a2 ? std::get_if<choice_answer>(a2) : nullptr;
+  auto p1 = [&](const std::string& option) {
+    if (c1) {
+      for (const auto& [o, p] : c1->probabilities) {
+        if (o == option) return p;
+      }
+    }
+    return 0.0;
+  };
+  choice_answer merged;
+  if (group.empty()) {  // finish: the first stage's choice, its groups named as such
+    if (c1) {
+      merged = *c1;
+      for (auto& [o, p] : merged.probabilities) {
+        if (o != finish_option) o = "group:" + o;
+      }
+    }
+    out.answers.emplace_back(tool_question_id, std::move(merged));
+    for (const auto& [id, a] : first.answers) {
+      if (id != tool_question_id) out.answers.emplace_back(id, a);
+    }
+    out.usage = first.usage;
+    return out;
+  }
+  const double pg = p1(group);
+  const std::vector<std::string>& members = stages.members.at(group);
+  for (const std::string& id : members) {
+    double within = 1.0;
+    if (c2) {
+      within = 0;
+      for (const auto& [o, p] : c2->probabilities) {
+        if (o == id) within = p;
+      }
+    }
+    merged.probabilities.emplace_back(id, pg * within);
+  }
+  merged.choice = c2 ? c2->choice : members.front();
+  for (const std::string& g : stages.groups) {
+    if (g != group) merged.probabilities.emplace_back("group:" + g, p1(g));
+  }
+  if (c1) {
+    for (const auto& [o, p] : c1->probabilities) {
+      if (o == finish_option) merged.probabilities.emplace_back(o, p);
+    }
+  }
+  for (const auto& [o, p] : merged.probabilities) {
+    if (o == merged.choice) merged.confidence = p;
+  }
+  out.answers.emplace_back(tool_question_id, std::move(merged));
+  for (const response* r : {&first, second}) {
+    if (!r) continue;
+    for (const auto& [id, a] : r->answers) {
+      if (id != tool_question_id) out.answers.emplace_back(id, a);
+    }
+    out.usage.input_tokens += r->usage.input_tokens;
+    out.usage.output_tokens += r->usage.output_tokens;
+    if (r->usage.cached_tokens) out.usage.cached_tokens = out.usage.cached_tokens.value_or(0) + *r->usage.cached_tokens;
+    if (r->usage.state_truncated) out.usage.state_truncated = out.usage.state_truncated.value_or(false) || *r->usage.state_truncated;
+  }
+  return out;
 }
 
 std::string schema_hash(const request& r) {

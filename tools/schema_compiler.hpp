@@ -3,9 +3,11 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/answers.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/limits.hpp"
@@ -39,6 +41,47 @@ result<request> compile_questions(const registry& r, const request_limits& limit
 // "sha256:…" over the questions in order (ids, types, instructions, criteria); the state is left
 // out, so every turn of one registry has the same schema hash.
 std::string schema_hash(const request& r);
+
+// Two-stage routing, for a registry larger than one choice should be (`routing.max_options`, or
+// the engine's limits): the first request asks which group fits (`tool`, a choice over the groups
+// in order of their first tool, then `finish` when configured) with the global questions; the
+// second, on the same state, which tool of that group (`tool` over its tools) with their
+// parameter questions. The state comes before the questions in what an engine reads, so the second
+// request's prefix is the first's and a prefix cache serves it.
+struct staged_questions {
+  request first;
+  std::vector<std::string> groups;                            // the first stage's options, in order
+  std::map<std::string, std::vector<std::string>> members;   // group → its tool ids, in registry order
+  // group → the second stage; for a group of one tool only its parameter questions (no `tool`),
+  // and none when it has no choice or boolean parameter.
+  std::map<std::string, request> second;
+  std::string schema_hash;                // over the first stage and every second, in order
+};
+
+// Whether `r` is routed in two stages: it has at least two groups, and more tool options (finish
+// included) than `max_options` or more than one request under `limits` can hold.
+bool routed_in_two_stages(const registry& r, std::size_t max_options, const request_limits& limits);
+
+// A first-stage option's text: the group's tools, ids and descriptions, up to this many characters
+// (every turn reads every group's).
+inline constexpr std::size_t max_group_description = 300;
+
+// A tool's group: its `group`, else "default".
+std::string group_of(const tool& t);
+
+// The two stages of `r`, each validated against `limits` (422 naming the stage that does not fit);
+// a group named `finish` is refused (it would be the finish option).
+result<staged_questions> compile_stages(const registry& r, const request_limits& limits);
+
+// One answer set from the two: the first's questions but `tool`, the second's but `tool`, and a
+// `tool` choice of the second stage's choice over the group's tools with probability
+// P(group)·P(tool | group), beside the other groups ("group:NAME", P(NAME)) and `finish`: the
+// policy reads the probability of the tool it runs (p_max: as one stage would give it; margin
+// counts these options). `second` null, or without `tool`: a group of one tool (P(tool | group)
+// = 1). `group` empty: the first stage ended it (finish), its groups listed as "group:NAME".
+// Usage is the two requests' sum.
+response merge_stages(const staged_questions& stages, const response& first, const std::string& group,
+                      const response* second);
 
 // How an agent's history is fitted to the engine's context window (`routing.keep_first`,
 // `routing.drop_fraction`). An engine cuts a state that does not fit from its end, which would lose

@@ -386,7 +386,9 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
     const auto answers = logged_answers(d);
     const answer* tool_answer = answers ? find_answer(*answers, tools::tool_question_id) : nullptr;
     const auto* choice = tool_answer ? std::get_if<choice_answer>(tool_answer) : nullptr;
-    tool_calibration* t = choice ? tool_index(choice->choice) : nullptr;
+    // The tool the policy judged: the engine's choice, or the call an agent made (an MCP gateway's).
+    const std::string judged = d.tool.empty() || !choice ? (choice ? choice->choice : std::string()) : d.tool;
+    tool_calibration* t = choice ? tool_index(judged) : nullptr;
     if (!t) {
       ++rep.unreadable;
       return;
@@ -399,9 +401,7 @@ result<calibration_report> calibrate_log(const log::log_reader& log, const revie
     const auto& drawn = row.second_pass ? row.second_pass->lane : d.lane;
     const auto& drawn_under = row.second_pass ? row.second_pass->policy_hash : d.policy_hash;
     const bool audit = policies::is_audit_lane(drawn);
-    std::vector<double> p;
-    for (const auto& [option, probability] : choice->probabilities) p.push_back(probability);
-    const double confidence = choice_confidence(p, in.policy.metric);
+    const double confidence = std::max(0.0, policies::confidence_in(*choice, judged, in.policy.metric));
     t->confidences.push_back(confidence);
     switch (review_of(row)) {
       case review::none: return;

@@ -414,7 +414,10 @@ std::optional<int> read_review_inputs(const command_args& a, const char* command
     config = std::move(*loaded);
   }
   out.db = db ? log::log_at(*db) : config->log;
-  if (config) out.history = config->history;
+  if (config) {
+    out.history = config->history;
+    out.max_options = config->max_options;
+  }
   out.registry_file = registry ? std::filesystem::path(*registry) : config->registry;
   out.policy_file = policy ? std::filesystem::path(*policy) : config->policy;
   for (const auto* file : {&out.registry_file, &out.policy_file}) {
@@ -506,6 +509,12 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
 
   std::optional<drift_probe> probe;
   if (engine) {
+    // Drift asks one request per decision; a registry the server routes in two stages would be
+    // compared with answers of another shape.
+    if (tools::routed_in_two_stages(in.registry, in.max_options, engine->describe().limits)) {
+      return make_error(422, codes::invalid_registry,
+                        "--engine: the registry is routed in two stages (routing.max_options), which drift does not ask yet");
+    }
     auto questions = tools::compile_questions(in.registry, engine->describe().limits);
     if (!questions) return questions.error();
     rep.drift.emplace();

@@ -46,6 +46,12 @@ struct agent_service::turn {
   json frame_id;
   protocol::decide_frame frame;
   bool call = false;  // the agent's own call (on_call): the policy judges frame.proposal
+  // Two-stage routing (routing_snapshot::stages): the group the first stage chose (or the call's),
+  // and the first stage's answers while the second is asked.
+  bool second_stage = false;
+  std::string group;
+  std::optional<response> first_stage;
+  std::uint64_t armed = 0;  // how often the timer was armed: a stale expiry is not this wait's
   session_turn session;
   request req;  // the questions, the media and a view of session.history; with an engine while it holds it
   // The registry, policy and executors the turn decides and runs with, to its end, whatever a
@@ -229,6 +235,10 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   t->call = call;
   if (t->frame.questions.is_null()) {
     t->req = t->routing->questions;
+  } else if (t->routing->stages) {
+    refuse(t, make_error(422, codes::invalid_request,
+                         "extra questions are not asked of a registry routed in two stages (routing.max_options)"));
+    return false;
   } else {
     auto compiled = tools::compile_questions(t->routing->registry, engine_.describe().limits, t->frame.questions);
     if (!compiled) {
@@ -293,11 +303,11 @@ void agent_service::capture_state(const std::shared_ptr<turn>& t) {
 }
 
 void agent_service::arm_timer(const std::shared_ptr<turn>& t, std::chrono::milliseconds timeout) {
-  // A handler already queued when the timer is cancelled still runs, with success: the phase it
-  // was armed in tells it apart.
+  // A handler already queued when the timer is cancelled still runs, with success: the arming it
+  // belongs to tells it apart (two stages arm it twice in one phase).
   t->timer.expires_after(timeout);
-  t->timer.async_wait([this, t, armed = t->at](boost::system::error_code ec) {
-    if (!ec && t->at == armed && t->engine_holds) on_timeout(t);
+  t->timer.async_wait([this, t, armed = ++t->armed](boost::system::error_code ec) {
+    if (!ec && t->armed == armed && t->deciding() && t->engine_holds) on_timeout(t);
   });
 }
 
@@ -333,8 +343,9 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
     refuse(t, r.outcome.error());
     return;
   }
-  t->queue_ms = r.queue_ms;
-  t->engine_ms = r.engine_ms;
+  // Two stages add up.
+  t->queue_ms += r.queue_ms;
+  t->engine_ms += r.engine_ms;
   metrics_.stage_ms("agent", metrics::stage::queue, r.queue_ms);
   if (r.outcome) metrics_.stage_ms("agent", metrics::stage::engine, r.engine_ms);
   const auto p0 = clock_type::now();
@@ -350,6 +361,7 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   } else {
     t->error_code = r.outcome.error().code;
   }
+  if (t->answers && t->routing->stages && next_stage(t, fallback)) return;
   t->act = decided(t, fallback);
   t->policy_ms = ms_since(p0);
   if (t->act.what == policies::action::fallback && fallback_) {
@@ -379,10 +391,59 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
   decide_and_log(t);
 }
 
+bool agent_service::next_stage(const std::shared_ptr<turn>& t, bool fallback) {
+  const tools::staged_questions& stages = *t->routing->stages;
+  if (t->second_stage) {
+    t->answers = tools::merge_stages(stages, *t->first_stage, t->group, &*t->answers);
+    return false;
+  }
+  // The group: the call's tool's, or the one the first stage chose (finish needs no second stage).
+  if (t->call) {
+    const tools::tool* called = tools::find_tool(t->routing->registry, t->frame.proposal.value("tool", ""));
+    if (!called) return false;
+    t->group = tools::group_of(*called);
+  } else {
+    const answer* a = find_answer(*t->answers, tools::tool_question_id);
+    const auto* choice = a ? std::get_if<choice_answer>(a) : nullptr;
+    if (!choice || !stages.members.contains(choice->choice)) {
+      // Finish: decided on the first stage, its groups named as groups.
+      t->answers = tools::merge_stages(stages, *t->answers, {}, nullptr);
+      return false;
+    }
+    t->group = choice->choice;
+  }
+  const auto second = stages.second.find(t->group);
+  if (second == stages.second.end()) {  // a group of one tool: nothing to ask
+    t->answers = tools::merge_stages(stages, *t->answers, t->group, nullptr);
+    return false;
+  }
+  t->first_stage = std::move(t->answers);
+  t->answers.reset();
+  t->second_stage = true;
+  t->req.questions = second->second.questions;
+  // The window again: a group's tools may take more of it than the groups did.
+  decision_engine& engine = fallback ? fallback_->engine : engine_;
+  fit_window(t, engine);
+  auto submitted = attach_media(t, engine);
+  if (submitted) {
+    submitted = fallback ? submit(t, fallback_->sched, fallback_->timeout) : submit(t, scheduler_, config_.engine.timeout);
+  }
+  if (submitted) return true;
+  // The second stage could not be asked: decided as an engine that failed.
+  t->error_code = submitted.error().code;
+  return false;
+}
+
 void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
   t->at = turn::phase::fallback;
   t->answers.reset();
   t->error_code.clear();
+  t->queue_ms = t->engine_ms = 0;
+  if (t->routing->stages) {  // the larger engine is asked both stages too
+    t->second_stage = false;
+    t->first_stage.reset();
+    t->req.questions = t->routing->questions.questions;
+  }
   // The larger engine's window is its own, and so are its media limits: an engine that reads
   // none of a kind fails the pass.
   fit_window(t, fallback_->engine);

@@ -83,6 +83,9 @@ class agent_service {
   struct turn;
   enum class turn_phase;  // where a turn is: agent_service.cpp
   bool on_decide(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f, bool call);
+  // Two-stage routing: after the first stage's answers, asks the second (true: it is asked); after
+  // the second's, merges both into the turn's answers (tools::merge_stages). False: decide now.
+  bool next_stage(const std::shared_ptr<turn>& t, bool fallback);
   // The policy's action on the turn's answers (none: the engine failed), or on its call.
   policies::action decided(const std::shared_ptr<turn>& t, bool fallback) const;
   bool on_tool_result(const std::shared_ptr<agent_connection>& c, json id, protocol::tool_result_frame&& f);

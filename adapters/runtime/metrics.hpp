@@ -39,7 +39,7 @@ class metrics {
     std::string name;
     std::string help;
     double value = 0;
-    std::string labels;  // `server="x"` (escaped by the caller); gauges of one name are consecutive
+    std::string labels = {};  // `server="x"` (escaped by the caller); gauges of one name are consecutive
   };
   using counter = gauge;
   // What is read when scraped: the gauges, and the engine's prefix cache when it keeps one

@@ -21,19 +21,38 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
   auto policy = policies::load_policy(config.policy, r->registry);
   if (!policy) return policy.error();
   r->policy = std::move(*policy);
-  auto questions = tools::compile_questions(r->registry, limits);
-  if (!questions) return questions.error();
+  // One request, or two stages (tools::routed_in_two_stages: routing.max_options, or more than one
+  // request of the engine's holds).
+  if (tools::routed_in_two_stages(r->registry, config.max_options, limits)) {
+    auto stages = tools::compile_stages(r->registry, limits);
+    if (!stages) {
+      return make_error(422, codes::invalid_registry, config.registry.string() + ": in two stages (routing.max_options " +
+                                                         std::to_string(config.max_options) + "): " + stages.error().message);
+    }
+    r->questions = stages->first;
+    r->schema_hash = stages->schema_hash;
+    r->stages = std::move(*stages);
+  } else {
+    auto questions = tools::compile_questions(r->registry, limits);
+    if (!questions) return questions.error();
+    r->questions = std::move(*questions);
+    r->schema_hash = tools::schema_hash(r->questions);
+  }
   // The fallback engine is asked the same questions: they must fit its limits too (a remote
   // server's are the wire's defaults), or every fallback would fail.
   if (fallback_limits) {
-    if (auto fits = tools::compile_questions(r->registry, *fallback_limits); !fits) {
+    std::optional<error> misfit;
+    if (r->stages) {
+      if (auto fits = tools::compile_stages(r->registry, *fallback_limits); !fits) misfit = fits.error();
+    } else if (auto fits = tools::compile_questions(r->registry, *fallback_limits); !fits) {
+      misfit = fits.error();
+    }
+    if (misfit) {
       return make_error(422, codes::invalid_registry, config.registry.string() +
                                                      ": the registry's questions do not fit the fallback engine "
-                                                     "(routing.fallback): " + fits.error().message);
+                                                     "(routing.fallback): " + misfit->message);
     }
   }
-  r->questions = std::move(*questions);
-  r->schema_hash = tools::schema_hash(r->questions);
   for (const tools::tool& t : r->registry.tools) r->executors.emplace(t.id, tools::make_executor(t, io, config.executors));
   return std::shared_ptr<const routing_snapshot>(std::move(r));
 }

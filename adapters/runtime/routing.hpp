@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -18,6 +19,7 @@
 #include "policies/policy.hpp"
 #include "tools/executor.hpp"
 #include "tools/registry.hpp"
+#include "tools/schema_compiler.hpp"
 
 namespace baton {
 
@@ -27,6 +29,9 @@ struct routing_snapshot {
   std::unordered_map<std::string, std::unique_ptr<tools::executor>> executors;  // tool id → executor
   request questions;         // what every turn asks (compile_questions); a turn adds its history
   std::string schema_hash;  // of those questions (every turn without extra questions)
+  // A registry routed in two stages (routing.max_options): `questions` is the first stage, and
+  // schema_hash is over both.
+  std::optional<tools::staged_questions> stages;
 };
 
 // Who runs `tool`: its executor's kind (http, command), or agent for a tool the registry has none

@@ -526,9 +526,11 @@ void read_systemone(const YAML::Node& n, systemone_options& o) {
 }
 
 void read_routing(const YAML::Node& n, server_config& c, const std::filesystem::path& base) {
-  for (const field& f : read_map(n, "`routing`", {"fallback", "keep_first", "drop_fraction"})) {
+  for (const field& f : read_map(n, "`routing`", {"fallback", "keep_first", "drop_fraction", "max_options"})) {
     const std::string what = ticked("routing." + f.key);
-    if (f.key == "fallback") {
+    if (f.key == "max_options") {
+      c.max_options = static_cast<std::size_t>(read_integer(f.value, what, 2, 255));
+    } else if (f.key == "fallback") {
       c.fallback.emplace();
       read_engine(f.value, *c.fallback, base, "routing.fallback");
     } else if (f.key == "keep_first") {

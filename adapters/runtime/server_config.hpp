@@ -58,6 +58,9 @@ struct server_config {
   // routing.keep_first, routing.drop_fraction: how an agent's history that no longer fits the
   // engine's window loses its oldest events.
   tools::event_dropping history;
+  // routing.max_options: a registry with more tool options (finish included) is routed in two
+  // stages, group then tool (tools/schema_compiler.hpp, compile_stages).
+  std::size_t max_options = 64;
   std::filesystem::path registry = "tools.yaml";
   std::filesystem::path policy = "policy.yaml";
   log::log_options log;

@@ -78,9 +78,18 @@ class scripted_engine : public decision_engine {
         const std::size_t n = q.option_count();
         std::vector<double> p(n, 1.0 / double(n));
         if (q.id == "tool" && script.contains("tool")) {
-          const double top = script.value("p", 0.9);
+          // The script's tool gets `p`; in a two-stage first question (options are groups), its
+          // `group` gets `group_p`.
+          std::string top_option = script["tool"].get<std::string>();
+          double top = script.value("p", 0.9);
+          bool offered = false;
+          for (std::size_t i = 0; i < n; ++i) offered = offered || q.option_id(i) == top_option;
+          if (!offered && script.contains("group")) {
+            top_option = script["group"].get<std::string>();
+            top = script.value("group_p", top);
+          }
           for (std::size_t i = 0; i < n; ++i) {
-            p[i] = q.option_id(i) == script["tool"].get<std::string>() ? top : (1 - top) / double(n - 1);
+            p[i] = q.option_id(i) == top_option ? top : (1 - top) / double(n - 1);
           }
         } else if (q.id == "needs_person") {
           const double yes = script.value("needs_person", 0.1);

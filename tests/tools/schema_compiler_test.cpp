@@ -502,3 +502,114 @@ TEST(history_media, placeholders_and_what_the_log_records) {
 
 }  // namespace
 }  // namespace baton::tools
+
+namespace baton::tools {
+namespace {
+
+// A registry of `groups` groups of `per_group` tools each (one parameter choice on the first tool
+// of each), with finish and a global question: what two-stage routing is for.
+std::string grouped_registry(int groups, int per_group) {
+  std::string y = "tools:\n";
+  for (int g = 0; g < groups; ++g) {
+    for (int t = 0; t < per_group; ++t) {
+      y += "  - {id: g" + std::to_string(g) + ".t" + std::to_string(t) + ", group: g" + std::to_string(g) +
+           ", description: \"Tool " + std::to_string(t) + " of service " + std::to_string(g) + "\"";
+      if (t == 0) y += ", parameters: {mode: {type: choice, instructions: \"Which mode?\", values: {fast: Fast, safe: Safe}}}";
+      y += "}\n";
+    }
+  }
+  return y + "finish: {description: Nothing more to do}\nquestions:\n  needs_person: {type: noul, instructions: \"A person?\"}\n";
+}
+
+// 1,000 tools are too many for one choice (255) but load as 20 groups of 50.
+TEST(compile_stages, a_registry_too_large_for_one_question_loads_in_two_stages) {
+  const registry r = load(grouped_registry(20, 50));
+  ASSERT_EQ(r.tools.size(), 1000u);
+  EXPECT_FALSE(compile_questions(r, request_limits::text_only()));
+  auto s = compile_stages(r, request_limits::text_only());
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_EQ(s->groups.size(), 20u);
+  EXPECT_EQ(s->groups[3], "g3");
+  // The first stage: the groups and finish, then the global question.
+  ASSERT_EQ(s->first.questions.size(), 2u);
+  EXPECT_EQ(s->first.questions[0].option_count(), 21u);
+  EXPECT_EQ(s->first.questions[1].id, "needs_person");
+  // Each second stage: the group's tools, then their parameter questions.
+  const request& g3 = s->second.at("g3");
+  ASSERT_EQ(g3.questions.size(), 2u);
+  EXPECT_EQ(g3.questions[0].option_count(), 50u);
+  EXPECT_EQ(g3.questions[0].option_id(7), "g3.t7");
+  EXPECT_EQ(g3.questions[1].id, "g3.t0.mode");
+  // Too large even so: groups of 300 tools.
+  auto bad = parse_registry(grouped_registry(2, 300), "tools.yaml", request_limits::text_only());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("in two stages (by group): the second stage of group `g0`"), std::string::npos)
+      << bad.error().message;
+  // One group of too many is not split: the first stage would ask nothing.
+  auto one = parse_registry(grouped_registry(1, 300), "tools.yaml", request_limits::text_only());
+  ASSERT_FALSE(one);
+  EXPECT_EQ(one.error().message, "tools.yaml:1: the tool choice has 301 options, over the engine's limit of 255");
+}
+
+TEST(compile_stages, merged_answers_give_the_tool_its_probability_in_both_stages) {
+  const registry r = load(grouped_registry(3, 2) + "");
+  const staged_questions s = compile_stages(r, request_limits::text_only()).value();
+  response first;
+  first.model = "m";
+  first.usage.input_tokens = 100;
+  first.answers.emplace_back("tool", choice_answer{"g1", 0, {{"g0", 0.1}, {"g1", 0.6}, {"g2", 0.2}, {"finish", 0.1}}});
+  first.answers.emplace_back("needs_person", noul_answer{0.2});
+  response second;
+  second.usage.input_tokens = 100;
+  second.usage.cached_tokens = 90;
+  second.answers.emplace_back("tool", choice_answer{"g1.t1", 0, {{"g1.t0", 0.25}, {"g1.t1", 0.75}}});
+  second.answers.emplace_back("g1.t0.mode", choice_answer{"safe", 0, {{"fast", 0.4}, {"safe", 0.6}}});
+  const response m = merge_stages(s, first, "g1", &second);
+  const auto& tool = std::get<choice_answer>(*find_answer(m, "tool"));
+  EXPECT_EQ(tool.choice, "g1.t1");
+  EXPECT_DOUBLE_EQ(tool.confidence, 0.45);
+  const probability_list expected = {{"g1.t0", 0.15}, {"g1.t1", 0.45}, {"group:g0", 0.1}, {"group:g2", 0.2}, {"finish", 0.1}};
+  ASSERT_EQ(tool.probabilities.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(tool.probabilities[i].first, expected[i].first);
+    EXPECT_NEAR(tool.probabilities[i].second, expected[i].second, 1e-12);
+  }
+  EXPECT_NE(find_answer(m, "needs_person"), nullptr);
+  EXPECT_NE(find_answer(m, "g1.t0.mode"), nullptr);
+  EXPECT_EQ(m.usage.input_tokens, 200);
+  EXPECT_EQ(m.usage.cached_tokens, 90);
+  // Finish won the first stage: its answer, the groups named as groups.
+  const response ended = merge_stages(s, first, "", nullptr);
+  const auto& f = std::get<choice_answer>(*find_answer(ended, "tool"));
+  EXPECT_EQ(f.probabilities[1].first, "group:g1");
+  EXPECT_EQ(f.probabilities[3].first, "finish");
+}
+
+// A group of one tool asks only that tool's parameters in its second stage (none: no second stage);
+// a registry of one group is not split, however many tools it has.
+TEST(compile_stages, a_group_of_one_tool_and_the_rule_for_splitting) {
+  const registry r = load(R"(tools:
+  - {id: a.one, group: a, description: One}
+  - {id: a.two, group: a, description: Two}
+  - {id: b.only, group: b, description: Only, parameters: {loud: {type: boolean, instructions: "Loud?"}}}
+  - {id: c.only, group: c, description: Plain}
+)");
+  const staged_questions s = compile_stages(r, request_limits::text_only()).value();
+  ASSERT_TRUE(s.second.contains("b"));
+  ASSERT_EQ(s.second.at("b").questions.size(), 1u);
+  EXPECT_EQ(s.second.at("b").questions[0].id, "b.only.loud");
+  EXPECT_FALSE(s.second.contains("c"));
+  EXPECT_TRUE(routed_in_two_stages(r, 3, request_limits::text_only()));
+  EXPECT_FALSE(routed_in_two_stages(r, 4, request_limits::text_only()));
+  const registry one_group = load(grouped_registry(1, 70));
+  EXPECT_FALSE(routed_in_two_stages(one_group, 64, request_limits::text_only()));
+  // An MCP tool's group is its server: its registry's hash does not change for it.
+  registry mcp = r;
+  mcp.tools[0].executor = {{"type", "mcp"}, {"server", "a"}};
+  registry plain = mcp;
+  plain.tools[0].group.clear();
+  EXPECT_EQ(mcp.canonical_json(), plain.canonical_json());
+}
+
+}  // namespace
+}  // namespace baton::tools

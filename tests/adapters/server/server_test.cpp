@@ -181,6 +181,50 @@ TEST_F(server_test, an_mcp_servers_changed_tool_list_reloads_the_registry) {
   EXPECT_EQ(c.read()["output"]["content"][0]["text"], "added");
 }
 
+// A registry with more tools than routing.max_options is routed in two stages on the same history:
+// which group, then which of its tools; the policy reads P(group)·P(tool | group).
+TEST_F(server_test, a_large_registry_is_routed_in_two_stages) {
+  write("tools.yaml", R"(tools:
+  - {id: a.one, group: a, description: First tool of a}
+  - {id: a.two, group: a, description: Second tool of a}
+  - {id: a.three, group: a, description: Third tool of a}
+  - {id: b.one, group: b, description: First tool of b}
+  - {id: b.two, group: b, description: Second tool of b}
+  - {id: solo, description: The only tool of its group}
+finish: {description: Nothing more to do}
+questions:
+  needs_person: {type: noul, instructions: "Does this need a person?"}
+)");
+  write("policy.yaml", "confidence: p_max\nlanes:\n  default: {execute: 0.5, fallback: 0.3}\non_engine_error: escalate\n");
+  config_ = parse_config("server: {listen: 127.0.0.1:0, io_threads: 2}\nengine: {timeout_ms: 2000}\n"
+                         "log: {path: decisions.db, synchronous: normal}\nrouting: {max_options: 4}\n");
+  ws_client c(start());
+  const json d = c.request(decide("staged", {script({{"tool", "a.two"}, {"p", 0.9}, {"group", "a"}, {"group_p", 0.8}})}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["action"], "execute");
+  EXPECT_EQ(d["tool"], "a.two");
+  EXPECT_NEAR(d["confidence"].get<double>(), 0.72, 1e-4);
+  EXPECT_EQ(engine_->calls(), 2);
+  // The second stage asked group a's tools only, on the same history.
+  EXPECT_EQ(engine_->last_request().questions[0].option_count(), 3u);
+  EXPECT_EQ(engine_->last_state().size(), 1u);
+  const std::string answers = d["answers"].dump();
+  EXPECT_NE(answers.find("group:b"), std::string::npos) << answers;
+  EXPECT_NE(answers.find("needs_person"), std::string::npos) << answers;
+  // A group of one tool needs no second stage; nor does finish.
+  const json solo = c.request(decide("staged-solo", {script({{"tool", "solo"}, {"group", "default"}, {"p", 0.9}})}));
+  EXPECT_EQ(solo["tool"], "solo") << solo;
+  EXPECT_NEAR(solo["confidence"].get<double>(), 0.9, 1e-4);
+  EXPECT_EQ(engine_->calls(), 3);
+  const json done = c.request(decide("staged-finish", {script({{"tool", "finish"}, {"p", 0.95}})}));
+  EXPECT_EQ(done["action"], "finish") << done;
+  EXPECT_EQ(engine_->calls(), 4);
+  // One row a decision, its answers the merged ones.
+  const auto rows = sql("SELECT tool, schema_hash FROM decisions ORDER BY seq");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["tool"], "a.two");
+}
+
 TEST_F(server_test, a_failing_executor_is_reported_and_logged) {
   ws_client c(start());
   const json d = c.request(decide("down", {script({{"tool", "broken_http"}, {"p", 0.9}})}));
