@@ -27,7 +27,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
-import { baton_process } from "../support/baton_process.mjs";
+import { baton_process, trackedTests } from "../support/baton_process.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const batonBin = process.env.BATON_BIN ?? process.argv[2];
@@ -40,7 +40,8 @@ const reviewerKey = `mcp-reviewer-${randomBytes(16).toString("hex")}`;
 let server;
 let baseURL;
 let tmp;
-let anyFailed = false;
+const tracked = trackedTests(test);
+const serverTest = tracked.test; // a failure also prints the server's log lines (in `after`)
 const upstreams = []; // the HTTP MCP servers' processes
 const upstreamToken = randomBytes(16).toString("hex");
 
@@ -139,23 +140,12 @@ before(async () => {
 
 after(async () => {
   try {
-    await server?.stopChecked(10_000, { listened: Boolean(baseURL), anyFailed });
+    await server?.stopChecked(10_000, { listened: Boolean(baseURL), anyFailed: tracked.failed });
   } finally {
     for (const child of upstreams) child.kill("SIGTERM");
     if (tmp) await rm(tmp, { recursive: true, force: true });
   }
 });
-
-function serverTest(name, fn) {
-  test(name, async (t) => {
-    try {
-      await fn(t);
-    } catch (err) {
-      anyFailed = true;
-      throw err;
-    }
-  });
-}
 
 async function connect() {
   const client = new Client({ name: "baton-gateway-test", version: "1.0.0" });
@@ -181,16 +171,27 @@ async function reviewer(pathname, body) {
   return { status: res.status, body: await res.json() };
 }
 
-// The pending escalation of decision `decision`, once it is there.
-async function pendingEscalation(tool) {
+// What `look` finds (asked each 100 ms, for 10 s at most); `what` names it when nothing comes.
+async function until(what, look) {
   for (let i = 0; i < 100; i++) {
-    const { body } = await reviewer("/v1/escalations?status=pending");
-    const found = body.escalations.find((e) => e.tool === tool);
+    const found = await look();
     if (found) return found;
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(`no pending escalation of ${tool}`);
+  throw new Error(`no ${what} within 10 s`);
 }
+
+// The pending escalation of `tool`, once it is there.
+const pendingEscalation = (tool) =>
+  until(`pending escalation of ${tool}`, async () =>
+    (await reviewer("/v1/escalations?status=pending")).body.escalations.find((e) => e.tool === tool));
+
+// The escalation `id` once a resolution is on it.
+const resolvedEscalation = (id) =>
+  until(`resolution of ${id}`, async () => {
+    const { body } = await reviewer(`/v1/escalations/${id}`);
+    return body.status === "resolved" ? body : null;
+  });
 
 serverTest("an MCP client lists the upstream servers' tools through baton", async () => {
   const { client } = await connect();
@@ -316,16 +317,6 @@ serverTest("an escalated call a person denies is an error result with the reason
     await client.close();
   }
 });
-
-// The escalation `id` once a resolution is on it.
-async function resolvedEscalation(id) {
-  for (let i = 0; i < 100; i++) {
-    const { body } = await reviewer(`/v1/escalations/${id}`);
-    if (body.status === "resolved") return body;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`escalation ${id} was not resolved`);
-}
 
 serverTest("a call the client cancels while a person decides is withdrawn from the inbox", async () => {
   const { client } = await connect();

@@ -17,7 +17,7 @@ import { performance } from "node:perf_hooks";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { baton_process } from "../support/baton_process.mjs";
+import { baton_process, trackedTests } from "../support/baton_process.mjs";
 
 import {
   AuthenticationError,
@@ -50,7 +50,8 @@ const limitedKey = `sdk-limited-${randomBytes(16).toString("hex")}`;
 let server; // baton serve
 let baseURL;
 let tmp;
-let anyFailed = false;
+const tracked = trackedTests(test);
+const serverTest = tracked.test; // a failure also prints the server's log lines (in `after`)
 
 const STARTUP_MS = 10_000;
 const STOP_MS = 10_000;
@@ -91,23 +92,11 @@ before(async () => {
 
 after(async () => {
   try {
-    await server?.stopChecked(STOP_MS, { listened: Boolean(baseURL), anyFailed });
+    await server?.stopChecked(STOP_MS, { listened: Boolean(baseURL), anyFailed: tracked.failed });
   } finally {
     if (tmp) await rm(tmp, { recursive: true, force: true });
   }
 });
-
-// A test whose failure also prints the server's log lines (in `after`).
-function serverTest(name, fn) {
-  test(name, async (t) => {
-    try {
-      await fn(t);
-    } catch (err) {
-      anyFailed = true;
-      throw err;
-    }
-  });
-}
 
 // A fetch for the SDK's documented `fetch` option that records every attempt: what was sent
 // (headers, body, when) and what came back (status, headers, when).

@@ -3,6 +3,23 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 
+// node:test's `test`, each failure remembered in `failed`: stopChecked then prints the server's log.
+export function trackedTests(test) {
+  const tracker = {
+    failed: false,
+    test: (name, fn) =>
+      test(name, async (t) => {
+        try {
+          await fn(t);
+        } catch (err) {
+          tracker.failed = true;
+          throw err;
+        }
+      }),
+  };
+  return tracker;
+}
+
 export class baton_process {
   constructor(bin) {
     this.bin = bin;
