@@ -207,6 +207,18 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     });
   }
 
+  // The server stops: what waits for a person is answered now.
+  void drain() {
+    net::post(strand_, [self = shared_from_this()] {
+      for (auto& [decision, c] : self->by_decision_) {
+        if (!c->escalated || c->answered) continue;
+        self->answer(*c, rpc_error(c->rpc_id, make_error(503, codes::shutting_down,
+                                                         "baton is shutting down; escalation " + c->escalation +
+                                                             " stays in the inbox, and a call after the restart is a new decision")));
+      }
+    });
+  }
+
   // The frames agent_service sends for this session's calls, on the strand.
   void send(std::string frame) override {
     const json f = parse_json_or_null(frame);
@@ -452,6 +464,11 @@ mcp_gateway::mcp_gateway(const server_config& config, agent_service& agents, net
     : config_(config), agents_(agents), io_(std::move(io)) {}
 
 mcp_gateway::~mcp_gateway() = default;
+
+void mcp_gateway::drain() {
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, s] : sessions_) s->drain();
+}
 
 std::size_t mcp_gateway::size() const {
   std::lock_guard lock(mutex_);

@@ -68,6 +68,11 @@ class mcp_gateway {
   // unknown session. Calls under way still get their answers.
   void remove(const std::string& session, const std::string& owner, std::shared_ptr<mcp_reply> reply);
 
+  // The server stops: a call waiting for a person is answered now (an error naming its escalation,
+  // which stays in the inbox), so that the stop does not wait out its drain limit for it. Calls
+  // still to be decided get SHUTTING_DOWN from the agent service.
+  void drain();
+
   std::size_t size() const;
 
  private:

@@ -245,6 +245,7 @@ void running_server::stop() {
   }
   const auto drain_limit = p.config.engine.timeout + (p.config.fallback ? p.config.fallback->timeout : std::chrono::milliseconds(0)) +
                            p.config.executors.default_timeout + std::chrono::seconds(1);
+  p.gateway->drain();
   p.server->stop(std::chrono::duration_cast<std::chrono::milliseconds>(drain_limit), [&p] { p.ioc.stop(); });
   for (auto& t : p.threads) t.join();
   p.threads.clear();

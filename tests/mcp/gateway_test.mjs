@@ -114,28 +114,26 @@ before(async () => {
       "",
     ].join("\n"),
   );
-  const configPath = path.join(tmp, "baton.yaml");
-  await writeFile(
-    configPath,
-    [
-      "server: {listen: 127.0.0.1:0}",
-      "auth:",
-      "  keys:",
-      "    - {name: mcp-agent, role: agent, env: MCP_AGENT_KEY}",
-      "    - {name: mcp-reviewer, role: reviewer, env: MCP_REVIEWER_KEY}",
-      "engine: {name: keyword}",
-      `registry: ${q(path.join(tmp, "tools.yaml"))}`,
-      `policy: ${q(path.join(tmp, "policy.yaml"))}`,
-      `log: {path: ${q(path.join(tmp, "decisions.db"))}}`,
-      "",
-    ].join("\n"),
-  );
+  // Two configs, one log each: the shared server's, and one a test stops.
+  for (const name of ["baton", "stopped"]) {
+    await writeFile(
+      path.join(tmp, `${name}.yaml`),
+      [
+        "server: {listen: 127.0.0.1:0}",
+        "auth:",
+        "  keys:",
+        "    - {name: mcp-agent, role: agent, env: MCP_AGENT_KEY}",
+        "    - {name: mcp-reviewer, role: reviewer, env: MCP_REVIEWER_KEY}",
+        "engine: {name: keyword}",
+        `registry: ${q(path.join(tmp, "tools.yaml"))}`,
+        `policy: ${q(path.join(tmp, "policy.yaml"))}`,
+        `log: {path: ${q(path.join(tmp, name === "baton" ? "decisions.db" : "stopped.db"))}}`,
+        "",
+      ].join("\n"),
+    );
+  }
   server = new baton_process(batonBin);
-  baseURL = await server.start(
-    configPath,
-    { MCP_AGENT_KEY: agentKey, MCP_REVIEWER_KEY: reviewerKey, UPSTREAM_TOKEN: upstreamToken },
-    20_000,
-  );
+  baseURL = await server.start(path.join(tmp, "baton.yaml"), batonEnv(), 20_000);
 });
 
 after(async () => {
@@ -147,9 +145,11 @@ after(async () => {
   }
 });
 
-async function connect() {
+const batonEnv = () => ({ MCP_AGENT_KEY: agentKey, MCP_REVIEWER_KEY: reviewerKey, UPSTREAM_TOKEN: upstreamToken });
+
+async function connect(base = baseURL) {
   const client = new Client({ name: "baton-gateway-test", version: "1.0.0" });
-  const transport = new StreamableHTTPClientTransport(new URL(`${baseURL}/mcp`), {
+  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
     requestInit: { headers: { Authorization: `Bearer ${agentKey}` } },
   });
   await client.connect(transport);
@@ -162,8 +162,8 @@ async function sql(query) {
   return stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l));
 }
 
-async function reviewer(pathname, body) {
-  const res = await fetch(`${baseURL}${pathname}`, {
+async function reviewer(pathname, body, base = baseURL) {
+  const res = await fetch(`${base}${pathname}`, {
     method: body ? "POST" : "GET",
     headers: { Authorization: `Bearer ${reviewerKey}`, ...(body ? { "Content-Type": "application/json" } : {}) },
     body: body ? JSON.stringify(body) : undefined,
@@ -182,9 +182,9 @@ async function until(what, look) {
 }
 
 // The pending escalation of `tool`, once it is there.
-const pendingEscalation = (tool) =>
+const pendingEscalation = (tool, base = baseURL) =>
   until(`pending escalation of ${tool}`, async () =>
-    (await reviewer("/v1/escalations?status=pending")).body.escalations.find((e) => e.tool === tool));
+    (await reviewer("/v1/escalations?status=pending", undefined, base)).body.escalations.find((e) => e.tool === tool));
 
 // The escalation `id` once a resolution is on it.
 const resolvedEscalation = (id) =>
@@ -355,6 +355,25 @@ serverTest("ending a session answers its call that waits for a person and withdr
     assert.deepEqual(await sql(`SELECT * FROM tool_runs WHERE decision = '${escalation.decision}'`), []);
   } finally {
     await client.close();
+  }
+});
+
+serverTest("a server that stops answers the call waiting for a person at once, naming its escalation", async () => {
+  const own = new baton_process(batonBin);
+  const url = await own.start(path.join(tmp, "stopped.yaml"), batonEnv(), 20_000);
+  const { client } = await connect(url);
+  try {
+    const call = client.callTool({ name: "failing.pick", arguments: { color: "red", loud: true, note: "stop" } });
+    const escalation = await pendingEscalation("failing.pick", url);
+    const asked = performance.now();
+    const stopping = own.stop(10_000);
+    await assert.rejects(call, new RegExp(`shutting down; escalation ${escalation.id} stays in the inbox`));
+    const { stopped, exit } = await stopping;
+    assert.ok(stopped, `baton did not stop on SIGTERM (${exit})`);
+    assert.equal(exit, 0);
+    assert.ok(performance.now() - asked < 5_000, "the stop waited for the call");
+  } finally {
+    await client.close().catch(() => {});
   }
 });
 
