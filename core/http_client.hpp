@@ -106,6 +106,12 @@ class connection {
   boost::asio::awaitable<outcome<void>> read_body(boost::beast::http::response_parser<Body>& parser) {
     return read(step::read_body, parser);
   }
+  // What of the body has come, at least one byte of it (an event stream's next event): with a
+  // buffer_body, as much as has arrived, up to the caller's buffer.
+  template <class Body>
+  boost::asio::awaitable<outcome<void>> read_body_some(boost::beast::http::response_parser<Body>& parser) {
+    return read(step::read_body, parser, true);
+  }
 
   // Whether bytes no request asked for are on the connection: left after the last response, held
   // by TLS, or sent by the server since (or the connection is no longer open). A pool must not
@@ -118,7 +124,7 @@ class connection {
   boost::beast::tcp_stream& link();  // the TCP layer, whose timer bounds every operation
   // The response's head (at step::read_header), or what is left of it.
   template <class Body>
-  boost::asio::awaitable<outcome<void>> read(step at, boost::beast::http::response_parser<Body>& parser);
+  boost::asio::awaitable<outcome<void>> read(step at, boost::beast::http::response_parser<Body>& parser, bool some = false);
   // The failure of an operation at `at` that ended with `ec`, if it failed.
   static outcome<void> checked(step at, const boost::system::error_code& ec);
 
@@ -127,12 +133,13 @@ class connection {
 };
 
 template <class Body>
-boost::asio::awaitable<outcome<void>> connection::read(step at, boost::beast::http::response_parser<Body>& parser) {
+boost::asio::awaitable<outcome<void>> connection::read(step at, boost::beast::http::response_parser<Body>& parser, bool some) {
   boost::system::error_code ec;
   co_await std::visit(
       [&](auto& s) {
         auto token = boost::asio::redirect_error(boost::asio::use_awaitable, ec);
         return at == step::read_header ? boost::beast::http::async_read_header(s, buffer_, parser, token)
+               : some                  ? boost::beast::http::async_read_some(s, buffer_, parser, token)
                                        : boost::beast::http::async_read(s, buffer_, parser, token);
       },
       stream_);

@@ -156,6 +156,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   std::optional<net::ssl::context> tls;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string session;
+  // The standalone GET stream's connection while one is open (the server's notifications come on
+  // it): shut() cancels it.
+  http_client::connection* listening = nullptr;
   std::array<char, 65536> out_buf{};
   std::array<char, 4096> err_buf{};
   std::string line, err_tail;
@@ -269,6 +272,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     }
     initialized = false;
     grace.cancel();
+    if (listening) listening->cancel();
     error_code ignored;
     if (in) in->close(ignored);
     out.close(ignored);
@@ -426,6 +430,64 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     fail_open(g, id, unreachable, "ended its answer without answering");
   }
 
+  // The server's own stream (GET), opened once initialized, for what it sends unasked: a changed
+  // tool list. A server that offers none (405) is not asked again; one that ends it is asked again
+  // a second later, while the connection lasts.
+  net::awaitable<void> listen_http(std::uint64_t g) {
+    namespace http = boost::beast::http;
+    const auto self = shared_from_this();
+    auto deadline = http_client::clock_type::now() + config.timeout;
+    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
+    if (!endpoints || g != generation) co_return;
+    http_client::connection conn(strand, tls ? &*tls : nullptr);
+    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c || g != generation) co_return;
+    listening = &conn;
+    struct unlisten {
+      impl& i;
+      http_client::connection* c;
+      ~unlisten() {
+        if (i.listening == c) i.listening = nullptr;
+      }
+    } done{*this, &conn};
+    http_client::request req = http_client::request_to(http::verb::get, *url);
+    req.set(http::field::user_agent, "baton");
+    req.set(http::field::accept, "text/event-stream");
+    if (!session.empty()) req.set("Mcp-Session-Id", session);
+    if (!version.empty()) req.set("MCP-Protocol-Version", version);
+    for (const auto& [key, value] : headers) req.set(key, value);
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(boost::none);
+    if (!co_await conn.write(req) || !co_await conn.read_header(parser) || g != generation) co_return;
+    const auto type = parser.get().find(http::field::content_type);
+    if (parser.get().result_int() != 200 || type == parser.get().end() || !type->value().starts_with("text/event-stream")) {
+      co_return;  // 405: the server offers no stream of its own
+    }
+    std::array<char, 16384> chunk{};
+    std::string events;
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk.data();
+      parser.get().body().size = chunk.size();
+      conn.expires_after(std::chrono::hours(24));  // a stream may be quiet for long
+      const auto read = co_await conn.read_body_some(parser);
+      if (g != generation || !read) co_return;
+      events.append(chunk.data(), chunk.size() - parser.get().body().size);
+      std::erase(events, '\r');  // lines may end CRLF; JSON holds no raw CR
+      // Whole events only: up to the last blank line.
+      const auto end = events.rfind("\n\n");
+      if (end != std::string::npos) {
+        take_events(std::string_view(events).substr(0, end + 2));
+        if (g != generation) co_return;
+        events.erase(0, end + 2);
+      }
+      if (events.size() > max_line) co_return;
+    }
+    // Ended by the server: asked again in a second.
+    auto again = std::make_shared<net::steady_timer>(strand, std::chrono::seconds(1));
+    again->async_wait([self, g, again](error_code ec) {
+      if (!ec && g == self->generation && self->initialized) net::co_spawn(self->strand, self->listen_http(g), net::detached);
+    });
+  }
+
   // An event stream's messages: each event's data lines, joined.
   void take_events(std::string_view stream) {
     std::string data;
@@ -533,6 +595,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
               self->version = v;
               self->initialized = true;
               self->send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+              if (self->url) net::co_spawn(self->strand, self->listen_http(self->generation), net::detached);
               done(std::nullopt);
             });
   }

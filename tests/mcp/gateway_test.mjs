@@ -95,7 +95,7 @@ before(async () => {
       "mcp_servers:",
       `  everything: {command: node, args: [${q(everything)}], include: [echo, get-sum]}`,
       `  failing: {command: node, args: [${q(failing)}], include: [echo, pick, fail]}`,
-      `  failing_http: {url: ${q(failingURL)}, headers: {Authorization: "Bearer \${UPSTREAM_TOKEN}"}, include: [whoami, echo]}`,
+      `  failing_http: {url: ${q(failingURL)}, headers: {Authorization: "Bearer \${UPSTREAM_TOKEN}"}, exclude: [pick, slow, crash, malformed, big, fail, hostile, delete_all]}`,
       `  everything_http: {url: "http://127.0.0.1:${everythingPort}/mcp", include: [echo]}`,
       "",
     ].join("\n"),
@@ -206,6 +206,7 @@ serverTest("an MCP client lists the upstream servers' tools through baton", asyn
       "failing.echo",
       "failing.fail",
       "failing.pick",
+      "failing_http.add_tool",
       "failing_http.echo",
       "failing_http.whoami",
     ]);
@@ -252,6 +253,22 @@ serverTest("tools of MCP servers over Streamable HTTP run there, with the header
     assert.match(everything.content[0].text, /hi/);
     const health = await (await fetch(`${baseURL}/health`)).json();
     assert.equal(health.mcp_servers.failing_http.up, true, JSON.stringify(health));
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("an HTTP server that says its tools changed (on its own stream) is listed again, its new tool routed", async () => {
+  const { client } = await connect();
+  try {
+    const added = await client.callTool({ name: "failing_http.add_tool", arguments: {} });
+    assert.equal(added.isError, undefined, JSON.stringify(added));
+    await until("failing_http.added in tools/list", async () =>
+      (await client.listTools()).tools.find((t) => t.name === "failing_http.added"));
+    const result = await client.callTool({ name: "failing_http.added", arguments: {} });
+    assert.equal(result.content[0].text, "added", JSON.stringify(result));
+    const reloads = await sql("SELECT who, outcome FROM reloads WHERE who = 'mcp:failing_http'");
+    assert.deepEqual(reloads, [{ who: "mcp:failing_http", outcome: "ok" }]);
   } finally {
     await client.close();
   }
