@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -159,6 +160,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   // The standalone GET stream's connection while one is open (the server's notifications come on
   // it): shut() cancels it.
   http_client::connection* listening = nullptr;
+  std::chrono::seconds listen_backoff{1};
   std::array<char, 65536> out_buf{};
   std::array<char, 4096> err_buf{};
   std::string line, err_tail;
@@ -431,16 +433,25 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   }
 
   // The server's own stream (GET), opened once initialized, for what it sends unasked: a changed
-  // tool list. A server that offers none (405) is not asked again; one that ends it is asked again
-  // a second later, while the connection lasts.
+  // tool list. A server that offers none (405, or another 4xx) is not asked again; when the stream
+  // ends or fails it is asked again after a back-off (1 s doubling to 60 s; back to 1 s after a
+  // stream that brought an event), while the connection lasts.
   net::awaitable<void> listen_http(std::uint64_t g) {
-    namespace http = boost::beast::http;
     const auto self = shared_from_this();
-    auto deadline = http_client::clock_type::now() + config.timeout;
-    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
-    if (!endpoints || g != generation) co_return;
+    const bool again = co_await listen_once(g);
+    if (!again || g != generation || !initialized) co_return;
+    auto timer = std::make_shared<net::steady_timer>(strand, listen_backoff);
+    listen_backoff = std::min<std::chrono::seconds>(listen_backoff * 2, std::chrono::seconds(60));
+    timer->async_wait([self, g, timer](error_code ec) {
+      if (!ec && g == self->generation && self->initialized) net::co_spawn(self->strand, self->listen_http(g), net::detached);
+    });
+  }
+
+  // One GET stream read to its end: false when the server offers none.
+  net::awaitable<bool> listen_once(std::uint64_t g) {
+    namespace http = boost::beast::http;
     http_client::connection conn(strand, tls ? &*tls : nullptr);
-    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c || g != generation) co_return;
+    // Cancellable by shut() from here on (a connect, the head, each read).
     listening = &conn;
     struct unlisten {
       impl& i;
@@ -449,6 +460,10 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
         if (i.listening == c) i.listening = nullptr;
       }
     } done{*this, &conn};
+    const auto deadline = http_client::clock_type::now() + config.timeout;
+    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
+    if (!endpoints || g != generation) co_return true;
+    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c || g != generation) co_return true;
     http_client::request req = http_client::request_to(http::verb::get, *url);
     req.set(http::field::user_agent, "baton");
     req.set(http::field::accept, "text/event-stream");
@@ -457,35 +472,41 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     for (const auto& [key, value] : headers) req.set(key, value);
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
-    if (!co_await conn.write(req) || !co_await conn.read_header(parser) || g != generation) co_return;
+    parser.eager(true);  // each read takes what has come, not one chunk at a time
+    if (auto w = co_await conn.write(req); !w || g != generation) co_return true;
+    if (auto h = co_await conn.read_header(parser); !h || g != generation) co_return true;
+    const unsigned status = parser.get().result_int();
+    if (status >= 400 && status < 500) co_return false;  // 405: the server offers no stream of its own
     const auto type = parser.get().find(http::field::content_type);
-    if (parser.get().result_int() != 200 || type == parser.get().end() || !type->value().starts_with("text/event-stream")) {
-      co_return;  // 405: the server offers no stream of its own
-    }
+    if (status != 200 || type == parser.get().end() || !type->value().starts_with("text/event-stream")) co_return true;
     std::array<char, 16384> chunk{};
     std::string events;
+    std::size_t scanned = 0;  // `events` up to here holds no blank line
     while (!parser.is_done()) {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
       conn.expires_after(std::chrono::hours(24));  // a stream may be quiet for long
       const auto read = co_await conn.read_body_some(parser);
-      if (g != generation || !read) co_return;
-      events.append(chunk.data(), chunk.size() - parser.get().body().size);
-      std::erase(events, '\r');  // lines may end CRLF; JSON holds no raw CR
-      // Whole events only: up to the last blank line.
-      const auto end = events.rfind("\n\n");
+      if (g != generation || !read) co_return true;
+      // New bytes only, without CRs (lines may end CRLF; JSON holds no raw CR).
+      const std::size_t got = chunk.size() - parser.get().body().size;
+      std::copy_if(chunk.data(), chunk.data() + got, std::back_inserter(events), [](char c) { return c != '\r'; });
+      // Whole events only: up to the last blank line, looked for among the new bytes.
+      std::size_t end = std::string::npos;
+      for (auto at = events.find("\n\n", scanned); at != std::string::npos; at = events.find("\n\n", at + 1)) end = at;
       if (end != std::string::npos) {
         take_events(std::string_view(events).substr(0, end + 2));
-        if (g != generation) co_return;
+        if (g != generation) co_return true;
         events.erase(0, end + 2);
+        listen_backoff = std::chrono::seconds(1);
       }
-      if (events.size() > max_line) co_return;
+      scanned = events.empty() ? 0 : events.size() - 1;
+      if (events.size() > max_line) {
+        note_error(name() + ": an event of its stream was over " + std::to_string(max_line) + " bytes");
+        co_return true;
+      }
     }
-    // Ended by the server: asked again in a second.
-    auto again = std::make_shared<net::steady_timer>(strand, std::chrono::seconds(1));
-    again->async_wait([self, g, again](error_code ec) {
-      if (!ec && g == self->generation && self->initialized) net::co_spawn(self->strand, self->listen_http(g), net::detached);
-    });
+    co_return true;
   }
 
   // An event stream's messages: each event's data lines, joined.
