@@ -106,6 +106,7 @@ result<staged_questions> compile_stages(const registry& r, const request_limits&
     return make_error(422, codes::invalid_registry, "the first stage (which group): " + first_request.error().message);
   }
   s.first = std::move(*first_request);
+  s.first_registry = std::move(first);
   std::string hashes = schema_hash(s.first);
   for (const std::string& g : s.groups) {
     registry group;

@@ -50,6 +50,7 @@ std::string schema_hash(const request& r);
 // request's prefix is the first's and a prefix cache serves it.
 struct staged_questions {
   request first;
+  registry first_registry;  // what `first` is compiled from: the groups as options (extra questions join it)
   std::vector<std::string> groups;                            // the first stage's options, in order
   std::map<std::string, std::vector<std::string>> members;   // group → its tool ids, in registry order
   // group → the second stage; for a group of one tool only its parameter questions (no `tool`),
@@ -70,7 +71,8 @@ inline constexpr std::size_t max_group_description = 300;
 std::string group_of(const tool& t);
 
 // The two stages of `r`, each validated against `limits` (422 naming the stage that does not fit);
-// a group named `finish` is refused (it would be the finish option).
+// a group named `finish` is refused (it would be the finish option). A decide frame's extra
+// questions are asked in the first stage (compile_questions of `first_registry` with them).
 result<staged_questions> compile_stages(const registry& r, const request_limits& limits);
 
 // One answer set from the two: the first's questions but `tool`, the second's but `tool`, and a

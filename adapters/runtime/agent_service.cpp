@@ -235,12 +235,10 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
   t->call = call;
   if (t->frame.questions.is_null()) {
     t->req = t->routing->questions;
-  } else if (t->routing->stages) {
-    refuse(t, make_error(422, codes::invalid_request,
-                         "extra questions are not asked of a registry routed in two stages (routing.max_options)"));
-    return false;
   } else {
-    auto compiled = tools::compile_questions(t->routing->registry, engine_.describe().limits, t->frame.questions);
+    // Extra questions ride with the first stage's (of two) or the only one.
+    const tools::registry& asked = t->routing->stages ? t->routing->stages->first_registry : t->routing->registry;
+    auto compiled = tools::compile_questions(asked, engine_.describe().limits, t->frame.questions);
     if (!compiled) {
       refuse(t, compiled.error());
       return false;

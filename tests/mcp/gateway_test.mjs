@@ -364,8 +364,10 @@ serverTest("ending a session answers its call that waits for a person and withdr
   try {
     const call = client.callTool({ name: "failing.pick", arguments: { color: "blue", loud: true, note: "end me" } });
     const escalation = await pendingEscalation("failing.pick");
+    // Awaited from now: the answer may come before DELETE's own.
+    const rejected = assert.rejects(call, /the MCP session has ended/);
     await transport.terminateSession();
-    await assert.rejects(call, /the MCP session has ended/);
+    await rejected;
     const resolved = await resolvedEscalation(escalation.id);
     assert.equal(resolved.resolution.outcome, "deny");
     assert.match(resolved.resolution.reason, /the MCP session ended/);

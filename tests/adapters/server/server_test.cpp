@@ -219,9 +219,16 @@ questions:
   const json done = c.request(decide("staged-finish", {script({{"tool", "finish"}, {"p", 0.95}})}));
   EXPECT_EQ(done["action"], "finish") << done;
   EXPECT_EQ(engine_->calls(), 4);
+  // A frame's extra questions are asked in the first stage and answered with the rest.
+  const json extra = c.request(decide("staged-extra", {script({{"tool", "b.two"}, {"group", "b"}, {"p", 0.9}})},
+                                      {{"questions", {{"is_urgent", {{"type", "noul"}, {"instructions", "Is it urgent?"}}}}}}));
+  ASSERT_EQ(extra.value("type", ""), "decision") << extra;
+  EXPECT_EQ(extra["tool"], "b.two");
+  EXPECT_TRUE(extra["answers"].contains("is_urgent")) << extra["answers"];
+  EXPECT_EQ(engine_->calls(), 6);
   // One row a decision, its answers the merged ones.
   const auto rows = sql("SELECT tool, schema_hash FROM decisions ORDER BY seq");
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0]["tool"], "a.two");
 }
 
