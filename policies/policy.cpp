@@ -425,18 +425,22 @@ action decide(const policy& p, const tools::registry& registry, const response& 
 
 }  // namespace
 
-action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
-  action a = decide(p, registry, answers, true);
+namespace {
+
+// A decision on the fallback engine's answers: only a person is left after it, and the lane says so.
+action as_second_pass(action a) {
   if (a.what == action::fallback) a.what = action::escalate;
   a.lane = "fallback:" + a.lane;
   return a;
 }
 
-action on_fallback_failure(const policy& p) {
-  action a = on_engine_failure(p);
-  a.lane = "fallback:" + a.lane;
-  return a;
+}  // namespace
+
+action decide_after_fallback(const policy& p, const tools::registry& registry, const response& answers) {
+  return as_second_pass(decide(p, registry, answers, true));
 }
+
+action on_fallback_failure(const policy& p) { return as_second_pass(on_engine_failure(p)); }
 
 action decide_action(const policy& p, const tools::registry& registry, const response& answers) {
   return decide(p, registry, answers, false);
@@ -486,11 +490,7 @@ action judge_call(const policy& p, const tools::registry& registry, const respon
   // Whatever decided, the call is what a person approves or what runs: the tool and arguments as called.
   a.tool = std::string(tool);
   a.arguments = arguments;
-  if (after_fallback) {
-    if (a.what == action::fallback) a.what = action::escalate;
-    a.lane = "fallback:" + a.lane;
-  }
-  return a;
+  return after_fallback ? as_second_pass(std::move(a)) : a;
 }
 
 bool audit_sampled(double rate, std::string_view decision_id) {

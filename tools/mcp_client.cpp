@@ -385,25 +385,39 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     p.done(json(), mcp_failure{code, name() + ": " + why});
   }
 
+  // `conn` connected to the server by `deadline`; else why not.
+  net::awaitable<std::optional<std::string>> open_http(http_client::connection& conn, http_client::clock_type::time_point deadline) {
+    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
+    if (!endpoints) co_return "cannot resolve " + url->host + ": " + endpoints.error().detail;
+    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c) {
+      co_return "cannot connect to " + config.url + ": " + c.error().detail;
+    }
+    co_return std::nullopt;
+  }
+
+  // A request to the server with what every one carries: the session, the protocol version and
+  // the configured headers.
+  http_client::request request_http(boost::beast::http::verb verb, const char* accept) const {
+    namespace http = boost::beast::http;
+    http_client::request req = http_client::request_to(verb, *url);
+    req.set(http::field::user_agent, "baton");
+    req.set(http::field::accept, accept);
+    if (!session.empty()) req.set("Mcp-Session-Id", session);
+    if (!version.empty()) req.set("MCP-Protocol-Version", version);
+    for (const auto& [key, value] : headers) req.set(key, value);
+    return req;
+  }
+
   net::awaitable<void> exchange_http(std::uint64_t g, std::string body, std::optional<std::int64_t> id,
                                      std::chrono::milliseconds within) {
     namespace http = boost::beast::http;
     const auto self = shared_from_this();
     const auto deadline = http_client::clock_type::now() + within + std::chrono::seconds(1);
     const char* unreachable = codes::executor_unreachable;
-    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
-    if (!endpoints) co_return fail_open(g, id, unreachable, "cannot resolve " + url->host + ": " + endpoints.error().detail);
     http_client::connection conn(strand, tls ? &*tls : nullptr);
-    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c) {
-      co_return fail_open(g, id, unreachable, "cannot connect to " + config.url + ": " + c.error().detail);
-    }
-    http_client::request req = http_client::request_to(http::verb::post, *url);
-    req.set(http::field::user_agent, "baton");
+    if (auto why = co_await open_http(conn, deadline)) co_return fail_open(g, id, unreachable, *why);
+    http_client::request req = request_http(http::verb::post, "application/json, text/event-stream");
     req.set(http::field::content_type, "application/json");
-    req.set(http::field::accept, "application/json, text/event-stream");
-    if (!session.empty()) req.set("Mcp-Session-Id", session);
-    if (!version.empty()) req.set("MCP-Protocol-Version", version);
-    for (const auto& [key, value] : headers) req.set(key, value);
     req.body() = std::move(body);
     req.prepare_payload();
     auto res = co_await conn.exchange(req, max_line);
@@ -461,15 +475,8 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
       }
     } done{*this, &conn};
     const auto deadline = http_client::clock_type::now() + config.timeout;
-    auto endpoints = co_await http_client::resolve(url->host, url->port, deadline);
-    if (!endpoints || g != generation) co_return true;
-    if (auto c = co_await conn.connect(*endpoints, url->host, deadline); !c || g != generation) co_return true;
-    http_client::request req = http_client::request_to(http::verb::get, *url);
-    req.set(http::field::user_agent, "baton");
-    req.set(http::field::accept, "text/event-stream");
-    if (!session.empty()) req.set("Mcp-Session-Id", session);
-    if (!version.empty()) req.set("MCP-Protocol-Version", version);
-    for (const auto& [key, value] : headers) req.set(key, value);
+    if (auto why = co_await open_http(conn, deadline); why || g != generation) co_return true;
+    http_client::request req = request_http(http::verb::get, "text/event-stream");
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
     parser.eager(true);  // each read takes what has come, not one chunk at a time

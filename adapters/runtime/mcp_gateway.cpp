@@ -95,6 +95,13 @@ std::string random_session_id() {
   return id;
 }
 
+// The tool `name` when baton runs it (an MCP client cannot run an agent's own tool): null otherwise.
+const tools::tool* offered(const routing_snapshot& routing, std::string_view name) {
+  const auto ex = routing.executors.find(std::string(name));
+  if (ex == routing.executors.end() || ex->second->agent_runs()) return nullptr;
+  return tools::find_tool(routing.registry, name);
+}
+
 std::string text_of(const json& frame, const char* key) {
   const auto v = frame.find(key);
   return v != frame.end() && v->is_string() ? v->get<std::string>() : std::string();
@@ -576,8 +583,7 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
     const std::shared_ptr<const routing_snapshot> routing = agents_.routing();
     json list = json::array();
     for (const tools::tool& t : routing->registry.tools) {
-      const auto ex = routing->executors.find(t.id);
-      if (ex == routing->executors.end() || ex->second->agent_runs()) continue;
+      if (!offered(*routing, t.id)) continue;
       list.push_back({{"name", t.id}, {"description", t.description}, {"inputSchema", input_schema_of(t)}});
     }
     return reply->answer(200, rpc_result(id, {{"tools", std::move(list)}}), {});
@@ -586,9 +592,8 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
 
   const std::shared_ptr<const routing_snapshot> routing = agents_.routing();
   const std::string name = params.value("name", json()).is_string() ? params["name"].get<std::string>() : "";
-  const tools::tool* t = tools::find_tool(routing->registry, name);
-  const auto ex = routing->executors.find(name);
-  if (!t || ex == routing->executors.end() || ex->second->agent_runs()) {
+  const tools::tool* t = offered(*routing, name);
+  if (!t) {
     return reply->answer(200, rpc_error(id, invalid_params, "Unknown tool: " + name), {});
   }
   const json arguments = params.value("arguments", json::object());
