@@ -182,10 +182,11 @@ std::pair<json, std::size_t> read_question(const field& entry, const request_lim
 
 // A tool an MCP server lists, as a registry tool `SERVER.TOOL` (tools/README.md, MCP servers).
 // `timeout_given`: the file set timeout_ms (else the executors' default applies to calls).
-tool mcp_tool(const mcp_server_config& server, bool timeout_given, const mcp_tool_info& info, const json& risks,
-              const YAML::Node& at, const request_limits& limits) {
+// `prefix`: what goes before the tool's own name (`SERVER.` unless the file says otherwise).
+tool mcp_tool(const mcp_server_config& server, const std::string& prefix, bool timeout_given, const mcp_tool_info& info,
+              const json& risks, const YAML::Node& at, const request_limits& limits) {
   tool t;
-  t.id = server.name + "." + info.name;
+  t.id = prefix + info.name;
   t.group = server.name;
   const std::string what = "MCP server " + ticked(server.name) + "'s tool " + ticked(info.name);
   if (!valid_name(info.name, true)) fail(at, what + ": its name has characters a tool id cannot have (A-Za-z0-9_.-)");
@@ -259,7 +260,7 @@ void read_mcp_servers(const field& f, const request_limits& limits, const mcp_di
     const std::string what = "MCP server " + ticked(entry.key);
     if (!valid_name(entry.key, false)) fail(entry.key_node, "bad MCP server name " + ticked(entry.key) + " (A-Za-z0-9_-)");
     const auto fields = read_map(entry.value, what,
-                                 {"command", "args", "env", "cwd", "url", "headers", "timeout_ms", "include", "exclude", "risk"});
+                                 {"command", "args", "env", "cwd", "url", "headers", "timeout_ms", "include", "exclude", "risk", "prefix"});
     mcp_server_config server;
     server.name = entry.key;
     // stdio (a command baton starts) or Streamable HTTP (a url it posts to), not both.
@@ -294,6 +295,13 @@ void read_mcp_servers(const field& f, const request_limits& limits, const mcp_di
     if (const field* rs = find(fields, "risk")) {
       for (const field& v : read_map(rs->value, what + "'s risk")) risks[v.key] = std::string(to_string(read_risk(v.value)));
     }
+    // The tools' names: SERVER.TOOL, or, for a gateway that shows them as the server names them,
+    // another prefix (an empty one); two tools of one id are refused as in `tools`.
+    std::string prefix = server.name + ".";
+    if (const field* p = find(fields, "prefix")) {
+      prefix = read_string(p->value, what + "'s prefix");
+      if (!prefix.empty() && !valid_name(prefix, true)) fail(p->value, "bad prefix " + ticked(prefix) + " of " + what + " (A-Za-z0-9_.-)");
+    }
     std::pair<std::vector<mcp_tool_info>, std::optional<mcp_failure>> listed_tools;
     try {
       listed_tools = discover ? discover(server) : discover_mcp_tools(server, executor_limits{});
@@ -316,7 +324,7 @@ void read_mcp_servers(const field& f, const request_limits& limits, const mcp_di
     for (const mcp_tool_info& info : infos) {
       const bool taken = include.empty() || std::find(include.begin(), include.end(), info.name) != include.end();
       if (!taken || std::find(exclude.begin(), exclude.end(), info.name) != exclude.end()) continue;
-      r.tools.push_back(mcp_tool(server, find(fields, "timeout_ms") != nullptr, info, risks, entry.key_node, limits));
+      r.tools.push_back(mcp_tool(server, prefix, find(fields, "timeout_ms") != nullptr, info, risks, entry.key_node, limits));
       tool_nodes.push_back(entry.key_node);
     }
   }

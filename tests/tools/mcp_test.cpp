@@ -122,6 +122,28 @@ TEST_F(mcp, servers_tools_become_registry_tools_with_choices_booleans_and_risk) 
   EXPECT_TRUE(no_children_left());
 }
 
+TEST_F(mcp, a_prefix_names_the_tools_and_a_clash_is_refused) {
+  // A gateway that shows the tools as their server names them: `prefix: ""`.
+  const registry bare = load("mcp_servers:\n  failing: {command: node, args: [\"" + failing + "\"], prefix: \"\"}\n");
+  ASSERT_NE(find_tool(bare, "pick"), nullptr);
+  EXPECT_EQ(find_tool(bare, "pick")->executor["tool"], "pick");
+  EXPECT_EQ(find_tool(bare, "pick")->group, "failing");
+  EXPECT_EQ(find_tool(bare, "failing.pick"), nullptr);
+  const registry other = load("mcp_servers:\n  failing: {command: node, args: [\"" + failing + "\"], prefix: ops_}\n");
+  EXPECT_NE(find_tool(other, "ops_pick"), nullptr);
+  // Two servers whose tools come out with one name: the second is refused, named.
+  auto clash = parse_registry("mcp_servers:\n  a: {command: node, args: [\"" + failing + "\"], prefix: \"\"}\n"
+                              "  b: {command: node, args: [\"" + failing + "\"], prefix: \"\"}\n",
+                              "mcp.yaml", request_limits{});
+  ASSERT_FALSE(clash);
+  EXPECT_NE(clash.error().message.find("duplicate tool id `"), std::string::npos) << clash.error().message;
+  auto bad = parse_registry("mcp_servers:\n  a: {command: node, args: [\"" + failing + "\"], prefix: \"a b\"}\n",
+                            "mcp.yaml", request_limits{});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("bad prefix `a b`"), std::string::npos) << bad.error().message;
+  EXPECT_TRUE(no_children_left());
+}
+
 TEST_F(mcp, a_server_that_cannot_be_listed_or_a_wrong_name_is_a_registry_error) {
   auto missing = parse_registry("mcp_servers:\n  gone: {command: /nonexistent/mcp-server}\n", "mcp.yaml", request_limits{});
   ASSERT_FALSE(missing);
