@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error_codes.hpp"
@@ -95,6 +97,22 @@ std::string random_session_id() {
   return id;
 }
 
+// An event's id in its session: its stream's number, then its own ("3-0" primes stream 3).
+std::string event_id(std::uint64_t stream, std::uint64_t n) { return std::to_string(stream) + "-" + std::to_string(n); }
+
+// Reads an event_id; nullopt for anything else.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_event_id(std::string_view id) {
+  const auto dash = id.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  std::uint64_t stream = 0, n = 0;
+  const auto whole = [](std::string_view part, std::uint64_t& v) {
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    return !part.empty() && ec == std::errc() && end == part.data() + part.size();
+  };
+  if (!whole(id.substr(0, dash), stream) || !whole(id.substr(dash + 1), n) || stream == 0) return std::nullopt;
+  return std::pair{stream, n};
+}
+
 // The tool `name` when baton runs it (an MCP client cannot run an agent's own tool): null otherwise.
 const tools::tool* offered(const routing_snapshot& routing, std::string_view name) {
   const auto ex = routing.executors.find(std::string(name));
@@ -133,11 +151,17 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     bool answered = false;         // its reply got its answer (or its end)
     double progress = 0;
     std::unique_ptr<net::steady_timer> timer;
+    // Its event stream's number in the session (0: answered in one body), its last event's, and
+    // its latest events, for a client that lost the stream (resume).
+    std::uint64_t stream = 0, last_event = 0;
+    std::deque<std::pair<std::uint64_t, std::string>> sent;
   };
 
-  session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller)
+  // `version`: the protocol version initialize agreed on.
+  session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller,
+          std::string version)
       : agents_(agents), strand_(net::make_strand(io)), id_(std::move(id)),
-        name_("mcp-" + id_) {
+        name_("mcp-" + id_), version_(std::move(version)) {
     owner_ = std::move(owner);
     caller_ = std::move(caller);
     touch();
@@ -161,6 +185,12 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
       if (self->ended_) {
         self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
         return self->forget(*c);
+      }
+      if (c->streams) {
+        // Its stream can be resumed from the start: 2025-11-25 clients are told where (a priming
+        // event); the others resume from the first message's id.
+        c->stream = ++self->streams_;
+        if (self->version_ >= "2025-11-25") c->reply->event({event_id(c->stream, 0), {}, resume_after});
       }
       self->queue_.push_back(std::move(c));
       if (!self->turn_out_) self->start_next();
@@ -198,6 +228,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   void end() {
     net::post(strand_, [self = shared_from_this()] {
       self->ended_ = true;
+      self->finished_.clear();
       auto queued = std::move(self->queue_);
       self->queue_.clear();
       for (const auto& c : queued) {
@@ -223,6 +254,32 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
                                                          "baton is shutting down; escalation " + c->escalation +
                                                              " stays in the inbox, and a call after the restart is a new decision")));
       }
+    });
+  }
+
+  // GET with Last-Event-ID: the stream `stream` goes on on `reply`, from after event `after`.
+  void resume(std::uint64_t stream, std::uint64_t after, std::shared_ptr<mcp_reply> reply) {
+    net::post(strand_, [self = shared_from_this(), stream, after, reply = std::move(reply)]() mutable {
+      if (std::shared_ptr<call> c = self->live(stream)) {
+        // A client reconnects when it lost the stream: the old response ends, the new one goes on.
+        std::swap(c->reply, reply);
+        reply->end();
+        c->reply->open();
+        for (const auto& [n, message] : c->sent) {
+          if (n > after) c->reply->event({event_id(stream, n), message, {}});
+        }
+        return;
+      }
+      for (const finished& f : self->finished_) {
+        if (f.stream != stream) continue;
+        reply->open();
+        for (const auto& [n, message] : f.sent) {
+          if (n > after) reply->event({event_id(stream, n), message, {}});
+        }
+        return reply->end();
+      }
+      reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no stream of this session to resume at Last-Event-ID " +
+                                                                 event_id(stream, after) + " (its answer is no longer kept)"), {});
     });
   }
 
@@ -403,10 +460,10 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   void progress(const std::shared_ptr<call>& c) {
     if (c->cancelled || c->progress_token.is_null() || !c->streams) return;
     c->progress += 1;
-    c->reply->event(render_json(json{{"jsonrpc", "2.0"},
-                                     {"method", "notifications/progress"},
-                                     {"params", {{"progressToken", c->progress_token}, {"progress", c->progress}, {"message", c->waiting}}}},
-                                false));
+    emit(*c, render_json(json{{"jsonrpc", "2.0"},
+                              {"method", "notifications/progress"},
+                              {"params", {{"progressToken", c->progress_token}, {"progress", c->progress}, {"message", c->waiting}}}},
+                         false));
     if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand_);
     c->timer->expires_after(progress_every);
     c->timer->async_wait([self = shared_from_this(), weak = std::weak_ptr<call>(c)](boost::system::error_code ec) {
@@ -427,11 +484,47 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     if (c.cancelled || c.answered) return;
     c.answered = true;
     if (c.streams) {
-      c.reply->event(std::move(message));
+      emit(c, std::move(message));
       c.reply->end();
+      keep_finished(c);
     } else {
       c.reply->answer(200, std::move(message), {});
     }
+  }
+
+  // One message of `c`'s stream, kept for a client that resumes it: the last 8 (the progress
+  // notifications before them say nothing the later ones do not).
+  void emit(call& c, std::string message) {
+    c.sent.emplace_back(++c.last_event, message);
+    if (c.sent.size() > 8) c.sent.pop_front();
+    c.reply->event({event_id(c.stream, c.last_event), std::move(message), {}});
+  }
+
+  // An answered stream stays resumable for a while: the session's last 8, up to 1 MiB in all.
+  void keep_finished(call& c) {
+    finished f{c.stream, std::move(c.sent), 0};
+    for (const auto& [n, message] : f.sent) f.bytes += message.size();
+    if (f.bytes > max_finished_bytes) return;
+    finished_bytes_ += f.bytes;
+    finished_.push_back(std::move(f));
+    while (finished_.size() > 8 || finished_bytes_ > max_finished_bytes) {
+      finished_bytes_ -= finished_.front().bytes;
+      finished_.pop_front();
+    }
+  }
+
+  // The call under way whose stream is `stream`.
+  std::shared_ptr<call> live(std::uint64_t stream) const {
+    if (stream == 0) return nullptr;
+    for (const auto* calls : {&by_key_, &by_decision_}) {
+      for (const auto& [key, c] : *calls) {
+        if (c->stream == stream && !c->answered) return c;
+      }
+    }
+    for (const auto& c : queue_) {
+      if (c->stream == stream) return c;
+    }
+    return nullptr;
   }
 
   // A call that gets no answer (cancelled): its response ends, once.
@@ -451,10 +544,18 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     if (--calls_ == 0 && keep_) net::post(strand_, [hold = std::move(keep_)] {});
   }
 
+  static constexpr std::size_t max_finished_bytes = 1 << 20;
+  struct finished {
+    std::uint64_t stream;
+    std::deque<std::pair<std::uint64_t, std::string>> sent;
+    std::size_t bytes;
+  };
+
   agent_service& agents_;
   net::strand<net::any_io_executor> strand_;
   const std::string id_;
   const std::string name_;  // the agent session's
+  const std::string version_;
   std::atomic<std::size_t> calls_{0};  // queued or under way
   std::atomic<std::int64_t> used_ms_{0};
   // On the strand:
@@ -465,6 +566,9 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   std::map<std::string, std::shared_ptr<call>> by_decision_;  // decided, waiting for a result or a person
   bool ended_ = false;              // DELETE (or eviction): no call starts any more
   std::shared_ptr<session> keep_;   // itself, while it has calls
+  std::uint64_t streams_ = 0;       // the calls' event streams so far
+  std::deque<finished> finished_;   // answered streams a client may still resume
+  std::size_t finished_bytes_ = 0;
 };
 
 mcp_gateway::mcp_gateway(const server_config& config, agent_service& agents, net::any_io_executor io)
@@ -545,7 +649,7 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
     const std::string asked = params.value("protocolVersion", json()).is_string() ? params["protocolVersion"].get<std::string>() : "";
     const auto& versions = tools::mcp_protocol_versions();
     const std::string version = std::find(versions.begin(), versions.end(), asked) != versions.end() ? asked : versions.front();
-    auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller);
+    auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller, version);
     {
       std::lock_guard lock(mutex_);
       if (!make_room()) {
@@ -635,6 +739,16 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   }
   c->events.push_back({{"role", "assistant"}, {"tool_call", {{"tool", name}, {"arguments", arguments}}}});
   s->add(std::move(c));
+}
+
+void mcp_gateway::resume(const std::string& id, const std::string& owner, const std::string& last_event,
+                         std::shared_ptr<mcp_reply> reply) {
+  if (id.empty()) return reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no Mcp-Session-Id header"), {});
+  std::shared_ptr<session> s = find(id, owner);
+  if (!s) return reply->answer(404, rpc_error(nullptr, invalid_request, "Session not found"), {});
+  const auto at = parse_event_id(last_event);
+  if (!at) return reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: Last-Event-ID " + last_event + " is not one of baton's"), {});
+  s->resume(at->first, at->second, std::move(reply));
 }
 
 void mcp_gateway::remove(const std::string& id, const std::string& owner, std::shared_ptr<mcp_reply> reply) {

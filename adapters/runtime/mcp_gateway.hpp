@@ -1,5 +1,5 @@
-// baton as an MCP server (docs/mcp.md): the JSON-RPC of POST and DELETE /mcp (Streamable HTTP),
-// transport-free. An MCP client sees the registry's tools that baton runs (its MCP servers' and
+// baton as an MCP server (docs/mcp.md): the JSON-RPC of POST and DELETE /mcp (Streamable HTTP)
+// and the resumption of a call's event stream (GET), transport-free. An MCP client sees the registry's tools that baton runs (its MCP servers' and
 // its http and command tools), and each tools/call it makes is a decision: agent_service::on_call
 // in the MCP session's own agent session, whose history is the session's calls and what they
 // returned. What the client gets is what the policy made of the call: the tool's result, a denial
@@ -23,17 +23,26 @@
 
 namespace baton {
 
-// Where one /mcp request's answer goes; from any thread. The first of answer() and event() says
-// what the answer is: one body, or an event stream (text/event-stream) of JSON-RPC messages.
+// One event of an /mcp event stream (text/event-stream).
+struct mcp_event {
+  std::string id;       // where a client that lost the stream resumes from (Last-Event-ID)
+  std::string message;  // a JSON-RPC message; empty: a priming event, which only gives the id
+  std::chrono::milliseconds retry{0};  // how long a client waits before it reconnects; 0: not said
+};
+
+// Where one /mcp request's answer goes; from any thread. The first of answer(), open() and
+// event() says what the answer is: one body, or an event stream of JSON-RPC messages.
 class mcp_reply {
  public:
   virtual ~mcp_reply() = default;
   // 200 with a JSON body, or 202 / 204 without one, or an HTTP refusal (400, 404) with its JSON-RPC
   // error; `session`: the Mcp-Session-Id header to send (empty: none).
   virtual void answer(unsigned status, std::string body, std::string session) = 0;
-  // One JSON-RPC message of the stream, which the first opens.
-  virtual void event(std::string message) = 0;
-  // The stream's last message went: the response ends.
+  // The event stream begins (its head goes now), before its first event.
+  virtual void open() = 0;
+  // One event of the stream, which the first opens.
+  virtual void event(mcp_event e) = 0;
+  // The stream's last event went: the response ends.
   virtual void end() = 0;
 };
 
@@ -52,6 +61,9 @@ class mcp_gateway {
   // How often a call that waits for a person hears that it still waits (notifications/progress,
   // when the client asked for progress): often enough for the SDKs' 60 s request timeout.
   static constexpr std::chrono::seconds progress_every{10};
+  // How long a client that lost a call's stream waits before it resumes it (the priming event's
+  // `retry`, which protocol 2025-11-25 clients read).
+  static constexpr std::chrono::milliseconds resume_after{2000};
 
   // `io`: where the sessions' strands and timers run (the server's).
   mcp_gateway(const server_config& config, agent_service& agents, boost::asio::any_io_executor io);
@@ -67,6 +79,12 @@ class mcp_gateway {
   // DELETE /mcp: the session and its agent session end (204); 400 without the header, 404 for an
   // unknown session. Calls under way still get their answers.
   void remove(const std::string& session, const std::string& owner, std::shared_ptr<mcp_reply> reply);
+  // GET /mcp with Last-Event-ID: the stream of a tools/call whose client lost it goes on here,
+  // from the event after `last_event`, to the call's answer (one it had before included, while the
+  // session keeps it: its last 8 answered streams, up to 1 MiB). 400 for an id no stream of the
+  // session has (any more); 404 for an unknown session.
+  void resume(const std::string& session, const std::string& owner, const std::string& last_event,
+              std::shared_ptr<mcp_reply> reply);
 
   // The server stops: a call waiting for a person is answered now (an error naming its escalation,
   // which stays in the inbox), so that the stop does not wait out its drain limit for it. Calls

@@ -184,7 +184,7 @@ struct http_api::route {
     http,       // a request answered by `answer`; a body of at most small_body_bytes (dropped)
     decision,   // the same, its body a decision of up to server.max_body_bytes (refused while draining)
     websocket,  // only an upgrade (upgrade()); a plain request is 426
-    mcp,        // the MCP gateway (handle_mcp): POST a JSON-RPC message of up to server.max_body_bytes, DELETE a session
+    mcp,        // the MCP gateway (handle_mcp): POST a JSON-RPC message of up to server.max_body_bytes, DELETE a session, GET (Last-Event-ID) a stream resumed
   };
   std::string_view path;  // "{id}": an escalation id (what new_id makes: letters, digits, dashes)
   http::verb method;      // GET routes answer HEAD too
@@ -352,10 +352,12 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
   if (auto e = origin_refusal(h)) return refuse(error_reply(*e));
   if (!found) return refuse(error_reply(make_error(404, codes::not_found, "no endpoint at " + quoted(path))));
   const bool get_like = found->method == http::verb::get;
-  // /mcp offers no stream of its own (GET): the answers to a POST carry all it sends.
-  if (t.mcp && h.method() != http::verb::post && h.method() != http::verb::delete_) {
-    http_reply r = error_reply(make_error(405, codes::method_not_allowed, quoted(path) + " answers POST and DELETE"));
-    r.headers.emplace_back("Allow", "POST, DELETE");
+  // /mcp offers no stream of its own: the answers to a POST carry all it sends, and a GET only
+  // resumes one of them (Last-Event-ID).
+  const bool resumes = h.method() == http::verb::get && h.find("Last-Event-ID") != h.end();
+  if (t.mcp && h.method() != http::verb::post && h.method() != http::verb::delete_ && !resumes) {
+    http_reply r = error_reply(make_error(405, codes::method_not_allowed, quoted(path) + " answers POST and DELETE, and GET with Last-Event-ID"));
+    r.headers.emplace_back("Allow", "POST, DELETE, GET");
     return refuse(std::move(r));
   }
   if (!t.mcp && h.method() != found->method && !(get_like && h.method() == http::verb::head)) {
@@ -416,6 +418,9 @@ void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_re
     return it == req.end() ? std::string() : std::string(it->value());
   };
   if (req.method() == http::verb::delete_) return gateway_.remove(header("Mcp-Session-Id"), owner, std::move(reply));
+  if (req.method() == http::verb::get) {
+    return gateway_.resume(header("Mcp-Session-Id"), owner, header("Last-Event-ID"), std::move(reply));
+  }
   mcp_post p;
   p.body = std::move(req.body());
   p.session = header("Mcp-Session-Id");

@@ -199,8 +199,11 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
         s.mcp_answer(status, std::move(body), session);
       });
     }
-    void event(std::string message) override {
-      on_strand([message = std::move(message)](http_session& s) mutable { s.mcp_event(std::move(message)); });
+    void open() override {
+      on_strand([](http_session& s) { s.mcp_open(); });
+    }
+    void event(mcp_event e) override {
+      on_strand([e = std::move(e)](http_session& s) mutable { s.mcp_send(std::move(e)); });
     }
     void end() override {
       on_strand([](http_session& s) { s.mcp_end(); });
@@ -224,21 +227,29 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     respond(hub_->api.mcp_answer(*ticket_, version_, keep_alive_, status, std::move(body), session), false);
   }
 
-  // One message of the event stream, which the first opens (its head written before it).
-  void mcp_event(std::string message) {
+  // The event stream begins: its head goes (once).
+  void mcp_open() {
+    if (!ticket_ || answered_ || stream_ended_) return;
+    answered_ = true;
+    streaming_ = true;
+    sse_head_ = std::make_shared<http::response<http::empty_body>>(hub_->api.mcp_stream_head(*ticket_, version_, keep_alive_));
+    sse_serializer_ = std::make_shared<http::response_serializer<http::empty_body>>(*sse_head_);
+    writing_ = true;
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_write_header(stream_, *sse_serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      run_guarded("an MCP stream's head", [&] { self->sse_written(ec); }, self.get());
+    });
+  }
+
+  // One event of the stream, which the first opens (its head written before it).
+  void mcp_send(mcp_event e) {
     if (!ticket_ || (answered_ && !streaming_) || stream_ended_) return;
-    if (!streaming_) {
-      answered_ = true;
-      streaming_ = true;
-      sse_head_ = std::make_shared<http::response<http::empty_body>>(hub_->api.mcp_stream_head(*ticket_, version_, keep_alive_));
-      sse_serializer_ = std::make_shared<http::response_serializer<http::empty_body>>(*sse_head_);
-      writing_ = true;
-      stream_.expires_after(std::chrono::seconds(30));
-      http::async_write_header(stream_, *sse_serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-        run_guarded("an MCP stream's head", [&] { self->sse_written(ec); }, self.get());
-      });
-    }
-    sse_queue_.push_back("event: message\ndata: " + message + "\n\n");
+    if (!streaming_) mcp_open();
+    std::string text = "id: " + e.id + "\n";
+    if (e.retry.count() > 0) text += "retry: " + std::to_string(e.retry.count()) + "\n";
+    // A priming event has no message (an empty data line); the others are each a message.
+    text += e.message.empty() ? "data: \n\n" : "event: message\ndata: " + e.message + "\n\n";
+    sse_queue_.push_back(std::move(text));
     sse_write();
   }
 

@@ -337,6 +337,137 @@ serverTest("an escalated call a person denies is an error result with the reason
   }
 });
 
+// The events of an SSE response as they come: next() is the next one ({id, retry, data}), or null
+// at the stream's end; each is awaited for 10 s at most.
+function events(res) {
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  return {
+    async next() {
+      for (;;) {
+        const end = text.indexOf("\n\n");
+        if (end >= 0) {
+          const block = text.slice(0, end);
+          text = text.slice(end + 2);
+          const e = { data: "" };
+          for (const line of block.split("\n")) {
+            const [field, ...rest] = line.split(": ");
+            if (field === "id" || field === "retry" || field === "data" || field === "event") e[field] = rest.join(": ");
+          }
+          return e;
+        }
+        const timer = new Promise((_, reject) => setTimeout(() => reject(new Error("no event within 10 s")), 10_000).unref());
+        const { value, done } = await Promise.race([reader.read(), timer]);
+        if (done) return null;
+        text += value;
+      }
+    },
+    cancel: () => reader.cancel(),
+  };
+}
+
+serverTest("a call whose stream the client loses is resumed with Last-Event-ID, to the approved call's answer", async () => {
+  const { client, transport } = await connect();
+  try {
+    const session = transport.sessionId;
+    const headers = { Authorization: `Bearer ${agentKey}`, "Mcp-Session-Id": session };
+    const lost = new AbortController();
+    const res = await fetch(`${baseURL}/mcp`, {
+      method: "POST",
+      headers: { ...headers, "Content-Type": "application/json", Accept: "application/json, text/event-stream" },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 41,
+        method: "tools/call",
+        params: { name: "failing.pick", arguments: { color: "red", loud: true, note: "resume me" }, _meta: { progressToken: "p41" } },
+      }),
+      signal: lost.signal,
+    });
+    assert.equal(res.headers.get("content-type"), "text/event-stream");
+    const posted = events(res);
+    // 2025-11-25: a priming event first (an id, how long to wait before reconnecting, no message).
+    const priming = await posted.next();
+    assert.match(priming.id, /^\d+-0$/);
+    assert.equal(priming.retry, "2000");
+    assert.equal(priming.data, "");
+    const stream = priming.id.split("-")[0];
+    const progress = await posted.next();
+    assert.equal(progress.id, `${stream}-1`);
+    assert.equal(JSON.parse(progress.data).method, "notifications/progress");
+    lost.abort(); // the connection is lost while a person decides
+    await posted.cancel().catch(() => {});
+
+    const resume = (last) => fetch(`${baseURL}/mcp`, { headers: { ...headers, Accept: "text/event-stream", "Last-Event-ID": last } });
+    const resumed = await resume(progress.id);
+    assert.equal(resumed.status, 200);
+    assert.equal(resumed.headers.get("content-type"), "text/event-stream");
+    const escalation = await pendingEscalation("failing.pick");
+    const approved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, { outcome: "execute", reason: "fine" });
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    const later = events(resumed);
+    let answer = await later.next();
+    while (answer && JSON.parse(answer.data).method === "notifications/progress") answer = await later.next();
+    assert.ok(answer, "the resumed stream ended without the answer");
+    assert.equal(answer.id, `${stream}-${Number(answer.id.split("-")[1])}`);
+    const result = JSON.parse(answer.data);
+    assert.equal(result.id, 41);
+    assert.equal(result.result.content[0].text, "red true resume me");
+    assert.equal(result.result._meta["baton/escalation"], escalation.id);
+    assert.equal(await later.next(), null);
+
+    // The answered stream may be resumed again from its start: every event after the id, then its end.
+    const again = events(await resume(`${stream}-0`));
+    const replayed = [];
+    for (let e = await again.next(); e; e = await again.next()) replayed.push(e);
+    assert.equal(replayed[0].id, progress.id);
+    assert.deepEqual(JSON.parse(replayed.at(-1).data), result);
+    // An id no stream of the session has, one not baton's, and one without the session.
+    assert.equal((await resume(`${Number(stream) + 50}-0`)).status, 400);
+    assert.equal((await resume("not-an-id")).status, 400);
+    const other = await fetch(`${baseURL}/mcp`, { headers: { Authorization: `Bearer ${agentKey}`, "Last-Event-ID": progress.id } });
+    assert.equal(other.status, 400);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("the SDK client resumes a call it lost with its resumption token, in a transport of its own", async () => {
+  const { client, transport } = await connect();
+  let token;
+  const first = client
+    .request(
+      { method: "tools/call", params: { name: "failing.pick", arguments: { color: "blue", loud: false, note: "again" } } },
+      CallToolResultSchema,
+      { onresumptiontoken: (t) => (token = t) },
+    )
+    .catch((e) => e);
+  const escalation = await pendingEscalation("failing.pick");
+  await until("a resumption token", async () => token);
+  const session = transport.sessionId;
+  await client.close(); // the first client goes, its stream with it (the session stays)
+  await first;
+  const again = new Client({ name: "baton-gateway-test-resumed", version: "1.0.0" });
+  const resumedTransport = new StreamableHTTPClientTransport(new URL(`${baseURL}/mcp`), {
+    sessionId: session,
+    requestInit: { headers: { Authorization: `Bearer ${agentKey}` } },
+  });
+  await again.connect(resumedTransport);
+  try {
+    const result = again.request(
+      { method: "tools/call", params: { name: "failing.pick", arguments: { color: "blue", loud: false, note: "again" } } },
+      CallToolResultSchema,
+      { resumptionToken: token },
+    );
+    const approved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, { outcome: "execute", reason: "ok" });
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    const answer = await result;
+    assert.equal(answer.content[0].text, "blue false again");
+    assert.equal(answer._meta["baton/escalation"], escalation.id);
+  } finally {
+    await again.close();
+  }
+});
+
 serverTest("a call the client cancels while a person decides is withdrawn from the inbox", async () => {
   const { client } = await connect();
   try {
@@ -439,6 +570,7 @@ serverTest("a session ends with DELETE, and bad messages get JSON-RPC errors", a
   assert.equal((await res.json()).error.code, -32700);
   res = await post(JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "ping" }]));
   assert.equal((await res.json()).error.code, -32600);
+  // GET only resumes a stream (Last-Event-ID): baton sends nothing unasked.
   res = await fetch(`${baseURL}/mcp`, { headers: { Authorization: `Bearer ${agentKey}` } });
   assert.equal(res.status, 405);
   res = await post(ping, { Authorization: "Bearer wrong-key-0123456789abcdef" });
