@@ -13,7 +13,9 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <vector>
 
+#include "adapters/runtime/handler_guard.hpp"
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
 #include "core/sha256.hpp"
@@ -130,7 +132,7 @@ std::string text_of(const json& frame, const char* key) {
 // One MCP session: an agent connection whose frames become the answers to its calls. Its calls
 // are decided one at a time, in the order they came (one turn of the agent session at a time);
 // a call that waits for a person no longer holds the session.
-class mcp_gateway::session final : public agent_connection, public std::enable_shared_from_this<session> {
+class mcp_gateway::session final : public agent_connection, public guard_target, public std::enable_shared_from_this<session> {
  public:
   // One tools/call, from its request to its answer.
   struct call {
@@ -167,7 +169,40 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     touch();
   }
 
-  net::any_io_executor strand() override { return strand_; }
+  // Its handlers, and agent_service's for its calls, run guarded: one that throws fails this
+  // session (handler_failed), not the others, and leaves no call unanswered.
+  net::any_io_executor strand() override { return guarded_executor(strand_, weak_from_this()); }
+
+  // A handler of this session threw (logged, on the strand): whatever state it left is not to be
+  // trusted, so every call is answered INTERNAL now, an escalation waiting for a person withdrawn,
+  // and the session ends (its next request 404: the client initializes again).
+  void handler_failed() noexcept override {
+    try {
+      failed_ = true;
+      ended_ = true;
+      finished_.clear();
+      std::vector<std::shared_ptr<call>> calls(queue_.begin(), queue_.end());
+      queue_.clear();
+      for (const auto* under_way : {&by_key_, &by_decision_}) {
+        for (const auto& [key, c] : *under_way) {
+          if (std::find(calls.begin(), calls.end(), c) == calls.end()) calls.push_back(c);
+        }
+      }
+      const error internal = make_error(500, codes::internal, "baton failed on this MCP session (its log says why); initialize again");
+      for (const auto& c : calls) {
+        answer(*c, rpc_error(c->rpc_id, internal));
+        if (c->escalated && c->resolution.empty()) withdraw(*c, "baton failed on the MCP session");
+        forget(*c);
+      }
+      protocol::end_frame f{name_};
+      agents_.on_frame(shared_from_this(), protocol::render(f));
+    } catch (const std::exception& e) {
+      spdlog::error("MCP session {}: failing its calls threw too: {}", id_, e.what());
+    } catch (...) {
+      spdlog::error("MCP session {}: failing its calls threw too", id_);
+    }
+  }
+  bool failed() const noexcept { return failed_.load(); }
 
   const std::string& id() const noexcept { return id_; }
   const std::string& owner() const noexcept { return owner_; }
@@ -180,7 +215,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   // the gateway has let the session go.
   void add(std::shared_ptr<call> c) {
     ++calls_;
-    net::post(strand_, [self = shared_from_this(), c = std::move(c)]() mutable {
+    net::post(strand(), [self = shared_from_this(), c = std::move(c)]() mutable {
       self->keep_ = self;
       if (self->ended_) {
         self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
@@ -201,7 +236,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   // an escalation is withdrawn (denied, by the client's key), so that an approval cannot run a
   // call nobody waits for.
   void cancel(json request_id) {
-    net::post(strand_, [self = shared_from_this(), request_id = std::move(request_id)] {
+    net::post(strand(), [self = shared_from_this(), request_id = std::move(request_id)] {
       for (auto it = self->queue_.begin(); it != self->queue_.end(); ++it) {
         if ((*it)->rpc_id == request_id) {
           std::shared_ptr<call> c = *it;
@@ -226,7 +261,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   // DELETE: the agent session ends with it, and what waits is answered now: a queued call, and a
   // call waiting for a person (its escalation withdrawn).
   void end() {
-    net::post(strand_, [self = shared_from_this()] {
+    net::post(strand(), [self = shared_from_this()] {
       self->ended_ = true;
       self->finished_.clear();
       auto queued = std::move(self->queue_);
@@ -247,7 +282,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
 
   // The server stops: what waits for a person is answered now.
   void drain() {
-    net::post(strand_, [self = shared_from_this()] {
+    net::post(strand(), [self = shared_from_this()] {
       for (auto& [decision, c] : self->by_decision_) {
         if (!c->escalated || c->answered) continue;
         self->answer(*c, rpc_error(c->rpc_id, make_error(503, codes::shutting_down,
@@ -259,7 +294,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
 
   // GET with Last-Event-ID: the stream `stream` goes on on `reply`, from after event `after`.
   void resume(std::uint64_t stream, std::uint64_t after, std::shared_ptr<mcp_reply> reply) {
-    net::post(strand_, [self = shared_from_this(), stream, after, reply = std::move(reply)]() mutable {
+    net::post(strand(), [self = shared_from_this(), stream, after, reply = std::move(reply)]() mutable {
       if (std::shared_ptr<call> c = self->live(stream)) {
         // A client reconnects when it lost the stream: the old response ends, the new one goes on.
         std::swap(c->reply, reply);
@@ -314,7 +349,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   // The turn of `c` is over: the next call may go.
   void turn_over() {
     turn_out_ = false;
-    net::post(strand_, [self = shared_from_this()] {
+    net::post(strand(), [self = shared_from_this()] {
       if (!self->turn_out_) self->start_next();
     });
   }
@@ -441,7 +476,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     if (code == codes::session_busy) {
       // A decision past its engine timeout holds the agent session until the engine answers.
       queue_.push_front(c);
-      auto timer = std::make_shared<net::steady_timer>(strand_, std::chrono::milliseconds(100));
+      auto timer = std::make_shared<net::steady_timer>(strand(), std::chrono::milliseconds(100));
       timer->async_wait([self = shared_from_this(), timer](boost::system::error_code) {
         self->turn_out_ = false;
         self->start_next();
@@ -464,7 +499,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
                               {"method", "notifications/progress"},
                               {"params", {{"progressToken", c->progress_token}, {"progress", c->progress}, {"message", c->waiting}}}},
                          false));
-    if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand_);
+    if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand());
     c->timer->expires_after(progress_every);
     c->timer->async_wait([self = shared_from_this(), weak = std::weak_ptr<call>(c)](boost::system::error_code ec) {
       if (ec) return;
@@ -541,7 +576,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
     by_key_.erase(c.key);
     if (!c.decision.empty()) by_decision_.erase(c.decision);
     touch();
-    if (--calls_ == 0 && keep_) net::post(strand_, [hold = std::move(keep_)] {});
+    if (--calls_ == 0 && keep_) net::post(strand(), [hold = std::move(keep_)] {});
   }
 
   static constexpr std::size_t max_finished_bytes = 1 << 20;
@@ -558,6 +593,7 @@ class mcp_gateway::session final : public agent_connection, public std::enable_s
   const std::string version_;
   std::atomic<std::size_t> calls_{0};  // queued or under way
   std::atomic<std::int64_t> used_ms_{0};
+  std::atomic<bool> failed_{false};  // a handler threw: the gateway forgets it
   // On the strand:
   std::deque<std::shared_ptr<call>> queue_;
   bool turn_out_ = false;   // a call's turn is with agent_service
@@ -590,6 +626,10 @@ std::shared_ptr<mcp_gateway::session> mcp_gateway::find(const std::string& id, c
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->owner() != owner) return nullptr;
+  if (it->second->failed()) {
+    sessions_.erase(it);
+    return nullptr;
+  }
   it->second->touch();
   return it->second;
 }
@@ -598,7 +638,9 @@ bool mcp_gateway::make_room() {
   const std::int64_t now = unix_ms();
   const std::int64_t idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(config_.server.session_idle).count();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (!it->second->busy() && now - it->second->used_ms() > idle_ms) {
+    if (it->second->failed()) {
+      it = sessions_.erase(it);
+    } else if (!it->second->busy() && now - it->second->used_ms() > idle_ms) {
       it->second->end();
       it = sessions_.erase(it);
     } else {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 #include "adapters/server/websocket_session.hpp"
 
 namespace baton {

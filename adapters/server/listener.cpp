@@ -5,7 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 #include "adapters/server/http_session.hpp"
 
 namespace baton {

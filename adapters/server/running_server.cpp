@@ -13,7 +13,7 @@
 
 #include "adapters/runtime/agent_service.hpp"
 #include "adapters/runtime/mcp_gateway.hpp"
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 #include "adapters/server/listener.hpp"
 #include "core/error_codes.hpp"
 #include "engine/factory/make_engine.hpp"

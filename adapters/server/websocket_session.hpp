@@ -16,7 +16,7 @@
 #include <string>
 
 #include "adapters/protocol/agent_protocol.hpp"
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 #include "adapters/server/http_api.hpp"
 #include "adapters/server/shared_state.hpp"
 #include "core/error_codes.hpp"

@@ -13,7 +13,7 @@
 #include "adapters/runtime/metrics.hpp"
 #include "adapters/runtime/systemone_service.hpp"
 #include "adapters/server/auth.hpp"
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 #include "adapters/server/http_api.hpp"
 #include "adapters/server/listener.hpp"
 #include "engine/scheduler.hpp"
@@ -341,6 +341,39 @@ TEST_F(bad_input_test, a_handler_that_throws_fails_its_own_connection_and_the_se
   EXPECT_EQ(other.get("/metrics").status, 500);  // again, and still up
   test::http_client last(port);
   EXPECT_EQ(last.get("/v1/models").status, 200);
+}
+
+// An MCP client's call whose handler throws (echo_cmd's executor, on the MCP session's strand) is
+// answered, INTERNAL, rather than left waiting; its session ends, and the gateway goes on.
+TEST_F(bad_input_test, an_mcp_call_whose_handler_throws_is_answered_and_its_session_ends) {
+  throwing_server s(config_);
+  test::http_client h(s.server->port());
+  const auto post = [&](const json& message, const std::string& session) {
+    std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "application/json"}};
+    if (!session.empty()) headers.emplace_back("Mcp-Session-Id", session);
+    return h.post("/mcp", message.dump(), {}, headers);
+  };
+  const json initialize = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
+                           {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()},
+                                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}};
+  const auto opened = post(initialize, {});
+  ASSERT_EQ(opened.status, 200) << opened.body;
+  const std::string session = opened.header("mcp-session-id");
+  ASSERT_FALSE(session.empty());
+  const json call = {{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/call"},
+                     {"params", {{"name", "echo_cmd"}, {"arguments", json::object()},
+                                 {"_meta", {{"baton/context", json::array({script({{"tool", "echo_cmd"}, {"p", 0.95}})})}}}}}};
+  const auto failed = post(call, session);
+  ASSERT_EQ(failed.status, 200) << failed.body;
+  const json body = failed.body_json();
+  EXPECT_EQ(body["id"], 2);
+  EXPECT_EQ(body["error"]["data"]["code"], "INTERNAL") << body;
+  const json ping = {{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}};
+  EXPECT_EQ(post(ping, session).status, 404);
+  // A new session is served, and its calls of other tools run.
+  const auto again = post(initialize, {});
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(post(ping, again.header("mcp-session-id")).status, 200);
 }
 
 TEST(run_io, a_handler_that_throws_past_every_guard_is_logged_and_the_loop_goes_on) {

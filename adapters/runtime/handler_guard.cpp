@@ -1,4 +1,4 @@
-#include "adapters/server/handler_guard.hpp"
+#include "adapters/runtime/handler_guard.hpp"
 
 namespace baton {
 
