@@ -9,6 +9,7 @@
 #include "adapters/protocol/frame_opener.hpp"
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/escalation_sync.hpp"
+#include "adapters/runtime/mcp_gateway.hpp"
 #include "adapters/runtime/tool_runs.hpp"
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"
@@ -21,6 +22,16 @@ std::unique_ptr<log::log_reader> open_reader(const log::log_options& o) {
   auto reader = log::log_reader::open(o);
   if (!reader) throw error_exception(reader.error());
   return std::move(*reader);
+}
+
+// Writes `r` before anything is served (start-up), throwing when the log cannot take it.
+template <class Record>
+bool append_now(log::decision_log& log, Record r) {
+  std::promise<result<void>> written;
+  auto queued = log.append(std::move(r), [&written](result<void> ok) { written.set_value(ok); });
+  const result<void> ok = queued ? written.get_future().get() : queued;
+  if (!ok && ok.error().code != codes::duplicate_row) throw error_exception(ok.error());
+  return bool(ok);
 }
 
 protocol::escalation_object pending_object_of(const pending_escalation& p) {
@@ -49,7 +60,17 @@ void escalation_desk::start() {
     std::string tool_result;  // baton's tool_result frame of the tool it ran for it, when it did
   };
   std::vector<unacknowledged_resolution> waiting;
+  // An MCP gateway session lives in one server's memory: after a restart nobody waits for its
+  // escalations or acknowledges their resolutions. With a log of its own, baton knows none of
+  // them is another instance's, and settles them now (a shared log's stay as they are).
+  const bool own_log = !log_.options().shared();
+  std::size_t settled = 0;
   for (log::escalation_history& h : *unacknowledged) {
+    if (own_log && is_mcp_gateway_session(h.row.escalation.session)) {
+      append_now(log_, log::delivery_record{h.resolution->id, unix_ms()});
+      ++settled;
+      continue;
+    }
     if (h.tool_run) delivery_.remember_reported_locked(h.row.escalation.decision);  // the agent's next tool_result is a second
     waiting.push_back({std::move(*h.resolution), read_back(*routing, h.row), logged_tool_result(h.tool_run)});
   }
@@ -62,6 +83,18 @@ void escalation_desk::start() {
     // What the registry and policy served now no longer allow (a tool since denied, removed or
     // changed) is denied as a reload denies it; else its deadline, had it passed while baton was
     // down. Either is resolved now, durably, before anything is served.
+    if (own_log && is_mcp_gateway_session(r.session)) {
+      // The MCP call that waited was answered when baton stopped (or its connection died with
+      // it): denied, and acknowledged for the client that will never come back for it.
+      log::resolution_record res = misfit_denial(*routing, r, "denied at start-up: the MCP call that waited for it ended "
+                                                              "with baton's stop (a call after the restart is a new decision)");
+      if (append_now(log_, res)) {
+        routing_.counters.resolution(res.outcome, res.by);
+        append_now(log_, log::delivery_record{res.id, unix_ms()});
+      }
+      ++settled;
+      continue;
+    }
     const bool passed = r.deadline_ms <= now;
     const auto why = passed ? std::nullopt : misfit(*routing, r);
     if (!passed && !why) {
@@ -72,10 +105,7 @@ void escalation_desk::start() {
                                                      "denied at start-up with the registry and policy since changed: " +
                                                          *why + " (what no longer fits is denied, as its deadline would deny it)")
                                      : deadline_resolution(*routing, r);
-    std::promise<result<void>> written;
-    auto queued = log_.append(res, [&written](result<void> ok) { written.set_value(ok); });
-    const result<void> ok = queued ? written.get_future().get() : queued;
-    if (!ok && ok.error().code != codes::duplicate_row) throw error_exception(ok.error());
+    const bool ok = append_now(log_, res);
     ++expired;
     if (!ok) continue;
     routing_.counters.resolution(res.outcome, res.by);
@@ -89,9 +119,10 @@ void escalation_desk::start() {
     book_.waiting.emplace(res.id, std::move(w));
   }
   for (auto& [id, e] : book_.pending) arm_locked(*e);
-  if (!book_.pending.empty() || !book_.waiting.empty() || expired) {
+  if (!book_.pending.empty() || !book_.waiting.empty() || expired || settled) {
     spdlog::info("escalations: {} pending, {} resolved at start-up (deadline passed, or no longer fits), {} resolutions "
-                 "wait for their agent", book_.pending.size(), expired, book_.waiting.size());
+                 "wait for their agent, {} of MCP calls that ended with the last stop settled",
+                 book_.pending.size(), expired, book_.waiting.size(), settled);
   }
   if (sync_) sync_->start();
 }

@@ -32,6 +32,9 @@ namespace {
 
 namespace net = boost::asio;
 
+constexpr std::string_view gateway_session_prefix = "mcp-";
+constexpr std::size_t session_id_digits = 32;
+
 // JSON-RPC's own codes, and the one baton answers its own refusals with (the error body in `data`).
 constexpr int parse_error = -32700, invalid_request = -32600, method_not_found = -32601, invalid_params = -32602,
               server_error = -32000;
@@ -91,7 +94,7 @@ json input_schema_of(const tools::tool& t) {
 std::string random_session_id() {
   std::random_device random;
   std::string id;
-  for (int i = 0; i < 4; ++i) {
+  for (std::size_t i = 0; i < session_id_digits / 8; ++i) {
     char part[9];
     std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(random()));
     id += part;
@@ -129,6 +132,14 @@ std::string text_of(const json& frame, const char* key) {
 
 }  // namespace
 
+bool is_mcp_gateway_session(std::string_view session) noexcept {
+  const auto slash = session.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? session : session.substr(slash + 1);
+  if (name.size() != gateway_session_prefix.size() + session_id_digits || !name.starts_with(gateway_session_prefix)) return false;
+  return std::all_of(name.begin() + gateway_session_prefix.size(), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 // One MCP session: an agent connection whose frames become the answers to its calls. Its calls
 // are decided one at a time, in the order they came (one turn of the agent session at a time);
 // a call that waits for a person no longer holds the session.
@@ -163,7 +174,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller,
           std::string version)
       : agents_(agents), strand_(net::make_strand(io)), id_(std::move(id)),
-        name_("mcp-" + id_), version_(std::move(version)) {
+        name_(std::string(gateway_session_prefix) + id_), version_(std::move(version)) {
     owner_ = std::move(owner);
     caller_ = std::move(caller);
     touch();
@@ -280,14 +291,16 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     });
   }
 
-  // The server stops: what waits for a person is answered now.
+  // The server stops: what waits for a person is answered now, and its escalation withdrawn
+  // (nobody will wait for it; what the stop leaves pending, the restart denies).
   void drain() {
     net::post(strand(), [self = shared_from_this()] {
       for (auto& [decision, c] : self->by_decision_) {
         if (!c->escalated || c->answered) continue;
         self->answer(*c, rpc_error(c->rpc_id, make_error(503, codes::shutting_down,
                                                          "baton is shutting down; escalation " + c->escalation +
-                                                             " stays in the inbox, and a call after the restart is a new decision")));
+                                                             " is withdrawn (the call did not run), and a call after the restart is a new decision")));
+        if (c->resolution.empty()) self->withdraw(*c, "baton stopped while the MCP call waited");
       }
     });
   }

@@ -23,6 +23,10 @@
 
 namespace baton {
 
+// Whether `session` (an agent session's name, scoped "KEY/NAME" or not) is an MCP session's of the
+// gateway: "mcp-" and the 32 hex digits of its id, a name agents are not expected to choose.
+bool is_mcp_gateway_session(std::string_view session) noexcept;
+
 // One event of an /mcp event stream (text/event-stream).
 struct mcp_event {
   std::string id;       // where a client that lost the stream resumes from (Last-Event-ID)
@@ -87,8 +91,9 @@ class mcp_gateway {
               std::shared_ptr<mcp_reply> reply);
 
   // The server stops: a call waiting for a person is answered now (an error naming its escalation,
-  // which stays in the inbox), so that the stop does not wait out its drain limit for it. Calls
-  // still to be decided get SHUTTING_DOWN from the agent service.
+  // which is withdrawn), so that the stop does not wait out its drain limit for it. Calls still to
+  // be decided get SHUTTING_DOWN from the agent service. (What a stop or crash leaves pending, the
+  // escalation desk denies at the next start: is_mcp_gateway_session.)
   void drain();
 
   std::size_t size() const;

@@ -510,22 +510,55 @@ serverTest("ending a session answers its call that waits for a person and withdr
   }
 });
 
-serverTest("a server that stops answers the call waiting for a person at once, naming its escalation", async () => {
+serverTest("a server that stops answers the call waiting for a person at once, and no escalation of it outlives the stop", async () => {
   const own = new baton_process(batonBin);
-  const url = await own.start(path.join(tmp, "stopped.yaml"), batonEnv(), 20_000);
-  const { client } = await connect(url);
+  let url = await own.start(path.join(tmp, "stopped.yaml"), batonEnv(), 20_000);
+  let { client } = await connect(url);
+  const stoppedLog = (query) =>
+    promisify(execFile)(batonBin, ["log", "sql", "--db", path.join(tmp, "stopped.db"), query]).then(({ stdout }) =>
+      stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l)),
+    );
+  // After a restart: the escalation is denied, its resolution acknowledged (nobody will come for it).
+  const settled = async (escalation, reason) => {
+    const { body } = await reviewer(`/v1/escalations/${escalation.id}`, undefined, url);
+    assert.equal(body.status, "resolved", JSON.stringify(body));
+    assert.equal(body.resolution.outcome, "deny");
+    assert.match(body.resolution.reason, reason);
+    const acked = await stoppedLog(
+      `SELECT count(*) AS n FROM deliveries WHERE resolution IN (SELECT id FROM resolutions WHERE escalation = '${escalation.id}')`,
+    );
+    assert.deepEqual(acked, [{ n: 1 }]);
+  };
   try {
     const call = client.callTool({ name: "failing.pick", arguments: { color: "red", loud: true, note: "stop" } });
     const escalation = await pendingEscalation("failing.pick", url);
     const asked = performance.now();
     const stopping = own.stop(10_000);
-    await assert.rejects(call, new RegExp(`shutting down; escalation ${escalation.id} stays in the inbox`));
+    await assert.rejects(call, new RegExp(`shutting down; escalation ${escalation.id} is withdrawn`));
     const { stopped, exit } = await stopping;
     assert.ok(stopped, `baton did not stop on SIGTERM (${exit})`);
     assert.equal(exit, 0);
     assert.ok(performance.now() - asked < 5_000, "the stop waited for the call");
+    await client.close().catch(() => {});
+
+    // Restarted: withdrawn by the stop itself, or, had its row not made it, denied at the start.
+    url = await own.start(path.join(tmp, "stopped.yaml"), batonEnv(), 20_000);
+    await settled(escalation, /baton stopped while the MCP call waited|denied at start-up: the MCP call that waited/);
+
+    // A crash answers nobody and withdraws nothing: the next start denies what it left.
+    ({ client } = await connect(url));
+    const lost = client.callTool({ name: "failing.pick", arguments: { color: "blue", loud: true, note: "crash" } }).catch((e) => e);
+    const crashed = await pendingEscalation("failing.pick", url);
+    own.child.kill("SIGKILL");
+    await once(own.child, "exit");
+    await client.close().catch(() => {});
+    await lost;
+    url = await own.start(path.join(tmp, "stopped.yaml"), batonEnv(), 20_000);
+    await settled(crashed, /denied at start-up: the MCP call that waited for it ended with baton's stop/);
+    assert.deepEqual(await stoppedLog(`SELECT count(*) AS n FROM tool_runs WHERE decision = '${crashed.decision}'`), [{ n: 0 }]);
   } finally {
     await client.close().catch(() => {});
+    await own.stop(10_000);
   }
 });
 
