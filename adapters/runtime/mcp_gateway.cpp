@@ -170,11 +170,12 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     std::deque<std::pair<std::uint64_t, std::string>> sent;
   };
 
-  // `version`: the protocol version initialize agreed on.
+  // `version`: the protocol version initialize agreed on; `kept`: the bytes of answered streams
+  // every session keeps (the gateway's, shared: a session may outlive it).
   session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller,
-          std::string version)
+          std::string version, std::shared_ptr<std::atomic<std::size_t>> kept)
       : agents_(agents), strand_(net::make_strand(io)), id_(std::move(id)),
-        name_(std::string(gateway_session_prefix) + id_), version_(std::move(version)) {
+        name_(std::string(gateway_session_prefix) + id_), version_(std::move(version)), kept_(std::move(kept)) {
     owner_ = std::move(owner);
     caller_ = std::move(caller);
     touch();
@@ -191,7 +192,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     try {
       failed_ = true;
       ended_ = true;
-      finished_.clear();
+      clear_finished();
       std::vector<std::shared_ptr<call>> calls(queue_.begin(), queue_.end());
       queue_.clear();
       for (const auto* under_way : {&by_key_, &by_decision_}) {
@@ -228,16 +229,14 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     ++calls_;
     net::post(strand(), [self = shared_from_this(), c = std::move(c)]() mutable {
       self->keep_ = self;
+      if (c->streams) c->stream = ++self->streams_;
       if (self->ended_) {
         self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
         return self->forget(*c);
       }
-      if (c->streams) {
-        // Its stream can be resumed from the start: 2025-11-25 clients are told where (a priming
-        // event); the others resume from the first message's id.
-        c->stream = ++self->streams_;
-        if (self->version_ >= "2025-11-25") c->reply->event({event_id(c->stream, 0), {}, resume_after});
-      }
+      // Its stream can be resumed from the start: 2025-11-25 clients are told where (a priming
+      // event); the others resume from the first message's id.
+      if (c->streams && self->version_ >= "2025-11-25") c->reply->event({event_id(c->stream, 0), {}, resume_after});
       self->queue_.push_back(std::move(c));
       if (!self->turn_out_) self->start_next();
     });
@@ -274,7 +273,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   void end() {
     net::post(strand(), [self = shared_from_this()] {
       self->ended_ = true;
-      self->finished_.clear();
+      self->clear_finished();
       auto queued = std::move(self->queue_);
       self->queue_.clear();
       for (const auto& c : queued) {
@@ -311,6 +310,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
       if (std::shared_ptr<call> c = self->live(stream)) {
         // A client reconnects when it lost the stream: the old response ends, the new one goes on.
         std::swap(c->reply, reply);
+        reply->open();  // a POST whose stream had not begun still answers as a stream, never 202
         reply->end();
         c->reply->open();
         for (const auto& [n, message] : c->sent) {
@@ -318,6 +318,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
         }
         return;
       }
+      self->expire_finished();
       for (const finished& f : self->finished_) {
         if (f.stream != stream) continue;
         reply->open();
@@ -548,17 +549,33 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     c.reply->event({event_id(c.stream, c.last_event), std::move(message), {}});
   }
 
-  // An answered stream stays resumable for a while: the session's last 8, up to 1 MiB in all.
+  // An answered stream stays resumable for a while (finished_for): the session's last 8, up to
+  // 1 MiB, within the gateway's kept_total; not once the session has ended.
   void keep_finished(call& c) {
-    finished f{c.stream, std::move(c.sent), 0};
+    expire_finished();
+    if (ended_) return;
+    finished f{c.stream, std::move(c.sent), 0, std::chrono::steady_clock::now()};
     for (const auto& [n, message] : f.sent) f.bytes += message.size();
     if (f.bytes > max_finished_bytes) return;
+    if (kept_->fetch_add(f.bytes) + f.bytes > max_kept_total) {
+      *kept_ -= f.bytes;
+      return;
+    }
     finished_bytes_ += f.bytes;
     finished_.push_back(std::move(f));
-    while (finished_.size() > 8 || finished_bytes_ > max_finished_bytes) {
-      finished_bytes_ -= finished_.front().bytes;
-      finished_.pop_front();
-    }
+    while (finished_.size() > 8 || finished_bytes_ > max_finished_bytes) drop_finished();
+  }
+  void expire_finished() {
+    const auto now = std::chrono::steady_clock::now();
+    while (!finished_.empty() && now - finished_.front().at > finished_for) drop_finished();
+  }
+  void drop_finished() {
+    finished_bytes_ -= finished_.front().bytes;
+    *kept_ -= finished_.front().bytes;
+    finished_.pop_front();
+  }
+  void clear_finished() {
+    while (!finished_.empty()) drop_finished();
   }
 
   // The call under way whose stream is `stream`.
@@ -593,10 +610,12 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   }
 
   static constexpr std::size_t max_finished_bytes = 1 << 20;
+  static constexpr std::chrono::minutes finished_for{5};
   struct finished {
     std::uint64_t stream;
     std::deque<std::pair<std::uint64_t, std::string>> sent;
     std::size_t bytes;
+    std::chrono::steady_clock::time_point at;
   };
 
   agent_service& agents_;
@@ -604,6 +623,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   const std::string id_;
   const std::string name_;  // the agent session's
   const std::string version_;
+  const std::shared_ptr<std::atomic<std::size_t>> kept_;
   std::atomic<std::size_t> calls_{0};  // queued or under way
   std::atomic<std::int64_t> used_ms_{0};
   std::atomic<bool> failed_{false};  // a handler threw: the gateway forgets it
@@ -618,6 +638,9 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   std::uint64_t streams_ = 0;       // the calls' event streams so far
   std::deque<finished> finished_;   // answered streams a client may still resume
   std::size_t finished_bytes_ = 0;
+
+ public:
+  ~session() { *kept_ -= finished_bytes_; }
 };
 
 mcp_gateway::mcp_gateway(const server_config& config, agent_service& agents, net::any_io_executor io)
@@ -704,7 +727,7 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
     const std::string asked = params.value("protocolVersion", json()).is_string() ? params["protocolVersion"].get<std::string>() : "";
     const auto& versions = tools::mcp_protocol_versions();
     const std::string version = std::find(versions.begin(), versions.end(), asked) != versions.end() ? asked : versions.front();
-    auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller, version);
+    auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller, version, kept_);
     {
       std::lock_guard lock(mutex_);
       if (!make_room()) {

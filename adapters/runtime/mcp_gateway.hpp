@@ -10,6 +10,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -68,6 +69,8 @@ class mcp_gateway {
   // How long a client that lost a call's stream waits before it resumes it (the priming event's
   // `retry`, which protocol 2025-11-25 clients read).
   static constexpr std::chrono::milliseconds resume_after{2000};
+  // The answered streams all sessions keep for clients that resume them, at most.
+  static constexpr std::size_t max_kept_total = std::size_t(64) << 20;
 
   // `io`: where the sessions' strands and timers run (the server's).
   mcp_gateway(const server_config& config, agent_service& agents, boost::asio::any_io_executor io);
@@ -86,7 +89,8 @@ class mcp_gateway {
   // GET /mcp with Last-Event-ID: the stream of a tools/call whose client lost it goes on here,
   // from the event after `last_event`, to the call's answer (one it had before included, while the
   // session keeps it: its last 8 answered streams, up to 1 MiB). 400 for an id no stream of the
-  // session has (any more); 404 for an unknown session.
+  // session has (any more); 404 for an unknown session. An answered stream is kept 5 minutes, and
+  // all sessions' together at most max_kept_total.
   void resume(const std::string& session, const std::string& owner, const std::string& last_event,
               std::shared_ptr<mcp_reply> reply);
 
@@ -110,6 +114,7 @@ class mcp_gateway {
   boost::asio::any_io_executor io_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<session>> sessions_;
+  std::shared_ptr<std::atomic<std::size_t>> kept_ = std::make_shared<std::atomic<std::size_t>>(0);
 };
 
 }  // namespace baton

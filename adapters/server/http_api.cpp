@@ -396,7 +396,8 @@ std::variant<http_api::ticket, http_api::response> http_api::admit(const head& h
                                          "a body of " + std::to_string(*content_length) + " bytes; the limit is " +
                                              std::to_string(config_.server.max_body_bytes) + " (server.max_body_bytes)")));
   }
-  if ((t.decide || t.mcp) && systemone_.draining()) {
+  // A stream resumed while baton stops may still fetch the answer it lost (SHUTTING_DOWN, say).
+  if ((t.decide || (t.mcp && !resumes)) && systemone_.draining()) {
     return refuse(error_reply(make_error(503, codes::shutting_down, "the server is shutting down")));
   }
   return t;
@@ -419,6 +420,10 @@ void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_re
   };
   if (req.method() == http::verb::delete_) return gateway_.remove(header("Mcp-Session-Id"), owner, std::move(reply));
   if (req.method() == http::verb::get) {
+    // An event stream goes in chunks, which HTTP/1.0 has not.
+    if (req.version() < 11) {
+      return reply->answer(400, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: resuming a stream needs HTTP/1.1"}})", {});
+    }
     return gateway_.resume(header("Mcp-Session-Id"), owner, header("Last-Event-ID"), std::move(reply));
   }
   mcp_post p;

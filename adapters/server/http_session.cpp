@@ -115,7 +115,8 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
     }
     ticket_ = std::move(std::get<http_api::ticket>(admitted));
     // Only a decision (or an MCP message) reads its body; a chunked body is counted as it comes.
-    const std::size_t limit = ticket_->decide || ticket_->mcp ? hub_->options.max_body_bytes : http_api::small_body_bytes;
+    const bool reads_body = ticket_->decide || (ticket_->mcp && req.method() == http::verb::post);
+    const std::size_t limit = reads_body ? hub_->options.max_body_bytes : http_api::small_body_bytes;
     parser_->body_limit(limit);
     if (!parser_->is_done()) {
       // A body that declares no size may still grow to the limit.

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
-import { createServer } from "node:net";
+import { connect as connectSocket, createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -405,10 +405,13 @@ serverTest("a call whose stream the client loses is resumed with Last-Event-ID, 
     const approved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, { outcome: "execute", reason: "fine" });
     assert.equal(approved.status, 200, JSON.stringify(approved.body));
     const later = events(resumed);
+    const number = (e) => Number(e.id.split("-")[1]);
     let answer = await later.next();
+    // What comes is what came after the event named: nothing before it again.
+    assert.ok(answer.id.startsWith(`${stream}-`) && number(answer) > number(progress), answer.id);
     while (answer && JSON.parse(answer.data).method === "notifications/progress") answer = await later.next();
     assert.ok(answer, "the resumed stream ended without the answer");
-    assert.equal(answer.id, `${stream}-${Number(answer.id.split("-")[1])}`);
+    assert.ok(answer.id.startsWith(`${stream}-`) && number(answer) > number(progress), answer.id);
     const result = JSON.parse(answer.data);
     assert.equal(result.id, 41);
     assert.equal(result.result.content[0].text, "red true resume me");
@@ -421,6 +424,11 @@ serverTest("a call whose stream the client loses is resumed with Last-Event-ID, 
     for (let e = await again.next(); e; e = await again.next()) replayed.push(e);
     assert.equal(replayed[0].id, progress.id);
     assert.deepEqual(JSON.parse(replayed.at(-1).data), result);
+    const after = events(await resume(progress.id));
+    const rest = [];
+    for (let e = await after.next(); e; e = await after.next()) rest.push(e);
+    assert.ok(rest.length >= 1 && rest.every((e) => number(e) > number(progress)), JSON.stringify(rest));
+    assert.deepEqual(JSON.parse(rest.at(-1).data), result);
     // An id no stream of the session has, one not baton's, and one without the session.
     assert.equal((await resume(`${Number(stream) + 50}-0`)).status, 400);
     assert.equal((await resume("not-an-id")).status, 400);
@@ -429,6 +437,54 @@ serverTest("a call whose stream the client loses is resumed with Last-Event-ID, 
   } finally {
     await client.close();
   }
+});
+
+serverTest("a stream taken over before its first event answers its POST as an empty stream; HTTP/1.0 cannot resume", async () => {
+  const raw = (body, headers = {}) =>
+    fetch(`${baseURL}/mcp`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${agentKey}`, "Content-Type": "application/json", Accept: "application/json, text/event-stream", ...headers },
+      body: JSON.stringify(body),
+    });
+  // Protocol 2025-06-18: no priming event, and without a progress token nothing goes before the answer.
+  const opened = await raw({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "initialize",
+    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "1" } },
+  });
+  const session = opened.headers.get("mcp-session-id");
+  assert.ok(session);
+  const headers = { "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18" };
+  const posted = raw({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "failing.pick", arguments: { color: "red", loud: false, note: "taken" } } }, headers);
+  const escalation = await pendingEscalation("failing.pick");
+  const resumed = await fetch(`${baseURL}/mcp`, {
+    headers: { Authorization: `Bearer ${agentKey}`, ...headers, Accept: "text/event-stream", "Last-Event-ID": "1-0" },
+  });
+  assert.equal(resumed.status, 200);
+  const first = await posted;
+  assert.equal(first.status, 200, "the POST taken over is not answered 202");
+  assert.equal(first.headers.get("content-type"), "text/event-stream");
+  assert.equal(await events(first).next(), null);
+  const approved = await reviewer(`/v1/escalations/${escalation.id}/resolve`, { outcome: "execute", reason: "ok" });
+  assert.equal(approved.status, 200, JSON.stringify(approved.body));
+  const answer = await events(resumed).next();
+  assert.equal(answer.id, "1-1");
+  assert.equal(JSON.parse(answer.data).result.content[0].text, "red false taken");
+
+  // HTTP/1.0 has no chunks to stream in: a resumption over it is refused, not sent chunked.
+  const { port } = new URL(baseURL);
+  const socket = connectSocket(Number(port), "127.0.0.1");
+  await once(socket, "connect");
+  socket.end(
+    `GET /mcp HTTP/1.0\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${agentKey}\r\n` +
+      `Mcp-Session-Id: ${session}\r\nLast-Event-ID: 1-0\r\n\r\n`,
+  );
+  let reply = "";
+  socket.setEncoding("utf8").on("data", (chunk) => (reply += chunk));
+  await once(socket, "close");
+  assert.match(reply, /^HTTP\/1\.0 400 /);
+  assert.doesNotMatch(reply, /chunked/i);
 });
 
 serverTest("the SDK client resumes a call it lost with its resumption token, in a transport of its own", async () => {
