@@ -3,6 +3,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -38,7 +39,10 @@ model weights or calling a remote engine, and prints:
                release's tokenizer files, no weights), with how much of engine.max_length the
                prompt leaves for the history; engines without a tokenizer here (keyword,
                systemone) get bytes of the prompt the clef engine would build, or tokens of the
-               --tokenizer release's. With routing.fallback, the same for the fallback engine;
+               --tokenizer release's. With routing.fallback, the same for the fallback engine.
+               A registry routed in two stages (routing.max_options): the schema shown is the
+               first (which group), and each engine's size is given for both stages, the second
+               the costliest group's;
   warnings     what the policy can never use: thresholds that are always met, lanes and escalation
                terms a rule always pre-empts, triggers that never fire, always fire or shadow one
                another, denied tools offered every turn, global questions no trigger reads
@@ -55,8 +59,11 @@ Options:
   --json              one JSON object on standard output instead: {"ok", "config", "registry",
                       "policy", "schema_hash", "questions": [{"id","type","instructions","options"}],
                       "engines": [{"role","name","unit","tokenizer","prompt","header","questions",
-                      "schema","max_length","history_room"}], "warnings": [{"file","line","kind",
-                      "message"}]}; on an error, {"ok": false, "config", "error"}
+                      "schema","max_length","history_room","second_stage"}], "stages",
+                      "warnings": [{"file","line","kind","message"}]}; "stages" is null, or
+                      {"groups": {GROUP: [tool ids]}} in two stages, when "second_stage" is
+                      {"group", "schema", "prompt", "history_room"} (the costliest group's) and
+                      "groups": {GROUP: schema}; on an error, {"ok": false, "config", "error"}
   --strict            warnings fail the check too (exit 78), for CI
   -h, --help          show this help
 
@@ -107,9 +114,17 @@ struct engine_size {
   std::optional<std::filesystem::path> tokenizer;  // none: bytes
   clef::schema_cost cost;
   std::optional<std::size_t> max_length;  // the clef engine's window
+  // In two stages: each group's second stage, and the group whose costs the most.
+  std::map<std::string, clef::schema_cost> second;
+  std::string widest;
 
   std::string unit() const { return tokenizer ? "tokens" : "bytes"; }
   std::size_t every_turn() const { return cost.prompt + cost.schema(); }
+  std::size_t second_every_turn() const {
+    if (widest.empty()) return 0;
+    const clef::schema_cost& w = second.at(widest);
+    return w.prompt + w.schema();
+  }
 };
 
 struct report {
@@ -117,6 +132,7 @@ struct report {
   tools::registry registry;
   policies::policy policy;
   request questions;
+  std::optional<tools::staged_questions> stages;
   std::string schema_hash;
   std::vector<engine_size> engines;
   std::vector<policies::finding> warnings;
@@ -171,13 +187,26 @@ std::optional<check_failure> measure(const report& r, engine_size& size, const g
   auto cost = schema_cost_of(r.questions, encoder);
   if (!cost) return check_failure{r.registry.source.file + ":1: the schema cannot be encoded: " + cost.error().message};
   size.cost = std::move(*cost);
+  if (r.stages) {
+    for (const auto& [group, second] : r.stages->second) {
+      auto c = schema_cost_of(second, encoder);
+      if (!c) return check_failure{r.registry.source.file + ":1: group `" + group + "`'s second stage cannot be encoded: " + c.error().message};
+      size.second[group] = std::move(*c);
+      if (size.widest.empty() || size.second_every_turn() < size.second[group].prompt + size.second[group].schema()) size.widest = group;
+    }
+  }
   if (size.options.name == "clef") {
     size.max_length = size.options.clef.max_length;
-    if (size.every_turn() > *size.max_length) {
+    const bool second_longer = size.second_every_turn() > size.every_turn();
+    const std::size_t longest = second_longer ? size.second_every_turn() : size.every_turn();
+    if (longest > *size.max_length) {
       const std::string key = size.role == "engine" ? "engine.max_length" : "routing.fallback.max_length";
+      const std::string what = second_longer ? "the second stage of group `" + size.widest + "` (its schema " +
+                                                   std::to_string(size.second.at(size.widest).schema()) + ")"
+                                             : "the schema " + std::to_string(size.cost.schema());
       return check_failure{config.file.string() + ":" + std::to_string(line("max_length")) + ": the prompt without any history takes " +
-                           std::to_string(size.every_turn()) + " tokens (the schema " + std::to_string(size.cost.schema()) +
-                           "), over `" + key + "` (" + std::to_string(*size.max_length) +
+                           std::to_string(longest) + " tokens (" + what + "), over `" + key + "` (" +
+                           std::to_string(*size.max_length) +
                            "): every decision would be refused (INPUT_TOO_LONG); raise it, or shorten the registry's "
                            "descriptions and instructions"};
     }
@@ -206,6 +235,7 @@ std::variant<report, check_failure> run_check(const std::filesystem::path& file,
   r.registry = (*routing)->registry;
   r.policy = (*routing)->policy;
   r.questions = (*routing)->questions;
+  r.stages = (*routing)->stages;
   r.schema_hash = (*routing)->schema_hash;
 
   r.engines.push_back({"engine", c.engine, {}, {}, {}});
@@ -262,7 +292,12 @@ void write_text(const report& r, std::ostream& out) {
       << r.policy.hash << "\n  schema   " << r.schema_hash << "\n\n";
 
   const engine_size& main = r.engines.front();
-  out << "Schema: " << r.questions.questions.size() << " questions, the same on every turn\n";
+  if (r.stages) {
+    out << "Routed in two stages (routing.max_options " << c.max_options << "): " << r.stages->groups.size()
+        << " groups; the first stage asks which group, the second which of its tools\n";
+  }
+  out << (r.stages ? "Schema of the first stage: " : "Schema: ") << r.questions.questions.size()
+      << " questions, the same on every turn\n";
   std::size_t id_width = 8;
   for (const question& q : r.questions.questions) id_width = std::max(id_width, q.id.size());
   out << "   #  " << padded("question", id_width) << "  type    " << right(main.unit(), 6) << "  options\n";
@@ -281,6 +316,13 @@ void write_text(const report& r, std::ostream& out) {
       out << " of max_length " << *e.max_length << ": " << *e.max_length - e.every_turn() << " left for the history";
     }
     out << "\n";
+    if (!e.widest.empty()) {
+      const clef::schema_cost& w = e.second.at(e.widest);
+      out << "    second stage, at most (group " << e.widest << ", " << r.stages->members.at(e.widest).size() << " tools): "
+          << w.schema() << " " << e.unit() << " of schema + " << w.prompt << " = " << e.second_every_turn();
+      if (e.max_length) out << ": " << *e.max_length - e.second_every_turn() << " left for the history";
+      out << "\n";
+    }
     if (e.role != "engine") out << "    the registry's questions fit its limits too\n";
   }
 
@@ -307,7 +349,19 @@ json report_json(const report& r, bool ok) {
                        {"questions", e.cost.questions},
                        {"schema", e.cost.schema()},
                        {"max_length", e.max_length ? json(*e.max_length) : json(nullptr)},
-                       {"history_room", e.max_length ? json(*e.max_length - e.every_turn()) : json(nullptr)}});
+                       {"history_room", e.max_length ? json(*e.max_length - e.every_turn()) : json(nullptr)},
+                       {"second_stage", nullptr}});
+    if (!e.widest.empty()) {
+      json groups = json::object();
+      for (const auto& [group, cost] : e.second) groups[group] = cost.schema();
+      const clef::schema_cost& w = e.second.at(e.widest);
+      engines.back()["second_stage"] = {
+          {"group", e.widest},
+          {"schema", w.schema()},
+          {"prompt", w.prompt},
+          {"history_room", e.max_length ? json(*e.max_length - e.second_every_turn()) : json(nullptr)},
+          {"groups", std::move(groups)}};
+    }
   }
   json warnings = json::array();
   for (const policies::finding& f : r.warnings) {
@@ -321,6 +375,8 @@ json report_json(const report& r, bool ok) {
   o["schema_hash"] = r.schema_hash;
   o["questions"] = std::move(questions);
   o["engines"] = std::move(engines);
+  o["stages"] = nullptr;
+  if (r.stages) o["stages"] = {{"groups", r.stages->members}};
   o["warnings"] = std::move(warnings);
   return o;
 }

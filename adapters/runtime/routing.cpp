@@ -22,8 +22,10 @@ result<std::shared_ptr<const routing_snapshot>> load_routing(const server_config
   if (!policy) return policy.error();
   r->policy = std::move(*policy);
   // One request, or two stages (tools::routed_in_two_stages: routing.max_options, or more than one
-  // request of the engine's holds).
-  if (tools::routed_in_two_stages(r->registry, config.max_options, limits)) {
+  // request of the engine's holds, or of the fallback engine's: both engines are then asked in two
+  // stages, since a turn's questions are the same for either).
+  if (tools::routed_in_two_stages(r->registry, config.max_options, limits) ||
+      (fallback_limits && tools::routed_in_two_stages(r->registry, config.max_options, *fallback_limits))) {
     auto stages = tools::compile_stages(r->registry, limits);
     if (!stages) {
       return make_error(422, codes::invalid_registry, config.registry.string() + ": in two stages (routing.max_options " +

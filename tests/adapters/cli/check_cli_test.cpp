@@ -9,6 +9,7 @@
 #include "adapters/cli/cli.hpp"
 #include "support/cli_run.hpp"
 #include "engine/clef/clef_engine.hpp"
+#include "engine/clef/schema_cost.hpp"
 #include "support/env_var.hpp"
 #include "support/files.hpp"
 #include "support/scratch_dir.hpp"
@@ -132,6 +133,65 @@ TEST(cli_check, a_schema_longer_than_the_window_fails_at_max_length) {
   EXPECT_EQ(r.out, "");
 }
 
+// A registry routed in two stages: the first stage's schema, and each stage's size, the second's
+// the costliest group's; a second stage past max_length fails even where the first fits.
+TEST(cli_check, a_registry_in_two_stages_shows_both_stages_sizes) {
+  const test::scratch_dir dir("baton-check-stages");
+  const std::string long_text(400, 'x');
+  std::string registry = "tools:\n";
+  for (const char* id : {"a1", "a2", "a3"}) registry += std::string("  - {id: ") + id + ", description: Short " + id + ", group: a}\n";
+  for (const char* id : {"b1", "b2", "b3"}) registry += std::string("  - {id: ") + id + ", description: \"" + long_text + "\", group: b}\n";
+  registry += "finish: {description: Nothing more to do}\n";
+  write(dir / "tools.yaml", registry);
+  write(dir / "policy.yaml", "confidence: p_max\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\non_engine_error: escalate\n");
+  const std::string tail = "registry: " + (dir / "tools.yaml").string() + "\npolicy: " + (dir / "policy.yaml").string() +
+                           "\nrouting: {max_options: 4}\n";
+  write(dir / "baton.yaml", "engine: {name: keyword}\n" + tail);
+
+  const auto loaded = tools::load_registry(dir / "tools.yaml", request_limits::text_only());
+  ASSERT_TRUE(loaded);
+  const auto stages = tools::compile_stages(*loaded, request_limits::text_only());
+  ASSERT_TRUE(stages);
+  const auto b = clef::measure_schema(stages->second.at("b"), clef::byte_tokenizer());
+  ASSERT_TRUE(b);
+
+  const auto text = cli({"check", "--config", (dir / "baton.yaml").string()});
+  ASSERT_EQ(text.code, exit_ok) << text.err;
+  EXPECT_TRUE(has(text.out, "Routed in two stages (routing.max_options 4): 2 groups")) << text.out;
+  EXPECT_TRUE(has(text.out, "Schema of the first stage: 1 questions")) << text.out;
+  EXPECT_TRUE(has(text.out, "second stage, at most (group b, 3 tools): " + std::to_string(b->schema()) + " bytes of schema")) << text.out;
+
+  const auto j = cli({"check", "--config", (dir / "baton.yaml").string(), "--json"});
+  ASSERT_EQ(j.code, exit_ok) << j.err;
+  const json o = test::parse(j.out);
+  EXPECT_EQ(o["stages"]["groups"]["b"], json::array({"b1", "b2", "b3"}));
+  const json& second = o["engines"][0]["second_stage"];
+  EXPECT_EQ(second["group"], "b");
+  EXPECT_EQ(second["schema"], b->schema());
+  EXPECT_EQ(second["prompt"], b->prompt);
+  EXPECT_LT(second["groups"]["a"].get<std::size_t>(), second["groups"]["b"].get<std::size_t>());
+  EXPECT_LT(o["engines"][0]["schema"].get<std::size_t>(), b->schema());  // the first stage reads 300 characters a group
+
+  // The clef engine: a window the first stage fits and group b's second stage does not.
+  const std::filesystem::path release = test::data_dir() / "vectors/clef-omni-tiny/release";
+  const clef::clef_encoder encoder(release);
+  struct pieces final : clef::piece_tokenizer {
+    const tokenizer& t;
+    explicit pieces(const tokenizer& t) : t(t) {}
+    void encode(std::string_view s, std::vector<std::int32_t>& out) const override { t.encode(s, out); }
+  } tok(encoder.text_tokenizer());
+  const auto first_tokens = clef::measure_schema(stages->first, tok), b_tokens = clef::measure_schema(stages->second.at("b"), tok);
+  ASSERT_TRUE(first_tokens && b_tokens);
+  const std::size_t first_turn = first_tokens->prompt + first_tokens->schema(), b_turn = b_tokens->prompt + b_tokens->schema();
+  ASSERT_LT(first_turn, b_turn);
+  write(dir / "clef.yaml", "engine:\n  name: clef\n  model: " + release.string() + "\n  max_length: " +
+                               std::to_string((first_turn + b_turn) / 2) + "\n" + tail);
+  const auto narrow = cli({"check", "--config", (dir / "clef.yaml").string()});
+  EXPECT_EQ(narrow.code, exit_config);
+  EXPECT_TRUE(has(narrow.err, "the prompt without any history takes " + std::to_string(b_turn) +
+                                  " tokens (the second stage of group `b`")) << narrow.err;
+}
+
 TEST(cli_check, the_examples) {
   const auto support = cli({"check", "--config", config_arg("config/examples/support/baton.yaml")});
   EXPECT_EQ(support.code, exit_ok) << support.err;
@@ -253,7 +313,7 @@ TEST_F(check_warnings, a_fallback_engine_is_checked_too_and_uses_the_fallback_la
 }
 
 TEST_F(check_warnings, what_serve_refuses_is_an_error_with_its_line) {
-  write(dir_ / "policy.yaml", "confidence: p_max\nrules:\n  deny: [nope]\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\n"
+  write(dir_ / "policy.yaml", "confidence: p_max\nrules:\n  deny: [nope]\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\non_engine_error: escalate\n"
                               "on_engine_error: escalate\n");
   const auto r = cli({"check", "--config", file("baton.yaml")});
   EXPECT_EQ(r.code, exit_config);
