@@ -192,8 +192,10 @@ double tool_confidence(const response& r, confidence_metric metric) {
 // The --engine pass: logged states in batches through the engine, compared with the logged answers.
 class drift_probe {
  public:
-  drift_probe(decision_engine& engine, const review_inputs& in, request questions, drift_report& out)
-      : engine_(engine), in_(in), questions_(std::move(questions)), out_(out) {
+  // `stages`: the registry is routed in two stages, as the server asked it (questions: the first).
+  drift_probe(decision_engine& engine, const review_inputs& in, request questions, std::optional<tools::staged_questions> stages,
+              drift_report& out)
+      : engine_(engine), in_(in), questions_(std::move(questions)), stages_(std::move(stages)), out_(out) {
     out_.model = engine.describe().model_id;
   }
 
@@ -225,14 +227,39 @@ class drift_probe {
   void flush() {
     if (batch_.empty()) return;
     auto results = engine_.decide(batch_);
+    // In two stages, what the first stages chose is asked next, as the server asks it.
+    std::vector<request> seconds;
+    std::vector<std::pair<std::size_t, response>> firsts;  // the batch's index, its first stage's answers
     for (std::size_t i = 0; i < batch_.size(); ++i) {
-      auto fresh = results[i] ? make_response(batch_[i], *results[i], in_.policy.metric, engine_.describe().model_id)
-                              : result<response>(results[i].error());
-      if (!fresh) {
+      auto fresh = answers_of(batch_[i], results[i]);
+      if (!fresh) continue;
+      if (!stages_) {
+        compare(pending_[i], *fresh);
+        continue;
+      }
+      const std::string group = group_for(pending_[i].proposal, *fresh);
+      const auto second = group.empty() ? stages_->second.end() : stages_->second.find(group);
+      if (second == stages_->second.end()) {  // finish, or a group of one tool: nothing more to ask
+        compare(pending_[i], tools::merge_stages(*stages_, *fresh, group, nullptr));
+        continue;
+      }
+      request r = second->second;
+      r.state = batch_[i].state;
+      if (!tools::drop_oldest_events(r, in_.history, [this](const request& q) { return engine_.state_overflow(q); })) {
         ++out_.engine_errors;
         continue;
       }
-      compare(pending_[i], *fresh);
+      seconds.push_back(std::move(r));
+      firsts.emplace_back(i, std::move(*fresh));
+    }
+    if (!seconds.empty()) {
+      auto second_results = engine_.decide(seconds);
+      for (std::size_t k = 0; k < seconds.size(); ++k) {
+        auto fresh = answers_of(seconds[k], second_results[k]);
+        if (!fresh) continue;
+        const auto& [i, first] = firsts[k];
+        compare(pending_[i], tools::merge_stages(*stages_, first, group_for(pending_[i].proposal, first), &*fresh));
+      }
     }
     batch_.clear();
     pending_.clear();
@@ -246,6 +273,28 @@ class drift_probe {
     std::string id;
     json proposal;
   };
+
+  // An engine's answers to `r`, or none (an engine error, counted).
+  std::optional<response> answers_of(const request& r, const result<decision>& d) {
+    auto fresh = d ? make_response(r, *d, in_.policy.metric, engine_.describe().model_id) : result<response>(d.error());
+    if (!fresh) {
+      ++out_.engine_errors;
+      return std::nullopt;
+    }
+    return std::move(*fresh);
+  }
+
+  // The group the second stage asks: an MCP call's own tool's, else the one the first stage chose
+  // (empty: it chose finish), as agent_service::next_stage takes it.
+  std::string group_for(const json& proposal, const response& first) const {
+    if (proposal.is_object() && proposal.value("call", false)) {
+      const tools::tool* called = tools::find_tool(in_.registry, proposal.value("tool", ""));
+      return called ? tools::group_of(*called) : std::string();
+    }
+    const answer* a = find_answer(first, tools::tool_question_id);
+    const auto* choice = a ? std::get_if<choice_answer>(a) : nullptr;
+    return choice && stages_->members.contains(choice->choice) ? choice->choice : std::string();
+  }
 
   void compare(const logged& was, const response& fresh) {
     const response& old = was.answers;
@@ -270,6 +319,7 @@ class drift_probe {
   decision_engine& engine_;
   const review_inputs& in_;
   request questions_;
+  std::optional<tools::staged_questions> stages_;
   drift_report& out_;
   std::vector<request> batch_;
   std::vector<logged> pending_;
@@ -509,16 +559,21 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
 
   std::optional<drift_probe> probe;
   if (engine) {
-    // Drift asks one request per decision; a registry the server routes in two stages would be
-    // compared with answers of another shape.
+    // Asked as the server asks: one request, or a registry routed in two stages in two.
+    std::optional<tools::staged_questions> stages;
+    request questions;
     if (tools::routed_in_two_stages(in.registry, in.max_options, engine->describe().limits)) {
-      return make_error(422, codes::invalid_registry,
-                        "--engine: the registry is routed in two stages (routing.max_options), which drift does not ask yet");
+      auto staged = tools::compile_stages(in.registry, engine->describe().limits);
+      if (!staged) return staged.error();
+      questions = staged->first;
+      stages = std::move(*staged);
+    } else {
+      auto one = tools::compile_questions(in.registry, engine->describe().limits);
+      if (!one) return one.error();
+      questions = std::move(*one);
     }
-    auto questions = tools::compile_questions(in.registry, engine->describe().limits);
-    if (!questions) return questions.error();
     rep.drift.emplace();
-    probe.emplace(*engine, in, std::move(*questions), *rep.drift);
+    probe.emplace(*engine, in, std::move(questions), std::move(stages), *rep.drift);
   }
 
   auto read = log.reviewed_decisions(in.since_ms, engine != nullptr, [&](const log::reviewed_decision& row) {

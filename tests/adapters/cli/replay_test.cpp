@@ -814,5 +814,48 @@ TEST_F(replay_server_test, the_keyword_engine_decides_the_logged_states_again_wi
             exit_usage);
 }
 
+// A registry the server routes in two stages (routing.max_options): drift asks each logged state
+// both stages, as the server did, and the keyword engine gives the same merged answers again.
+TEST_F(replay_server_test, drift_asks_a_two_stage_registry_both_stages) {
+  write("tools.yaml", R"(tools:
+  - {id: lookup_order, description: Look up an order by its number, group: orders}
+  - {id: cancel_order, description: Cancel an order by its number, group: orders}
+  - {id: wipe_disk, description: Wipe the disk, group: disk}
+  - {id: check_disk, description: Check the disk for errors, group: disk}
+finish: {description: Nothing more to do}
+)");
+  write("policy.yaml", "confidence: p_max\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\non_engine_error: escalate\n");
+  const std::string config = "server: {listen: 127.0.0.1:0, io_threads: 2}\nengine: {name: keyword}\nrouting: {max_options: 4}\n"
+                             "log: {path: decisions.db, synchronous: normal, store_state: true}\n";
+  write("baton.yaml", config);
+  config_ = parse_config(config);
+  server_ = running_server::start(config_);
+  {
+    ws_client agent(server_->port());
+    int n = 0;
+    for (const char* text : {"please look up order 5", "cancel order 7", "check the disk for errors", "nothing to do"}) {
+      const json d = agent.request(decide("st-" + std::to_string(n++), {user(text)}));
+      ASSERT_EQ(d.value("type", ""), "decision") << d;
+    }
+  }
+  server_.reset();
+  // Routed in two stages: the logged tool answers list the other groups beside the group's tools.
+  EXPECT_EQ(sql("SELECT count(*) AS n FROM decisions WHERE answers LIKE '%group:%'")[0]["n"], 4);
+  // The config gives routing.max_options (and the registry); the policy replayed is named.
+  const std::string config_file = (dir_ / "baton.yaml").string(), log_file = db(), policy = (dir_ / "policy.yaml").string();
+  const std::vector<std::string_view> args = {"replay", "--config", config_file, "--db", log_file, "--policy", policy, "--engine",
+                                              "keyword", "--json", "--fail-if", "drift.flips>0,drift.actions_changed>0"};
+  const auto r = cli(args);
+  ASSERT_EQ(r.code, exit_ok) << r.err << r.out;
+  const json j = test::parse(r.out);
+  EXPECT_EQ(j["changed"], 0);
+  const json& drift = j["drift"];
+  EXPECT_EQ(drift["redecided"], 4);
+  EXPECT_EQ(drift["engine_errors"], 0);
+  EXPECT_EQ(drift["flips"], 0);
+  EXPECT_EQ(drift["confidence_shift_mean_abs"], 0.0);  // P(group)·P(tool | group) again, not one stage's P(tool)
+  EXPECT_EQ(drift["questions"]["tool"]["compared"], 4);
+}
+
 }  // namespace
 }  // namespace baton
