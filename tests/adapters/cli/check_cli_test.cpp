@@ -29,6 +29,13 @@ void write(const std::filesystem::path& p, const std::string& text) {
   out << text;
 }
 
+// A release's tokenizer as measure_schema and encode_record take it: each piece on its own.
+struct release_pieces final : clef::piece_tokenizer {
+  const tokenizer& t;
+  explicit release_pieces(const tokenizer& t) : t(t) {}
+  void encode(std::string_view text, std::vector<std::int32_t>& out) const override { t.encode(text, out); }
+};
+
 // What a record with an empty state holds, by the engine's own encoder (or bytes of it).
 std::size_t encoded_without_history(const std::filesystem::path& registry_file, const clef::piece_tokenizer& tok) {
   const auto registry = tools::load_registry(registry_file, request_limits::text_only());
@@ -97,11 +104,7 @@ TEST(cli_check, clef_counts_tokens_with_the_release_tokenizer_and_the_room_left)
   const std::filesystem::path release = test::data_dir() / "vectors/clef-omni-tiny/release";
   EXPECT_EQ(std::filesystem::path(e["tokenizer"].get<std::string>()), release.lexically_normal());
   const clef::clef_encoder encoder(release);
-  struct pieces final : clef::piece_tokenizer {
-    const tokenizer& t;
-    explicit pieces(const tokenizer& t) : t(t) {}
-    void encode(std::string_view text, std::vector<std::int32_t>& out) const override { t.encode(text, out); }
-  } tok(encoder.text_tokenizer());
+  const release_pieces tok(encoder.text_tokenizer());
   const std::size_t every_turn = e["prompt"].get<std::size_t>() + e["schema"].get<std::size_t>();
   EXPECT_EQ(every_turn, encoded_without_history(test::source_dir() / "config/tools.yaml", tok));
   EXPECT_LT(every_turn, encoded_without_history(test::source_dir() / "config/tools.yaml", clef::byte_tokenizer()));
@@ -175,11 +178,7 @@ TEST(cli_check, a_registry_in_two_stages_shows_both_stages_sizes) {
   // The clef engine: a window the first stage fits and group b's second stage does not.
   const std::filesystem::path release = test::data_dir() / "vectors/clef-omni-tiny/release";
   const clef::clef_encoder encoder(release);
-  struct pieces final : clef::piece_tokenizer {
-    const tokenizer& t;
-    explicit pieces(const tokenizer& t) : t(t) {}
-    void encode(std::string_view s, std::vector<std::int32_t>& out) const override { t.encode(s, out); }
-  } tok(encoder.text_tokenizer());
+  const release_pieces tok(encoder.text_tokenizer());
   const auto first_tokens = clef::measure_schema(stages->first, tok), b_tokens = clef::measure_schema(stages->second.at("b"), tok);
   ASSERT_TRUE(first_tokens && b_tokens);
   const std::size_t first_turn = first_tokens->prompt + first_tokens->schema(), b_turn = b_tokens->prompt + b_tokens->schema();
