@@ -31,6 +31,9 @@ struct tool_call {
   std::string decision;
   std::string tool;
   json arguments = json::object();
+  // Told how far the run is, as the tool says it (an MCP tool's notifications/progress params:
+  // progress, total, message), from the executor's I/O context; the other kinds say nothing.
+  std::function<void(json)> progress;
 };
 
 class executor {

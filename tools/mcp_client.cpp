@@ -91,6 +91,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     answer done;
     std::shared_ptr<net::steady_timer> timer;
     const char* error_code = codes::executor_unreachable;  // what a JSON-RPC error answer becomes
+    std::function<void(json)> progress;                     // its notifications/progress (its id the token)
   };
 
   impl(mcp_server_config c, net::any_io_executor io, const executor_limits& limits)
@@ -334,8 +335,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
   // A request with its own timer: `done` once, with the result, the error, or the timeout.
   // A tools/call's error answer is the tool's failure (invalid params, an unknown tool): the server
   // is reachable.
+  // With `progress`, the request's id is its progressToken too.
   void request(const std::string& method, json params, std::chrono::milliseconds timeout, answer done,
-               bool cancel_on_timeout = false) {
+               bool cancel_on_timeout = false, std::function<void(json)> progress = {}) {
     if (!running) {
       net::post(strand, [done = std::move(done), d = name() + " is not running"] {
         done(json(), mcp_failure{codes::executor_unreachable, d});
@@ -344,7 +346,9 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     }
     const std::int64_t id = next_id++;
     auto timer = std::make_shared<net::steady_timer>(strand, timeout);
-    open[id] = pending{std::move(done), timer, method == "tools/call" ? codes::executor_tool_error : codes::executor_unreachable};
+    if (progress) params["_meta"] = {{"progressToken", id}};
+    open[id] = pending{std::move(done), timer, method == "tools/call" ? codes::executor_tool_error : codes::executor_unreachable,
+                       std::move(progress)};
     send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}}, timeout);
     timer->async_wait([self = shared_from_this(), id, method, timeout, cancel_on_timeout](error_code ec) {
       if (ec) return;
@@ -557,6 +561,15 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     }
   }
 
+  // A request's progress, to whoever asked for it (a token of another's, or of none, is dropped).
+  void take_progress(const json& params) {
+    if (!params.is_object()) return;
+    const auto token = params.find("progressToken");
+    if (token == params.end() || !token->is_number_integer() || !params.contains("progress") || !params["progress"].is_number()) return;
+    const auto it = open.find(token->get<std::int64_t>());
+    if (it != open.end() && it->second.progress) it->second.progress(params);
+  }
+
   void take_message(const std::string& text) {
     json m;
     json_parse_error bad;
@@ -569,6 +582,7 @@ struct mcp_client::impl : std::enable_shared_from_this<mcp_client::impl> {
     if (method != m.end() && method->is_string()) {
       if (id == m.end()) {  // a notification
         if (*method == "notifications/tools/list_changed" && tools_changed) tools_changed();
+        if (*method == "notifications/progress") take_progress(m.value("params", json()));
         return;
       }
       // A request of the server's: ping is answered; baton offers no other capability.
@@ -705,10 +719,10 @@ void mcp_client::list_tools(std::function<void(std::vector<mcp_tool_info>, std::
 }
 
 void mcp_client::call_tool(const std::string& name, json arguments, std::chrono::milliseconds timeout,
-                           std::function<void(tool_outcome)> done) {
+                           std::function<void(tool_outcome)> done, std::function<void(json)> progress) {
   const auto start = std::chrono::steady_clock::now();
   net::post(impl_->strand, [state = impl_, name, arguments = std::move(arguments), timeout, start,
-                            done = std::move(done)]() mutable {
+                            done = std::move(done), progress = std::move(progress)]() mutable {
     state->request(
         "tools/call", {{"name", name}, {"arguments", std::move(arguments)}}, timeout,
         [done = std::move(done), start](json result, std::optional<mcp_failure> failure) {
@@ -741,7 +755,7 @@ void mcp_client::call_tool(const std::string& name, json arguments, std::chrono:
           o.output = std::move(output);
           done(std::move(o));
         },
-        /*cancel_on_timeout=*/true);
+        /*cancel_on_timeout=*/true, std::move(progress));
   });
 }
 

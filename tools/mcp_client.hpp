@@ -41,9 +41,11 @@ class mcp_client : public std::enable_shared_from_this<mcp_client> {
   void list_tools(std::function<void(std::vector<mcp_tool_info>, std::optional<mcp_failure>)> done);
   // tools/call: ok with output {"content", "structuredContent"?} unless the server answered
   // isError (EXECUTOR_TOOL_ERROR, the text content in the detail) or the call failed; at `timeout`
-  // the call is cancelled on the server and ends with EXECUTOR_TIMEOUT.
+  // the call is cancelled on the server and ends with EXECUTOR_TIMEOUT. With `progress`, the call
+  // asks for progress (a progressToken), and each notifications/progress of it goes there, on the
+  // strand, until `done`.
   void call_tool(const std::string& name, json arguments, std::chrono::milliseconds timeout,
-                 std::function<void(tool_outcome)> done);
+                 std::function<void(tool_outcome)> done, std::function<void(json)> progress = {});
   // Called (on the strand) when the server sends notifications/tools/list_changed.
   void on_tools_changed(std::function<void()> callback);
   // Kills the server; what is open fails with EXECUTOR_UNREACHABLE.

@@ -69,7 +69,9 @@ class mcp_executor final : public executor {
       return fail_later(std::move(o), std::move(done));
     }
     auto link = link_;
-    if (link->client->ready()) return link->client->call_tool(tool_, std::move(call.arguments), timeout_, std::move(done));
+    if (link->client->ready()) {
+      return link->client->call_tool(tool_, std::move(call.arguments), timeout_, std::move(done), std::move(call.progress));
+    }
     {
       std::lock_guard lock(link->mutex);
       if (std::chrono::steady_clock::now() < link->retry_at) {
@@ -83,7 +85,8 @@ class mcp_executor final : public executor {
     // Held weakly while the start is pending: the client keeps its waiters, and a link that held
     // its own client through them would never be freed.
     link->client->start([weak = std::weak_ptr<mcp_link>(link), tool = tool_, arguments = std::move(call.arguments),
-                         timeout = timeout_, done = std::move(done)](std::optional<mcp_failure> failure) mutable {
+                         progress = std::move(call.progress), timeout = timeout_,
+                         done = std::move(done)](std::optional<mcp_failure> failure) mutable {
       const auto link = weak.lock();
       if (!link) {
         tool_outcome o;
@@ -110,7 +113,7 @@ class mcp_executor final : public executor {
         o.detail = failure->detail;
         return done(std::move(o));
       }
-      link->client->call_tool(tool, std::move(arguments), timeout, std::move(done));
+      link->client->call_tool(tool, std::move(arguments), timeout, std::move(done), std::move(progress));
     });
   }
 

@@ -192,10 +192,11 @@ double tool_confidence(const response& r, confidence_metric metric) {
 // The --engine pass: logged states in batches through the engine, compared with the logged answers.
 class drift_probe {
  public:
-  // `stages`: the registry is routed in two stages, as the server asked it (questions: the first).
-  drift_probe(decision_engine& engine, const review_inputs& in, request questions, std::optional<tools::staged_questions> stages,
-              drift_report& out)
-      : engine_(engine), in_(in), questions_(std::move(questions)), stages_(std::move(stages)), out_(out) {
+  // The registry's questions as one request and in two stages, where it compiles so: each logged
+  // decision is asked as the server asked it (its answers show which).
+  drift_probe(decision_engine& engine, const review_inputs& in, std::optional<request> one,
+              std::optional<tools::staged_questions> stages, drift_report& out)
+      : engine_(engine), in_(in), one_(std::move(one)), stages_(std::move(stages)), out_(out) {
     out_.model = engine.describe().model_id;
   }
 
@@ -209,9 +210,19 @@ class drift_probe {
       ++out_.no_state;
       return;
     }
-    request r = questions_;
+    // A decision of two stages lists the other groups ("group:NAME") beside its group's tools.
+    const answer* tool = find_answer(old, tools::tool_question_id);
+    const auto* choice = tool ? std::get_if<choice_answer>(tool) : nullptr;
+    const bool staged = choice && std::any_of(choice->probabilities.begin(), choice->probabilities.end(),
+                                              [](const auto& p) { return p.first.starts_with("group:"); });
+    if (staged ? !stages_ : !one_) {  // the registry cannot be asked so
+      ++out_.engine_errors;
+      return;
+    }
+    request r = staged ? stages_->first : *one_;
     json_parse_error unused;
     if (!parse_json(*d.state, r.state, unused, json_parse_options{256})) r.state = *d.state;
+    json full_state = staged ? r.state : json();  // the second stage fits the window again from the whole
     // The window the engine has: the server leaves out the oldest events the same way.
     auto dropped = tools::drop_oldest_events(r, in_.history,
                                              [this](const request& q) { return engine_.state_overflow(q); });
@@ -220,7 +231,7 @@ class drift_probe {
       return;
     }
     batch_.push_back(std::move(r));
-    pending_.push_back({std::move(old), replayed, d.id, d.proposal});
+    pending_.push_back({std::move(old), replayed, d.id, d.proposal, staged, std::move(full_state)});
     if (batch_.size() >= 32) flush();
   }
 
@@ -233,7 +244,7 @@ class drift_probe {
     for (std::size_t i = 0; i < batch_.size(); ++i) {
       auto fresh = answers_of(batch_[i], results[i]);
       if (!fresh) continue;
-      if (!stages_) {
+      if (!pending_[i].staged) {
         compare(pending_[i], *fresh);
         continue;
       }
@@ -244,7 +255,7 @@ class drift_probe {
         continue;
       }
       request r = second->second;
-      r.state = batch_[i].state;
+      r.state = pending_[i].full_state;
       if (!tools::drop_oldest_events(r, in_.history, [this](const request& q) { return engine_.state_overflow(q); })) {
         ++out_.engine_errors;
         continue;
@@ -272,6 +283,8 @@ class drift_probe {
     policies::action::kind replayed;
     std::string id;
     json proposal;
+    bool staged = false;
+    json full_state;  // staged: the state before the first stage's window was fitted
   };
 
   // An engine's answers to `r`, or none (an engine error, counted).
@@ -318,7 +331,7 @@ class drift_probe {
 
   decision_engine& engine_;
   const review_inputs& in_;
-  request questions_;
+  std::optional<request> one_;
   std::optional<tools::staged_questions> stages_;
   drift_report& out_;
   std::vector<request> batch_;
@@ -464,10 +477,7 @@ std::optional<int> read_review_inputs(const command_args& a, const char* command
     config = std::move(*loaded);
   }
   out.db = db ? log::log_at(*db) : config->log;
-  if (config) {
-    out.history = config->history;
-    out.max_options = config->max_options;
-  }
+  if (config) out.history = config->history;
   out.registry_file = registry ? std::filesystem::path(*registry) : config->registry;
   out.policy_file = policy ? std::filesystem::path(*policy) : config->policy;
   for (const auto* file : {&out.registry_file, &out.policy_file}) {
@@ -559,21 +569,17 @@ result<replay_report> replay_log(const log::log_reader& log, const review_inputs
 
   std::optional<drift_probe> probe;
   if (engine) {
-    // Asked as the server asks: one request, or a registry routed in two stages in two.
+    // Asked as the server asked each: one request, or two stages (a decision of either is logged
+    // under this registry: routing.max_options and the engines' limits choose, and may have
+    // changed). What neither way compiles is refused.
+    std::optional<request> one;
     std::optional<tools::staged_questions> stages;
-    request questions;
-    if (tools::routed_in_two_stages(in.registry, in.max_options, engine->describe().limits)) {
-      auto staged = tools::compile_stages(in.registry, engine->describe().limits);
-      if (!staged) return staged.error();
-      questions = staged->first;
-      stages = std::move(*staged);
-    } else {
-      auto one = tools::compile_questions(in.registry, engine->describe().limits);
-      if (!one) return one.error();
-      questions = std::move(*one);
-    }
+    auto one_request = tools::compile_questions(in.registry, engine->describe().limits);
+    if (one_request) one = std::move(*one_request);
+    if (auto staged = tools::compile_stages(in.registry, engine->describe().limits)) stages = std::move(*staged);
+    if (!one && !stages) return one_request.error();
     rep.drift.emplace();
-    probe.emplace(*engine, in, std::move(questions), std::move(stages), *rep.drift);
+    probe.emplace(*engine, in, std::move(one), std::move(stages), *rep.drift);
   }
 
   auto read = log.reviewed_decisions(in.since_ms, engine != nullptr, [&](const log::reviewed_decision& row) {

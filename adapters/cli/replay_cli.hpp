@@ -38,7 +38,6 @@ struct review_inputs {
   policies::policy policy;
   std::int64_t since_ms = 0;
   tools::event_dropping history;  // the config's routing.keep_first / drop_fraction, when it was read
-  std::size_t max_options = 64;   // the config's routing.max_options, when it was read
 };
 
 // --config, --db, --registry, --policy and --since as replay and calibrate take them: the config

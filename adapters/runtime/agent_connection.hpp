@@ -6,18 +6,41 @@
 
 #include <cstddef>
 #include <deque>
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+
+#include "core/json.hpp"
 
 namespace baton {
 
 // The server side of one connection as the service sees it. Every method but strand() runs on
 // the connection's strand.
+// The MCP gateway's agent sessions are named "mcp-" and the 32 hex digits of the MCP session's id
+// (scoped "KEY/NAME" in the session table and the log). The names are the gateway's: an agent's
+// frame that names one is refused, so that what baton settles of them at a restart is never an
+// agent's.
+inline constexpr std::string_view mcp_gateway_session_prefix = "mcp-";
+inline constexpr std::size_t mcp_gateway_session_digits = 32;
+inline bool is_mcp_gateway_session(std::string_view session) noexcept {
+  const auto slash = session.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? session : session.substr(slash + 1);
+  if (name.size() != mcp_gateway_session_prefix.size() + mcp_gateway_session_digits || !name.starts_with(mcp_gateway_session_prefix)) {
+    return false;
+  }
+  return std::all_of(name.begin() + mcp_gateway_session_prefix.size(), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 class agent_connection {
  public:
   virtual ~agent_connection() = default;
   virtual boost::asio::any_io_executor strand() = 0;
   virtual void send(std::string frame) = 0;
+  // A tool baton runs for `decision` said how far it is (an MCP tool's notifications/progress
+  // params), on the strand. An agent hears nothing of it; the MCP gateway tells its client.
+  virtual void tool_progress(const std::string& /*decision*/, json /*params*/) {}
 
   // Decisions of this connection whose agent-run tool awaits a tool_result: decision → tool.
   struct awaited_tool {

@@ -122,6 +122,17 @@ bool agent_service::on_frame(const std::shared_ptr<agent_connection>& c, std::st
     c->send(protocol::render_error_frame(id, f.error()));
     return false;
   }
+  // The MCP gateway's session names are its own (is_mcp_gateway_session).
+  const std::string* named = nullptr;
+  if (auto* d = std::get_if<protocol::decide_frame>(&*f)) named = &d->session;
+  if (auto* r = std::get_if<protocol::resume_frame>(&*f)) named = &r->session;
+  if (auto* e = std::get_if<protocol::end_frame>(&*f)) named = &e->session;
+  if (named && is_mcp_gateway_session(*named)) {
+    c->send(protocol::render_error_frame(id, make_error(422, codes::invalid_frame,
+                                                        "session `" + *named + "`: a name of \"mcp-\" and 32 hex digits is "
+                                                        "one of baton's MCP gateway sessions; choose another")));
+    return false;
+  }
   if (auto* d = std::get_if<protocol::decide_frame>(&*f)) return on_decide(c, std::move(id), std::move(*d), false);
   if (auto* r = std::get_if<protocol::resume_frame>(&*f)) return on_resume(c, std::move(id), std::move(*r));
   if (auto* a = std::get_if<protocol::ack_frame>(&*f)) return on_ack(c, std::move(id), std::move(*a));
@@ -165,6 +176,10 @@ bool agent_service::on_ack(const std::shared_ptr<agent_connection>& c, json id, 
     return false;
   }
   return true;
+}
+
+void agent_service::on_call_end(const std::shared_ptr<agent_connection>& c, std::string session) {
+  on_end(c, json(), protocol::end_frame{std::move(session)});
 }
 
 bool agent_service::on_end(const std::shared_ptr<agent_connection>& c, json id, protocol::end_frame&& f) {
@@ -604,7 +619,13 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
     over(t, turn::phase::answered);
     return;
   }
-  ex->second->run(tools::tool_call{t->decision_id, t->act.tool, t->act.arguments},
+  tools::tool_call call{t->decision_id, t->act.tool, t->act.arguments};
+  call.progress = [conn = std::weak_ptr<agent_connection>(t->conn), decision = t->decision_id](json params) {
+    if (auto c = conn.lock()) {
+      boost::asio::post(c->strand(), [c, decision, params = std::move(params)]() mutable { c->tool_progress(decision, std::move(params)); });
+    }
+  };
+  ex->second->run(std::move(call),
                   [this, t](tools::tool_outcome o) {
                     boost::asio::post(t->conn->strand(),
                                       [this, t, o = std::move(o)]() mutable { on_tool_done(t, std::move(o)); });

@@ -54,6 +54,8 @@ class agent_service {
   // row, the decision frame, the tool baton runs and its tool_result frame, the escalation and its
   // resolution, all sent through `c`. On `c`'s strand; the proposal's tool is one baton runs.
   void on_call(const std::shared_ptr<agent_connection>& c, json id, protocol::decide_frame&& f);
+  // The MCP gateway's session `session` ends (an end frame's, which agents may not send for it).
+  void on_call_end(const std::shared_ptr<agent_connection>& c, std::string session);
 
   // From now on decide frames get SHUTTING_DOWN; in_flight() counts down to 0.
   void drain() noexcept { draining_ = true; }

@@ -9,7 +9,7 @@
 #include "adapters/protocol/frame_opener.hpp"
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/escalation_sync.hpp"
-#include "adapters/runtime/mcp_gateway.hpp"
+#include "adapters/runtime/agent_connection.hpp"
 #include "adapters/runtime/tool_runs.hpp"
 #include "core/error_codes.hpp"
 #include "core/ids.hpp"

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -32,8 +33,6 @@ namespace {
 
 namespace net = boost::asio;
 
-constexpr std::string_view gateway_session_prefix = "mcp-";
-constexpr std::size_t session_id_digits = 32;
 
 // JSON-RPC's own codes, and the one baton answers its own refusals with (the error body in `data`).
 constexpr int parse_error = -32700, invalid_request = -32600, method_not_found = -32601, invalid_params = -32602,
@@ -94,7 +93,7 @@ json input_schema_of(const tools::tool& t) {
 std::string random_session_id() {
   std::random_device random;
   std::string id;
-  for (std::size_t i = 0; i < session_id_digits / 8; ++i) {
+  for (std::size_t i = 0; i < mcp_gateway_session_digits / 8; ++i) {
     char part[9];
     std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(random()));
     id += part;
@@ -132,14 +131,6 @@ std::string text_of(const json& frame, const char* key) {
 
 }  // namespace
 
-bool is_mcp_gateway_session(std::string_view session) noexcept {
-  const auto slash = session.rfind('/');
-  const std::string_view name = slash == std::string_view::npos ? session : session.substr(slash + 1);
-  if (name.size() != gateway_session_prefix.size() + session_id_digits || !name.starts_with(gateway_session_prefix)) return false;
-  return std::all_of(name.begin() + gateway_session_prefix.size(), name.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 // One MCP session: an agent connection whose frames become the answers to its calls. Its calls
 // are decided one at a time, in the order they came (one turn of the agent session at a time);
 // a call that waits for a person no longer holds the session.
@@ -162,7 +153,9 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     bool retried = false;          // its agent session begun again once (ended, evicted or full)
     bool cancelled = false;
     bool answered = false;         // its reply got its answer (or its end)
-    double progress = 0;
+    // The last progress value the client heard, and what the tool's own values are put after
+    // (baton's while a person decided came first: the values keep rising, as MCP asks).
+    std::optional<double> last_progress, progress_base;
     std::unique_ptr<net::steady_timer> timer;
     // Its event stream's number in the session (0: answered in one body), its last event's, and
     // its latest events, for a client that lost the stream (resume).
@@ -175,7 +168,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   session(agent_service& agents, net::any_io_executor io, std::string id, std::string owner, std::string caller,
           std::string version, std::shared_ptr<std::atomic<std::size_t>> kept)
       : agents_(agents), strand_(net::make_strand(io)), id_(std::move(id)),
-        name_(std::string(gateway_session_prefix) + id_), version_(std::move(version)), kept_(std::move(kept)) {
+        name_(std::string(mcp_gateway_session_prefix) + id_), version_(std::move(version)), kept_(std::move(kept)) {
     owner_ = std::move(owner);
     caller_ = std::move(caller);
     touch();
@@ -186,28 +179,31 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   net::any_io_executor strand() override { return guarded_executor(strand_, weak_from_this()); }
 
   // A handler of this session threw (logged, on the strand): whatever state it left is not to be
-  // trusted, so every call is answered INTERNAL now, an escalation waiting for a person withdrawn,
-  // and the session ends (its next request 404: the client initializes again).
+  // trusted, so every call is answered INTERNAL now and the session ends (its next request 404:
+  // the client initializes again). A call under way is then as one its client cancelled: what
+  // comes of it is still logged, an escalation withdrawn (now, or when its decision comes), a
+  // resolution acknowledged when it comes.
   void handler_failed() noexcept override {
     try {
       failed_ = true;
       ended_ = true;
       clear_finished();
-      std::vector<std::shared_ptr<call>> calls(queue_.begin(), queue_.end());
-      queue_.clear();
-      for (const auto* under_way : {&by_key_, &by_decision_}) {
-        for (const auto& [key, c] : *under_way) {
-          if (std::find(calls.begin(), calls.end(), c) == calls.end()) calls.push_back(c);
-        }
-      }
       const error internal = make_error(500, codes::internal, "baton failed on this MCP session (its log says why); initialize again");
-      for (const auto& c : calls) {
+      auto queued = std::move(queue_);
+      queue_.clear();
+      for (const auto& c : queued) {
         answer(*c, rpc_error(c->rpc_id, internal));
-        if (c->escalated && c->resolution.empty()) withdraw(*c, "baton failed on the MCP session");
         forget(*c);
       }
-      protocol::end_frame f{name_};
-      agents_.on_frame(shared_from_this(), protocol::render(f));
+      for (const auto* under_way : {&by_key_, &by_decision_}) {
+        for (const auto& [key, c] : *under_way) {
+          answer(*c, rpc_error(c->rpc_id, internal));
+          if (c->cancelled) continue;
+          c->cancelled = true;
+          if (c->escalated && c->resolution.empty()) withdraw(*c, "baton failed on the MCP session");
+        }
+      }
+      agents_.on_call_end(shared_from_this(), name_);
     } catch (const std::exception& e) {
       spdlog::error("MCP session {}: failing its calls threw too: {}", id_, e.what());
     } catch (...) {
@@ -285,8 +281,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
         self->answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
         if (c->resolution.empty()) self->withdraw(*c, "the MCP session ended");
       }
-      protocol::end_frame f{self->name_};
-      self->agents_.on_frame(self, protocol::render(f));
+      self->agents_.on_call_end(self, self->name_);
     });
   }
 
@@ -294,11 +289,10 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   // (nobody will wait for it; what the stop leaves pending, the restart denies).
   void drain() {
     net::post(strand(), [self = shared_from_this()] {
+      self->draining_ = true;
       for (auto& [decision, c] : self->by_decision_) {
         if (!c->escalated || c->answered) continue;
-        self->answer(*c, rpc_error(c->rpc_id, make_error(503, codes::shutting_down,
-                                                         "baton is shutting down; escalation " + c->escalation +
-                                                             " is withdrawn (the call did not run), and a call after the restart is a new decision")));
+        self->answer(*c, rpc_error(c->rpc_id, self->shutting_down(*c)));
         if (c->resolution.empty()) self->withdraw(*c, "baton stopped while the MCP call waited");
       }
     });
@@ -330,6 +324,24 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
       reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no stream of this session to resume at Last-Event-ID " +
                                                                  event_id(stream, after) + " (its answer is no longer kept)"), {});
     });
+  }
+
+  // The tool baton runs for a call said how far it is: the client hears it, when it asked for
+  // progress, as the call's own.
+  void tool_progress(const std::string& decision, json params) override {
+    std::shared_ptr<call> c = by_decision(decision);
+    if (!c || c->cancelled || c->answered || c->progress_token.is_null() || !c->streams) return;
+    if (!params.is_object() || !params.contains("progress") || !params["progress"].is_number()) return;
+    if (!c->progress_base) c->progress_base = c->last_progress ? *c->last_progress + 1 : 0;
+    const double value = *c->progress_base + params["progress"].get<double>();
+    if (c->last_progress && value <= *c->last_progress) return;
+    c->last_progress = value;
+    json out = {{"progressToken", c->progress_token}, {"progress", value}};
+    if (const auto total = params.find("total"); total != params.end() && total->is_number()) {
+      out["total"] = *c->progress_base + total->get<double>();
+    }
+    if (const auto message = params.find("message"); message != params.end() && message->is_string()) out["message"] = *message;
+    emit(*c, render_json(json{{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", std::move(out)}}, false));
   }
 
   // The frames agent_service sends for this session's calls, on the strand.
@@ -406,6 +418,11 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
       c->waiting = "waiting for a person to decide (escalation " + c->escalation + ", deadline " +
                    text_of(f, "deadline_at") + ", " + why + ")";
       turn_over();
+      if (draining_) {
+        // Decided while baton stops: answered as drain() answers the others, and withdrawn.
+        answer(*c, rpc_error(c->rpc_id, shutting_down(*c)));
+        return withdraw(*c, "baton stopped while the MCP call waited");
+      }
       if (c->cancelled || ended_) {
         // Nobody waits for it: withdrawn, its resolution acknowledged when it comes.
         answer(*c, rpc_error(c->rpc_id, server_error, "the MCP session has ended"));
@@ -508,10 +525,10 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   // Tells the client that `c` still waits, now and each progress_every, when it asked for progress.
   void progress(const std::shared_ptr<call>& c) {
     if (c->cancelled || c->progress_token.is_null() || !c->streams) return;
-    c->progress += 1;
+    c->last_progress = c->last_progress ? std::floor(*c->last_progress) + 1 : 1;
     emit(*c, render_json(json{{"jsonrpc", "2.0"},
                               {"method", "notifications/progress"},
-                              {"params", {{"progressToken", c->progress_token}, {"progress", c->progress}, {"message", c->waiting}}}},
+                              {"params", {{"progressToken", c->progress_token}, {"progress", *c->last_progress}, {"message", c->waiting}}}},
                          false));
     if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand());
     c->timer->expires_after(progress_every);
@@ -539,6 +556,15 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     } else {
       c.reply->answer(200, std::move(message), {});
     }
+  }
+
+  // What a call waiting for a person hears when baton stops.
+  static error shutting_down(const call& c) {
+    const std::string what = c.resolution.empty()
+                                 ? " is withdrawn (unless a person decided it first: its resolution says)"
+                                 : " was approved and its tool runs (its run is in the log under decision " + c.decision + ")";
+    return make_error(503, codes::shutting_down,
+                      "baton is shutting down; escalation " + c.escalation + what + ", and a call after the restart is a new decision");
   }
 
   // One message of `c`'s stream, kept for a client that resumes it: the last 8 (the progress
@@ -634,6 +660,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   std::map<std::string, std::shared_ptr<call>> by_key_;       // under way, by the decide frame's id
   std::map<std::string, std::shared_ptr<call>> by_decision_;  // decided, waiting for a result or a person
   bool ended_ = false;              // DELETE (or eviction): no call starts any more
+  bool draining_ = false;           // baton stops: a call that escalates now is answered at once
   std::shared_ptr<session> keep_;   // itself, while it has calls
   std::uint64_t streams_ = 0;       // the calls' event streams so far
   std::deque<finished> finished_;   // answered streams a client may still resume

@@ -24,10 +24,6 @@
 
 namespace baton {
 
-// Whether `session` (an agent session's name, scoped "KEY/NAME" or not) is an MCP session's of the
-// gateway: "mcp-" and the 32 hex digits of its id, a name agents are not expected to choose.
-bool is_mcp_gateway_session(std::string_view session) noexcept;
-
 // One event of an /mcp event stream (text/event-stream).
 struct mcp_event {
   std::string id;       // where a client that lost the stream resumes from (Last-Event-ID)

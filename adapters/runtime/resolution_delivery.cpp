@@ -78,7 +78,17 @@ void resolution_delivery::run_tool(tools::executor& ex, const log::escalation_re
     std::lock_guard lock(book_.mutex);
     ++book_.tools_running[e.session];
   }
-  ex.run(tools::tool_call{e.decision, tool, arguments},
+  tools::tool_call call{e.decision, tool, arguments};
+  // The session's connection hears how far the run is, when it has one here (an MCP gateway call).
+  call.progress = [this, session = e.session, decision = e.decision](json params) {
+    std::shared_ptr<agent_connection> c;
+    {
+      std::lock_guard lock(book_.mutex);
+      c = book_.connection_locked(session);
+    }
+    if (c) boost::asio::post(c->strand(), [c, decision, params = std::move(params)]() mutable { c->tool_progress(decision, std::move(params)); });
+  };
+  ex.run(std::move(call),
          [this, escalation = e.id, decision = e.decision, session = e.session, resolution, tool,
           kind = std::string(ex.kind())](tools::tool_outcome o) {
            counters_.tool_run(tool, o.ok);

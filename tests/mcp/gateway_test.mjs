@@ -93,10 +93,10 @@ before(async () => {
     path.join(tmp, "tools.yaml"),
     [
       "mcp_servers:",
-      `  everything: {command: node, args: [${q(everything)}], include: [echo, get-sum]}`,
+      `  everything: {command: node, args: [${q(everything)}], include: [echo, get-sum, trigger-long-running-operation]}`,
       `  failing: {command: node, args: [${q(failing)}], include: [echo, pick, fail]}`,
       `  failing_http: {url: ${q(failingURL)}, headers: {Authorization: "Bearer \${UPSTREAM_TOKEN}"}, exclude: [pick, slow, crash, malformed, big, fail, hostile, delete_all]}`,
-      `  everything_http: {url: "http://127.0.0.1:${everythingPort}/mcp", include: [echo]}`,
+      `  everything_http: {url: "http://127.0.0.1:${everythingPort}/mcp", include: [echo, trigger-long-running-operation]}`,
       "",
     ].join("\n"),
   );
@@ -202,7 +202,9 @@ serverTest("an MCP client lists the upstream servers' tools through baton", asyn
     assert.deepEqual(names, [
       "everything.echo",
       "everything.get-sum",
+      "everything.trigger-long-running-operation",
       "everything_http.echo",
+      "everything_http.trigger-long-running-operation",
       "failing.echo",
       "failing.fail",
       "failing.pick",
@@ -237,6 +239,32 @@ serverTest("a call the policy executes runs upstream, and its decision and run a
     assert.deepEqual(JSON.parse(rows[0].arguments), { text: "hello through baton" });
     const runs = await sql(`SELECT executor, ok FROM tool_runs WHERE decision = '${decision}'`);
     assert.deepEqual(runs, [{ executor: "mcp", ok: 1 }]);
+  } finally {
+    await client.close();
+  }
+});
+
+serverTest("an upstream tool's progress reaches the client, over stdio and over Streamable HTTP", async () => {
+  const { client } = await connect();
+  try {
+    for (const server of ["everything", "everything_http"]) {
+      const progress = [];
+      const result = await client.callTool(
+        { name: `${server}.trigger-long-running-operation`, arguments: { duration: 0.6, steps: 3 } },
+        CallToolResultSchema,
+        { onprogress: (p) => progress.push(p) },
+      );
+      assert.match(result.content[0].text, /Long running operation completed/, JSON.stringify(result));
+      assert.deepEqual(
+        progress.map((p) => [p.progress, p.total]),
+        [
+          [1, 3],
+          [2, 3],
+          [3, 3],
+        ],
+        server,
+      );
+    }
   } finally {
     await client.close();
   }

@@ -312,7 +312,7 @@ TEST_F(check_warnings, a_fallback_engine_is_checked_too_and_uses_the_fallback_la
 }
 
 TEST_F(check_warnings, what_serve_refuses_is_an_error_with_its_line) {
-  write(dir_ / "policy.yaml", "confidence: p_max\nrules:\n  deny: [nope]\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\non_engine_error: escalate\n"
+  write(dir_ / "policy.yaml", "confidence: p_max\nrules:\n  deny: [nope]\nlanes:\n  default: {execute: 0.8, fallback: 0.5}\n"
                               "on_engine_error: escalate\n");
   const auto r = cli({"check", "--config", file("baton.yaml")});
   EXPECT_EQ(r.code, exit_config);

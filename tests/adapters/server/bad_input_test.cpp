@@ -343,6 +343,24 @@ TEST_F(bad_input_test, a_handler_that_throws_fails_its_own_connection_and_the_se
   EXPECT_EQ(last.get("/v1/models").status, 200);
 }
 
+// The MCP gateway's session names are its own: what a restart settles of them is never an agent's.
+TEST_F(bad_input_test, an_agent_may_not_name_a_session_as_the_mcp_gateway_names_its_own) {
+  ws_client agent(start());
+  const std::string gateway_like = "mcp-0123456789abcdef0123456789abcdef";
+  for (const json& frame : {decide(gateway_like, {user("hi")}, {{"id", "g1"}}),
+                            json{{"type", "resume"}, {"id", "g2"}, {"session", gateway_like}},
+                            json{{"type", "end"}, {"id", "g3"}, {"session", gateway_like}}}) {
+    const json refused = agent.request(frame);
+    EXPECT_EQ(refused.value("type", ""), "error") << refused;
+    EXPECT_EQ(refused["code"], "INVALID_FRAME");
+    EXPECT_EQ(refused["ref"], frame["id"]);
+    EXPECT_NE(refused["error"].get<std::string>().find("MCP gateway"), std::string::npos) << refused;
+  }
+  // Other names of the prefix are anyone's.
+  EXPECT_EQ(agent.request(decide("mcp-tools", {user("hi")}, {{"id", "g4"}})).value("type", ""), "decision");
+  EXPECT_EQ(count("decisions"), 1);
+}
+
 // An MCP client's call whose handler throws (echo_cmd's executor, on the MCP session's strand) is
 // answered, INTERNAL, rather than left waiting; its session ends, and the gateway goes on.
 TEST_F(bad_input_test, an_mcp_call_whose_handler_throws_is_answered_and_its_session_ends) {
