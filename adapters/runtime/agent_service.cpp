@@ -50,6 +50,7 @@ struct agent_service::turn {
   // and the first stage's answers while the second is asked.
   bool second_stage = false;
   std::string group;
+  std::vector<question> first_questions;  // the first stage's, extra questions included: a fallback asks them again
   std::optional<response> first_stage;
   std::uint64_t armed = 0;  // how often the timer was armed: a stale expiry is not this wait's
   session_turn session;
@@ -260,6 +261,7 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     }
     t->req = std::move(*compiled);
   }
+  if (t->routing->stages) t->first_questions = t->req.questions;
   t->req.history.events = &t->session.history;
   t->req.cache_scope = c->caller_;
   fit_window(t, engine_);
@@ -455,7 +457,7 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
   if (t->routing->stages) {  // the larger engine is asked both stages too
     t->second_stage = false;
     t->first_stage.reset();
-    t->req.questions = t->routing->questions.questions;
+    t->req.questions = t->first_questions;
   }
   // The larger engine's window is its own, and so are its media limits: an engine that reads
   // none of a kind fails the pass.

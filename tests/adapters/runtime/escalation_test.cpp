@@ -734,6 +734,32 @@ TEST_F(escalation_test, the_fallback_engines_pass_is_told_as_such) {
   }
 }
 
+// A registry in two stages falls back in two stages too: the larger engine is asked the first
+// stage's questions again, a decide frame's extra questions among them.
+TEST_F(escalation_test, a_fallback_in_two_stages_asks_the_extra_questions_again) {
+  auto back_config = parse_config("server: {listen: 127.0.0.1:0}\nlog: {path: back.db}\nsystemone: {model_aliases: [big]}\n");
+  auto back = running_server::start(back_config, std::make_unique<scripted_engine>());
+  write("tools.yaml", R"(tools:
+  - {id: a.one, group: a, description: First tool of a}
+  - {id: a.two, group: a, description: Second tool of a}
+  - {id: b.one, group: b, description: First tool of b}
+  - {id: b.two, group: b, description: Second tool of b}
+finish: {description: Nothing more to do}
+)");
+  write("policy.yaml", "confidence: p_max\nlanes:\n  default: {execute: 0.9, fallback: 0.3}\non_engine_error: escalate\n");
+  config_ = parse_config("server: {listen: 127.0.0.1:0}\nlog: {path: decisions.db}\nrouting: {max_options: 4, fallback: "
+                         "{name: systemone, url: \"http://127.0.0.1:" + std::to_string(back->port()) +
+                         "\", model: big, retries: 0, request_timeout_ms: 2000, timeout_ms: 4000}}\n");
+  ws_client agent(start());
+  // P(a)·P(a.two | a) = 0.8 · 0.6: under execute 0.9, over fallback 0.3, for both engines.
+  const json d = agent.request(decide("w-staged", {script({{"tool", "a.two"}, {"p", 0.6}, {"group", "a"}, {"group_p", 0.8}})},
+                                      {{"questions", {{"is_urgent", {{"type", "noul"}, {"instructions", "Is it urgent?"}}}}}}));
+  ASSERT_EQ(d.value("type", ""), "decision") << d;
+  EXPECT_EQ(d["lane"], "fallback:lane:default") << d;
+  EXPECT_TRUE(d["answers"].contains("is_urgent")) << d["answers"];
+  EXPECT_NE(d["answers"].dump().find("group:b"), std::string::npos) << d["answers"];
+}
+
 // The registry's tools with their parameters, typed, for the inbox's argument fields.
 TEST_F(escalation_test, the_tools_and_their_parameters_are_served_to_reviewers) {
   start();
