@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "adapters/runtime/agent_service.hpp"
@@ -388,6 +389,38 @@ TEST_F(bad_input_test, an_mcp_call_whose_handler_throws_is_answered_and_its_sess
   EXPECT_EQ(body["error"]["data"]["code"], "INTERNAL") << body;
   const json ping = {{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}};
   EXPECT_EQ(post(ping, session).status, 404);
+
+  // A call waiting for a person when another's handler throws: answered too, its escalation
+  // withdrawn (broken_http at 0.3 is under the fallback threshold 0.5: a person decides).
+  const auto waiting_session = post(initialize, {}).header("mcp-session-id");
+  const json unsure = {{"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/call"},
+                       {"params", {{"name", "broken_http"}, {"arguments", json::object()},
+                                   {"_meta", {{"baton/context", json::array({script({{"tool", "broken_http"}, {"p", 0.3}})})}}}}}};
+  auto waiting = std::async(std::launch::async, [&] {
+    test::http_client w(s.server->port());
+    return w.post("/mcp", unsure.dump(), {}, {{"Accept", "application/json"}, {"Mcp-Session-Id", waiting_session}});
+  });
+  std::string escalation;
+  for (int i = 0; i < 100 && escalation.empty(); ++i) {
+    const json pending = h.get("/v1/escalations?status=pending").body_json();
+    if (!pending["escalations"].empty()) escalation = pending["escalations"][0]["id"];
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(escalation.empty());
+  json again_call = call;
+  again_call["id"] = 5;
+  EXPECT_EQ(post(again_call, waiting_session).body_json()["error"]["data"]["code"], "INTERNAL");
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const auto answered = waiting.get();
+  EXPECT_EQ(answered.body_json()["error"]["data"]["code"], "INTERNAL") << answered.body;
+  json resolved;
+  for (int i = 0; i < 100; ++i) {
+    resolved = h.get("/v1/escalations/" + escalation).body_json();
+    if (resolved.value("status", "") == "resolved") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(resolved["resolution"]["outcome"], "deny") << resolved;
+  EXPECT_EQ(resolved["resolution"]["reason"], "baton failed on the MCP session");
   // A new session is served, and its calls of other tools run.
   const auto again = post(initialize, {});
   ASSERT_EQ(again.status, 200);
