@@ -39,7 +39,7 @@ class agent_connection {
   virtual boost::asio::any_io_executor strand() = 0;
   virtual void send(std::string frame) = 0;
   // A tool baton runs for `decision` said how far it is (an MCP tool's notifications/progress
-  // params), on the strand. An agent hears nothing of it; the MCP gateway tells its client.
+  // params), from any thread. An agent hears nothing of it; the MCP gateway tells its client.
   virtual void tool_progress(const std::string& /*decision*/, json /*params*/) {}
 
   // Decisions of this connection whose agent-run tool awaits a tool_result: decision → tool.

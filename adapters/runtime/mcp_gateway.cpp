@@ -34,6 +34,11 @@ namespace {
 namespace net = boost::asio;
 
 
+std::string text_of(const json& frame, const char* key) {
+  const auto v = frame.find(key);
+  return v != frame.end() && v->is_string() ? v->get<std::string>() : std::string();
+}
+
 // JSON-RPC's own codes, and the one baton answers its own refusals with (the error body in `data`).
 constexpr int parse_error = -32700, invalid_request = -32600, method_not_found = -32601, invalid_params = -32602,
               server_error = -32000;
@@ -50,8 +55,8 @@ std::string rpc_error(const json& id, int code, const std::string& message, json
 
 // baton's error body ({"error","code","detail"}) as a JSON-RPC error: its sentence the message.
 std::string rpc_error(const json& id, json body) {
-  const std::string message = body.value("error", json()).is_string() ? body["error"].get<std::string>() : "error";
-  return rpc_error(id, server_error, message, std::move(body));
+  const std::string message = text_of(body, "error");
+  return rpc_error(id, server_error, message.empty() ? "error" : message, std::move(body));
 }
 
 std::string rpc_error(const json& id, const error& e) { return rpc_error(id, parse_json_or_null(render_error(e))); }
@@ -124,11 +129,6 @@ const tools::tool* offered(const routing_snapshot& routing, std::string_view nam
   return tools::find_tool(routing.registry, name);
 }
 
-std::string text_of(const json& frame, const char* key) {
-  const auto v = frame.find(key);
-  return v != frame.end() && v->is_string() ? v->get<std::string>() : std::string();
-}
-
 }  // namespace
 
 // One MCP session: an agent connection whose frames become the answers to its calls. Its calls
@@ -157,9 +157,9 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
     // (baton's while a person decided came first: the values keep rising, as MCP asks).
     std::optional<double> last_progress, progress_base;
     std::unique_ptr<net::steady_timer> timer;
-    // Its event stream's number in the session (0: answered in one body), its last event's, and
-    // its latest events, for a client that lost the stream (resume).
-    std::uint64_t stream = 0, last_event = 0;
+    // Its event stream's number in the session (0: answered in one body), and its latest events
+    // (each with its number in the stream), for a client that lost the stream (resume).
+    std::uint64_t stream = 0;
     std::deque<std::pair<std::uint64_t, std::string>> sent;
   };
 
@@ -306,19 +306,12 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
         std::swap(c->reply, reply);
         reply->open();  // a POST whose stream had not begun still answers as a stream, never 202
         reply->end();
-        c->reply->open();
-        for (const auto& [n, message] : c->sent) {
-          if (n > after) c->reply->event({event_id(stream, n), message, {}});
-        }
-        return;
+        return replay(*c->reply, stream, c->sent, after);
       }
       self->expire_finished();
       for (const finished& f : self->finished_) {
         if (f.stream != stream) continue;
-        reply->open();
-        for (const auto& [n, message] : f.sent) {
-          if (n > after) reply->event({event_id(stream, n), message, {}});
-        }
+        replay(*reply, stream, f.sent, after);
         return reply->end();
       }
       reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no stream of this session to resume at Last-Event-ID " +
@@ -329,19 +322,20 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   // The tool baton runs for a call said how far it is: the client hears it, when it asked for
   // progress, as the call's own.
   void tool_progress(const std::string& decision, json params) override {
-    std::shared_ptr<call> c = by_decision(decision);
-    if (!c || c->cancelled || c->answered || c->progress_token.is_null() || !c->streams) return;
-    if (!params.is_object() || !params.contains("progress") || !params["progress"].is_number()) return;
-    if (!c->progress_base) c->progress_base = c->last_progress ? *c->last_progress + 1 : 0;
-    const double value = *c->progress_base + params["progress"].get<double>();
-    if (c->last_progress && value <= *c->last_progress) return;
-    c->last_progress = value;
-    json out = {{"progressToken", c->progress_token}, {"progress", value}};
-    if (const auto total = params.find("total"); total != params.end() && total->is_number()) {
-      out["total"] = *c->progress_base + total->get<double>();
-    }
-    if (const auto message = params.find("message"); message != params.end() && message->is_string()) out["message"] = *message;
-    emit(*c, render_json(json{{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", std::move(out)}}, false));
+    net::post(strand(), [self = shared_from_this(), decision, params = std::move(params)] {
+      std::shared_ptr<call> c = self->by_decision(decision);
+      if (!c || c->cancelled || c->answered || c->progress_token.is_null() || !c->streams) return;
+      if (!params.is_object() || !params.contains("progress") || !params["progress"].is_number()) return;
+      if (!c->progress_base) c->progress_base = c->last_progress ? *c->last_progress + 1 : 0;
+      const double value = *c->progress_base + params["progress"].get<double>();
+      if (c->last_progress && value <= *c->last_progress) return;
+      json out = json::object();
+      if (const auto total = params.find("total"); total != params.end() && total->is_number()) {
+        out["total"] = *c->progress_base + total->get<double>();
+      }
+      if (const auto message = params.find("message"); message != params.end() && message->is_string()) out["message"] = *message;
+      self->notify_progress(*c, value, std::move(out));
+    });
   }
 
   // The frames agent_service sends for this session's calls, on the strand.
@@ -525,11 +519,7 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   // Tells the client that `c` still waits, now and each progress_every, when it asked for progress.
   void progress(const std::shared_ptr<call>& c) {
     if (c->cancelled || c->progress_token.is_null() || !c->streams) return;
-    c->last_progress = c->last_progress ? std::floor(*c->last_progress) + 1 : 1;
-    emit(*c, render_json(json{{"jsonrpc", "2.0"},
-                              {"method", "notifications/progress"},
-                              {"params", {{"progressToken", c->progress_token}, {"progress", *c->last_progress}, {"message", c->waiting}}}},
-                         false));
+    notify_progress(*c, c->last_progress ? std::floor(*c->last_progress) + 1 : 1, {{"message", c->waiting}});
     if (!c->timer) c->timer = std::make_unique<net::steady_timer>(strand());
     c->timer->expires_after(progress_every);
     c->timer->async_wait([self = shared_from_this(), weak = std::weak_ptr<call>(c)](boost::system::error_code ec) {
@@ -570,9 +560,27 @@ class mcp_gateway::session final : public agent_connection, public guard_target,
   // One message of `c`'s stream, kept for a client that resumes it: the last 8 (the progress
   // notifications before them say nothing the later ones do not).
   void emit(call& c, std::string message) {
-    c.sent.emplace_back(++c.last_event, message);
+    const std::uint64_t n = c.sent.empty() ? 1 : c.sent.back().first + 1;
+    c.sent.emplace_back(n, message);
     if (c.sent.size() > 8) c.sent.pop_front();
-    c.reply->event({event_id(c.stream, c.last_event), std::move(message), {}});
+    c.reply->event({event_id(c.stream, n), std::move(message), {}});
+  }
+
+  // A resumed stream: it opens on `to` with the events of `sent` after `after`.
+  static void replay(mcp_reply& to, std::uint64_t stream, const std::deque<std::pair<std::uint64_t, std::string>>& sent,
+                     std::uint64_t after) {
+    to.open();
+    for (const auto& [n, message] : sent) {
+      if (n > after) to.event({event_id(stream, n), message, {}});
+    }
+  }
+
+  // A notifications/progress of `c` with `params` (its progressToken added), the value the last.
+  void notify_progress(call& c, double value, json params) {
+    c.last_progress = value;
+    params["progressToken"] = c.progress_token;
+    params["progress"] = value;
+    emit(c, render_json(json{{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", std::move(params)}}, false));
   }
 
   // An answered stream stays resumable for a while (finished_for): the session's last 8, up to
@@ -751,7 +759,7 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
 
   if (method == "initialize") {
     if (!has_id) return reply->answer(400, rpc_error(nullptr, invalid_request, "Invalid Request: initialize is a request"), {});
-    const std::string asked = params.value("protocolVersion", json()).is_string() ? params["protocolVersion"].get<std::string>() : "";
+    const std::string asked = text_of(params, "protocolVersion");
     const auto& versions = tools::mcp_protocol_versions();
     const std::string version = std::find(versions.begin(), versions.end(), asked) != versions.end() ? asked : versions.front();
     auto s = std::make_shared<session>(agents_, io_, random_session_id(), p.owner, p.caller, version, kept_);
@@ -800,7 +808,7 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   if (method != "tools/call") return reply->answer(200, rpc_error(id, method_not_found, "Method not found: " + method), {});
 
   const std::shared_ptr<const routing_snapshot> routing = agents_.routing();
-  const std::string name = params.value("name", json()).is_string() ? params["name"].get<std::string>() : "";
+  const std::string name = text_of(params, "name");
   const tools::tool* t = offered(*routing, name);
   if (!t) {
     return reply->answer(200, rpc_error(id, invalid_params, "Unknown tool: " + name), {});
@@ -846,8 +854,9 @@ void mcp_gateway::post(mcp_post p, std::shared_ptr<mcp_reply> reply) {
   s->add(std::move(c));
 }
 
-void mcp_gateway::resume(const std::string& id, const std::string& owner, const std::string& last_event,
+void mcp_gateway::resume(const std::string& id, const std::string& owner, const std::string& last_event, bool streams,
                          std::shared_ptr<mcp_reply> reply) {
+  if (!streams) return reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: resuming a stream needs HTTP/1.1"), {});
   if (id.empty()) return reply->answer(400, rpc_error(nullptr, invalid_request, "Bad Request: no Mcp-Session-Id header"), {});
   std::shared_ptr<session> s = find(id, owner);
   if (!s) return reply->answer(404, rpc_error(nullptr, invalid_request, "Session not found"), {});

@@ -85,9 +85,10 @@ class mcp_gateway {
   // GET /mcp with Last-Event-ID: the stream of a tools/call whose client lost it goes on here,
   // from the event after `last_event`, to the call's answer (one it had before included, while the
   // session keeps it: its last 8 answered streams, up to 1 MiB). 400 for an id no stream of the
-  // session has (any more); 404 for an unknown session. An answered stream is kept 5 minutes, and
+  // session has (any more); 404 for an unknown session; 400 when the connection cannot carry a
+  // stream (`streams` false: HTTP/1.0 has no chunks). An answered stream is kept 5 minutes, and
   // all sessions' together at most max_kept_total.
-  void resume(const std::string& session, const std::string& owner, const std::string& last_event,
+  void resume(const std::string& session, const std::string& owner, const std::string& last_event, bool streams,
               std::shared_ptr<mcp_reply> reply);
 
   // The server stops: a call waiting for a person is answered now (an error naming its escalation,

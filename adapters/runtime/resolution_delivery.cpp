@@ -86,7 +86,7 @@ void resolution_delivery::run_tool(tools::executor& ex, const log::escalation_re
       std::lock_guard lock(book_.mutex);
       c = book_.connection_locked(session);
     }
-    if (c) boost::asio::post(c->strand(), [c, decision, params = std::move(params)]() mutable { c->tool_progress(decision, std::move(params)); });
+    if (c) c->tool_progress(decision, std::move(params));
   };
   ex.run(std::move(call),
          [this, escalation = e.id, decision = e.decision, session = e.session, resolution, tool,

@@ -246,17 +246,27 @@ http_api::http_api(const server_config& config, authenticator& auth, metrics& m,
   if (!ec) listen_address_ = listening;
 }
 
+namespace {
+
+// What every answer's head says: the server, its type, the request's id; and, since answers are
+// about this moment and this caller, that none is cached or read as anything but its type.
+template <class Body>
+void stamp(http::response<Body>& res, const char* content_type, const std::string& id) {
+  res.set(http::field::server, "baton");
+  res.set(http::field::content_type, content_type);
+  res.set("x-typesafe-request-id", id);
+  res.set("X-Request-Id", id);
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
+}
+
+}  // namespace
+
 http_api::response http_api::make(unsigned version, bool keep_alive, bool head_only, std::string_view route_name,
                                   http_reply&& r, const std::string& id) {
   metrics_.request(route_name, r.status);
   response res{static_cast<http::status>(r.status), version};
-  res.set(http::field::server, "baton");
-  res.set(http::field::content_type, "application/json");
-  res.set("x-typesafe-request-id", id);
-  res.set("X-Request-Id", id);
-  // Answers are about this moment and this caller; none is read as anything but its type.
-  res.set(http::field::cache_control, "no-store");
-  res.set("X-Content-Type-Options", "nosniff");
+  stamp(res, "application/json", id);
   for (auto& [k, v] : r.headers) res.set(k, v);
   // A stopping server closes each connection after its answer.
   res.keep_alive(keep_alive && !r.close && !systemone_.draining());
@@ -419,12 +429,10 @@ void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_re
     return it == req.end() ? std::string() : std::string(it->value());
   };
   if (req.method() == http::verb::delete_) return gateway_.remove(header("Mcp-Session-Id"), owner, std::move(reply));
+  // An event stream goes in chunks, which HTTP/1.0 has not.
+  const bool chunks = req.version() >= 11;
   if (req.method() == http::verb::get) {
-    // An event stream goes in chunks, which HTTP/1.0 has not.
-    if (req.version() < 11) {
-      return reply->answer(400, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: resuming a stream needs HTTP/1.1"}})", {});
-    }
-    return gateway_.resume(header("Mcp-Session-Id"), owner, header("Last-Event-ID"), std::move(reply));
+    return gateway_.resume(header("Mcp-Session-Id"), owner, header("Last-Event-ID"), chunks, std::move(reply));
   }
   mcp_post p;
   p.body = std::move(req.body());
@@ -432,8 +440,7 @@ void http_api::handle_mcp(const ticket& t, request&& req, std::shared_ptr<mcp_re
   p.protocol = header("MCP-Protocol-Version");
   // A client that does not list text/event-stream gets one JSON answer, without progress.
   const std::string accept = header("Accept");
-  // HTTP/1.0 has no chunks to stream in.
-  p.streams = req.version() >= 11 && (accept.empty() || accept.find("text/event-stream") != std::string::npos ||
+  p.streams = chunks && (accept.empty() || accept.find("text/event-stream") != std::string::npos ||
                                        accept.find("*/*") != std::string::npos);
   p.owner = owner;
   p.caller = t.who->name;
@@ -450,12 +457,7 @@ http_api::response http_api::mcp_answer(const ticket& t, unsigned version, bool 
 http::response<http::empty_body> http_api::mcp_stream_head(const ticket& t, unsigned version, bool keep_alive) {
   metrics_.request(t.name, 200);
   http::response<http::empty_body> res{http::status::ok, version};
-  res.set(http::field::server, "baton");
-  res.set(http::field::content_type, "text/event-stream");
-  res.set("x-typesafe-request-id", t.id);
-  res.set("X-Request-Id", t.id);
-  res.set(http::field::cache_control, "no-store");
-  res.set("X-Content-Type-Options", "nosniff");
+  stamp(res, "text/event-stream", t.id);
   res.keep_alive(keep_alive && !systemone_.draining());
   res.chunked(true);
   return res;

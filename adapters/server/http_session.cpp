@@ -289,12 +289,7 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
         self->sse_head_.reset();
         self->sse_serializer_.reset();
         self->finish_request();
-        if (ec) return;
-        if (keep_alive) {
-          self->read_head();
-        } else {
-          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-        }
+        if (!ec) self->next_request(keep_alive);
       }, self.get());
     });
   }
@@ -325,13 +320,18 @@ class http_session : public guard_target, public std::enable_shared_from_this<ht
       run_guarded("an HTTP response's completion", [&] {
         if (body_unread) {
           self->linger();
-        } else if (!r->keep_alive()) {
-          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
         } else {
-          self->read_head();
+          self->next_request(r->keep_alive());
         }
       }, self.get());
     });
+  }
+
+  // An answer went: the connection's next request, or its end.
+  void next_request(bool keep_alive) {
+    if (keep_alive) return read_head();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
   // Reads and drops what the client still sends (at most 64 MiB, for 5 s): closing with unread
