@@ -358,7 +358,7 @@ std::optional<std::pair<action::kind, const char*>> tool_rule(const policy& p, c
   return std::nullopt;
 }
 
-// The rules, then the lanes, on `a` (its tool, confidence and arguments set); `t` null for finish.
+// The rules, then the lanes, on `a` (its tool and confidence set; the rest passes through); `t` null for finish.
 action rules_and_lanes(const policy& p, const tools::tool* t, const response& answers, action a, bool after_fallback) {
   const bool finishing = !t;
   auto decided = [&](action::kind k, std::string lane) {
@@ -423,10 +423,6 @@ action decide(const policy& p, const tools::registry& registry, const response& 
   return rules_and_lanes(p, t, answers, std::move(a), after_fallback);
 }
 
-}  // namespace
-
-namespace {
-
 // A decision on the fallback engine's answers: only a person is left after it, and the lane says so.
 action as_second_pass(action a) {
   if (a.what == action::fallback) a.what = action::escalate;
@@ -458,15 +454,19 @@ action complete(const tools::registry& registry, action a, const json& proposal)
   return a;
 }
 
+action decide_turn(const policy& p, const tools::registry& registry, const response* answers, const json& proposal, bool call,
+                   bool after_fallback) {
+  if (call) {
+    return judge_call(p, registry, answers, proposal.value("tool", ""), proposal.value("arguments", json::object()), after_fallback);
+  }
+  if (after_fallback) return answers ? decide_after_fallback(p, registry, *answers) : on_fallback_failure(p);
+  return answers ? decide_action(p, registry, *answers) : on_engine_failure(p);
+}
+
 action redecide(const policy& p, const tools::registry& registry, const response& answers, const json& proposal,
                 bool after_fallback, std::string_view decision_id) {
-  action a;
-  if (proposal.is_object() && proposal.value("call", false)) {
-    a = judge_call(p, registry, &answers, proposal.value("tool", ""), proposal.value("arguments", json::object()), after_fallback);
-  } else {
-    a = after_fallback ? decide_after_fallback(p, registry, answers) : decide_action(p, registry, answers);
-  }
-  return audit(p, complete(registry, std::move(a), proposal), decision_id);
+  const bool call = proposal.is_object() && proposal.value("call", false);
+  return audit(p, complete(registry, decide_turn(p, registry, &answers, proposal, call, after_fallback), proposal), decision_id);
 }
 
 action judge_call(const policy& p, const tools::registry& registry, const response* answers, std::string_view tool,
@@ -477,7 +477,6 @@ action judge_call(const policy& p, const tools::registry& registry, const respon
   action a;
   if (t && confidence >= 0) {
     a.tool = std::string(tool);
-    a.arguments = arguments;
     a.confidence = confidence;
     a = rules_and_lanes(p, t, *answers, std::move(a), after_fallback);
   } else if (const auto rule = t ? tool_rule(p, *t) : std::nullopt) {

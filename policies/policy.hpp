@@ -150,9 +150,16 @@ action judge_call(const policy& p, const tools::registry& registry, const respon
 // "rule:missing_argument:NAME": baton does not run it, and the person who decides can supply them.
 action complete(const tools::registry& registry, action a, const json& proposal);
 
-// A logged decision decided again on `answers` as the live server decides (`baton replay`): a
-// call's (its logged proposal says `"call": true`) by judge_call, a chosen tool's by
-// decide_action or, for a second pass, decide_after_fallback; then complete() and audit().
+// A turn's action before complete() and audit(), live and in `baton replay` alike: an agent's own
+// call (`call`: `proposal` is {"tool","arguments"}) by judge_call; a chosen tool's by
+// decide_action or, for a second pass, decide_after_fallback; without answers (the engine failed)
+// on_engine_failure or on_fallback_failure.
+action decide_turn(const policy& p, const tools::registry& registry, const response* answers, const json& proposal, bool call,
+                   bool after_fallback);
+
+// A logged decision decided again on `answers` as the live server decides (`baton replay`):
+// decide_turn, a call being one whose logged proposal says `"call": true`; then complete() and
+// audit().
 action redecide(const policy& p, const tools::registry& registry, const response& answers, const json& proposal,
                 bool after_fallback, std::string_view decision_id);
 

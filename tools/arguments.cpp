@@ -54,16 +54,20 @@ void add_text_arguments(const tool& t, const json& proposal, json& args) {
   }
 }
 
-std::optional<std::string> missing_required_argument(const tool& t, const json& args) {
-  if (t.executor.value("type", "") != "mcp") return std::nullopt;
-  const auto schema = t.executor.find("input_schema");
-  if (schema == t.executor.end() || !schema->is_object()) return std::nullopt;
-  const auto required = schema->find("required");
-  if (required == schema->end() || !required->is_array()) return std::nullopt;
+std::optional<std::string> first_missing_required(const json& schema, const json& args) {
+  if (!schema.is_object()) return std::nullopt;
+  const auto required = schema.find("required");
+  if (required == schema.end() || !required->is_array()) return std::nullopt;
   for (const json& name : *required) {
     if (name.is_string() && !(args.is_object() && args.contains(name.get<std::string>()))) return name.get<std::string>();
   }
   return std::nullopt;
+}
+
+std::optional<std::string> missing_required_argument(const tool& t, const json& args) {
+  if (t.executor.value("type", "") != "mcp") return std::nullopt;
+  const auto schema = t.executor.find("input_schema");
+  return schema == t.executor.end() ? std::nullopt : first_missing_required(*schema, args);
 }
 
 std::vector<issue> complete_arguments(const tool& t, json& args) {

@@ -21,6 +21,9 @@ std::optional<json> arguments_from_answers(const tool& t, const response& answer
 // agent's `proposal` ({"tool", "arguments"}) gives when it names this tool; else left out.
 void add_text_arguments(const tool& t, const json& proposal, json& args);
 
+// The first name in a JSON Schema's `required` that `args` lacks; none when nothing is missing.
+std::optional<std::string> first_missing_required(const json& schema, const json& args);
+
 // The first argument `args` lacks that the tool requires: an MCP tool's inputSchema `required`
 // (other tools' parameters are all optional to the executor); none when nothing is missing.
 std::optional<std::string> missing_required_argument(const tool& t, const json& args);

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error_codes.hpp"
+#include "tools/arguments.hpp"
 #include "tools/executor_kinds.hpp"
 #include "tools/mcp_client.hpp"
 
@@ -127,13 +128,8 @@ class mcp_executor final : public executor {
   // property's type), converting such text in place; nothing when they fit.
   std::optional<std::string> typed(json& arguments) const {
     if (!arguments.is_object()) return "the arguments are not an object";
-    const json required = schema_.is_object() ? schema_.value("required", json::array()) : json::array();
-    if (required.is_array()) {
-      for (const json& name : required) {
-        if (name.is_string() && !arguments.contains(name.get<std::string>())) {
-          return "it needs the argument `" + name.get<std::string>() + "`, which the call lacks";
-        }
-      }
+    if (const auto missing = first_missing_required(schema_, arguments)) {
+      return "it needs the argument `" + *missing + "`, which the call lacks";
     }
     const auto props = schema_.is_object() ? schema_.find("properties") : schema_.end();
     if (!schema_.is_object() || props == schema_.end() || !props->is_object()) return std::nullopt;

@@ -66,6 +66,18 @@ result<request> compile_schema(const registry& r, json history, const request_li
 
 std::string group_of(const tool& t) { return t.group.empty() ? "default" : t.group; }
 
+std::optional<std::string> second_stage_group(const staged_questions& stages, const registry& r, const response& first,
+                                              const std::string* called) {
+  if (called) {
+    const tool* t = find_tool(r, *called);
+    if (!t) return std::nullopt;
+    return group_of(*t);
+  }
+  const answer* a = find_answer(first, tool_question_id);
+  const auto* choice = a ? std::get_if<choice_answer>(a) : nullptr;
+  return choice && stages.members.contains(choice->choice) ? choice->choice : std::string();
+}
+
 bool routed_in_two_stages(const registry& r, std::size_t max_options, const request_limits& limits) {
   std::set<std::string> groups;
   for (const tool& t : r.tools) groups.insert(group_of(t));
@@ -131,6 +143,19 @@ result<staged_questions> compile_stages(const registry& r, const request_limits&
   return s;
 }
 
+namespace {
+
+// The probability `c` gives `option`; 0 when it has no such option (or there is no answer).
+double probability_of(const choice_answer* c, std::string_view option) {
+  if (!c) return 0;
+  for (const auto& [o, p] : c->probabilities) {
+    if (o == option) return p;
+  }
+  return 0;
+}
+
+}  // namespace
+
 response merge_stages(const staged_questions& stages, const response& first, const std::string& group,
                       const response* second) {
   response out;
@@ -139,52 +164,28 @@ response merge_stages(const staged_questions& stages, const response& first, con
   const auto* c1 = a1 ? std::get_if<choice_answer>(a1) : nullptr;
   const answer* a2 = second ? find_answer(*second, tool_question_id) : nullptr;
   const auto* c2 = a2 ? std::get_if<choice_answer>(a2) : nullptr;
-  auto p1 = [&](const std::string& option) {
-    if (c1) {
-      for (const auto& [o, p] : c1->probabilities) {
-        if (o == option) return p;
-      }
-    }
-    return 0.0;
-  };
   choice_answer merged;
   if (group.empty()) {  // finish: the first stage's choice, its groups named as such
     if (c1) {
       merged = *c1;
       for (auto& [o, p] : merged.probabilities) {
-        if (o != finish_option) o = "group:" + o;
+        if (o != finish_option) o = std::string(group_option_prefix) + o;
       }
     }
-    out.answers.emplace_back(tool_question_id, std::move(merged));
-    for (const auto& [id, a] : first.answers) {
-      if (id != tool_question_id) out.answers.emplace_back(id, a);
+  } else {
+    const double pg = probability_of(c1, group);
+    const std::vector<std::string>& members = stages.members.at(group);
+    for (const std::string& id : members) merged.probabilities.emplace_back(id, pg * (c2 ? probability_of(c2, id) : 1.0));
+    merged.choice = c2 ? c2->choice : members.front();
+    for (const std::string& g : stages.groups) {
+      if (g != group) merged.probabilities.emplace_back(std::string(group_option_prefix) + g, probability_of(c1, g));
     }
-    out.usage = first.usage;
-    return out;
-  }
-  const double pg = p1(group);
-  const std::vector<std::string>& members = stages.members.at(group);
-  for (const std::string& id : members) {
-    double within = 1.0;
-    if (c2) {
-      within = 0;
-      for (const auto& [o, p] : c2->probabilities) {
-        if (o == id) within = p;
+    if (c1) {
+      for (const auto& [o, p] : c1->probabilities) {
+        if (o == finish_option) merged.probabilities.emplace_back(o, p);
       }
     }
-    merged.probabilities.emplace_back(id, pg * within);
-  }
-  merged.choice = c2 ? c2->choice : members.front();
-  for (const std::string& g : stages.groups) {
-    if (g != group) merged.probabilities.emplace_back("group:" + g, p1(g));
-  }
-  if (c1) {
-    for (const auto& [o, p] : c1->probabilities) {
-      if (o == finish_option) merged.probabilities.emplace_back(o, p);
-    }
-  }
-  for (const auto& [o, p] : merged.probabilities) {
-    if (o == merged.choice) merged.confidence = p;
+    merged.confidence = probability_of(&merged, merged.choice);
   }
   out.answers.emplace_back(tool_question_id, std::move(merged));
   for (const response* r : {&first, second}) {

@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/answers.hpp"
@@ -74,6 +76,15 @@ std::string group_of(const tool& t);
 // a group named `finish` is refused (it would be the finish option). A decide frame's extra
 // questions are asked in the first stage (compile_questions of `first_registry` with them).
 result<staged_questions> compile_stages(const registry& r, const request_limits& limits);
+
+// In two stages, the other groups' options of a merged `tool` answer: "group:NAME".
+inline constexpr std::string_view group_option_prefix = "group:";
+
+// The group the second stage asks, from the first stage's answers `first`: an MCP call's own
+// tool's group (`called`; nullopt when `r` has no such tool), else the group the first stage
+// chose; "" when it chose finish (no second stage).
+std::optional<std::string> second_stage_group(const staged_questions& stages, const registry& r, const response& first,
+                                              const std::string* called);
 
 // One answer set from the two: the first's questions but `tool`, the second's but `tool`, and a
 // `tool` choice of the second stage's choice over the group's tools with probability

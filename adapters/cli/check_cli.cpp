@@ -107,6 +107,9 @@ std::string located(const error& e, const std::filesystem::path& file, const ser
          "` " + e.message;
 }
 
+// What a request of this schema holds before any history: the prompt's text and the schema.
+std::size_t without_history(const clef::schema_cost& c) { return c.prompt + c.schema(); }
+
 // One engine the schema goes to, and what it costs there.
 struct engine_size {
   std::string role;  // "engine" or "routing.fallback": its section in the config
@@ -119,12 +122,8 @@ struct engine_size {
   std::string widest;
 
   std::string unit() const { return tokenizer ? "tokens" : "bytes"; }
-  std::size_t every_turn() const { return cost.prompt + cost.schema(); }
-  std::size_t second_every_turn() const {
-    if (widest.empty()) return 0;
-    const clef::schema_cost& w = second.at(widest);
-    return w.prompt + w.schema();
-  }
+  std::size_t every_turn() const { return without_history(cost); }
+  std::size_t second_every_turn() const { return widest.empty() ? 0 : without_history(second.at(widest)); }
 };
 
 struct report {
@@ -191,8 +190,8 @@ std::optional<check_failure> measure(const report& r, engine_size& size, const g
     for (const auto& [group, second] : r.stages->second) {
       auto c = schema_cost_of(second, encoder);
       if (!c) return check_failure{r.registry.source.file + ":1: group `" + group + "`'s second stage cannot be encoded: " + c.error().message};
+      if (size.widest.empty() || size.second_every_turn() < without_history(*c)) size.widest = group;
       size.second[group] = std::move(*c);
-      if (size.widest.empty() || size.second_every_turn() < size.second[group].prompt + size.second[group].schema()) size.widest = group;
     }
   }
   if (size.options.name == "clef") {

@@ -214,7 +214,7 @@ class drift_probe {
     const answer* tool = find_answer(old, tools::tool_question_id);
     const auto* choice = tool ? std::get_if<choice_answer>(tool) : nullptr;
     const bool staged = choice && std::any_of(choice->probabilities.begin(), choice->probabilities.end(),
-                                              [](const auto& p) { return p.first.starts_with("group:"); });
+                                              [](const auto& p) { return p.first.starts_with(tools::group_option_prefix); });
     if (staged ? !stages_ : !one_) {  // the registry cannot be asked so
       ++out_.engine_errors;
       return;
@@ -223,10 +223,7 @@ class drift_probe {
     json_parse_error unused;
     if (!parse_json(*d.state, r.state, unused, json_parse_options{256})) r.state = *d.state;
     json full_state = staged ? r.state : json();  // the second stage fits the window again from the whole
-    // The window the engine has: the server leaves out the oldest events the same way.
-    auto dropped = tools::drop_oldest_events(r, in_.history,
-                                             [this](const request& q) { return engine_.state_overflow(q); });
-    if (!dropped) {
+    if (!fit(r)) {
       ++out_.engine_errors;
       return;
     }
@@ -240,7 +237,12 @@ class drift_probe {
     auto results = engine_.decide(batch_);
     // In two stages, what the first stages chose is asked next, as the server asks it.
     std::vector<request> seconds;
-    std::vector<std::pair<std::size_t, response>> firsts;  // the batch's index, its first stage's answers
+    struct first_stage {
+      std::size_t index;  // in the batch
+      response answers;
+      std::string group;
+    };
+    std::vector<first_stage> firsts;
     for (std::size_t i = 0; i < batch_.size(); ++i) {
       auto fresh = answers_of(batch_[i], results[i]);
       if (!fresh) continue;
@@ -256,20 +258,20 @@ class drift_probe {
       }
       request r = second->second;
       r.state = pending_[i].full_state;
-      if (!tools::drop_oldest_events(r, in_.history, [this](const request& q) { return engine_.state_overflow(q); })) {
+      if (!fit(r)) {
         ++out_.engine_errors;
         continue;
       }
       seconds.push_back(std::move(r));
-      firsts.emplace_back(i, std::move(*fresh));
+      firsts.push_back({i, std::move(*fresh), group});
     }
     if (!seconds.empty()) {
       auto second_results = engine_.decide(seconds);
       for (std::size_t k = 0; k < seconds.size(); ++k) {
         auto fresh = answers_of(seconds[k], second_results[k]);
         if (!fresh) continue;
-        const auto& [i, first] = firsts[k];
-        compare(pending_[i], tools::merge_stages(*stages_, first, group_for(pending_[i].proposal, first), &*fresh));
+        const first_stage& f = firsts[k];
+        compare(pending_[f.index], tools::merge_stages(*stages_, f.answers, f.group, &*fresh));
       }
     }
     batch_.clear();
@@ -287,6 +289,11 @@ class drift_probe {
     json full_state;  // staged: the state before the first stage's window was fitted
   };
 
+  // The window the engine has: the server leaves out the oldest events the same way.
+  bool fit(request& r) {
+    return bool(tools::drop_oldest_events(r, in_.history, [this](const request& q) { return engine_.state_overflow(q); }));
+  }
+
   // An engine's answers to `r`, or none (an engine error, counted).
   std::optional<response> answers_of(const request& r, const result<decision>& d) {
     auto fresh = d ? make_response(r, *d, in_.policy.metric, engine_.describe().model_id) : result<response>(d.error());
@@ -297,16 +304,11 @@ class drift_probe {
     return std::move(*fresh);
   }
 
-  // The group the second stage asks: an MCP call's own tool's, else the one the first stage chose
-  // (empty: it chose finish), as agent_service::next_stage takes it.
+  // The group the second stage asks, as the server took it (empty: none, finish).
   std::string group_for(const json& proposal, const response& first) const {
-    if (proposal.is_object() && proposal.value("call", false)) {
-      const tools::tool* called = tools::find_tool(in_.registry, proposal.value("tool", ""));
-      return called ? tools::group_of(*called) : std::string();
-    }
-    const answer* a = find_answer(first, tools::tool_question_id);
-    const auto* choice = a ? std::get_if<choice_answer>(a) : nullptr;
-    return choice && stages_->members.contains(choice->choice) ? choice->choice : std::string();
+    const bool call = proposal.is_object() && proposal.value("call", false);
+    const std::string called = call ? proposal.value("tool", "") : std::string();
+    return tools::second_stage_group(*stages_, in_.registry, first, call ? &called : nullptr).value_or("");
   }
 
   void compare(const logged& was, const response& fresh) {

@@ -4,6 +4,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "adapters/protocol/frame_opener.hpp"
 #include "adapters/runtime/escalation_rules.hpp"
 #include "adapters/runtime/tool_runs.hpp"
@@ -47,11 +49,11 @@ struct agent_service::turn {
   protocol::decide_frame frame;
   bool call = false;  // the agent's own call (on_call): the policy judges frame.proposal
   // Two-stage routing (routing_snapshot::stages): the group the first stage chose (or the call's),
-  // and the first stage's answers while the second is asked.
-  bool second_stage = false;
+  // and, once the second stage is asked, the first stage's answers and questions (extra questions
+  // included: a fallback asks them again).
   std::string group;
-  std::vector<question> first_questions;  // the first stage's, extra questions included: a fallback asks them again
   std::optional<response> first_stage;
+  std::vector<question> first_questions;
   std::uint64_t armed = 0;  // how often the timer was armed: a stale expiry is not this wait's
   session_turn session;
   request req;  // the questions, the media and a view of session.history; with an engine while it holds it
@@ -261,7 +263,6 @@ bool agent_service::on_decide(const std::shared_ptr<agent_connection>& c, json i
     }
     t->req = std::move(*compiled);
   }
-  if (t->routing->stages) t->first_questions = t->req.questions;
   t->req.history.events = &t->session.history;
   t->req.cache_scope = c->caller_;
   fit_window(t, engine_);
@@ -408,25 +409,19 @@ void agent_service::on_engine(const std::shared_ptr<turn>& t, scheduled_result&&
 
 bool agent_service::next_stage(const std::shared_ptr<turn>& t, bool fallback) {
   const tools::staged_questions& stages = *t->routing->stages;
-  if (t->second_stage) {
+  if (t->first_stage) {
     t->answers = tools::merge_stages(stages, *t->first_stage, t->group, &*t->answers);
     return false;
   }
-  // The group: the call's tool's, or the one the first stage chose (finish needs no second stage).
-  if (t->call) {
-    const tools::tool* called = tools::find_tool(t->routing->registry, t->frame.proposal.value("tool", ""));
-    if (!called) return false;
-    t->group = tools::group_of(*called);
-  } else {
-    const answer* a = find_answer(*t->answers, tools::tool_question_id);
-    const auto* choice = a ? std::get_if<choice_answer>(a) : nullptr;
-    if (!choice || !stages.members.contains(choice->choice)) {
-      // Finish: decided on the first stage, its groups named as groups.
-      t->answers = tools::merge_stages(stages, *t->answers, {}, nullptr);
-      return false;
-    }
-    t->group = choice->choice;
+  const std::string called = t->call ? t->frame.proposal.value("tool", "") : std::string();
+  const auto group = tools::second_stage_group(stages, t->routing->registry, *t->answers, t->call ? &called : nullptr);
+  if (!group) return false;
+  if (group->empty()) {
+    // Finish: decided on the first stage, its groups named as groups.
+    t->answers = tools::merge_stages(stages, *t->answers, {}, nullptr);
+    return false;
   }
+  t->group = *group;
   const auto second = stages.second.find(t->group);
   if (second == stages.second.end()) {  // a group of one tool: nothing to ask
     t->answers = tools::merge_stages(stages, *t->answers, t->group, nullptr);
@@ -434,8 +429,7 @@ bool agent_service::next_stage(const std::shared_ptr<turn>& t, bool fallback) {
   }
   t->first_stage = std::move(t->answers);
   t->answers.reset();
-  t->second_stage = true;
-  t->req.questions = second->second.questions;
+  t->first_questions = std::exchange(t->req.questions, second->second.questions);
   // The window again: a group's tools may take more of it than the groups did.
   decision_engine& engine = fallback ? fallback_->engine : engine_;
   fit_window(t, engine);
@@ -454,10 +448,9 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
   t->answers.reset();
   t->error_code.clear();
   t->queue_ms = t->engine_ms = 0;
-  if (t->routing->stages) {  // the larger engine is asked both stages too
-    t->second_stage = false;
+  if (t->first_stage) {  // the larger engine is asked both stages too, from the first
     t->first_stage.reset();
-    t->req.questions = t->first_questions;
+    t->req.questions = std::move(t->first_questions);
   }
   // The larger engine's window is its own, and so are its media limits: an engine that reads
   // none of a kind fails the pass.
@@ -475,15 +468,8 @@ void agent_service::start_fallback(const std::shared_ptr<turn>& t) {
 }
 
 policies::action agent_service::decided(const std::shared_ptr<turn>& t, bool fallback) const {
-  const policies::policy& policy = t->routing->policy;
-  const tools::registry& registry = t->routing->registry;
-  const response* answers = t->answers ? &*t->answers : nullptr;
-  if (t->call) {
-    return policies::judge_call(policy, registry, answers, t->frame.proposal.value("tool", ""),
-                                t->frame.proposal.value("arguments", json::object()), fallback);
-  }
-  if (fallback) return answers ? policies::decide_after_fallback(policy, registry, *answers) : policies::on_fallback_failure(policy);
-  return answers ? policies::decide_action(policy, registry, *answers) : policies::on_engine_failure(policy);
+  return policies::decide_turn(t->routing->policy, t->routing->registry, t->answers ? &*t->answers : nullptr, t->frame.proposal,
+                               t->call, fallback);
 }
 
 void agent_service::decide_and_log(const std::shared_ptr<turn>& t) {
@@ -623,9 +609,7 @@ void agent_service::after_decision(const std::shared_ptr<turn>& t) {
   }
   tools::tool_call call{t->decision_id, t->act.tool, t->act.arguments};
   call.progress = [conn = std::weak_ptr<agent_connection>(t->conn), decision = t->decision_id](json params) {
-    if (auto c = conn.lock()) {
-      boost::asio::post(c->strand(), [c, decision, params = std::move(params)]() mutable { c->tool_progress(decision, std::move(params)); });
-    }
+    if (auto c = conn.lock()) c->tool_progress(decision, std::move(params));
   };
   ex->second->run(std::move(call),
                   [this, t](tools::tool_outcome o) {

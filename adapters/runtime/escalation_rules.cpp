@@ -9,6 +9,7 @@
 #include "core/ids.hpp"
 #include "tools/arguments.hpp"
 #include "tools/registry.hpp"
+#include "tools/schema_compiler.hpp"
 
 namespace baton {
 
@@ -71,7 +72,7 @@ escalation make_escalation(const routing_snapshot& routing, const log::decision_
       std::vector<std::pair<std::string, double>> sorted = choice->probabilities;
       std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
       for (const auto& [tool, p] : sorted) {
-        if (tool.starts_with("group:")) continue;  // two-stage routing's groups not asked about: no tool to pick
+        if (tool.starts_with(tools::group_option_prefix)) continue;  // two-stage routing's groups not asked about: no tool to pick
         std::string description;
         if (tool == tools::finish_option && routing.registry.finish) description = *routing.registry.finish;
         if (const tools::tool* t = tools::find_tool(routing.registry, tool)) description = t->description;
